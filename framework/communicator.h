@@ -1,0 +1,108 @@
+// Communicator: the collectives shardema needs, over any backend (MPI on CPU, NCCL on GPU).
+//
+// Collectives see a communicator and buffers; options are structs (gloo style). Every call is
+// collective: all ranks of the communicator must make the same calls in the same order with
+// matching counts, dtypes and ops. Counts are in elements of `dtype`, per rank:
+//
+//   AllGather(send[count], recv[count * world])          recv = concat over ranks of send
+//   ReduceScatter(send[count * world], recv[count], op)  recv = op over ranks of send[rank slice]
+//   AllReduce(send[count], recv[count], op)              recv = op over ranks of send
+//   Broadcast(buf[count], root)                          buf = root's buf
+//   Barrier()
+//
+// In place (NCCL's convention): AllGather with send == recv + rank*count; ReduceScatter with
+// recv == send + rank*count; AllReduce with send == recv. Otherwise send and recv must not
+// overlap. Zero counts are valid. World size 1 works the same as any other size.
+//
+// Dtypes: f32, bf16, f16. Reductions of bf16/f16 accumulate in f32 and round once at the end.
+// kAvg divides the f32 sum by the world size.
+//
+// Asynchronous variants return a Work handle; the buffers must stay alive and untouched until
+// Wait() returns. Several operations may be outstanding and be waited in any order. Wait() blocks
+// the calling host thread (MPI) or orders the caller's stream after the operation (NCCL: see
+// Wait's contract in the backend header). Destroying an unwaited Work waits for it.
+//
+// Errors (never hangs or crashes): null buffers with a non-zero count, an invalid root, a dtype
+// or count that differs between ranks (checked collectively when CommOptions::check_args, the
+// default), and calls after Shutdown() return kInvalidArgument / kFailedPrecondition. Backend
+// errors become kInternal naming the operation and the rank.
+//
+// Threading: one thread issues collectives on a communicator at a time.
+#ifndef SHARDEMA_FRAMEWORK_COMMUNICATOR_H_
+#define SHARDEMA_FRAMEWORK_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
+const char* ReduceOpName(ReduceOp op);
+
+// Per-call options.
+struct CollectiveOptions {
+  ReduceOp op = ReduceOp::kSum;  // reductions only
+  int root = 0;                  // Broadcast only
+  // CUDA backends enqueue on (after) this stream; CPU backends ignore it.
+  Stream stream;
+};
+
+// Per-communicator options.
+struct CommOptions {
+  // Before each collective, check collectively that every rank passes the same op, dtype and
+  // count (one small extra all-reduce). Turn off only when the call sites are known to match.
+  bool check_args = true;
+};
+
+// A pending collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Completes the operation (see the backend's contract) and returns its status. Idempotent:
+  // later calls return the same status.
+  virtual Status Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual Device device() const = 0;
+  virtual std::string backend_name() const = 0;  // "mpi", "nccl"
+
+  virtual StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv,
+                                                         size_t count, DType dtype,
+                                                         const CollectiveOptions& opts = {}) = 0;
+  virtual StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv,
+                                                             size_t count, DType dtype,
+                                                             const CollectiveOptions& opts = {}) = 0;
+  virtual StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv,
+                                                         size_t count, DType dtype,
+                                                         const CollectiveOptions& opts = {}) = 0;
+  virtual StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
+                                                         const CollectiveOptions& opts = {}) = 0;
+  virtual Status Barrier() = 0;
+
+  // Releases backend resources. Later calls return kFailedPrecondition. Idempotent.
+  virtual Status Shutdown() = 0;
+
+  // Blocking forms: the async call followed by Wait().
+  Status AllGather(const void* send, void* recv, size_t count, DType dtype,
+                   const CollectiveOptions& opts = {});
+  Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                       const CollectiveOptions& opts = {});
+  Status AllReduce(const void* send, void* recv, size_t count, DType dtype,
+                   const CollectiveOptions& opts = {});
+  Status Broadcast(void* buf, size_t count, DType dtype, const CollectiveOptions& opts = {});
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_COMMUNICATOR_H_

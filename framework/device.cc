@@ -1,0 +1,198 @@
+#include "framework/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#if SHARDEMA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace shardema {
+
+namespace {
+constexpr size_t kHostAlign = 64;
+
+#if SHARDEMA_WITH_CUDA
+// The one place CUDA runtime codes become Status values for this file.
+Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  StatusCode code = e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted
+                    : (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+                        ? StatusCode::kUnavailable
+                        : StatusCode::kInternal;
+  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                          cudaGetErrorString(e) + ")");
+}
+#endif
+
+Status NoCuda(Device d) {
+  return Unavailable("device ", d.ToString(), " requested but ",
+                     BuiltWithCuda() ? "no CUDA device is visible"
+                                     : "this binary was built without --config=cuda");
+}
+}  // namespace
+
+std::string Device::ToString() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+StatusOr<Device> ParseDevice(const std::string& s) {
+  if (s == "cpu") return Device::Cpu();
+  if (s == "cuda") return Device::Cuda(0);
+  if (s.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    long i = std::strtol(s.c_str() + 5, &end, 10);
+    if (end != s.c_str() + 5 && *end == '\0' && i >= 0) return Device::Cuda(int(i));
+  }
+  return InvalidArgument("unknown device '", s, "' (expected cpu, cuda or cuda:N)");
+}
+
+bool BuiltWithCuda() { return SHARDEMA_WITH_CUDA != 0; }
+
+int CudaDeviceCount() {
+#if SHARDEMA_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+Status SetCurrentDevice(Device device) {
+  if (device.is_cpu()) return Status::Ok();
+  if (device.index >= CudaDeviceCount()) return NoCuda(device);
+#if SHARDEMA_WITH_CUDA
+  return CudaStatus(cudaSetDevice(device.index), "cudaSetDevice");
+#else
+  return NoCuda(device);
+#endif
+}
+
+StatusOr<Stream> CreateStream(Device device) {
+  Stream s{device, nullptr};
+  if (device.is_cpu()) return s;
+  RETURN_IF_ERROR(SetCurrentDevice(device));
+#if SHARDEMA_WITH_CUDA
+  cudaStream_t cs = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking),
+                             "cudaStreamCreateWithFlags"));
+  s.native = cs;
+  return s;
+#else
+  return NoCuda(device);
+#endif
+}
+
+Status DestroyStream(Stream stream) {
+  if (stream.device.is_cpu() || stream.native == nullptr) return Status::Ok();
+#if SHARDEMA_WITH_CUDA
+  return CudaStatus(cudaStreamDestroy(static_cast<cudaStream_t>(stream.native)),
+                    "cudaStreamDestroy");
+#else
+  return NoCuda(stream.device);
+#endif
+}
+
+Status SynchronizeStream(Stream stream) {
+  if (stream.device.is_cpu()) return Status::Ok();
+#if SHARDEMA_WITH_CUDA
+  return CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.native)),
+                    "cudaStreamSynchronize");
+#else
+  return NoCuda(stream.device);
+#endif
+}
+
+Buffer::~Buffer() { Reset(); }
+
+Buffer::Buffer(Buffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+      device_(o.device_), kind_(o.kind_) {}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    device_ = o.device_;
+    kind_ = o.kind_;
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (data_ == nullptr) return;
+#if SHARDEMA_WITH_CUDA
+  if (device_.is_cuda()) {
+    cudaFree(data_);
+  } else if (kind_ == MemoryKind::kPinnedHost && CudaDeviceCount() > 0) {
+    cudaFreeHost(data_);
+  } else {
+    std::free(data_);
+  }
+#else
+  std::free(data_);
+#endif
+  data_ = nullptr;
+  size_ = 0;
+}
+
+StatusOr<Buffer> Buffer::Allocate(size_t bytes, Device device, MemoryKind kind) {
+  Buffer b;
+  b.device_ = device;
+  b.kind_ = kind;
+  b.size_ = bytes;
+  size_t alloc = bytes == 0 ? kHostAlign : bytes;
+  if (device.is_cuda()) {
+    RETURN_IF_ERROR(SetCurrentDevice(device));
+#if SHARDEMA_WITH_CUDA
+    Status st = CudaStatus(cudaMalloc(&b.data_, alloc), "cudaMalloc");
+    if (!st.ok()) {
+      b.data_ = nullptr;
+      return st.WithContext("allocating " + std::to_string(bytes) + " bytes on " +
+                            device.ToString());
+    }
+    return b;
+#endif
+  }
+#if SHARDEMA_WITH_CUDA
+  if (kind == MemoryKind::kPinnedHost && CudaDeviceCount() > 0) {
+    Status st = CudaStatus(cudaHostAlloc(&b.data_, alloc, cudaHostAllocDefault), "cudaHostAlloc");
+    if (!st.ok()) {
+      b.data_ = nullptr;
+      return st.WithContext("allocating " + std::to_string(bytes) + " pinned host bytes");
+    }
+    return b;
+  }
+#endif
+  size_t rounded = (alloc + kHostAlign - 1) / kHostAlign * kHostAlign;
+  b.data_ = std::aligned_alloc(kHostAlign, rounded);
+  if (b.data_ == nullptr) {
+    return ResourceExhausted("cannot allocate ", bytes, " bytes of host memory");
+  }
+  return b;
+}
+
+Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                 Stream stream) {
+  if (bytes == 0) return Status::Ok();
+  if (dst == nullptr || src == nullptr) return InvalidArgument("CopyBytes: null pointer");
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return Status::Ok();
+  }
+#if SHARDEMA_WITH_CUDA
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                    static_cast<cudaStream_t>(stream.native)),
+                    "cudaMemcpyAsync");
+#else
+  return NoCuda(dst_device.is_cuda() ? dst_device : src_device);
+#endif
+}
+
+}  // namespace shardema

@@ -1,0 +1,59 @@
+#include "framework/device.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace shardema {
+namespace {
+
+TEST(DeviceTest, ParseAndPrint) {
+  EXPECT_EQ(ParseDevice("cpu")->ToString(), "cpu");
+  EXPECT_EQ(ParseDevice("cuda:3")->ToString(), "cuda:3");
+  EXPECT_EQ(*ParseDevice("cuda"), Device::Cuda(0));
+  EXPECT_FALSE(ParseDevice("cuda:x").ok());
+  EXPECT_FALSE(ParseDevice("tpu").ok());
+}
+
+TEST(DeviceTest, HostBufferAlignedAndMovable) {
+  auto b = Buffer::Allocate(1000, Device::Cpu());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 64, 0u);
+  std::memset(b->data(), 7, 1000);
+  Buffer moved = std::move(*b);
+  EXPECT_EQ(moved.size(), 1000u);
+  EXPECT_EQ(moved.as<uint8_t>()[999], 7);
+  auto z = Buffer::Allocate(0, Device::Cpu());
+  ASSERT_TRUE(z.ok());
+  EXPECT_NE(z->data(), nullptr);
+  auto pinned = Buffer::Allocate(256, Device::Cpu(), MemoryKind::kPinnedHost);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  Buffer a = std::move(*pinned);
+  ASSERT_TRUE(CopyBytes(a.data(), Device::Cpu(), moved.data(), Device::Cpu(), 256, Stream{}).ok());
+  EXPECT_EQ(a.as<uint8_t>()[255], 7);
+}
+
+TEST(DeviceTest, CpuStreamsAreTrivial) {
+  auto s = CreateStream(Device::Cpu());
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(SynchronizeStream(*s).ok());
+  EXPECT_TRUE(DestroyStream(*s).ok());
+}
+
+TEST(DeviceTest, CudaWithoutGpuIsUnavailableNotACrash) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible; covered by the GPU tests";
+  auto b = Buffer::Allocate(16, Device::Cuda(0));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(b.status().message().find("cuda:0"), std::string::npos);
+  EXPECT_EQ(CreateStream(Device::Cuda(0)).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(DeviceTest, NullCopyIsAnError) {
+  EXPECT_EQ(CopyBytes(nullptr, Device::Cpu(), "x", Device::Cpu(), 1, Stream{}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardema

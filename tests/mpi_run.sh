@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs a binary under real mpirun with N ranks on this machine:  mpi_run.sh N BINARY [ARGS...]
+# Used by the mpi_test macro (tests/mpi_test.bzl) and by tools/test.sh.
+set -euo pipefail
+n="$1"; shift
+bin="$1"; shift
+MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+if [ -z "$MPIRUN" ]; then
+  echo "mpi_run.sh: mpirun not found on PATH (install openmpi-bin: tools/setup.sh)" >&2
+  exit 1
+fi
+args=(--oversubscribe --bind-to none --tag-output -np "$n")
+# OpenMPI refuses root unless told; CI and containers run as root.
+[ "$(id -u)" = 0 ] && args=(--allow-run-as-root "${args[@]}")
+# Shared-memory transport without cross-memory-attach (often blocked in containers).
+export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader,tcp}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+export OMPI_MCA_btl_tcp_if_include="${OMPI_MCA_btl_tcp_if_include:-lo}"
+export OMPI_MCA_oob_tcp_if_include="${OMPI_MCA_oob_tcp_if_include:-lo}"
+exec timeout "${MPI_TEST_TIMEOUT:-600}" "$MPIRUN" "${args[@]}" "$bin" "$@"

@@ -1,0 +1,107 @@
+"""Repository rules that locate system toolkits instead of hard-coding their paths.
+
+mpi_configure: OpenMPI (or any MPI whose compiler wrapper answers `--showme:*`).
+cuda_configure: the CUDA toolkit, found from `nvcc` on PATH, then $CUDA_PATH, then /usr/local/cuda.
+"""
+
+def _lines(ctx, argv):
+    r = ctx.execute(argv)
+    if r.return_code != 0:
+        fail("'%s' failed: %s" % (" ".join(argv), r.stderr))
+    return [w for w in r.stdout.strip().split(" ") if w]
+
+def _mpi_configure_impl(ctx):
+    mpicxx = ctx.which("mpicxx")
+    if mpicxx == None:
+        fail("mpicxx not found on PATH: run tools/setup.sh (Debian packages libopenmpi-dev, openmpi-bin)")
+    incdirs = _lines(ctx, [mpicxx, "--showme:incdirs"])
+    libdirs = _lines(ctx, [mpicxx, "--showme:libdirs"])
+    includes = []
+    for i, d in enumerate(incdirs):
+        ctx.symlink(d, "include%d" % i)
+        includes.append("include%d" % i)
+    linkopts = []
+    for d in libdirs:
+        linkopts += ["-L" + d, "-Wl,-rpath," + d]
+    linkopts.append("-lmpi")
+    ctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "mpi",
+    hdrs = glob([{globs}]),
+    includes = {includes},
+    linkopts = {linkopts},
+)
+
+exports_files(["mpirun_path.txt"])
+""".format(
+        globs = ", ".join(['"%s/*.h"' % i for i in includes]),
+        includes = repr(includes),
+        linkopts = repr(linkopts),
+    ))
+    mpirun = ctx.which("mpirun")
+    ctx.file("mpirun_path.txt", str(mpirun) if mpirun else "")
+
+mpi_configure = repository_rule(
+    implementation = _mpi_configure_impl,
+    environ = ["PATH"],
+    local = True,
+)
+
+def _find_nvcc(ctx):
+    nvcc = ctx.which("nvcc")
+    if nvcc != None:
+        return str(nvcc)
+    for root in [ctx.os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]:
+        if root and ctx.path(root + "/bin/nvcc").exists:
+            return root + "/bin/nvcc"
+    return None
+
+_CUDA_BUILD = """package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
+    includes = ["include"],
+)
+
+cc_library(
+    name = "cudart",
+    linkopts = {rt_linkopts},
+    deps = [":cuda_headers"],
+)
+
+cc_library(
+    name = "cublas",
+    linkopts = ["-lcublas", "-lcublasLt"],
+    deps = [":cudart"],
+)
+
+cc_library(
+    name = "nccl",
+    linkopts = ["-lnccl"],
+    deps = [":cudart"],
+)
+"""
+
+def _cuda_configure_impl(ctx):
+    nvcc = _find_nvcc(ctx)
+    if nvcc == None:
+        ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = "[]"))
+        ctx.file("include/.keep", "")
+        ctx.file("defs.bzl", "CUDA_AVAILABLE = False\nNVCC = \"\"\nCUDA_ROOT = \"\"\n")
+        return
+    root = str(ctx.path(nvcc).dirname.dirname.realpath)
+    ctx.symlink(root + "/include", "include")
+    libdir = root + "/lib64"
+    if not ctx.path(libdir).exists:
+        libdir = root + "/targets/x86_64-linux/lib"
+    rt = ["-L" + libdir, "-Wl,-rpath," + libdir, "-lcudart"]
+    ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = repr(rt)))
+    ctx.file("defs.bzl", "CUDA_AVAILABLE = True\nNVCC = %r\nCUDA_ROOT = %r\n" % (nvcc, root))
+
+cuda_configure = repository_rule(
+    implementation = _cuda_configure_impl,
+    environ = ["PATH", "CUDA_PATH"],
+    local = True,
+)
