@@ -1,0 +1,94 @@
+// EMA slot configuration and decay schedules.
+//
+// Counting: `step` is the number of completed (not skipped) optimizer steps. A slot starts at
+// start_step: it is (re)initialised from the fp32 master weights when step == start_step
+// (start_step 0 = from the initial weights, before the first step). After that it is updated
+// after steps where (step - start_step) % interval == 0, with t = step - start_step in the
+// formulas below (Formulas: shared/reference/NOTES.md, sources cited in schedule.cc):
+//
+//   kConstant        beta = d
+//   kWarmup          beta = min(d, (1+t)/(10+t))                      (TF / Praxis / diffusers)
+//   kPowerWarmup     s = max(0, t - update_after_step - 1); s == 0 ? 0 :
+//                    clamp(1 - (1 + s/inv_gamma)^-power, min_decay, d)  (timm, diffusers)
+//   kPowerFunction   beta = (1 - 1/t)^(gamma+1)   (EDM2 power-function EMA; gamma or sigma_rel)
+//   kHalfLife        beta = 0.5^(1/h), h = min(half_life_steps, t * rampup) when rampup > 0
+//                    (EDM2 traditional EMA in steps)
+//
+// Interval correction: with interval k > 1 the applied decay is beta^k so the averaging horizon
+// in steps does not depend on k (OneTrainer #543). correct_interval = false applies beta as is
+// (timm/diffusers/NeMo behaviour, for compatibility).
+//
+// Pure functions; thread-safe.
+#ifndef SHARDEMA_EMA_SCHEDULE_H_
+#define SHARDEMA_EMA_SCHEDULE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/status.h"
+
+namespace shardema {
+
+enum class EmaScheduleKind : uint8_t {
+  kConstant = 0,
+  kWarmup = 1,
+  kPowerWarmup = 2,
+  kPowerFunction = 3,
+  kHalfLife = 4,
+};
+const char* EmaScheduleName(EmaScheduleKind k);  // "constant", "warmup", "power_warmup", ...
+
+// How a replicated buffer (non-trainable state) is kept in an EMA slot.
+enum class BufferMode : uint8_t { kCopy = 0, kAverage = 1 };
+
+struct BufferRule {
+  std::string pattern;  // glob over buffer names: '*' any run, '?' one character
+  BufferMode mode = BufferMode::kCopy;
+};
+
+struct EmaConfig {
+  std::string name;  // slot name, e.g. "ema_0.999"
+  EmaScheduleKind kind = EmaScheduleKind::kConstant;
+  double decay = 0.999;           // d: constant / upper bound
+  double inv_gamma = 1.0;         // kPowerWarmup
+  double power = 2.0 / 3.0;       // kPowerWarmup
+  double min_decay = 0.0;         // kPowerWarmup
+  int64_t update_after_step = 0;  // kPowerWarmup
+  double gamma = 6.94;            // kPowerFunction exponent (sigma_rel 0.10)
+  double half_life_steps = 1000;  // kHalfLife
+  double rampup = 0.0;            // kHalfLife ramp-up ratio (EDM2 0.09); 0 = none
+  int64_t start_step = 0;
+  int64_t interval = 1;
+  bool correct_interval = true;
+  std::vector<BufferRule> buffer_rules;  // first match wins; default copy
+
+  // Validates ranges (0 <= d <= 1, interval >= 1, gamma > 0, ...). Errors name the slot and field.
+  Status Validate() const;
+  nlohmann::json ToJson() const;
+  static StatusOr<EmaConfig> FromJson(const nlohmann::json& j);
+  // Field-by-field differences, e.g. {"decay: 0.999 vs 0.9999"}; empty when equal.
+  std::vector<std::string> Diff(const EmaConfig& other) const;
+};
+
+// True when the slot is updated (or initialised) after completed step `step`.
+bool EmaDue(const EmaConfig& c, int64_t step);
+// True when the slot is (re)initialised from master after step `step` (step == start_step).
+bool EmaStarts(const EmaConfig& c, int64_t step);
+// Decay applied by the update after step `step` (> start_step), interval correction included.
+double EmaDecay(const EmaConfig& c, int64_t step);
+
+// EDM2: sigma_rel of a power-function EMA with exponent gamma, and the inverse (largest real root
+// of gamma^3 + 7 gamma^2 + (16 - s^-2) gamma + (12 - s^-2)). sigma_rel must be in (0, 0.2887).
+double GammaToSigmaRel(double gamma);
+StatusOr<double> SigmaRelToGamma(double sigma_rel);
+
+// Glob match used by buffer rules and parameter groups.
+bool GlobMatch(const std::string& pattern, const std::string& name);
+BufferMode BufferModeFor(const EmaConfig& c, const std::string& buffer_name);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_EMA_SCHEDULE_H_

@@ -1,0 +1,102 @@
+// StoreLayout: where every parameter lives in the flat, padded, sharded unit buffers.
+//
+// Parameters are registered by name (PyTorch state_dict names) and shape, grouped into units
+// (one unit ~ one layer). Each unit is one flat buffer holding its parameters back to back in
+// registration order, padded at the end to a multiple of the world size W; rank r owns the r-th
+// contiguous slice [r*shard_numel, (r+1)*shard_numel). Padding elements are always zero.
+//
+// Every sharded state slot of a rank (fp32 master, moments, EMA slots, gradient shard) is one
+// flat array of local_numel() elements: the rank's slices of all units, concatenated in unit
+// order (unit u starts at local_offset(u)). This layout is a plain, serialisable description:
+// checkpoints store it (ToJson) and resharding is range arithmetic over it (ShardRange).
+//
+// Thread-safe: immutable after Build.
+#ifndef SHARDEMA_FSDP_LAYOUT_H_
+#define SHARDEMA_FSDP_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/status.h"
+#include "framework/tensor.h"
+
+namespace shardema {
+
+struct ParamSpec {
+  std::string name;  // e.g. "layers.0.weight"; unique across the store
+  Shape shape;       // dims >= 0
+};
+
+struct UnitSpec {
+  std::string name;  // e.g. "layers.0"
+  std::vector<ParamSpec> params;
+};
+
+struct ParamLayout {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // element offset inside the unit's flat (unsharded) buffer
+  int64_t numel = 0;
+};
+
+struct UnitLayout {
+  std::string name;
+  std::vector<ParamLayout> params;
+  int64_t numel = 0;         // sum of the parameters' numel
+  int64_t padded_numel = 0;  // numel rounded up to a multiple of world_size
+  int64_t shard_numel = 0;   // padded_numel / world_size
+};
+
+// A contiguous piece of one unit owned by one rank: elements [begin, end) of the unit's flat
+// buffer, found at local element `local_begin` of that rank's slot arrays.
+struct ShardPiece {
+  int rank = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t local_begin = 0;
+};
+
+class StoreLayout {
+ public:
+  // Errors: kInvalidArgument for world_size < 1, an empty or duplicate parameter/unit name, or a
+  // negative dim (the message names the parameter and its shape).
+  static StatusOr<StoreLayout> Build(const std::vector<UnitSpec>& units, int world_size);
+
+  int world_size() const { return world_size_; }
+  const std::vector<UnitLayout>& units() const { return units_; }
+  // Total unpadded parameter count N.
+  int64_t total_numel() const;
+  // Elements each rank holds per slot: sum over units of shard_numel (~ ceil(N_u/W) each).
+  int64_t local_numel() const { return local_numel_; }
+  // Start of unit u inside a rank's slot arrays.
+  int64_t local_offset(size_t unit) const { return local_offsets_[unit]; }
+
+  // Finds a parameter by name: unit index and parameter index, or kNotFound naming it.
+  StatusOr<std::pair<size_t, size_t>> Find(const std::string& param_name) const;
+
+  // The pieces of unit elements [begin, end) and the ranks that own them, in order.
+  std::vector<ShardPiece> ShardRange(size_t unit, int64_t begin, int64_t end) const;
+
+  // The same units at another world size (reshard target).
+  StatusOr<StoreLayout> WithWorldSize(int world_size) const;
+
+  // Same units, parameters, shapes and order (world size may differ).
+  bool SameModel(const StoreLayout& other) const;
+
+  nlohmann::json ToJson() const;
+  // Errors: kDataLoss naming the field when the JSON is malformed or inconsistent.
+  static StatusOr<StoreLayout> FromJson(const nlohmann::json& j);
+
+ private:
+  int world_size_ = 1;
+  std::vector<UnitLayout> units_;
+  std::vector<int64_t> local_offsets_;
+  int64_t local_numel_ = 0;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FSDP_LAYOUT_H_

@@ -1,0 +1,81 @@
+#include "fsdp/layout.h"
+
+#include <gtest/gtest.h>
+
+namespace shardema {
+namespace {
+
+std::vector<UnitSpec> Mlp() {
+  return {{"layers.0", {{"layers.0.weight", {5, 3}}, {"layers.0.bias", {5}}}},
+          {"layers.1", {{"layers.1.weight", {2, 5}}, {"layers.1.bias", {2}}}},
+          {"empty", {}}};
+}
+
+TEST(LayoutTest, PadsEachUnitToWorldSizeAndConcatenatesShards) {
+  auto l = StoreLayout::Build(Mlp(), 3);
+  ASSERT_TRUE(l.ok()) << l.status();
+  const auto& u0 = l->units()[0];
+  EXPECT_EQ(u0.numel, 20);
+  EXPECT_EQ(u0.padded_numel, 21);
+  EXPECT_EQ(u0.shard_numel, 7);
+  EXPECT_EQ(u0.params[1].offset, 15);
+  const auto& u1 = l->units()[1];
+  EXPECT_EQ(u1.numel, 12);
+  EXPECT_EQ(u1.padded_numel, 12);
+  EXPECT_EQ(l->units()[2].padded_numel, 0);
+  EXPECT_EQ(l->local_numel(), 7 + 4 + 0);
+  EXPECT_EQ(l->local_offset(1), 7);
+  EXPECT_EQ(l->total_numel(), 32);
+  auto f = l->Find("layers.1.bias");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->first, 1u);
+  EXPECT_EQ(l->Find("nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST(LayoutTest, ShardRangeSplitsAcrossOwners) {
+  auto l = StoreLayout::Build(Mlp(), 3);
+  auto pieces = l->ShardRange(0, 5, 16);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].rank, 0);
+  EXPECT_EQ(pieces[0].begin, 5);
+  EXPECT_EQ(pieces[0].end, 7);
+  EXPECT_EQ(pieces[0].local_begin, 5);
+  EXPECT_EQ(pieces[1].rank, 1);
+  EXPECT_EQ(pieces[1].end, 14);
+  EXPECT_EQ(pieces[2].rank, 2);
+  EXPECT_EQ(pieces[2].local_begin, 0);
+  auto p1 = l->ShardRange(1, 0, 12);
+  ASSERT_EQ(p1.size(), 3u);
+  EXPECT_EQ(p1[1].local_begin, 7);  // unit 1 starts at local offset 7
+}
+
+TEST(LayoutTest, BadSpecsAreClearErrors) {
+  EXPECT_EQ(StoreLayout::Build(Mlp(), 0).status().code(), StatusCode::kInvalidArgument);
+  auto dup = Mlp();
+  dup[1].params[0].name = "layers.0.weight";
+  auto s = StoreLayout::Build(dup, 2).status();
+  EXPECT_NE(s.message().find("duplicate parameter name 'layers.0.weight'"), std::string::npos) << s;
+  auto neg = Mlp();
+  neg[0].params[0].shape = {-1, 3};
+  EXPECT_NE(StoreLayout::Build(neg, 2).status().message().find("[-1, 3]"), std::string::npos);
+}
+
+TEST(LayoutTest, JsonRoundTripAndReshard) {
+  auto l = StoreLayout::Build(Mlp(), 4);
+  auto back = StoreLayout::FromJson(l->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), l->ToJson());
+  auto l5 = l->WithWorldSize(5);
+  ASSERT_TRUE(l5.ok());
+  EXPECT_TRUE(l5->SameModel(*l));
+  EXPECT_EQ(l5->units()[0].padded_numel, 20);
+  auto j = l->ToJson();
+  j["units"][0]["params"][1]["offset"] = 14;
+  EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
+  j = l->ToJson();
+  j["units"][0].erase("params");
+  EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace shardema
