@@ -14,9 +14,12 @@
 //   kHalfLife        beta = 0.5^(1/h), h = min(half_life_steps, t * rampup) when rampup > 0
 //                    (EDM2 traditional EMA in steps)
 //
-// Interval correction: with interval k > 1 the applied decay is beta^k so the averaging horizon
-// in steps does not depend on k (OneTrainer #543). correct_interval = false applies beta as is
-// (timm/diffusers/NeMo behaviour, for compatibility).
+// Interval correction: with interval k > 1 the applied decay is the product of the per-step
+// decays of the k steps since the previous update, beta(t-k+1) * ... * beta(t) (= beta^k for a
+// constant schedule), so the averaging horizon in steps does not depend on k (OneTrainer #543):
+// on a signal that is constant between updates the k-interval EMA equals the every-step EMA.
+// correct_interval = false applies beta(t) as is (timm/diffusers/NeMo behaviour, for
+// compatibility).
 //
 // Pure functions; thread-safe.
 #ifndef SHARDEMA_EMA_SCHEDULE_H_
@@ -40,9 +43,13 @@ enum class EmaScheduleKind : uint8_t {
   kHalfLife = 4,
 };
 const char* EmaScheduleName(EmaScheduleKind k);  // "constant", "warmup", "power_warmup", ...
+// Inverse of EmaScheduleName; kInvalidArgument listing the known names otherwise.
+StatusOr<EmaScheduleKind> ParseEmaScheduleKind(const std::string& name);
 
 // How a replicated buffer (non-trainable state) is kept in an EMA slot.
 enum class BufferMode : uint8_t { kCopy = 0, kAverage = 1 };
+const char* BufferModeName(BufferMode m);  // "copy", "average"
+StatusOr<BufferMode> ParseBufferMode(const std::string& name);
 
 struct BufferRule {
   std::string pattern;  // glob over buffer names: '*' any run, '?' one character
@@ -67,7 +74,11 @@ struct EmaConfig {
 
   // Validates ranges (0 <= d <= 1, interval >= 1, gamma > 0, ...). Errors name the slot and field.
   Status Validate() const;
+  // Every field, with kind and buffer modes as names ("power_function", "average").
   nlohmann::json ToJson() const;
+  // Inverse of ToJson; missing fields keep their defaults, "sigma_rel" may replace "gamma"
+  // (converted with SigmaRelToGamma). Errors (kInvalidArgument): unknown field, wrong JSON type,
+  // unknown kind/mode name, both gamma and sigma_rel, or a failed Validate().
   static StatusOr<EmaConfig> FromJson(const nlohmann::json& j);
   // Field-by-field differences, e.g. {"decay: 0.999 vs 0.9999"}; empty when equal.
   std::vector<std::string> Diff(const EmaConfig& other) const;
@@ -77,7 +88,8 @@ struct EmaConfig {
 bool EmaDue(const EmaConfig& c, int64_t step);
 // True when the slot is (re)initialised from master after step `step` (step == start_step).
 bool EmaStarts(const EmaConfig& c, int64_t step);
-// Decay applied by the update after step `step` (> start_step), interval correction included.
+// Decay applied by the update after step `step` (> start_step), interval correction included;
+// 0 (a copy) for step <= start_step.
 double EmaDecay(const EmaConfig& c, int64_t step);
 
 // EDM2: sigma_rel of a power-function EMA with exponent gamma, and the inverse (largest real root

@@ -6,25 +6,14 @@
 
 #if SHARDEMA_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "framework/cuda/cuda_error.h"
 #endif
 
 namespace shardema {
 
 namespace {
 constexpr size_t kHostAlign = 64;
-
-#if SHARDEMA_WITH_CUDA
-// The one place CUDA runtime codes become Status values for this file.
-Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  StatusCode code = e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted
-                    : (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-                        ? StatusCode::kUnavailable
-                        : StatusCode::kInternal;
-  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                          cudaGetErrorString(e) + ")");
-}
-#endif
 
 Status NoCuda(Device d) {
   return Unavailable("device ", d.ToString(), " requested but ",

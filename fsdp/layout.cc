@@ -65,6 +65,21 @@ std::vector<ShardPiece> StoreLayout::ShardRange(size_t unit, int64_t begin, int6
   return out;
 }
 
+std::vector<LocalParamPiece> StoreLayout::LocalPieces(int rank) const {
+  std::vector<LocalParamPiece> out;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitLayout& unit = units_[u];
+    const int64_t lo = int64_t(rank) * unit.shard_numel, hi = lo + unit.shard_numel;
+    for (size_t p = 0; p < unit.params.size(); ++p) {
+      const ParamLayout& pl = unit.params[p];
+      const int64_t b = std::max(lo, pl.offset), e = std::min(hi, pl.offset + pl.numel);
+      if (b >= e) continue;
+      out.push_back(LocalParamPiece{u, p, b - pl.offset, e - b, local_offsets_[u] + b - lo});
+    }
+  }
+  return out;
+}
+
 StatusOr<StoreLayout> StoreLayout::WithWorldSize(int world_size) const {
   std::vector<UnitSpec> specs;
   for (const UnitLayout& u : units_) {

@@ -59,6 +59,18 @@ struct ShardPiece {
   int64_t local_begin = 0;
 };
 
+// The part of one parameter that one rank holds: flattened elements
+// [param_begin, param_begin + numel) of parameter `param` of unit `unit`, found at local element
+// `local_begin` of that rank's slot arrays. Contiguous by construction (a unit's shard is one
+// contiguous slice of its flat buffer).
+struct LocalParamPiece {
+  size_t unit = 0;
+  size_t param = 0;  // index into units()[unit].params
+  int64_t param_begin = 0;
+  int64_t numel = 0;
+  int64_t local_begin = 0;
+};
+
 class StoreLayout {
  public:
   // Errors: kInvalidArgument for world_size < 1, an empty or duplicate parameter/unit name, or a
@@ -79,6 +91,10 @@ class StoreLayout {
 
   // The pieces of unit elements [begin, end) and the ranks that own them, in order.
   std::vector<ShardPiece> ShardRange(size_t unit, int64_t begin, int64_t end) const;
+
+  // Every non-empty piece of a parameter that `rank` holds, in local order (by local_begin).
+  // Padding is not covered by any piece. rank must be in [0, world_size).
+  std::vector<LocalParamPiece> LocalPieces(int rank) const;
 
   // The same units at another world size (reshard target).
   StatusOr<StoreLayout> WithWorldSize(int world_size) const;

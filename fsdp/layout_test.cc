@@ -77,5 +77,42 @@ TEST(LayoutTest, JsonRoundTripAndReshard) {
   EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
 }
 
+TEST(LayoutTest, LocalPiecesCoverEveryParameterElementOnce) {
+  // Mlp(): unit 0 = weight[15] bias[5] (padded 21 at W=3, shard 7); unit 1 = weight[10] bias[2].
+  auto l = StoreLayout::Build(Mlp(), 3);
+  ASSERT_TRUE(l.ok());
+  auto r1 = l->LocalPieces(1);  // unit 0 elements [7, 14), unit 1 elements [4, 8)
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].unit, 0u);
+  EXPECT_EQ(r1[0].param, 0u);
+  EXPECT_EQ(r1[0].param_begin, 7);
+  EXPECT_EQ(r1[0].numel, 7);
+  EXPECT_EQ(r1[0].local_begin, 0);
+  EXPECT_EQ(r1[1].unit, 1u);
+  EXPECT_EQ(r1[1].param_begin, 4);
+  EXPECT_EQ(r1[1].numel, 4);
+  EXPECT_EQ(r1[1].local_begin, 7);
+  auto r2 = l->LocalPieces(2);  // unit 0 [14, 21): weight 14, bias 0..5, padding 20
+  ASSERT_EQ(r2.size(), 4u);
+  EXPECT_EQ(r2[0].param_begin, 14);
+  EXPECT_EQ(r2[0].numel, 1);
+  EXPECT_EQ(r2[1].param, 1u);
+  EXPECT_EQ(r2[1].numel, 5);
+  EXPECT_EQ(r2[1].local_begin, 1);
+  EXPECT_EQ(r2[2].local_begin, 7);  // unit 1 weight [8, 10)
+  EXPECT_EQ(r2[2].numel, 2);
+  EXPECT_EQ(r2[3].param, 1u);  // unit 1 bias [0, 2)
+  EXPECT_EQ(r2[3].local_begin, 9);
+  // Every element of every parameter is covered exactly once over all ranks.
+  for (int w : {1, 2, 3, 4, 7}) {
+    auto lw = StoreLayout::Build(Mlp(), w);
+    int64_t covered = 0;
+    for (int r = 0; r < w; ++r) {
+      for (const auto& p : lw->LocalPieces(r)) covered += p.numel;
+    }
+    EXPECT_EQ(covered, lw->total_numel()) << "world " << w;
+  }
+}
+
 }  // namespace
 }  // namespace shardema

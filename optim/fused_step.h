@@ -14,7 +14,27 @@
 // g is grad[i] * grad_scale (grad_scale carries the clipping coefficient). Ranges of different
 // parameter groups (e.g. no weight decay for biases) are separate calls.
 //
-// Memory: no allocation. Threading: the caller may split disjoint ranges over threads.
+// Rounding contract (what makes results bit-identical to PyTorch 1.13's single-tensor
+// (foreach=False) AdamW/SGD on an x86 CPU with FMA, checked by optim/fused_step_golden_test):
+// hyperparameters are doubles, like PyTorch's Python floats; the scalar factors are formed in
+// double (1 - lr*wd, 1 - b1, lr / (1 - b1^t), sqrt(1 - b2^t), 1 - beta, ...) and rounded once to
+// f32; the per-element arithmetic is f32 in PyTorch's order, with a fused multiply-add exactly
+// where PyTorch's CPU kernels use one (add with alpha, addcmul, lerp):
+//
+//   AdamW  p = p * f(1-lr*wd); m = fma(g, f(1-b1), m*f(b1)); v = fma(f(1-b2)*g, g, v*f(b2));
+//          p = p + (f(-lr/(1-b1^t)) * m) / (sqrt(v) / f(sqrt(1-b2^t)) + f(eps))
+//   SGD    g = fma(p, f(wd), g) (wd != 0); buf = first ? g : fma(g, f(1-damp), buf*f(mom));
+//          g = nesterov ? fma(buf, f(mom), g) : buf; p = fma(g, f(-lr), p)
+//   EMA    torch `ema.lerp_(p, w)` with w = f(1-beta): w < 0.5 ? fma(p-e, w, e)
+//          : fma(-(p-e), 1-w, p). beta == 0 stores p (even over a NaN/Inf ema) and beta == 1
+//          leaves the slot untouched (its memory is not even read).
+//
+// The results do not depend on the CPU: machines without AVX2/FMA run a portable path that uses
+// the C library's correctly rounded fmaf (slower, same bits), and do not depend on num_threads.
+//
+// Memory: no allocation (beyond starting threads when num_threads allows extra ones).
+// Threading: the function itself may use up to `num_threads` threads on disjoint ranges (joined
+// before return); distinct calls on disjoint arrays may run concurrently.
 #ifndef SHARDEMA_OPTIM_FUSED_STEP_H_
 #define SHARDEMA_OPTIM_FUSED_STEP_H_
 
@@ -28,7 +48,7 @@ enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1 };
 
 struct EmaTarget {
   float* ema = nullptr;  // n elements
-  float beta = 0.f;      // decay for this update (interval correction already applied)
+  double beta = 0.0;     // decay for this update (interval correction already applied)
 };
 
 struct FusedStepArgs {
@@ -45,27 +65,43 @@ struct FusedStepArgs {
   const EmaTarget* emas = nullptr;
   int num_emas = 0;
 
-  float lr = 0.f;
-  float weight_decay = 0.f;
+  double lr = 0.0;
+  double weight_decay = 0.0;
   // AdamW
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t step = 1;  // 1-based step count for bias correction
   // SGD
-  float momentum = 0.f, dampening = 0.f;
+  double momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
   bool first_step = false;  // momentum buffer is initialised from g on the first step
+
+  // Threads this call may use: 1 = the calling thread only; 0 = one per hardware thread. Extra
+  // threads are only started for ranges of at least kFusedStepMinPerThread elements each, where
+  // they raise the memory bandwidth; results are identical for any value.
+  int num_threads = 1;
 };
 
-// Runs the fused pass on the CPU.
+// Smallest range, in elements, handed to an extra thread (thread start-up costs ~20 us).
+inline constexpr int64_t kFusedStepMinPerThread = int64_t{1} << 20;
+
+// Runs the fused pass on the CPU. The arrays must not overlap one another (the compute copy may
+// not alias master). Preconditions (not checked in release builds, as for any kernel): non-null
+// grad and master; exp_avg and exp_avg_sq for AdamW; exp_avg for SGD with momentum != 0;
+// step >= 1; every EmaTarget's ema non-null with 0 <= beta <= 1.
 void FusedStepCpu(const FusedStepArgs& args);
 
 // EMA alone (no optimizer), used to (re)start slots and by the unfused baseline:
-// e = beta*e + (1-beta)*p for n elements.
-void EmaUpdateCpu(float* ema, const float* master, int64_t n, float beta);
+// e = beta*e + (1-beta)*p for n elements, rounded as the EMA line above (beta 0 copies, beta 1
+// is a no-op). Single-threaded.
+void EmaUpdateCpu(float* ema, const float* master, int64_t n, double beta);
 
 // Sum of squares of x[0..n) accumulated in double (global-norm partial sum). Non-finite inputs
-// make the result non-finite.
+// make the result non-finite. Single-threaded.
 double SumSquaresCpu(const float* x, int64_t n);
+
+// Testing hook: true forces the portable (non-AVX2) code path for later calls in this process,
+// so tests can check that both paths compute the same bits. Do not flip it while calls run.
+void SetFusedStepPortableForTesting(bool portable);
 
 }  // namespace shardema
 

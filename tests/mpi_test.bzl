@@ -5,7 +5,12 @@ mpi_test(name = "x_test", srcs = [...], deps = [...], ranks = [1, 2, 3, 4]) defi
   x_test_np{N}   one sh_test per world size N, running tests/mpi_run.sh N x_test_bin,
   x_test         a test_suite of all of them.
 The tests are tagged "mpi" and "exclusive" (one at a time: ranks oversubscribe the cores).
+Each run sets MPI_TEST_TIMEOUT a little below Bazel's timeout for `size`, so a hung collective is
+killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 """
+
+# Bazel's default timeout per test size, minus a margin for mpirun to tear the ranks down.
+_MPI_TIMEOUT = {"small": 50, "medium": 280, "large": 870, "enormous": 3570}
 
 def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], size = "medium",
              tags = [], **kwargs):
@@ -25,6 +30,7 @@ def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], 
             args = [str(n), "$(location :%s_bin)" % name] + args,
             data = [":%s_bin" % name] + data,
             size = size,
+            env = {"MPI_TEST_TIMEOUT": str(_MPI_TIMEOUT[size])},
             tags = ["mpi", "exclusive"] + tags,
         )
         tests.append(":" + t)

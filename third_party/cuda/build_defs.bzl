@@ -1,13 +1,31 @@
 """cuda_library: compile .cu files with nvcc for sm_90 under --config=cuda.
 
-Without --config=cuda the target is an empty cc_library, so everything that depends on it still
-builds CPU-only; code guards its CUDA calls with `#if SHARDEMA_WITH_CUDA`. Under --config=cuda with
-no CUDA toolkit found, the build fails with a message saying so.
+Without --config=cuda the target is an empty cc_library (its headers only), so everything that
+depends on it still builds CPU-only; code guards its CUDA calls with `#if SHARDEMA_WITH_CUDA`.
+Under --config=cuda with no CUDA toolkit found, analysis fails with a message saying so.
+
+Each .cu source is compiled by its own sandboxed nvcc action. The action's inputs are the source,
+the target's `hdrs` and the transitive headers of `deps` (from their CcInfo), and its include paths
+and defines are those `deps` export, so a change to any header a kernel includes recompiles it.
+The object is compiled with -fPIC and handed to a cc_library as a `.pic.o`, which Bazel links into
+both shared libraries and binaries. Kernels are whole-program (no -rdc): a .cu file may not
+call __device__ functions defined in another .cu file.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "NVCC")
 
 CUDA_ARCH_FLAGS = ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
+
+_NVCC_FLAGS = [
+    "-std=c++17",
+    "-O3",
+    "--expt-relaxed-constexpr",
+    "-Xcompiler=-fPIC,-O2,-Wall,-Wno-sign-compare",
+    "-DSHARDEMA_WITH_CUDA=1",
+    # nvcc's front end flags `x = Status(...)` (#2810: the assignment operator's result, a
+    # reference to a [[nodiscard]] class, is discarded); host compilers rightly do not.
+    "--diag-suppress=2810",
+]
 
 # Compile definition every target that may use CUDA sees (0 or 1).
 CUDA_DEFINES = select({
@@ -22,41 +40,82 @@ def if_cuda(if_true, if_false = []):
         "//conditions:default": if_false,
     })
 
-def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
-    """A cc_library whose .cu sources are compiled by nvcc (one object per source)."""
-    objs = []
-    for src in srcs:
-        obj = "_objs_%s/%s.o" % (name, src.replace("/", "_").replace(".cu", ""))
-        if CUDA_AVAILABLE:
-            nvcc_cmd = " ".join([
-                NVCC,
-                "-std=c++17 -O3 --expt-relaxed-constexpr -Xcompiler=-fPIC,-O2",
-                " ".join(CUDA_ARCH_FLAGS),
-                "-DSHARDEMA_WITH_CUDA=1",
-                "-I. -I$(GENDIR)",
-                " ".join(copts),
-                "-c $(location %s) -o $@" % src,
-            ])
-        else:
-            nvcc_cmd = "echo 'cuda_library(%s): --config=cuda was given but no CUDA toolkit (nvcc) was found; install CUDA or set CUDA_PATH' >&2; exit 1" % name
-        native.genrule(
-            name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
-            srcs = [src] + hdrs,
-            outs = [obj],
-            cmd = select({
-                "//:cuda_enabled": nvcc_cmd,
-                "//conditions:default": "touch $@",
-            }),
-            # nvcc reads headers of other packages through the execroot (-I.), outside the
-            # declared inputs, so the action runs unsandboxed.
-            tags = ["cuda", "no-sandbox"],
+def _stem(path):
+    return path[:-len(".cu")] if path.endswith(".cu") else path
+
+def _nvcc_objects_impl(ctx):
+    if ctx.files.srcs and not CUDA_AVAILABLE:
+        fail(("cuda_library(%s): --config=cuda was given but no CUDA toolkit (nvcc) was found; " +
+              "install CUDA or set CUDA_PATH") % ctx.label.name[:-len("_nvcc")])
+    comps = [d[CcInfo].compilation_context for d in ctx.attr.deps if CcInfo in d]
+    headers = depset(ctx.files.hdrs, transitive = [c.headers for c in comps])
+    quote = depset([".", ctx.bin_dir.path], transitive = [c.quote_includes for c in comps])
+    incs = depset(transitive = [c.includes for c in comps])
+    sys_incs = depset(transitive = [c.system_includes for c in comps])
+    defines = depset(transitive = [c.defines for c in comps])
+    outs = []
+    for src in ctx.files.srcs:
+        stem = "_objs/%s/%s" % (ctx.label.name, _stem(src.short_path).replace("/", "_"))
+        pic = ctx.actions.declare_file(stem + ".pic.o")
+        args = ctx.actions.args()
+        args.add_all(_NVCC_FLAGS)
+        args.add_all(CUDA_ARCH_FLAGS)
+        args.add_all(quote, format_each = "-I%s")
+        args.add_all(incs, format_each = "-I%s")
+        args.add_all(sys_incs, before_each = "-isystem")
+        args.add_all(defines, format_each = "-D%s")
+        args.add_all(ctx.attr.copts)
+        args.add("-c", src)
+        args.add("-o", pic)
+        ctx.actions.run(
+            executable = NVCC,
+            arguments = [args],
+            inputs = depset([src], transitive = [headers]),
+            outputs = [pic],
+            mnemonic = "NvccCompile",
+            progress_message = "Compiling %s with nvcc (sm_90)" % src.short_path,
+            # nvcc finds the host compiler (g++) through PATH.
+            use_default_shell_env = True,
         )
-        objs.append(obj)
+        outs.append(pic)
+    return [DefaultInfo(files = depset(outs))]
+
+_nvcc_objects = rule(
+    implementation = _nvcc_objects_impl,
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"]),
+        "hdrs": attr.label_list(allow_files = True),
+        "deps": attr.label_list(providers = [CcInfo]),
+        "copts": attr.string_list(),
+    },
+)
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
+    """A cc_library whose .cu sources are compiled by nvcc (one object per source).
+
+    Args:
+      name: the cc_library's name.
+      srcs: .cu files (compiled only under --config=cuda).
+      hdrs: headers the sources and dependents include; keep them free of CUDA types so that
+        .cc files compiled by the host compiler can include them.
+      deps: cc_library dependencies; their headers, include paths and defines reach nvcc.
+      copts: extra nvcc flags.
+      **kwargs: passed to the cc_library (visibility, testonly, ...).
+    """
+    _nvcc_objects(
+        name = name + "_nvcc",
+        srcs = if_cuda(srcs),
+        hdrs = hdrs,
+        deps = deps,
+        copts = copts,
+        tags = ["cuda"],
+        testonly = kwargs.get("testonly", False),
+        visibility = ["//visibility:private"],
+    )
     native.cc_library(
         name = name,
-        srcs = if_cuda(objs),
+        srcs = if_cuda([":%s_nvcc" % name]),
         hdrs = hdrs,
         deps = deps + if_cuda(["@local_cuda//:cudart"]),
-        defines = [],
         **kwargs
     )

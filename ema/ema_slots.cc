@@ -1,0 +1,266 @@
+#include "ema/ema_slots.h"
+
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "optim/fused_step.h"
+
+namespace shardema {
+
+namespace {
+constexpr char kMasterSlot[] = "params";
+}  // namespace
+
+nlohmann::json EmaCounters::ToJson() const {
+  return {{"num_updates", num_updates},
+          {"last_update_step", last_update_step},
+          {"started_at", started_at}};
+}
+
+StatusOr<EmaCounters> EmaCounters::FromJson(const nlohmann::json& j) {
+  EmaCounters c;
+  try {
+    c.num_updates = j.at("num_updates").get<int64_t>();
+    c.last_update_step = j.at("last_update_step").get<int64_t>();
+    c.started_at = j.at("started_at").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("EMA counters JSON is malformed: ", e.what());
+  }
+  return c;
+}
+
+EmaSlots::EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs)
+    : store_(store), configs_(std::move(configs)), counters_(configs_.size()) {}
+
+StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* store,
+                                                     std::vector<EmaConfig> configs) {
+  if (store == nullptr) return InvalidArgument("EmaSlots: store is null");
+  std::set<std::string> names;
+  for (const EmaConfig& c : configs) {
+    RETURN_IF_ERROR(c.Validate());
+    if (!names.insert(c.name).second) {
+      return InvalidArgument("EmaSlots: duplicate EMA slot name '", c.name, "'");
+    }
+  }
+  SlotRegistry& reg = store->registry();
+  // Check every name first so a clash registers nothing.
+  for (const EmaConfig& c : configs) {
+    if (reg.HasSlot(c.name)) {
+      return AlreadyExists("EMA slot '", c.name, "' clashes with an existing state slot");
+    }
+    for (const ParamSpec& b : store->buffer_specs()) {
+      if (reg.HasBuffer(BufferCopyName(c.name, b.name))) {
+        return AlreadyExists("EMA slot '", c.name, "': buffer copy '",
+                             BufferCopyName(c.name, b.name), "' already exists");
+      }
+    }
+  }
+  std::unique_ptr<EmaSlots> e(new EmaSlots(store, std::move(configs)));
+  for (const EmaConfig& c : e->configs_) {
+    RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson()).status());
+    for (const ParamSpec& b : store->buffer_specs()) {
+      RETURN_IF_ERROR(reg.AddBuffer(BufferCopyName(c.name, b.name), b.shape).status());
+    }
+  }
+  return e;
+}
+
+StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    if (configs_[i].name == name) return i;
+  }
+  std::string known;
+  for (const EmaConfig& c : configs_) known += (known.empty() ? "" : ", ") + c.name;
+  return NotFound("EMA slot '", name, "' does not exist (slots: ", known.empty() ? "none" : known,
+                  ")");
+}
+
+float* EmaSlots::shard(size_t i) const { return *store_->registry().Data(configs_[i].name); }
+
+Status EmaSlots::CheckStarted(size_t i, const char* what) const {
+  if (counters_[i].started()) return Status::Ok();
+  return FailedPrecondition(what, ": EMA slot '", configs_[i].name,
+                            "' has not started (start_step ", configs_[i].start_step, ")");
+}
+
+Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
+  const EmaConfig& c = configs_[i];
+  SlotRegistry& reg = store_->registry();
+  std::memcpy(shard(i), store_->master(), size_t(reg.local_numel()) * sizeof(float));
+  for (const ParamSpec& b : store_->buffer_specs()) {
+    ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
+    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
+    std::memcpy(dst.data, src.data, src.nbytes());
+  }
+  counters_[i] = EmaCounters{0, step, step};
+  return Status::Ok();
+}
+
+Status EmaSlots::StartPending(int64_t step) {
+  if (swapped())
+    return FailedPrecondition("EMA slot '", swapped_, "' is swapped in: swap back first");
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    if (!counters_[i].started() && configs_[i].start_step <= step) {
+      RETURN_IF_ERROR(StartFromMaster(i, step));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
+  std::vector<EmaStepPlan> plan;
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    const EmaConfig& c = configs_[i];
+    if (EmaStarts(c, next_step)) {
+      plan.push_back(EmaStepPlan{i, 0.0, true});
+    } else if (counters_[i].started() && EmaDue(c, next_step)) {
+      plan.push_back(EmaStepPlan{i, EmaDecay(c, next_step), false});
+    }
+  }
+  return plan;
+}
+
+Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step) {
+  SlotRegistry& reg = store_->registry();
+  for (const EmaStepPlan& p : plan) {
+    const EmaConfig& c = configs_[p.slot];
+    for (const ParamSpec& b : store_->buffer_specs()) {
+      ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
+      ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
+      if (p.starts || BufferModeFor(c, b.name) == BufferMode::kCopy) {
+        std::memcpy(dst.data, src.data, src.nbytes());
+      } else {
+        EmaUpdateCpu(dst.as<float>(), src.as<float>(), src.numel(), p.beta);
+      }
+    }
+    EmaCounters& k = counters_[p.slot];
+    if (p.starts) {
+      k = EmaCounters{0, next_step, next_step};
+    } else {
+      ++k.num_updates;
+      k.last_update_step = next_step;
+    }
+  }
+  return Status::Ok();
+}
+
+Status EmaSlots::SwapStorage(const std::string& name) {
+  SlotRegistry& reg = store_->registry();
+  RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name));
+  for (const ParamSpec& b : store_->buffer_specs()) {
+    RETURN_IF_ERROR(reg.SwapBuffers(b.name, BufferCopyName(name, b.name)));
+  }
+  return store_->RefreshComputeCopy();
+}
+
+Status EmaSlots::Swap(const std::string& name) {
+  ASSIGN_OR_RETURN(size_t i, Find(name));
+  if (swapped_ == name) return SwapBack();
+  if (swapped()) {
+    return FailedPrecondition("cannot swap in EMA slot '", name, "': slot '", swapped_,
+                              "' is swapped in; swap it back first");
+  }
+  RETURN_IF_ERROR(CheckStarted(i, "Swap"));
+  // Check before exchanging anything so a failure leaves the store as it was.
+  RETURN_IF_ERROR(store_->BeginShardUpdate());
+  RETURN_IF_ERROR(SwapStorage(name));
+  swapped_ = name;
+  return Status::Ok();
+}
+
+Status EmaSlots::SwapBack() {
+  if (!swapped()) return Status::Ok();
+  RETURN_IF_ERROR(store_->BeginShardUpdate());
+  RETURN_IF_ERROR(SwapStorage(swapped_));
+  swapped_.clear();
+  return Status::Ok();
+}
+
+StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int root) {
+  ASSIGN_OR_RETURN(size_t i, Find(name));
+  RETURN_IF_ERROR(CheckStarted(i, "CopyTo"));
+  SlotRegistry& reg = store_->registry();
+  // While swapped in, the slot's values sit in the master's (and the buffers') storage.
+  const bool in_master = swapped_ == name;
+  ASSIGN_OR_RETURN(float* values, reg.Data(in_master ? std::string(kMasterSlot) : name));
+  ASSIGN_OR_RETURN(std::vector<FullTensor> out, store_->GatherSlotToRank(values, root));
+  if (store_->rank() != root) return out;
+  for (const ParamSpec& b : store_->buffer_specs()) {
+    ASSIGN_OR_RETURN(TensorView t,
+                     reg.BufferTensor(in_master ? b.name : BufferCopyName(name, b.name)));
+    const float* d = t.as<float>();
+    out.push_back(FullTensor{b.name, b.shape, std::vector<float>(d, d + t.numel())});
+  }
+  return out;
+}
+
+nlohmann::json EmaSlots::ToJson() const {
+  nlohmann::json slots = nlohmann::json::array();
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    slots.push_back({{"config", configs_[i].ToJson()}, {"counters", counters_[i].ToJson()}});
+  }
+  return {{"slots", slots}};
+}
+
+std::vector<std::string> EmaSlots::DiffConfigs(const std::vector<EmaConfig>& run,
+                                               const std::vector<EmaConfig>& checkpoint) {
+  std::vector<std::string> out;
+  for (const EmaConfig& r : run) {
+    const EmaConfig* c = nullptr;
+    for (const EmaConfig& k : checkpoint) {
+      if (k.name == r.name) c = &k;
+    }
+    if (c == nullptr) {
+      out.push_back("slot '" + r.name + "': not in the checkpoint");
+      continue;
+    }
+    for (const std::string& d : r.Diff(*c)) {
+      out.push_back("slot '" + r.name + "': " + d + " (run vs checkpoint)");
+    }
+  }
+  for (const EmaConfig& k : checkpoint) {
+    bool found = false;
+    for (const EmaConfig& r : run) found = found || r.name == k.name;
+    if (!found) out.push_back("slot '" + k.name + "': in the checkpoint but not in this run");
+  }
+  return out;
+}
+
+Status EmaSlots::LoadJson(const nlohmann::json& j, bool allow_config_change) {
+  if (swapped())
+    return FailedPrecondition("EMA slot '", swapped_, "' is swapped in: swap back first");
+  std::vector<EmaConfig> ckpt;
+  std::vector<EmaCounters> ckpt_counters;
+  try {
+    for (const nlohmann::json& s : j.at("slots")) {
+      StatusOr<EmaConfig> c = EmaConfig::FromJson(s.at("config"));
+      if (!c.ok()) return c.status().WithContext("EMA state JSON");
+      StatusOr<EmaCounters> k = EmaCounters::FromJson(s.at("counters"));
+      if (!k.ok()) return k.status().WithContext("EMA state JSON, slot '" + c->name + "'");
+      ckpt.push_back(*c);
+      ckpt_counters.push_back(*k);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("EMA state JSON is malformed: ", e.what());
+  }
+  const std::vector<std::string> diffs = DiffConfigs(configs_, ckpt);
+  if (!diffs.empty() && !allow_config_change) {
+    std::string msg;
+    for (const std::string& d : diffs) msg += "\n  " + d;
+    return FailedPrecondition(
+        "EMA slot configuration differs from the checkpoint (set "
+        "allow_config_change to keep this run's configs):",
+        msg);
+  }
+  std::vector<EmaCounters> next(configs_.size());
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    for (size_t k = 0; k < ckpt.size(); ++k) {
+      if (ckpt[k].name == configs_[i].name) next[i] = ckpt_counters[k];
+    }
+  }
+  counters_ = std::move(next);
+  return Status::Ok();
+}
+
+}  // namespace shardema

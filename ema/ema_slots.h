@@ -1,0 +1,137 @@
+// EmaSlots: several EMAs of the fp32 master weights, each a sharded optimizer-state slot.
+//
+// Every EmaConfig (ema/schedule.h) becomes one f32 slot in the store's SlotRegistry, named by
+// the config and sharded exactly like the master (layout.local_numel() elements, padding zero),
+// so memory per rank is 4 * local_numel bytes per slot, never O(N). Slots stay fp32 whatever the
+// compute dtype (bf16 EMAs stop moving once updates round to zero). Every replicated buffer "b"
+// of the store gets a per-slot copy "<slot>/b", kept by BufferModeFor(config, b): kCopy (the
+// current value) or kAverage (an EMA with the slot's beta).
+//
+// Updates happen inside the optimizer's fused pass (optim/optimizer.h) once per completed,
+// non-skipped optimizer step, never per micro-batch:
+//   StartPending(step)  before the pass: every slot not started yet whose start_step <= step is
+//                       initialised from the master (and its buffers copied). With start_step 0
+//                       this captures the initial weights before the first step; a slot added on
+//                       resume after its start_step starts at the next step.
+//   Plan(next_step)     the slots the pass completing `next_step` writes: a slot reaching
+//                       start_step (EmaStarts) with beta 0 (exact copy of the new master), a
+//                       started slot that is due (EmaDue) with beta = EmaDecay (interval
+//                       correction included).
+//   Commit(plan, next)  after the pass: buffer copies and counters.
+//
+// Evaluation and export:
+//   Swap(slot)    exchanges the master shard with the slot shard, and every buffer with the
+//                 slot's copy, in O(1) (storage exchange, no communication), then refreshes the
+//                 compute copy, so a forward through the normal gather path sees the EMA
+//                 weights. Swap(slot) again (or SwapBack()) restores master, compute copy and
+//                 buffers bit-exactly. While swapped, optimizer steps and checkpoints are refused.
+//   CopyTo(slot, root)  the slot as a full, unsharded f32 model (parameters then buffers, by
+//                 their model names) on rank `root`; one all_gather per unit; other ranks get an
+//                 empty vector. Collective.
+//
+// State: ToJson() holds every slot's config and counters (num_updates, last_update_step,
+// started_at) for the checkpoint's meta. LoadJson() restores counters and refuses a checkpoint
+// whose slot configs differ from the run's (DiffConfigs lists every difference) unless
+// allow_config_change is set, in which case the run's configs win, counters of slots common to
+// both are restored and slots new to the run start afresh.
+//
+// Errors: kInvalidArgument for invalid or duplicate configs; kNotFound for unknown slot names;
+// kFailedPrecondition for misuse (swapping while another slot is swapped, using a slot before it
+// started, a gathered unit during a swap, a config mismatch on load).
+// Threading: one thread, like the store. The store must outlive this object.
+#ifndef SHARDEMA_EMA_EMA_SLOTS_H_
+#define SHARDEMA_EMA_EMA_SLOTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ema/schedule.h"
+#include "framework/status.h"
+#include "fsdp/store.h"
+
+namespace shardema {
+
+struct EmaCounters {
+  int64_t num_updates = 0;        // EMA updates since the slot started (the start copy excluded)
+  int64_t last_update_step = -1;  // completed step after which the slot was last written
+  int64_t started_at = -1;        // completed step at which it was initialised; -1: not started
+
+  bool started() const { return started_at >= 0; }
+  nlohmann::json ToJson() const;
+  // Errors: kDataLoss naming the field.
+  static StatusOr<EmaCounters> FromJson(const nlohmann::json& j);
+  friend bool operator==(const EmaCounters& a, const EmaCounters& b) {
+    return a.num_updates == b.num_updates && a.last_update_step == b.last_update_step &&
+           a.started_at == b.started_at;
+  }
+};
+
+// One slot's part in an optimizer step's fused pass.
+struct EmaStepPlan {
+  size_t slot = 0;
+  double beta = 0.0;  // 0 when the slot starts (exact copy)
+  bool starts = false;
+};
+
+class EmaSlots {
+ public:
+  // Registers one slot per config (and per-slot buffer copies) in store->registry().
+  // Errors: kInvalidArgument (null store, EmaConfig::Validate failure, duplicate slot names),
+  // kAlreadyExists (a name already used by another slot, e.g. "exp_avg").
+  static StatusOr<std::unique_ptr<EmaSlots>> Create(ShardedParameterStore* store,
+                                                    std::vector<EmaConfig> configs);
+
+  ShardedParameterStore* store() const { return store_; }
+  size_t size() const { return configs_.size(); }
+  const EmaConfig& config(size_t i) const { return configs_[i]; }
+  const std::vector<EmaConfig>& configs() const { return configs_; }
+  const EmaCounters& counters(size_t i) const { return counters_[i]; }
+  StatusOr<size_t> Find(const std::string& name) const;
+  // The slot's shard (local_numel floats). While the slot is swapped in, its values live in the
+  // master's storage and this returns the master's former values.
+  float* shard(size_t i) const;
+
+  // ---- Optimizer integration (local, no communication) ----
+  Status StartPending(int64_t step);
+  std::vector<EmaStepPlan> Plan(int64_t next_step) const;
+  Status Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step);
+
+  // ---- Evaluation / export ----
+  Status Swap(const std::string& name);
+  Status SwapBack();
+  bool swapped() const { return !swapped_.empty(); }
+  const std::string& swapped_slot() const { return swapped_; }
+  StatusOr<std::vector<FullTensor>> CopyTo(const std::string& name, int root);
+
+  // ---- State ----
+  // {"slots": [{"config": EmaConfig::ToJson(), "counters": EmaCounters::ToJson()}]}.
+  nlohmann::json ToJson() const;
+  Status LoadJson(const nlohmann::json& j, bool allow_config_change);
+  // Differences between the run's slots and a checkpoint's, one line each:
+  // "slot 'ema_a': decay: 0.999 vs 0.9999 (run vs checkpoint)", "slot 'ema_b': not in the
+  // checkpoint", "slot 'ema_c': in the checkpoint but not in this run". Empty when equal.
+  static std::vector<std::string> DiffConfigs(const std::vector<EmaConfig>& run,
+                                              const std::vector<EmaConfig>& checkpoint);
+
+ private:
+  EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs);
+  static std::string BufferCopyName(const std::string& slot, const std::string& buffer) {
+    return slot + "/" + buffer;
+  }
+  Status CheckStarted(size_t i, const char* what) const;
+  // Slot i := master, buffer copies := buffers; counters record the start after `step`.
+  Status StartFromMaster(size_t i, int64_t step);
+  Status SwapStorage(const std::string& name);
+
+  ShardedParameterStore* store_;
+  std::vector<EmaConfig> configs_;
+  std::vector<EmaCounters> counters_;
+  std::string swapped_;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_EMA_EMA_SLOTS_H_

@@ -1,0 +1,404 @@
+#include "framework/mpi/mpi_communicator.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "framework/device.h"
+#include "framework/logging.h"
+#include "framework/mpi/mpi_error.h"
+
+namespace shardema {
+namespace mpi_internal {
+
+// An issued MPI request and what Wait() does after MPI_Wait. Shared by the Work handed to the
+// caller and the communicator (which completes it at Shutdown()).
+struct PendingOp {
+  std::string name;  // "all_reduce", for error messages
+  int rank = -1;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Buffer temp;                  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
+  std::function<void()> finish;  // post-processing once the data has arrived
+  bool done = false;
+  Status status;
+
+  Status Complete() {
+    if (done) return status;
+    done = true;
+    status = MpiStatus(MPI_Wait(&request, MPI_STATUS_IGNORE), name, rank);
+    if (status.ok() && finish) finish();
+    finish = nullptr;
+    temp = Buffer();
+    return status;
+  }
+};
+
+}  // namespace mpi_internal
+
+namespace {
+
+using mpi_internal::PendingOp;
+
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(std::shared_ptr<PendingOp> op) : op_(std::move(op)) {}
+  ~MpiWork() override { op_->Complete().IgnoreError(); }
+  Status Wait() override { return op_->Complete(); }
+
+ private:
+  std::shared_ptr<PendingOp> op_;
+};
+
+// Process-wide MPI bookkeeping. Leaked on purpose so the atexit hook can use it at any point.
+struct ProcessState {
+  std::mutex mu;
+  bool we_initialized = false;
+  bool atexit_registered = false;
+  std::set<MpiCommunicator*> live;
+};
+ProcessState& Process() {
+  static ProcessState* state = new ProcessState;
+  return *state;
+}
+
+bool MpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+MPI_Datatype MoveType(DType t) { return t == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+// Divides n floats by d in place (kAvg).
+void DivideBy(float* p, size_t n, int d) {
+  const float fd = static_cast<float>(d);
+  for (size_t i = 0; i < n; ++i) p[i] /= fd;
+}
+
+Status CheckHostStream(const char* name, int rank, const Stream& stream) {
+  if (stream.device.is_cuda() || stream.native != nullptr) {
+    return InvalidArgument(name, ": rank ", rank, ": the MPI backend works on host memory but got a "
+                           "stream on ", stream.device.ToString(),
+                           stream.native != nullptr ? " with a native handle" : "",
+                           "; use the NCCL communicator for device buffers");
+  }
+  return Status::Ok();
+}
+
+// Number of f32 elements of temporary an operation needs (0: none).
+size_t TempElems(const CollectiveCall& c, bool in_place, int world) {
+  if (c.count == 0) return 0;
+  if (c.kind == CollectiveKind::kAllReduce) return c.dtype == DType::kF32 ? 0 : c.count;
+  if (c.kind == CollectiveKind::kReduceScatter) {
+    if (c.dtype != DType::kF32) return c.count * size_t(world);
+    return in_place ? c.count : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEnv local_env,
+                                 const CommOptions& options)
+    : comm_(comm),
+      rank_(rank),
+      world_size_(world_size),
+      local_env_(std::move(local_env)),
+      options_(options) {}
+
+MpiCommunicator::~MpiCommunicator() { Shutdown().IgnoreError(); }
+
+StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOptions& options) {
+  ProcessState& ps = Process();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  if (MpiFinalized()) {
+    return FailedPrecondition("MpiCommunicator::Create: MPI was already finalized");
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    RETURN_IF_ERROR(MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+                              "MPI_Init_thread", -1));
+    ps.we_initialized = true;
+    // We own MPI: errors on MPI_COMM_WORLD (the dup below) are returned, not fatal.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (!ps.atexit_registered) {
+      ps.atexit_registered = true;
+      std::atexit([] { MpiCommunicator::FinalizeMpi().IgnoreError(); });
+    }
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return FailedPrecondition("MpiCommunicator::Create: MPI provides thread level ", provided,
+                              " but MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED,
+                              ") or better is required");
+  }
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup", -1));
+  auto fail = [&comm](Status s) {
+    MPI_Comm_free(&comm);
+    return s;
+  };
+  int rank = -1, size = 0;
+  Status st = MpiStatus(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN),
+                        "MPI_Comm_set_errhandler", -1);
+  if (st.ok()) st = MpiStatus(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", -1);
+  if (st.ok()) st = MpiStatus(MPI_Comm_size(comm, &size), "MPI_Comm_size", rank);
+  if (!st.ok()) return fail(st);
+  SetLogRank(rank, size);
+
+  StatusOr<RankEnv> env = DiscoverRankEnv();
+  if (!env.ok()) return fail(env.status().WithContext("MpiCommunicator::Create"));
+  if (env->source != "default" && (env->rank != rank || env->world_size != size)) {
+    return fail(FailedPrecondition(
+        "MpiCommunicator::Create: MPI says rank ", rank, " of ", size, " but the ", env->source,
+        " launcher variables say rank ", env->rank, " of ", env->world_size,
+        " (was the program started without its launcher, e.g. srun/mpirun?)"));
+  }
+
+  MPI_Comm node = MPI_COMM_NULL;
+  st = MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                 "MPI_Comm_split_type", rank);
+  RankEnv local;
+  local.rank = rank;
+  local.world_size = size;
+  local.source = "mpi";
+  if (st.ok()) st = MpiStatus(MPI_Comm_rank(node, &local.local_rank), "MPI_Comm_rank", rank);
+  if (st.ok()) st = MpiStatus(MPI_Comm_size(node, &local.local_size), "MPI_Comm_size", rank);
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  if (!st.ok()) return fail(st);
+
+  LOG_DEBUG << "MpiCommunicator: rank " << rank << " of " << size << ", node-local "
+            << local.local_rank << " of " << local.local_size << ", check_args "
+            << (options.check_args ? "on" : "off")
+            << (ps.we_initialized ? ", MPI initialised by shardema" : "");
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
+  ps.live.insert(c.get());
+  return c;
+}
+
+Status MpiCommunicator::FinalizeMpi() {
+  ProcessState& ps = Process();
+  std::set<MpiCommunicator*> live;
+  {
+    std::lock_guard<std::mutex> lock(ps.mu);
+    live = ps.live;
+  }
+  Status first;
+  for (MpiCommunicator* c : live) {
+    Status s = c->Shutdown();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  std::lock_guard<std::mutex> lock(ps.mu);
+  if (!ps.we_initialized || MpiFinalized()) return first;
+  Status s = MpiStatus(MPI_Finalize(), "MPI_Finalize", -1);
+  return first.ok() ? s : first;
+}
+
+Status MpiCommunicator::Shutdown() {
+  if (shut_down_) return Status::Ok();
+  shut_down_ = true;
+  for (const auto& weak : pending_) {
+    if (auto op = weak.lock()) op->Complete().IgnoreError();  // the Work's Wait() reports it
+  }
+  pending_.clear();
+  Status st;
+  if (comm_ != MPI_COMM_NULL && !MpiFinalized()) {
+    st = MpiStatus(MPI_Comm_free(&comm_), "MPI_Comm_free", rank_);
+  }
+  comm_ = MPI_COMM_NULL;
+  ProcessState& ps = Process();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  ps.live.erase(this);
+  return st;
+}
+
+Status MpiCommunicator::CheckAcrossRanks(const CollectiveCall& call, const Status& local) {
+  const CallSignature mine = SignatureOf(call, !local.ok());
+  const PackedSignature packed = PackForMaxReduce(mine);
+  PackedSignature reduced{};
+  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(packed.data(), reduced.data(), int(packed.size()),
+                                          MPI_INT64_T, MPI_MAX, comm_),
+                            std::string(CollectiveName(call.kind)) + " (argument check)", rank_));
+  RETURN_IF_ERROR(local);
+  return CompareSignatures(mine, reduced, rank_);
+}
+
+StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
+                                                       const CollectiveOptions& opts) {
+  const char* name = CollectiveName(c.kind);
+  if (shut_down_) {
+    return FailedPrecondition(name, ": rank ", rank_, ": the MPI communicator was shut down");
+  }
+  auto op = std::make_shared<PendingOp>();
+  op->name = name;
+  op->rank = rank_;
+
+  // Local checks and allocations first, so that their failure is reported to every rank.
+  bool in_place = false;
+  Status local = CheckHostStream(name, rank_, opts.stream);
+  if (local.ok()) {
+    StatusOr<bool> ip = CheckLocalArgs(c, rank_, world_size_, size_t(INT_MAX));
+    if (ip.ok()) {
+      in_place = *ip;
+    } else {
+      local = ip.status();
+    }
+  }
+  const size_t temp_elems = local.ok() ? TempElems(c, in_place, world_size_) : 0;
+  if (temp_elems > 0) {
+    StatusOr<Buffer> temp = Buffer::Allocate(temp_elems * sizeof(float), Device::Cpu());
+    if (temp.ok()) {
+      op->temp = std::move(temp).value();
+    } else {
+      local = temp.status().WithContext(std::string(name) + ": rank " + std::to_string(rank_) +
+                                        ": f32 temporary");
+    }
+  }
+  if (options_.check_args) {
+    RETURN_IF_ERROR(CheckAcrossRanks(c, local));
+  } else {
+    RETURN_IF_ERROR(local);
+  }
+  if (c.count == 0) {
+    op->done = true;
+    return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+  }
+
+  const int n = static_cast<int>(c.count);  // <= INT_MAX, checked above
+  const size_t count = c.count;
+  const int world = world_size_;
+  const bool avg = c.op == ReduceOp::kAvg;
+  float* temp = op->temp.as<float>();
+  void* recv = c.recv;
+  const DType dtype = c.dtype;
+  int rc = MPI_SUCCESS;
+  switch (c.kind) {
+    case CollectiveKind::kAllGather:
+      rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c.send, n, MoveType(dtype), recv, n,
+                          MoveType(dtype), comm_, &op->request);
+      break;
+    case CollectiveKind::kBroadcast:
+      rc = MPI_Ibcast(recv, n, MoveType(dtype), c.root, comm_, &op->request);
+      break;
+    case CollectiveKind::kAllReduce:
+      if (dtype == DType::kF32) {
+        rc = MPI_Iallreduce(in_place ? MPI_IN_PLACE : c.send, recv, n, MPI_FLOAT, MPI_SUM, comm_,
+                            &op->request);
+        if (avg) op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
+      } else {
+        ConvertBuffer(c.send, dtype, temp, DType::kF32, count);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, temp, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
+        op->finish = [temp, recv, count, world, avg, dtype] {
+          if (avg) DivideBy(temp, count, world);
+          ConvertBuffer(temp, DType::kF32, recv, dtype, count);
+        };
+      }
+      break;
+    case CollectiveKind::kReduceScatter:
+      if (dtype == DType::kF32 && !in_place) {
+        rc = MPI_Ireduce_scatter_block(c.send, recv, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
+        if (avg) op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
+      } else {
+        if (dtype == DType::kF32) {
+          // In place: reduce into a count-element temporary, copy it into the rank's slice.
+          rc = MPI_Ireduce_scatter_block(c.send, temp, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
+        } else {
+          // MPI_IN_PLACE reduce-scatter leaves this rank's block at the start of temp.
+          ConvertBuffer(c.send, dtype, temp, DType::kF32, count * size_t(world));
+          rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, temp, n, MPI_FLOAT, MPI_SUM, comm_,
+                                         &op->request);
+        }
+        op->finish = [temp, recv, count, world, avg, dtype] {
+          if (avg) DivideBy(temp, count, world);
+          ConvertBuffer(temp, DType::kF32, recv, dtype, count);
+        };
+      }
+      break;
+    case CollectiveKind::kBarrier:  // Barrier() does not come through Issue()
+      break;
+  }
+  if (rc != MPI_SUCCESS) {
+    op->done = true;
+    return MpiStatus(rc, name, rank_);
+  }
+  // Forget completed or abandoned operations, then remember this one for Shutdown().
+  std::vector<std::weak_ptr<PendingOp>> still;
+  for (auto& weak : pending_) {
+    auto p = weak.lock();
+    if (p && !p->done) still.push_back(std::move(weak));
+  }
+  still.push_back(op);
+  pending_ = std::move(still);
+  return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+}
+
+StatusOr<std::unique_ptr<Work>> MpiCommunicator::AllGatherAsync(const void* send, void* recv,
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kAllGather;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> MpiCommunicator::ReduceScatterAsync(const void* send, void* recv,
+                                                                     size_t count, DType dtype,
+                                                                     const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kReduceScatter;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = opts.op;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> MpiCommunicator::AllReduceAsync(const void* send, void* recv,
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kAllReduce;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = opts.op;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> MpiCommunicator::BroadcastAsync(void* buf, size_t count,
+                                                                 DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kBroadcast;
+  c.send = buf;
+  c.recv = buf;
+  c.count = count;
+  c.dtype = dtype;
+  c.root = opts.root;
+  return Issue(c, opts);
+}
+
+Status MpiCommunicator::Barrier() {
+  if (shut_down_) {
+    return FailedPrecondition("barrier: rank ", rank_, ": the MPI communicator was shut down");
+  }
+  CollectiveCall c;
+  c.kind = CollectiveKind::kBarrier;
+  if (options_.check_args) return CheckAcrossRanks(c, Status::Ok());
+  return MpiStatus(MPI_Barrier(comm_), "barrier", rank_);
+}
+
+}  // namespace shardema

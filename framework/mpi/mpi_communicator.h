@@ -1,0 +1,138 @@
+// MpiCommunicator: the Communicator (framework/communicator.h) over MPI, for host memory.
+//
+// Each collective is one real non-blocking MPI call on a private duplicate of MPI_COMM_WORLD:
+// MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce, MPI_Ibcast (Barrier: see below).
+// The returned Work's Wait() is MPI_Wait plus the post-processing below, so several operations
+// may be outstanding and be waited in any order (MPI matches them by issue order, which the
+// Communicator contract makes the same on every rank).
+//
+// Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
+// buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
+// (MPI_UINT16_T). bf16/f16 reductions convert the input to an f32 temporary when issued, reduce
+// in f32 (MPI_FLOAT, MPI_SUM) and convert back with one rounding at Wait(). kAvg divides the f32
+// sum by world_size() at Wait() (f32: in the recv buffer; bf16/f16: before rounding).
+// In place follows NCCL (framework/communicator.h): AllGather -> MPI_IN_PLACE; AllReduce ->
+// MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces into a count-element temporary
+// copied into place at Wait(), so the rest of the send buffer is left untouched.
+//
+// Limits: counts above INT_MAX elements per call (MPI's int count) are rejected with
+// kInvalidArgument naming the count and the limit; callers split such buffers. Zero counts
+// return an already-complete Work without calling MPI. World size 1 needs no special case.
+//
+// Errors (never hangs on bad arguments when check_args is on, never aborts):
+//   kFailedPrecondition: any call after Shutdown().
+//   kInvalidArgument: null buffers with count > 0, root outside [0, world), bad overlap, count >
+//     INT_MAX, a CUDA stream (opts.stream with a CUDA device or a native handle) — this backend
+//     reads host memory only. With CommOptions::check_args (default) each collective first runs
+//     one MPI_Allreduce of 12 int64 (the CallSignature of collective_args.h) so a mismatch in
+//     kind, dtype, count, root or op, or a local argument error on any rank, returns
+//     kInvalidArgument on every rank naming the operation, the rank and the values. Without
+//     check_args a local error returns at once on that rank only (its peers may then block).
+//   kInternal: an MPI error code, converted by MpiStatus (mpi_error.h) with the op and rank.
+//   kResourceExhausted: a bf16/f16 f32 temporary could not be allocated (checked before the
+//     collective check, so peers see it as an invalid-argument rank).
+//
+// Barrier(): with check_args the signature all-reduce itself is the barrier (so a Barrier
+// matched against another rank's collective is reported, not a hang); without, MPI_Barrier.
+//
+// MPI lifetime: Create() calls MPI_Init_thread(MPI_THREAD_SERIALIZED) if MPI is not initialised
+// yet and remembers that it did. FinalizeMpi() shuts down every live MpiCommunicator and calls
+// MPI_Finalize once, only if Create() initialised MPI (an application that initialised MPI
+// itself finalizes it itself). Create() also registers FinalizeMpi with std::atexit as a
+// fallback, so a program that returns from main without calling it still finalizes cleanly.
+// Shutdown() completes every outstanding Work of this communicator (their Wait() then returns
+// the recorded status) and frees the duplicate communicator.
+//
+// Threading: one thread issues collectives and waits on a communicator's Work at a time
+// (MPI_THREAD_SERIALIZED); different threads may take turns. Create/FinalizeMpi are
+// internally serialised.
+// Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions and
+// in-place ReduceScatter own their temporaries inside the Work.
+#ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
+#define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/communicator.h"
+#include "framework/mpi/collective_args.h"
+#include "framework/rank_env.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+namespace mpi_internal {
+struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
+}  // namespace mpi_internal
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Initialises MPI if needed (see above), duplicates MPI_COMM_WORLD, sets MPI_ERRORS_RETURN on
+  // the duplicate, sets the log rank (framework/logging.h), and cross-checks MPI's rank and size
+  // with DiscoverRankEnv (framework/rank_env.h). Collective over MPI_COMM_WORLD.
+  // Errors: kFailedPrecondition when MPI was already finalized, when MPI was initialised by the
+  // application below MPI_THREAD_SERIALIZED, or when the launcher's variables disagree with MPI
+  // (e.g. SLURM_NTASKS=4 but a singleton MPI process: started without srun/mpirun);
+  // kInvalidArgument for malformed launcher variables; kInternal for MPI failures.
+  static StatusOr<std::unique_ptr<MpiCommunicator>> Create(const CommOptions& options = {});
+
+  // Shuts down every live MpiCommunicator, then MPI_Finalize if Create() initialised MPI. Safe to
+  // call more than once and when MPI was never initialised. After it, Create() fails.
+  static Status FinalizeMpi();
+
+  ~MpiCommunicator() override;  // Shutdown(), ignoring its status
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  Device device() const override { return Device::Cpu(); }
+  std::string backend_name() const override { return "mpi"; }
+  const CommOptions& options() const { return options_; }
+
+  // Rank, world size, and node-local rank/size (MPI_Comm_split_type SHARED), source "mpi".
+  RankEnv local_env() const { return local_env_; }
+
+  // The duplicated communicator (for bootstrapping other backends, e.g. NCCL's unique id).
+  // MPI_COMM_NULL after Shutdown(). The caller must not free it or change its error handler.
+  MPI_Comm comm() const { return comm_; }
+
+  StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
+                                                 DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
+                                                     DType dtype,
+                                                     const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
+                                                 DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+  Status Barrier() override;
+  Status Shutdown() override;
+
+ private:
+  MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEnv local_env,
+                  const CommOptions& options);
+
+  // Local checks, then (check_args) the collective signature check, then the MPI call.
+  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call, const CollectiveOptions& opts);
+  // The signature all-reduce; `local` is this rank's local check result.
+  Status CheckAcrossRanks(const CollectiveCall& call, const Status& local);
+
+  MPI_Comm comm_;
+  int rank_;
+  int world_size_;
+  RankEnv local_env_;
+  CommOptions options_;
+  bool shut_down_ = false;
+  // Issued operations not yet known to be complete (pruned as Works finish).
+  std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_

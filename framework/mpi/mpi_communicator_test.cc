@@ -1,0 +1,562 @@
+// Multi-rank tests of MpiCommunicator, run under mpirun at 1..4 ranks (see BUILD).
+//
+// Every rank runs the same sequence of collectives; checks use EXPECT so that no rank leaves a
+// test early. Expected values come from formulas of (rank, index), computed here in double.
+#include "framework/mpi/mpi_communicator.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "framework/dtype.h"
+#include "tests/test_world.h"
+
+namespace shardema {
+namespace {
+
+Communicator* W() { return testing::World(); }
+int Rank() { return W()->rank(); }
+int Size() { return W()->world_size(); }
+
+// Small integers in [-8, 8]: exact in f32, bf16 and f16, and so are sums over <= 4 ranks.
+double Val(int rank, size_t i, int salt = 0) {
+  return double(int64_t((size_t(rank) * 7 + i * 3 + size_t(salt) * 5) % 17) - 8);
+}
+constexpr double kSentinel = 99;
+
+// A host buffer of n elements of a dtype (float storage keeps it 4-byte aligned).
+class Buf {
+ public:
+  Buf(DType t, size_t n) : t_(t), n_(n), store_((n * DTypeSize(t) + 3) / 4 + 1) {}
+  void* at(size_t elem) { return reinterpret_cast<char*>(store_.data()) + elem * DTypeSize(t_); }
+  void* data() { return at(0); }
+  double get(size_t i) const { return LoadAsF32(store_.data(), t_, i); }
+  void set(size_t i, double v) { StoreFromF32(store_.data(), t_, i, float(v)); }
+  size_t size() const { return n_; }
+  DType dtype() const { return t_; }
+
+ private:
+  DType t_;
+  size_t n_;
+  std::vector<float> store_;
+};
+
+// Relative tolerance for an average (one division then one rounding to the dtype).
+double AvgTol(DType t) {
+  return t == DType::kF32 ? 1e-6 : t == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+}
+
+// "" when got[begin + i] matches want(i) for all i < n (within rel_tol), else the number of
+// mismatches and the first one.
+template <typename F>
+std::string Diff(const Buf& got, size_t begin, size_t n, F want, double rel_tol = 0) {
+  size_t bad = 0, first = 0;
+  double first_got = 0, first_want = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = got.get(begin + i), w = want(i);
+    if (std::fabs(g - w) > rel_tol * std::fabs(w)) {
+      if (bad++ == 0) first = i, first_got = g, first_want = w;
+    }
+  }
+  if (bad == 0) return "";
+  std::ostringstream os;
+  os << bad << " of " << n << " elements wrong on rank " << Rank() << "; first at " << begin + first
+     << ": got " << first_got << " want " << first_want;
+  return os.str();
+}
+
+// Sum over ranks of Val(q, i), divided by the world size for kAvg.
+double Reduced(size_t i, ReduceOp op) {
+  double s = 0;
+  for (int q = 0; q < Size(); ++q) s += Val(q, i);
+  return op == ReduceOp::kAvg ? s / Size() : s;
+}
+
+// The communicator must still work, and all ranks still be in step, after an error.
+void ExpectStillInStep() {
+  float mine = float(Rank() + 1), sum = 0;
+  Status st = W()->AllReduce(&mine, &sum, 1, DType::kF32);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(sum, float(Size() * (Size() + 1) / 2));
+}
+
+bool Contains(const Status& s, const std::string& part) {
+  return s.message().find(part) != std::string::npos;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every op x dtype x count x in/out of place x sum/avg.
+
+enum class Op { kAllGather, kReduceScatter, kAllReduce, kBroadcast };
+const char* OpName(Op op) {
+  static const char* names[] = {"AllGather", "ReduceScatter", "AllReduce", "Broadcast"};
+  return names[int(op)];
+}
+using CaseParam = std::tuple<Op, DType, size_t, bool, ReduceOp>;
+
+class CollectiveTest : public ::testing::TestWithParam<CaseParam> {};
+
+TEST_P(CollectiveTest, MatchesFormula) {
+  const auto [op, t, count, in_place, red] = GetParam();
+  const int n = Size(), r = Rank();
+  const double tol = red == ReduceOp::kAvg ? AvgTol(t) : 0;
+  CollectiveOptions opts;
+  opts.op = red;
+  Status st;
+  switch (op) {
+    case Op::kAllGather: {
+      Buf recv(t, count * n), send(t, count);
+      for (size_t i = 0; i < recv.size(); ++i) recv.set(i, kSentinel);
+      for (size_t i = 0; i < count; ++i) (in_place ? recv.set(r * count + i, Val(r, i)) : send.set(i, Val(r, i)));
+      st = W()->AllGather(in_place ? recv.at(r * count) : send.data(), recv.data(), count, t);
+      for (int q = 0; q < n; ++q) {
+        EXPECT_EQ(Diff(recv, q * count, count, [&](size_t i) { return Val(q, i); }), "") << "slice " << q;
+      }
+      if (!in_place) {
+        EXPECT_EQ(Diff(send, 0, count, [&](size_t i) { return Val(r, i); }), "") << "send changed";
+      }
+      break;
+    }
+    case Op::kReduceScatter: {
+      Buf send(t, count * n), recv(t, count);
+      for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(r, j));
+      for (size_t i = 0; i < count; ++i) recv.set(i, kSentinel);
+      Buf& out = in_place ? send : recv;
+      const size_t out_begin = in_place ? r * count : 0;
+      st = W()->ReduceScatter(send.data(), out.at(out_begin), count, t, opts);
+      EXPECT_EQ(Diff(out, out_begin, count, [&](size_t i) { return Reduced(r * count + i, red); }, tol), "");
+      // The rest of the send buffer is input only, in place or not.
+      for (int q = 0; q < n; ++q) {
+        if (in_place && q == r) continue;
+        EXPECT_EQ(Diff(send, q * count, count, [&](size_t i) { return Val(r, q * count + i); }), "")
+            << "send slice " << q << " changed";
+      }
+      break;
+    }
+    case Op::kAllReduce: {
+      Buf send(t, count), recv(t, count);
+      for (size_t i = 0; i < count; ++i) send.set(i, Val(r, i)), recv.set(i, kSentinel);
+      Buf& out = in_place ? send : recv;
+      st = W()->AllReduce(send.data(), out.data(), count, t, opts);
+      EXPECT_EQ(Diff(out, 0, count, [&](size_t i) { return Reduced(i, red); }, tol), "");
+      if (!in_place) {
+        EXPECT_EQ(Diff(send, 0, count, [&](size_t i) { return Val(r, i); }), "") << "send changed";
+      }
+      break;
+    }
+    case Op::kBroadcast: {
+      opts.root = in_place ? n - 1 : 0;  // the in_place axis picks a second root
+      Buf buf(t, count);
+      for (size_t i = 0; i < count; ++i) buf.set(i, Val(r, i));
+      st = W()->Broadcast(buf.data(), count, t, opts);
+      EXPECT_EQ(Diff(buf, 0, count, [&](size_t i) { return Val(opts.root, i); }), "");
+      break;
+    }
+  }
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<CaseParam>& info) {
+  const auto [op, t, count, in_place, red] = info.param;
+  std::ostringstream os;
+  os << OpName(op) << "_" << DTypeName(t) << "_n" << count << (in_place ? "_inplace" : "_outofplace")
+     << "_" << ReduceOpName(red);
+  return os.str();
+}
+
+// kAvg only for the reductions (the op is ignored by AllGather and Broadcast).
+std::vector<CaseParam> AllCases() {
+  std::vector<CaseParam> cases;
+  for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce, Op::kBroadcast}) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
+        for (bool in_place : {false, true}) {
+          for (ReduceOp red : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            const bool reduction = op == Op::kReduceScatter || op == Op::kAllReduce;
+            if (reduction || red == ReduceOp::kSum) cases.emplace_back(op, t, count, in_place, red);
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CollectiveTest, ::testing::ValuesIn(AllCases()), CaseName);
+
+// ---------------------------------------------------------------------------------------------
+// 64 MiB buffers.
+
+constexpr size_t k64MiB = size_t(64) << 20;
+
+TEST(LargeTest, AllReduceF32Of64MiB) {
+  const size_t count = k64MiB / 4;
+  Buf send(DType::kF32, count), recv(DType::kF32, count);
+  for (size_t i = 0; i < count; ++i) send.set(i, Val(Rank(), i));
+  Status st = W()->AllReduce(send.data(), recv.data(), count, DType::kF32);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Diff(recv, 0, count, [](size_t i) { return Reduced(i, ReduceOp::kSum); }), "");
+}
+
+TEST(LargeTest, AllGatherF32Into64MiB) {
+  const size_t count = k64MiB / 4 / Size();
+  Buf send(DType::kF32, count), recv(DType::kF32, count * Size());
+  for (size_t i = 0; i < count; ++i) send.set(i, Val(Rank(), i));
+  Status st = W()->AllGather(send.data(), recv.data(), count, DType::kF32);
+  EXPECT_TRUE(st.ok()) << st;
+  for (int q = 0; q < Size(); ++q) {
+    EXPECT_EQ(Diff(recv, q * count, count, [q](size_t i) { return Val(q, i); }), "");
+  }
+}
+
+TEST(LargeTest, ReduceScatterBF16From64MiBAvg) {
+  const size_t count = k64MiB / 2 / Size();
+  Buf send(DType::kBF16, count * Size()), recv(DType::kBF16, count);
+  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+  CollectiveOptions opts;
+  opts.op = ReduceOp::kAvg;
+  Status st = W()->ReduceScatter(send.data(), recv.data(), count, DType::kBF16, opts);
+  EXPECT_TRUE(st.ok()) << st;
+  const size_t base = Rank() * count;
+  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kAvg); },
+                 AvgTol(DType::kBF16)),
+            "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous operations.
+
+TEST(AsyncTest, OutstandingOpsWaitedInShuffledOrder) {
+  const int n = Size(), r = Rank();
+  for (int round = 0; round < 3; ++round) {
+    const size_t count = 1000 + 333 * round;
+    Buf ag_send(DType::kF32, count), ag_recv(DType::kF32, count * n);
+    Buf rs_send(DType::kBF16, count * n), rs_recv(DType::kBF16, count);
+    Buf ar_f16(DType::kF16, count), ar_inplace(DType::kF32, count), bc(DType::kF16, count);
+    for (size_t i = 0; i < count; ++i) {
+      ag_send.set(i, Val(r, i, 1));
+      ar_f16.set(i, Val(r, i, 2));
+      ar_inplace.set(i, Val(r, i, 3));
+      bc.set(i, Val(r, i, 4));
+    }
+    for (size_t j = 0; j < rs_send.size(); ++j) rs_send.set(j, Val(r, j, 5));
+    CollectiveOptions avg, root;
+    avg.op = ReduceOp::kAvg;
+    root.root = n - 1;
+    std::vector<StatusOr<std::unique_ptr<Work>>> works;
+    works.push_back(W()->AllGatherAsync(ag_send.data(), ag_recv.data(), count, DType::kF32));
+    works.push_back(W()->ReduceScatterAsync(rs_send.data(), rs_recv.data(), count, DType::kBF16, avg));
+    works.push_back(W()->AllReduceAsync(ar_f16.data(), ar_f16.data(), count, DType::kF16));
+    works.push_back(W()->BroadcastAsync(bc.data(), count, DType::kF16, root));
+    works.push_back(W()->AllReduceAsync(ar_inplace.data(), ar_inplace.data(), count, DType::kF32));
+    // Reverse order on round 0; a rank-dependent shuffle afterwards (waits are local).
+    std::vector<size_t> order(works.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+    if (round > 0) std::shuffle(order.begin(), order.end(), std::mt19937(100 * round + r));
+    for (size_t k : order) {
+      EXPECT_TRUE(works[k].ok()) << works[k].status();
+      if (!works[k].ok()) continue;
+      Status st = (*works[k])->Wait();
+      EXPECT_TRUE(st.ok()) << "op " << k << ": " << st;
+      EXPECT_TRUE((*works[k])->Wait().ok()) << "Wait is idempotent";
+    }
+    auto sum = [n](size_t i, int salt) {
+      double s = 0;
+      for (int q = 0; q < n; ++q) s += Val(q, i, salt);
+      return s;
+    };
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(Diff(ag_recv, q * count, count, [&](size_t i) { return Val(q, i, 1); }), "");
+    }
+    EXPECT_EQ(Diff(rs_recv, 0, count, [&](size_t i) { return sum(r * count + i, 5) / n; },
+                   AvgTol(DType::kBF16)),
+              "");
+    EXPECT_EQ(Diff(ar_f16, 0, count, [&](size_t i) { return sum(i, 2); }), "");
+    EXPECT_EQ(Diff(bc, 0, count, [&](size_t i) { return Val(n - 1, i, 4); }), "");
+    EXPECT_EQ(Diff(ar_inplace, 0, count, [&](size_t i) { return sum(i, 3); }), "");
+  }
+}
+
+TEST(AsyncTest, DestroyingAnUnwaitedWorkCompletesIt) {
+  const size_t count = 4099;
+  Buf send(DType::kBF16, count), recv(DType::kBF16, count);
+  for (size_t i = 0; i < count; ++i) send.set(i, Val(Rank(), i));
+  {
+    auto work = W()->AllReduceAsync(send.data(), recv.data(), count, DType::kBF16);
+    EXPECT_TRUE(work.ok()) << work.status();
+  }
+  EXPECT_EQ(Diff(recv, 0, count, [](size_t i) { return Reduced(i, ReduceOp::kSum); }), "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16/f16 reductions accumulate in f32 and round once.
+
+// A value with `man_bits` explicit mantissa bits and exponent in [-4, 3], sign from the hash:
+// exact in the dtype, and any sum of <= 4 of them is exact in f32 (8 + 11 + 2 bits < 24).
+double SpreadVal(int rank, size_t i, int man_bits) {
+  uint64_t h = (uint64_t(rank) << 40) ^ (i * 0x9E3779B97F4A7C15ull);
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  const double mant = 1.0 + double(h & ((1u << man_bits) - 1)) / double(1u << man_bits);
+  const int exp = int((h >> 16) % 8) - 4;
+  return ((h >> 24) & 1 ? -1.0 : 1.0) * std::ldexp(mant, exp);
+}
+
+void ExpectRoundedOnce(DType t, bool reduce_scatter) {
+  const int n = Size(), r = Rank();
+  const int man_bits = t == DType::kBF16 ? 7 : 10;
+  const size_t count = 20000;
+  const size_t in_elems = reduce_scatter ? count * n : count;
+  Buf send(t, in_elems), recv(t, count), want(t, count), fold(t, count);
+  for (size_t j = 0; j < in_elems; ++j) send.set(j, SpreadVal(r, j, man_bits));
+  const size_t base = reduce_scatter ? r * count : 0;
+  for (size_t i = 0; i < count; ++i) {
+    double exact = 0;
+    for (int q = 0; q < n; ++q) exact += SpreadVal(q, base + i, man_bits);
+    want.set(i, exact);  // exact in f32, so this is the single rounding to the dtype
+    // What accumulating in the dtype (rank order) would give.
+    fold.set(i, SpreadVal(0, base + i, man_bits));
+    for (int q = 1; q < n; ++q) fold.set(i, fold.get(i) + SpreadVal(q, base + i, man_bits));
+  }
+  Status st = reduce_scatter ? W()->ReduceScatter(send.data(), recv.data(), count, t)
+                             : W()->AllReduce(send.data(), recv.data(), count, t);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Diff(recv, 0, count, [&](size_t i) { return want.get(i); }), "");
+  if (n >= 3) {
+    // The data discriminates: accumulating in the 16-bit type differs on many elements.
+    size_t differ = 0;
+    for (size_t i = 0; i < count; ++i) differ += fold.get(i) != want.get(i);
+    EXPECT_GT(differ, count / 20) << "test data does not exercise accumulation precision";
+  }
+}
+
+TEST(AccuracyTest, BF16AllReduceAccumulatesInF32) { ExpectRoundedOnce(DType::kBF16, false); }
+TEST(AccuracyTest, BF16ReduceScatterAccumulatesInF32) { ExpectRoundedOnce(DType::kBF16, true); }
+TEST(AccuracyTest, F16AllReduceAccumulatesInF32) { ExpectRoundedOnce(DType::kF16, false); }
+
+// ---------------------------------------------------------------------------------------------
+// Errors: reported on every rank, no hang, communicator still usable.
+
+TEST(ErrorTest, CountMismatchIsReportedOnEveryRank) {
+  if (Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const size_t count = Rank() == 1 ? 10 : 8;
+  std::vector<float> send(10, 1.f), recv(10 * Size());
+  Status st = W()->AllGather(send.data(), recv.data(), count, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(), "all_gather: rank " + std::to_string(Rank()) + " count " +
+                              std::to_string(count) + " but counts range 8..10 across ranks");
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, DTypeMismatch) {
+  if (Size() < 2) GTEST_SKIP() << "needs two ranks";
+  const DType t = Rank() == 1 ? DType::kBF16 : DType::kF32;
+  std::vector<float> send(4, 1.f), recv(4);
+  Status st = W()->AllReduce(send.data(), recv.data(), 4, t);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(), "all_reduce: rank " + std::to_string(Rank()) + " dtype " + DTypeName(t) +
+                              " but dtypes range f32..bf16 across ranks");
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, ReduceOpMismatch) {
+  if (Size() < 2) GTEST_SKIP() << "needs two ranks";
+  CollectiveOptions opts;
+  opts.op = Rank() == 0 ? ReduceOp::kAvg : ReduceOp::kSum;
+  std::vector<float> send(2 * Size(), 1.f), recv(2);
+  Status st = W()->ReduceScatter(send.data(), recv.data(), 2, DType::kF32, opts);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "ops range sum..avg across ranks")) << st;
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, RootMismatch) {
+  if (Size() < 2) GTEST_SKIP() << "needs two ranks";
+  CollectiveOptions opts;
+  opts.root = Rank() == 0 ? 0 : Size() - 1;
+  std::vector<float> buf(3, 1.f);
+  Status st = W()->Broadcast(buf.data(), 3, DType::kF32, opts);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.message(), "broadcast: rank " + std::to_string(Rank()) + " root " +
+                              std::to_string(opts.root) + " but roots range 0.." +
+                              std::to_string(Size() - 1) + " across ranks");
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, DifferentCollectivesAreReported) {
+  if (Size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> a(4 * Size(), 1.f), b(4 * Size());
+  Status st = Rank() == 0 ? W()->AllGather(a.data(), b.data(), 4, DType::kF32)
+                          : W()->AllReduce(a.data(), b.data(), 4, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "ranging all_gather..all_reduce")) << st;
+  st = Rank() == 0 ? W()->Barrier() : W()->AllReduce(a.data(), b.data(), 4, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "sequence of collectives differs")) << st;
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, NullBufferOnOneRank) {
+  const int bad = Size() - 1;
+  std::vector<float> send(4, 1.f), recv(4);
+  Status st = W()->AllReduce(Rank() == bad ? nullptr : send.data(), recv.data(), 4, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  if (Rank() == bad) {
+    EXPECT_EQ(st.message(), "all_reduce: rank " + std::to_string(bad) + ": send buffer is null with count 4");
+  } else {
+    EXPECT_TRUE(Contains(st, "another rank passed invalid arguments")) << st;
+  }
+  st = W()->AllGather(send.data(), Rank() == bad ? nullptr : recv.data(), 1, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, ZeroCountAcceptsNullBuffers) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    EXPECT_TRUE(W()->AllGather(nullptr, nullptr, 0, t).ok());
+    EXPECT_TRUE(W()->ReduceScatter(nullptr, nullptr, 0, t).ok());
+    EXPECT_TRUE(W()->AllReduce(nullptr, nullptr, 0, t).ok());
+    EXPECT_TRUE(W()->Broadcast(nullptr, 0, t).ok());
+  }
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, InvalidRoot) {
+  std::vector<float> buf(2, 1.f);
+  for (int root : {-1, Size()}) {
+    CollectiveOptions opts;
+    opts.root = root;
+    Status st = W()->Broadcast(buf.data(), 2, DType::kF32, opts);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(st.message(), "broadcast: rank " + std::to_string(Rank()) + ": root " +
+                                std::to_string(root) + " is not in [0, " + std::to_string(Size()) + ")");
+  }
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, CudaStreamIsRejected) {
+  CollectiveOptions opts;
+  if (Rank() == 0) opts.stream.device = Device::Cuda(0);
+  std::vector<float> send(2, 1.f), recv(2);
+  Status st = W()->AllReduce(send.data(), recv.data(), 2, DType::kF32, opts);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  if (Rank() == 0) {
+    EXPECT_TRUE(Contains(st, "host memory")) << st;
+  }
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, CountAboveIntMaxIsRejected) {
+  // The buffers are never touched: the count is rejected before any MPI call.
+  float a[1], b[1];
+  const size_t count = size_t(INT_MAX) + 1;
+  Status st = W()->AllReduce(a, b, count, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "count 2147483648 exceeds this backend's limit of 2147483647")) << st;
+  st = W()->AllGather(a, b, count, DType::kBF16);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  ExpectStillInStep();
+}
+
+TEST(ErrorTest, OverlapThatIsNotInPlace) {
+  std::vector<float> buf(8 * Size());
+  Status st = W()->AllReduce(buf.data() + 1, buf.data(), 4, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "but is not in place")) << st;
+  ExpectStillInStep();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creation, environment, shutdown, check_args off.
+
+TEST(LifecycleTest, IdentityAndLocalEnv) {
+  MpiCommunicator* m = testing::MpiWorld();
+  EXPECT_EQ(m->backend_name(), "mpi");
+  EXPECT_EQ(m->device(), Device::Cpu());
+  int world_rank = -1, world_size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  EXPECT_EQ(m->rank(), world_rank);
+  EXPECT_EQ(m->world_size(), world_size);
+  const char* env_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (env_size != nullptr) {
+    EXPECT_EQ(m->world_size(), std::atoi(env_size));
+  }
+  RankEnv env = m->local_env();
+  EXPECT_EQ(env.rank, m->rank());
+  EXPECT_EQ(env.world_size, m->world_size());
+  EXPECT_EQ(env.source, "mpi");
+  // mpi_run.sh starts every rank on this machine.
+  EXPECT_EQ(env.local_size, m->world_size());
+  EXPECT_EQ(env.local_rank, m->rank());
+  int cmp = MPI_UNEQUAL;
+  MPI_Comm_compare(m->comm(), MPI_COMM_WORLD, &cmp);
+  EXPECT_EQ(cmp, MPI_CONGRUENT) << "a duplicate of MPI_COMM_WORLD";
+  EXPECT_TRUE(m->options().check_args);
+}
+
+TEST(LifecycleTest, ShutdownCompletesPendingWorkThenRefusesCalls) {
+  auto created = MpiCommunicator::Create();
+  ASSERT_TRUE(created.ok()) << created.status();  // Create is collective: all ranks got here
+  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  EXPECT_EQ(c->rank(), Rank());
+  const size_t count = 513;
+  Buf send(DType::kF16, count), recv(DType::kF16, count);
+  for (size_t i = 0; i < count; ++i) send.set(i, Val(Rank(), i));
+  auto work = c->AllReduceAsync(send.data(), recv.data(), count, DType::kF16);
+  EXPECT_TRUE(work.ok()) << work.status();
+  EXPECT_TRUE(c->Shutdown().ok());
+  EXPECT_EQ(c->comm(), MPI_COMM_NULL);
+  if (work.ok()) {
+    EXPECT_TRUE((*work)->Wait().ok());
+  }
+  EXPECT_EQ(Diff(recv, 0, count, [](size_t i) { return Reduced(i, ReduceOp::kSum); }), "");
+
+  float x[2] = {1, 2}, y[4];
+  std::vector<Status> after = {
+      c->AllGather(x, y, 1, DType::kF32), c->ReduceScatter(y, x, 1, DType::kF32),
+      c->AllReduce(x, y, 2, DType::kF32), c->Broadcast(x, 2, DType::kF32), c->Barrier(),
+      c->AllReduce(nullptr, nullptr, 0, DType::kF32)};
+  for (const Status& s : after) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_TRUE(Contains(s, "shut down")) << s;
+  }
+  EXPECT_TRUE(c->Shutdown().ok()) << "Shutdown is idempotent";
+  ExpectStillInStep();  // the shared communicator is unaffected
+}
+
+TEST(LifecycleTest, CheckArgsOff) {
+  CommOptions o;
+  o.check_args = false;
+  auto created = MpiCommunicator::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  EXPECT_FALSE(c->options().check_args);
+  const size_t count = 77;
+  Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+  Status st = c->ReduceScatter(send.data(), recv.data(), count, DType::kF32);
+  EXPECT_TRUE(st.ok()) << st;
+  const size_t base = Rank() * count;
+  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }), "");
+  EXPECT_TRUE(c->Barrier().ok());
+  // A local error returns at once (here on every rank, so nobody waits).
+  st = c->AllReduce(nullptr, recv.data(), count, DType::kF32);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  c.reset();  // the destructor shuts down
+  ExpectStillInStep();
+}
+
+}  // namespace
+}  // namespace shardema

@@ -1,0 +1,556 @@
+// NcclCommunicator under --config=cuda (CPU-only builds use nccl_communicator_nocuda.cc).
+#include "framework/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <utility>
+
+#include "framework/cuda/convert_kernels.h"
+#include "framework/cuda/cuda_error.h"
+#include "framework/mpi/mpi_error.h"
+#include "framework/nccl/nccl_error.h"
+#include "framework/rank_env.h"
+
+namespace shardema {
+
+namespace nccl_internal {
+struct CommState {
+  ncclComm_t comm = nullptr;  // null once destroyed or aborted
+  int rank = 0;
+  Status broken;  // set when an asynchronous NCCL error aborted the communicator
+};
+}  // namespace nccl_internal
+
+namespace {
+
+using nccl_internal::CommState;
+
+cudaStream_t Native(Stream s) { return static_cast<cudaStream_t>(s.native); }
+
+// OK when `local` is OK on every rank of `comm` (one MPI_Allreduce of a flag); otherwise this
+// rank's own error, or kAborted when only peers failed.
+Status AgreeAll(MPI_Comm comm, int rank, const Status& local, const char* step) {
+  int mine = local.ok() ? 0 : 1, any = 0;
+  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), step, rank));
+  if (!local.ok()) return local;
+  if (any != 0) {
+    return Aborted(step, ": rank ", rank, ": another rank failed (see its error)");
+  }
+  return Status::Ok();
+}
+
+// Polls NCCL's asynchronous error state; on an error, aborts the communicator (so that nothing
+// waits on it forever) and remembers the error.
+Status CheckAsyncError(CommState& state, const char* op) {
+  if (!state.broken.ok()) return state.broken;
+  if (state.comm == nullptr) return Status::Ok();  // shut down: nothing left to fail
+  ncclResult_t async = ncclSuccess;
+  RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(state.comm, &async), op, state.rank, state.comm));
+  Status st = NcclStatus(async, op, state.rank, state.comm);
+  if (!st.ok()) {
+    ncclCommAbort(state.comm);
+    state.comm = nullptr;
+    state.broken = st.WithContext("asynchronous error; the communicator was aborted");
+    return state.broken;
+  }
+  return Status::Ok();
+}
+
+// Blocks until `event` is complete, polling asynchronous NCCL errors meanwhile.
+Status WaitPolling(const CudaEvent& event, CommState& state, const char* op) {
+  for (int spins = 0;; ++spins) {
+    ASSIGN_OR_RETURN(bool done, event.Query());
+    if (done) return CheckAsyncError(state, op);
+    RETURN_IF_ERROR(CheckAsyncError(state, op));
+    if (spins < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+ncclDataType_t NcclType(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+  }
+  return ncclFloat32;
+}
+
+// The NCCL function a collective calls (named in errors, after the collective and the rank).
+const char* NcclCallName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather: return "ncclAllGather";
+    case CollectiveKind::kReduceScatter: return "ncclReduceScatter";
+    case CollectiveKind::kBroadcast: return "ncclBroadcast";
+    default: return "ncclAllReduce";
+  }
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
+
+// `p` must be memory the communicator's GPU can use: device memory of that GPU, managed memory
+// or page-locked host memory.
+Status CheckDevicePointer(const void* p, const char* which, Device device, const char* op,
+                          int rank) {
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: the pointer is the caller's error, not a sticky CUDA one
+    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p,
+                           " is not a pointer CUDA knows (", cudaGetErrorName(e), ")");
+  }
+  if (attr.type == cudaMemoryTypeUnregistered) {
+    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p,
+                           " is pageable host memory; NCCL needs device memory of ",
+                           device.ToString());
+  }
+  if (attr.type == cudaMemoryTypeDevice && attr.device != device.index) {
+    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p, " is memory of cuda:",
+                           attr.device, " but the communicator is on ", device.ToString());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// NcclWork
+
+NcclWork::NcclWork(std::shared_ptr<CommState> state, CollectiveKind kind, Stream caller,
+                   CudaEvent done)
+    : state_(std::move(state)), kind_(kind), caller_(caller), done_(std::move(done)) {}
+
+NcclWork::~NcclWork() {
+  if (!waited_) Wait().IgnoreError();
+}
+
+Status NcclWork::Wait() {
+  if (waited_) return status_;
+  waited_ = true;
+  const char* op = CollectiveName(kind_);
+  if (done_.valid()) {
+    Status st = done_.MakeStreamWait(caller_);
+    if (!st.ok()) st = st.WithContext(std::string(op) + ": rank " + std::to_string(state_->rank));
+    if (st.ok()) st = CheckAsyncError(*state_, op);
+    status_ = st;
+  }
+  return status_;
+}
+
+Status NcclWork::WaitHost() {
+  RETURN_IF_ERROR(Wait());
+  if (host_waited_ || !done_.valid()) return status_;
+  host_waited_ = true;
+  status_ = WaitPolling(done_, *state_, CollectiveName(kind_));
+  return status_;
+}
+
+StatusOr<bool> NcclWork::Done() const {
+  if (!done_.valid()) return true;
+  return done_.Query();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creation and shutdown
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm bootstrap,
+                                                                      Device device,
+                                                                      const CommOptions& options) {
+  return CreateImpl(bootstrap, device, options);
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateForLocalRank(
+    MPI_Comm bootstrap, const CommOptions& options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return FailedPrecondition("NcclCommunicator: MPI is not initialised");
+  RankEnv env;
+  env.source = "mpi";
+  MPI_Comm node = MPI_COMM_NULL;
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_rank(bootstrap, &env.rank), "MPI_Comm_rank", -1));
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_size(bootstrap, &env.world_size), "MPI_Comm_size", env.rank));
+  RETURN_IF_ERROR(MpiStatus(
+      MPI_Comm_split_type(bootstrap, MPI_COMM_TYPE_SHARED, env.rank, MPI_INFO_NULL, &node),
+      "MPI_Comm_split_type", env.rank));
+  MPI_Comm_rank(node, &env.local_rank);
+  MPI_Comm_size(node, &env.local_size);
+  MPI_Comm_free(&node);
+  StatusOr<int> gpu = LocalGpuFor(env, CudaDeviceCount());
+  // A rank without a GPU still joins CreateImpl's agreement, so its peers return too.
+  if (!gpu.ok()) return CreateImpl(bootstrap, gpu.status(), options);
+  return CreateImpl(bootstrap, Device::Cuda(*gpu), options);
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
+    MPI_Comm bootstrap, const StatusOr<Device>& device, const CommOptions& options) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    return FailedPrecondition("NcclCommunicator: MPI is ",
+                              finalized ? "already finalized" : "not initialised",
+                              "; it bootstraps NCCL");
+  }
+  if (bootstrap == MPI_COMM_NULL) {
+    return InvalidArgument("NcclCommunicator: the bootstrap communicator is MPI_COMM_NULL");
+  }
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->options_ = options;
+  c->state_ = std::make_shared<CommState>();
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(bootstrap, &c->mpi_comm_), "MPI_Comm_dup", -1));
+  MPI_Comm_set_errhandler(c->mpi_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->mpi_comm_, &c->rank_);
+  MPI_Comm_size(c->mpi_comm_, &c->world_size_);
+  c->state_->rank = c->rank_;
+
+  // 1. Local set-up, then agreement: a rank without a usable GPU makes every rank return.
+  Status local = device.status();
+  if (local.ok()) {
+    c->device_ = *device;
+    if (!c->device_.is_cuda()) {
+      local = InvalidArgument("NcclCommunicator: rank ", c->rank_, ": device ",
+                              c->device_.ToString(), " is not a CUDA device");
+    } else if (c->device_.index < 0 || c->device_.index >= CudaDeviceCount()) {
+      local = CudaDeviceCount() == 0
+                  ? Unavailable("NcclCommunicator: rank ", c->rank_, ": ", c->device_.ToString(),
+                                " requested but no CUDA device is visible")
+                  : InvalidArgument("NcclCommunicator: rank ", c->rank_, ": ",
+                                    c->device_.ToString(), " requested but only ",
+                                    CudaDeviceCount(), " CUDA devices are visible");
+    } else {
+      local = c->SetUpLocal();
+      if (!local.ok()) {
+        local = local.WithContext("NcclCommunicator: rank " + std::to_string(c->rank_) +
+                                  ": setting up " + c->device_.ToString());
+      }
+    }
+  }
+  Status agreed = AgreeAll(c->mpi_comm_, c->rank_, local, "NcclCommunicator set-up");
+  if (!agreed.ok()) {
+    c->Abandon();
+    return agreed;
+  }
+
+  // 2. The unique id, from rank 0 to everyone; a failure on rank 0 travels with it.
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } msg;
+  std::memset(&msg, 0, sizeof(msg));
+  Status id_status;
+  if (c->rank_ == 0) {
+    id_status = NcclStatus(ncclGetUniqueId(&msg.id), "ncclGetUniqueId", 0);
+    msg.ok = id_status.ok() ? 1 : 0;
+  }
+  Status bcast = MpiStatus(MPI_Bcast(&msg, int(sizeof(msg)), MPI_BYTE, 0, c->mpi_comm_),
+                           "MPI_Bcast of the NCCL unique id", c->rank_);
+  if (bcast.ok() && !msg.ok && c->rank_ != 0) {
+    bcast = Aborted("NcclCommunicator: rank ", c->rank_, ": rank 0 could not get a NCCL unique id");
+  }
+  if (!id_status.ok() || !bcast.ok()) {
+    c->Abandon();
+    return id_status.ok() ? bcast : id_status;
+  }
+
+  // 3. ncclCommInitRank on this rank's device (collective over all ranks), then agreement again.
+  Status init = SetCurrentDevice(c->device_);
+  if (init.ok()) {
+    ncclComm_t comm = nullptr;
+    init = NcclStatus(ncclCommInitRank(&comm, c->world_size_, msg.id, c->rank_),
+                      "ncclCommInitRank", c->rank_);
+    if (init.ok()) c->state_->comm = comm;
+  }
+  agreed = AgreeAll(c->mpi_comm_, c->rank_, init, "ncclCommInitRank");
+  if (!agreed.ok()) {
+    c->Abandon();
+    return agreed;
+  }
+  return c;
+}
+
+Status NcclCommunicator::SetUpLocal() {
+  RETURN_IF_ERROR(SetCurrentDevice(device_));
+  ASSIGN_OR_RETURN(stream_, CreateStream(device_));
+  ASSIGN_OR_RETURN(input_ready_, CudaEvent::Create(device_));
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device_.index;
+  cudaMemPool_t pool = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate"));
+  pool_ = pool;
+  // Keep freed temporaries reserved: the next bf16/f16 reduction reuses them.
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  RETURN_IF_ERROR(CudaStatus(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                             "cudaMemPoolSetAttribute"));
+  RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(scratch_, 0, sizeof(float), Native(stream_)),
+                             "cudaMemsetAsync"));
+  return Status::Ok();
+}
+
+void NcclCommunicator::Abandon() {
+  Release(false).IgnoreError();  // an error is being returned already
+  shut_down_ = true;
+}
+
+Status NcclCommunicator::Release(bool finalize) {
+  Status result;
+  auto keep_first = [&result](Status st) {
+    if (result.ok() && !st.ok()) result = st;
+  };
+  if (device_.is_cuda() && device_.index < CudaDeviceCount()) keep_first(SetCurrentDevice(device_));
+  if (state_ != nullptr && state_->comm != nullptr) {
+    if (finalize) {
+      // Completes everything enqueued (polling asynchronous errors), then a clean finalize.
+      if (stream_.native != nullptr) {
+        StatusOr<CudaEvent> drained = CudaEvent::Create(device_);
+        Status st = drained.status();
+        if (st.ok()) st = drained->Record(stream_);
+        if (st.ok()) st = WaitPolling(*drained, *state_, "shutdown");
+        keep_first(st);
+      }
+    }
+    if (state_->comm != nullptr) {  // WaitPolling may have aborted it
+      if (finalize) {
+        keep_first(NcclStatus(ncclCommFinalize(state_->comm), "ncclCommFinalize", rank_,
+                              state_->comm));
+        keep_first(NcclStatus(ncclCommDestroy(state_->comm), "ncclCommDestroy", rank_));
+      } else {
+        ncclCommAbort(state_->comm);
+      }
+      state_->comm = nullptr;
+    }
+  }
+  if (stream_.native != nullptr) {
+    keep_first(SynchronizeStream(stream_));
+    keep_first(DestroyStream(stream_));
+    stream_.native = nullptr;
+  }
+  input_ready_ = CudaEvent();
+  if (pool_ != nullptr) {
+    keep_first(CudaStatus(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_)), "cudaMemPoolDestroy"));
+    pool_ = nullptr;
+  }
+  if (scratch_ != nullptr) {
+    keep_first(CudaStatus(cudaFree(scratch_), "cudaFree"));
+    scratch_ = nullptr;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (mpi_comm_ != MPI_COMM_NULL && !finalized) {
+    keep_first(MpiStatus(MPI_Comm_free(&mpi_comm_), "MPI_Comm_free", rank_));
+  }
+  mpi_comm_ = MPI_COMM_NULL;
+  return result;
+}
+
+NcclCommunicator::~NcclCommunicator() { Shutdown().IgnoreError(); }
+
+Status NcclCommunicator::Shutdown() {
+  if (shut_down_) return Status::Ok();
+  shut_down_ = true;
+  Status st = Release(true);
+  return st.ok() ? st : st.WithContext("NcclCommunicator::Shutdown on rank " + std::to_string(rank_));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives
+
+Status NcclCommunicator::CheckUsable(const char* op) const {
+  if (shut_down_) {
+    return FailedPrecondition(op, ": rank ", rank_, ": the NCCL communicator was shut down");
+  }
+  if (!state_->broken.ok()) {
+    return FailedPrecondition(op, ": rank ", rank_, ": the NCCL communicator was aborted after: ",
+                              state_->broken.message());
+  }
+  return Status::Ok();
+}
+
+StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
+                                              const CollectiveOptions& opts) const {
+  const char* op = CollectiveName(call.kind);
+  // Counts are size_t for NCCL; the limit keeps the f32 temporaries' byte sizes representable.
+  const size_t max_count = std::numeric_limits<size_t>::max() / sizeof(float) / size_t(world_size_);
+  RETURN_IF_ERROR(CheckLocalArgs(call, rank_, world_size_, max_count).status());
+  Stream caller = opts.stream;
+  if (caller.device.is_cpu()) {
+    if (caller.native != nullptr) {
+      return InvalidArgument(op, ": rank ", rank_, ": a CPU stream with a native handle");
+    }
+    caller = Stream{device_, nullptr};  // the device's legacy default stream
+  } else if (caller.device != device_) {
+    return InvalidArgument(op, ": rank ", rank_, ": stream of ", caller.device.ToString(),
+                           " but the communicator is on ", device_.ToString());
+  }
+  if (call.count > 0) {
+    const bool bcast = call.kind == CollectiveKind::kBroadcast;
+    RETURN_IF_ERROR(CheckDevicePointer(call.send, bcast ? "buffer" : "send buffer", device_, op, rank_));
+    if (!bcast) RETURN_IF_ERROR(CheckDevicePointer(call.recv, "recv buffer", device_, op, rank_));
+  }
+  return caller;
+}
+
+Status NcclCommunicator::CheckAcrossRanks(const CollectiveCall& call, const Status& local) {
+  const CallSignature mine = SignatureOf(call, !local.ok());
+  const PackedSignature packed = PackForMaxReduce(mine);
+  PackedSignature reduced{};
+  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(packed.data(), reduced.data(), int(packed.size()),
+                                          MPI_INT64_T, MPI_MAX, mpi_comm_),
+                            std::string(CollectiveName(call.kind)) + " argument check", rank_));
+  if (!local.ok()) return local;
+  return CompareSignatures(mine, reduced, rank_);
+}
+
+Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
+  ncclComm_t comm = state_->comm;
+  cudaStream_t s = Native(stream_);
+  const bool widen = c.dtype != DType::kF32 && (c.kind == CollectiveKind::kReduceScatter ||
+                                                c.kind == CollectiveKind::kAllReduce);
+  if (!widen) {
+    const ncclDataType_t t = NcclType(c.dtype);
+    ncclResult_t r = ncclSuccess;
+    switch (c.kind) {
+      case CollectiveKind::kAllGather:
+        r = ncclAllGather(c.send, c.recv, c.count, t, comm, s);
+        break;
+      case CollectiveKind::kReduceScatter:
+        r = ncclReduceScatter(c.send, c.recv, c.count, t, NcclOp(c.op), comm, s);
+        break;
+      case CollectiveKind::kAllReduce:
+        r = ncclAllReduce(c.send, c.recv, c.count, t, NcclOp(c.op), comm, s);
+        break;
+      case CollectiveKind::kBroadcast:
+        r = ncclBroadcast(c.send, c.recv, c.count, t, c.root, comm, s);
+        break;
+      case CollectiveKind::kBarrier:
+        r = ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm, s);
+        break;
+    }
+    return NcclStatus(r, NcclCallName(c.kind), rank_, comm);
+  }
+
+  // bf16/f16 reduction: widen to f32, reduce (in place in the temporary), round back once.
+  const size_t n = c.send_elems(world_size_);
+  void* tmp = nullptr;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMallocFromPoolAsync(&tmp, n * sizeof(float), static_cast<cudaMemPool_t>(pool_), s),
+      "cudaMallocFromPoolAsync of the f32 temporary"));
+  float* wide = static_cast<float*>(tmp);
+  float* out = c.kind == CollectiveKind::kReduceScatter ? wide + size_t(rank_) * c.count : wide;
+  Status st = LaunchConvert(c.send, c.dtype, wide, DType::kF32, n, s);
+  if (st.ok()) {
+    st = NcclStatus(c.kind == CollectiveKind::kReduceScatter
+                        ? ncclReduceScatter(wide, out, c.count, ncclFloat32, NcclOp(c.op), comm, s)
+                        : ncclAllReduce(wide, wide, c.count, ncclFloat32, NcclOp(c.op), comm, s),
+                    NcclCallName(c.kind), rank_, comm);
+  }
+  if (st.ok()) st = LaunchConvert(out, DType::kF32, c.recv, c.dtype, c.count, s);
+  Status freed = CudaStatus(cudaFreeAsync(tmp, s), "cudaFreeAsync of the f32 temporary");
+  return st.ok() ? freed : st;
+}
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& call,
+                                                        const CollectiveOptions& opts) {
+  const char* op = CollectiveName(call.kind);
+  RETURN_IF_ERROR(CheckUsable(op));
+  StatusOr<Stream> caller = CheckLocal(call, opts);
+  if (options_.check_args) {
+    RETURN_IF_ERROR(CheckAcrossRanks(call, caller.status()));
+  } else {
+    RETURN_IF_ERROR(caller.status());
+  }
+  if (call.count == 0) {
+    return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, CudaEvent()));
+  }
+  auto fail = [&](const Status& st) {
+    return st.WithContext(std::string(op) + ": rank " + std::to_string(rank_) + " of " +
+                          std::to_string(world_size_));
+  };
+  Status st = SetCurrentDevice(device_);
+  StatusOr<CudaEvent> done = CudaEvent::Create(device_);
+  if (st.ok()) st = done.status();
+  // Order after the caller's stream, enqueue, and mark completion.
+  if (st.ok()) st = input_ready_.Record(*caller);
+  if (st.ok()) st = input_ready_.MakeStreamWait(stream_);
+  if (st.ok()) st = EnqueueOp(call);
+  if (st.ok()) st = done->Record(stream_);
+  if (!st.ok()) return fail(st);
+  return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, std::move(*done)));
+}
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllGatherAsync(const void* send, void* recv,
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kAllGather;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::ReduceScatterAsync(
+    const void* send, void* recv, size_t count, DType dtype, const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kReduceScatter;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = opts.op;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllReduceAsync(const void* send, void* recv,
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kAllReduce;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = opts.op;
+  return Issue(c, opts);
+}
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::BroadcastAsync(void* buf, size_t count,
+                                                                 DType dtype,
+                                                                 const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kBroadcast;
+  c.send = buf;
+  c.recv = buf;
+  c.count = count;
+  c.dtype = dtype;
+  c.root = opts.root;
+  return Issue(c, opts);
+}
+
+Status NcclCommunicator::Barrier() {
+  CollectiveCall call;  // kind kBarrier
+  const char* op = CollectiveName(call.kind);
+  RETURN_IF_ERROR(CheckUsable(op));
+  if (options_.check_args) RETURN_IF_ERROR(CheckAcrossRanks(call, Status::Ok()));
+  Status st = SetCurrentDevice(device_);
+  StatusOr<CudaEvent> done = CudaEvent::Create(device_);
+  if (st.ok()) st = done.status();
+  if (st.ok()) st = EnqueueOp(call);
+  if (st.ok()) st = done->Record(stream_);
+  if (st.ok()) st = WaitPolling(*done, *state_, op);
+  return st.ok() ? st : st.WithContext(std::string(op) + ": rank " + std::to_string(rank_));
+}
+
+}  // namespace shardema

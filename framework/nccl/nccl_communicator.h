@@ -1,0 +1,199 @@
+// NcclCommunicator: the Communicator (framework/communicator.h) over NCCL, for device memory.
+//
+// Bootstrap (as llm.c): rank 0 of the MPI communicator `bootstrap` calls ncclGetUniqueId, the id
+// is broadcast with MPI_Bcast (MPI_BYTE), and every rank calls ncclCommInitRank on its device.
+// The NCCL rank and world size are those of `bootstrap`. Which GPU a rank uses is the caller's
+// choice (Create), or the node-local rank's (CreateForLocalRank: MPI_Comm_split_type SHARED,
+// then LocalGpuFor of framework/rank_env.h). The communicator keeps a duplicate of `bootstrap`
+// (MPI_ERRORS_RETURN) for its argument checks; MPI must stay initialised until Shutdown().
+//
+// Streams. Collectives run on the communicator's own non-blocking stream (stream()). Each call
+// records an event on the caller's stream (CollectiveOptions::stream; a CPU stream, the
+// default, means the communicator device's legacy default stream), makes the communicator's
+// stream wait for it, enqueues the operation, and records a completion event. So an operation
+// sees everything queued on the caller's stream before the call, and nothing queued after.
+// NcclWork::Wait() (Work::Wait) makes the caller's stream wait for the completion event: it does
+// NOT block the host; work queued on that stream afterwards sees the result. The blocking forms
+// of Communicator (AllReduce, ...) are therefore stream-ordered too. NcclWork::WaitHost() blocks
+// the calling thread until the operation is complete (tests, host reads, benchmarks).
+//
+// Dtypes. f32 maps to ncclFloat32 and runs zero-copy. bf16/f16 AllGather and Broadcast move the
+// 16-bit data unchanged. bf16/f16 ReduceScatter and AllReduce convert their input to an f32
+// device temporary (framework/cuda/convert_kernels.h), reduce in f32 and convert the result back
+// with one round to nearest even (the rounding of framework/dtype.h). kAvg is ncclAvg on f32
+// (NCCL scales each input by 1/world before summing, so a result may differ from sum/world in
+// the last bit). In-place calls (framework/communicator.h) are NCCL's own.
+//
+// Argument checks. Before any GPU work each call checks locally (framework/mpi/collective_args.h:
+// null buffers, root, overlap, sizes) plus, here, that the caller's stream belongs to this device
+// and that every buffer is device memory of this GPU (cudaPointerGetAttributes: pageable host
+// memory or another GPU's memory is refused). With CommOptions::check_args (default) every rank
+// then takes part in one MPI_Allreduce of the call signature over the duplicated bootstrap
+// communicator (12 int64 on the host: no GPU work and no wait on queued GPU work, but a host
+// rendezvous of all ranks per call), so a kind, dtype, count, root or op mismatch, or a local
+// argument error on any rank, returns kInvalidArgument on every rank instead of a hang. Without
+// check_args a local error returns at once on that rank only (its peers may then block).
+//
+// Errors:
+//   kUnavailable: no CUDA build or no GPU (Create).
+//   kInvalidArgument: a CPU device or a device index out of range (Create), bad arguments as
+//     above, a stream of another device.
+//   kFailedPrecondition: MPI not initialised (Create), any call after Shutdown(), any call after
+//     an asynchronous NCCL error aborted the communicator.
+//   kAborted: Create on a rank whose peers failed to set up.
+//   kInternal: a NCCL failure (framework/nccl/nccl_error.h) or CUDA failure, naming the
+//     operation and the rank; kResourceExhausted when an f32 temporary cannot be allocated.
+// Asynchronous NCCL errors are noticed by Wait()/WaitHost()/Barrier(); WaitHost and Barrier poll
+// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang.
+//
+// Memory. bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
+// communicator's own CUDA memory pool, which keeps the largest one reserved for reuse until
+// Shutdown(). The caller's buffers must stay valid until the operation is complete on the GPU,
+// i.e. until work queued on the caller's stream after Wait() runs, or until WaitHost() returns.
+//
+// Threading: one thread issues collectives on a communicator at a time (it sets the current
+// CUDA device to the communicator's). Create, Barrier and Shutdown are collective over
+// `bootstrap`'s ranks.
+#ifndef SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
+#define SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "framework/communicator.h"
+#include "framework/cuda/event.h"
+#include "framework/device.h"
+#include "framework/mpi/collective_args.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+namespace nccl_internal {
+struct CommState;  // the NCCL communicator handle, shared with outstanding Works
+}  // namespace nccl_internal
+
+// The Work of a NcclCommunicator collective.
+class NcclWork final : public Work {
+ public:
+  // Calls Wait() if it was never called (orders the caller's stream, which must then still
+  // exist; never blocks the host).
+  ~NcclWork() override;
+
+  // Makes the caller's stream (CollectiveOptions::stream of the call) wait for the operation;
+  // returns without blocking the host. Reports asynchronous NCCL errors known so far.
+  // Idempotent: later calls return the first call's status.
+  Status Wait() override;
+
+  // Wait(), then blocks the calling thread until the operation is complete on the GPU, polling
+  // NCCL's asynchronous error state meanwhile (an error aborts the communicator and is
+  // returned). Idempotent.
+  Status WaitHost();
+
+  // True when the operation is complete on the GPU; never blocks.
+  StatusOr<bool> Done() const;
+
+ private:
+  friend class NcclCommunicator;
+  NcclWork(std::shared_ptr<nccl_internal::CommState> state, CollectiveKind kind, Stream caller,
+           CudaEvent done);
+
+  std::shared_ptr<nccl_internal::CommState> state_;
+  CollectiveKind kind_;
+  Stream caller_;
+  CudaEvent done_;  // empty for zero-count operations (complete at once)
+  bool waited_ = false;
+  bool host_waited_ = false;
+  Status status_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Creates the communicator of this rank of `bootstrap` on `device` (see above). Collective over
+  // `bootstrap`: every rank calls it, and when any rank fails to set up (no GPU, bad device),
+  // every rank returns an error (its own, or kAborted naming the peers' failure).
+  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(MPI_Comm bootstrap, Device device,
+                                                            const CommOptions& options = {});
+
+  // Create() on GPU LocalGpuFor({rank, world, local rank, local size}, CudaDeviceCount()), the
+  // local rank and size coming from MPI_Comm_split_type(bootstrap, MPI_COMM_TYPE_SHARED).
+  // Errors: as Create, plus LocalGpuFor's (more ranks on a node than GPUs: kInvalidArgument).
+  static StatusOr<std::unique_ptr<NcclCommunicator>> CreateForLocalRank(
+      MPI_Comm bootstrap, const CommOptions& options = {});
+
+  ~NcclCommunicator() override;  // Shutdown(), ignoring its status
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  Device device() const override { return device_; }
+  std::string backend_name() const override { return "nccl"; }
+  const CommOptions& options() const { return options_; }
+  // The stream the collectives run on (owned by the communicator; valid until Shutdown()).
+  Stream stream() const { return stream_; }
+
+  StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
+                                                 DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
+                                                     DType dtype,
+                                                     const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
+                                                 DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+  StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
+                                                 const CollectiveOptions& opts = {}) override;
+
+  // Blocks the host until every rank has reached the barrier and every collective this
+  // communicator enqueued before it is complete on this rank's GPU (a one-element NCCL
+  // all-reduce on stream(), waited as WaitHost does). With check_args it is preceded by the
+  // signature check, so a barrier matched against another rank's collective is reported.
+  Status Barrier() override;
+
+  // Completes the enqueued collectives, finalizes and destroys the NCCL communicator, and frees
+  // the stream, the memory pool and the duplicated MPI communicator. Collective. Idempotent;
+  // Works still alive afterwards wait on their own events and remain valid.
+  Status Shutdown() override;
+
+ private:
+  NcclCommunicator() = default;
+
+  static StatusOr<std::unique_ptr<NcclCommunicator>> CreateImpl(MPI_Comm bootstrap,
+                                                                const StatusOr<Device>& device,
+                                                                const CommOptions& options);
+  // Sets up everything that needs no other rank (stream, events, pool, scratch).
+  Status SetUpLocal();
+  // Releases what Shutdown releases; `finalize` = ncclCommFinalize before destroying (else abort).
+  Status Release(bool finalize);
+  // Release(false) on a failed Create, marking the object shut down.
+  void Abandon();
+
+  // Local checks, the collective check (check_args), then Enqueue.
+  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call, const CollectiveOptions& opts);
+  // This rank's checks; returns the stream the caller's work is on.
+  StatusOr<Stream> CheckLocal(const CollectiveCall& call, const CollectiveOptions& opts) const;
+  // The signature all-reduce over mpi_comm_; `local` is this rank's local check result.
+  Status CheckAcrossRanks(const CollectiveCall& call, const Status& local);
+  // Enqueues the NCCL operation (and any conversions) on stream_.
+  Status EnqueueOp(const CollectiveCall& call);
+  // Fails with kFailedPrecondition after Shutdown() or an abort.
+  Status CheckUsable(const char* op) const;
+
+  MPI_Comm mpi_comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int world_size_ = 1;
+  Device device_;
+  CommOptions options_;
+  std::shared_ptr<nccl_internal::CommState> state_;
+  Stream stream_;
+  CudaEvent input_ready_;  // re-recorded on the caller's stream by every call
+  void* pool_ = nullptr;   // cudaMemPool_t of the f32 temporaries
+  void* scratch_ = nullptr;  // one f32 on the device, for Barrier
+  bool shut_down_ = false;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_

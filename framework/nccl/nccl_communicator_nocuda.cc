@@ -1,0 +1,57 @@
+// NcclCommunicator in builds without --config=cuda: Create fails with kUnavailable, so no object
+// exists and the other members are unreachable; they fail the same way.
+#include "framework/nccl/nccl_communicator.h"
+
+namespace shardema {
+namespace {
+
+Status NoCuda(const char* what) {
+  return Unavailable("NcclCommunicator::", what, ": this binary was built without --config=cuda");
+}
+
+}  // namespace
+
+NcclWork::~NcclWork() = default;
+Status NcclWork::Wait() { return NoCuda("Wait"); }
+Status NcclWork::WaitHost() { return NoCuda("WaitHost"); }
+StatusOr<bool> NcclWork::Done() const { return NoCuda("Done"); }
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm, Device device,
+                                                                      const CommOptions&) {
+  if (!device.is_cuda()) {
+    return InvalidArgument("NcclCommunicator: device ", device.ToString(),
+                           " is not a CUDA device");
+  }
+  return NoCuda("Create");
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateForLocalRank(
+    MPI_Comm, const CommOptions&) {
+  return NoCuda("CreateForLocalRank");
+}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllGatherAsync(const void*, void*, size_t,
+                                                                 DType,
+                                                                 const CollectiveOptions&) {
+  return NoCuda("AllGatherAsync");
+}
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::ReduceScatterAsync(const void*, void*, size_t,
+                                                                     DType,
+                                                                     const CollectiveOptions&) {
+  return NoCuda("ReduceScatterAsync");
+}
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllReduceAsync(const void*, void*, size_t,
+                                                                 DType,
+                                                                 const CollectiveOptions&) {
+  return NoCuda("AllReduceAsync");
+}
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::BroadcastAsync(void*, size_t, DType,
+                                                                 const CollectiveOptions&) {
+  return NoCuda("BroadcastAsync");
+}
+Status NcclCommunicator::Barrier() { return NoCuda("Barrier"); }
+Status NcclCommunicator::Shutdown() { return Status::Ok(); }
+
+}  // namespace shardema

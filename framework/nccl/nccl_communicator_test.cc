@@ -1,0 +1,450 @@
+// NcclCommunicator against host-computed expectations, at every world size the mpi_test runs.
+//
+// GPU tests need one GPU per rank on the node; otherwise they GTEST_SKIP with the reason (every
+// rank decides alike, so no rank waits on a skipped one). Without any GPU (or without
+// --config=cuda) the NoGpu tests check that creation fails cleanly on every rank instead.
+//
+// Inputs: rank r's element i is Value(r, i), a number with at most 8 significant bits scaled by
+// 2^-2..2^2, exact in f32, bf16 and f16, so f32 sums over ranks are exact and the only rounding
+// is the final one to the 16-bit type, computed here with framework/dtype.h's StoreFromF32.
+#include "framework/nccl/nccl_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/status.h"
+#include "tests/test_world.h"
+
+namespace shardema {
+namespace {
+
+using testing::MpiWorld;
+
+float Value(int rank, size_t i) {
+  const float mantissa = 1.f + float((i * 7 + size_t(rank) * 3) % 128) / 128.f;
+  const float scale = std::ldexp(1.f, int(i % 5) - 2);
+  return (i % 3 == 0 ? -1.f : 1.f) * mantissa * scale;
+}
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes Encode(DType t, size_t n, int rank, size_t first = 0) {
+  Bytes b(n * DTypeSize(t));
+  for (size_t i = 0; i < n; ++i) StoreFromF32(b.data(), t, i, Value(rank, first + i));
+  return b;
+}
+
+// Reference reduction of element j over all ranks: the exact sum (or sum / world), rounded once.
+float Reduced(size_t j, int world, ReduceOp op) {
+  double s = 0;
+  for (int q = 0; q < world; ++q) s += Value(q, j);
+  return float(op == ReduceOp::kAvg ? s / world : s);
+}
+
+std::string SkipReason() {
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) {
+    return BuiltWithCuda() ? "no CUDA device visible" : "built without --config=cuda";
+  }
+  const int local = MpiWorld()->local_env().local_size;
+  if (local > gpus) {
+    return std::to_string(local) + " ranks on this node but only " + std::to_string(gpus) +
+           " GPUs (one rank per GPU needed)";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Without a GPU
+
+TEST(NcclNoGpuTest, CreateFailsCleanlyOnEveryRank) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible; the GPU tests cover creation";
+  auto c = NcclCommunicator::Create(MpiWorld()->comm(), Device::Cuda(0));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status();
+  auto local = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm());
+  ASSERT_FALSE(local.ok());
+  EXPECT_EQ(local.status().code(), StatusCode::kUnavailable) << local.status();
+}
+
+TEST(NcclNoGpuTest, CpuDeviceIsInvalid) {
+  auto c = NcclCommunicator::Create(MpiWorld()->comm(), Device::Cpu());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("cpu"), std::string::npos) << c.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// With one GPU per rank
+
+class NcclTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_ = new std::string(SkipReason());
+    if (!skip_->empty()) return;
+    auto c = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm());
+    created_ = new Status(c.status());
+    if (c.ok()) comm_ = std::move(c).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete comm_;  // Shutdown: collective, reached by every rank in the same order
+    comm_ = nullptr;
+    delete created_;
+    created_ = nullptr;
+    delete skip_;
+    skip_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!skip_->empty()) GTEST_SKIP() << *skip_;
+    ASSERT_TRUE(created_->ok()) << *created_;  // the same on every rank (creation agrees)
+    dev_ = comm_->device();
+    auto s = CreateStream(dev_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    stream_ = *s;
+    opts_.stream = stream_;
+  }
+  void TearDown() override {
+    if (stream_.native != nullptr) {
+      EXPECT_TRUE(SynchronizeStream(stream_).ok());
+      EXPECT_TRUE(DestroyStream(stream_).ok());
+    }
+  }
+
+  int rank() const { return comm_->rank(); }
+  int world() const { return comm_->world_size(); }
+
+  // A device buffer of `bytes` holding `init` (padded with 0xEE), filled synchronously.
+  Buffer OnDevice(size_t bytes, const Bytes& init = {}) {
+    auto b = Buffer::Allocate(bytes, dev_);
+    EXPECT_TRUE(b.ok()) << b.status();
+    Bytes fill(bytes, 0xEE);
+    std::memcpy(fill.data(), init.data(), std::min(bytes, init.size()));
+    EXPECT_TRUE(CopyBytes(b->data(), dev_, fill.data(), Device::Cpu(), bytes, stream_).ok());
+    EXPECT_TRUE(SynchronizeStream(stream_).ok());
+    return std::move(*b);
+  }
+
+  // Reads `bytes` at `p` after the work queued on stream_ so far.
+  Bytes Read(const void* p, size_t bytes) {
+    Bytes out(bytes);
+    EXPECT_TRUE(CopyBytes(out.data(), Device::Cpu(), p, dev_, bytes, stream_).ok());
+    EXPECT_TRUE(SynchronizeStream(stream_).ok());
+    return out;
+  }
+
+  static std::unique_ptr<Work> Take(StatusOr<std::unique_ptr<Work>> w) {
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? std::move(w).value() : nullptr;
+  }
+  static NcclWork* AsNccl(const std::unique_ptr<Work>& w) { return dynamic_cast<NcclWork*>(w.get()); }
+
+  static NcclCommunicator* comm_;
+  static Status* created_;
+  static std::string* skip_;
+  shardema::Device dev_;
+  Stream stream_;
+  CollectiveOptions opts_;
+};
+
+NcclCommunicator* NcclTest::comm_ = nullptr;
+Status* NcclTest::created_ = nullptr;
+std::string* NcclTest::skip_ = nullptr;
+
+// got (n elements of t) equals want exactly, or, for kAvg, within the rounding ncclAvg's scaling
+// may add (one unit in the last place of t).
+void ExpectElements(const Bytes& got, DType t, size_t n, const std::vector<float>& want,
+                    bool exact, const std::string& what) {
+  ASSERT_EQ(want.size(), n);
+  const float rel = t == DType::kF32 ? 1e-6f : t == DType::kBF16 ? 1.f / 128 : 1.f / 1024;
+  Bytes rounded(n * DTypeSize(t));
+  for (size_t i = 0; i < n; ++i) StoreFromF32(rounded.data(), t, i, want[i]);
+  for (size_t i = 0; i < n; ++i) {
+    const float g = LoadAsF32(got.data(), t, i), w = LoadAsF32(rounded.data(), t, i);
+    if (exact) {
+      ASSERT_EQ(std::memcmp(&got[i * DTypeSize(t)], &rounded[i * DTypeSize(t)], DTypeSize(t)), 0)
+          << what << " " << DTypeName(t) << " element " << i << " of " << n << ": got " << g
+          << " want " << w;
+    } else {
+      ASSERT_NEAR(g, w, std::fabs(w) * rel + 1e-30f)
+          << what << " " << DTypeName(t) << " element " << i << " of " << n;
+    }
+  }
+}
+
+class NcclDTypeTest : public NcclTest, public ::testing::WithParamInterface<DType> {};
+
+constexpr size_t kCounts[] = {1, 7, 1003, 65536 + 5};
+
+TEST_P(NcclDTypeTest, AllGather) {
+  const DType t = GetParam();
+  const size_t es = DTypeSize(t);
+  for (size_t n : kCounts) {
+    Buffer send = OnDevice(n * es, Encode(t, n, rank()));
+    Buffer recv = OnDevice(n * es * world());
+    auto w = Take(comm_->AllGatherAsync(send.data(), recv.data(), n, t, opts_));
+    ASSERT_TRUE(w && w->Wait().ok());
+    Bytes got = Read(recv.data(), n * es * world());
+    Bytes want;
+    for (int q = 0; q < world(); ++q) {
+      Bytes part = Encode(t, n, q);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    ASSERT_EQ(got, want) << "all_gather " << DTypeName(t) << " n=" << n;
+  }
+}
+
+TEST_P(NcclDTypeTest, AllGatherInPlace) {
+  const DType t = GetParam();
+  const size_t es = DTypeSize(t), n = 1003;
+  Bytes mine = Encode(t, n, rank());
+  Bytes init(n * es * world(), 0xEE);
+  std::memcpy(&init[n * es * rank()], mine.data(), mine.size());
+  Buffer buf = OnDevice(init.size(), init);
+  ASSERT_TRUE(
+      comm_->AllGather(buf.as<uint8_t>() + n * es * rank(), buf.data(), n, t, opts_).ok());
+  Bytes got = Read(buf.data(), init.size());
+  for (int q = 0; q < world(); ++q) {
+    ASSERT_EQ(Bytes(got.begin() + n * es * q, got.begin() + n * es * (q + 1)), Encode(t, n, q))
+        << "slice of rank " << q;
+  }
+}
+
+TEST_P(NcclDTypeTest, AllReduceSumAndAvg) {
+  const DType t = GetParam();
+  const size_t es = DTypeSize(t);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    for (size_t n : kCounts) {
+      Buffer send = OnDevice(n * es, Encode(t, n, rank()));
+      Buffer recv = OnDevice(n * es);
+      CollectiveOptions o = opts_;
+      o.op = op;
+      ASSERT_TRUE(comm_->AllReduce(send.data(), recv.data(), n, t, o).ok());
+      std::vector<float> want(n);
+      for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), op);
+      ExpectElements(Read(recv.data(), n * es), t, n, want, op == ReduceOp::kSum,
+                     std::string("all_reduce ") + ReduceOpName(op));
+      // The input is untouched.
+      ASSERT_EQ(Read(send.data(), n * es), Encode(t, n, rank()));
+    }
+  }
+}
+
+TEST_P(NcclDTypeTest, AllReduceInPlace) {
+  const DType t = GetParam();
+  const size_t n = 1003;
+  Buffer buf = OnDevice(n * DTypeSize(t), Encode(t, n, rank()));
+  ASSERT_TRUE(comm_->AllReduce(buf.data(), buf.data(), n, t, opts_).ok());
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
+  ExpectElements(Read(buf.data(), n * DTypeSize(t)), t, n, want, true, "in-place all_reduce");
+}
+
+TEST_P(NcclDTypeTest, ReduceScatterSumAndAvg) {
+  const DType t = GetParam();
+  const size_t es = DTypeSize(t);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    for (size_t n : kCounts) {
+      const size_t total = n * world();
+      Buffer send = OnDevice(total * es, Encode(t, total, rank()));
+      Buffer recv = OnDevice(n * es);
+      CollectiveOptions o = opts_;
+      o.op = op;
+      auto w = Take(comm_->ReduceScatterAsync(send.data(), recv.data(), n, t, o));
+      ASSERT_TRUE(w && w->Wait().ok());
+      std::vector<float> want(n);
+      for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), op);
+      ExpectElements(Read(recv.data(), n * es), t, n, want, op == ReduceOp::kSum,
+                     std::string("reduce_scatter ") + ReduceOpName(op));
+    }
+  }
+}
+
+TEST_P(NcclDTypeTest, ReduceScatterInPlaceLeavesOtherSlices) {
+  const DType t = GetParam();
+  const size_t es = DTypeSize(t), n = 1003, total = n * world();
+  Buffer buf = OnDevice(total * es, Encode(t, total, rank()));
+  ASSERT_TRUE(comm_->ReduceScatter(buf.data(), buf.as<uint8_t>() + n * es * rank(), n, t, opts_).ok());
+  Bytes got = Read(buf.data(), total * es);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
+  ExpectElements(Bytes(got.begin() + n * es * rank(), got.begin() + n * es * (rank() + 1)), t, n,
+                 want, true, "in-place reduce_scatter");
+  if (t == DType::kF32) return;  // NCCL may use the other f32 slices as scratch
+  // bf16/f16 reduce in a temporary: the rest of the caller's buffer is untouched.
+  const Bytes input = Encode(t, total, rank());
+  for (int q = 0; q < world(); ++q) {
+    if (q == rank()) continue;
+    ASSERT_TRUE(std::equal(got.begin() + n * es * q, got.begin() + n * es * (q + 1),
+                           input.begin() + n * es * q));
+  }
+}
+
+TEST_P(NcclDTypeTest, BroadcastFromLastRank) {
+  const DType t = GetParam();
+  const size_t n = 65536 + 5, bytes = n * DTypeSize(t);
+  const int root = world() - 1;
+  Buffer buf = OnDevice(bytes, rank() == root ? Encode(t, n, root) : Bytes());
+  CollectiveOptions o = opts_;
+  o.root = root;
+  auto w = Take(comm_->BroadcastAsync(buf.data(), n, t, o));
+  ASSERT_TRUE(w != nullptr);
+  NcclWork* nw = AsNccl(w);
+  ASSERT_NE(nw, nullptr);
+  ASSERT_TRUE(nw->WaitHost().ok());
+  ASSERT_TRUE(*nw->Done());
+  EXPECT_TRUE(w->Wait().ok());  // idempotent
+  EXPECT_EQ(Read(buf.data(), bytes), Encode(t, n, root));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, NcclDTypeTest,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& p) {
+                           return std::string(DTypeName(p.param));
+                         });
+
+TEST_F(NcclTest, ZeroCountsAndDefaultStream) {
+  EXPECT_TRUE(comm_->AllReduce(nullptr, nullptr, 0, DType::kBF16, opts_).ok());
+  EXPECT_TRUE(comm_->AllGather(nullptr, nullptr, 0, DType::kF32, opts_).ok());
+  // The default CollectiveOptions (a CPU stream) means the device's legacy default stream.
+  const size_t n = 257;
+  Buffer send = OnDevice(n * 4, Encode(DType::kF32, n, rank()));
+  Buffer recv = OnDevice(n * 4);
+  auto w = Take(comm_->AllReduceAsync(send.data(), recv.data(), n, DType::kF32));
+  ASSERT_TRUE(w && AsNccl(w)->WaitHost().ok());
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
+  ExpectElements(Read(recv.data(), n * 4), DType::kF32, n, want, true, "default-stream all_reduce");
+}
+
+// The collective must see what the caller queued on its stream before the call (an asynchronous
+// 256 MiB upload here), and work queued after Wait() must see the collective's result.
+TEST_F(NcclTest, OrderedAfterAndBeforeTheCallersStream) {
+  const size_t n = size_t(64) << 20, bytes = n * 4;
+  auto host = Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost);
+  ASSERT_TRUE(host.ok());
+  for (size_t i = 0; i < n; ++i) host->as<float>()[i] = float(i % 1024) + float(rank());
+  Buffer buf = OnDevice(bytes);  // 0xEE.. until the upload lands
+  Buffer out = OnDevice(bytes);
+  ASSERT_TRUE(CopyBytes(buf.data(), dev_, host->data(), Device::Cpu(), bytes, stream_).ok());
+  auto w = Take(comm_->AllReduceAsync(buf.data(), out.data(), n, DType::kF32, opts_));
+  ASSERT_TRUE(w && w->Wait().ok());
+  // Queued after Wait(): copies the result back on the caller's stream.
+  ASSERT_TRUE(CopyBytes(host->data(), Device::Cpu(), out.data(), dev_, bytes, stream_).ok());
+  ASSERT_TRUE(SynchronizeStream(stream_).ok());
+  const float rank_sum = float(world() * (world() - 1) / 2);
+  for (size_t i = 0; i < n; i += 4093) {
+    ASSERT_EQ(host->as<float>()[i], float(world()) * float(i % 1024) + rank_sum) << "element " << i;
+  }
+}
+
+TEST_F(NcclTest, SeveralOutstandingWaitedInReverse) {
+  constexpr int kOps = 4;
+  const size_t n = 4099;
+  std::vector<Buffer> bufs;
+  std::vector<std::unique_ptr<Work>> works;
+  for (int k = 0; k < kOps; ++k) bufs.push_back(OnDevice(n * 2, Encode(DType::kBF16, n, rank() + k)));
+  for (int k = 0; k < kOps; ++k) {
+    works.push_back(Take(comm_->AllReduceAsync(bufs[k].data(), bufs[k].data(), n, DType::kBF16, opts_)));
+    ASSERT_TRUE(works.back() != nullptr);
+  }
+  for (int k = kOps - 1; k >= 0; --k) ASSERT_TRUE(AsNccl(works[k])->WaitHost().ok());
+  for (int k = 0; k < kOps; ++k) {
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int q = 0; q < world(); ++q) s += Value(q + k, i);
+      want[i] = float(s);
+    }
+    ExpectElements(Read(bufs[k].data(), n * 2), DType::kBF16, n, want, true,
+                   "outstanding op " + std::to_string(k));
+  }
+  EXPECT_TRUE(comm_->Barrier().ok());
+}
+
+TEST_F(NcclTest, LocalArgumentErrorsFailEveryRankAndLeaveTheCommunicatorUsable) {
+  const size_t n = 64;
+  Buffer a = OnDevice(n * 4 * world(), Encode(DType::kF32, n * world(), rank()));
+  Buffer b = OnDevice(n * 4 * world());
+  // Null on rank 0 only: rank 0 names it, the others learn that a peer failed.
+  auto st = comm_->AllReduce(rank() == 0 ? nullptr : a.data(), b.data(), n, DType::kF32, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  if (rank() == 0) {
+    EXPECT_NE(st.message().find("send buffer is null"), std::string::npos) << st;
+  }
+  // Root out of range.
+  CollectiveOptions o = opts_;
+  o.root = world();
+  EXPECT_EQ(comm_->Broadcast(a.data(), n, DType::kF32, o).code(), StatusCode::kInvalidArgument);
+  // Pageable host memory is not device memory.
+  std::vector<float> host(n);
+  st = comm_->AllReduce(host.data(), b.data(), n, DType::kF32, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("pageable host memory"), std::string::npos) << st;
+  // A stream of another device.
+  CollectiveOptions other = opts_;
+  other.stream = Stream{Device::Cuda(dev_.index + 1), nullptr};
+  EXPECT_EQ(comm_->AllReduce(a.data(), b.data(), n, DType::kF32, other).code(),
+            StatusCode::kInvalidArgument);
+  // Overlap that is not in place.
+  EXPECT_EQ(comm_->AllReduce(a.data(), a.as<float>() + 1, n, DType::kF32, opts_).code(),
+            StatusCode::kInvalidArgument);
+  // Still in step: a real collective works.
+  ASSERT_TRUE(comm_->AllReduce(a.data(), b.data(), n, DType::kF32, opts_).ok());
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
+  ExpectElements(Read(b.data(), n * 4), DType::kF32, n, want, true, "after errors");
+}
+
+TEST_F(NcclTest, MismatchedSignaturesAreInvalidArgumentOnEveryRank) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  const size_t n = 64;
+  Buffer a = OnDevice(n * 4 * 2);
+  Buffer b = OnDevice(n * 4 * 2);
+  auto st = comm_->AllReduce(a.data(), b.data(), n + size_t(rank() % 2), DType::kF32, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("count"), std::string::npos) << st;
+  st = comm_->AllReduce(a.data(), b.data(), n, rank() == 0 ? DType::kF32 : DType::kBF16, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  CollectiveOptions o = opts_;
+  o.op = rank() == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+  EXPECT_EQ(comm_->AllReduce(a.data(), b.data(), n, DType::kF32, o).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(comm_->Barrier().ok());
+}
+
+TEST_F(NcclTest, CreateRejectsBadDevicesAndShutdownIsFinal) {
+  auto cpu = NcclCommunicator::Create(MpiWorld()->comm(), Device::Cpu());
+  EXPECT_EQ(cpu.status().code(), StatusCode::kInvalidArgument) << cpu.status();
+  auto missing = NcclCommunicator::Create(MpiWorld()->comm(), Device::Cuda(CudaDeviceCount()));
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument) << missing.status();
+
+  auto c = NcclCommunicator::Create(MpiWorld()->comm(), dev_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->backend_name(), "nccl");
+  EXPECT_EQ((*c)->rank(), MpiWorld()->rank());
+  EXPECT_EQ((*c)->world_size(), MpiWorld()->world_size());
+  Buffer a = OnDevice(16 * 4, Encode(DType::kF32, 16, rank()));
+  auto w = Take((*c)->AllReduceAsync(a.data(), a.data(), 16, DType::kF32, opts_));
+  ASSERT_TRUE((*c)->Shutdown().ok());  // completes the outstanding all-reduce
+  ASSERT_TRUE(w && AsNccl(w)->WaitHost().ok());
+  EXPECT_TRUE((*c)->Shutdown().ok());  // idempotent
+  EXPECT_EQ((*c)->AllReduce(a.data(), a.data(), 16, DType::kF32, opts_).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*c)->Barrier().code(), StatusCode::kFailedPrecondition);
+  std::vector<float> want(16);
+  for (size_t i = 0; i < 16; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
+  ExpectElements(Read(a.data(), 16 * 4), DType::kF32, 16, want, true, "before shutdown");
+}
+
+}  // namespace
+}  // namespace shardema

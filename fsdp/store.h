@@ -1,0 +1,229 @@
+// ShardedParameterStore: FSDP/ZeRO-3 parameter, gradient and state sharding over a Communicator.
+//
+// Parameters are registered by name and shape, grouped into units (fsdp/layout.h); every unit is
+// one flat buffer padded to a multiple of the world size W, and rank r owns slice r of each. Per
+// rank the store holds (all flat, layout.local_numel() elements, padding always zero):
+//   * the fp32 master shard            registry slot "params" (kind master, persistent)
+//   * the fp32 gradient shard          registry slot "grad" (kind grad, not persistent)
+//   * the compute-dtype copy of master one extra shard for bf16/f16 compute; with f32 compute it
+//                                      is the master itself (no extra memory)
+// plus replicated buffers (non-trainable state, full on every rank, not sharded). Optimizer
+// moments and EMA slots are added to the same registry by their owners (optim/optimizer.h,
+// ema/ema_slots.h), so memory reports and checkpoints see everything in one place.
+//
+// Forward/backward protocol (every call below that communicates is collective: all ranks make the
+// same calls for the same units in the same order):
+//   GatherAsync(u) / Gather(u)   ONE all_gather of the unit's compute-copy shard into a unit
+//                                buffer (padded_numel elements of compute dtype); the views have
+//                                the parameters' PyTorch shapes. Gathers are reference counted:
+//                                gathering a unit that is gathered, in flight or cached adds a
+//                                reference and does not communicate. Prefetch: GatherAsync(u+1)
+//                                while unit u computes, then handle.Wait().
+//   Release(u)                   drops a reference; at zero the unit buffer is freed.
+//   ReleaseAfterForward(u)       as Release, except that with reshard_after_forward == false the
+//                                buffer is kept (cached) at zero references so the backward's
+//                                Gather(u) costs nothing; ReshardAll() frees cached buffers.
+//   UnitGrads(u)                 a zeroed, full-size gradient buffer for the unit (reduce_dtype;
+//                                views per parameter). The caller writes (or sums into) it.
+//   ReduceScatterGradsAsync(u)   reduce-scatters it with ReduceOp::kAvg (mean over ranks) and,
+//                                at Wait(), folds the rank's slice into the fp32 gradient shard as
+//                                a running mean over micro-batches: after k reduce-scatters since
+//                                ZeroGrad() the shard holds (1/k) * sum of the k world averages.
+//                                The unit gradient buffer is then freed. A rank that never
+//                                asked for UnitGrads(u) takes part with zeros.
+// Averaging contract: if each rank writes the gradient of the MEAN loss over its local
+// micro-batch, and all micro-batches (over ranks and accumulation steps) have the same size, the
+// gradient shard equals the gradient of the mean loss over the global batch. Ranks with unequal
+// local batch sizes pre-scale their gradient by local_size * W * k / global_size.
+// ZeroGrad() resets the shard and the micro-batch count. The optimizer steps once per
+// optimizer step (after all micro-batches), never per micro-batch.
+//
+// Whenever the master changes (optimizer step, EMA swap, initialisation, checkpoint load) the
+// owner calls BeginShardUpdate() first (fails if a unit is gathered or in flight; frees cached
+// unit buffers, which would be stale) and RefreshComputeCopy() or writes the compute copy itself.
+//
+// Errors: kInvalidArgument for bad specs, names, shapes and unit indices (messages name the unit,
+// parameter and values); kFailedPrecondition for protocol misuse (releasing an ungathered unit,
+// stepping with a pending reduce-scatter, ...); kUnimplemented for a non-CPU device; collective
+// errors from the Communicator pass through with the unit named.
+// Threading: one thread drives a store (the Communicator contract). Memory: see MemoryReport().
+#ifndef SHARDEMA_FSDP_STORE_H_
+#define SHARDEMA_FSDP_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/communicator.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/status.h"
+#include "framework/tensor.h"
+#include "fsdp/layout.h"
+#include "optim/slot_registry.h"
+
+namespace shardema {
+
+struct StoreOptions {
+  DType compute_dtype = DType::kF32;  // dtype of the gathered parameters (f32, bf16, f16)
+  DType reduce_dtype = DType::kF32;   // dtype of unit gradient buffers and the reduce-scatter
+  Device device = Device::Cpu();      // where shards and unit buffers live; CPU only for now
+  bool reshard_after_forward = true;  // see ReleaseAfterForward
+};
+
+// A full (unsharded) f32 tensor, e.g. one parameter of an exported model.
+struct FullTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> data;
+};
+
+class ShardedParameterStore;
+
+// A gather in flight (or done). Cheap value; valid while the store lives.
+class GatherHandle {
+ public:
+  size_t unit() const { return unit_; }
+  // Completes the all_gather (no-op if done) and returns the unit's parameter views. The views
+  // stay valid until the reference this handle took is released.
+  StatusOr<std::vector<TensorView>> Wait() const;
+
+ private:
+  friend class ShardedParameterStore;
+  GatherHandle(ShardedParameterStore* s, size_t u) : store_(s), unit_(u) {}
+  ShardedParameterStore* store_;
+  size_t unit_;
+};
+
+// A gradient reduce-scatter in flight.
+class ReduceScatterHandle {
+ public:
+  size_t unit() const { return unit_; }
+  // Completes the reduce-scatter and accumulates into the gradient shard (idempotent).
+  Status Wait() const;
+
+ private:
+  friend class ShardedParameterStore;
+  ReduceScatterHandle(ShardedParameterStore* s, size_t u) : store_(s), unit_(u) {}
+  ShardedParameterStore* store_;
+  size_t unit_;
+};
+
+class ShardedParameterStore {
+ public:
+  // Builds the layout at comm->world_size(), allocates the zeroed master, gradient and compute
+  // shards, and registers `buffers` as replicated (zeroed). `comm` must outlive the store.
+  // Errors: kInvalidArgument (null comm, bad layout specs, a buffer name that is empty, contains
+  // '/' or equals a parameter name, compute/reduce dtype not f32/bf16/f16); kUnimplemented for a
+  // CUDA device; kResourceExhausted.
+  static StatusOr<std::unique_ptr<ShardedParameterStore>> Create(
+      const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& buffers, Communicator* comm,
+      const StoreOptions& options = {});
+
+  ~ShardedParameterStore();  // waits for outstanding collectives, ignoring their status
+  ShardedParameterStore(const ShardedParameterStore&) = delete;
+  ShardedParameterStore& operator=(const ShardedParameterStore&) = delete;
+
+  const StoreLayout& layout() const { return layout_; }
+  const StoreOptions& options() const { return options_; }
+  Communicator* comm() const { return comm_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  size_t num_units() const { return layout_.units().size(); }
+  StatusOr<size_t> UnitIndex(const std::string& unit_name) const;
+  const std::vector<ParamSpec>& buffer_specs() const { return buffer_specs_; }
+
+  SlotRegistry& registry() { return registry_; }
+  const SlotRegistry& registry() const { return registry_; }
+
+  // ---- Initialisation (local, no communication) ----
+  // Copies this rank's slice of every parameter from full tensors (f32, bf16 or f16; converted
+  // to f32) keyed by name, and every replicated buffer. Strict: every parameter and buffer must
+  // be present with its exact shape; unknown names are rejected. Refreshes the compute copy.
+  Status InitFromFull(const std::map<std::string, TensorView>& tensors);
+  // Calls fn(param, out) for each parameter with elements on this rank; fn writes the full
+  // parameter (param.numel floats) into `out`, and the store keeps its slice. fn must be a pure
+  // function of the parameter (e.g. seed an RNG from the name): it is not called for parameters
+  // held entirely by other ranks. Buffers are not touched. Refreshes the compute copy.
+  using ParamInitFn = std::function<Status(const ParamLayout& param, float* out)>;
+  Status InitFromFunction(const ParamInitFn& fn);
+
+  // ---- Shards ----
+  float* master() const;      // registry slot "params" (changes on EMA swap: re-fetch)
+  float* grad_shard() const;  // registry slot "grad"
+  bool compute_aliases_master() const { return options_.compute_dtype == DType::kF32; }
+  void* compute_shard() const;  // local_numel elements of compute dtype
+  // Fails when a unit is gathered (references held) or a gather is in flight; frees cached unit
+  // buffers. Call before changing the master.
+  Status BeginShardUpdate();
+  // BeginShardUpdate(), then compute copy = master rounded to the compute dtype.
+  Status RefreshComputeCopy();
+
+  // ---- Parameters: gather / release ----
+  StatusOr<GatherHandle> GatherAsync(size_t unit);
+  StatusOr<std::vector<TensorView>> Gather(size_t unit);
+  // Completes a gather this rank holds a reference to. Errors: kFailedPrecondition when the unit
+  // is not gathered.
+  StatusOr<std::vector<TensorView>> WaitGather(size_t unit);
+  Status Release(size_t unit);
+  Status ReleaseAfterForward(size_t unit);
+  // Frees every cached (zero-reference) unit buffer.
+  void ReshardAll();
+  int gather_refs(size_t unit) const;
+  bool unit_buffer_live(size_t unit) const;  // gathered, in flight or cached
+
+  // ---- Gradients ----
+  StatusOr<std::vector<TensorView>> UnitGrads(size_t unit);
+  StatusOr<ReduceScatterHandle> ReduceScatterGradsAsync(size_t unit);
+  Status WaitReduceScatter(size_t unit);
+  Status ReduceScatterGrads(size_t unit);  // async + wait
+  // Zeroes the gradient shard and the micro-batch counts, discards unreduced unit gradient
+  // buffers. Errors: kFailedPrecondition while a reduce-scatter is pending.
+  Status ZeroGrad();
+  // Reduce-scatters folded into unit u since ZeroGrad().
+  int64_t micro_batches(size_t unit) const;
+  // OK when the gradient shard is complete: no reduce-scatter pending, no unreduced unit gradient
+  // buffer, and every non-empty unit has the same micro-batch count. Errors name the unit.
+  Status CheckGradsReady() const;
+
+  // ---- Replicated buffers ----
+  StatusOr<TensorView> buffer(const std::string& name) const;
+
+  // ---- Export ----
+  // Gathers a sharded f32 slot (local_numel elements laid out like the master, e.g. an EMA slot)
+  // into full per-parameter tensors on `root`, one all_gather per unit (memory: one unit's padded
+  // f32 buffer on every rank, plus the full model on root). Collective. Non-root ranks get an
+  // empty vector. Errors: kInvalidArgument for a null slot or a bad root.
+  StatusOr<std::vector<FullTensor>> GatherSlotToRank(const float* local_slot, int root);
+
+  // ---- Memory ----
+  // Bytes per rank per entry: every registry slot and buffer, the compute copy (when separate),
+  // and live unit parameter / gradient buffers.
+  std::vector<SlotMemory> MemoryReport() const;
+  // Optimizer + EMA state per rank: master, moments and EMA slots (4 bytes each per local
+  // element); (4 + 8 + 4k) * local_numel for AdamW with k EMA slots.
+  int64_t StateBytesPerRank() const { return registry_.StateBytes(); }
+
+ private:
+  struct UnitState;
+  ShardedParameterStore(StoreLayout layout, std::vector<ParamSpec> buffers, Communicator* comm,
+                        const StoreOptions& options);
+  Status CheckUnit(size_t unit, const char* what) const;
+  std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
+  void FreeUnitParams(UnitState& s);
+
+  StoreLayout layout_;
+  std::vector<ParamSpec> buffer_specs_;
+  Communicator* comm_;
+  StoreOptions options_;
+  SlotRegistry registry_;
+  Buffer compute_;  // empty when the compute copy aliases the master
+  std::vector<std::unique_ptr<UnitState>> units_;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FSDP_STORE_H_

@@ -1,0 +1,380 @@
+// Kernels of FusedStepCuda and EmaUpdateCuda (see fused_step_cuda.h).
+#include "optim/cuda/fused_step_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/cuda/cuda_error.h"
+#include "framework/dtype.h"
+#include "optim/cuda/vector_loop.cu.h"
+
+namespace shardema {
+namespace {
+
+using cuda_internal::ArrayRef;
+using cuda_internal::Lanes;
+using cuda_internal::LoadF32;
+using cuda_internal::StoreF32;
+using cuda_internal::StoreFromF32;
+using cuda_internal::VectorPlan;
+
+// ---- Per-call f32 scalars, rounded once from double exactly as optim/fused_step.cc rounds them
+// (the rounding contract of optim/fused_step.h); fused_step_cuda_test checks the bits agree. ----
+
+struct AdamWScalars {
+  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
+      bias_correction2_sqrt, eps;
+};
+
+struct SgdScalars {
+  float grad_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
+  bool has_weight_decay, has_momentum, nesterov, first_step;
+};
+
+enum EmaMode : int32_t { kEmaCopy = 0, kEmaLerpLow = 1, kEmaLerpHigh = 2 };
+
+struct EmaSlot {
+  float* ema;
+  float weight;            // w = f32(1 - beta)
+  float one_minus_weight;  // 1 - w in f32, as torch's lerp forms it
+  int32_t mode;
+};
+
+AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
+  const double t = static_cast<double>(a.step);
+  const double bias_correction1 = 1.0 - std::pow(a.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(a.beta2, t);
+  AdamWScalars s;
+  s.grad_scale = a.grad_scale;
+  s.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
+  s.beta1 = static_cast<float>(a.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
+  s.beta2 = static_cast<float>(a.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
+  s.neg_step_size = static_cast<float>(-(a.lr / bias_correction1));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(a.eps);
+  return s;
+}
+
+SgdScalars MakeSgdScalars(const FusedStepArgs& a) {
+  SgdScalars s;
+  s.grad_scale = a.grad_scale;
+  s.weight_decay = static_cast<float>(a.weight_decay);
+  s.momentum = static_cast<float>(a.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - a.dampening);
+  s.neg_lr = static_cast<float>(-a.lr);
+  s.has_weight_decay = a.weight_decay != 0.0;
+  s.has_momentum = a.momentum != 0.0;
+  s.nesterov = a.nesterov;
+  s.first_step = a.first_step;
+  return s;
+}
+
+// beta in [0, 1) (beta 1 slots never reach the device).
+EmaSlot MakeEmaSlot(float* ema, double beta) {
+  EmaSlot s{ema, 0.f, 1.f, kEmaCopy};
+  if (beta == 0.0) return s;
+  s.weight = static_cast<float>(1.0 - beta);
+  s.one_minus_weight = 1.f - s.weight;
+  // torch's lerp picks its formula on |w| < 0.5.
+  s.mode = std::fabs(s.weight) < 0.5f ? kEmaLerpLow : kEmaLerpHigh;
+  return s;
+}
+
+// ---- Per-element arithmetic: the CPU kernel's operations, in its order, as round-to-nearest
+// intrinsics (never contracted into FMAs nor approximated by nvcc). ----
+
+__device__ __forceinline__ void AdamWElement(const AdamWScalars& s, float g, float& p, float& m,
+                                             float& v) {
+  const float gi = __fmul_rn(g, s.grad_scale);
+  const float pi = __fmul_rn(p, s.decay);                                // param.mul_(1 - lr*wd)
+  m = __fmaf_rn(gi, s.one_minus_beta1, __fmul_rn(m, s.beta1));           // mul_(b1).add_(g, 1-b1)
+  v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, gi), gi, __fmul_rn(v, s.beta2));  // addcmul_
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  p = __fadd_rn(pi, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));  // addcdiv_
+}
+
+// `buf` is read unless first_step, written when has_momentum.
+__device__ __forceinline__ void SgdElement(const SgdScalars& s, float g, float& p, float& buf) {
+  float d = __fmul_rn(g, s.grad_scale);
+  if (s.has_weight_decay) d = __fmaf_rn(p, s.weight_decay, d);  // d_p.add(param, alpha=wd)
+  if (s.has_momentum) {
+    buf = s.first_step ? d : __fmaf_rn(d, s.one_minus_dampening, __fmul_rn(buf, s.momentum));
+    d = s.nesterov ? __fmaf_rn(buf, s.momentum, d) : buf;
+  }
+  p = __fmaf_rn(d, s.neg_lr, p);  // param.add_(d_p, alpha=-lr)
+}
+
+__device__ __forceinline__ float EmaElement(const EmaSlot& s, float e, float p) {
+  const float diff = __fsub_rn(p, e);
+  return s.mode == kEmaLerpLow ? __fmaf_rn(diff, s.weight, e)            // self + w*(end-self)
+                               : __fmaf_rn(-diff, s.one_minus_weight, p);  // end - (end-self)*(1-w)
+}
+
+// ---- The kernel ----
+
+enum class Op : uint8_t { kAdamW, kSgd, kEmaOnly };
+
+// Everything one launch needs, passed by value (__grid_constant__: read from parameter space).
+struct StepParams {
+  VectorPlan plan;
+  const float* grad;
+  float* master;  // read-only for kEmaOnly
+  float* exp_avg;
+  float* exp_avg_sq;
+  void* compute;  // null: no compute copy
+  DType compute_dtype;
+  AdamWScalars adamw;
+  SgdScalars sgd;
+  int num_emas;
+  EmaSlot emas[kCudaEmaSlotsPerLaunch];
+};
+
+// kSlots: compile-time bound on num_emas, so the slots' values stay in registers and all loads
+// of an element group are issued before its arithmetic.
+template <Op kOp, int kSlots>
+struct StepBody {
+  const StepParams& a;
+
+  template <int W>
+  __device__ __forceinline__ void Run(int64_t i) const {
+    // Loads first: grad, master, moments, then every slot that is lerped (copy slots are
+    // write-only).
+    Lanes<W> g{}, p = LoadF32<W>(a.master, i), m{}, v{};
+    if constexpr (kOp != Op::kEmaOnly) g = LoadF32<W>(a.grad, i);
+    if constexpr (kOp == Op::kAdamW) {
+      m = LoadF32<W>(a.exp_avg, i);
+      v = LoadF32<W>(a.exp_avg_sq, i);
+    }
+    if constexpr (kOp == Op::kSgd) {
+      if (a.sgd.has_momentum && !a.sgd.first_step) m = LoadF32<W>(a.exp_avg, i);
+    }
+    Lanes<W> e[kSlots > 0 ? kSlots : 1];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (s < a.num_emas && a.emas[s].mode != kEmaCopy) e[s] = LoadF32<W>(a.emas[s].ema, i);
+    }
+
+    if constexpr (kOp == Op::kAdamW) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) AdamWElement(a.adamw, g.v[k], p.v[k], m.v[k], v.v[k]);
+      StoreF32<W>(a.exp_avg, i, m);
+      StoreF32<W>(a.exp_avg_sq, i, v);
+      StoreF32<W>(a.master, i, p);
+    } else if constexpr (kOp == Op::kSgd) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) SgdElement(a.sgd, g.v[k], p.v[k], m.v[k]);
+      if (a.sgd.has_momentum) StoreF32<W>(a.exp_avg, i, m);
+      StoreF32<W>(a.master, i, p);
+    }
+    if (a.compute != nullptr) {
+      switch (a.compute_dtype) {
+        case DType::kF32: StoreFromF32<DType::kF32, W>(a.compute, i, p); break;
+        case DType::kBF16: StoreFromF32<DType::kBF16, W>(a.compute, i, p); break;
+        case DType::kF16: StoreFromF32<DType::kF16, W>(a.compute, i, p); break;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (s >= a.num_emas) break;
+      const EmaSlot& slot = a.emas[s];
+      if (slot.mode == kEmaCopy) {
+        StoreF32<W>(slot.ema, i, p);
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; ++k) e[s].v[k] = EmaElement(slot, e[s].v[k], p.v[k]);
+        StoreF32<W>(slot.ema, i, e[s]);
+      }
+    }
+  }
+};
+
+template <Op kOp, int kSlots>
+__global__ void __launch_bounds__(cuda_internal::kThreads)
+    StepKernel(const __grid_constant__ StepParams params) {
+  cuda_internal::RunPlan(params.plan, StepBody<kOp, kSlots>{params});
+}
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kAdamW: return "AdamW";
+    case Op::kSgd: return "SGD";
+    case Op::kEmaOnly: return "EMA";
+  }
+  return "?";
+}
+
+template <Op kOp, int kSlots>
+Status LaunchWithSlots(const StepParams& params, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(const unsigned blocks, cuda_internal::GridFor(cuda_internal::PlanWork(params.plan)));
+  StepKernel<kOp, kSlots><<<blocks, cuda_internal::kThreads, 0, stream>>>(params);
+  return CudaLastErrorStatus("launching the fused step kernel");
+}
+
+// Launches the kernel instance whose slot bound is the smallest of {0, 1, 2, 4, 8} that fits.
+template <Op kOp>
+Status Launch(StepParams params, const EmaSlot* slots, int num_slots, cudaStream_t stream) {
+  params.num_emas = num_slots;
+  for (int s = 0; s < num_slots; ++s) params.emas[s] = slots[s];
+  for (int s = num_slots; s < kCudaEmaSlotsPerLaunch; ++s) params.emas[s] = EmaSlot{};
+  params.plan = cuda_internal::PlanVector(
+      params.plan.n,
+      {ArrayRef{params.grad, 4}, ArrayRef{params.master, 4}, ArrayRef{params.exp_avg, 4},
+       ArrayRef{params.exp_avg_sq, 4},
+       ArrayRef{params.compute, params.compute != nullptr ? DTypeSize(params.compute_dtype) : 4},
+       ArrayRef{params.emas[0].ema, 4}, ArrayRef{params.emas[1].ema, 4},
+       ArrayRef{params.emas[2].ema, 4}, ArrayRef{params.emas[3].ema, 4},
+       ArrayRef{params.emas[4].ema, 4}, ArrayRef{params.emas[5].ema, 4},
+       ArrayRef{params.emas[6].ema, 4}, ArrayRef{params.emas[7].ema, 4}});
+  static_assert(kCudaEmaSlotsPerLaunch == 8, "PlanVector above lists 8 slots");
+  if constexpr (kOp != Op::kEmaOnly) {
+    if (num_slots == 0) return LaunchWithSlots<kOp, 0>(params, stream);
+  }
+  if (num_slots <= 1) return LaunchWithSlots<kOp, 1>(params, stream);
+  if (num_slots <= 2) return LaunchWithSlots<kOp, 2>(params, stream);
+  if (num_slots <= 4) return LaunchWithSlots<kOp, 4>(params, stream);
+  return LaunchWithSlots<kOp, 8>(params, stream);
+}
+
+// ---- Argument checks ----
+
+struct Extent {
+  const char* name;
+  int index;  // EMA slot index, or -1
+  const void* ptr;
+  size_t bytes;
+};
+
+std::string ExtentName(const Extent& e) {
+  return e.index < 0 ? std::string(e.name) : std::string(e.name) + "[" + std::to_string(e.index) + "]";
+}
+
+Status CheckNoOverlap(const std::vector<Extent>& arrays) {
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    for (size_t j = i + 1; j < arrays.size(); ++j) {
+      if (cuda_internal::Overlap(arrays[i].ptr, arrays[i].bytes, arrays[j].ptr, arrays[j].bytes)) {
+        return InvalidArgument(ExtentName(arrays[i]), " (", arrays[i].ptr, ", ", arrays[i].bytes,
+                               " bytes) overlaps ", ExtentName(arrays[j]), " (", arrays[j].ptr,
+                               ", ", arrays[j].bytes, " bytes)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBeta(double beta, int index) {
+  if (!(beta >= 0.0 && beta <= 1.0)) {
+    return InvalidArgument("EMA slot ", index, ": beta ", beta, " is outside [0, 1]");
+  }
+  return Status::Ok();
+}
+
+Status CheckArgs(const FusedStepArgs& a) {
+  if (a.n < 0) return InvalidArgument("n = ", a.n, " is negative");
+  if (a.kind != OptimizerKind::kAdamW && a.kind != OptimizerKind::kSgd) {
+    return InvalidArgument("unknown optimizer kind ", int(a.kind));
+  }
+  if (a.compute != nullptr && a.compute_dtype != DType::kF32 && a.compute_dtype != DType::kBF16 &&
+      a.compute_dtype != DType::kF16) {
+    return InvalidArgument("unknown compute dtype ", int(a.compute_dtype));
+  }
+  if (a.num_emas < 0) return InvalidArgument("num_emas = ", a.num_emas, " is negative");
+  if (a.num_emas > 0 && a.emas == nullptr) {
+    return InvalidArgument("emas is null with num_emas = ", a.num_emas);
+  }
+  for (int k = 0; k < a.num_emas; ++k) RETURN_IF_ERROR(CheckBeta(a.emas[k].beta, k));
+  if (a.n == 0) return Status::Ok();
+
+  const size_t bytes = size_t(a.n) * sizeof(float);
+  const bool adamw = a.kind == OptimizerKind::kAdamW;
+  const bool uses_buf = adamw || a.momentum != 0.0;
+  std::vector<Extent> arrays = {{"grad", -1, a.grad, bytes}, {"master", -1, a.master, bytes}};
+  if (uses_buf) arrays.push_back({"exp_avg", -1, a.exp_avg, bytes});
+  if (adamw) arrays.push_back({"exp_avg_sq", -1, a.exp_avg_sq, bytes});
+  if (adamw && a.step < 1) return InvalidArgument("AdamW step ", a.step, " < 1");
+  for (int k = 0; k < a.num_emas; ++k) {
+    if (a.emas[k].beta != 1.0) arrays.push_back({"ema", k, a.emas[k].ema, bytes});
+  }
+  for (const Extent& e : arrays) {
+    if (e.ptr == nullptr) return InvalidArgument(ExtentName(e), " is null for n = ", a.n);
+  }
+  if (a.compute != nullptr) {
+    arrays.push_back({"compute", -1, a.compute, size_t(a.n) * DTypeSize(a.compute_dtype)});
+  }
+  return CheckNoOverlap(arrays);
+}
+
+}  // namespace
+
+Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
+  const bool adamw = args.kind == OptimizerKind::kAdamW;
+  const std::string what = std::string("FusedStepCuda(") + (adamw ? "AdamW" : "SGD") +
+                           ", n = " + std::to_string(args.n) + ", " +
+                           std::to_string(args.num_emas) + " EMA slots)";
+  Status st = CheckArgs(args);
+  if (!st.ok()) return st.WithContext(what);
+  if (args.n == 0) return Status::Ok();
+
+  std::vector<EmaSlot> due;
+  for (int k = 0; k < args.num_emas; ++k) {
+    if (args.emas[k].beta != 1.0) due.push_back(MakeEmaSlot(args.emas[k].ema, args.emas[k].beta));
+  }
+  StepParams p{};
+  p.plan.n = args.n;
+  p.grad = args.grad;
+  p.master = args.master;
+  p.exp_avg = adamw || args.momentum != 0.0 ? args.exp_avg : nullptr;
+  p.exp_avg_sq = adamw ? args.exp_avg_sq : nullptr;
+  p.compute = args.compute;
+  p.compute_dtype = args.compute_dtype;
+  if (adamw) {
+    p.adamw = MakeAdamWScalars(args);
+  } else {
+    p.sgd = MakeSgdScalars(args);
+  }
+  auto* cs = static_cast<cudaStream_t>(stream);
+  const int first = std::min<int>(int(due.size()), kCudaEmaSlotsPerLaunch);
+  st = adamw ? Launch<Op::kAdamW>(p, due.data(), first, cs)
+             : Launch<Op::kSgd>(p, due.data(), first, cs);
+  if (!st.ok()) return st.WithContext(what);
+
+  // Further slots: EMA-only passes over the fresh master.
+  StepParams ema_only{};
+  ema_only.plan.n = args.n;
+  ema_only.master = args.master;
+  for (size_t s = size_t(first); s < due.size(); s += kCudaEmaSlotsPerLaunch) {
+    const int count = std::min<int>(int(due.size() - s), kCudaEmaSlotsPerLaunch);
+    st = Launch<Op::kEmaOnly>(ema_only, due.data() + s, count, cs);
+    if (!st.ok()) return st.WithContext(what + ", " + OpName(Op::kEmaOnly) + " pass");
+  }
+  return Status::Ok();
+}
+
+Status EmaUpdateCuda(float* ema, const float* master, int64_t n, double beta, void* stream) {
+  const std::string what = "EmaUpdateCuda(n = " + std::to_string(n) + ", beta = " +
+                           std::to_string(beta) + ")";
+  if (n < 0) return InvalidArgument(what, ": n is negative");
+  Status st = CheckBeta(beta, 0);
+  if (!st.ok()) return st.WithContext(what);
+  if (n == 0 || beta == 1.0) return Status::Ok();
+  if (ema == nullptr || master == nullptr) {
+    return InvalidArgument(what, ": null ", ema == nullptr ? "ema" : "master");
+  }
+  const size_t bytes = size_t(n) * sizeof(float);
+  st = CheckNoOverlap({{"ema", -1, ema, bytes}, {"master", -1, master, bytes}});
+  if (!st.ok()) return st.WithContext(what);
+  StepParams p{};
+  p.plan.n = n;
+  p.master = const_cast<float*>(master);  // read-only in the EMA-only kernel
+  const EmaSlot slot = MakeEmaSlot(ema, beta);
+  st = Launch<Op::kEmaOnly>(p, &slot, 1, static_cast<cudaStream_t>(stream));
+  return st.ok() ? st : st.WithContext(what);
+}
+
+}  // namespace shardema

@@ -1,0 +1,326 @@
+#include "optim/fused_step.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace shardema {
+namespace {
+
+// Elements per block: the optimizer finishes a block, then the compute copy and every EMA slot
+// read the fresh master from L1 (2048 floats = 8 KiB per array).
+constexpr int64_t kBlock = 2048;
+// Thread ranges are multiples of 16 elements (whole cache lines for a 64-byte aligned shard).
+constexpr int64_t kThreadAlign = 16;
+
+#define SHARDEMA_KERNEL inline __attribute__((always_inline))
+
+// f32 scalars of one call, each rounded once from double (see the rounding contract in the
+// header).
+struct AdamWScalars {
+  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
+      bias_correction2_sqrt, eps;
+};
+
+struct SgdScalars {
+  float grad_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
+  bool has_weight_decay, has_momentum, nesterov, first_step;
+};
+
+// How one EMA slot is updated for a given beta.
+enum class EmaMode : uint8_t { kSkip, kCopy, kLerpLow, kLerpHigh };
+struct EmaScalars {
+  EmaMode mode;
+  float weight;            // w = f32(1 - beta)
+  float one_minus_weight;  // 1 - w in f32, as torch's lerp forms it
+};
+
+EmaScalars MakeEmaScalars(double beta) {
+  EmaScalars s{EmaMode::kLerpLow, 0.f, 1.f};
+  if (beta == 1.0) {
+    s.mode = EmaMode::kSkip;
+    return s;
+  }
+  if (beta == 0.0) {
+    s.mode = EmaMode::kCopy;
+    return s;
+  }
+  s.weight = static_cast<float>(1.0 - beta);
+  s.one_minus_weight = 1.f - s.weight;
+  // torch's lerp picks its formula on |w| < 0.5.
+  s.mode = std::fabs(s.weight) < 0.5f ? EmaMode::kLerpLow : EmaMode::kLerpHigh;
+  return s;
+}
+
+AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
+  const double t = static_cast<double>(a.step);
+  const double bias_correction1 = 1.0 - std::pow(a.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(a.beta2, t);
+  AdamWScalars s;
+  s.grad_scale = a.grad_scale;
+  s.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
+  s.beta1 = static_cast<float>(a.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
+  s.beta2 = static_cast<float>(a.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
+  s.neg_step_size = static_cast<float>(-(a.lr / bias_correction1));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(a.eps);
+  return s;
+}
+
+SgdScalars MakeSgdScalars(const FusedStepArgs& a) {
+  SgdScalars s;
+  s.grad_scale = a.grad_scale;
+  s.weight_decay = static_cast<float>(a.weight_decay);
+  s.momentum = static_cast<float>(a.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - a.dampening);
+  s.neg_lr = static_cast<float>(-a.lr);
+  s.has_weight_decay = a.weight_decay != 0.0;
+  s.has_momentum = a.momentum != 0.0;
+  s.nesterov = a.nesterov;
+  s.first_step = a.first_step;
+  return s;
+}
+
+// ---- Per-block kernels. Simple loops over __restrict pointers that GCC vectorizes; they are
+// always inlined into the ISA-specific drivers below, so each driver gets its own code. ----
+
+SHARDEMA_KERNEL void AdamWBlock(const AdamWScalars& s, int64_t n, const float* __restrict g,
+                                float* __restrict p, float* __restrict m, float* __restrict v) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * s.grad_scale;
+    const float pi = p[i] * s.decay;                                  // param.mul_(1 - lr*wd)
+    const float mi = std::fma(gi, s.one_minus_beta1, m[i] * s.beta1);  // mul_(b1).add_(g, 1-b1)
+    const float vi = std::fma(s.one_minus_beta2 * gi, gi, v[i] * s.beta2);  // addcmul_
+    const float denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + (s.neg_step_size * mi) / denom;  // addcdiv_(m, denom, value=-step_size)
+  }
+}
+
+template <bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
+SHARDEMA_KERNEL void SgdBlockT(const SgdScalars& s, int64_t n, const float* __restrict g,
+                               float* __restrict p, float* __restrict buf) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] * s.grad_scale;
+    if (kWeightDecay) d = std::fma(p[i], s.weight_decay, d);  // d_p.add(param, alpha=wd)
+    if (kMomentum) {
+      // buf.mul_(mom).add_(d_p, alpha=1-dampening), or clone(d_p) on the first step.
+      const float b = kFirst ? d : std::fma(d, s.one_minus_dampening, buf[i] * s.momentum);
+      buf[i] = b;
+      d = kNesterov ? std::fma(b, s.momentum, d) : b;  // d_p.add(buf, alpha=mom) : buf
+    }
+    p[i] = std::fma(d, s.neg_lr, p[i]);  // param.add_(d_p, alpha=-lr)
+  }
+}
+
+template <bool kWeightDecay>
+SHARDEMA_KERNEL void SgdBlockWd(const SgdScalars& s, int64_t n, const float* g, float* p,
+                                float* buf) {
+  if (!s.has_momentum) return SgdBlockT<kWeightDecay, false, false, false>(s, n, g, p, buf);
+  if (s.first_step) {
+    if (s.nesterov) return SgdBlockT<kWeightDecay, true, true, true>(s, n, g, p, buf);
+    return SgdBlockT<kWeightDecay, true, false, true>(s, n, g, p, buf);
+  }
+  if (s.nesterov) return SgdBlockT<kWeightDecay, true, true, false>(s, n, g, p, buf);
+  return SgdBlockT<kWeightDecay, true, false, false>(s, n, g, p, buf);
+}
+
+SHARDEMA_KERNEL void SgdBlock(const SgdScalars& s, int64_t n, const float* g, float* p,
+                              float* buf) {
+  if (s.has_weight_decay) return SgdBlockWd<true>(s, n, g, p, buf);
+  return SgdBlockWd<false>(s, n, g, p, buf);
+}
+
+SHARDEMA_KERNEL void EmaBlock(const EmaScalars& s, int64_t n, float* __restrict e,
+                              const float* __restrict p) {
+  switch (s.mode) {
+    case EmaMode::kSkip:
+      return;
+    case EmaMode::kCopy:
+      std::memcpy(e, p, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case EmaMode::kLerpLow:  // self + w * (end - self)
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) e[i] = std::fma(p[i] - e[i], s.weight, e[i]);
+      return;
+    case EmaMode::kLerpHigh:  // end - (end - self) * (1 - w)
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) e[i] = std::fma(-(p[i] - e[i]), s.one_minus_weight, p[i]);
+      return;
+  }
+}
+
+SHARDEMA_KERNEL void ComputeCopyBlock(DType t, int64_t n, const float* __restrict p,
+                                      void* __restrict out) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(out, p, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kBF16: {
+      uint16_t* __restrict o = static_cast<uint16_t*>(out);
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = F32ToBF16(p[i]);
+      return;
+    }
+    case DType::kF16: {
+      uint16_t* __restrict o = static_cast<uint16_t*>(out);
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = F32ToF16(p[i]);
+      return;
+    }
+  }
+}
+
+// Everything one call needs, with the optimizer's scalars already rounded (the EMA slots' few
+// scalars are formed per block: no allocation for any number of slots).
+struct Plan {
+  const FusedStepArgs* args;
+  AdamWScalars adamw;
+  SgdScalars sgd;
+};
+
+// Elements [begin, end) of one call, block by block.
+SHARDEMA_KERNEL void RunRange(const Plan& plan, int64_t begin, int64_t end) {
+  const FusedStepArgs& a = *plan.args;
+  const size_t csize = DTypeSize(a.compute_dtype);
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t len = std::min(kBlock, end - b);
+    if (a.kind == OptimizerKind::kAdamW) {
+      AdamWBlock(plan.adamw, len, a.grad + b, a.master + b, a.exp_avg + b, a.exp_avg_sq + b);
+    } else {
+      SgdBlock(plan.sgd, len, a.grad + b, a.master + b,
+               plan.sgd.has_momentum ? a.exp_avg + b : nullptr);
+    }
+    if (a.compute != nullptr) {
+      ComputeCopyBlock(a.compute_dtype, len, a.master + b,
+                       static_cast<char*>(a.compute) + static_cast<size_t>(b) * csize);
+    }
+    for (int k = 0; k < a.num_emas; ++k) {
+      EmaBlock(MakeEmaScalars(a.emas[k].beta), len, a.emas[k].ema + b, a.master + b);
+    }
+  }
+}
+
+// The drivers: one compiled for AVX2+FMA (hardware fma, 8-wide), one portable (fmaf from the C
+// library). Both compute the same bits.
+__attribute__((target("avx2,fma"), flatten)) void RunRangeAvx2(const Plan& plan, int64_t begin,
+                                                                int64_t end) {
+  RunRange(plan, begin, end);
+}
+__attribute__((flatten)) void RunRangePortable(const Plan& plan, int64_t begin, int64_t end) {
+  RunRange(plan, begin, end);
+}
+__attribute__((target("avx2,fma"), flatten)) void EmaAvx2(const EmaScalars& s, int64_t n,
+                                                           float* e, const float* p) {
+  EmaBlock(s, n, e, p);
+}
+__attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float* e,
+                                          const float* p) {
+  EmaBlock(s, n, e, p);
+}
+
+std::atomic<bool> g_force_portable{false};
+
+bool HasAvx2Fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has && !g_force_portable.load(std::memory_order_relaxed);
+}
+
+void RunRangeBest(const Plan& plan, int64_t begin, int64_t end) {
+  if (HasAvx2Fma()) {
+    RunRangeAvx2(plan, begin, end);
+  } else {
+    RunRangePortable(plan, begin, end);
+  }
+}
+
+int ThreadsFor(int requested, int64_t n) {
+  int threads = requested;
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t by_size = std::max<int64_t>(1, n / kFusedStepMinPerThread);
+  return static_cast<int>(std::min<int64_t>(threads, by_size));
+}
+
+}  // namespace
+
+void FusedStepCpu(const FusedStepArgs& args) {
+  const int64_t n = args.n;
+  if (n <= 0) return;
+  Plan plan;
+  plan.args = &args;
+  if (args.kind == OptimizerKind::kAdamW) {
+    plan.adamw = MakeAdamWScalars(args);
+  } else {
+    plan.sgd = MakeSgdScalars(args);
+  }
+
+  const int threads = ThreadsFor(args.num_threads, n);
+  if (threads <= 1) {
+    RunRangeBest(plan, 0, n);
+    return;
+  }
+  // Disjoint ranges of whole 16-element (64-byte) multiples; the calling thread takes the last
+  // one. A thread that cannot be started (std::system_error) has its range run inline instead.
+  int64_t chunk = (n + threads - 1) / threads;
+  chunk = (chunk + kThreadAlign - 1) / kThreadAlign * kThreadAlign;
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads - 1));
+  int64_t begin = 0;
+  for (int t = 0; t < threads - 1 && begin + chunk < n; ++t, begin += chunk) {
+    const int64_t end = begin + chunk;
+    try {
+      workers.emplace_back(RunRangeBest, std::cref(plan), begin, end);
+    } catch (const std::system_error&) {
+      RunRangeBest(plan, begin, end);
+    }
+  }
+  RunRangeBest(plan, begin, n);
+  for (std::thread& w : workers) w.join();
+}
+
+void EmaUpdateCpu(float* ema, const float* master, int64_t n, double beta) {
+  if (n <= 0) return;
+  const EmaScalars s = MakeEmaScalars(beta);
+  if (HasAvx2Fma()) {
+    EmaAvx2(s, n, ema, master);
+  } else {
+    EmaPortable(s, n, ema, master);
+  }
+}
+
+void SetFusedStepPortableForTesting(bool portable) {
+  g_force_portable.store(portable, std::memory_order_relaxed);
+}
+
+double SumSquaresCpu(const float* x, int64_t n) {
+  // Eight double accumulators in a fixed pattern: float*float is exact in double, and the
+  // summation order (hence the result) does not depend on the CPU.
+  constexpr int kLanes = 8;
+  double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = x[i + j];
+      acc[j] += v * v;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double v = x[i];
+    acc[j] += v * v;
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+}  // namespace shardema

@@ -1,0 +1,302 @@
+// Unit tests of the fused optimizer + EMA kernel: formulas against double-precision references,
+// EMA edge cases, compute copies, and invariance of the bits under fusion, threading and ISA.
+// (Bit-exact agreement with PyTorch is fused_step_golden_test.)
+#include "optim/fused_step.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "framework/dtype.h"
+
+namespace shardema {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// All state of one optimizer + EMA run.
+struct State {
+  std::vector<float> grad, master, m, v, e0, e1;
+  explicit State(int64_t n, uint32_t seed = 1)
+      : grad(Random(n, seed, -1, 1)),
+        master(Random(n, seed + 1, -2, 2)),
+        m(Random(n, seed + 2, -0.1f, 0.1f)),
+        v(Random(n, seed + 3, 0, 0.01f)),
+        e0(Random(n, seed + 4, -2, 2)),
+        e1(Random(n, seed + 5, -2, 2)) {}
+  bool operator==(const State& o) const {
+    return SameBits(grad, o.grad) && SameBits(master, o.master) && SameBits(m, o.m) &&
+           SameBits(v, o.v) && SameBits(e0, o.e0) && SameBits(e1, o.e1);
+  }
+};
+
+FusedStepArgs AdamWArgs(State& s, const EmaTarget* emas, int num_emas) {
+  FusedStepArgs a;
+  a.n = static_cast<int64_t>(s.master.size());
+  a.kind = OptimizerKind::kAdamW;
+  a.grad = s.grad.data();
+  a.master = s.master.data();
+  a.exp_avg = s.m.data();
+  a.exp_avg_sq = s.v.data();
+  a.emas = emas;
+  a.num_emas = num_emas;
+  a.lr = 3e-3;
+  a.weight_decay = 0.05;
+  a.beta1 = 0.9;
+  a.beta2 = 0.95;
+  a.eps = 1e-8;
+  a.step = 4;
+  return a;
+}
+
+TEST(FusedStepTest, AdamWMatchesDoubleReference) {
+  const int64_t n = 4099;
+  State s(n);
+  const State before = s;
+  FusedStepArgs a = AdamWArgs(s, nullptr, 0);
+  a.grad_scale = 0.75f;
+  FusedStepCpu(a);
+  const double bc1 = 1 - std::pow(a.beta1, a.step), bc2 = 1 - std::pow(a.beta2, a.step);
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = double(before.grad[i]) * 0.75;
+    const double m = a.beta1 * before.m[i] + (1 - a.beta1) * g;
+    const double v = a.beta2 * before.v[i] + (1 - a.beta2) * g * g;
+    const double update = a.lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + a.eps);
+    const double p = before.master[i] * (1 - a.lr * a.weight_decay) - update;
+    ASSERT_NEAR(s.m[i], m, 4e-7 * (std::fabs(m) + std::fabs(g))) << i;
+    ASSERT_NEAR(s.v[i], v, 4e-7 * v) << i;
+    ASSERT_NEAR(s.master[i], p, 4e-7 * std::fabs(before.master[i]) + 2e-6 * std::fabs(update))
+        << i;
+  }
+}
+
+TEST(FusedStepTest, AdamWFirstStepMovesByLr) {
+  // Step 1 from zero moments: m_hat = g, v_hat = g^2, so p -= lr * g / (|g| + eps) ~ lr*sign(g).
+  const int64_t n = 100;
+  State s(n);
+  std::fill(s.m.begin(), s.m.end(), 0.f);
+  std::fill(s.v.begin(), s.v.end(), 0.f);
+  const std::vector<float> p0 = s.master;
+  FusedStepArgs a = AdamWArgs(s, nullptr, 0);
+  a.weight_decay = 0;
+  a.step = 1;
+  FusedStepCpu(a);
+  for (int64_t i = 0; i < n; ++i) {
+    const double moved = double(p0[i]) - s.master[i];
+    EXPECT_NEAR(moved, a.lr * (s.grad[i] > 0 ? 1 : -1), 2e-3 * a.lr + 4e-7 * std::fabs(p0[i]))
+        << i;
+  }
+}
+
+struct SgdCase {
+  double momentum, dampening, weight_decay;
+  bool nesterov, first;
+};
+
+TEST(FusedStepTest, SgdMatchesDoubleReference) {
+  const SgdCase cases[] = {{0, 0, 0, false, false},   {0, 0, 0.1, false, false},
+                           {0.9, 0, 0, false, true},  {0.9, 0, 0, false, false},
+                           {0.9, 0.3, 0.01, false, false}, {0.8, 0, 0.01, true, false},
+                           {0.8, 0, 0.01, true, true}};
+  for (const SgdCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "momentum " << c.momentum << " dampening " << c.dampening
+                                    << " wd " << c.weight_decay << " nesterov " << c.nesterov
+                                    << " first " << c.first);
+    const int64_t n = 2053;
+    State s(n, 7);
+    const State before = s;
+    FusedStepArgs a;
+    a.n = n;
+    a.kind = OptimizerKind::kSgd;
+    a.grad = s.grad.data();
+    a.master = s.master.data();
+    a.exp_avg = c.momentum != 0 ? s.m.data() : nullptr;
+    a.lr = 0.05;
+    a.weight_decay = c.weight_decay;
+    a.momentum = c.momentum;
+    a.dampening = c.dampening;
+    a.nesterov = c.nesterov;
+    a.first_step = c.first;
+    FusedStepCpu(a);
+    for (int64_t i = 0; i < n; ++i) {
+      double d = double(before.grad[i]) + c.weight_decay * before.master[i];
+      if (c.momentum != 0) {
+        const double buf =
+            c.first ? d : c.momentum * before.m[i] + (1 - c.dampening) * d;
+        ASSERT_NEAR(s.m[i], buf, 1e-6 * (std::fabs(buf) + 1)) << i;
+        d = c.nesterov ? d + c.momentum * buf : buf;
+      } else {
+        ASSERT_EQ(s.m[i], before.m[i]) << "momentum buffer written without momentum";
+      }
+      ASSERT_NEAR(s.master[i], before.master[i] - a.lr * d, 4e-7 * (std::fabs(before.master[i]) + 1))
+          << i;
+    }
+  }
+}
+
+TEST(FusedStepTest, EmaMatchesFormula) {
+  const int64_t n = 3001;
+  for (double beta : {0.1, 0.3, 0.5, 0.7, 0.9, 0.999, 0.99999}) {
+    std::vector<float> e = Random(n, 11, -1, 1);
+    const std::vector<float> p = Random(n, 12, -1, 1), e0 = e;
+    EmaUpdateCpu(e.data(), p.data(), n, beta);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = beta * e0[i] + (1 - beta) * p[i];
+      ASSERT_NEAR(e[i], want, 1.2e-7 * (std::fabs(e0[i]) + std::fabs(p[i]))) << beta << " " << i;
+    }
+  }
+}
+
+TEST(FusedStepTest, EmaBetaZeroCopiesAndBetaOneLeavesUntouched) {
+  const int64_t n = 2500;
+  State s(n);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; i += 3) s.e0[i] = (i % 2) ? nan : inf;  // garbage in the copy slot
+  s.master[5] = inf;                                                  // would poison a lerp
+  const std::vector<float> e1_before = s.e1;
+  const EmaTarget targets[2] = {{s.e0.data(), 0.0}, {s.e1.data(), 1.0}};
+  FusedStepCpu(AdamWArgs(s, targets, 2));
+  EXPECT_TRUE(SameBits(s.e0, s.master)) << "beta 0 must copy the new master exactly";
+  EXPECT_TRUE(SameBits(s.e1, e1_before)) << "beta 1 must leave the slot untouched";
+
+  std::vector<float> e(n, nan);
+  EmaUpdateCpu(e.data(), s.master.data(), n, 0.0);
+  EXPECT_TRUE(SameBits(e, s.master));
+  std::vector<float> keep = Random(n, 3, -1, 1);
+  const std::vector<float> keep0 = keep;
+  EmaUpdateCpu(keep.data(), s.master.data(), n, 1.0);
+  EXPECT_TRUE(SameBits(keep, keep0));
+}
+
+TEST(FusedStepTest, FusedEqualsOptimizerThenEmaPasses) {
+  const int64_t n = 3 * 2048 + 5;
+  State fused(n), separate(n);
+  const EmaTarget targets[2] = {{fused.e0.data(), 0.999}, {fused.e1.data(), 0.3}};
+  FusedStepCpu(AdamWArgs(fused, targets, 2));
+  FusedStepCpu(AdamWArgs(separate, nullptr, 0));
+  EmaUpdateCpu(separate.e0.data(), separate.master.data(), n, 0.999);
+  EmaUpdateCpu(separate.e1.data(), separate.master.data(), n, 0.3);
+  EXPECT_TRUE(fused == separate);
+}
+
+TEST(FusedStepTest, ComputeCopyInEveryDtype) {
+  const int64_t n = 2048 + 77;
+  State ref(n);
+  FusedStepCpu(AdamWArgs(ref, nullptr, 0));
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    State s(n);
+    std::vector<uint8_t> out(static_cast<size_t>(n) * DTypeSize(t), 0xAB);
+    FusedStepArgs a = AdamWArgs(s, nullptr, 0);
+    a.compute = out.data();
+    a.compute_dtype = t;
+    FusedStepCpu(a);
+    ASSERT_TRUE(SameBits(s.master, ref.master)) << "the copy changed the master";
+    for (int64_t i = 0; i < n; ++i) {
+      const float p = ref.master[i];
+      if (t == DType::kF32) {
+        float got;
+        std::memcpy(&got, out.data() + 4 * i, 4);
+        ASSERT_EQ(F32Bits(got), F32Bits(p)) << i;
+      } else {
+        uint16_t got;
+        std::memcpy(&got, out.data() + 2 * i, 2);
+        const uint16_t want = t == DType::kBF16 ? F32ToBF16(p) : F32ToF16(p);
+        ASSERT_EQ(got, want) << i;
+        // And the rounding is to nearest: within half a 16-bit ulp of the master.
+        const float back = t == DType::kBF16 ? BF16ToF32(got) : F16ToF32(got);
+        ASSERT_LE(std::fabs(back - p), std::fabs(p) * (t == DType::kBF16 ? 0x1p-8 : 0x1p-11))
+            << i;
+      }
+    }
+  }
+}
+
+TEST(FusedStepTest, ThreadsGiveTheSameBits) {
+  const int64_t n = 2 * kFusedStepMinPerThread + 12345;
+  State one(n, 21), two(n, 21), automatic(n, 21);
+  for (auto [state, threads] : {std::pair<State*, int>{&one, 1}, {&two, 2}, {&automatic, 0}}) {
+    const EmaTarget targets[2] = {{state->e0.data(), 0.99}, {state->e1.data(), 0.0}};
+    FusedStepArgs a = AdamWArgs(*state, targets, 2);
+    a.num_threads = threads;
+    FusedStepCpu(a);
+  }
+  EXPECT_TRUE(one == two);
+  EXPECT_TRUE(one == automatic);
+}
+
+TEST(FusedStepTest, PortablePathGivesTheSameBits) {
+  const int64_t n = 5000;
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
+    State fast(n, 31), portable(n, 31);
+    for (State* s : {&fast, &portable}) {
+      SetFusedStepPortableForTesting(s == &portable);
+      const EmaTarget targets[2] = {{s->e0.data(), 0.9}, {s->e1.data(), 0.2}};  // both lerps
+      FusedStepArgs a = AdamWArgs(*s, targets, 2);
+      a.kind = kind;
+      a.momentum = 0.9;
+      a.nesterov = true;
+      FusedStepCpu(a);
+    }
+    SetFusedStepPortableForTesting(false);
+    EXPECT_TRUE(fast == portable) << "kind " << int(kind);
+  }
+}
+
+TEST(FusedStepTest, GradScaleScalesTheGradient) {
+  const int64_t n = 999;
+  State scaled(n), prescaled(n);
+  for (float& g : prescaled.grad) g *= 0.25f;  // exact: power of two
+  FusedStepArgs a = AdamWArgs(scaled, nullptr, 0);
+  a.grad_scale = 0.25f;
+  FusedStepCpu(a);
+  FusedStepCpu(AdamWArgs(prescaled, nullptr, 0));
+  EXPECT_TRUE(SameBits(scaled.master, prescaled.master));
+  EXPECT_TRUE(SameBits(scaled.v, prescaled.v));
+}
+
+TEST(FusedStepTest, EmptyRangeTouchesNothing) {
+  FusedStepArgs a;  // all pointers null
+  a.n = 0;
+  FusedStepCpu(a);
+  EmaUpdateCpu(nullptr, nullptr, 0, 0.5);
+  EXPECT_EQ(SumSquaresCpu(nullptr, 0), 0.0);
+}
+
+TEST(FusedStepTest, SumSquaresInDouble) {
+  for (int64_t n : {1, 7, 8, 9, 1000, 100003}) {
+    const std::vector<float> x = Random(n, 5, -3, 3);
+    long double want = 0;
+    for (float v : x) want += static_cast<long double>(v) * v;
+    EXPECT_NEAR(SumSquaresCpu(x.data(), n), static_cast<double>(want), 1e-14 * double(want))
+        << n;
+  }
+  // Far beyond f32 range when squared and summed: still exact enough in double.
+  std::vector<float> big(16, 3e30f);
+  const double sq = double(big[0]) * big[0];
+  EXPECT_NEAR(SumSquaresCpu(big.data(), 16), 16 * sq, 1e-15 * 16 * sq);
+  std::vector<float> x = Random(33, 9, -1, 1);
+  x[20] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isinf(SumSquaresCpu(x.data(), 33)));
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(SumSquaresCpu(x.data(), 33)));
+}
+
+}  // namespace
+}  // namespace shardema

@@ -1,0 +1,331 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "ema/schedule.h"
+#include "framework/logging.h"
+#include "optim/clip.h"
+
+namespace shardema {
+
+namespace {
+
+constexpr char kExpAvg[] = "exp_avg";
+constexpr char kExpAvgSq[] = "exp_avg_sq";
+constexpr char kMomentumBuffer[] = "momentum_buffer";
+
+bool Finite(double x) { return std::isfinite(x); }
+
+}  // namespace
+
+const char* OptimizerKindName(OptimizerKind k) {
+  return k == OptimizerKind::kAdamW ? "adamw" : "sgd";
+}
+
+nlohmann::json OptimizerHyper::ToJson() const {
+  return {{"lr_scale", lr_scale},
+          {"weight_decay", weight_decay},
+          {"beta1", beta1},
+          {"beta2", beta2},
+          {"eps", eps},
+          {"momentum", momentum},
+          {"dampening", dampening},
+          {"nesterov", nesterov}};
+}
+
+OptimizerHyper ParamGroupRule::Apply(OptimizerHyper h) const {
+  if (lr_scale) h.lr_scale = *lr_scale;
+  if (weight_decay) h.weight_decay = *weight_decay;
+  if (beta1) h.beta1 = *beta1;
+  if (beta2) h.beta2 = *beta2;
+  if (eps) h.eps = *eps;
+  if (momentum) h.momentum = *momentum;
+  if (dampening) h.dampening = *dampening;
+  if (nesterov) h.nesterov = *nesterov;
+  return h;
+}
+
+nlohmann::json ParamGroupRule::ToJson() const {
+  nlohmann::json j = {{"pattern", pattern}};
+  auto put = [&j](const char* k, const std::optional<double>& v) {
+    if (v) j[k] = *v;
+  };
+  put("lr_scale", lr_scale);
+  put("weight_decay", weight_decay);
+  put("beta1", beta1);
+  put("beta2", beta2);
+  put("eps", eps);
+  put("momentum", momentum);
+  put("dampening", dampening);
+  if (nesterov) j["nesterov"] = *nesterov;
+  return j;
+}
+
+namespace {
+
+Status ValidateHyper(const OptimizerHyper& h, OptimizerKind kind, const std::string& where) {
+  auto bad = [&where](const char* field, double v, const char* rule) {
+    return InvalidArgument("optimizer ", where, ": ", field, " = ", v, " ", rule);
+  };
+  if (!Finite(h.lr_scale) || h.lr_scale < 0) return bad("lr_scale", h.lr_scale, "must be >= 0");
+  if (!Finite(h.weight_decay) || h.weight_decay < 0) {
+    return bad("weight_decay", h.weight_decay, "must be >= 0");
+  }
+  if (kind == OptimizerKind::kAdamW) {
+    if (!(h.beta1 >= 0 && h.beta1 < 1)) return bad("beta1", h.beta1, "must be in [0, 1)");
+    if (!(h.beta2 >= 0 && h.beta2 < 1)) return bad("beta2", h.beta2, "must be in [0, 1)");
+    if (!(h.eps > 0) || !Finite(h.eps)) return bad("eps", h.eps, "must be > 0");
+  } else {
+    if (!Finite(h.momentum) || h.momentum < 0) return bad("momentum", h.momentum, "must be >= 0");
+    if (!(h.dampening >= 0 && h.dampening <= 1)) {
+      return bad("dampening", h.dampening, "must be in [0, 1]");
+    }
+    if (h.nesterov && (h.momentum <= 0 || h.dampening != 0)) {
+      return InvalidArgument("optimizer ", where,
+                             ": nesterov requires momentum > 0 and zero dampening (momentum ",
+                             h.momentum, ", dampening ", h.dampening, ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status OptimizerOptions::Validate() const {
+  RETURN_IF_ERROR(lr.Validate());
+  RETURN_IF_ERROR(ValidateHyper(defaults, kind, "defaults"));
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].pattern.empty()) return InvalidArgument("optimizer group ", i, ": empty pattern");
+    RETURN_IF_ERROR(
+        ValidateHyper(groups[i].Apply(defaults), kind, "group '" + groups[i].pattern + "'"));
+  }
+  if (!Finite(max_grad_norm) || max_grad_norm < 0) {
+    return InvalidArgument("optimizer: max_grad_norm = ", max_grad_norm, " must be >= 0");
+  }
+  if (num_threads < 0) return InvalidArgument("optimizer: num_threads = ", num_threads, " < 0");
+  return Status::Ok();
+}
+
+nlohmann::json OptimizerOptions::ToJson() const {
+  nlohmann::json g = nlohmann::json::array();
+  for (const ParamGroupRule& r : groups) g.push_back(r.ToJson());
+  return {{"kind", OptimizerKindName(kind)}, {"lr", lr.ToJson()},
+          {"defaults", defaults.ToJson()},   {"groups", g},
+          {"max_grad_norm", max_grad_norm},  {"skip_nonfinite", skip_nonfinite}};
+}
+
+Optimizer::Optimizer(ShardedParameterStore* store, EmaSlots* emas, OptimizerOptions options)
+    : store_(store), emas_(emas), options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* store, EmaSlots* emas,
+                                                       OptimizerOptions options) {
+  if (store == nullptr) return InvalidArgument("Optimizer: store is null");
+  if (emas != nullptr && emas->store() != store) {
+    return InvalidArgument("Optimizer: the EMA slots belong to another store");
+  }
+  RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<Optimizer> o(new Optimizer(store, emas, std::move(options)));
+  const OptimizerOptions& opts = o->options_;
+  o->group_hyper_.push_back(opts.defaults);
+  for (const ParamGroupRule& r : opts.groups) o->group_hyper_.push_back(r.Apply(opts.defaults));
+
+  SlotRegistry& reg = store->registry();
+  const nlohmann::json hyper = {{"optimizer", OptimizerKindName(opts.kind)}};
+  if (opts.kind == OptimizerKind::kAdamW) {
+    RETURN_IF_ERROR(reg.AddSlot(kExpAvg, SlotKind::kMoment, true, hyper).status());
+    RETURN_IF_ERROR(reg.AddSlot(kExpAvgSq, SlotKind::kMoment, true, hyper).status());
+  } else {
+    bool momentum = false;
+    for (const OptimizerHyper& h : o->group_hyper_) momentum = momentum || h.momentum != 0;
+    if (momentum)
+      RETURN_IF_ERROR(reg.AddSlot(kMomentumBuffer, SlotKind::kMoment, true, hyper).status());
+  }
+
+  // Ranges: this rank's parameter pieces, merged while contiguous and in the same group.
+  const StoreLayout& layout = store->layout();
+  for (const LocalParamPiece& pc : layout.LocalPieces(store->rank())) {
+    const int g = o->GroupOf(layout.units()[pc.unit].params[pc.param].name);
+    if (!o->ranges_.empty()) {
+      Range& last = o->ranges_.back();
+      if (last.group == g && last.local_begin + last.n == pc.local_begin) {
+        last.n += pc.numel;
+        continue;
+      }
+    }
+    o->ranges_.push_back(Range{pc.local_begin, pc.numel, g});
+  }
+  return o;
+}
+
+int Optimizer::GroupOf(const std::string& param_name) const {
+  for (size_t i = 0; i < options_.groups.size(); ++i) {
+    if (GlobMatch(options_.groups[i].pattern, param_name)) return int(i);
+  }
+  return -1;
+}
+
+Status Optimizer::CheckReady() const {
+  if (emas_ != nullptr && emas_->swapped()) {
+    return FailedPrecondition("optimizer step with EMA slot '", emas_->swapped_slot(),
+                              "' swapped in: swap it back first");
+  }
+  RETURN_IF_ERROR(store_->CheckGradsReady());
+  for (size_t u = 0; u < store_->num_units(); ++u) {
+    if (store_->gather_refs(u) > 0) {
+      return FailedPrecondition("optimizer step while unit '", store_->layout().units()[u].name,
+                                "' is gathered: release it first");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepResult> Optimizer::Step() {
+  RETURN_IF_ERROR(CheckReady());
+  StepResult res;
+  ASSIGN_OR_RETURN(res.grad_norm, GlobalGradNorm(store_->comm(), store_->grad_shard(),
+                                                 store_->layout().local_numel()));
+  if (options_.skip_nonfinite && !Finite(res.grad_norm)) {
+    ++skipped_steps_;
+    res.skipped = true;
+    res.step = step_;
+    SHARDEMA_LOG(kWarning) << "skipping optimizer step " << step_ + 1 << ": gradient norm is "
+                           << res.grad_norm << " (skipped " << skipped_steps_ << " so far)";
+    return res;
+  }
+  res.clip_coef = ClipCoefficient(res.grad_norm, options_.max_grad_norm);
+  const int64_t next = step_ + 1;
+  res.lr = LrAt(options_.lr, next);
+
+  RETURN_IF_ERROR(store_->BeginShardUpdate());  // drops cached unit buffers (stale after this)
+  std::vector<EmaStepPlan> plan;
+  if (emas_ != nullptr) {
+    RETURN_IF_ERROR(emas_->StartPending(step_));
+    plan = emas_->Plan(next);
+  }
+  std::vector<float*> ema_base;
+  for (const EmaStepPlan& p : plan) ema_base.push_back(emas_->shard(p.slot));
+  std::vector<EmaTarget> targets(plan.size());
+
+  SlotRegistry& reg = store_->registry();
+  float* master = store_->master();
+  const float* grad = store_->grad_shard();
+  float* m = nullptr;
+  float* v = nullptr;
+  if (options_.kind == OptimizerKind::kAdamW) {
+    ASSIGN_OR_RETURN(m, reg.Data(kExpAvg));
+    ASSIGN_OR_RETURN(v, reg.Data(kExpAvgSq));
+  } else if (reg.HasSlot(kMomentumBuffer)) {
+    ASSIGN_OR_RETURN(m, reg.Data(kMomentumBuffer));
+  }
+  char* compute =
+      store_->compute_aliases_master() ? nullptr : static_cast<char*>(store_->compute_shard());
+  const size_t csize = DTypeSize(store_->options().compute_dtype);
+
+  for (const Range& r : ranges_) {
+    const OptimizerHyper& h = group_hyper(r.group);
+    for (size_t i = 0; i < plan.size(); ++i) {
+      targets[i] = EmaTarget{ema_base[i] + r.local_begin, plan[i].beta};
+    }
+    FusedStepArgs a;
+    a.n = r.n;
+    a.kind = options_.kind;
+    a.grad = grad + r.local_begin;
+    a.grad_scale = float(res.clip_coef);
+    a.master = master + r.local_begin;
+    a.exp_avg = m != nullptr && (options_.kind == OptimizerKind::kAdamW || h.momentum != 0)
+                    ? m + r.local_begin
+                    : nullptr;
+    a.exp_avg_sq = v != nullptr ? v + r.local_begin : nullptr;
+    a.compute = compute != nullptr ? compute + size_t(r.local_begin) * csize : nullptr;
+    a.compute_dtype = store_->options().compute_dtype;
+    a.emas = targets.data();
+    a.num_emas = int(targets.size());
+    a.lr = res.lr * h.lr_scale;
+    a.weight_decay = h.weight_decay;
+    a.beta1 = h.beta1;
+    a.beta2 = h.beta2;
+    a.eps = h.eps;
+    a.step = next;
+    a.momentum = h.momentum;
+    a.dampening = h.dampening;
+    a.nesterov = h.nesterov;
+    a.first_step = step_ == 0;
+    a.num_threads = options_.num_threads;
+    FusedStepCpu(a);
+  }
+  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->Commit(plan, next));
+  step_ = next;
+  res.step = step_;
+  res.num_ema_updates = int(plan.size());
+  return res;
+}
+
+nlohmann::json Optimizer::StateJson() const {
+  return {{"optimizer", OptimizerKindName(options_.kind)},
+          {"step", step_},
+          {"skipped_steps", skipped_steps_},
+          {"options", options_.ToJson()},
+          {"ema",
+           emas_ != nullptr ? emas_->ToJson() : nlohmann::json{{"slots", nlohmann::json::array()}}},
+          {"slots", store_->registry().ToJson()}};
+}
+
+Status Optimizer::LoadStateJson(const nlohmann::json& meta, bool allow_ema_config_change) {
+  int64_t step = 0, skipped = 0;
+  std::string kind;
+  nlohmann::json options, ema;
+  try {
+    kind = meta.at("optimizer").get<std::string>();
+    step = meta.at("step").get<int64_t>();
+    skipped = meta.at("skipped_steps").get<int64_t>();
+    options = meta.at("options");
+    ema = meta.at("ema");
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("optimizer state JSON is malformed: ", e.what());
+  }
+  if (kind != OptimizerKindName(options_.kind)) {
+    return FailedPrecondition("checkpoint optimizer is '", kind, "' but this run uses '",
+                              OptimizerKindName(options_.kind), "'");
+  }
+  if (step < 0 || skipped < 0) {
+    return DataLoss("optimizer state JSON: negative step ", step, " or skipped_steps ", skipped);
+  }
+  if (emas_ != nullptr) {
+    RETURN_IF_ERROR(emas_->LoadJson(ema, allow_ema_config_change));
+  } else if (!allow_ema_config_change && ema.contains("slots") && !ema["slots"].empty()) {
+    return FailedPrecondition("the checkpoint has ", ema["slots"].size(),
+                              " EMA slots but this run has none (set allow_ema_config_change to "
+                              "drop them)");
+  }
+  if (options != options_.ToJson()) {
+    SHARDEMA_LOG(kWarning) << "optimizer options differ from the checkpoint's; keeping this run's."
+                           << " checkpoint: " << options.dump()
+                           << " run: " << options_.ToJson().dump();
+  }
+  step_ = step;
+  skipped_steps_ = skipped;
+  return Status::Ok();
+}
+
+StatusOr<CheckpointState> Optimizer::CheckpointView() const {
+  if (emas_ != nullptr && emas_->swapped()) {
+    return FailedPrecondition("checkpoint while EMA slot '", emas_->swapped_slot(),
+                              "' is swapped in: swap it back first");
+  }
+  CheckpointState s;
+  s.step = step_;
+  s.rank = store_->rank();
+  s.layout = store_->layout();
+  s.slots = store_->registry().CheckpointSlots();
+  s.buffers = store_->registry().CheckpointBuffers();
+  s.meta = StateJson();
+  return s;
+}
+
+Status Optimizer::FinishRestore(const nlohmann::json& meta, bool allow_ema_config_change) {
+  RETURN_IF_ERROR(LoadStateJson(meta, allow_ema_config_change));
+  return store_->RefreshComputeCopy();
+}
+
+}  // namespace shardema

@@ -1,0 +1,139 @@
+// SlotRegistry: every piece of per-rank training state, by name.
+//
+// Two families:
+//   * Sharded slots: f32 arrays of layout.local_numel() elements laid out like the fp32 master
+//     (fsdp/layout.h: this rank's slices of every unit, concatenated, padding included). Each has
+//     a name, a kind (master, moment, ema, grad), whether checkpoints save it, and JSON
+//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson().
+//     Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq", "momentum_buffer",
+//     "grad" (not persistent), and each EMA slot by its config name.
+//   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
+//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b").
+//
+// The registry owns the memory (framework/device.h Buffer, host, 64-byte aligned, zero-filled at
+// creation). The checkpoint writer walks CheckpointSlots() / CheckpointBuffers()
+// (checkpoint/state.h views into this memory) and the reader fills the same views in place;
+// nothing is special-cased per slot.
+//
+// Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
+// is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
+// then point at the other entry's values: fetch pointers again after a swap (Data() is a map
+// lookup, cheap).
+//
+// Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
+// is destroyed (entries are never removed).
+#ifndef SHARDEMA_OPTIM_SLOT_REGISTRY_H_
+#define SHARDEMA_OPTIM_SLOT_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/state.h"
+#include "framework/device.h"
+#include "framework/status.h"
+#include "framework/tensor.h"
+
+namespace shardema {
+
+enum class SlotKind : uint8_t { kMaster = 0, kMoment = 1, kEma = 2, kGrad = 3 };
+// "master", "moment", "ema", "grad".
+const char* SlotKindName(SlotKind kind);
+
+// One line of a memory report: bytes this rank holds for one entry.
+struct SlotMemory {
+  std::string name;
+  // "master", "moment", "ema", "grad" (sharded slots), "buffer" (replicated), and, from the
+  // store: "compute" (compute-dtype shard), "unit_params" / "unit_grads" (live unit buffers).
+  std::string kind;
+  int64_t bytes = 0;
+  bool persistent = false;  // saved in checkpoints
+};
+
+struct SlotInfo {
+  std::string name;
+  SlotKind kind = SlotKind::kMaster;
+  bool persistent = true;
+  nlohmann::json hyper = nlohmann::json::object();
+};
+
+class SlotRegistry {
+ public:
+  // `local_numel`: elements of every sharded slot (StoreLayout::local_numel()).
+  explicit SlotRegistry(int64_t local_numel) : local_numel_(local_numel) {}
+  SlotRegistry(SlotRegistry&&) = default;
+  SlotRegistry& operator=(SlotRegistry&&) = default;
+
+  int64_t local_numel() const { return local_numel_; }
+
+  // Adds a zero-filled sharded slot and returns its memory.
+  // Errors: kInvalidArgument for an empty name or one containing '/' (reserved for buffer
+  // copies); kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation).
+  StatusOr<float*> AddSlot(const std::string& name, SlotKind kind, bool persistent,
+                           nlohmann::json hyper = nlohmann::json::object());
+  bool HasSlot(const std::string& name) const { return slot_index_.count(name) != 0; }
+  // The slot's memory (local_numel() floats). Errors: kNotFound naming the slot and listing the
+  // registered ones.
+  StatusOr<float*> Data(const std::string& name) const;
+  // Registered slots in registration order.
+  std::vector<SlotInfo> Slots() const;
+  StatusOr<SlotInfo> Info(const std::string& name) const;
+  // Replaces the recorded hyperparameters (e.g. after a config change accepted on resume).
+  Status SetHyper(const std::string& name, nlohmann::json hyper);
+  // Exchanges the memory of two slots (O(1)). Errors: kNotFound.
+  Status SwapSlots(const std::string& a, const std::string& b);
+
+  // Adds a zero-filled replicated buffer. Errors: kInvalidArgument for an empty name or a
+  // negative dim; kAlreadyExists; kResourceExhausted.
+  StatusOr<float*> AddBuffer(const std::string& name, const Shape& shape);
+  bool HasBuffer(const std::string& name) const { return buffer_index_.count(name) != 0; }
+  // An f32 host view of the buffer. Errors: kNotFound.
+  StatusOr<TensorView> BufferTensor(const std::string& name) const;
+  // Buffer names in registration order.
+  std::vector<std::string> BufferNames() const;
+  // Exchanges the memory of two buffers of the same shape. Errors: kNotFound; kInvalidArgument
+  // when the shapes differ.
+  Status SwapBuffers(const std::string& a, const std::string& b);
+
+  // Views of every persistent sharded slot, in registration order, for the checkpoint writer and
+  // reader (checkpoint/state.h). The views point into this registry.
+  std::vector<SlotView> CheckpointSlots() const;
+  // Views of every replicated buffer.
+  std::vector<BufferView> CheckpointBuffers() const;
+  // The view of one persistent slot, for a reader that loads slots one by one. Errors:
+  // kNotFound; kFailedPrecondition for a non-persistent slot (e.g. "grad").
+  StatusOr<SlotView> CheckpointSlot(const std::string& name) const;
+
+  // Bytes this rank holds per entry (sharded slots then buffers).
+  std::vector<SlotMemory> MemoryReport() const;
+  // Bytes of the optimizer and EMA state: sharded slots of kind master, moment and ema.
+  int64_t StateBytes() const;
+
+  // {"slots": [{"name", "kind", "persistent", "hyper"}], "buffers": [{"name", "shape"}]}.
+  nlohmann::json ToJson() const;
+
+ private:
+  struct SlotEntry {
+    SlotInfo info;
+    Buffer mem;
+  };
+  struct BufferEntry {
+    std::string name;
+    Shape shape;
+    Buffer mem;
+  };
+  StatusOr<size_t> SlotIndex(const std::string& name) const;
+  StatusOr<size_t> BufferIndex(const std::string& name) const;
+
+  int64_t local_numel_ = 0;
+  std::vector<SlotEntry> slots_;
+  std::map<std::string, size_t> slot_index_;
+  std::vector<BufferEntry> buffers_;
+  std::map<std::string, size_t> buffer_index_;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_OPTIM_SLOT_REGISTRY_H_

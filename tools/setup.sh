@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian packages shardema needs, only those that are missing. Idempotent.
+# Optional Python packages (the real safetensors reader, numpy) are installed with pip when
+# possible; their absence only makes the tests that use them skip.
+#   tools/setup.sh          install what is missing
+#   tools/setup.sh --check  only report what is missing (exit 1 if something is)
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap      # Bazel 4.2.3, the build
+  g++                  # C++17 compiler
+  openmpi-bin          # mpirun
+  libopenmpi-dev       # MPI headers and libraries
+  libeigen3-dev        # Eigen (trainer GEMMs on CPU)
+  libgtest-dev         # GoogleTest
+  libgmock-dev         # GoogleMock
+  libbenchmark-dev     # Google Benchmark
+  nlohmann-json3-dev   # JSON (manifests, safetensors headers)
+  libcli11-dev         # command-line parsing
+  libxxhash-dev        # checksums
+  gnuplot-nox          # loss curves in tools/demo.sh
+)
+
+check_only=0
+[ "${1:-}" = "--check" ] && check_only=1
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+elif [ $check_only = 1 ]; then
+  echo "setup: missing Debian packages: ${missing[*]}"
+  exit 1
+else
+  echo "setup: installing missing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  if ! $SUDO apt-get update -qq; then
+    echo "setup: 'apt-get update' failed: is Debian's package mirror reachable?" >&2
+    exit 1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/shardema-apt.log 2>&1; then
+    echo "setup: 'apt-get install ${missing[*]}' failed; last lines of /tmp/shardema-apt.log:" >&2
+    tail -20 /tmp/shardema-apt.log >&2
+    exit 1
+  fi
+  echo "setup: installed ${missing[*]}"
+fi
+
+if command -v nvcc >/dev/null 2>&1; then
+  echo "setup: CUDA toolkit found: $(command -v nvcc) (the CUDA path will be compiled)"
+else
+  echo "setup: no nvcc on PATH: CPU-only build (set PATH or CUDA_PATH to build the CUDA path)"
+fi
+
+# Optional: the reference safetensors reader for export checks.
+PY="${SHARDEMA_PYTHON:-python3}"
+if command -v "$PY" >/dev/null 2>&1; then
+  if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
+    [ $check_only = 1 ] && { echo "setup: optional python packages safetensors/numpy missing"; exit 0; }
+    echo "setup: installing python packages safetensors numpy (optional)"
+    "$PY" -m pip install -q safetensors numpy >/tmp/shardema-pip.log 2>&1 ||
+      echo "setup: pip install safetensors numpy failed (see /tmp/shardema-pip.log); export checks with the reference reader will skip"
+  fi
+fi
+exit 0
