@@ -155,7 +155,7 @@ struct StepBody {
     if constexpr (kOp == Op::kSgd) {
       if (a.sgd.has_momentum && !a.sgd.first_step) m = LoadF32<W>(a.exp_avg, i);
     }
-    Lanes<W> e[kSlots > 0 ? kSlots : 1];
+    Lanes<W> e[kSlots > 0 ? kSlots : 1] = {};
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
       if (s < a.num_emas && a.emas[s].mode != kEmaCopy) e[s] = LoadF32<W>(a.emas[s].ema, i);
@@ -212,7 +212,8 @@ const char* OpName(Op op) {
 
 template <Op kOp, int kSlots>
 Status LaunchWithSlots(const StepParams& params, cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const unsigned blocks, cuda_internal::GridFor(cuda_internal::PlanWork(params.plan)));
+  ASSIGN_OR_RETURN(const unsigned blocks, (cuda_internal::GridFor<StepKernel<kOp, kSlots>>(
+                                              cuda_internal::PlanWork(params.plan))));
   StepKernel<kOp, kSlots><<<blocks, cuda_internal::kThreads, 0, stream>>>(params);
   return CudaLastErrorStatus("launching the fused step kernel");
 }
@@ -252,7 +253,8 @@ struct Extent {
 };
 
 std::string ExtentName(const Extent& e) {
-  return e.index < 0 ? std::string(e.name) : std::string(e.name) + "[" + std::to_string(e.index) + "]";
+  if (e.index < 0) return e.name;
+  return std::string(e.name) + "[" + std::to_string(e.index) + "]";
 }
 
 Status CheckNoOverlap(const std::vector<Extent>& arrays) {

@@ -5,8 +5,9 @@
 // device arrays: AdamW or SGD (PyTorch semantics), the optional compute copy (f32, bf16, f16) and
 // every due EMA slot, reading the new master from registers. It is ONE kernel launch for up to
 // kCudaEmaSlotsPerLaunch slots whose beta is not 1 (slots with beta 1 are dropped on the host:
-// their memory is not touched); each further group of up to kCudaEmaSlotsPerLaunch slots costs
-// one more EMA-only launch that re-reads the fresh master, so any number of slots is supported.
+// their memory is not touched and their pointer may be null); each further group of up to
+// kCudaEmaSlotsPerLaunch slots costs one more EMA-only launch that re-reads the fresh master, so
+// any number of slots is supported.
 //
 // Results are bit-identical to FusedStepCpu for the same arguments: the per-call scalars are
 // rounded on the host exactly as the CPU kernel rounds them, and the per-element arithmetic uses

@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 
@@ -31,13 +32,12 @@ namespace cuda_internal {
 
 constexpr int kThreads = 256;      // threads per block
 constexpr int kVecElems = 4;       // elements per vector group
-constexpr int kBlocksPerSm = 8;    // grid cap: 8 * 256 = 2048 threads, the SM's limit on sm_90
 
 struct VectorPlan {
   int64_t n = 0;
   int64_t head = 0;  // scalar elements before the vector body
   int64_t nvec = 0;  // vector groups of kVecElems elements
-  int64_t scalar_count() const { return n - nvec * kVecElems; }
+  __host__ __device__ int64_t scalar_count() const { return n - nvec * kVecElems; }
 };
 
 // One array of the pass: its base pointer and element size in bytes (4 or 2).
@@ -67,15 +67,26 @@ inline VectorPlan PlanVector(int64_t n, std::initializer_list<ArrayRef> arrays) 
   return plan;
 }
 
-// Blocks for `work` units of one thread each: enough to cover it, at most kBlocksPerSm per SM of
-// the current device (the grid-stride loops take the rest), at least 1.
-inline StatusOr<unsigned> GridFor(int64_t work) {
+// Blocks for `work` units of one thread each: enough to cover it, at most as many as can be
+// resident at once on the current device (SMs x kKernel's blocks per SM at kThreads threads, from
+// the occupancy calculator, cached per kernel), at least 1. The grid-stride loops take the rest.
+template <auto kKernel>
+StatusOr<unsigned> GridFor(int64_t work) {
+  static std::atomic<int> cached_blocks_per_sm{0};
+  int per_sm = cached_blocks_per_sm.load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    if (per_sm < 1) per_sm = 1;
+    cached_blocks_per_sm.store(per_sm, std::memory_order_relaxed);
+  }
   int device = 0, sms = 0;
   RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
   RETURN_IF_ERROR(CudaStatus(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
       "cudaDeviceGetAttribute(MultiProcessorCount)"));
-  const int64_t cap = int64_t(sms > 0 ? sms : 1) * kBlocksPerSm;
+  const int64_t cap = int64_t(sms > 0 ? sms : 1) * per_sm;
   int64_t blocks = (work + kThreads - 1) / kThreads;
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
@@ -138,7 +149,8 @@ template <int W> __device__ __forceinline__ Bits16<W> Load16(const uint16_t* p, 
   return r;
 }
 
-template <int W> __device__ __forceinline__ void Store16(uint16_t* p, int64_t i, const Bits16<W>& r) {
+template <int W>
+__device__ __forceinline__ void Store16(uint16_t* p, int64_t i, const Bits16<W>& r) {
   if constexpr (W == 4) {
     const uint2 q = make_uint2(uint32_t(r.v[0]) | uint32_t(r.v[1]) << 16,
                                uint32_t(r.v[2]) | uint32_t(r.v[3]) << 16);

@@ -1,0 +1,64 @@
+#include "optim/cuda/cuda_test_util.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace shardema {
+namespace cuda_test {
+
+void CudaTest::SetUp() {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  StatusOr<Stream> s = CreateStream(dev_);
+  ASSERT_TRUE(s.ok()) << s.status();
+  stream_ = *s;
+}
+
+void CudaTest::TearDown() {
+  if (stream_.native != nullptr) DestroyStream(stream_).IgnoreError();
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::string CompareBits(const std::string& what, const std::vector<float>& got,
+                        const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = std::memcmp(&got[i], &want[i], sizeof(float)) == 0 ||
+                      (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && bad++ == 0) first = i;
+  }
+  if (bad == 0) return "";
+  std::ostringstream os;
+  os.precision(9);
+  os << what << ": " << bad << " of " << got.size() << " elements differ; first at " << first
+     << ": device " << got[first] << " expected " << want[first];
+  return os.str();
+}
+
+std::string CompareBits16(const std::string& what, const std::vector<uint16_t>& got,
+                          const std::vector<uint16_t>& want) {
+  if (got.size() != want.size()) {
+    return what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return "";
+  std::ostringstream os;
+  os << what << ": " << bad << " of " << got.size() << " elements differ; first at " << first
+     << ": device 0x" << std::hex << got[first] << " expected 0x" << want[first];
+  return os.str();
+}
+
+}  // namespace cuda_test
+}  // namespace shardema
