@@ -1,0 +1,186 @@
+// Multi-rank checkpoint tests under real mpirun (1-4 ranks): collective save (sync and async),
+// same-size and resharded load, agreed errors. Expected values are the test formula of
+// (slot, unit, global element, step), independent of the code under test.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/collective_bytes.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/load.h"
+#include "checkpoint/test_util.h"
+#include "checkpoint/verify.h"
+#include "checkpoint/writer.h"
+#include "tests/test_world.h"
+
+namespace shardema {
+namespace {
+
+using namespace ckpt_test;  // NOLINT
+using shardema::testing::World;
+
+class CheckpointMpiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    comm_ = World();
+    rank_ = comm_->rank();
+    world_ = comm_->world_size();
+    std::string dir = rank_ == 0 ? NewTempDir("mpi") : std::string();
+    root_ = BroadcastBytes(comm_, dir, 0).value();
+  }
+  void TearDown() override {
+    EXPECT_TRUE(comm_->Barrier().ok());
+    if (rank_ == 0) RemoveTree(root_).IgnoreError();
+  }
+
+  // This rank's state at the world's size.
+  OwnedState MyState(int64_t step) {
+    std::vector<OwnedState> all = MakeStates(MakeLayout(model_, world_), DefaultSlots(), step);
+    OwnedState mine = std::move(all[size_t(rank_)]);
+    RebindViews(mine);
+    return mine;
+  }
+  void ExpectLoads(const std::string& path, int64_t step) {
+    StoreLayout l = MakeLayout(model_, world_);
+    OwnedState dest = MakeDest(l, rank_, DefaultSlots());
+    StatusOr<LoadReport> r = LoadCheckpoint(path, comm_, dest.state);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return;
+    EXPECT_EQ(r->step, step);
+    for (size_t s = 0; s < DefaultSlots().size(); ++s) {
+      EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, rank_, DefaultSlots()[s], step))
+          << "slot " << DefaultSlots()[s].name << " on rank " << rank_ << " of " << world_;
+    }
+    EXPECT_EQ(dest.buffer_data[1], ExpectedBuffer("ema_0.999/bn.running_mean", step));
+    EXPECT_EQ(dest.state.meta, TestMeta(0.999));
+  }
+
+  const std::vector<UnitSpec> model_ = TestModelWithBig(50021);
+  Communicator* comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  std::string root_;
+};
+
+TEST_F(CheckpointMpiTest, SyncSaveThenLoadSameWorldIsBitExact) {
+  OwnedState st = MyState(11);
+  CheckpointWriter w(root_, comm_, SaveOptions{2, 16384});
+  Status s = w.Save(st.state);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(w.last_committed_step(), 11);
+  if (rank_ == 0) {
+    StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(root_);
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (v.ok()) {
+      EXPECT_EQ(v->world_size, world_);
+    }
+  }
+  ExpectLoads(root_, 11);
+}
+
+TEST_F(CheckpointMpiTest, AsyncSaveKeepsTheSnapshotAndCommitsOnPoll) {
+  CheckpointWriter w(root_, comm_, SaveOptions{2, 16384});
+  for (int64_t step : {20, 21}) {
+    OwnedState st = MyState(step);
+    EXPECT_TRUE(w.SaveAsync(st.state).ok());
+    for (auto& d : st.slot_data) std::memset(d.data(), 0x33, d.size());  // training goes on
+    bool done = false;
+    for (int i = 0; i < 20000 && !done; ++i) {  // every rank makes the same number of Poll calls
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      StatusOr<bool> p = w.Poll();
+      EXPECT_TRUE(p.ok()) << p.status();
+      done = p.ok() && *p;
+    }
+    EXPECT_TRUE(done);
+  }
+  EXPECT_TRUE(w.Finish().ok());
+  EXPECT_EQ(w.last_committed_step(), 21);
+  ExpectLoads(root_, 21);
+  ExpectLoads(JoinPath(root_, "step_00000020"), 20);
+}
+
+TEST_F(CheckpointMpiTest, LoadsCheckpointsOfOtherWorldSizes) {
+  for (int saved_world : {1, 3, 5}) {
+    const std::string root = JoinPath(root_, "w" + std::to_string(saved_world));
+    if (rank_ == 0) {
+      std::vector<OwnedState> st = MakeStates(MakeLayout(model_, saved_world), DefaultSlots(), 5);
+      SaveOptions o;
+      o.chunk_bytes = 8192;
+      StatusOr<std::string> d = SaveAllRanks(root, StatesOf(st), o);
+      EXPECT_TRUE(d.ok()) << d.status();
+    }
+    EXPECT_TRUE(comm_->Barrier().ok());
+    ExpectLoads(root, 5);
+  }
+}
+
+TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsTheSaveOnEveryRank) {
+  const int bad = world_ - 1;
+  {
+    OwnedState st = MyState(1);
+    CheckpointWriter w(root_, comm_);
+    EXPECT_TRUE(w.Save(st.state).ok());
+  }
+  for (bool async : {false, true}) {
+    SaveOptions o;
+    if (rank_ == bad) {
+      o.fault_hook = [](const std::string& path, uint64_t off, size_t) {
+        return path.find(".bin") != std::string::npos && off > 8192 ? ENOSPC : 0;
+      };
+    }
+    o.io_bytes = 4096;
+    CheckpointWriter w(root_, comm_, o);
+    OwnedState st = MyState(2);
+    Status s = async ? w.SaveAsync(st.state) : w.Save(st.state);
+    if (async) {
+      EXPECT_TRUE(s.ok()) << s;
+      s = w.Wait();
+    }
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)), std::string::npos) << s;
+    EXPECT_NE(s.message().find(RankFileName(bad)), std::string::npos) << s;
+    EXPECT_TRUE(comm_->Barrier().ok());
+    EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+    EXPECT_EQ(ListDir(root_).value(), (std::vector<std::string>{"latest", "step_00000001"}));
+    EXPECT_TRUE(comm_->Barrier().ok());  // before rank 0 prepares the next save's temp directory
+  }
+  ExpectLoads(root_, 1);
+}
+
+TEST_F(CheckpointMpiTest, DisagreeingStatesAreRejectedOnEveryRank) {
+  OwnedState st = MyState(3);
+  if (rank_ == world_ - 1) st.state.slots[1].name = "exp_avg_renamed";
+  CheckpointWriter w(root_, comm_);
+  Status s = w.Save(st.state);
+  if (world_ > 1) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("differs from rank 0's"), std::string::npos) << s;
+    EXPECT_FALSE(PathExists(JoinPath(root_, "latest")));
+  } else {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST_F(CheckpointMpiTest, OneRanksLoadFailureFailsTheLoadOnEveryRank) {
+  OwnedState st = MyState(4);
+  CheckpointWriter w(root_, comm_);
+  EXPECT_TRUE(w.Save(st.state).ok());
+  EXPECT_TRUE(comm_->Barrier().ok());
+  const int bad = world_ - 1;
+  if (rank_ == 0) {
+    EXPECT_EQ(::unlink(JoinPath(JoinPath(root_, "step_00000004"), RankFileName(bad)).c_str()), 0);
+  }
+  EXPECT_TRUE(comm_->Barrier().ok());
+  OwnedState dest = MakeDest(MakeLayout(model_, world_), rank_, DefaultSlots());
+  Status s = LoadCheckpoint(root_, comm_, dest.state).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of "), std::string::npos) << s;
+  EXPECT_NE(s.message().find(RankFileName(bad) + "' is missing"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace shardema

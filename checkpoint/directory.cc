@@ -1,0 +1,189 @@
+#include "checkpoint/directory.h"
+
+#include <algorithm>
+
+#include "checkpoint/checksum.h"
+#include "framework/logging.h"
+
+namespace shardema {
+
+namespace {
+bool StartsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+}  // namespace
+
+StatusOr<std::pair<std::string, std::string>> SerializeManifest(const Manifest& manifest) {
+  std::string text;
+  try {
+    text = manifest.ToJson().dump(1) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument("checkpoint meta cannot be serialised as JSON: ", e.what());
+  }
+  std::string sum = HashToHex(Xxh3(text.data(), text.size())) + "  " + kManifestName + "\n";
+  return std::make_pair(std::move(text), std::move(sum));
+}
+
+StatusOr<std::string> ReadLatest(const std::string& root) {
+  const std::string path = JoinPath(root, kLatestName);
+  StatusOr<std::string> text = ReadFileToString(path, 4096);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kResourceExhausted) {
+      return DataLoss("'", path, "': larger than 4096 bytes, not a step directory name");
+    }
+    return text.status();
+  }
+  std::string name = Trim(*text);
+  if (ParseStepDirName(name) < 0) {
+    return DataLoss("'", path, "': expected a step directory name like 'step_00000100', found '",
+                    name.substr(0, 64), "'");
+  }
+  return name;
+}
+
+StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root));
+  std::vector<int64_t> steps;
+  for (const std::string& n : names) {
+    int64_t s = ParseStepDirName(n);
+    if (s >= 0 && PathExists(JoinPath(JoinPath(root, n), kManifestName))) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path) {
+  if (!IsDirectory(path)) return NotFound("checkpoint path '", path, "' is not a directory");
+  if (PathExists(JoinPath(path, kManifestName))) return path;
+  if (!PathExists(JoinPath(path, kLatestName))) {
+    std::string found;
+    StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(path);
+    if (steps.ok() && !steps->empty()) {
+      found = " (committed directories found: " + StepDirName(steps->front()) + " .. " +
+              StepDirName(steps->back()) + "; pass one of them explicitly)";
+    }
+    return NotFound("'", path, "' holds neither ", kManifestName, " (a checkpoint directory) nor '",
+                    kLatestName, "' (a checkpoint root)", found);
+  }
+  ASSIGN_OR_RETURN(std::string name, ReadLatest(path));
+  const std::string dir = JoinPath(path, name);
+  if (!IsDirectory(dir)) {
+    return NotFound("'", JoinPath(path, kLatestName), "' names '", name, "', which does not exist");
+  }
+  if (!PathExists(JoinPath(dir, kManifestName))) {
+    return NotFound("'", JoinPath(path, kLatestName), "' names '", name, "', which has no ", kManifestName);
+  }
+  return dir;
+}
+
+StatusOr<Manifest> ReadManifest(const std::string& dir) {
+  const std::string mpath = JoinPath(dir, kManifestName);
+  const std::string spath = JoinPath(dir, kManifestChecksumName);
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath, uint64_t(1) << 31));
+  ASSIGN_OR_RETURN(std::string sum, ReadFileToString(spath, 4096));
+  ASSIGN_OR_RETURN(uint64_t want, HashFromHex(sum.substr(0, 16), "'" + spath + "'"));
+  uint64_t got = Xxh3(text.data(), text.size());
+  if (want != got) {
+    return DataLoss("'", mpath, "': checksum mismatch: ", kManifestChecksumName, " says ",
+                    HashToHex(want), ", the file hashes to ", HashToHex(got), " (corrupt or edited)");
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLoss("'", mpath, "': not valid JSON");
+  return Manifest::FromJson(j, "'" + mpath + "'");
+}
+
+namespace {
+// Deletes `path` now, or (deferred_removals set) renames it to a ".tmp_delete_" name and queues it.
+Status RemoveOrDefer(const std::string& root, const std::string& name, const CommitOptions& options) {
+  const std::string path = JoinPath(root, name);
+  if (options.deferred_removals == nullptr) return RemoveTree(path);
+  std::string queued = path;
+  if (!StartsWith(name, ".tmp_delete_")) {
+    queued = JoinPath(root, ".tmp_delete_" + (StartsWith(name, ".tmp_") ? name.substr(5) : name));
+    if (PathExists(queued)) RETURN_IF_ERROR(RemoveTree(queued));
+    RETURN_IF_ERROR(RenamePath(path, queued));
+  }
+  options.deferred_removals->push_back(queued);
+  return Status::Ok();
+}
+}  // namespace
+
+StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, const CommitOptions& options) {
+  if (step < 0) return InvalidArgument("checkpoint step must be >= 0, got ", step);
+  RETURN_IF_ERROR(MakeDirs(root));
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root));
+  for (const std::string& n : names) {
+    if (options.skip_queued_deletions && StartsWith(n, ".tmp_delete_")) continue;
+    if (StartsWith(n, ".tmp_") || n == std::string(kLatestName) + ".tmp") {
+      LOG_INFO << "checkpoint: removing leftover '" << JoinPath(root, n) << "'";
+      RETURN_IF_ERROR(RemoveOrDefer(root, n, options));
+    }
+  }
+  const std::string name = StepDirName(step);
+  const std::string final_dir = JoinPath(root, name);
+  if (PathExists(final_dir)) {
+    StatusOr<std::string> latest = ReadLatest(root);
+    if (latest.ok() && *latest == name) {
+      return AlreadyExists("checkpoint '", final_dir, "' exists and is the latest; refusing to overwrite it");
+    }
+    LOG_WARNING << "checkpoint: '" << final_dir << "' exists but 'latest' does not name it; "
+                << "moving it aside to save step " << step << " again";
+    const std::string aside = ".tmp_orphan_" + name;
+    RETURN_IF_ERROR(RenamePath(final_dir, JoinPath(root, aside)));
+    RETURN_IF_ERROR(RemoveOrDefer(root, aside, options));
+  }
+  // No fsync here: a temp directory lost in a crash loses nothing; the commit fsyncs ROOT.
+  const std::string tmp = JoinPath(root, TmpStepDirName(step));
+  RETURN_IF_ERROR(MakeDirs(tmp));
+  return tmp;
+}
+
+Status AbandonStepDir(const std::string& root, int64_t step) {
+  return RemoveTree(JoinPath(root, TmpStepDirName(step)));
+}
+
+namespace {
+// Removes (or defers the removal of) the oldest committed checkpoints so that keep_last remain;
+// never `keep`. Each is first renamed to a ".tmp_" name, so a crash never leaves a half-deleted
+// directory that looks committed.
+Status ApplyRetention(const std::string& root, int64_t keep, const CommitOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
+  int64_t excess = int64_t(steps.size()) - std::max(options.keep_last, 1);
+  for (size_t i = 0; i < steps.size() && excess > 0; ++i) {
+    if (steps[i] == keep) continue;
+    const std::string doomed = ".tmp_delete_" + StepDirName(steps[i]);
+    RETURN_IF_ERROR(RenamePath(JoinPath(root, StepDirName(steps[i])), JoinPath(root, doomed)));
+    RETURN_IF_ERROR(RemoveOrDefer(root, doomed, options));
+    --excess;
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+StatusOr<std::string> CommitStepDir(const std::string& root, const Manifest& manifest,
+                                    const CommitOptions& options) {
+  const std::string tmp = JoinPath(root, TmpStepDirName(manifest.step));
+  const std::string name = StepDirName(manifest.step);
+  const std::string final_dir = JoinPath(root, name);
+  for (const FileEntry& f : manifest.files) {
+    if (!PathExists(JoinPath(tmp, f.name))) {
+      return NotFound("commit of step ", manifest.step, ": '", JoinPath(tmp, f.name), "' is missing");
+    }
+  }
+  ASSIGN_OR_RETURN(auto files, SerializeManifest(manifest));
+  const std::string& text = files.first;
+  const std::string& sum = files.second;
+  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, kManifestName), text, options.fsync, options.fault_hook));
+  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, kManifestChecksumName), sum, options.fsync, options.fault_hook));
+  if (options.fsync) RETURN_IF_ERROR(SyncDir(tmp));
+  RETURN_IF_ERROR(RenamePath(tmp, final_dir));
+  if (options.fsync) RETURN_IF_ERROR(SyncDir(root));
+  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(root, kLatestName), name + "\n", options.fsync, options.fault_hook));
+  RETURN_IF_ERROR(ApplyRetention(root, manifest.step, options));
+  return final_dir;
+}
+
+}  // namespace shardema

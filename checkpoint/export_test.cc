@@ -1,0 +1,151 @@
+#include "checkpoint/export.h"
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/safetensors.h"
+#include "checkpoint/test_util.h"
+#include "checkpoint/writer.h"
+
+namespace shardema {
+namespace {
+
+using namespace ckpt_test;  // NOLINT
+
+// The f32 value the formula gives element `elem` of unit `unit` of a slot.
+float SourceValue(const SlotSpec& slot, size_t unit, int64_t elem, int64_t step) {
+  uint32_t bits = ElementBits(SlotSalt(slot.name), unit, elem, step);
+  return slot.dtype == DType::kF32 ? F32FromBits(bits) : BF16ToF32(uint16_t(bits >> 16));
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = NewTempDir("export");
+    std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 3), DefaultSlots(), 42);
+    SaveOptions o;
+    o.chunk_bytes = 512;
+    ASSERT_TRUE(SaveAllRanks(JoinPath(base_, "ckpt"), StatesOf(st), o).ok());
+  }
+  void TearDown() override { RemoveTree(base_).IgnoreError(); }
+
+  // Checks every tensor of the exported files against the formula converted to `dtype`.
+  void ExpectTensors(const std::vector<std::string>& files, const SlotSpec& slot, DType dtype,
+                     const std::string& buffer_source) {
+    StoreLayout l = MakeLayout(TestModel(), 1);
+    std::map<std::string, int> seen;
+    for (const std::string& f : files) {
+      std::unique_ptr<SafetensorsFile> st = SafetensorsFile::Open(f).value();
+      std::string prev;
+      for (const SafetensorsTensor& t : st->header().tensors) {
+        EXPECT_LT(prev, t.name) << "tensors are ordered by name";
+        prev = t.name;
+        EXPECT_EQ(t.dtype, DTypeSafetensorsName(dtype));
+        seen[t.name]++;
+      }
+      for (size_t u = 0; u < l.units().size(); ++u) {
+        for (const ParamLayout& p : l.units()[u].params) {
+          const SafetensorsTensor* t = st->Find(p.name);
+          if (t == nullptr) continue;
+          EXPECT_EQ(t->shape, p.shape) << p.name;
+          std::vector<float> got(size_t(p.numel));
+          ASSERT_TRUE(st->ReadTensor(p.name, DType::kF32, got.data(), p.numel).ok());
+          for (int64_t i = 0; i < p.numel; ++i) {
+            float want = SourceValue(slot, u, p.offset + i, 42);
+            if (dtype == DType::kBF16) want = BF16ToF32(F32ToBF16(want));
+            if (dtype == DType::kF16) want = F16ToF32(F32ToF16(want));
+            ASSERT_EQ(F32Bits(got[size_t(i)]), F32Bits(want)) << p.name << "[" << i << "]";
+          }
+        }
+      }
+      if (const SafetensorsTensor* b = st->Find("bn.running_mean")) {
+        EXPECT_EQ(b->shape, (Shape{5}));
+        std::vector<float> got(5);
+        ASSERT_TRUE(st->ReadTensor("bn.running_mean", DType::kF32, got.data(), 5).ok());
+        std::vector<float> want = ExpectedBuffer(buffer_source, 42);
+        for (float& w : want) w = dtype == DType::kBF16 ? BF16ToF32(F32ToBF16(w)) : w;
+        EXPECT_EQ(got, want);
+      }
+    }
+    EXPECT_EQ(seen.size(), 8u + 1u);  // 8 parameters + one buffer
+    for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name;
+  }
+  std::string base_;
+};
+
+TEST_F(ExportTest, EmaSlotF32WithItsOwnBufferAndMetadata) {
+  const std::string out = JoinPath(base_, "model.safetensors");
+  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->files, std::vector<std::string>{out});
+  EXPECT_EQ(r->index_file, "");
+  EXPECT_EQ(r->num_tensors, 9u);
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kF32, "ema_0.999/bn.running_mean");
+  std::unique_ptr<SafetensorsFile> st = SafetensorsFile::Open(out).value();
+  const auto& md = st->header().metadata;
+  EXPECT_EQ(md.at("format"), "pt");
+  EXPECT_EQ(md.at("step"), "42");
+  EXPECT_EQ(md.at("slot"), "ema_0.999");
+  EXPECT_EQ(md.at("decay"), "0.999");
+  EXPECT_EQ(md.at("kind"), "constant");
+  EXPECT_EQ(st->Find("layers.1.none")->shape, (Shape{0, 4}));
+  EXPECT_EQ(st->Find("layers.0.scale")->shape, (Shape{}));
+  EXPECT_EQ(st->header().header_bytes % 8, 0u);
+  EXPECT_FALSE(PathExists(out + ".tmp"));
+}
+
+TEST_F(ExportTest, ConvertsToBf16AndF16) {
+  StatusOr<ExportReport> r =
+      ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, JoinPath(base_, "p.safetensors"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectTensors(r->files, {"params", DType::kF32}, DType::kBF16, "bn.running_mean");
+  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF16, JoinPath(base_, "h.safetensors"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kF16, "ema_0.999/bn.running_mean");
+  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_bf16", DType::kF32, JoinPath(base_, "b.safetensors"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectTensors(r->files, {"ema_bf16", DType::kBF16}, DType::kF32, "bn.running_mean");
+}
+
+TEST_F(ExportTest, ShardedFilesWithIndex) {
+  ExportOptions o;
+  o.max_file_size = 300;
+  o.piece_bytes = 64;  // tiny pieces: many reads per tensor
+  const std::string out = JoinPath(base_, "sharded/model.safetensors");
+  ASSERT_TRUE(MakeDirs(JoinPath(base_, "sharded")).ok());
+  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const size_t k = r->files.size();
+  ASSERT_GT(k, 2u);
+  EXPECT_EQ(BaseName(r->files[0]), "model-00001-of-0000" + std::to_string(k) + ".safetensors");
+  EXPECT_EQ(r->index_file, JoinPath(base_, "sharded/model.safetensors.index.json"));
+  EXPECT_FALSE(PathExists(out));
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kF32, "ema_0.999/bn.running_mean");
+
+  nlohmann::json index = nlohmann::json::parse(ReadFileToString(r->index_file).value());
+  uint64_t total = 0;
+  size_t mapped = 0;
+  for (const std::string& f : r->files) {
+    std::unique_ptr<SafetensorsFile> st = SafetensorsFile::Open(f).value();
+    // A file over the limit holds a single tensor larger than the limit.
+    if (st->header().data_bytes > o.max_file_size) {
+      EXPECT_EQ(st->header().tensors.size(), 1u) << f;
+    }
+    for (const SafetensorsTensor& t : st->header().tensors) {
+      total += t.end - t.begin;
+      EXPECT_EQ(index["weight_map"][t.name], BaseName(f)) << t.name;
+      ++mapped;
+    }
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_EQ(r->total_bytes, total);
+  EXPECT_EQ(index["weight_map"].size(), mapped);
+}
+
+TEST_F(ExportTest, UnknownSlotListsTheSlots) {
+  Status s = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.5", DType::kF32, JoinPath(base_, "x.safetensors")).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("params, exp_avg, ema_0.999, ema_bf16"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace shardema

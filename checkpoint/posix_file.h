@@ -1,0 +1,112 @@
+// POSIX file and directory primitives for the checkpoint code, with errno converted to Status at
+// this edge (ErrnoToStatus: ENOSPC -> kResourceExhausted, EACCES/EROFS -> kFailedPrecondition,
+// ENOENT -> kNotFound). Every message names the operation and the path.
+//
+// Fault injection: a WriteFaultHook, when set, is asked before every write(2) of a WritableFile
+// (and of WriteFileAtomic) with the path, the file offset and the length; a non-zero return is
+// treated as the errno of a failed write (e.g. ENOSPC to simulate a full disk mid-file). Tests use
+// it because root bypasses permission bits and a tiny tmpfs is not always available.
+//
+// Threading: a WritableFile/ReadableFile is used by one thread at a time; the free functions are
+// thread-safe.
+#ifndef SHARDEMA_CHECKPOINT_POSIX_FILE_H_
+#define SHARDEMA_CHECKPOINT_POSIX_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/status.h"
+
+namespace shardema {
+
+using WriteFaultHook =
+    std::function<int(const std::string& path, uint64_t offset, size_t length)>;
+
+// A file opened for sequential writing (created, truncated).
+class WritableFile {
+ public:
+  // Errors: the errno of open(2) (kNotFound for a missing directory, ...).
+  static StatusOr<std::unique_ptr<WritableFile>> Create(const std::string& path,
+                                                        WriteFaultHook hook = nullptr);
+  ~WritableFile();  // closes without syncing if Close() was not called
+  WritableFile(const WritableFile&) = delete;
+  WritableFile& operator=(const WritableFile&) = delete;
+
+  // Writes all n bytes at the current end (retries short writes and EINTR).
+  Status Append(const void* data, size_t n);
+  // fsync(2).
+  Status Sync();
+  // close(2); idempotent.
+  Status Close();
+
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  WritableFile(std::string path, int fd, WriteFaultHook hook)
+      : path_(std::move(path)), fd_(fd), hook_(std::move(hook)) {}
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  WriteFaultHook hook_;
+};
+
+// A file opened for positional reads.
+class ReadableFile {
+ public:
+  // Errors: kNotFound naming the path when it does not exist; other errno values.
+  static StatusOr<std::unique_ptr<ReadableFile>> Open(const std::string& path);
+  ~ReadableFile();
+  ReadableFile(const ReadableFile&) = delete;
+  ReadableFile& operator=(const ReadableFile&) = delete;
+
+  // Reads exactly n bytes at `offset` (retries short reads). Errors: kOutOfRange naming the path,
+  // the range and the file size when the file ends early; errno values otherwise.
+  Status ReadAt(uint64_t offset, size_t n, void* dst) const;
+  // Size at open time (fstat).
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  ReadableFile(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// "a/b" from ("a", "b"); `b` absolute wins.
+std::string JoinPath(const std::string& a, const std::string& b);
+// Last path component ("step_00000100" of "/x/step_00000100/").
+std::string BaseName(const std::string& path);
+// Parent directory ("/x" of "/x/y"; "." for "y").
+std::string DirName(const std::string& path);
+
+bool PathExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+
+// mkdir -p. Errors: errno values naming the component that failed.
+Status MakeDirs(const std::string& path);
+// fsync of a directory (makes renames and creations in it durable).
+Status SyncDir(const std::string& path);
+// rename(2).
+Status RenamePath(const std::string& from, const std::string& to);
+// rm -rf (no error when absent).
+Status RemoveTree(const std::string& path);
+// Entry names of a directory, sorted, without "." and "..".
+StatusOr<std::vector<std::string>> ListDir(const std::string& path);
+// Whole file into a string. Errors: kNotFound, kResourceExhausted when larger than max_bytes.
+StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes = 1ull << 30);
+
+// Writes `contents` to "<path>.tmp", fsyncs it (when do_fsync), renames it over `path` and
+// fsyncs the directory: readers see the old or the new contents, never a mix.
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool do_fsync = true,
+                       const WriteFaultHook& hook = nullptr);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_CHECKPOINT_POSIX_FILE_H_

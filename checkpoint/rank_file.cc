@@ -1,0 +1,175 @@
+#include "checkpoint/rank_file.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shardema {
+
+RankFileWriter::RankFileWriter(std::unique_ptr<WritableFile> file, const RankFileHeader& header,
+                               uint64_t chunk_bytes, const RankFileWriteOptions& options)
+    : file_(std::move(file)), header_(header), options_(options), hash_(chunk_bytes) {
+  const size_t n = size_t(std::max<uint64_t>(options.io_bytes, 4096));
+  bufs_[0].resize(n);
+  bufs_[1].resize(n);
+  io_ = std::thread([this] { IoLoop(); });
+}
+
+RankFileWriter::~RankFileWriter() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  io_.join();
+}
+
+StatusOr<std::unique_ptr<RankFileWriter>> RankFileWriter::Create(const std::string& path,
+                                                                 const RankFileHeader& header,
+                                                                 uint64_t chunk_bytes,
+                                                                 const RankFileWriteOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, WritableFile::Create(path, options.fault_hook));
+  std::unique_ptr<RankFileWriter> w(new RankFileWriter(std::move(f), header, chunk_bytes, options));
+  const std::string h = EncodeRankFileHeader(header);
+  RETURN_IF_ERROR(w->Append(h.data(), h.size()));
+  return w;
+}
+
+void RankFileWriter::IoLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [this] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    Job job = jobs_.front();
+    writing_ = true;
+    const bool skip = !io_error_.ok();
+    l.unlock();
+    Status s = skip ? Status::Ok() : file_->Append(job.data, job.n);
+    l.lock();
+    if (!s.ok() && io_error_.ok()) io_error_ = s;
+    jobs_.pop_front();
+    writing_ = false;
+    if (job.buffer >= 0) busy_[job.buffer] = false;
+    cv_.notify_all();
+  }
+}
+
+Status RankFileWriter::Submit(const char* data, size_t n, int buffer) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [this] { return jobs_.size() < 2 || !io_error_.ok(); });
+  if (!io_error_.ok()) return io_error_;
+  if (buffer >= 0) busy_[buffer] = true;
+  jobs_.push_back(Job{data, n, buffer});
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status RankFileWriter::FlushBuffer() {
+  if (used_ == 0) return Status::Ok();
+  RETURN_IF_ERROR(Submit(bufs_[cur_].data(), used_, cur_));
+  cur_ ^= 1;
+  used_ = 0;
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [this] { return !busy_[cur_] || !io_error_.ok(); });
+  return io_error_;
+}
+
+Status RankFileWriter::Drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [this] { return jobs_.empty() && !writing_; });
+  return io_error_;
+}
+
+Status RankFileWriter::Append(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    std::vector<char>& b = bufs_[cur_];
+    size_t take = std::min(n, b.size() - used_);
+    std::memcpy(b.data() + used_, p, take);
+    hash_.Update(p, take);
+    used_ += take;
+    p += take;
+    n -= take;
+    if (used_ == b.size()) RETURN_IF_ERROR(FlushBuffer());
+  }
+  return Status::Ok();
+}
+
+Status RankFileWriter::AppendStable(const void* data, size_t n) {
+  RETURN_IF_ERROR(FlushBuffer());  // keep the order of the bytes
+  const char* p = static_cast<const char*>(data);
+  const size_t io = bufs_[0].size();
+  while (n > 0) {
+    const size_t take = std::min(n, io);
+    hash_.Update(p, take);  // overlaps the write of the previous piece
+    RETURN_IF_ERROR(Submit(p, take, -1));
+    p += take;
+    n -= take;
+  }
+  return Status::Ok();
+}
+
+Status RankFileWriter::PadTo(uint64_t offset) {
+  static const char kZeros[4096] = {};
+  while (this->offset() < offset) {
+    size_t take = size_t(std::min<uint64_t>(sizeof(kZeros), offset - this->offset()));
+    RETURN_IF_ERROR(Append(kZeros, take));
+  }
+  return Status::Ok();
+}
+
+StatusOr<FileEntry> RankFileWriter::Finish() {
+  RETURN_IF_ERROR(FlushBuffer());
+  RETURN_IF_ERROR(Drain());
+  hash_.Finish();
+  if (hash_.bytes() != header_.file_bytes || file_->size() != header_.file_bytes) {
+    return Internal("'", file_->path(), "': wrote ", file_->size(), " bytes, the header says ",
+                    header_.file_bytes);
+  }
+  if (options_.fsync) RETURN_IF_ERROR(file_->Sync());
+  RETURN_IF_ERROR(file_->Close());
+  FileEntry e;
+  e.name = RankFileName(int(header_.rank));
+  e.rank = int(header_.rank);
+  e.bytes = hash_.bytes();
+  e.xxh3 = hash_.whole();
+  e.chunk_xxh3 = hash_.chunks();
+  return e;
+}
+
+StatusOr<FileEntry> WriteRankFile(const std::string& path, const Manifest& manifest, int rank,
+                                  const std::vector<const void*>& slot_data,
+                                  const std::vector<const void*>& buffer_data,
+                                  const RankFileWriteOptions& options) {
+  if (slot_data.size() != manifest.slots.size()) {
+    return InvalidArgument("'", path, "': ", slot_data.size(), " slot buffers for ",
+                           manifest.slots.size(), " slots");
+  }
+  if (rank == 0 && buffer_data.size() != manifest.buffers.size()) {
+    return InvalidArgument("'", path, "': ", buffer_data.size(), " replicated buffers for ",
+                           manifest.buffers.size(), " in the manifest");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RankFileWriter> w,
+                   RankFileWriter::Create(path, manifest.HeaderFor(rank), manifest.chunk_bytes, options));
+  for (size_t i = 0; i < manifest.slots.size(); ++i) {
+    const SlotEntry& s = manifest.slots[i];
+    RETURN_IF_ERROR(w->PadTo(s.offset));
+    if (s.bytes_per_rank > 0 && slot_data[i] == nullptr) {
+      return InvalidArgument("slot '", s.name, "': null data for ", s.bytes_per_rank, " bytes");
+    }
+    RETURN_IF_ERROR(w->AppendStable(slot_data[i], s.bytes_per_rank));
+  }
+  if (rank == 0) {
+    for (size_t i = 0; i < manifest.buffers.size(); ++i) {
+      const BufferEntry& b = manifest.buffers[i];
+      RETURN_IF_ERROR(w->PadTo(b.offset));
+      if (b.bytes > 0 && buffer_data[i] == nullptr) {
+        return InvalidArgument("buffer '", b.name, "': null data for ", b.bytes, " bytes");
+      }
+      RETURN_IF_ERROR(w->AppendStable(buffer_data[i], b.bytes));
+    }
+  }
+  RETURN_IF_ERROR(w->PadTo(manifest.RankFileBytes(rank)));
+  return w->Finish();
+}
+
+}  // namespace shardema

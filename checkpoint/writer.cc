@@ -1,0 +1,417 @@
+#include "checkpoint/writer.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "checkpoint/checksum.h"
+#include "checkpoint/collective_bytes.h"
+#include "checkpoint/rank_file.h"
+#include "framework/logging.h"
+
+namespace shardema {
+
+using nlohmann::json;
+
+StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_bytes) {
+  const int world = state.layout.world_size();
+  if (state.rank < 0 || state.rank >= world) {
+    return InvalidArgument("checkpoint state: rank ", state.rank, " outside the layout's world size ", world);
+  }
+  std::vector<SlotEntry> slots;
+  for (const SlotView& v : state.slots) {
+    if (v.data == nullptr && state.layout.local_numel() > 0) {
+      return InvalidArgument("checkpoint state: slot '", v.name, "' has no data (", state.layout.local_numel(),
+                             " elements expected)");
+    }
+    SlotEntry e;
+    e.name = v.name;
+    e.dtype = v.dtype;
+    slots.push_back(e);
+  }
+  std::vector<BufferEntry> buffers;
+  for (const BufferView& b : state.buffers) {
+    for (int64_t d : b.shape) {
+      if (d < 0) return InvalidArgument("checkpoint state: buffer '", b.name, "' has a negative dim");
+    }
+    if (b.data == nullptr && NumElements(b.shape) > 0) {
+      return InvalidArgument("checkpoint state: buffer '", b.name, "' has no data");
+    }
+    BufferEntry e;
+    e.name = b.name;
+    e.shape = b.shape;
+    e.dtype = b.dtype;
+    buffers.push_back(e);
+  }
+  StatusOr<Manifest> m = Manifest::Plan(state.step, state.layout, std::move(slots), std::move(buffers),
+                                        state.meta, chunk_bytes);
+  if (!m.ok()) return m.status().WithContext("checkpoint state");
+  return m;
+}
+
+namespace {
+// Identifies what every rank must agree on: everything in the manifest but the meta and files.
+std::string PlanFingerprint(const Manifest& plan) {
+  Manifest m = plan;
+  m.meta = json::object();
+  m.files.clear();
+  const std::string text = m.ToJson().dump();
+  return HashToHex(Xxh3(text.data(), text.size()));
+}
+
+std::string DumpLossless(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::vector<const void*> SlotPointers(const CheckpointState& s) {
+  std::vector<const void*> out;
+  for (const SlotView& v : s.slots) out.push_back(v.data);
+  return out;
+}
+std::vector<const void*> BufferPointers(const CheckpointState& s) {
+  std::vector<const void*> out;
+  for (const BufferView& b : s.buffers) out.push_back(b.data);
+  return out;
+}
+
+RankFileWriteOptions RankOptions(const SaveOptions& o) {
+  RankFileWriteOptions r;
+  r.io_bytes = o.io_bytes;
+  r.fsync = o.fsync;
+  r.fault_hook = o.fault_hook;
+  return r;
+}
+
+CommitOptions CommitOpts(const SaveOptions& o, std::vector<std::string>* deferred = nullptr) {
+  CommitOptions c;
+  c.keep_last = o.keep_last;
+  c.fsync = o.fsync;
+  c.fault_hook = o.fault_hook;
+  c.deferred_removals = deferred;
+  return c;
+}
+}  // namespace
+
+namespace {
+struct Copy {
+  const void* src;
+  char* dst;
+  size_t bytes;
+};
+
+// Copies `copies` with `threads` threads, splitting the bytes evenly (memory bandwidth bound).
+void ParallelCopy(const std::vector<Copy>& copies, int threads) {
+  size_t total = 0;
+  for (const Copy& c : copies) total += c.bytes;
+  if (threads <= 0) threads = int(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  threads = int(std::min<size_t>(size_t(threads), total / (size_t(8) << 20) + 1));
+  auto run = [&](size_t begin, size_t end) {  // byte range [begin, end) of the concatenation
+    size_t pos = 0;
+    for (const Copy& c : copies) {
+      const size_t b = std::max(begin, pos), e = std::min(end, pos + c.bytes);
+      if (b < e) std::memcpy(c.dst + (b - pos), static_cast<const char*>(c.src) + (b - pos), e - b);
+      pos += c.bytes;
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t per = (total + size_t(threads) - 1) / size_t(threads);
+  for (int t = 1; t < threads; ++t) pool.emplace_back(run, per * size_t(t), std::min(total, per * size_t(t + 1)));
+  run(0, std::min(total, per));
+  for (std::thread& t : pool) t.join();
+}
+}  // namespace
+
+struct CheckpointWriter::Pending {
+  Manifest plan;
+  std::string tmp_dir;
+  std::vector<const void*> slot_ptrs;
+  std::vector<const void*> buffer_ptrs;
+  // Background snapshot: (source, staging destination, bytes) copied before writing.
+  std::vector<Copy> copies;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool snapshot_taken = true;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  StatusOr<FileEntry> result = Status(StatusCode::kAborted, "rank file not written");
+
+  void Write(int rank, const SaveOptions& options) {
+    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      snapshot_taken = true;
+    }
+    cv.notify_all();
+    try {
+      result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs, buffer_ptrs,
+                             RankOptions(options));
+    } catch (const std::bad_alloc&) {
+      result = ResourceExhausted("writing rank ", rank, "'s file: out of memory");
+    }
+    done.store(true, std::memory_order_release);
+  }
+
+  void WaitSnapshot() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [this] { return snapshot_taken; });
+  }
+};
+
+CheckpointWriter::CheckpointWriter(std::string root, Communicator* comm, SaveOptions options)
+    : root_(std::move(root)),
+      comm_(comm),
+      options_(std::move(options)),
+      deleter_(std::make_unique<BackgroundDeleter>()) {}
+
+CommitOptions CheckpointWriter::CommitOpts() {
+  CommitOptions c = ::shardema::CommitOpts(options_, &removals_);
+  c.skip_queued_deletions = !first_prepare_;  // after the first save, .tmp_delete_* are ours
+  return c;
+}
+
+Status CheckpointWriter::Finish() {
+  Status s = Wait();
+  if (deleter_ != nullptr) deleter_->Drain();
+  return s;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (pending_ == nullptr) return;
+  if (pending_->thread.joinable()) pending_->thread.join();
+  LOG_WARNING << "checkpoint: the save of step " << pending_->plan.step << " into '" << root_
+              << "' was never committed (call Finish() before destroying the writer)";
+}
+
+StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(const CheckpointState& state) {
+  const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
+  Status local;
+  if (state.layout.world_size() != world || state.rank != rank) {
+    local = InvalidArgument("checkpoint state is rank ", state.rank, " of ", state.layout.world_size(),
+                            " but the communicator is rank ", rank, " of ", world);
+  }
+  auto p = std::make_unique<Pending>();
+  std::string fingerprint;
+  if (local.ok()) {
+    StatusOr<Manifest> plan = PlanForState(state, options_.chunk_bytes);
+    if (plan.ok()) {
+      p->plan = std::move(plan).value();
+      fingerprint = PlanFingerprint(p->plan);
+    } else {
+      local = plan.status();
+    }
+  }
+  bool prepared = false;
+  if (local.ok() && rank == 0) {
+    StatusOr<std::string> tmp = PrepareStepDir(root_, state.step, CommitOpts());
+    first_prepare_ = false;
+    deleter_->Add(removals_);
+    removals_.clear();
+    prepared = tmp.ok();
+    if (!tmp.ok()) local = tmp.status();
+  }
+  json mine = {{"status", EncodeStatus(local)}, {"plan", fingerprint}};
+  ASSIGN_OR_RETURN(std::vector<std::string> all, AllGatherBytes(comm_, DumpLossless(mine)));
+  Status agreed;
+  std::string plan0;
+  for (int r = 0; r < world && agreed.ok(); ++r) {
+    json j = json::parse(all[size_t(r)], nullptr, false);
+    if (j.is_discarded()) {
+      agreed = Internal("rank ", r, " sent an unreadable save report");
+      break;
+    }
+    Status s = DecodeStatus(j.value("status", std::string()));
+    std::string fp = j.value("plan", std::string());
+    if (!s.ok()) {
+      agreed = Status(s.code(), "save of step " + std::to_string(state.step) + ": rank " + std::to_string(r) +
+                                    " of " + std::to_string(world) + ": " + s.message());
+    } else if (r == 0) {
+      plan0 = fp;
+    } else if (fp != plan0) {
+      agreed = InvalidArgument("save of step ", state.step, ": rank ", r, "'s checkpoint state differs from rank 0's "
+                               "(step, layout, slot names/dtypes or buffers)");
+    }
+  }
+  if (!agreed.ok()) {
+    if (prepared) AbandonStepDir(root_, state.step).IgnoreError();
+    return agreed;
+  }
+  p->tmp_dir = JoinPath(root_, TmpStepDirName(state.step));
+  return p;
+}
+
+Status CheckpointWriter::Commit() {
+  Pending& p = *pending_;
+  if (p.thread.joinable()) p.thread.join();
+  const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
+  const int64_t step = p.plan.step;
+  json mine = {{"status", EncodeStatus(p.result.status())}};
+  if (p.result.ok()) mine["file"] = FileEntryToJson(*p.result);
+  StatusOr<std::vector<std::string>> all = AllGatherBytes(comm_, DumpLossless(mine));
+  if (!all.ok()) {
+    pending_.reset();
+    return all.status();
+  }
+  std::string outcome;
+  if (rank == 0) {
+    Status result;
+    Manifest manifest = p.plan;
+    for (int r = 0; r < world && result.ok(); ++r) {
+      const std::string what = "save of step " + std::to_string(step) + ": rank " + std::to_string(r) +
+                               " of " + std::to_string(world);
+      json j = json::parse((*all)[size_t(r)], nullptr, false);
+      if (j.is_discarded()) {
+        result = Internal(what, ": unreadable file report");
+        break;
+      }
+      Status s = DecodeStatus(j.value("status", std::string()));
+      if (!s.ok()) {
+        result = Status(s.code(), what + ": " + s.message());
+        break;
+      }
+      StatusOr<FileEntry> f = FileEntryFromJson(j.at("file"), manifest.chunk_bytes, what);
+      if (!f.ok()) {
+        result = f.status();
+      } else if (f->rank != r || f->bytes != manifest.RankFileBytes(r)) {
+        result = Internal(what, ": reported rank ", f->rank, " with ", f->bytes, " bytes, expected rank ", r,
+                          " with ", manifest.RankFileBytes(r));
+      } else {
+        manifest.files.push_back(std::move(f).value());
+      }
+    }
+    if (result.ok()) {
+      StatusOr<std::string> dir = CommitStepDir(root_, manifest, CommitOpts());
+      deleter_->Add(removals_);
+      removals_.clear();
+      if (dir.ok()) outcome = EncodeStatus(Status::Ok()) + *dir;
+      result = dir.status();
+    }
+    if (!result.ok()) {
+      AbandonStepDir(root_, step).IgnoreError();
+      outcome = EncodeStatus(result);
+    }
+  }
+  StatusOr<std::string> agreed = BroadcastBytes(comm_, outcome, 0);
+  pending_.reset();
+  if (!agreed.ok()) return agreed.status();
+  Status s = DecodeStatus(*agreed);
+  if (!s.ok()) return s;
+  last_step_ = step;
+  last_dir_ = agreed->substr(1);
+  return Status::Ok();
+}
+
+Status CheckpointWriter::Save(const CheckpointState& state) {
+  RETURN_IF_ERROR(Wait());
+  ASSIGN_OR_RETURN(pending_, Begin(state));
+  pending_->slot_ptrs = SlotPointers(state);
+  pending_->buffer_ptrs = BufferPointers(state);
+  pending_->Write(RankOf(comm_), options_);
+  return Commit();
+}
+
+Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
+  RETURN_IF_ERROR(Wait());
+  ASSIGN_OR_RETURN(pending_, Begin(state));
+  Pending& p = *pending_;
+  const int rank = RankOf(comm_);
+  // Snapshot into the staging buffer: slots, then (rank 0) buffers, each 64-byte aligned.
+  uint64_t total = 0;
+  for (const SlotEntry& s : p.plan.slots) total += AlignUp(s.bytes_per_rank, 64);
+  if (rank == 0) {
+    for (const BufferEntry& b : p.plan.buffers) total += AlignUp(b.bytes, 64);
+  }
+  try {
+    if (staging_bytes_ < total) {
+      staging_.reset();
+      staging_bytes_ = 0;
+      staging_.reset(new char[size_t(total)]);
+      staging_bytes_ = total;
+    }
+  } catch (const std::bad_alloc&) {
+    p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ", total,
+                                 " bytes of staging memory on rank ", rank);
+    p.done.store(true);
+    return Status::Ok();  // reported collectively by the commit
+  }
+  uint64_t off = 0;
+  auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs) {
+    if (n > 0) p.copies.push_back({src, staging_.get() + off, size_t(n)});
+    ptrs->push_back(staging_.get() + off);
+    off += AlignUp(n, 64);
+  };
+  for (size_t i = 0; i < p.plan.slots.size(); ++i) stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);
+  if (rank == 0) {
+    for (size_t i = 0; i < p.plan.buffers.size(); ++i) stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
+  }
+  if (!options_.snapshot_in_background) {
+    ParallelCopy(p.copies, options_.snapshot_threads);
+    p.copies.clear();
+  } else {
+    p.snapshot_taken = false;
+  }
+  Pending* raw = &p;
+  const SaveOptions* opts = &options_;
+  p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts); });
+  return Status::Ok();
+}
+
+StatusOr<bool> CheckpointWriter::Poll() {
+  if (pending_ == nullptr) return true;
+  float done = pending_->done.load(std::memory_order_acquire) ? 1.f : 0.f;
+  if (comm_ != nullptr && comm_->world_size() > 1) {
+    float sum = 0.f;
+    RETURN_IF_ERROR(comm_->AllReduce(&done, &sum, 1, DType::kF32));
+    done = sum == float(comm_->world_size()) ? 1.f : 0.f;
+  }
+  if (done != 1.f) return false;
+  RETURN_IF_ERROR(Commit());
+  return true;
+}
+
+void CheckpointWriter::WaitSnapshot() {
+  if (pending_ != nullptr) pending_->WaitSnapshot();
+}
+
+Status CheckpointWriter::Wait() {
+  if (pending_ == nullptr) return Status::Ok();
+  return Commit();
+}
+
+StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<CheckpointState>& ranks,
+                                   const SaveOptions& options) {
+  if (ranks.empty()) return InvalidArgument("SaveAllRanks: no rank states");
+  const int world = int(ranks.size());
+  std::vector<Manifest> plans;
+  for (int r = 0; r < world; ++r) {
+    const CheckpointState& s = ranks[size_t(r)];
+    if (s.rank != r || s.layout.world_size() != world) {
+      return InvalidArgument("SaveAllRanks: state ", r, " is rank ", s.rank, " of ", s.layout.world_size(),
+                             ", expected rank ", r, " of ", world);
+    }
+    ASSIGN_OR_RETURN(Manifest plan, PlanForState(s, options.chunk_bytes));
+    if (r > 0 && PlanFingerprint(plan) != PlanFingerprint(plans[0])) {
+      return InvalidArgument("SaveAllRanks: rank ", r, "'s state differs from rank 0's "
+                             "(step, layout, slot names/dtypes or buffers)");
+    }
+    plans.push_back(std::move(plan));
+  }
+  Manifest manifest = plans[0];
+  const int64_t step = manifest.step;
+  ASSIGN_OR_RETURN(std::string tmp, PrepareStepDir(root, step, CommitOpts(options)));
+  for (int r = 0; r < world; ++r) {
+    StatusOr<FileEntry> f = WriteRankFile(JoinPath(tmp, RankFileName(r)), manifest, r,
+                                          SlotPointers(ranks[size_t(r)]), BufferPointers(ranks[0]),
+                                          RankOptions(options));
+    if (!f.ok()) {
+      AbandonStepDir(root, step).IgnoreError();
+      return f.status().WithContext("save of step " + std::to_string(step) + ": rank " + std::to_string(r));
+    }
+    manifest.files.push_back(std::move(f).value());
+  }
+  StatusOr<std::string> dir = CommitStepDir(root, manifest, CommitOpts(options));
+  if (!dir.ok()) AbandonStepDir(root, step).IgnoreError();
+  return dir;
+}
+
+}  // namespace shardema

@@ -1,0 +1,133 @@
+// CheckpointWriter: crash-safe sharded saves of a CheckpointState (checkpoint/state.h), synchronous
+// or asynchronous, in the format of checkpoint/FORMAT.md.
+//
+// Every rank writes its own rank file into ROOT/.tmp_step_N; the save commits only when every
+// rank's file is complete and durable: the ranks exchange their file reports (size, XXH3, chunk
+// XXH3s) with an all-gather, rank 0 writes the manifest last, renames the directory to
+// ROOT/step_N, updates ROOT/latest and drops checkpoints beyond keep_last (directory.h). A crash at
+// any point leaves the previous checkpoint and `latest` intact.
+//
+// Collective protocol (all ranks make the same calls in the same order; `comm` may be null for a
+// single process). The background thread of an asynchronous save does file I/O only; every
+// collective runs on the calling thread inside these calls:
+//   Save(state)       [commit a pending save] + begin + write own file + commit. Returns when the
+//                     checkpoint is committed (or failed) on every rank.
+//   SaveAsync(state)  [commit a pending save] + begin: validates, agrees on the plan, rank 0 makes
+//                     the temp directory, copies every slot and buffer into host staging buffers
+//                     (the snapshot: the caller may modify its buffers as soon as this returns),
+//                     then starts the background writer and returns. With
+//                     SaveOptions::snapshot_in_background the copy is made by the background
+//                     thread instead, overlapping the caller's work (e.g. forward/backward, which
+//                     do not modify the state); the caller must then call WaitSnapshot() before it
+//                     modifies any slot or buffer (e.g. before the optimizer step).
+//   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory.
+//   Poll()            one small all-reduce: when every rank's background write is done, commits
+//                     and returns true; otherwise returns false at once (call it e.g. every step).
+//   Wait()/Finish()   blocks until the pending write is done and commits it.
+// "begin" is: an all-gather of each rank's validation result and plan fingerprint (slot names and
+// dtypes, buffers, step and layout must match on every rank), after rank 0 has prepared the
+// temp directory. "commit" is: an all-gather of the file reports, rank 0's commit, and a broadcast
+// of its outcome.
+//
+// Errors are never silent and are the same on every rank: a validation error or a rank's write
+// failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) is returned by the call
+// that commits that save (Save, Poll, Wait, Finish, or the next SaveAsync, which then starts no
+// new save); the temp directory is then removed and the previous checkpoint stays the latest. kAlreadyExists when the step is
+// already the latest checkpoint. kInvalidArgument for a state that does not match the
+// communicator (rank, world size) or has null buffers.
+//
+// Deleting old checkpoints (keep_last) and leftovers of crashed saves is done by rank 0 on a
+// background thread too (BackgroundDeleter): the commit only renames them to ".tmp_delete_*"
+// names, which readers ignore; Finish() and the destructor wait for the deletions.
+//
+// Memory: an asynchronous save holds one host copy of the rank's slots and buffers (reused from
+// save to save when the size does not grow); the rank-file writer two io_bytes buffers.
+// Threading: one thread calls a writer; the state's memory must stay valid and unchanged during
+// Save, during SaveAsync (until it returns), and with snapshot_in_background until WaitSnapshot.
+#ifndef SHARDEMA_CHECKPOINT_WRITER_H_
+#define SHARDEMA_CHECKPOINT_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/background_deleter.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/format.h"
+#include "checkpoint/posix_file.h"
+#include "checkpoint/state.h"
+#include "framework/communicator.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+struct SaveOptions {
+  int keep_last = 2;                           // committed checkpoints kept, >= 1
+  uint64_t chunk_bytes = kDefaultChunkBytes;   // checksum chunk size recorded in the manifest
+  uint64_t io_bytes = uint64_t(16) << 20;      // largest single write(2)
+  bool fsync = true;                           // off only for tests that do not need durability
+  WriteFaultHook fault_hook;                   // tests: simulate ENOSPC/EIO on any write
+  bool snapshot_in_background = false;         // see SaveAsync / WaitSnapshot above
+  // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);
+  // 0 = min(4, hardware threads).
+  int snapshot_threads = 0;
+};
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string root, Communicator* comm, SaveOptions options = {});
+  // Joins a running background write. A save not committed by Finish()/Wait()/Poll() is abandoned
+  // (a warning is logged; the next save removes its temp directory).
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  Status Save(const CheckpointState& state);
+  Status SaveAsync(const CheckpointState& state);
+  StatusOr<bool> Poll();
+  void WaitSnapshot();
+  Status Wait();
+  // Wait(), then waits for background deletions.
+  Status Finish();
+
+  bool pending() const { return pending_ != nullptr; }
+  // Step and directory of the last checkpoint this writer committed (-1 / "" when none).
+  int64_t last_committed_step() const { return last_step_; }
+  const std::string& last_committed_dir() const { return last_dir_; }
+  const std::string& root() const { return root_; }
+
+ private:
+  struct Pending;
+  StatusOr<std::unique_ptr<Pending>> Begin(const CheckpointState& state);
+  Status Commit();
+  CommitOptions CommitOpts();
+
+  std::string root_;
+  Communicator* comm_;
+  SaveOptions options_;
+  std::unique_ptr<Pending> pending_;
+  // Asynchronous snapshot, reused; not zero-initialised (every byte used is copied first).
+  // Host memory; a GPU store stages its device slots into host (pinned) memory before saving.
+  std::unique_ptr<char[]> staging_;
+  uint64_t staging_bytes_ = 0;
+  std::vector<std::string> removals_;  // directories renamed for deletion (rank 0)
+  std::unique_ptr<BackgroundDeleter> deleter_;
+  bool first_prepare_ = true;
+  int64_t last_step_ = -1;
+  std::string last_dir_;
+};
+
+// Writes a whole checkpoint of W = ranks.size() ranks from one process (ranks[r] is rank r's
+// state): tests, tools and conversions. Same files, manifest and commit protocol as the writer.
+// Returns the committed directory.
+StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<CheckpointState>& ranks,
+                                   const SaveOptions& options = {});
+
+// The manifest (without files) a state implies, after checking it (rank < world, non-null
+// buffers, unique names). Exposed for the reshard and tests.
+StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_bytes);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_CHECKPOINT_WRITER_H_
