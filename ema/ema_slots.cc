@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "optim/device_ops.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
@@ -57,13 +58,27 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
     }
   }
   std::unique_ptr<EmaSlots> e(new EmaSlots(store, std::move(configs)));
+  bool any_offload = false;
   for (const EmaConfig& c : e->configs_) {
-    RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson()).status());
+    const SlotPlacement where = c.offload ? SlotPlacement::kHost : SlotPlacement::kDevice;
+    RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson(), where).status());
     for (const ParamSpec& b : store->buffer_specs()) {
       RETURN_IF_ERROR(reg.AddBuffer(BufferCopyName(c.name, b.name), b.shape).status());
     }
+    any_offload = any_offload || c.offload;
+  }
+  if (any_offload) {
+    ASSIGN_OR_RETURN(e->offloader_,
+                     EmaOffloader::Create(store->device(), reg.local_numel(), store->stream()));
+    EmaOffloader* o = e->offloader_.get();
+    e->guard_id_ = store->AddShardUpdateGuard([o](Stream s) { return o->OrderMasterWrite(s); });
   }
   return e;
+}
+
+EmaSlots::~EmaSlots() {
+  if (offloader_ != nullptr) offloader_->Fence().IgnoreError();
+  if (guard_id_ >= 0) store_->RemoveShardUpdateGuard(guard_id_);
 }
 
 StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
@@ -76,7 +91,26 @@ StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
                   ")");
 }
 
-float* EmaSlots::shard(size_t i) const { return *store_->registry().Data(configs_[i].name); }
+float* EmaSlots::SlotData(size_t i) const { return *store_->registry().Data(configs_[i].name); }
+
+float* EmaSlots::shard(size_t i) const {
+  if (offloaded(i)) Fence().IgnoreError();  // kept by the offloader: Fence() reports it again
+  return SlotData(i);
+}
+
+Device EmaSlots::shard_device(size_t i) const {
+  return offloaded(i) ? Device::Cpu() : store_->device();
+}
+
+Status EmaSlots::Fence() const {
+  return offloader_ != nullptr ? offloader_->Fence() : Status::Ok();
+}
+
+StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
+  if (i >= configs_.size()) return InvalidArgument("ShardToHost: slot index ", i, " out of range");
+  RETURN_IF_ERROR(Fence());
+  return store_->LocalToHost(SlotData(i), shard_device(i));
+}
 
 Status EmaSlots::CheckStarted(size_t i, const char* what) const {
   if (counters_[i].started()) return Status::Ok();
@@ -87,7 +121,16 @@ Status EmaSlots::CheckStarted(size_t i, const char* what) const {
 Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
   const EmaConfig& c = configs_[i];
   SlotRegistry& reg = store_->registry();
-  std::memcpy(shard(i), store_->master(), size_t(reg.local_numel()) * sizeof(float));
+  if (offloaded(i)) {
+    // A beta-0 update (an exact copy) from a snapshot of the master as it is now; the master may
+    // change only after the snapshot copy has read it.
+    RETURN_IF_ERROR(
+        offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
+    RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
+  } else {
+    RETURN_IF_ERROR(CopyBytes(SlotData(i), store_->device(), store_->master(), store_->device(),
+                              size_t(reg.local_numel()) * sizeof(float), store_->stream()));
+  }
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
     ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
@@ -121,6 +164,15 @@ std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
   return plan;
 }
 
+Status EmaSlots::SubmitOffloaded(const std::vector<EmaStepPlan>& plan) {
+  std::vector<EmaOffloader::Target> targets;
+  for (const EmaStepPlan& p : plan) {
+    if (offloaded(p.slot)) targets.push_back(EmaOffloader::Target{SlotData(p.slot), p.beta});
+  }
+  if (targets.empty()) return Status::Ok();
+  return offloader_->Submit(store_->master(), std::move(targets));
+}
+
 Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step) {
   SlotRegistry& reg = store_->registry();
   for (const EmaStepPlan& p : plan) {
@@ -147,7 +199,8 @@ Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step)
 
 Status EmaSlots::SwapStorage(const std::string& name) {
   SlotRegistry& reg = store_->registry();
-  RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name));
+  RETURN_IF_ERROR(Fence());  // an offloaded slot may still be written by the update thread
+  RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name, store_->stream()));
   for (const ParamSpec& b : store_->buffer_specs()) {
     RETURN_IF_ERROR(reg.SwapBuffers(b.name, BufferCopyName(name, b.name)));
   }
@@ -181,10 +234,13 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   ASSIGN_OR_RETURN(size_t i, Find(name));
   RETURN_IF_ERROR(CheckStarted(i, "CopyTo"));
   SlotRegistry& reg = store_->registry();
+  RETURN_IF_ERROR(Fence());
   // While swapped in, the slot's values sit in the master's (and the buffers') storage.
   const bool in_master = swapped_ == name;
-  ASSIGN_OR_RETURN(float* values, reg.Data(in_master ? std::string(kMasterSlot) : name));
-  ASSIGN_OR_RETURN(std::vector<FullTensor> out, store_->GatherSlotToRank(values, root));
+  const std::string holder = in_master ? std::string(kMasterSlot) : name;
+  ASSIGN_OR_RETURN(float* values, reg.Data(holder));
+  ASSIGN_OR_RETURN(Device where, reg.SlotDevice(holder));
+  ASSIGN_OR_RETURN(std::vector<FullTensor> out, store_->GatherSlotToRank(values, where, root));
   if (store_->rank() != root) return out;
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView t,

@@ -29,6 +29,19 @@
 //                 their model names) on rank `root`; one all_gather per unit; other ranks get an
 //                 empty vector. Collective.
 //
+// Devices and offload. On a CUDA store the slots are device memory (registry slots), started by
+// device copies on the store's stream and updated inside the fused CUDA pass; Swap is the same
+// pointer exchange (no communication) plus a compute-copy refresh queued on the stream, and
+// CopyTo gathers on the device and copies each unit down on root. A config with offload = true
+// makes a host slot (SlotPlacement::kHost: pinned on CUDA) updated by an EmaOffloader
+// (ema/offload.h) on a host thread from asynchronous snapshots of the master: the optimizer
+// leaves it out of its fused pass and calls SubmitOffloaded(plan) after it. Reads of an
+// offloaded slot wait for its pending updates: shard() and ShardToHost() fence, Swap, CopyTo and
+// the optimizer's checkpoint staging call Fence(). Its Swap exchanges contents with the device
+// master (two copies through host memory) instead of pointers when the store is on CUDA. On a
+// CPU store offload changes no placement; the updates still go through the host thread.
+// Results are bit-identical with and without offload.
+//
 // State: ToJson() holds every slot's config and counters (num_updates, last_update_step,
 // started_at) for the checkpoint's meta. LoadJson() restores counters and refuses a checkpoint
 // whose slot configs differ from the run's (DiffConfigs lists every difference) unless
@@ -48,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "ema/offload.h"
 #include "ema/schedule.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
@@ -83,6 +97,8 @@ class EmaSlots {
   // kAlreadyExists (a name already used by another slot, e.g. "exp_avg").
   static StatusOr<std::unique_ptr<EmaSlots>> Create(ShardedParameterStore* store,
                                                     std::vector<EmaConfig> configs);
+  // Applies pending offloaded updates (errors ignored: Fence reports them) and unregisters.
+  ~EmaSlots();
 
   ShardedParameterStore* store() const { return store_; }
   size_t size() const { return configs_.size(); }
@@ -90,13 +106,26 @@ class EmaSlots {
   const std::vector<EmaConfig>& configs() const { return configs_; }
   const EmaCounters& counters(size_t i) const { return counters_[i]; }
   StatusOr<size_t> Find(const std::string& name) const;
-  // The slot's shard (local_numel floats). While the slot is swapped in, its values live in the
-  // master's storage and this returns the master's former values.
+  // The slot's shard (local_numel floats; device memory on a CUDA store unless offloaded). While
+  // the slot is swapped in, its values live in the master's storage and this returns the
+  // master's former values. For an offloaded slot this first waits for its pending host updates
+  // (an update error is kept for Fence() and the next step).
   float* shard(size_t i) const;
+  bool offloaded(size_t i) const { return configs_[i].offload; }
+  // Where shard(i) lives: the store's device, or the CPU for an offloaded slot.
+  Device shard_device(size_t i) const;
+  // The slot's shard copied to the host (after pending device work and host updates). Local.
+  StatusOr<std::vector<float>> ShardToHost(size_t i) const;
+  // Blocks until every offloaded update submitted so far is applied; returns the first error of
+  // the update thread. OK at once without offloaded slots.
+  Status Fence() const;
 
   // ---- Optimizer integration (local, no communication) ----
   Status StartPending(int64_t step);
   std::vector<EmaStepPlan> Plan(int64_t next_step) const;
+  // After the fused pass (which wrote the plan's slots that are not offloaded): snapshots the new
+  // master and queues the plan's offloaded updates. No-op when the plan has none.
+  Status SubmitOffloaded(const std::vector<EmaStepPlan>& plan);
   Status Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step);
 
   // ---- Evaluation / export ----
@@ -122,6 +151,8 @@ class EmaSlots {
     return slot + "/" + buffer;
   }
   Status CheckStarted(size_t i, const char* what) const;
+  // The slot's memory without waiting for offloaded updates.
+  float* SlotData(size_t i) const;
   // Slot i := master, buffer copies := buffers; counters record the start after `step`.
   Status StartFromMaster(size_t i, int64_t step);
   Status SwapStorage(const std::string& name);
@@ -130,6 +161,8 @@ class EmaSlots {
   std::vector<EmaConfig> configs_;
   std::vector<EmaCounters> counters_;
   std::string swapped_;
+  std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
+  int guard_id_ = -1;                        // store shard-update guard (offloader)
 };
 
 }  // namespace shardema

@@ -247,20 +247,22 @@ nlohmann::json EmaConfig::ToJson() const {
   for (const BufferRule& r : buffer_rules) {
     rules.push_back({{"pattern", r.pattern}, {"mode", BufferModeName(r.mode)}});
   }
-  return {{"name", name},
-          {"kind", EmaScheduleName(kind)},
-          {"decay", decay},
-          {"inv_gamma", inv_gamma},
-          {"power", power},
-          {"min_decay", min_decay},
-          {"update_after_step", update_after_step},
-          {"gamma", gamma},
-          {"half_life_steps", half_life_steps},
-          {"rampup", rampup},
-          {"start_step", start_step},
-          {"interval", interval},
-          {"correct_interval", correct_interval},
-          {"buffer_rules", rules}};
+  nlohmann::json j = {{"name", name},
+                      {"kind", EmaScheduleName(kind)},
+                      {"decay", decay},
+                      {"inv_gamma", inv_gamma},
+                      {"power", power},
+                      {"min_decay", min_decay},
+                      {"update_after_step", update_after_step},
+                      {"gamma", gamma},
+                      {"half_life_steps", half_life_steps},
+                      {"rampup", rampup},
+                      {"start_step", start_step},
+                      {"interval", interval},
+                      {"correct_interval", correct_interval},
+                      {"buffer_rules", rules}};
+  if (offload) j["offload"] = true;
+  return j;
 }
 
 StatusOr<EmaConfig> EmaConfig::FromJson(const nlohmann::json& j) {
@@ -307,6 +309,8 @@ StatusOr<EmaConfig> EmaConfig::FromJson(const nlohmann::json& j) {
       RETURN_IF_ERROR(ReadBool(v, k, &c.correct_interval));
     } else if (k == "buffer_rules") {
       RETURN_IF_ERROR(ReadRules(v, &c.buffer_rules));
+    } else if (k == "offload") {
+      RETURN_IF_ERROR(ReadBool(v, k, &c.offload));
     } else {
       return InvalidArgument("EMA config: unknown field '", k, "'");
     }

@@ -71,16 +71,24 @@ struct EmaConfig {
   int64_t interval = 1;
   bool correct_interval = true;
   std::vector<BufferRule> buffer_rules;  // first match wins; default copy
+  // Keep the slot in host memory, updated by a host thread from asynchronous copies of the master
+  // (ema/offload.h), for memory-constrained runs. Placement only: the values are bit-identical to
+  // a device slot, so ToJson writes the field only when true (configs and checkpoints without it
+  // read as false) and Diff ignores it (a run may resume with it toggled). On a CPU store the
+  // memory does not move; the update still runs on the host thread.
+  bool offload = false;
 
   // Validates ranges (0 <= d <= 1, interval >= 1, gamma > 0, ...). Errors name the slot and field.
   Status Validate() const;
-  // Every field, with kind and buffer modes as names ("power_function", "average").
+  // Every field, with kind and buffer modes as names ("power_function", "average"); "offload"
+  // only when true.
   nlohmann::json ToJson() const;
   // Inverse of ToJson; missing fields keep their defaults, "sigma_rel" may replace "gamma"
   // (converted with SigmaRelToGamma). Errors (kInvalidArgument): unknown field, wrong JSON type,
   // unknown kind/mode name, both gamma and sigma_rel, or a failed Validate().
   static StatusOr<EmaConfig> FromJson(const nlohmann::json& j);
-  // Field-by-field differences, e.g. {"decay: 0.999 vs 0.9999"}; empty when equal.
+  // Field-by-field differences, e.g. {"decay: 0.999 vs 0.9999"}; empty when equal. `offload` is
+  // not compared (placement, not semantics).
   std::vector<std::string> Diff(const EmaConfig& other) const;
 };
 

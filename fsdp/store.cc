@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "optim/device_ops.h"
+
 namespace shardema {
 
 struct ShardedParameterStore::UnitState {
@@ -29,11 +31,37 @@ constexpr char kGradSlot[] = "grad";
 
 bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
-StatusOr<Buffer> ZeroedBuffer(size_t bytes, const std::string& what) {
-  StatusOr<Buffer> b = Buffer::Allocate(bytes, Device::Cpu());
+// A zeroed buffer of `bytes` from `cache` (zeroing queued on `stream` on CUDA).
+StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes,
+                              const std::string& what) {
+  StatusOr<Buffer> b = cache.Acquire(bytes);
   if (!b.ok()) return b.status().WithContext(what);
-  std::memset(b->data(), 0, b->size());
+  Status st = FillZero(stream, b->data(), b->size());
+  if (!st.ok()) {
+    cache.Release(std::move(b).value());
+    return st.WithContext(what);
+  }
   return b;
+}
+
+// Checks that the device, the communicator and the stream agree.
+Status CheckDevices(Device device, const Communicator& comm, Stream stream) {
+  if (comm.device() != device) {
+    return InvalidArgument("ShardedParameterStore on ", device.ToString(), " needs a communicator ",
+                           "on the same device, got ", comm.backend_name(), " on ",
+                           comm.device().ToString());
+  }
+  if (device.is_cpu()) return Status::Ok();
+  if (device.index < 0 || device.index >= CudaDeviceCount()) {
+    return Unavailable("ShardedParameterStore on ", device.ToString(), ": ",
+                       BuiltWithCuda() ? std::to_string(CudaDeviceCount()) + " CUDA device(s) visible"
+                                       : std::string("built without --config=cuda"));
+  }
+  if (!stream.device.is_cpu() && stream.device != device) {
+    return InvalidArgument("ShardedParameterStore on ", device.ToString(), ": options.stream is a ",
+                           "stream of ", stream.device.ToString());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -47,12 +75,24 @@ ShardedParameterStore::ShardedParameterStore(StoreLayout layout, std::vector<Par
       buffer_specs_(std::move(buffers)),
       comm_(comm),
       options_(options),
-      registry_(layout_.local_numel()) {}
+      stream_{options.device, nullptr},
+      registry_(layout_.local_numel(), options.device),
+      cache_(options.device) {}
 
 ShardedParameterStore::~ShardedParameterStore() {
   for (auto& s : units_) {
     if (s->gather_work) s->gather_work->Wait().IgnoreError();
     if (s->reduce_work) s->reduce_work->Wait().IgnoreError();
+    // Works order the compute stream: drop them while it exists.
+    s->gather_work.reset();
+    s->reduce_work.reset();
+  }
+  if (device().is_cuda()) {
+    // Device buffers are freed below; let the queued work that uses them finish first.
+    SynchronizeStream(stream_).IgnoreError();
+    units_.clear();
+    cache_.Clear();
+    if (owns_stream_) DestroyStream(stream_).IgnoreError();
   }
 }
 
@@ -60,11 +100,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& buffers, Communicator* comm,
     const StoreOptions& options) {
   if (comm == nullptr) return InvalidArgument("ShardedParameterStore: communicator is null");
-  if (!options.device.is_cpu() || !comm->device().is_cpu()) {
-    return Unimplemented("ShardedParameterStore supports CPU shards only (options.device ",
-                         options.device.ToString(), ", communicator ", comm->backend_name(), " on ",
-                         comm->device().ToString(), ")");
-  }
+  RETURN_IF_ERROR(CheckDevices(options.device, *comm, options.stream));
   if (!IsFloatDType(options.compute_dtype) || !IsFloatDType(options.reduce_dtype)) {
     return InvalidArgument("ShardedParameterStore: compute/reduce dtype must be f32, bf16 or f16");
   }
@@ -86,14 +122,25 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
   }
   std::unique_ptr<ShardedParameterStore> s(
       new ShardedParameterStore(std::move(layout), buffers, comm, options));
+  if (options.device.is_cuda()) {
+    if (options.stream.device == options.device) {
+      s->stream_ = options.stream;
+    } else {
+      ASSIGN_OR_RETURN(s->stream_, CreateStream(options.device));
+      s->owns_stream_ = true;
+    }
+  }
   RETURN_IF_ERROR(s->registry_.AddSlot(kMasterSlot, SlotKind::kMaster, true).status());
   RETURN_IF_ERROR(s->registry_.AddSlot(kGradSlot, SlotKind::kGrad, false).status());
   for (const ParamSpec& b : buffers)
     RETURN_IF_ERROR(s->registry_.AddBuffer(b.name, b.shape).status());
   if (!s->compute_aliases_master()) {
-    ASSIGN_OR_RETURN(s->compute_, ZeroedBuffer(size_t(s->layout_.local_numel()) *
-                                                   DTypeSize(options.compute_dtype),
-                                               "compute copy"));
+    const size_t bytes = size_t(s->layout_.local_numel()) * DTypeSize(options.compute_dtype);
+    StatusOr<Buffer> c = Buffer::Allocate(bytes, options.device);
+    if (!c.ok()) return c.status().WithContext("compute copy");
+    s->compute_ = std::move(c).value();
+    RETURN_IF_ERROR(FillZero(s->stream_, s->compute_.data(), bytes));
+    RETURN_IF_ERROR(s->Synchronize());
   }
   for (size_t u = 0; u < s->layout_.units().size(); ++u) {
     s->units_.push_back(std::make_unique<UnitState>());
@@ -121,7 +168,6 @@ Status ShardedParameterStore::CheckUnit(size_t unit, const char* what) const {
 Status ShardedParameterStore::InitFromFull(const std::map<std::string, TensorView>& tensors) {
   RETURN_IF_ERROR(BeginShardUpdate());
   std::set<std::string> used;
-  float* m = master();
   const std::vector<LocalParamPiece> pieces = layout_.LocalPieces(rank());
   // Check every parameter first so a bad input leaves the store unchanged.
   for (const UnitLayout& u : layout_.units()) {
@@ -150,34 +196,56 @@ Status ShardedParameterStore::InitFromFull(const std::map<std::string, TensorVie
     if (!used.count(kv.first))
       return InvalidArgument("InitFromFull: unknown tensor '", kv.first, "'");
   }
-  for (const LocalParamPiece& pc : pieces) {
-    const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
-    const TensorView& t = tensors.at(p.name);
-    const char* src =
-        static_cast<const char*>(t.data) + size_t(pc.param_begin) * DTypeSize(t.dtype);
-    ConvertBuffer(src, t.dtype, m + pc.local_begin, DType::kF32, size_t(pc.numel));
-  }
+  RETURN_IF_ERROR(WriteMasterFromHost([&](float* m) {
+    for (const LocalParamPiece& pc : pieces) {
+      const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
+      const TensorView& t = tensors.at(p.name);
+      const char* src =
+          static_cast<const char*>(t.data) + size_t(pc.param_begin) * DTypeSize(t.dtype);
+      ConvertBuffer(src, t.dtype, m + pc.local_begin, DType::kF32, size_t(pc.numel));
+    }
+    return Status::Ok();
+  }));
   for (const ParamSpec& b : buffer_specs_) {
     const TensorView& t = tensors.at(b.name);
     ASSIGN_OR_RETURN(TensorView dst, registry_.BufferTensor(b.name));
     ConvertBuffer(t.data, t.dtype, dst.data, DType::kF32, size_t(dst.numel()));
   }
-  return RefreshComputeCopy();
+  return Status::Ok();
 }
 
 Status ShardedParameterStore::InitFromFunction(const ParamInitFn& fn) {
   RETURN_IF_ERROR(BeginShardUpdate());
-  float* m = master();
-  std::vector<float> scratch;
-  for (const LocalParamPiece& pc : layout_.LocalPieces(rank())) {
-    const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
-    scratch.assign(size_t(p.numel), 0.f);
-    Status st = fn(p, scratch.data());
-    if (!st.ok()) return st.WithContext("InitFromFunction: parameter '" + p.name + "'");
-    std::memcpy(m + pc.local_begin, scratch.data() + pc.param_begin,
-                size_t(pc.numel) * sizeof(float));
+  return WriteMasterFromHost([&](float* m) {
+    std::vector<float> scratch;
+    for (const LocalParamPiece& pc : layout_.LocalPieces(rank())) {
+      const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
+      scratch.assign(size_t(p.numel), 0.f);
+      Status st = fn(p, scratch.data());
+      if (!st.ok()) return st.WithContext("InitFromFunction: parameter '" + p.name + "'");
+      std::memcpy(m + pc.local_begin, scratch.data() + pc.param_begin,
+                  size_t(pc.numel) * sizeof(float));
+    }
+    return Status::Ok();
+  });
+}
+
+Status ShardedParameterStore::WriteMasterFromHost(const std::function<Status(float* dst)>& fill) {
+  if (device().is_cpu()) {
+    RETURN_IF_ERROR(fill(master()));
+    return RefreshComputeCopy();
   }
-  return RefreshComputeCopy();
+  // Staged: the whole local master (padding zero) goes up in one copy. On error the device
+  // master is untouched.
+  const size_t n = size_t(layout_.local_numel());
+  ASSIGN_OR_RETURN(Buffer staged,
+                   Buffer::Allocate(n * sizeof(float), Device::Cpu(), MemoryKind::kPinnedHost));
+  std::memset(staged.data(), 0, n * sizeof(float));
+  RETURN_IF_ERROR(fill(staged.as<float>()));
+  RETURN_IF_ERROR(
+      CopyBytes(master(), device(), staged.data(), Device::Cpu(), n * sizeof(float), stream_));
+  RETURN_IF_ERROR(RefreshComputeCopy());
+  return Synchronize();  // the staging buffer is freed on return
 }
 
 // ---- Shards ----
@@ -189,6 +257,10 @@ void* ShardedParameterStore::compute_shard() const {
   return compute_aliases_master() ? static_cast<void*>(master()) : compute_.data();
 }
 
+Status ShardedParameterStore::Synchronize() const {
+  return device().is_cpu() ? Status::Ok() : SynchronizeStream(stream_);
+}
+
 Status ShardedParameterStore::BeginShardUpdate() {
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = *units_[u];
@@ -198,15 +270,24 @@ Status ShardedParameterStore::BeginShardUpdate() {
                                 " references): release it first");
     }
   }
+  for (const auto& g : guards_) RETURN_IF_ERROR(g.second(stream_));
   ReshardAll();
   return Status::Ok();
 }
 
+int ShardedParameterStore::AddShardUpdateGuard(ShardUpdateGuard guard) {
+  const int id = next_guard_id_++;
+  guards_.emplace(id, std::move(guard));
+  return id;
+}
+
+void ShardedParameterStore::RemoveShardUpdateGuard(int id) { guards_.erase(id); }
+
 Status ShardedParameterStore::RefreshComputeCopy() {
   RETURN_IF_ERROR(BeginShardUpdate());
   if (!compute_aliases_master()) {
-    ConvertBuffer(master(), DType::kF32, compute_.data(), options_.compute_dtype,
-                  size_t(layout_.local_numel()));
+    RETURN_IF_ERROR(ConvertOn(stream_, master(), DType::kF32, compute_.data(),
+                              options_.compute_dtype, size_t(layout_.local_numel())));
   }
   return Status::Ok();
 }
@@ -218,15 +299,29 @@ std::vector<TensorView> ShardedParameterStore::UnitViews(size_t unit, void* base
   std::vector<TensorView> out;
   for (const ParamLayout& p : layout_.units()[unit].params) {
     out.push_back(TensorView{static_cast<char*>(base) + size_t(p.offset) * DTypeSize(dtype),
-                             p.shape, dtype, Device::Cpu()});
+                             p.shape, dtype, device()});
   }
   return out;
 }
 
+CollectiveOptions ShardedParameterStore::CollOpts(ReduceOp op) const {
+  CollectiveOptions o;
+  o.op = op;
+  o.stream = stream_;
+  return o;
+}
+
 void ShardedParameterStore::FreeUnitParams(UnitState& s) {
-  s.param_buf = Buffer();
   s.gather_work.reset();
+  cache_.Release(std::move(s.param_buf));
+  s.param_buf = Buffer();
   s.params = UnitState::Params::kReleased;
+}
+
+void ShardedParameterStore::FreeUnitGrads(UnitState& s) {
+  cache_.Release(std::move(s.grad_buf));
+  s.grad_buf = Buffer();
+  s.grad_live = false;
 }
 
 StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
@@ -235,11 +330,11 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
   if (s.params == UnitState::Params::kReleased) {
     const UnitLayout& u = layout_.units()[unit];
     const size_t esize = DTypeSize(options_.compute_dtype);
-    ASSIGN_OR_RETURN(s.param_buf, Buffer::Allocate(size_t(u.padded_numel) * esize, Device::Cpu()));
+    ASSIGN_OR_RETURN(s.param_buf, cache_.Acquire(size_t(u.padded_numel) * esize));
     const char* send =
         static_cast<const char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
     StatusOr<std::unique_ptr<Work>> w = comm_->AllGatherAsync(
-        send, s.param_buf.data(), size_t(u.shard_numel), options_.compute_dtype);
+        send, s.param_buf.data(), size_t(u.shard_numel), options_.compute_dtype, CollOpts());
     if (!w.ok()) {
       FreeUnitParams(s);
       return w.status().WithContext("gather of unit '" + u.name + "'");
@@ -330,7 +425,8 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit) 
   }
   if (!s.grad_live) {
     ASSIGN_OR_RETURN(s.grad_buf,
-                     ZeroedBuffer(size_t(u.padded_numel) * DTypeSize(options_.reduce_dtype),
+                     ZeroedBuffer(cache_, stream_,
+                                  size_t(u.padded_numel) * DTypeSize(options_.reduce_dtype),
                                   "gradient buffer of unit '" + u.name + "'"));
     s.grad_live = true;
   }
@@ -349,11 +445,10 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
   if (!s.grad_live) RETURN_IF_ERROR(UnitGrads(unit).status());
   const size_t esize = DTypeSize(options_.reduce_dtype);
   char* base = s.grad_buf.as<char>();
-  CollectiveOptions opts;
-  opts.op = ReduceOp::kAvg;
   StatusOr<std::unique_ptr<Work>> w =
       comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
-                                size_t(u.shard_numel), options_.reduce_dtype, opts);
+                                size_t(u.shard_numel), options_.reduce_dtype,
+                                CollOpts(ReduceOp::kAvg));
   if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
   s.reduce_work = std::move(w).value();
   s.reduce_pending = true;
@@ -369,32 +464,19 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
-    s.grad_buf = Buffer();
-    s.grad_live = false;
+    FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
-  // Running mean over micro-batches: g += (x - g) / k (the first one is a plain copy).
+  // Running mean over micro-batches (optim/device_ops.h FoldMeanOn), queued on the compute
+  // stream after the reduce-scatter on CUDA.
   const int64_t k = ++s.micro_batches;
   const size_t n = size_t(u.shard_numel);
   const size_t esize = DTypeSize(options_.reduce_dtype);
   const char* mine = s.grad_buf.as<char>() + size_t(rank()) * n * esize;
-  std::vector<float> widened;
-  const float* x = reinterpret_cast<const float*>(mine);
-  if (options_.reduce_dtype != DType::kF32) {
-    widened.resize(n);
-    ConvertBuffer(mine, options_.reduce_dtype, widened.data(), DType::kF32, n);
-    x = widened.data();
-  }
-  float* g = grad_shard() + layout_.local_offset(unit);
-  if (k == 1) {
-    std::memcpy(g, x, n * sizeof(float));
-  } else {
-    const float inv_k = 1.f / float(k);
-    for (size_t i = 0; i < n; ++i) g[i] += (x[i] - g[i]) * inv_k;
-  }
-  s.grad_buf = Buffer();
-  s.grad_live = false;
-  return Status::Ok();
+  st = FoldMeanOn(stream_, grad_shard() + layout_.local_offset(unit), mine,
+                  options_.reduce_dtype, int64_t(n), k);
+  FreeUnitGrads(s);
+  return st.ok() ? st : st.WithContext("gradient fold of unit '" + u.name + "'");
 }
 
 Status ShardedParameterStore::ReduceScatterGrads(size_t unit) {
@@ -409,11 +491,11 @@ Status ShardedParameterStore::ZeroGrad() {
                                 "' has a reduce-scatter in flight: wait for it first");
     }
   }
-  std::memset(grad_shard(), 0, size_t(layout_.local_numel()) * sizeof(float));
+  RETURN_IF_ERROR(
+      FillZero(stream_, grad_shard(), size_t(layout_.local_numel()) * sizeof(float)));
   for (auto& s : units_) {
     s->micro_batches = 0;
-    s->grad_buf = Buffer();
-    s->grad_live = false;
+    FreeUnitGrads(*s);
   }
   return Status::Ok();
 }
@@ -455,12 +537,23 @@ StatusOr<TensorView> ShardedParameterStore::buffer(const std::string& name) cons
 
 StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const float* local_slot,
                                                                           int root) {
+  return GatherSlotToRank(local_slot, device(), root);
+}
+
+StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const float* local_slot,
+                                                                          Device slot_device,
+                                                                          int root) {
   if (local_slot == nullptr && layout_.local_numel() > 0) {
     return InvalidArgument("GatherSlotToRank: slot is null");
   }
   if (root < 0 || root >= world_size()) {
     return InvalidArgument("GatherSlotToRank: root ", root, " outside [0, ", world_size(), ")");
   }
+  if (slot_device != device() && !slot_device.is_cpu()) {
+    return InvalidArgument("GatherSlotToRank: slot on ", slot_device.ToString(), " but the store ",
+                           "is on ", device().ToString());
+  }
+  if (device().is_cuda()) return GatherSlotToRankCuda(local_slot, slot_device, root);
   std::vector<FullTensor> out;
   std::vector<float> unit_buf;
   for (size_t u = 0; u < num_units(); ++u) {
@@ -479,21 +572,95 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const 
   return out;
 }
 
+StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
+    const float* local_slot, Device slot_device, int root) {
+  int64_t max_padded = 0, max_shard = 0;
+  for (const UnitLayout& ul : layout_.units()) {
+    max_padded = std::max(max_padded, ul.padded_numel);
+    max_shard = std::max(max_shard, ul.shard_numel);
+  }
+  // One device unit buffer (plus, for a host slot, a device copy of the unit's shard) from the
+  // cache, and one pinned host buffer on root.
+  ASSIGN_OR_RETURN(Buffer unit_dev, cache_.Acquire(size_t(max_padded) * sizeof(float)));
+  Buffer send_dev, unit_host;
+  if (slot_device.is_cpu()) {
+    ASSIGN_OR_RETURN(send_dev, cache_.Acquire(size_t(max_shard) * sizeof(float)));
+  }
+  if (rank() == root) {
+    ASSIGN_OR_RETURN(unit_host, Buffer::Allocate(size_t(max_padded) * sizeof(float),
+                                                 Device::Cpu(), MemoryKind::kPinnedHost));
+  }
+  std::vector<FullTensor> out;
+  Status st = [&]() -> Status {
+    for (size_t u = 0; u < num_units(); ++u) {
+      const UnitLayout& ul = layout_.units()[u];
+      const size_t shard_bytes = size_t(ul.shard_numel) * sizeof(float);
+      const float* send = local_slot + layout_.local_offset(u);
+      if (slot_device.is_cpu()) {
+        RETURN_IF_ERROR(
+            CopyBytes(send_dev.data(), device(), send, Device::Cpu(), shard_bytes, stream_));
+        send = send_dev.as<float>();
+      }
+      Status g = comm_->AllGather(send, unit_dev.data(), size_t(ul.shard_numel), DType::kF32,
+                                  CollOpts());
+      if (!g.ok()) return g.WithContext("GatherSlotToRank: unit '" + ul.name + "'");
+      if (rank() != root) continue;
+      RETURN_IF_ERROR(CopyBytes(unit_host.data(), Device::Cpu(), unit_dev.data(), device(),
+                                size_t(ul.padded_numel) * sizeof(float), stream_));
+      RETURN_IF_ERROR(Synchronize());
+      const float* h = unit_host.as<float>();
+      for (const ParamLayout& p : ul.params) {
+        out.push_back(
+            FullTensor{p.name, p.shape, std::vector<float>(h + p.offset, h + p.offset + p.numel)});
+      }
+    }
+    // The host slot (send) and the pinned buffer must not be read after return.
+    return Synchronize();
+  }();
+  cache_.Release(std::move(unit_dev));
+  cache_.Release(std::move(send_dev));
+  if (!st.ok()) return st;
+  return out;
+}
+
+StatusOr<std::vector<float>> ShardedParameterStore::LocalToHost(const float* local_slot,
+                                                                Device slot_device) const {
+  const int64_t n = layout_.local_numel();
+  if (local_slot == nullptr && n > 0) return InvalidArgument("LocalToHost: slot is null");
+  std::vector<float> out(static_cast<size_t>(n));
+  if (slot_device.is_cpu()) {
+    // A host slot of a CUDA store may be written by work queued before: wait for it.
+    RETURN_IF_ERROR(Synchronize());
+    if (n > 0) std::memcpy(out.data(), local_slot, size_t(n) * sizeof(float));
+    return out;
+  }
+  if (slot_device != device()) {
+    return InvalidArgument("LocalToHost: slot on ", slot_device.ToString(), " but the store is on ",
+                           device().ToString());
+  }
+  RETURN_IF_ERROR(CopyToHostSync(stream_, out.data(), local_slot, slot_device, n));
+  return out;
+}
+
 std::vector<SlotMemory> ShardedParameterStore::MemoryReport() const {
   std::vector<SlotMemory> out = registry_.MemoryReport();
   if (!compute_aliases_master()) {
-    out.push_back(SlotMemory{"compute", "compute", int64_t(compute_.size()), false});
+    out.push_back(SlotMemory{"compute", "compute", int64_t(compute_.size()), false, device()});
   }
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = *units_[u];
     const std::string& name = layout_.units()[u].name;
     if (s.params != UnitState::Params::kReleased) {
-      out.push_back(
-          SlotMemory{name + "/params", "unit_params", int64_t(s.param_buf.size()), false});
+      out.push_back(SlotMemory{name + "/params", "unit_params", int64_t(s.param_buf.size()),
+                               false, device()});
     }
     if (s.grad_live) {
-      out.push_back(SlotMemory{name + "/grads", "unit_grads", int64_t(s.grad_buf.size()), false});
+      out.push_back(SlotMemory{name + "/grads", "unit_grads", int64_t(s.grad_buf.size()), false,
+                               device()});
     }
+  }
+  if (cache_.cached_bytes() > 0) {
+    out.push_back(SlotMemory{"unit_cache", "unit_cache", cache_.cached_bytes(), false, device()});
   }
   return out;
 }

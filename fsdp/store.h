@@ -42,10 +42,37 @@
 // owner calls BeginShardUpdate() first (fails if a unit is gathered or in flight; frees cached
 // unit buffers, which would be stale) and RefreshComputeCopy() or writes the compute copy itself.
 //
+// Devices. With StoreOptions::device a CUDA GPU, the master, gradient and compute shards, the
+// optimizer moments and EMA slots (registry slots; see optim/slot_registry.h for offloaded EMA
+// slots) and the unit buffers are device memory; replicated buffers stay on the host. The
+// communicator must be on the same device (a NcclCommunicator). Everything the store does runs on
+// its compute stream, stream(): StoreOptions::stream, or a non-blocking stream the store creates
+// and owns. Collectives are issued with that stream as CollectiveOptions::stream: NCCL runs them
+// on its own stream, after the work queued on the compute stream before the call, and Wait()
+// makes the compute stream wait for them without blocking the host. Hence:
+//   * the caller's forward/backward kernels must run on stream() (or be ordered with it);
+//   * views handed out (Gather, UnitGrads) are device memory, valid for work queued on stream();
+//   * prefetch: call GatherAsync(u+1) BEFORE queuing unit u's kernels, so the all_gather only
+//     waits for the work already queued and runs while unit u computes;
+//   * reduce-scatter overlap: call ReduceScatterGradsAsync(u) after queuing unit u's backward,
+//     queue the next units' backward, and WaitReduceScatter later (at the latest before the
+//     step): the wait orders the stream and queues the fold (LaunchFoldMean), it never blocks;
+//   * gradient zeroing (LaunchFillZero) and the compute-copy refresh (LaunchConvert) are queued
+//     on the stream; InitFromFull/InitFromFunction stage through host memory and copy up.
+// Unit buffers come from a UnitBufferCache (fsdp/buffer_cache.h), which on CUDA keeps released
+// buffers for reuse in stream order instead of freeing them. On the CPU every call completes
+// before returning, as it always did.
+//
+// Shard-update guards: work that reads the state asynchronously (a device->host snapshot of the
+// master for an offloaded EMA, a checkpoint staging copy) registers a guard; BeginShardUpdate()
+// calls every guard with the compute stream before the state may change, and the guard orders
+// the stream after its reads (no host block on CUDA).
+//
 // Errors: kInvalidArgument for bad specs, names, shapes and unit indices (messages name the unit,
-// parameter and values); kFailedPrecondition for protocol misuse (releasing an ungathered unit,
-// stepping with a pending reduce-scatter, ...); kUnimplemented for a non-CPU device; collective
-// errors from the Communicator pass through with the unit named.
+// parameter and values), a communicator on another device than options.device, or a stream of
+// another device; kUnavailable for a CUDA device in a build without --config=cuda or without
+// that GPU; kFailedPrecondition for protocol misuse (releasing an ungathered unit, stepping with
+// a pending reduce-scatter, ...); collective and CUDA errors pass through with the unit named.
 // Threading: one thread drives a store (the Communicator contract). Memory: see MemoryReport().
 #ifndef SHARDEMA_FSDP_STORE_H_
 #define SHARDEMA_FSDP_STORE_H_
@@ -62,6 +89,7 @@
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
+#include "fsdp/buffer_cache.h"
 #include "fsdp/layout.h"
 #include "optim/slot_registry.h"
 
@@ -70,8 +98,11 @@ namespace shardema {
 struct StoreOptions {
   DType compute_dtype = DType::kF32;  // dtype of the gathered parameters (f32, bf16, f16)
   DType reduce_dtype = DType::kF32;   // dtype of unit gradient buffers and the reduce-scatter
-  Device device = Device::Cpu();      // where shards and unit buffers live; CPU only for now
+  Device device = Device::Cpu();      // where shards and unit buffers live: CPU or a CUDA GPU
   bool reshard_after_forward = true;  // see ReleaseAfterForward
+  // CUDA only: the compute stream (a stream of `device`). A CPU stream, the default, makes the
+  // store create and own a non-blocking stream on `device`. Ignored for a CPU device.
+  Stream stream;
 };
 
 // A full (unsharded) f32 tensor, e.g. one parameter of an exported model.
@@ -117,8 +148,9 @@ class ShardedParameterStore {
   // Builds the layout at comm->world_size(), allocates the zeroed master, gradient and compute
   // shards, and registers `buffers` as replicated (zeroed). `comm` must outlive the store.
   // Errors: kInvalidArgument (null comm, bad layout specs, a buffer name that is empty, contains
-  // '/' or equals a parameter name, compute/reduce dtype not f32/bf16/f16); kUnimplemented for a
-  // CUDA device; kResourceExhausted.
+  // '/' or equals a parameter name, compute/reduce dtype not f32/bf16/f16, comm->device() or
+  // options.stream not on options.device); kUnavailable (CUDA device not usable);
+  // kResourceExhausted.
   static StatusOr<std::unique_ptr<ShardedParameterStore>> Create(
       const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& buffers, Communicator* comm,
       const StoreOptions& options = {});
@@ -132,6 +164,11 @@ class ShardedParameterStore {
   Communicator* comm() const { return comm_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
+  Device device() const { return options_.device; }
+  // The compute stream (a CPU stream on CPU devices).
+  Stream stream() const { return stream_; }
+  // Blocks until the work queued on the compute stream is done (no-op on CPU).
+  Status Synchronize() const;
   size_t num_units() const { return layout_.units().size(); }
   StatusOr<size_t> UnitIndex(const std::string& unit_name) const;
   const std::vector<ParamSpec>& buffer_specs() const { return buffer_specs_; }
@@ -152,13 +189,19 @@ class ShardedParameterStore {
   Status InitFromFunction(const ParamInitFn& fn);
 
   // ---- Shards ----
+  // Pointers into device memory on a CUDA store (use LocalToHost to read them on the host).
   float* master() const;      // registry slot "params" (changes on EMA swap: re-fetch)
   float* grad_shard() const;  // registry slot "grad"
   bool compute_aliases_master() const { return options_.compute_dtype == DType::kF32; }
   void* compute_shard() const;  // local_numel elements of compute dtype
-  // Fails when a unit is gathered (references held) or a gather is in flight; frees cached unit
-  // buffers. Call before changing the master.
+  // Fails when a unit is gathered (references held) or a gather is in flight; runs the
+  // shard-update guards; frees cached unit buffers. Call before changing the master (or any
+  // persistent slot).
   Status BeginShardUpdate();
+  // Registers a guard (see above) and returns its id; the guard must stay callable until removed.
+  using ShardUpdateGuard = std::function<Status(Stream compute)>;
+  int AddShardUpdateGuard(ShardUpdateGuard guard);
+  void RemoveShardUpdateGuard(int id);
   // BeginShardUpdate(), then compute copy = master rounded to the compute dtype.
   Status RefreshComputeCopy();
 
@@ -198,10 +241,18 @@ class ShardedParameterStore {
   // f32 buffer on every rank, plus the full model on root). Collective. Non-root ranks get an
   // empty vector. Errors: kInvalidArgument for a null slot or a bad root.
   StatusOr<std::vector<FullTensor>> GatherSlotToRank(const float* local_slot, int root);
+  // The same for a slot in the memory of `slot_device` (the store's device, or the CPU for an
+  // offloaded slot of a CUDA store, which is copied up one unit at a time). On a CUDA store the
+  // all_gather runs on the device into a cached unit buffer and root copies each unit down.
+  StatusOr<std::vector<FullTensor>> GatherSlotToRank(const float* local_slot, Device slot_device,
+                                                     int root);
+  // This rank's local_numel() elements of a sharded slot in the memory of `slot_device`, copied
+  // to the host after the work queued on the compute stream (waits for the copy). Local.
+  StatusOr<std::vector<float>> LocalToHost(const float* local_slot, Device slot_device) const;
 
   // ---- Memory ----
   // Bytes per rank per entry: every registry slot and buffer, the compute copy (when separate),
-  // and live unit parameter / gradient buffers.
+  // live unit parameter / gradient buffers, and (CUDA) the unit buffer cache ("unit_cache").
   std::vector<SlotMemory> MemoryReport() const;
   // Optimizer + EMA state per rank: master, moments and EMA slots (4 bytes each per local
   // element); (4 + 8 + 4k) * local_numel for AdamW with k EMA slots.
@@ -214,14 +265,28 @@ class ShardedParameterStore {
   Status CheckUnit(size_t unit, const char* what) const;
   std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
   void FreeUnitParams(UnitState& s);
+  void FreeUnitGrads(UnitState& s);
+  CollectiveOptions CollOpts(ReduceOp op = ReduceOp::kSum) const;
+  // Writes this rank's local master (local_numel floats on the host, padding zero) to the master
+  // shard: directly on CPU (fill(dst) writes into the master), through a host staging copy on
+  // CUDA. Then refreshes the compute copy.
+  Status WriteMasterFromHost(const std::function<Status(float* dst)>& fill);
+  // GatherSlotToRank on a CUDA store.
+  StatusOr<std::vector<FullTensor>> GatherSlotToRankCuda(const float* local_slot,
+                                                         Device slot_device, int root);
 
   StoreLayout layout_;
   std::vector<ParamSpec> buffer_specs_;
   Communicator* comm_;
   StoreOptions options_;
+  Stream stream_;
+  bool owns_stream_ = false;
   SlotRegistry registry_;
+  UnitBufferCache cache_;
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;
+  std::map<int, ShardUpdateGuard> guards_;
+  int next_guard_id_ = 0;
 };
 
 }  // namespace shardema

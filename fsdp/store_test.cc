@@ -384,10 +384,12 @@ TEST(StoreTest, BadConstructionIsAClearError) {
   EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
   auto slash = ShardedParameterStore::Create(OddUnits(), {{"ema/x", {1}}}, World());
   EXPECT_EQ(slash.status().code(), StatusCode::kInvalidArgument);
+  // A CUDA store needs a communicator on that GPU (the MPI world is on the CPU).
   StoreOptions gpu;
   gpu.device = Device::Cuda(0);
-  EXPECT_EQ(ShardedParameterStore::Create(OddUnits(), {}, World(), gpu).status().code(),
-            StatusCode::kUnimplemented);
+  auto mismatch = ShardedParameterStore::Create(OddUnits(), {}, World(), gpu);
+  EXPECT_EQ(mismatch.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("cuda:0"), std::string::npos) << mismatch.status();
 }
 
 }  // namespace

@@ -8,24 +8,54 @@
 // coefficient cannot diverge between ranks) with double accuracy. A NaN or Inf gradient on any
 // rank makes the norm non-finite on every rank.
 //
+// DeviceGradNorm: the same for a gradient shard in CUDA memory, over a device communicator
+// (NCCL): ONE SumSquaresCuda pass over the shard into a device double (deterministic; it differs
+// from SumSquaresCpu by summation order only, ~1e-15 relative), the same bit-exact all_gather of
+// the partials on the device, ONE device->host copy of the world_size partials (the only host
+// synchronization), and the same rank-order sum. Every rank gets the same bits.
+//
 // ClipCoefficient: min(1, max_norm / (norm + 1e-6)), PyTorch's formula; max_norm <= 0 disables
 // clipping (1). Non-finite norms give 1 (the caller skips the step instead).
 //
-// Threading: GlobalGradNorm is a collective (one thread per communicator); ClipCoefficient is
-// pure.
+// Threading: GlobalGradNorm and DeviceGradNorm::Compute are collectives (one thread per
+// communicator); ClipCoefficient is pure.
 #ifndef SHARDEMA_OPTIM_CLIP_H_
 #define SHARDEMA_OPTIM_CLIP_H_
 
 #include <cstdint>
 
 #include "framework/communicator.h"
+#include "framework/device.h"
 #include "framework/status.h"
 
 namespace shardema {
 
-// L2 norm over all ranks of grad[0..n) (each rank its own shard). Collective.
+// L2 norm over all ranks of grad[0..n) (each rank its own host shard). Collective.
 // Errors: kInvalidArgument for a null comm or a null grad with n > 0; communicator errors.
 StatusOr<double> GlobalGradNorm(Communicator* comm, const float* grad, int64_t n);
+
+// The global norm on a CUDA device; owns its device scratch (reuse one per optimizer).
+class DeviceGradNorm {
+ public:
+  // Scratch for `world_size` ranks on `device`. Errors: kInvalidArgument for a CPU device or
+  // world_size < 1; allocation errors; kUnavailable without CUDA.
+  static StatusOr<DeviceGradNorm> Create(Device device, int world_size);
+
+  // L2 norm over all ranks of grad[0..n), a shard in device memory, computed after the work
+  // queued on `stream` (a stream of the device; the gradient must be complete there). The
+  // collective is issued with `stream` as CollectiveOptions::stream. Blocks until the partial
+  // sums reach the host. Collective. Errors: kInvalidArgument (null comm or grad with n > 0, a
+  // comm of another world size, a stream of another device); CUDA and communicator errors.
+  StatusOr<double> Compute(Communicator* comm, const float* grad, int64_t n, Stream stream);
+
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  int world_size_ = 1;
+  Buffer device_scratch_;  // workspace, then the local partial, then world_size partials
+  Buffer host_partials_;   // world_size doubles, pinned
+};
 
 double ClipCoefficient(double norm, double max_norm);
 

@@ -6,6 +6,7 @@
 #include "ema/schedule.h"
 #include "framework/logging.h"
 #include "optim/clip.h"
+#include "optim/device_ops.h"
 
 namespace shardema {
 
@@ -155,7 +156,28 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
     }
     o->ranges_.push_back(Range{pc.local_begin, pc.numel, g});
   }
+  if (store->device().is_cuda()) {
+    ASSIGN_OR_RETURN(DeviceGradNorm norm,
+                     DeviceGradNorm::Create(store->device(), store->world_size()));
+    o->device_norm_ = std::make_unique<DeviceGradNorm>(std::move(norm));
+  }
+  o->staging_ = std::make_unique<HostStaging>(&reg);
+  HostStaging* staging = o->staging_.get();
+  o->staging_guard_ =
+      store->AddShardUpdateGuard([staging](Stream s) { return staging->OrderAfterCopies(s); });
   return o;
+}
+
+Optimizer::~Optimizer() {
+  if (staging_guard_ >= 0) store_->RemoveShardUpdateGuard(staging_guard_);
+}
+
+StatusOr<double> Optimizer::GradNorm() {
+  const int64_t n = store_->layout().local_numel();
+  if (device_norm_ != nullptr) {
+    return device_norm_->Compute(store_->comm(), store_->grad_shard(), n, store_->stream());
+  }
+  return GlobalGradNorm(store_->comm(), store_->grad_shard(), n);
 }
 
 int Optimizer::GroupOf(const std::string& param_name) const {
@@ -183,8 +205,7 @@ Status Optimizer::CheckReady() const {
 StatusOr<StepResult> Optimizer::Step() {
   RETURN_IF_ERROR(CheckReady());
   StepResult res;
-  ASSIGN_OR_RETURN(res.grad_norm, GlobalGradNorm(store_->comm(), store_->grad_shard(),
-                                                 store_->layout().local_numel()));
+  ASSIGN_OR_RETURN(res.grad_norm, GradNorm());
   if (options_.skip_nonfinite && !Finite(res.grad_norm)) {
     ++skipped_steps_;
     res.skipped = true;
@@ -203,9 +224,15 @@ StatusOr<StepResult> Optimizer::Step() {
     RETURN_IF_ERROR(emas_->StartPending(step_));
     plan = emas_->Plan(next);
   }
+  // Slots written by the fused pass; offloaded ones are queued after it.
   std::vector<float*> ema_base;
-  for (const EmaStepPlan& p : plan) ema_base.push_back(emas_->shard(p.slot));
-  std::vector<EmaTarget> targets(plan.size());
+  std::vector<double> ema_beta;
+  for (const EmaStepPlan& p : plan) {
+    if (emas_->offloaded(p.slot)) continue;
+    ema_base.push_back(emas_->shard(p.slot));
+    ema_beta.push_back(p.beta);
+  }
+  std::vector<EmaTarget> targets(ema_base.size());
 
   SlotRegistry& reg = store_->registry();
   float* master = store_->master();
@@ -224,8 +251,8 @@ StatusOr<StepResult> Optimizer::Step() {
 
   for (const Range& r : ranges_) {
     const OptimizerHyper& h = group_hyper(r.group);
-    for (size_t i = 0; i < plan.size(); ++i) {
-      targets[i] = EmaTarget{ema_base[i] + r.local_begin, plan[i].beta};
+    for (size_t i = 0; i < targets.size(); ++i) {
+      targets[i] = EmaTarget{ema_base[i] + r.local_begin, ema_beta[i]};
     }
     FusedStepArgs a;
     a.n = r.n;
@@ -252,9 +279,12 @@ StatusOr<StepResult> Optimizer::Step() {
     a.nesterov = h.nesterov;
     a.first_step = step_ == 0;
     a.num_threads = options_.num_threads;
-    FusedStepCpu(a);
+    RETURN_IF_ERROR(FusedStepOn(store_->stream(), a));
   }
-  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->Commit(plan, next));
+  if (emas_ != nullptr) {
+    RETURN_IF_ERROR(emas_->SubmitOffloaded(plan));
+    RETURN_IF_ERROR(emas_->Commit(plan, next));
+  }
   step_ = next;
   res.step = step_;
   res.num_ema_updates = int(plan.size());
@@ -308,23 +338,39 @@ Status Optimizer::LoadStateJson(const nlohmann::json& meta, bool allow_ema_confi
   return Status::Ok();
 }
 
-StatusOr<CheckpointState> Optimizer::CheckpointView() const {
+StatusOr<StagedCheckpoint> Optimizer::StageCheckpoint() const {
   if (emas_ != nullptr && emas_->swapped()) {
     return FailedPrecondition("checkpoint while EMA slot '", emas_->swapped_slot(),
                               "' is swapped in: swap it back first");
   }
-  CheckpointState s;
+  EmaSlots* emas = emas_;
+  std::function<Status()> fence;
+  if (emas != nullptr) fence = [emas] { return emas->Fence(); };
+  ASSIGN_OR_RETURN(StagedSlots staged, staging_->StageToHost(store_->stream(), std::move(fence)));
+  StagedCheckpoint out;
+  CheckpointState& s = out.state;
   s.step = step_;
   s.rank = store_->rank();
   s.layout = store_->layout();
-  s.slots = store_->registry().CheckpointSlots();
+  s.slots = std::move(staged.slots);
   s.buffers = store_->registry().CheckpointBuffers();
   s.meta = StateJson();
-  return s;
+  out.done = std::move(staged.done);
+  return out;
+}
+
+StatusOr<CheckpointState> Optimizer::CheckpointView() const {
+  ASSIGN_OR_RETURN(StagedCheckpoint staged, StageCheckpoint());
+  RETURN_IF_ERROR(staged.done.Wait());
+  return std::move(staged.state);
 }
 
 Status Optimizer::FinishRestore(const nlohmann::json& meta, bool allow_ema_config_change) {
   RETURN_IF_ERROR(LoadStateJson(meta, allow_ema_config_change));
+  if (store_->device().is_cuda()) {
+    RETURN_IF_ERROR(store_->BeginShardUpdate());
+    RETURN_IF_ERROR(staging_->UploadToDevice(store_->stream()));
+  }
   return store_->RefreshComputeCopy();
 }
 

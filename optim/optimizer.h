@@ -27,11 +27,26 @@
 // The LR of step s (1-based, the bias-correction count) is LrAt(options.lr, s) * group lr_scale.
 // Gradients are not zeroed: call store->ZeroGrad() before the next accumulation.
 //
+// CUDA: on a store on a CUDA device the same steps run on the store's compute stream: the norm
+// is one SumSquaresCuda pass over the gradient shard, a bit-exact all_gather of the partials
+// through the (NCCL) communicator and ONE host read of them (optim/clip.h DeviceGradNorm; the
+// host decides skip and clipping, identically on every rank), then ONE FusedStepCuda launch per
+// range (not per tensor), bit-identical to FusedStepCpu. EMA slots with offload = true are left
+// out of the fused pass and queued to the EMA offloader after it (EmaSlots::SubmitOffloaded).
+// Step() returns once the pass is queued; the host is blocked only by the norm's partials.
+//
 // Checkpoints: CheckpointView() lists every persistent slot ("params", "exp_avg", "exp_avg_sq"
 // or "momentum_buffer", each EMA slot by name) and replicated buffer (including EMA copies
-// "<slot>/<buffer>") as views into the registry, with StateJson() as meta. To resume, the reader
-// fills the same views, then FinishRestore(meta) restores the counters (refusing differing EMA
-// slot configs unless allowed) and refreshes the compute copy.
+// "<slot>/<buffer>") as host views, with StateJson() as meta: on CPU views into the registry; on
+// CUDA views of pinned host buffers this optimizer owns, filled by StageCheckpoint() and waited
+// for (offloaded EMA slots are viewed in place after their pending updates). StageCheckpoint()
+// is the non-blocking form: the copies run on a side stream while the caller queues more work,
+// and the state may be read once the handle's Wait() returns. To resume, the reader fills
+// CheckpointView()'s views, then FinishRestore(meta) restores the counters (refusing differing
+// EMA slot configs unless allowed), copies staged slots back to the device (CUDA) and refreshes
+// the compute copy. Staged views stay valid until the next CheckpointView / StageCheckpoint.
+// Views of host-resident slots (every slot on CPU, offloaded EMA slots on CUDA) are the slots
+// themselves: consume them before the next Step(), as the checkpoint writer's SaveAsync does.
 //
 // Errors: kInvalidArgument for bad options (naming the field); kFailedPrecondition for protocol
 // misuse and mismatching checkpoints; communicator errors pass through.
@@ -50,7 +65,9 @@
 #include "ema/ema_slots.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "optim/clip.h"
 #include "optim/fused_step.h"
+#include "optim/host_staging.h"
 #include "optim/lr_schedule.h"
 
 namespace shardema {
@@ -104,6 +121,12 @@ struct StepResult {
   int num_ema_updates = 0;  // EMA slots written by this step (starts included)
 };
 
+// A checkpoint state whose slot views may still be filling (see StageCheckpoint).
+struct StagedCheckpoint {
+  CheckpointState state;
+  StagingHandle done;
+};
+
 class Optimizer {
  public:
   // Registers the moment slots ("exp_avg" + "exp_avg_sq" for AdamW; "momentum_buffer" for SGD
@@ -111,6 +134,7 @@ class Optimizer {
   // `emas` may be null (no EMA); otherwise it must belong to `store` (kInvalidArgument).
   static StatusOr<std::unique_ptr<Optimizer>> Create(ShardedParameterStore* store, EmaSlots* emas,
                                                      OptimizerOptions options);
+  ~Optimizer();  // waits for staging copies in flight
 
   StatusOr<StepResult> Step();
 
@@ -130,11 +154,14 @@ class Optimizer {
   // logged; the run's options are kept. Nothing changes on error.
   Status LoadStateJson(const nlohmann::json& meta, bool allow_ema_config_change = false);
 
-  // The state to hand to the checkpoint writer (views into the registry). Errors:
-  // kFailedPrecondition while an EMA slot is swapped in.
+  // The state to hand to the checkpoint writer (host views, see above): StageCheckpoint() and
+  // its Wait(). Errors: kFailedPrecondition while an EMA slot is swapped in; staging errors.
   StatusOr<CheckpointState> CheckpointView() const;
-  // After the reader filled CheckpointView()'s views: LoadStateJson(meta) then refresh the
-  // compute copy from the loaded master.
+  // The non-blocking form: device slots are being copied to pinned host buffers when it returns;
+  // read the views only after done.Wait(). Same errors.
+  StatusOr<StagedCheckpoint> StageCheckpoint() const;
+  // After the reader filled CheckpointView()'s views: LoadStateJson(meta), then (CUDA) copy the
+  // staged slots back to the device, then refresh the compute copy from the loaded master.
   Status FinishRestore(const nlohmann::json& meta, bool allow_ema_config_change = false);
 
  private:
@@ -146,6 +173,8 @@ class Optimizer {
   Optimizer(ShardedParameterStore* store, EmaSlots* emas, OptimizerOptions options);
   Status CheckReady() const;
 
+  StatusOr<double> GradNorm();
+
   ShardedParameterStore* store_;
   EmaSlots* emas_;
   OptimizerOptions options_;
@@ -153,6 +182,9 @@ class Optimizer {
   std::vector<Range> ranges_;
   int64_t step_ = 0;
   int64_t skipped_steps_ = 0;
+  std::unique_ptr<DeviceGradNorm> device_norm_;  // CUDA stores
+  std::unique_ptr<HostStaging> staging_;         // checkpoint staging (a store guard orders it)
+  int staging_guard_ = -1;
 };
 
 }  // namespace shardema

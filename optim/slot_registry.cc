@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "optim/device_ops.h"
+
 namespace shardema {
 
 const char* SlotKindName(SlotKind kind) {
@@ -25,6 +27,28 @@ StatusOr<Buffer> ZeroedHostFloats(int64_t n, const std::string& what) {
   StatusOr<Buffer> b = Buffer::Allocate(size_t(n) * sizeof(float), Device::Cpu());
   if (!b.ok()) return b.status().WithContext(what);
   std::memset(b->data(), 0, b->size());
+  return b;
+}
+
+// n zeroed floats where a slot of `placement` lives on a registry of `device`. Host slots of a
+// CUDA registry are pinned (asynchronous copies to and from the device need it). The device
+// zeroing runs on the legacy stream and is waited for, so any stream sees zeros afterwards.
+StatusOr<Buffer> ZeroedSlotMemory(int64_t n, Device device, SlotPlacement placement,
+                                  const std::string& what) {
+  if (device.is_cpu()) return ZeroedHostFloats(n, what);
+  const size_t bytes = size_t(n) * sizeof(float);
+  if (placement == SlotPlacement::kHost) {
+    StatusOr<Buffer> b = Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost);
+    if (!b.ok()) return b.status().WithContext(what);
+    std::memset(b->data(), 0, b->size());
+    return b;
+  }
+  StatusOr<Buffer> b = Buffer::Allocate(bytes, device);
+  if (!b.ok()) return b.status().WithContext(what);
+  const Stream legacy{device, nullptr};
+  Status st = FillZero(legacy, b->data(), bytes);
+  if (st.ok()) st = SynchronizeStream(legacy);
+  if (!st.ok()) return st.WithContext(what);
   return b;
 }
 
@@ -56,16 +80,18 @@ StatusOr<size_t> SlotRegistry::BufferIndex(const std::string& name) const {
 }
 
 StatusOr<float*> SlotRegistry::AddSlot(const std::string& name, SlotKind kind, bool persistent,
-                                       nlohmann::json hyper) {
+                                       nlohmann::json hyper, SlotPlacement placement) {
   if (name.empty()) return InvalidArgument("state slot name is empty");
   if (name.find('/') != std::string::npos) {
     return InvalidArgument("state slot name '", name, "' contains '/' (reserved for buffers)");
   }
   if (HasSlot(name)) return AlreadyExists("state slot '", name, "' is already registered");
-  ASSIGN_OR_RETURN(Buffer mem, ZeroedHostFloats(local_numel_, "state slot '" + name + "'"));
+  ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(local_numel_, device_, placement,
+                                                "state slot '" + name + "'"));
   float* data = mem.as<float>();
   slot_index_[name] = slots_.size();
-  slots_.push_back(SlotEntry{SlotInfo{name, kind, persistent, std::move(hyper)}, std::move(mem)});
+  slots_.push_back(
+      SlotEntry{SlotInfo{name, kind, persistent, std::move(hyper)}, std::move(mem), placement});
   return data;
 }
 
@@ -91,11 +117,44 @@ Status SlotRegistry::SetHyper(const std::string& name, nlohmann::json hyper) {
   return Status::Ok();
 }
 
-Status SlotRegistry::SwapSlots(const std::string& a, const std::string& b) {
+StatusOr<Device> SlotRegistry::SlotDevice(const std::string& name) const {
+  ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
+  return MemoryDevice(slots_[i]);
+}
+
+StatusOr<SlotPlacement> SlotRegistry::Placement(const std::string& name) const {
+  ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
+  return slots_[i].placement;
+}
+
+Status SlotRegistry::ExchangeContents(SlotEntry& dev, SlotEntry& host, Stream stream) {
+  if (stream.device != device_) {
+    return InvalidArgument("swapping slots '", dev.info.name, "' (", device_.ToString(),
+                           ") and '", host.info.name, "' (host) needs a stream of ",
+                           device_.ToString(), ", got one of ", stream.device.ToString());
+  }
+  const size_t bytes = size_t(local_numel_) * sizeof(float);
+  ASSIGN_OR_RETURN(Buffer tmp, Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost));
+  // Stream order: the device slot is read into tmp before it is overwritten with the host slot.
+  RETURN_IF_ERROR(CopyBytes(tmp.data(), Device::Cpu(), dev.mem.data(), device_, bytes, stream));
+  RETURN_IF_ERROR(CopyBytes(dev.mem.data(), device_, host.mem.data(), Device::Cpu(), bytes, stream));
+  RETURN_IF_ERROR(SynchronizeStream(stream));
+  std::memcpy(host.mem.data(), tmp.data(), bytes);
+  return Status::Ok();
+}
+
+Status SlotRegistry::SwapSlots(const std::string& a, const std::string& b, Stream stream) {
   ASSIGN_OR_RETURN(size_t ia, SlotIndex(a));
   ASSIGN_OR_RETURN(size_t ib, SlotIndex(b));
-  std::swap(slots_[ia].mem, slots_[ib].mem);
-  return Status::Ok();
+  SlotEntry& ea = slots_[ia];
+  SlotEntry& eb = slots_[ib];
+  if (MemoryDevice(ea) == MemoryDevice(eb)) {
+    std::swap(ea.mem, eb.mem);
+    return Status::Ok();
+  }
+  Status st = ea.placement == SlotPlacement::kHost ? ExchangeContents(eb, ea, stream)
+                                                  : ExchangeContents(ea, eb, stream);
+  return st.ok() ? st : st.WithContext("swapping state slots '" + a + "' and '" + b + "'");
 }
 
 StatusOr<float*> SlotRegistry::AddBuffer(const std::string& name, const Shape& shape) {
@@ -169,7 +228,7 @@ std::vector<SlotMemory> SlotRegistry::MemoryReport() const {
   std::vector<SlotMemory> out;
   for (const SlotEntry& e : slots_) {
     out.push_back(SlotMemory{e.info.name, SlotKindName(e.info.kind), int64_t(e.mem.size()),
-                             e.info.persistent});
+                             e.info.persistent, MemoryDevice(e)});
   }
   for (const BufferEntry& e : buffers_) {
     out.push_back(SlotMemory{e.name, "buffer", int64_t(e.mem.size()), true});

@@ -10,15 +10,24 @@
 //   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
 //     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b").
 //
-// The registry owns the memory (framework/device.h Buffer, host, 64-byte aligned, zero-filled at
-// creation). The checkpoint writer walks CheckpointSlots() / CheckpointBuffers()
-// (checkpoint/state.h views into this memory) and the reader fills the same views in place;
-// nothing is special-cased per slot.
+// Placement. A registry has a device (the store's). Sharded slots live in that device's memory
+// (SlotPlacement::kDevice: host memory on CPU, cudaMalloc'd memory on CUDA) unless created with
+// SlotPlacement::kHost (an offloaded EMA slot: pinned host memory on a CUDA registry, plain host
+// memory on a CPU one). Replicated buffers are always host memory (they are small and read and
+// written by host code). SlotDevice() says where a slot's bytes are.
+//
+// The registry owns the memory (framework/device.h Buffer, 64-byte aligned on the host,
+// zero-filled at creation; on CUDA the zeroing is complete when AddSlot returns). The checkpoint
+// writer walks CheckpointSlots() / CheckpointBuffers() (checkpoint/state.h views into this
+// memory) and the reader fills the same views in place; nothing is special-cased per slot. On a
+// CUDA registry the views of device slots point to device memory: stage them to host first
+// (optim/host_staging.h; Optimizer::CheckpointView does).
 //
 // Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
 // is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
 // then point at the other entry's values: fetch pointers again after a swap (Data() is a map
-// lookup, cheap).
+// lookup, cheap). Two slots in different memories (a device slot and a kHost slot) exchange
+// their contents instead (two copies through a temporary host buffer; pointers stay put).
 //
 // Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
 // is destroyed (entries are never removed).
@@ -39,6 +48,8 @@
 namespace shardema {
 
 enum class SlotKind : uint8_t { kMaster = 0, kMoment = 1, kEma = 2, kGrad = 3 };
+// Where a sharded slot's memory lives (see Placement above).
+enum class SlotPlacement : uint8_t { kDevice = 0, kHost = 1 };
 // "master", "moment", "ema", "grad".
 const char* SlotKindName(SlotKind kind);
 
@@ -50,6 +61,7 @@ struct SlotMemory {
   std::string kind;
   int64_t bytes = 0;
   bool persistent = false;  // saved in checkpoints
+  Device device = Device::Cpu();  // where the bytes are (an offloaded EMA slot: the host)
 };
 
 struct SlotInfo {
@@ -61,18 +73,23 @@ struct SlotInfo {
 
 class SlotRegistry {
  public:
-  // `local_numel`: elements of every sharded slot (StoreLayout::local_numel()).
-  explicit SlotRegistry(int64_t local_numel) : local_numel_(local_numel) {}
+  // `local_numel`: elements of every sharded slot (StoreLayout::local_numel()); `device`: where
+  // kDevice slots live.
+  explicit SlotRegistry(int64_t local_numel, Device device = Device::Cpu())
+      : local_numel_(local_numel), device_(device) {}
   SlotRegistry(SlotRegistry&&) = default;
   SlotRegistry& operator=(SlotRegistry&&) = default;
 
   int64_t local_numel() const { return local_numel_; }
+  Device device() const { return device_; }
 
-  // Adds a zero-filled sharded slot and returns its memory.
+  // Adds a zero-filled sharded slot and returns its memory (see Placement).
   // Errors: kInvalidArgument for an empty name or one containing '/' (reserved for buffer
-  // copies); kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation).
+  // copies); kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation);
+  // kUnavailable / kInternal from CUDA.
   StatusOr<float*> AddSlot(const std::string& name, SlotKind kind, bool persistent,
-                           nlohmann::json hyper = nlohmann::json::object());
+                           nlohmann::json hyper = nlohmann::json::object(),
+                           SlotPlacement placement = SlotPlacement::kDevice);
   bool HasSlot(const std::string& name) const { return slot_index_.count(name) != 0; }
   // The slot's memory (local_numel() floats). Errors: kNotFound naming the slot and listing the
   // registered ones.
@@ -82,8 +99,14 @@ class SlotRegistry {
   StatusOr<SlotInfo> Info(const std::string& name) const;
   // Replaces the recorded hyperparameters (e.g. after a config change accepted on resume).
   Status SetHyper(const std::string& name, nlohmann::json hyper);
-  // Exchanges the memory of two slots (O(1)). Errors: kNotFound.
-  Status SwapSlots(const std::string& a, const std::string& b);
+  // Where the slot's memory is: device() for kDevice slots, the CPU for kHost ones.
+  // Errors: kNotFound.
+  StatusOr<Device> SlotDevice(const std::string& name) const;
+  StatusOr<SlotPlacement> Placement(const std::string& name) const;
+  // Exchanges the memory of two slots: O(1) when both are in the same memory. A device slot and
+  // a host slot exchange contents instead, with copies queued on `stream` (a stream of device())
+  // and waited for before returning. Errors: kNotFound; copy errors.
+  Status SwapSlots(const std::string& a, const std::string& b, Stream stream = Stream{});
 
   // Adds a zero-filled replicated buffer. Errors: kInvalidArgument for an empty name or a
   // negative dim; kAlreadyExists; kResourceExhausted.
@@ -118,6 +141,7 @@ class SlotRegistry {
   struct SlotEntry {
     SlotInfo info;
     Buffer mem;
+    SlotPlacement placement = SlotPlacement::kDevice;
   };
   struct BufferEntry {
     std::string name;
@@ -126,8 +150,13 @@ class SlotRegistry {
   };
   StatusOr<size_t> SlotIndex(const std::string& name) const;
   StatusOr<size_t> BufferIndex(const std::string& name) const;
+  Device MemoryDevice(const SlotEntry& e) const {
+    return e.placement == SlotPlacement::kHost ? Device::Cpu() : device_;
+  }
+  Status ExchangeContents(SlotEntry& dev, SlotEntry& host, Stream stream);
 
   int64_t local_numel_ = 0;
+  Device device_;
   std::vector<SlotEntry> slots_;
   std::map<std::string, size_t> slot_index_;
   std::vector<BufferEntry> buffers_;

@@ -1,0 +1,25 @@
+// The NCCL communicator of the GPU tests, over the MPI test world (tests/test_world.h).
+//
+// GpuSkipReason() is "" when every rank of this node has its own GPU, else why the GPU tests
+// skip (the same answer on every rank of a node, so no rank waits for a skipped one).
+// NcclWorld() creates the communicator on first use (collective: every rank calls it in the
+// same test) on the node-local rank's GPU and returns it afterwards; null when creation failed
+// (the failure is reported as a test failure). A global test environment shuts it down after
+// the last test, before mpi_test_main finalizes MPI. Test-only.
+#ifndef SHARDEMA_FSDP_NCCL_TEST_WORLD_H_
+#define SHARDEMA_FSDP_NCCL_TEST_WORLD_H_
+
+#include <string>
+
+#include "framework/nccl/nccl_communicator.h"
+
+namespace shardema {
+namespace testing {
+
+std::string GpuSkipReason();
+NcclCommunicator* NcclWorld();
+
+}  // namespace testing
+}  // namespace shardema
+
+#endif  // SHARDEMA_FSDP_NCCL_TEST_WORLD_H_

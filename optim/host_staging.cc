@@ -1,0 +1,101 @@
+#include "optim/host_staging.h"
+
+#include <utility>
+
+namespace shardema {
+
+Status StagingHandle::Wait() {
+  if (waited_) return status_;
+  waited_ = true;
+  if (copies_ != nullptr) status_ = copies_->Synchronize();
+  if (status_.ok() && fence_) status_ = fence_();
+  if (!status_.ok()) status_ = status_.WithContext("checkpoint staging");
+  return status_;
+}
+
+StatusOr<bool> StagingHandle::CopiesDone() const {
+  if (copies_ == nullptr) return true;
+  return copies_->Query();
+}
+
+HostStaging::~HostStaging() {
+  if (copies_ != nullptr) copies_->Synchronize().IgnoreError();
+  if (owns_side_) DestroyStream(side_).IgnoreError();
+}
+
+Status HostStaging::EnsureSideStream() {
+  if (owns_side_) return Status::Ok();
+  ASSIGN_OR_RETURN(side_, CreateStream(registry_->device()));
+  owns_side_ = true;
+  return Status::Ok();
+}
+
+int64_t HostStaging::staged_bytes() const {
+  int64_t n = 0;
+  for (const auto& kv : host_) n += int64_t(kv.second.size());
+  return n;
+}
+
+StatusOr<StagedSlots> HostStaging::StageToHost(Stream after, std::function<Status()> fence) {
+  const Device device = registry_->device();
+  StagedSlots out;
+  std::vector<SlotView> views = registry_->CheckpointSlots();
+  if (device.is_cpu()) {
+    out.slots = std::move(views);
+    out.done = StagingHandle(nullptr, std::move(fence));
+    return out;
+  }
+  if (after.device != device) {
+    return InvalidArgument("StageToHost: registry on ", device.ToString(), ", stream of ",
+                           after.device.ToString());
+  }
+  // The previous staging's buffers are about to be overwritten: its copies must be done.
+  if (copies_ != nullptr) RETURN_IF_ERROR(copies_->Synchronize());
+  RETURN_IF_ERROR(EnsureSideStream());
+  ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create(device));
+  RETURN_IF_ERROR(ready.Record(after));
+  RETURN_IF_ERROR(ready.MakeStreamWait(side_));
+  const size_t bytes = size_t(registry_->local_numel()) * sizeof(float);
+  for (SlotView& v : views) {
+    ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));
+    if (where.is_cpu()) continue;  // offloaded: already host memory
+    Buffer& h = host_[v.name];
+    if (h.size() != bytes || h.data() == nullptr) {
+      ASSIGN_OR_RETURN(h, Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost));
+    }
+    RETURN_IF_ERROR(CopyBytes(h.data(), Device::Cpu(), v.data, device, bytes, side_));
+    v.data = h.data();
+  }
+  ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::Create(device));
+  RETURN_IF_ERROR(done.Record(side_));
+  copies_ = std::make_shared<const CudaEvent>(std::move(done));
+  out.slots = std::move(views);
+  out.done = StagingHandle(copies_, std::move(fence));
+  return out;
+}
+
+Status HostStaging::OrderAfterCopies(Stream stream) const {
+  if (copies_ == nullptr || stream.device.is_cpu()) return Status::Ok();
+  return copies_->MakeStreamWait(stream);
+}
+
+Status HostStaging::UploadToDevice(Stream stream) {
+  const Device device = registry_->device();
+  if (device.is_cpu()) return Status::Ok();  // the reader wrote the slots themselves
+  if (stream.device != device) {
+    return InvalidArgument("UploadToDevice: registry on ", device.ToString(), ", stream of ",
+                           stream.device.ToString());
+  }
+  if (copies_ != nullptr) RETURN_IF_ERROR(copies_->Synchronize());
+  const size_t bytes = size_t(registry_->local_numel()) * sizeof(float);
+  for (const SlotView& v : registry_->CheckpointSlots()) {
+    auto it = host_.find(v.name);
+    if (it == host_.end()) continue;  // host slot (filled in place) or never staged
+    ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));
+    if (where.is_cpu()) continue;
+    RETURN_IF_ERROR(CopyBytes(v.data, device, it->second.data(), Device::Cpu(), bytes, stream));
+  }
+  return SynchronizeStream(stream);
+}
+
+}  // namespace shardema
