@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/export.h"
 #include "checkpoint/posix_file.h"
@@ -55,16 +56,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-StatusOr<uint64_t> ParseBytes(const std::string& s) {
-  if (s.empty()) return InvalidArgument("empty size");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  const std::string unit = end;
-  double mul = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
-  if (mul < 0 || v <= 0) return InvalidArgument("bad size '", s, "' (e.g. 1G, 512M, 4096)");
-  return uint64_t(v * mul);
-}
 
 // Peak and current resident memory of this process (KiB), from /proc/self/status.
 uint64_t StatusKib(const char* key) {
@@ -168,8 +159,8 @@ struct Row {
 };
 
 Status Run(const Flags& f) {
-  ASSIGN_OR_RETURN(uint64_t total_bytes, ParseBytes(f.bytes));
-  ASSIGN_OR_RETURN(uint64_t export_bytes, ParseBytes(f.export_bytes));
+  ASSIGN_OR_RETURN(uint64_t total_bytes, bench::ParseBytes(f.bytes));
+  ASSIGN_OR_RETURN(uint64_t export_bytes, bench::ParseBytes(f.export_bytes));
   ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi, MpiCommunicator::Create());
   Communicator* comm = mpi.get();
   const int rank = comm->rank(), world = comm->world_size();
@@ -335,10 +326,5 @@ int main(int argc, char** argv) {
   app.add_option("--result", f.result, "internal");
   CLI11_PARSE(app, argc, argv);
   if (!f.export_child.empty()) return shardema::ExportChild(f.export_child, f.export_out, f.result);
-  shardema::Status s = shardema::Run(f);
-  if (!s.ok()) {
-    std::fprintf(stderr, "ckpt_bench: %s\n", s.ToString().c_str());
-    return shardema::ExitCodeFor(s);
-  }
-  return 0;
+  return shardema::bench::ExitWith("ckpt_bench", shardema::Run(f));
 }

@@ -26,7 +26,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "framework/device.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/mpi/mpi_error.h"
@@ -44,6 +44,8 @@
 
 namespace shardema {
 namespace {
+
+using bench::Median;
 
 enum class Op { kAllGather, kReduceScatter, kAllReduce };
 const char* OpName(Op op) {
@@ -119,33 +121,6 @@ int64_t CountWrong(Op op, const float* recv, size_t c, int rank, int n) {
   return wrong;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// "4096", "4K", "64M", "1G" (powers of 1024).
-bool ParseBytes(const std::string& s, size_t* out) {
-  if (s.empty()) return false;
-  size_t mult = 1, len = s.size();
-  switch (std::toupper(static_cast<unsigned char>(s.back()))) {
-    case 'K': mult = size_t(1) << 10; --len; break;
-    case 'M': mult = size_t(1) << 20; --len; break;
-    case 'G': mult = size_t(1) << 30; --len; break;
-    default: break;
-  }
-  try {
-    size_t pos = 0;
-    const unsigned long long v = std::stoull(s.substr(0, len), &pos);
-    if (pos != len) return false;
-    *out = size_t(v) * mult;
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 std::string FormatBytes(size_t b) {
   char buf[32];
   if (b >= (size_t(1) << 20) && b % (size_t(1) << 20) == 0) {
@@ -178,7 +153,7 @@ double PairedRatio(const Row& ours, const Row& base) {
   for (size_t it = 0; it < ours.times.size() && it < base.times.size(); ++it) {
     if (ours.times[it] > 0) r.push_back(base.times[it] / ours.times[it]);
   }
-  return r.empty() ? 0.0 : Median(r);
+  return Median(r);  // 0 when empty
 }
 
 class Bench {
@@ -254,12 +229,13 @@ class Bench {
 };
 
 Status Run(const Flags& f) {
-  size_t min_bytes = 0, max_bytes = 0;
-  if (!ParseBytes(f.min_bytes, &min_bytes) || !ParseBytes(f.max_bytes, &max_bytes) ||
-      min_bytes == 0 || min_bytes > max_bytes) {
+  const StatusOr<uint64_t> min_parsed = bench::ParseBytes(f.min_bytes);
+  const StatusOr<uint64_t> max_parsed = bench::ParseBytes(f.max_bytes);
+  if (!min_parsed.ok() || !max_parsed.ok() || *min_parsed > *max_parsed) {
     return InvalidArgument("comm_bench: bad --min-bytes '", f.min_bytes, "' / --max-bytes '",
                            f.max_bytes, "' (want 0 < min <= max, e.g. 4K and 64M)");
   }
+  const size_t min_bytes = size_t(*min_parsed), max_bytes = size_t(*max_parsed);
   if (f.step_factor < 2 || f.iters < 1 || f.warmup < 0) {
     return InvalidArgument("comm_bench: need --step-factor >= 2, --iters >= 1, --warmup >= 0");
   }
@@ -336,9 +312,7 @@ int main(int argc, char** argv) {
   app.add_option("--iters", f.iters, "timed iterations per size");
   app.add_option("--warmup", f.warmup, "untimed iterations per size");
   CLI11_PARSE(app, argc, argv);
-  shardema::Status st = shardema::Run(f);
-  if (!st.ok()) std::fprintf(stderr, "comm_bench: %s\n", st.ToString().c_str());
-  shardema::Status fin = shardema::MpiCommunicator::FinalizeMpi();
-  if (st.ok() && !fin.ok()) st = fin;
-  return shardema::ExitCodeFor(st);
+  const shardema::Status st = shardema::Run(f);
+  const shardema::Status fin = shardema::MpiCommunicator::FinalizeMpi();
+  return shardema::bench::ExitWith("comm_bench", st.ok() ? fin : st);
 }

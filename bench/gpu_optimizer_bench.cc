@@ -35,6 +35,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/adamw_bench_step.h"
+#include "bench/bench_util.h"
 #include "framework/device.h"
 #include "framework/status.h"
 #include "optim/cuda/fused_step_cuda.h"
@@ -49,7 +51,7 @@
 namespace shardema {
 namespace {
 
-constexpr int kMaxSlots = 2;
+constexpr int kMaxSlots = bench::AdamWBenchStep::kMaxEmas;
 
 struct Options {
   int64_t numel = int64_t{256} << 20;
@@ -108,11 +110,7 @@ struct Variant {
   double bytes_per_elem;
   std::function<Status()> fn;  // queues one run on the stream
   std::vector<double> ms;
-  double Median() const {
-    std::vector<double> v = ms;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
+  double Median() const { return bench::Median(ms); }
   double GBps(int64_t n) const { return bytes_per_elem * double(n) / (Median() * 1e6); }
 };
 
@@ -183,24 +181,11 @@ Status Run(const Options& o, const TorchTimes& torch) {
                              "cudaMemsetAsync"));
 
   int64_t step = 0;
+  const bench::AdamWBenchStep adamw(n, arrays[kGrad].as<float>(), arrays[kMaster].as<float>(),
+                                    arrays[kM].as<float>(), arrays[kV].as<float>(),
+                                    arrays[kE0].as<float>(), arrays[kE1].as<float>(), bf16.data());
   auto fused = [&](int slots, bool with_bf16) {
-    const EmaTarget targets[kMaxSlots] = {{arrays[kE0].as<float>(), 0.999},
-                                          {arrays[kE1].as<float>(), 0.9999}};
-    FusedStepArgs a;
-    a.n = n;
-    a.kind = OptimizerKind::kAdamW;
-    a.grad = arrays[kGrad].as<float>();
-    a.master = arrays[kMaster].as<float>();
-    a.exp_avg = arrays[kM].as<float>();
-    a.exp_avg_sq = arrays[kV].as<float>();
-    a.compute = with_bf16 ? bf16.data() : nullptr;
-    a.compute_dtype = DType::kBF16;
-    a.emas = targets;
-    a.num_emas = slots;
-    a.lr = 1e-4;
-    a.weight_decay = 0.01;
-    a.step = ++step;
-    return FusedStepCuda(a, stream.native);
+    return FusedStepCuda(adamw.Args(slots, with_bf16, ++step), stream.native);
   };
   auto copy = [&](size_t copy_bytes) {
     return CudaStatus(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy_bytes,
@@ -292,10 +277,7 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   StatusOr<TorchTimes> torch = ReadTorchJson(o.torch_json, o.numel);
-  if (!torch.ok()) {
-    std::fprintf(stderr, "gpu_optimizer_bench: %s\n", torch.status().ToString().c_str());
-    return ExitCodeFor(torch.status());
-  }
+  if (!torch.ok()) return bench::ExitWith("gpu_optimizer_bench", torch.status());
   if (!BuiltWithCuda() || CudaDeviceCount() == 0) {
     const bool built = BuiltWithCuda();
     std::printf("# gpu_optimizer_bench needs --config=cuda and a GPU: %s\n",
@@ -305,13 +287,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
 #if SHARDEMA_WITH_CUDA
-  const Status st = Run(o, *torch);
-  if (!st.ok()) {
-    std::fprintf(stderr, "gpu_optimizer_bench: %s\n", st.ToString().c_str());
-    return ExitCodeFor(st);
-  }
-#endif
+  return bench::ExitWith("gpu_optimizer_bench", Run(o, *torch));
+#else
   return 0;
+#endif
 }
 
 }  // namespace

@@ -34,6 +34,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/adamw_bench_step.h"
+#include "bench/bench_util.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
@@ -135,11 +137,7 @@ struct Variant {
   int64_t elems;
   std::function<void()> fn;
   std::vector<double> ms;  // one time per round
-  double Median() const {
-    std::vector<double> v = ms;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
+  double Median() const { return bench::Median(ms); }
   double GBps() const { return bytes_per_elem * static_cast<double>(elems) / (Median() * 1e6); }
 };
 
@@ -181,22 +179,10 @@ int Main(int argc, char** argv) {
           Alloc(n, threads, 0.5f),
           std::vector<uint16_t>(static_cast<size_t>(n))};
   int64_t step = 0;
+  const bench::AdamWBenchStep adamw(n, s.grad.get(), s.master.get(), s.m.get(), s.v.get(),
+                                    s.e0.get(), s.e1.get(), s.bf16.data());
   auto fused = [&](int num_emas, bool bf16, int nthreads) {
-    EmaTarget targets[2] = {{s.e0.get(), 0.999}, {s.e1.get(), 0.9999}};
-    FusedStepArgs a;
-    a.n = n;
-    a.kind = OptimizerKind::kAdamW;
-    a.grad = s.grad.get();
-    a.master = s.master.get();
-    a.exp_avg = s.m.get();
-    a.exp_avg_sq = s.v.get();
-    a.compute = bf16 ? s.bf16.data() : nullptr;
-    a.compute_dtype = DType::kBF16;
-    a.emas = targets;
-    a.num_emas = num_emas;
-    a.lr = 1e-4;
-    a.weight_decay = 0.01;
-    a.step = ++step;
+    FusedStepArgs a = adamw.Args(num_emas, bf16, ++step);
     a.num_threads = nthreads;
     FusedStepCpu(a);
   };

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "optim/fused_step_scalars.h"
+
 namespace shardema {
 namespace {
 
@@ -18,74 +20,6 @@ constexpr int64_t kBlock = 2048;
 constexpr int64_t kThreadAlign = 16;
 
 #define SHARDEMA_KERNEL inline __attribute__((always_inline))
-
-// f32 scalars of one call, each rounded once from double (see the rounding contract in the
-// header).
-struct AdamWScalars {
-  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
-      bias_correction2_sqrt, eps;
-};
-
-struct SgdScalars {
-  float grad_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
-  bool has_weight_decay, has_momentum, nesterov, first_step;
-};
-
-// How one EMA slot is updated for a given beta.
-enum class EmaMode : uint8_t { kSkip, kCopy, kLerpLow, kLerpHigh };
-struct EmaScalars {
-  EmaMode mode;
-  float weight;            // w = f32(1 - beta)
-  float one_minus_weight;  // 1 - w in f32, as torch's lerp forms it
-};
-
-EmaScalars MakeEmaScalars(double beta) {
-  EmaScalars s{EmaMode::kLerpLow, 0.f, 1.f};
-  if (beta == 1.0) {
-    s.mode = EmaMode::kSkip;
-    return s;
-  }
-  if (beta == 0.0) {
-    s.mode = EmaMode::kCopy;
-    return s;
-  }
-  s.weight = static_cast<float>(1.0 - beta);
-  s.one_minus_weight = 1.f - s.weight;
-  // torch's lerp picks its formula on |w| < 0.5.
-  s.mode = std::fabs(s.weight) < 0.5f ? EmaMode::kLerpLow : EmaMode::kLerpHigh;
-  return s;
-}
-
-AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
-  const double t = static_cast<double>(a.step);
-  const double bias_correction1 = 1.0 - std::pow(a.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(a.beta2, t);
-  AdamWScalars s;
-  s.grad_scale = a.grad_scale;
-  s.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
-  s.beta1 = static_cast<float>(a.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
-  s.beta2 = static_cast<float>(a.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
-  s.neg_step_size = static_cast<float>(-(a.lr / bias_correction1));
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(a.eps);
-  return s;
-}
-
-SgdScalars MakeSgdScalars(const FusedStepArgs& a) {
-  SgdScalars s;
-  s.grad_scale = a.grad_scale;
-  s.weight_decay = static_cast<float>(a.weight_decay);
-  s.momentum = static_cast<float>(a.momentum);
-  s.one_minus_dampening = static_cast<float>(1.0 - a.dampening);
-  s.neg_lr = static_cast<float>(-a.lr);
-  s.has_weight_decay = a.weight_decay != 0.0;
-  s.has_momentum = a.momentum != 0.0;
-  s.nesterov = a.nesterov;
-  s.first_step = a.first_step;
-  return s;
-}
 
 // ---- Per-block kernels. Simple loops over __restrict pointers that GCC vectorizes; they are
 // always inlined into the ISA-specific drivers below, so each driver gets its own code. ----

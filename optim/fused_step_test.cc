@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/dtype.h"
+#include "optim/fused_step_scalars.h"
 
 namespace shardema {
 namespace {
@@ -277,6 +278,68 @@ TEST(FusedStepTest, EmptyRangeTouchesNothing) {
   FusedStepCpu(a);
   EmaUpdateCpu(nullptr, nullptr, 0, 0.5);
   EXPECT_EQ(SumSquaresCpu(nullptr, 0), 0.0);
+}
+
+TEST(FusedStepScalarsTest, AdamWFactorsFromDoubles) {
+  FusedStepArgs a;
+  a.grad_scale = 0.125f;
+  a.lr = a.weight_decay = a.beta1 = 0.5;
+  a.beta2 = 0.75;
+  a.eps = 0.25;
+  a.step = 2;  // bias corrections 1 - 0.5^2 = 0.75 and 1 - 0.75^2 = 0.4375
+  const AdamWScalars s = MakeAdamWScalars(a);
+  const float got[] = {s.grad_scale, s.decay, s.beta1, s.one_minus_beta1, s.beta2,
+                       s.one_minus_beta2, s.neg_step_size, s.bias_correction2_sqrt, s.eps};
+  const float want[] = {0.125f, 0.75f /* 1 - lr*wd */, 0.5f, 0.5f, 0.75f, 0.25f,
+                        -2.0f / 3.0f /* -(0.5 / 0.75) */,
+                        0.661437827766147805607f /* sqrt(0.4375) */, 0.25f};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); ++i) {
+    EXPECT_EQ(got[i], want[i]) << "AdamWScalars field " << i;
+  }
+}
+
+TEST(FusedStepScalarsTest, SgdFactorsAndFlags) {
+  FusedStepArgs a;
+  a.kind = OptimizerKind::kSgd;
+  a.lr = 0.5;
+  a.momentum = 0.875;
+  a.dampening = 0.25;
+  a.nesterov = true;
+  const SgdScalars s = MakeSgdScalars(a);
+  EXPECT_EQ(s.neg_lr, -0.5f);
+  EXPECT_EQ(s.momentum, 0.875f);
+  EXPECT_EQ(s.one_minus_dampening, 0.75f);
+  EXPECT_TRUE(!s.has_weight_decay && s.has_momentum && s.nesterov && !s.first_step);
+  a.weight_decay = 0.125;
+  a.momentum = 0.0;
+  a.first_step = true;
+  const SgdScalars t = MakeSgdScalars(a);
+  EXPECT_EQ(t.weight_decay, 0.125f);
+  EXPECT_TRUE(t.has_weight_decay && !t.has_momentum && t.first_step);
+}
+
+TEST(FusedStepScalarsTest, EmaModeFollowsBeta) {
+  struct Case {
+    double beta;
+    EmaMode mode;
+    float weight, one_minus_weight;
+  };
+  const Case cases[] = {
+      {1.0, EmaMode::kSkip, 0.f, 1.f},
+      {0.0, EmaMode::kCopy, 0.f, 1.f},
+      {0.75, EmaMode::kLerpLow, 0.25f, 0.75f},   // w < 0.5: self + w * (end - self)
+      {0.25, EmaMode::kLerpHigh, 0.75f, 0.25f},  // end - (end - self) * (1 - w)
+      {0.5, EmaMode::kLerpHigh, 0.5f, 0.5f},     // torch: |w| < 0.5 is the low form
+  };
+  for (const Case& c : cases) {
+    const EmaScalars s = MakeEmaScalars(c.beta);
+    EXPECT_EQ(s.mode, c.mode) << c.beta;
+    EXPECT_EQ(s.weight, c.weight) << c.beta;
+    EXPECT_EQ(s.one_minus_weight, c.one_minus_weight) << c.beta;
+  }
+  // w is rounded once from the double 1 - beta: f32(1 - 0.999) is not 1 - f32(0.999).
+  EXPECT_EQ(MakeEmaScalars(0.999).weight, 0.001000000000000000888f);
+  EXPECT_NE(MakeEmaScalars(0.999).weight, 1.f - 0.999f);
 }
 
 TEST(FusedStepTest, SumSquaresInDouble) {

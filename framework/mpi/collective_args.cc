@@ -54,6 +54,19 @@ size_t CollectiveCall::recv_elems(int world_size) const {
   return kind == CollectiveKind::kAllGather ? count * size_t(world_size) : count;
 }
 
+CollectiveCall MakeCollectiveCall(CollectiveKind kind, const void* send, void* recv, size_t count,
+                                  DType dtype, const CollectiveOptions& opts) {
+  CollectiveCall c;
+  c.kind = kind;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  if (IsReduction(kind)) c.op = opts.op;
+  if (kind == CollectiveKind::kBroadcast) c.root = opts.root;
+  return c;
+}
+
 StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size,
                               size_t max_count) {
   const char* name = CollectiveName(c.kind);

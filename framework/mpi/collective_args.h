@@ -54,6 +54,13 @@ struct CollectiveCall {
   size_t recv_elems(int world_size) const;
 };
 
+// The call behind one of Communicator's asynchronous collectives (kAllGather, kReduceScatter,
+// kAllReduce, kBroadcast): kind, send, recv, count and dtype as given, opts.op for the reductions
+// and opts.root for kBroadcast (whose callers pass the buffer as both send and recv); the other
+// fields keep their defaults. opts.stream is not part of the call.
+CollectiveCall MakeCollectiveCall(CollectiveKind kind, const void* send, void* recv, size_t count,
+                                  DType dtype, const CollectiveOptions& opts);
+
 // Checks one rank's arguments. Returns true when the call is in place (AllGather send == recv +
 // rank*count, ReduceScatter recv == send + rank*count, AllReduce send == recv; Broadcast always),
 // false for disjoint buffers. `max_count` is the backend's per-call element limit (MPI: INT_MAX).

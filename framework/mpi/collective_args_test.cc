@@ -12,15 +12,10 @@ namespace {
 
 constexpr size_t kNoLimit = size_t(INT_MAX);
 
+// A call with the default op (kSum) and root (0); MakeCollectiveCall is tested below.
 CollectiveCall Call(CollectiveKind kind, const void* send, void* recv, size_t count,
                     DType dtype = DType::kF32) {
-  CollectiveCall c;
-  c.kind = kind;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  return c;
+  return MakeCollectiveCall(kind, send, recv, count, dtype, CollectiveOptions{});
 }
 
 TEST(CollectiveNameTest, Names) {
@@ -37,6 +32,33 @@ TEST(CollectiveCallTest, ElementCounts) {
   EXPECT_EQ(Call(CollectiveKind::kReduceScatter, nullptr, nullptr, 5).send_elems(3), 15u);
   EXPECT_EQ(Call(CollectiveKind::kReduceScatter, nullptr, nullptr, 5).recv_elems(3), 5u);
   EXPECT_EQ(Call(CollectiveKind::kAllReduce, nullptr, nullptr, 5).recv_elems(3), 5u);
+}
+
+TEST(MakeCollectiveCallTest, TakesOpForReductionsAndRootForBroadcastOnly) {
+  float a[4] = {}, b[4] = {};
+  CollectiveOptions opts;
+  opts.op = ReduceOp::kAvg;
+  opts.root = 2;
+  for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                              CollectiveKind::kAllReduce}) {
+    const CollectiveCall c = MakeCollectiveCall(kind, a, b, 3, DType::kBF16, opts);
+    EXPECT_EQ(c.kind, kind);
+    EXPECT_EQ(c.send, static_cast<const void*>(a));
+    EXPECT_EQ(c.recv, static_cast<void*>(b));
+    EXPECT_EQ(c.count, 3u);
+    EXPECT_EQ(c.dtype, DType::kBF16);
+    EXPECT_EQ(c.op, kind == CollectiveKind::kAllGather ? ReduceOp::kSum : ReduceOp::kAvg)
+        << CollectiveName(kind);
+    EXPECT_EQ(c.root, 0) << CollectiveName(kind);
+  }
+  const CollectiveCall bcast = MakeCollectiveCall(CollectiveKind::kBroadcast, a, a, 4,
+                                                  DType::kF16, opts);
+  EXPECT_EQ(bcast.send, static_cast<const void*>(a));
+  EXPECT_EQ(bcast.recv, static_cast<void*>(a));
+  EXPECT_EQ(bcast.count, 4u);
+  EXPECT_EQ(bcast.dtype, DType::kF16);
+  EXPECT_EQ(bcast.root, 2);
+  EXPECT_EQ(bcast.op, ReduceOp::kSum);
 }
 
 TEST(CheckLocalArgsTest, DisjointBuffersAreOutOfPlace) {
@@ -108,7 +130,7 @@ TEST(CheckLocalArgsTest, AdjacentBuffersDoNotOverlap) {
 }
 
 TEST(CheckLocalArgsTest, NullBuffers) {
-  float x[4];
+  float x[4] = {};
   auto s = CheckLocalArgs(Call(CollectiveKind::kAllReduce, nullptr, x, 4), 3, 4, kNoLimit);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(), "all_reduce: rank 3: send buffer is null with count 4");
@@ -125,7 +147,7 @@ TEST(CheckLocalArgsTest, NullBuffers) {
 }
 
 TEST(CheckLocalArgsTest, Root) {
-  float x[2];
+  float x[2] = {};
   CollectiveCall c = Call(CollectiveKind::kBroadcast, x, x, 2);
   c.root = 4;
   auto s = CheckLocalArgs(c, 1, 4, kNoLimit);
@@ -142,7 +164,7 @@ TEST(CheckLocalArgsTest, Root) {
 }
 
 TEST(CheckLocalArgsTest, CountLimitAndOverflow) {
-  float x[1];
+  float x[1] = {};
   auto s = CheckLocalArgs(Call(CollectiveKind::kAllReduce, x, x, size_t(INT_MAX) + 1), 0, 2,
                           kNoLimit);
   ASSERT_FALSE(s.ok());

@@ -10,6 +10,7 @@
 
 #include "framework/device.h"
 #include "framework/logging.h"
+#include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 
 namespace shardema {
@@ -220,23 +221,17 @@ Status MpiCommunicator::Shutdown() {
   return st;
 }
 
-Status MpiCommunicator::CheckAcrossRanks(const CollectiveCall& call, const Status& local) {
-  const CallSignature mine = SignatureOf(call, !local.ok());
-  const PackedSignature packed = PackForMaxReduce(mine);
-  PackedSignature reduced{};
-  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(packed.data(), reduced.data(), int(packed.size()),
-                                          MPI_INT64_T, MPI_MAX, comm_),
-                            std::string(CollectiveName(call.kind)) + " (argument check)", rank_));
-  RETURN_IF_ERROR(local);
-  return CompareSignatures(mine, reduced, rank_);
+Status MpiCommunicator::CheckNotShutDown(const char* op) const {
+  if (shut_down_) {
+    return FailedPrecondition(op, ": rank ", rank_, ": the MPI communicator was shut down");
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                                        const CollectiveOptions& opts) {
   const char* name = CollectiveName(c.kind);
-  if (shut_down_) {
-    return FailedPrecondition(name, ": rank ", rank_, ": the MPI communicator was shut down");
-  }
+  RETURN_IF_ERROR(CheckNotShutDown(name));
   auto op = std::make_shared<PendingOp>();
   op->name = name;
   op->rank = rank_;
@@ -262,11 +257,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                         ": f32 temporary");
     }
   }
-  if (options_.check_args) {
-    RETURN_IF_ERROR(CheckAcrossRanks(c, local));
-  } else {
-    RETURN_IF_ERROR(local);
-  }
+  RETURN_IF_ERROR(options_.check_args ? CheckCallAcrossRanks(comm_, rank_, c, local) : local);
   if (c.count == 0) {
     op->done = true;
     return std::unique_ptr<Work>(new MpiWork(std::move(op)));
@@ -340,64 +331,11 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   return std::unique_ptr<Work>(new MpiWork(std::move(op)));
 }
 
-StatusOr<std::unique_ptr<Work>> MpiCommunicator::AllGatherAsync(const void* send, void* recv,
-                                                                 size_t count, DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kAllGather;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> MpiCommunicator::ReduceScatterAsync(const void* send, void* recv,
-                                                                     size_t count, DType dtype,
-                                                                     const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kReduceScatter;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = opts.op;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> MpiCommunicator::AllReduceAsync(const void* send, void* recv,
-                                                                 size_t count, DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kAllReduce;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = opts.op;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> MpiCommunicator::BroadcastAsync(void* buf, size_t count,
-                                                                 DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kBroadcast;
-  c.send = buf;
-  c.recv = buf;
-  c.count = count;
-  c.dtype = dtype;
-  c.root = opts.root;
-  return Issue(c, opts);
-}
-
 Status MpiCommunicator::Barrier() {
-  if (shut_down_) {
-    return FailedPrecondition("barrier: rank ", rank_, ": the MPI communicator was shut down");
-  }
   CollectiveCall c;
   c.kind = CollectiveKind::kBarrier;
-  if (options_.check_args) return CheckAcrossRanks(c, Status::Ok());
+  RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
+  if (options_.check_args) return CheckCallAcrossRanks(comm_, rank_, c, Status::Ok());
   return MpiStatus(MPI_Barrier(comm_), "barrier", rank_);
 }
 

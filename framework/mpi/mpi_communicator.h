@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "framework/communicator.h"
+#include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
@@ -68,7 +69,7 @@ namespace mpi_internal {
 struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
 }  // namespace mpi_internal
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public CallCommunicator {
  public:
   // Initialises MPI if needed (see above), duplicates MPI_COMM_WORLD, sets MPI_ERRORS_RETURN on
   // the duplicate, sets the log rank (framework/logging.h), and cross-checks MPI's rank and size
@@ -100,17 +101,7 @@ class MpiCommunicator final : public Communicator {
   // MPI_COMM_NULL after Shutdown(). The caller must not free it or change its error handler.
   MPI_Comm comm() const { return comm_; }
 
-  StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
-                                                     DType dtype,
-                                                     const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
+  // AllGatherAsync, ReduceScatterAsync, AllReduceAsync, BroadcastAsync: CallCommunicator's.
   Status Barrier() override;
   Status Shutdown() override;
 
@@ -119,9 +110,10 @@ class MpiCommunicator final : public Communicator {
                   const CommOptions& options);
 
   // Local checks, then (check_args) the collective signature check, then the MPI call.
-  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call, const CollectiveOptions& opts);
-  // The signature all-reduce; `local` is this rank's local check result.
-  Status CheckAcrossRanks(const CollectiveCall& call, const Status& local);
+  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
+                                        const CollectiveOptions& opts) override;
+  // Fails with kFailedPrecondition "<op>: rank R: ..." after Shutdown().
+  Status CheckNotShutDown(const char* op) const;
 
   MPI_Comm comm_;
   int rank_;

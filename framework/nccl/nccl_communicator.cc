@@ -13,6 +13,7 @@
 
 #include "framework/cuda/convert_kernels.h"
 #include "framework/cuda/cuda_error.h"
+#include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/nccl/nccl_error.h"
 #include "framework/rank_env.h"
@@ -401,17 +402,6 @@ StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
   return caller;
 }
 
-Status NcclCommunicator::CheckAcrossRanks(const CollectiveCall& call, const Status& local) {
-  const CallSignature mine = SignatureOf(call, !local.ok());
-  const PackedSignature packed = PackForMaxReduce(mine);
-  PackedSignature reduced{};
-  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(packed.data(), reduced.data(), int(packed.size()),
-                                          MPI_INT64_T, MPI_MAX, mpi_comm_),
-                            std::string(CollectiveName(call.kind)) + " argument check", rank_));
-  if (!local.ok()) return local;
-  return CompareSignatures(mine, reduced, rank_);
-}
-
 Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
   ncclComm_t comm = state_->comm;
   cudaStream_t s = Native(stream_);
@@ -465,11 +455,9 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
   const char* op = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckUsable(op));
   StatusOr<Stream> caller = CheckLocal(call, opts);
-  if (options_.check_args) {
-    RETURN_IF_ERROR(CheckAcrossRanks(call, caller.status()));
-  } else {
-    RETURN_IF_ERROR(caller.status());
-  }
+  RETURN_IF_ERROR(options_.check_args
+                      ? CheckCallAcrossRanks(mpi_comm_, rank_, call, caller.status())
+                      : caller.status());
   if (call.count == 0) {
     return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, CudaEvent()));
   }
@@ -489,61 +477,13 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
   return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, std::move(*done)));
 }
 
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllGatherAsync(const void* send, void* recv,
-                                                                 size_t count, DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kAllGather;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::ReduceScatterAsync(
-    const void* send, void* recv, size_t count, DType dtype, const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kReduceScatter;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = opts.op;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllReduceAsync(const void* send, void* recv,
-                                                                 size_t count, DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kAllReduce;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = opts.op;
-  return Issue(c, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::BroadcastAsync(void* buf, size_t count,
-                                                                 DType dtype,
-                                                                 const CollectiveOptions& opts) {
-  CollectiveCall c;
-  c.kind = CollectiveKind::kBroadcast;
-  c.send = buf;
-  c.recv = buf;
-  c.count = count;
-  c.dtype = dtype;
-  c.root = opts.root;
-  return Issue(c, opts);
-}
-
 Status NcclCommunicator::Barrier() {
   CollectiveCall call;  // kind kBarrier
   const char* op = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckUsable(op));
-  if (options_.check_args) RETURN_IF_ERROR(CheckAcrossRanks(call, Status::Ok()));
+  if (options_.check_args) {
+    RETURN_IF_ERROR(CheckCallAcrossRanks(mpi_comm_, rank_, call, Status::Ok()));
+  }
   Status st = SetCurrentDevice(device_);
   StatusOr<CudaEvent> done = CudaEvent::Create(device_);
   if (st.ok()) st = done.status();

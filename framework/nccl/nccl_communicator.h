@@ -65,6 +65,7 @@
 #include "framework/communicator.h"
 #include "framework/cuda/event.h"
 #include "framework/device.h"
+#include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/status.h"
 
@@ -108,7 +109,7 @@ class NcclWork final : public Work {
   Status status_;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public CallCommunicator {
  public:
   // Creates the communicator of this rank of `bootstrap` on `device` (see above). Collective over
   // `bootstrap`: every rank calls it, and when any rank fails to set up (no GPU, bad device),
@@ -134,17 +135,7 @@ class NcclCommunicator final : public Communicator {
   // The stream the collectives run on (owned by the communicator; valid until Shutdown()).
   Stream stream() const { return stream_; }
 
-  StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
-                                                     DType dtype,
-                                                     const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
-  StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
-                                                 const CollectiveOptions& opts = {}) override;
+  // AllGatherAsync, ReduceScatterAsync, AllReduceAsync, BroadcastAsync: CallCommunicator's.
 
   // Blocks the host until every rank has reached the barrier and every collective this
   // communicator enqueued before it is complete on this rank's GPU (a one-element NCCL
@@ -171,11 +162,10 @@ class NcclCommunicator final : public Communicator {
   void Abandon();
 
   // Local checks, the collective check (check_args), then Enqueue.
-  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call, const CollectiveOptions& opts);
+  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
+                                        const CollectiveOptions& opts) override;
   // This rank's checks; returns the stream the caller's work is on.
   StatusOr<Stream> CheckLocal(const CollectiveCall& call, const CollectiveOptions& opts) const;
-  // The signature all-reduce over mpi_comm_; `local` is this rank's local check result.
-  Status CheckAcrossRanks(const CollectiveCall& call, const Status& local);
   // Enqueues the NCCL operation (and any conversions) on stream_.
   Status EnqueueOp(const CollectiveCall& call);
   // Fails with kFailedPrecondition after Shutdown() or an abort.

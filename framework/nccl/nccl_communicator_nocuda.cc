@@ -32,24 +32,9 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateForLocalRank
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllGatherAsync(const void*, void*, size_t,
-                                                                 DType,
-                                                                 const CollectiveOptions&) {
-  return NoCuda("AllGatherAsync");
-}
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::ReduceScatterAsync(const void*, void*, size_t,
-                                                                     DType,
-                                                                     const CollectiveOptions&) {
-  return NoCuda("ReduceScatterAsync");
-}
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::AllReduceAsync(const void*, void*, size_t,
-                                                                 DType,
-                                                                 const CollectiveOptions&) {
-  return NoCuda("AllReduceAsync");
-}
-StatusOr<std::unique_ptr<Work>> NcclCommunicator::BroadcastAsync(void*, size_t, DType,
-                                                                 const CollectiveOptions&) {
-  return NoCuda("BroadcastAsync");
+StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& call,
+                                                        const CollectiveOptions&) {
+  return NoCuda(CollectiveName(call.kind));
 }
 Status NcclCommunicator::Barrier() { return NoCuda("Barrier"); }
 Status NcclCommunicator::Shutdown() { return Status::Ok(); }

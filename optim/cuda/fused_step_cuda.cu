@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "framework/cuda/cuda_error.h"
 #include "framework/dtype.h"
 #include "optim/cuda/vector_loop.cu.h"
+#include "optim/fused_step_scalars.h"
 
 namespace shardema {
 namespace {
@@ -23,69 +23,17 @@ using cuda_internal::StoreF32;
 using cuda_internal::StoreFromF32;
 using cuda_internal::VectorPlan;
 
-// ---- Per-call f32 scalars, rounded once from double exactly as optim/fused_step.cc rounds them
-// (the rounding contract of optim/fused_step.h); fused_step_cuda_test checks the bits agree. ----
-
-struct AdamWScalars {
-  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
-      bias_correction2_sqrt, eps;
-};
-
-struct SgdScalars {
-  float grad_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
-  bool has_weight_decay, has_momentum, nesterov, first_step;
-};
-
-enum EmaMode : int32_t { kEmaCopy = 0, kEmaLerpLow = 1, kEmaLerpHigh = 2 };
-
+// One due EMA slot as the kernel takes it: mode kCopy, kLerpLow or kLerpHigh (slots with beta 1,
+// kSkip, never reach the device). The per-call scalars (AdamWScalars, SgdScalars, EmaScalars)
+// are optim/fused_step_scalars.h's, formed on the host exactly as the CPU kernel forms them;
+// fused_step_cuda_test checks the bits agree.
 struct EmaSlot {
   float* ema;
-  float weight;            // w = f32(1 - beta)
-  float one_minus_weight;  // 1 - w in f32, as torch's lerp forms it
-  int32_t mode;
+  EmaScalars scalars;
 };
 
-AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
-  const double t = static_cast<double>(a.step);
-  const double bias_correction1 = 1.0 - std::pow(a.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(a.beta2, t);
-  AdamWScalars s;
-  s.grad_scale = a.grad_scale;
-  s.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
-  s.beta1 = static_cast<float>(a.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
-  s.beta2 = static_cast<float>(a.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
-  s.neg_step_size = static_cast<float>(-(a.lr / bias_correction1));
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(a.eps);
-  return s;
-}
-
-SgdScalars MakeSgdScalars(const FusedStepArgs& a) {
-  SgdScalars s;
-  s.grad_scale = a.grad_scale;
-  s.weight_decay = static_cast<float>(a.weight_decay);
-  s.momentum = static_cast<float>(a.momentum);
-  s.one_minus_dampening = static_cast<float>(1.0 - a.dampening);
-  s.neg_lr = static_cast<float>(-a.lr);
-  s.has_weight_decay = a.weight_decay != 0.0;
-  s.has_momentum = a.momentum != 0.0;
-  s.nesterov = a.nesterov;
-  s.first_step = a.first_step;
-  return s;
-}
-
-// beta in [0, 1) (beta 1 slots never reach the device).
-EmaSlot MakeEmaSlot(float* ema, double beta) {
-  EmaSlot s{ema, 0.f, 1.f, kEmaCopy};
-  if (beta == 0.0) return s;
-  s.weight = static_cast<float>(1.0 - beta);
-  s.one_minus_weight = 1.f - s.weight;
-  // torch's lerp picks its formula on |w| < 0.5.
-  s.mode = std::fabs(s.weight) < 0.5f ? kEmaLerpLow : kEmaLerpHigh;
-  return s;
-}
+// beta in [0, 1).
+EmaSlot MakeEmaSlot(float* ema, double beta) { return EmaSlot{ema, MakeEmaScalars(beta)}; }
 
 // ---- Per-element arithmetic: the CPU kernel's operations, in its order, as round-to-nearest
 // intrinsics (never contracted into FMAs nor approximated by nvcc). ----
@@ -111,10 +59,11 @@ __device__ __forceinline__ void SgdElement(const SgdScalars& s, float g, float& 
   p = __fmaf_rn(d, s.neg_lr, p);  // param.add_(d_p, alpha=-lr)
 }
 
-__device__ __forceinline__ float EmaElement(const EmaSlot& s, float e, float p) {
+__device__ __forceinline__ float EmaElement(const EmaScalars& s, float e, float p) {
   const float diff = __fsub_rn(p, e);
-  return s.mode == kEmaLerpLow ? __fmaf_rn(diff, s.weight, e)            // self + w*(end-self)
-                               : __fmaf_rn(-diff, s.one_minus_weight, p);  // end - (end-self)*(1-w)
+  return s.mode == EmaMode::kLerpLow
+             ? __fmaf_rn(diff, s.weight, e)               // self + w*(end-self)
+             : __fmaf_rn(-diff, s.one_minus_weight, p);  // end - (end-self)*(1-w)
 }
 
 // ---- The kernel ----
@@ -158,7 +107,9 @@ struct StepBody {
     Lanes<W> e[kSlots > 0 ? kSlots : 1] = {};
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-      if (s < a.num_emas && a.emas[s].mode != kEmaCopy) e[s] = LoadF32<W>(a.emas[s].ema, i);
+      if (s < a.num_emas && a.emas[s].scalars.mode != EmaMode::kCopy) {
+        e[s] = LoadF32<W>(a.emas[s].ema, i);
+      }
     }
 
     if constexpr (kOp == Op::kAdamW) {
@@ -184,11 +135,11 @@ struct StepBody {
     for (int s = 0; s < kSlots; ++s) {
       if (s >= a.num_emas) break;
       const EmaSlot& slot = a.emas[s];
-      if (slot.mode == kEmaCopy) {
+      if (slot.scalars.mode == EmaMode::kCopy) {
         StoreF32<W>(slot.ema, i, p);
       } else {
 #pragma unroll
-        for (int k = 0; k < W; ++k) e[s].v[k] = EmaElement(slot, e[s].v[k], p.v[k]);
+        for (int k = 0; k < W; ++k) e[s].v[k] = EmaElement(slot.scalars, e[s].v[k], p.v[k]);
         StoreF32<W>(slot.ema, i, e[s]);
       }
     }

@@ -1,0 +1,36 @@
+// Helpers every benchmark binary in bench/ uses: medians of timings, byte sizes on the command
+// line, and the exit of main.
+//
+// Threading: pure functions (ExitWith writes to stderr), thread-safe. No allocation beyond the
+// returned values.
+#ifndef SHARDEMA_BENCH_BENCH_UTIL_H_
+#define SHARDEMA_BENCH_BENCH_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/status.h"
+
+namespace shardema {
+namespace bench {
+
+// The median of `v`: its middle element, or the mean of the two middle ones when the size is
+// even; 0 for an empty vector.
+double Median(std::vector<double> v);
+
+// A byte size as benchmarks take it on the command line: a positive number, possibly with a
+// fraction, then an optional K, M or G (either case; powers of 1024): "4096", "4K", "64M",
+// "1.5G". The result is truncated to whole bytes.
+// Errors: kInvalidArgument "bad size '<s>' (e.g. 1G, 512M, 4096)" for anything else (empty,
+// zero, negative, another suffix, trailing characters).
+StatusOr<uint64_t> ParseBytes(const std::string& s);
+
+// What a benchmark's main returns for `s`: 0 when OK; otherwise it prints "<bench>: <s>" to
+// stderr and returns ExitCodeFor(s) (framework/status.h).
+int ExitWith(const char* bench, const Status& s);
+
+}  // namespace bench
+}  // namespace shardema
+
+#endif  // SHARDEMA_BENCH_BENCH_UTIL_H_

@@ -1,0 +1,28 @@
+// The collective argument check of CommOptions::check_args (stage 2 of
+// framework/mpi/collective_args.h), run over an MPI communicator. Both backends use it: the MPI
+// one on its duplicate of MPI_COMM_WORLD, the NCCL one on its duplicate of the bootstrap
+// communicator (host-side only: no GPU work).
+#ifndef SHARDEMA_FRAMEWORK_MPI_CHECK_ACROSS_RANKS_H_
+#define SHARDEMA_FRAMEWORK_MPI_CHECK_ACROSS_RANKS_H_
+
+#include <mpi.h>
+
+#include "framework/mpi/collective_args.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+// Every rank of `comm` calls it for the same collective, passing its `call` and `local`, the
+// result of its own local checks (CheckLocalArgs and anything else the backend checks before
+// the collective). One MPI_Allreduce (MAX) of the packed CallSignatures; then returns `local`
+// when it is an error, else CompareSignatures(mine, reduced, rank): kInvalidArgument on every
+// rank when any rank's kind, dtype, count, root or op differs, or any rank's local check failed.
+// Errors: kInternal "<op> (argument check)" with `rank` when the all-reduce itself fails.
+// Collective over `comm`; blocks until every rank has called it. Threading: as MPI's
+// (MPI_THREAD_SERIALIZED: one thread at a time per process).
+Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
+                            const Status& local);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_MPI_CHECK_ACROSS_RANKS_H_
