@@ -9,8 +9,10 @@
 // exported when S has no copy of its own. Buffers are converted to `dtype` too. Tensors are
 // ordered by name (the reference writer's order for equal alignment).
 // __metadata__: format = "pt", step, slot, source = "shardema", and the slot's hyperparameters
-// from the checkpoint meta (meta.ema.<slot> object, or the meta.ema array element whose "name" is
-// the slot), each as a string (strings verbatim, other values as JSON text).
+// from the checkpoint meta (meta.ema.<slot> object, the meta.ema array element whose "name" is
+// the slot, or the meta.ema.slots[] entry whose config.name is the slot — the optimizer's layout,
+// whose counters are added as "counters.<key>"), each as a string (strings verbatim, other values
+// as JSON text).
 // Files: with max_file_size == 0 (or everything fitting), one file at out_path. Otherwise tensors
 // go greedily, in order, into files of at most max_file_size data bytes (a larger tensor gets a
 // file of its own), named "<stem>-00001-of-0000K.safetensors" beside out_path (stem = out_path's

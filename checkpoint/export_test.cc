@@ -93,6 +93,29 @@ TEST_F(ExportTest, EmaSlotF32WithItsOwnBufferAndMetadata) {
   EXPECT_FALSE(PathExists(out + ".tmp"));
 }
 
+// The optimizer's meta layout (EmaSlots::ToJson): {"ema": {"slots": [{"config", "counters"}]}}.
+TEST_F(ExportTest, MetadataFromOptimizerSlotsLayout) {
+  std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 7);
+  for (OwnedState& o : st) {
+    o.state.meta["ema"] = {{"slots",
+                            {{{"config", {{"name", "ema_0.5"}, {"decay", 0.5}}}, {"counters", {{"num_updates", 3}}}},
+                             {{"config", {{"name", "ema_0.999"}, {"decay", 0.999}, {"kind", "warmup"}}},
+                              {"counters", {{"num_updates", 7}, {"last_update_step", 7}}}}}}};
+  }
+  const std::string dir = JoinPath(base_, "ckpt_slots_meta");
+  ASSERT_TRUE(SaveAllRanks(dir, StatesOf(st), SaveOptions{}).ok());
+  const std::string out = JoinPath(base_, "slots_meta.safetensors");
+  StatusOr<ExportReport> r = ExportSafetensors(dir, "ema_0.999", DType::kF32, out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<SafetensorsFile> file = SafetensorsFile::Open(out).value();
+  const auto& md = file->header().metadata;
+  EXPECT_EQ(md.at("decay"), "0.999");
+  EXPECT_EQ(md.at("kind"), "warmup");
+  EXPECT_EQ(md.at("counters.num_updates"), "7");
+  EXPECT_EQ(md.at("counters.last_update_step"), "7");
+  EXPECT_EQ(md.count("name"), 0u);
+}
+
 TEST_F(ExportTest, ConvertsToBf16AndF16) {
   StatusOr<ExportReport> r =
       ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, JoinPath(base_, "p.safetensors"));

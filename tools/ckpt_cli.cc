@@ -1,0 +1,167 @@
+#include "tools/ckpt_cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "framework/status.h"
+#include "tools/byte_size.h"
+#include "tools/ckpt_commands.h"
+
+namespace shardema::tools {
+namespace {
+
+constexpr char kExitCodes[] =
+    "Exit codes: 0 success, 1 other error, 2 usage error or invalid argument, 3 not found\n"
+    "(missing checkpoint, step, slot or file), 4 data loss (corrupt or truncated files, checksum\n"
+    "mismatch, inconsistent manifest).";
+
+constexpr char kDirHelp[] =
+    "a --ckpt-dir root (its latest committed checkpoint, or step_S with --step) or one "
+    "checkpoint's directory (step_N/)";
+
+constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff";
+
+struct Raw {
+  std::string dir, dir_b, slot = "params", dtype = "f32", out, max_file_size = "0";
+  int64_t step = -1;
+  int world = 0;
+  bool json = false, all = false, no_buffers = false, no_progress = false;
+};
+
+CLI::Option* AddStep(CLI::App* sub, Raw& raw) {
+  return sub->add_option("--step", raw.step, "under a root DIR: the checkpoint of step S instead of the latest");
+}
+
+bool IsKnownSubcommand(const std::string& s) {
+  for (const char* k : {"inspect", "verify", "export", "reshard", "diff"}) {
+    if (s == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool progress) {
+  Raw raw;
+  CLI::App app("ckpt: inspect, verify, export, reshard and compare shardema checkpoints "
+               "(format: checkpoint/FORMAT.md)",
+               "ckpt");
+  app.require_subcommand(1);
+  app.footer(kExitCodes);
+  app.add_flag("--no-progress", raw.no_progress, "never draw the progress bar (drawn on stderr when it is a terminal)");
+
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "step, world size, units, tensors and shapes, slots with dtypes, EMA hyperparameters and counters, "
+                 "sizes per slot / rank / total, meta (reads the manifest only)");
+  inspect->add_option("DIR", raw.dir, kDirHelp)->required();
+  CLI::Option* inspect_step = AddStep(inspect, raw);
+  inspect->add_flag("--json", raw.json, "print everything as one JSON object");
+  inspect->footer(kExitCodes);
+
+  CLI::App* verify = app.add_subcommand(
+      "verify", "check every checksum of every file (manifest, rank-file headers, every chunk, whole files); "
+                "exits 0 only if the checkpoint is intact, else prints every problem naming the file");
+  verify->add_option("DIR", raw.dir, kDirHelp)->required();
+  CLI::Option* verify_step = AddStep(verify, raw);
+  CLI::Option* verify_all = verify->add_flag("--all", raw.all, "verify every committed checkpoint of the root DIR");
+  verify_all->excludes(verify_step);
+  verify->footer(kExitCodes);
+
+  CLI::App* exp = app.add_subcommand(
+      "export", "write one slot (params, an EMA slot, ...) as a consolidated safetensors state_dict, streamed "
+                "in bounded memory");
+  exp->add_option("DIR", raw.dir, kDirHelp)->required();
+  exp->add_option("--slot", raw.slot, "the slot to export: params (the live weights) or an EMA slot (ema_...)")
+      ->capture_default_str();
+  exp->add_option("--dtype", raw.dtype, "dtype of the exported tensors: f32, bf16 or f16 (round to nearest even)")
+      ->capture_default_str();
+  exp->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
+  exp->add_option("--max-file-size", raw.max_file_size,
+                  "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
+                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024); 0 = one file")
+      ->capture_default_str();
+  CLI::Option* export_step = AddStep(exp, raw);
+  exp->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
+  exp->footer(kExitCodes);
+
+  CLI::App* reshard = app.add_subcommand(
+      "reshard", "write a copy of the checkpoint at another world size into a new root (bit-exact per slot)");
+  reshard->add_option("DIR", raw.dir, kDirHelp)->required();
+  reshard->add_option("--world", raw.world, "the new world size M (>= 1)")->required();
+  reshard->add_option("-o,--output", raw.out, "the new root DIR2 (gets step_N/ and latest)")->required();
+  CLI::Option* reshard_step = AddStep(reshard, raw);
+  reshard->footer(kExitCodes);
+
+  CLI::App* diff = app.add_subcommand(
+      "diff", "compare two checkpoints: per slot max abs / max rel difference over the full unsharded slot (any "
+              "world sizes), step, buffer and meta differences");
+  diff->add_option("DIR1", raw.dir, kDirHelp)->required();
+  diff->add_option("DIR2", raw.dir_b, kDirHelp)->required();
+  diff->add_flag("--json", raw.json, "print the report as one JSON object");
+  diff->footer(std::string("Exit codes: 0 identical, 1 different, 2 usage error or invalid argument, 3 not "
+                           "found, 4 data loss (corrupt or truncated files)."));
+
+  // An unknown subcommand gets a clearer message than CLI11's "arguments were not expected".
+  if (argc > 1 && argv[1][0] != '-' && !IsKnownSubcommand(argv[1])) {
+    err << "ckpt: unknown subcommand '" << argv[1] << "' (expected one of " << kSubcommands
+        << "; see ckpt --help)\n";
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string where = "ckpt";
+    for (const CLI::App* s : app.get_subcommands()) where += " " + s->get_name();
+    err << where << ": " << e.what() << "\n(see " << where << " --help)\n";
+    return 2;
+  }
+
+  CommandIo io{&out, &err, progress && !raw.no_progress};
+  const std::string name = app.get_subcommands().front()->get_name();
+  auto step_of = [&](CLI::Option* o) { return o->count() ? std::optional<int64_t>(raw.step) : std::nullopt; };
+  Status st;
+  int ok_code = 0;
+  if (name == "inspect") {
+    st = Inspect(InspectOptions{raw.dir, step_of(inspect_step), raw.json}, io);
+  } else if (name == "verify") {
+    st = Verify(VerifyOptions{raw.dir, step_of(verify_step), raw.all}, io);
+  } else if (name == "export") {
+    ExportCommandOptions o;
+    o.dir = raw.dir;
+    o.step = step_of(export_step);
+    o.slot = raw.slot;
+    o.out = raw.out;
+    o.include_buffers = !raw.no_buffers;
+    StatusOr<DType> dtype = ParseDType(raw.dtype);
+    StatusOr<uint64_t> max_size = ParseByteSize(raw.max_file_size, "--max-file-size");
+    if (!dtype.ok()) {
+      st = dtype.status().WithContext("--dtype");
+    } else if (!max_size.ok()) {
+      st = max_size.status();
+    } else {
+      o.dtype = *dtype;
+      o.max_file_size = *max_size;
+      st = Export(o, io);
+    }
+  } else if (name == "reshard") {
+    st = Reshard(ReshardCommandOptions{raw.dir, step_of(reshard_step), raw.world, raw.out}, io);
+  } else {
+    StatusOr<bool> identical = Diff(DiffCommandOptions{raw.dir, raw.dir_b, raw.json}, io);
+    st = identical.status();
+    if (identical.ok() && !*identical) ok_code = 1;
+  }
+  if (!st.ok()) {
+    err << "ckpt " << name << ": " << st.ToString() << "\n";
+    return ExitCodeFor(st);
+  }
+  return ok_code;
+}
+
+}  // namespace shardema::tools

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The real ckpt binary: usage errors, missing and corrupt checkpoints, exit codes and messages.
+#   ckpt_cli_test.sh CKPT MAKE_TEST_CHECKPOINT
+set -uo pipefail
+CKPT=$1
+MAKE=$2
+TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ckpt_cli.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+
+# expect CODE PATTERN -- ARGS...: runs ckpt ARGS, checks the exit code and that stdout+stderr
+# (newlines read as spaces) match the extended regular expression PATTERN.
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$CKPT" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL: ckpt $* exited $rc, expected $want; output:"; echo "$out" | head -20
+    failures=$((failures + 1))
+  elif ! tr '\n' ' ' <<<"$out" | grep -qE -- "$pattern"; then
+    echo "FAIL: ckpt $* output does not match /$pattern/:"; echo "$out" | head -20
+    failures=$((failures + 1))
+  else
+    echo "ok: ckpt $* -> $rc"
+  fi
+}
+
+# Usage errors: exit 2, naming what is wrong.
+expect 2 "A subcommand is required" -- 
+expect 2 "unknown subcommand 'frobnicate'" -- frobnicate
+expect 2 "unknown subcommand 'frobnicate'" -- frobnicate --help
+expect 2 "DIR is required" -- inspect
+expect 2 "--output is required" -- export "$TMP"
+expect 2 "--world is required" -- reshard "$TMP" -o "$TMP/x"
+expect 2 "DIR2 is required" -- diff "$TMP"
+expect 2 "Could not convert: --world = abc" -- reshard "$TMP" --world abc -o "$TMP/x"
+expect 2 "--all excludes --step|--step excludes --all" -- verify "$TMP" --all --step 3
+expect 2 "not expected: --bogus|--bogus" -- inspect "$TMP" --bogus
+
+# Help: exit 0 everywhere, exit codes documented.
+expect 0 "Exit codes: 0 success" -- --help
+for sub in inspect verify export reshard; do
+  expect 0 "Usage: ckpt $sub .*Exit codes: 0 success" -- "$sub" --help
+done
+expect 0 "Exit codes: 0 identical, 1 different" -- diff --help
+
+# Not found: exit 3 naming the path.
+expect 3 "not_found: .*$TMP/nope" -- inspect "$TMP/nope"
+expect 3 "not_found: .*$TMP/nope" -- verify "$TMP/nope"
+expect 3 "not_found: '$TMP/empty' holds neither manifest.json .* nor 'latest'" -- inspect "$(mkdir -p "$TMP/empty" && echo "$TMP/empty")"
+
+# A real checkpoint (3 ranks, step 42) and one at step 50 in another root.
+"$MAKE" "$TMP/a" 3 42 >/dev/null || { echo "FAIL: make_test_checkpoint"; exit 1; }
+"$MAKE" "$TMP/c" 2 50 >/dev/null || { echo "FAIL: make_test_checkpoint"; exit 1; }
+
+# Invalid values after parsing: exit 2 naming the flag and the value.
+expect 2 "invalid_argument: --max-file-size: '5XB' is not a valid size" -- \
+  export "$TMP/a" -o "$TMP/x.safetensors" --max-file-size 5XB
+expect 2 "invalid_argument: --max-file-size: '-1' is not a valid size" -- \
+  export "$TMP/a" -o "$TMP/x.safetensors" --max-file-size=-1
+expect 2 "invalid_argument: --dtype: unknown dtype 'f64'" -- export "$TMP/a" -o "$TMP/x.safetensors" --dtype f64
+expect 2 "invalid_argument: reshard: --world must be >= 1, got 0" -- reshard "$TMP/a" --world 0 -o "$TMP/r"
+expect 3 "not_found: slot 'ema_0.9' is not in .*slots: params, exp_avg, ema_0.999, ema_bf16" -- \
+  export "$TMP/a" --slot ema_0.9 -o "$TMP/x.safetensors"
+expect 3 "no committed checkpoint of step 7 .*committed steps: 42" -- inspect "$TMP/a" --step 7
+
+# The happy path.
+expect 0 "world size  3 ranks" -- inspect "$TMP/a"
+expect 0 '"world_size": 3' -- inspect "$TMP/a" --json
+expect 0 "OK  $TMP/a/step_00000042  step 42, 3 rank files" -- verify "$TMP/a"
+expect 0 "model-00004-of-00004.safetensors" -- \
+  export "$TMP/a" --slot ema_0.999 --dtype bf16 -o "$TMP/out/model.safetensors" --max-file-size 0.2KB
+[ -f "$TMP/out/model.safetensors.index.json" ] || { echo "FAIL: no index file"; failures=$((failures + 1)); }
+expect 0 "from 3 to 2 ranks" -- reshard "$TMP/a" --world 2 -o "$TMP/b"
+expect 0 "identical \(world sizes 3 and 2\)" -- diff "$TMP/a" "$TMP/b"
+expect 1 "different: step, 4 slots, 2 buffers" -- diff "$TMP/a" "$TMP/c"
+# Not a terminal: no progress bar, stderr stays empty.
+err=$("$CKPT" verify "$TMP/a" 2>&1 >/dev/null)
+[ -z "$err" ] || { echo "FAIL: stderr not empty without a terminal: $err"; failures=$((failures + 1)); }
+
+# Corruption: a flipped byte in rank 1's params slot, then a truncated rank 2: exit 4 naming the file.
+f1="$TMP/b/step_00000042/rank_00001.bin"
+printf '\x5a' | dd of="$f1" bs=1 seek=4100 conv=notrunc status=none
+expect 4 "data_loss: .*rank_00001.bin.*checksum mismatch" -- verify "$TMP/b"
+expect 4 "data_loss: .*rank_00001.bin" -- diff "$TMP/a" "$TMP/b"
+expect 4 "data_loss: .*rank_00001.bin" -- export "$TMP/b" -o "$TMP/y.safetensors"
+f2="$TMP/a/step_00000042/rank_00002.bin"
+truncate -s -100 "$f2"
+expect 4 "data_loss: .*rank_00002.bin" -- verify "$TMP/a"
+expect 4 "data_loss: .*1 of 1 checkpoints failed" -- verify "$TMP/a" --all
+
+if [ "$failures" != 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all checks passed"

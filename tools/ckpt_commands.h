@@ -1,0 +1,89 @@
+// The subcommands of the `ckpt` tool (tools/ckpt_main.cc) as library calls: each takes an options
+// struct and the streams to write to, and returns a Status that `main` maps to an exit code
+// (ExitCodeFor: 0 ok, 2 invalid argument, 3 not found, 4 data loss, 1 other).
+//
+// DIR arguments are either a --ckpt-dir root (meaning its latest committed checkpoint, or with
+// `step` its step_N) or one checkpoint's own directory (ResolveCheckpointArg).
+//
+//   Inspect  step, world size, units, tensors and shapes, slots (dtype, EMA hyperparameters and
+//            counters from the meta, sizes per rank and total), buffers, rank files, meta;
+//            text or JSON (checkpoint_summary.h). Reads the manifest only.
+//   Verify   every checksum of every file (VerifyCheckpoint); `all` verifies every committed
+//            checkpoint of a root. OK lines go to `out`; the failure is the returned status, whose
+//            message lists every problem naming the file.
+//   Export   one slot as safetensors (ExportSafetensors); prints the files written.
+//   Reshard  a copy at another world size in a new root (ReshardCheckpoint).
+//   Diff     per-slot max abs / max rel differences over the unsharded slots, step, buffer and
+//            meta differences (checkpoint_diff.h); returns whether the two are identical.
+//
+// Progress: with io.progress, export, reshard, verify and diff draw a bar on io.err (the caller
+// enables it when stderr is a terminal). Threading: one call at a time per stream.
+#ifndef SHARDEMA_TOOLS_CKPT_COMMANDS_H_
+#define SHARDEMA_TOOLS_CKPT_COMMANDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "framework/dtype.h"
+#include "framework/status.h"
+
+namespace shardema::tools {
+
+struct CommandIo {
+  std::ostream* out = nullptr;  // results (stdout)
+  std::ostream* err = nullptr;  // progress bar (stderr)
+  bool progress = false;
+};
+
+// The checkpoint directory DIR denotes. Without `step`: ResolveCheckpointDir (DIR itself when it
+// holds manifest.json, else DIR/latest's target). With `step`: DIR must be a root holding a
+// committed step_<step>. Errors: kNotFound naming what is missing and listing the committed steps
+// found; kInvalidArgument for a negative step.
+StatusOr<std::string> ResolveCheckpointArg(const std::string& dir, std::optional<int64_t> step);
+
+struct InspectOptions {
+  std::string dir;
+  std::optional<int64_t> step;
+  bool json = false;  // print SummarizeCheckpoint's JSON (indented) instead of text
+};
+Status Inspect(const InspectOptions& options, const CommandIo& io);
+
+struct VerifyOptions {
+  std::string dir;
+  std::optional<int64_t> step;
+  bool all = false;  // every committed checkpoint of the root DIR
+};
+Status Verify(const VerifyOptions& options, const CommandIo& io);
+
+struct ExportCommandOptions {
+  std::string dir;
+  std::optional<int64_t> step;
+  std::string slot = "params";
+  DType dtype = DType::kF32;
+  std::string out;             // OUT.safetensors
+  uint64_t max_file_size = 0;  // 0: one file
+  bool include_buffers = true;
+};
+Status Export(const ExportCommandOptions& options, const CommandIo& io);
+
+struct ReshardCommandOptions {
+  std::string dir;
+  std::optional<int64_t> step;
+  int world = 0;    // >= 1
+  std::string out;  // the new root
+};
+Status Reshard(const ReshardCommandOptions& options, const CommandIo& io);
+
+struct DiffCommandOptions {
+  std::string a;
+  std::string b;
+  bool json = false;  // print a JSON report instead of text
+};
+// True when the checkpoints are identical (see checkpoint_diff.h).
+StatusOr<bool> Diff(const DiffCommandOptions& options, const CommandIo& io);
+
+}  // namespace shardema::tools
+
+#endif  // SHARDEMA_TOOLS_CKPT_COMMANDS_H_
