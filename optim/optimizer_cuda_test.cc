@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/nccl_test_world.h"
+#include "tests/nccl_test_world.h"
 #include "fsdp/store_test_util.h"
 #include "optim/optimizer.h"
 #include "tests/test_world.h"

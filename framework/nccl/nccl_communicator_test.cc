@@ -22,6 +22,7 @@
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
+#include "tests/nccl_test_world.h"
 #include "tests/test_world.h"
 
 namespace shardema {
@@ -50,18 +51,6 @@ float Reduced(size_t j, int world, ReduceOp op) {
   return float(op == ReduceOp::kAvg ? s / world : s);
 }
 
-std::string SkipReason() {
-  const int gpus = CudaDeviceCount();
-  if (gpus == 0) {
-    return BuiltWithCuda() ? "no CUDA device visible" : "built without --config=cuda";
-  }
-  const int local = MpiWorld()->local_env().local_size;
-  if (local > gpus) {
-    return std::to_string(local) + " ranks on this node but only " + std::to_string(gpus) +
-           " GPUs (one rank per GPU needed)";
-  }
-  return "";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Without a GPU
@@ -89,7 +78,7 @@ TEST(NcclNoGpuTest, CpuDeviceIsInvalid) {
 class NcclTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    skip_ = new std::string(SkipReason());
+    skip_ = new std::string(testing::GpuSkipReason());
     if (!skip_->empty()) return;
     auto c = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm());
     created_ = new Status(c.status());

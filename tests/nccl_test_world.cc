@@ -1,4 +1,4 @@
-#include "fsdp/nccl_test_world.h"
+#include "tests/nccl_test_world.h"
 
 #include <gtest/gtest.h>
 

@@ -6,8 +6,8 @@
 // same test) on the node-local rank's GPU and returns it afterwards; null when creation failed
 // (the failure is reported as a test failure). A global test environment shuts it down after
 // the last test, before mpi_test_main finalizes MPI. Test-only.
-#ifndef SHARDEMA_FSDP_NCCL_TEST_WORLD_H_
-#define SHARDEMA_FSDP_NCCL_TEST_WORLD_H_
+#ifndef SHARDEMA_TESTS_NCCL_TEST_WORLD_H_
+#define SHARDEMA_TESTS_NCCL_TEST_WORLD_H_
 
 #include <string>
 
@@ -22,4 +22,4 @@ NcclCommunicator* NcclWorld();
 }  // namespace testing
 }  // namespace shardema
 
-#endif  // SHARDEMA_FSDP_NCCL_TEST_WORLD_H_
+#endif  // SHARDEMA_TESTS_NCCL_TEST_WORLD_H_
