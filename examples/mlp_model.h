@@ -1,0 +1,88 @@
+// MlpModel: the multilayer perceptron of train_mlp, run through the sharded parameter store.
+//
+// Model: Linear(D0->D1), act, Linear(D1->D2), act, ..., Linear(D(L-1)->DL) (no activation after
+// the last layer). Each Linear is one store unit "layers.{i}" holding "layers.{i}.weight"
+// [D(i+1), Di] and "layers.{i}.bias" [D(i+1)] (torch.nn.Linear layout inside a ModuleList named
+// `layers`), so exported slots load into PyTorch unchanged.
+//
+// ForwardBackward (one micro-batch, collective: every rank calls it with its own rows):
+//   forward   gather unit 0; for each layer wait its gather, start the gather of the next one
+//             (prefetch), compute, ReleaseAfterForward — except the last layer, which stays
+//             gathered for the backward (as PyTorch FSDP does);
+//   loss      mean over the LOCAL rows (the store averages over ranks and micro-batches, which
+//             gives the global-batch mean when local batches are equal);
+//   backward  from the last layer down: wait the (re)gather of layer i and prefetch layer i-1,
+//             write dW, db straight into the unit gradient buffer, compute dx, release the unit,
+//             start its reduce-scatter, and wait for the previous layer's reduce-scatter only
+//             after this layer's backward compute (overlap).
+// LossSum: forward only, summed per-row losses (mse: mean over outputs per row), collective.
+// With a bf16/f16 compute dtype the gathered unit is widened to f32 for the Eigen math; gradients
+// are f32 (the store's reduce dtype).
+//
+// Errors: store/communicator errors pass through with the unit named; kInvalidArgument from the
+// loss (a label outside the classes). Threading: one thread (the store's).
+// Memory: the activations of one micro-batch (sum over layers of rows * D(i+1) * 2 floats) and at
+// most two gathered units at a time.
+#ifndef SHARDEMA_EXAMPLES_MLP_MODEL_H_
+#define SHARDEMA_EXAMPLES_MLP_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "examples/dataset.h"
+#include "examples/mlp_math.h"
+#include "framework/status.h"
+#include "fsdp/store.h"
+
+namespace shardema::examples {
+
+// The store units of an MLP with sizes `layers`.
+std::vector<UnitSpec> MlpUnits(const std::vector<int64_t>& layers);
+
+// Initialises the store's master like torch.nn.Linear: weight and bias of layer i ~
+// U(-1/sqrt(Di), 1/sqrt(Di)), each parameter from SeededRng(seed, parameter name): independent of
+// the world size.
+Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>& layers,
+                       uint64_t seed);
+
+// Initialises from a safetensors file holding exactly the store's parameters (F32/BF16/F16).
+// Errors: kNotFound naming a missing tensor; kInvalidArgument naming the tensor with expected vs
+// found shape or dtype, or listing tensors that are not parameters of the model; kDataLoss for a
+// corrupt file.
+Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
+
+class MlpModel {
+ public:
+  MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,
+           mlp::Loss loss);
+
+  // One micro-batch (see above); returns the mean loss over the local rows (0 for no rows).
+  StatusOr<double> ForwardBackward(const Batch& batch);
+  // Sum over the batch rows of the per-row loss; forward only.
+  StatusOr<double> LossSum(const Batch& batch);
+
+  const std::vector<int64_t>& layers() const { return layers_; }
+  size_t num_layers() const { return layers_.size() - 1; }
+
+ private:
+  // Runs the forward pass, keeping the pre-activations z_ and layer inputs a_. With
+  // keep_last == true the last unit stays gathered (one reference) for the backward.
+  Status Forward(const Batch& batch, bool keep_last);
+  // f32 pointers to the weight and bias of a gathered unit (widened into scratch if needed).
+  StatusOr<std::pair<const float*, const float*>> Weights(size_t layer,
+                                                          const std::vector<TensorView>& views);
+
+  ShardedParameterStore* store_;
+  std::vector<int64_t> layers_;
+  mlp::Activation activation_;
+  mlp::Loss loss_;
+  // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
+  std::vector<std::vector<float>> a_, z_;
+  std::vector<float> dy_, dx_, widened_;
+  int64_t rows_ = 0;
+};
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_MLP_MODEL_H_

@@ -1,0 +1,412 @@
+#include "examples/train_config.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+namespace shardema::examples {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, ',')) out.push_back(item);
+  if (!text.empty() && text.back() == ',') out.push_back("");
+  return out;
+}
+
+// Parses a whole string as a number; false on trailing characters or an empty string.
+bool ParseDouble(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+bool ParseInt(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtoll(s.c_str(), &end, 10);
+  return end == s.c_str() + s.size();
+}
+
+Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero = true) {
+  if (!std::isfinite(v) || (positive && (v < 0 || (!allow_zero && v == 0)))) {
+    return InvalidArgument(flag, ": ", v, " is not a ", positive ? (allow_zero ? "non-negative" : "positive") : "finite",
+                           " number");
+  }
+  return Status::Ok();
+}
+
+// The raw strings CLI11 collects; converted and validated by Finish().
+struct RawFlags {
+  std::string layers, activation = "relu", loss = "mse", optim = "adamw", betas = "0.9,0.999";
+  std::string precision = "fp32", lr_schedule = "constant", device = "cpu";
+  std::string ema, ema_schedule = "constant", ema_sigma_rel, ema_half_life;
+  std::vector<std::string> ema_specs;
+  int64_t ema_start_step = 0, ema_interval = 1;
+  bool ema_no_interval_correction = false;
+};
+
+Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
+                  const RawFlags& raw, TrainConfig& c) {
+  if (text.empty()) return Status::Ok();
+  std::vector<std::string> written;
+  ASSIGN_OR_RETURN(std::vector<double> values, ParseDoubleList(flag, text, &written));
+  for (size_t i = 0; i < values.size(); ++i) {
+    EmaConfig e;
+    e.name = prefix + written[i];
+    e.start_step = raw.ema_start_step;
+    e.interval = raw.ema_interval;
+    e.correct_interval = !raw.ema_no_interval_correction;
+    if (flag == "--ema") {
+      StatusOr<EmaScheduleKind> kind = ParseEmaScheduleKind(raw.ema_schedule);
+      if (!kind.ok()) return kind.status().WithContext("--ema-schedule");
+      if (*kind != EmaScheduleKind::kConstant && *kind != EmaScheduleKind::kWarmup &&
+          *kind != EmaScheduleKind::kPowerWarmup) {
+        return InvalidArgument("--ema-schedule ", raw.ema_schedule,
+                               ": --ema values are decays, which only constant, warmup and "
+                               "power_warmup take; use --ema-sigma-rel, --ema-half-life or "
+                               "--ema-spec for the other schedules");
+      }
+      e.kind = *kind;
+      e.decay = values[i];
+    } else if (flag == "--ema-sigma-rel") {
+      e.kind = EmaScheduleKind::kPowerFunction;
+      StatusOr<double> gamma = SigmaRelToGamma(values[i]);
+      if (!gamma.ok()) return gamma.status().WithContext(flag + " " + written[i]);
+      e.gamma = *gamma;
+      e.decay = 1.0;
+    } else {
+      e.kind = EmaScheduleKind::kHalfLife;
+      e.half_life_steps = values[i];
+      e.decay = 1.0;
+    }
+    Status st = e.Validate();
+    if (!st.ok()) return st.WithContext(flag + " " + written[i]);
+    c.emas.push_back(e);
+  }
+  return Status::Ok();
+}
+
+Status Finish(const RawFlags& raw, TrainConfig& c) {
+  if (raw.layers.empty()) return InvalidArgument("--layers is required (e.g. --layers 784,256,10)");
+  ASSIGN_OR_RETURN(c.layers, ParseIntList("--layers", raw.layers));
+  if (c.layers.size() < 2) {
+    return InvalidArgument("--layers ", raw.layers, ": need at least two sizes (input and output)");
+  }
+  for (int64_t d : c.layers) {
+    if (d <= 0) return InvalidArgument("--layers ", raw.layers, ": size ", d, " is not positive");
+  }
+  ASSIGN_OR_RETURN(c.activation, mlp::ParseActivation(raw.activation));
+  ASSIGN_OR_RETURN(c.loss, mlp::ParseLoss(raw.loss));
+  if (c.loss == mlp::Loss::kCrossEntropy && c.layers.back() < 2) {
+    return InvalidArgument("--loss cross_entropy needs at least 2 classes, --layers ends with ",
+                           c.layers.back());
+  }
+  if (c.synthetic_rows < 1) return InvalidArgument("--synthetic-rows ", c.synthetic_rows, " < 1");
+  if (c.batch < 1) return InvalidArgument("--batch ", c.batch, " < 1");
+  if (c.grad_accum < 1) return InvalidArgument("--grad-accum ", c.grad_accum, " < 1");
+  if (c.batch % c.grad_accum != 0) {
+    return InvalidArgument("--batch ", c.batch, " is not divisible by --grad-accum ", c.grad_accum);
+  }
+  if (c.steps < 0) return InvalidArgument("--steps ", c.steps, " < 0");
+
+  if (raw.optim == "adamw") {
+    c.optim = OptimizerKind::kAdamW;
+  } else if (raw.optim == "sgd") {
+    c.optim = OptimizerKind::kSgd;
+  } else {
+    return InvalidArgument("--optim: unknown optimizer '", raw.optim, "' (expected adamw or sgd)");
+  }
+  RETURN_IF_ERROR(RequireFinite("--lr", c.lr, true, false));
+  ASSIGN_OR_RETURN(std::vector<double> betas, ParseDoubleList("--betas", raw.betas));
+  if (betas.size() != 2) {
+    return InvalidArgument("--betas ", raw.betas, ": expected two values b1,b2, found ", betas.size());
+  }
+  for (double b : betas) {
+    if (!(b >= 0 && b < 1)) return InvalidArgument("--betas ", raw.betas, ": ", b, " is outside [0, 1)");
+  }
+  c.beta1 = betas[0];
+  c.beta2 = betas[1];
+  RETURN_IF_ERROR(RequireFinite("--eps", c.eps, true, false));
+  RETURN_IF_ERROR(RequireFinite("--weight-decay", c.weight_decay, true));
+  RETURN_IF_ERROR(RequireFinite("--momentum", c.momentum, true));
+  if (c.momentum != 0 && c.optim != OptimizerKind::kSgd) {
+    return InvalidArgument("--momentum ", c.momentum, " applies to --optim sgd only");
+  }
+  RETURN_IF_ERROR(RequireFinite("--clip-norm", c.clip_norm, true));
+  StatusOr<DType> precision = ParseDType(raw.precision);
+  if (!precision.ok()) return precision.status().WithContext("--precision");
+  c.precision = *precision;
+  StatusOr<LrScheduleKind> sched = ParseLrScheduleKind(raw.lr_schedule);
+  if (!sched.ok()) return sched.status().WithContext("--lr-schedule");
+  c.lr_schedule = *sched;
+  if (c.warmup_steps < 0) return InvalidArgument("--warmup-steps ", c.warmup_steps, " < 0");
+  if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) {
+    return InvalidArgument("--min-lr ", c.min_lr, " is outside [0, --lr ", c.lr, "]");
+  }
+  if (c.lr_schedule == LrScheduleKind::kCosine && c.steps <= c.warmup_steps) {
+    return InvalidArgument("--lr-schedule cosine needs --steps (", c.steps, ") > --warmup-steps (",
+                           c.warmup_steps, ")");
+  }
+
+  RETURN_IF_ERROR(AddEmaList("--ema", raw.ema, "ema_", raw, c));
+  RETURN_IF_ERROR(AddEmaList("--ema-sigma-rel", raw.ema_sigma_rel, "ema_pf_", raw, c));
+  RETURN_IF_ERROR(AddEmaList("--ema-half-life", raw.ema_half_life, "ema_hl_", raw, c));
+  for (const std::string& spec : raw.ema_specs) {
+    ASSIGN_OR_RETURN(EmaConfig e, ParseEmaSpec(spec));
+    c.emas.push_back(e);
+  }
+  std::set<std::string> names;
+  for (const EmaConfig& e : c.emas) {
+    if (!names.insert(e.name).second) return InvalidArgument("EMA slot '", e.name, "' is given twice");
+  }
+
+  const bool ckpt = !c.ckpt_dir.empty();
+  if (c.save_every < 0) return InvalidArgument("--save-every ", c.save_every, " < 0");
+  if (c.keep < 1) return InvalidArgument("--keep ", c.keep, " < 1");
+  if (!ckpt && (c.resume || c.async_save || c.save_every > 0)) {
+    return InvalidArgument(c.resume ? "--resume" : c.async_save ? "--async-save" : "--save-every",
+                           " needs --ckpt-dir");
+  }
+  if (c.eval_every < 0) return InvalidArgument("--eval-every ", c.eval_every, " < 0");
+  if (c.eval_batch < 1) return InvalidArgument("--eval-batch ", c.eval_batch, " < 1");
+  if (c.log_every < 0) return InvalidArgument("--log-every ", c.log_every, " < 0");
+  if (c.bench_warmup < 0) return InvalidArgument("--bench-warmup ", c.bench_warmup, " < 0");
+  if (c.bench_json && c.steps <= c.bench_warmup) {
+    return InvalidArgument("--bench-json needs --steps (", c.steps, ") > --bench-warmup (",
+                           c.bench_warmup, ")");
+  }
+  if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
+  StatusOr<Device> dev = ParseDevice(raw.device);
+  if (!dev.ok()) return dev.status().WithContext("--device");
+  c.device = *dev;
+  return Status::Ok();
+}
+
+const char* kDescription =
+    "Trains a multilayer perceptron with the sharded parameter store (FSDP-style), AdamW/SGD and\n"
+    "sharded EMA slots. Run as: mpirun -np W train_mlp --layers 6,9,7,3 ...\n"
+    "Without --data the task is synthetic: --synthetic-rows inputs x ~ N(0, 1) (seeded) and\n"
+    "targets from a random teacher MLP of the same --layers and --activation (weights\n"
+    "U(-sqrt(3/in), sqrt(3/in)), biases U(-0.1, 0.1)); mse regresses its outputs, cross_entropy\n"
+    "predicts their argmax. Without --init, parameters are drawn like torch.nn.Linear\n"
+    "(U(-1/sqrt(in), 1/sqrt(in))) from an RNG seeded by (--seed, parameter name), so any world\n"
+    "size starts from the same weights. Step s uses rows (s*B + j) mod N, j < B; rank r of W\n"
+    "takes j in [r*B/W, (r+1)*B/W) (per micro-batch with --grad-accum).\n"
+    "EMA slots: --ema D,... (constant decay d by default, --ema-schedule warmup|power_warmup),\n"
+    "--ema-sigma-rel S,... (EDM2 power function, slots ema_pf_S), --ema-half-life H,... (slots\n"
+    "ema_hl_H, H in optimizer steps), and --ema-spec NAME:key=val,... for any EmaConfig field\n"
+    "(kind, decay, inv_gamma, power, min_decay, update_after_step, gamma, sigma_rel,\n"
+    "half_life_steps, rampup, start_step, interval, correct_interval).\n"
+    "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
+
+}  // namespace
+
+StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& item : SplitComma(text)) {
+    int64_t v = 0;
+    if (!ParseInt(item, &v)) {
+      return InvalidArgument(flag, " ", text, ": '", item, "' is not an integer");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return InvalidArgument(flag, ": empty list");
+  return out;
+}
+
+StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag, const std::string& text,
+                                              std::vector<std::string>* as_written) {
+  std::vector<double> out;
+  for (const std::string& item : SplitComma(text)) {
+    double v = 0;
+    if (!ParseDouble(item, &v) || !std::isfinite(v)) {
+      return InvalidArgument(flag, " ", text, ": '", item, "' is not a finite number");
+    }
+    out.push_back(v);
+    if (as_written != nullptr) as_written->push_back(item);
+  }
+  if (out.empty()) return InvalidArgument(flag, ": empty list");
+  return out;
+}
+
+StatusOr<EmaConfig> ParseEmaSpec(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  if (name.empty()) {
+    return InvalidArgument("--ema-spec '", text, "': expected NAME:key=val,... with a slot name");
+  }
+  nlohmann::json j = {{"name", name}};
+  if (colon != std::string::npos) {
+    for (const std::string& kv : SplitComma(text.substr(colon + 1))) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return InvalidArgument("--ema-spec '", text, "': '", kv, "' is not key=value");
+      }
+      const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+      nlohmann::json v = nlohmann::json::parse(val, nullptr, /*allow_exceptions=*/false);
+      if (v.is_discarded() || v.is_object() || v.is_array()) v = val;  // a bare string
+      j[key] = v;
+    }
+  }
+  StatusOr<EmaConfig> c = EmaConfig::FromJson(j);
+  if (!c.ok()) return c.status().WithContext("--ema-spec '" + text + "'");
+  return c;
+}
+
+nlohmann::json TrainConfig::ToJson() const {
+  nlohmann::json emas_json = nlohmann::json::array();
+  for (const EmaConfig& e : emas) emas_json.push_back(e.ToJson());
+  return {{"layers", layers},
+          {"activation", activation == mlp::Activation::kRelu ? "relu" : "gelu"},
+          {"loss", loss == mlp::Loss::kMse ? "mse" : "cross_entropy"},
+          {"data", data},
+          {"eval_data", eval_data},
+          {"init", init},
+          {"seed", seed},
+          {"synthetic_rows", synthetic_rows},
+          {"batch", batch},
+          {"grad_accum", grad_accum},
+          {"steps", steps},
+          {"optim", OptimizerKindName(optim)},
+          {"lr", lr},
+          {"betas", {beta1, beta2}},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"momentum", momentum},
+          {"clip_norm", clip_norm},
+          {"precision", DTypeName(precision)},
+          {"lr_schedule", LrScheduleName(lr_schedule)},
+          {"warmup_steps", warmup_steps},
+          {"min_lr", min_lr},
+          {"emas", emas_json},
+          {"ckpt_dir", ckpt_dir},
+          {"save_every", save_every},
+          {"keep", keep},
+          {"async_save", async_save},
+          {"eval_every", eval_every},
+          {"eval_batch", eval_batch},
+          {"device", device.ToString()}};
+}
+
+nlohmann::json TrainConfig::HparamsJson() const {
+  const nlohmann::json all = ToJson();
+  nlohmann::json h;
+  for (const char* k : {"layers", "activation", "loss", "data", "init", "seed", "synthetic_rows",
+                        "batch", "grad_accum", "precision"}) {
+    h[k] = all[k];
+  }
+  return h;
+}
+
+Status TrainConfig::CheckForWorld(int world_size) const {
+  if (world_size < 1) return InvalidArgument("world size ", world_size, " < 1");
+  // A config built in code rather than parsed: the invariants the trainer relies on.
+  if (layers.size() < 2) return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
+  for (int64_t d : layers) {
+    if (d <= 0) return InvalidArgument("--layers: size ", d, " is not positive");
+  }
+  if (batch < 1 || grad_accum < 1 || eval_batch < 1 || synthetic_rows < 1) {
+    return InvalidArgument("--batch ", batch, ", --grad-accum ", grad_accum, ", --eval-batch ",
+                           eval_batch, " and --synthetic-rows ", synthetic_rows, " must be >= 1");
+  }
+  if (batch % (grad_accum * world_size) != 0) {
+    return InvalidArgument("--batch ", batch, " is not divisible by --grad-accum ", grad_accum,
+                           " x world size ", world_size, " (each rank must get the same number of",
+                           " rows per micro-batch)");
+  }
+  return Status::Ok();
+}
+
+StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
+  ParsedArgs out;
+  TrainConfig& c = out.config;
+  RawFlags raw;
+  CLI::App app(kDescription, argc > 0 ? argv[0] : "train_mlp");
+  // A repeated flag takes its last value (argparse's rule), except --ema-spec, which collects.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(34);
+  // Model and data.
+  app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
+  app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
+  app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
+  app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
+  app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
+  app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
+  app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
+  app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();
+  // Batching.
+  app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--steps", c.steps, "total optimizer steps")->capture_default_str();
+  // Optimizer.
+  app.add_option("--optim", raw.optim, "adamw | sgd")->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate")->capture_default_str();
+  app.add_option("--betas", raw.betas, "AdamW b1,b2")->capture_default_str();
+  app.add_option("--eps", c.eps, "AdamW eps")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled / SGD L2 weight decay")->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--clip-norm", c.clip_norm, "global gradient-norm clipping (0: off)")->capture_default_str();
+  app.add_option("--precision", raw.precision, "compute dtype of gathered weights: fp32 | bf16 | fp16")
+      ->capture_default_str();
+  app.add_option("--lr-schedule", raw.lr_schedule, "constant | cosine")->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "linear LR warmup steps")->capture_default_str();
+  app.add_option("--min-lr", c.min_lr, "final LR of the cosine schedule")->capture_default_str();
+  // EMA.
+  app.add_option("--ema", raw.ema, "EMA decays d1,d2,...: slots ema_<d>");
+  app.add_option("--ema-schedule", raw.ema_schedule, "schedule of --ema slots: constant | warmup | power_warmup")
+      ->capture_default_str();
+  app.add_option("--ema-sigma-rel", raw.ema_sigma_rel, "power-function EMA sigma_rel values: slots ema_pf_<s>");
+  app.add_option("--ema-half-life", raw.ema_half_life, "half-life EMAs in steps: slots ema_hl_<h>");
+  app.add_option("--ema-start-step", raw.ema_start_step, "step the list-flag EMA slots start at")
+      ->capture_default_str();
+  app.add_option("--ema-interval", raw.ema_interval, "update list-flag EMA slots every k steps")
+      ->capture_default_str();
+  app.add_flag("--ema-no-interval-correction", raw.ema_no_interval_correction,
+               "apply beta, not beta^k, every k steps (timm/diffusers behaviour)");
+  app.add_option("--ema-spec", raw.ema_specs, "NAME:key=val,... any EMA slot config (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  // Checkpoints.
+  app.add_option("--ckpt-dir", c.ckpt_dir, "checkpoint root (also holds metrics.jsonl)");
+  app.add_option("--save-every", c.save_every, "save every K steps (0: only at the end)")->capture_default_str();
+  app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
+  app.add_flag("--async-save", c.async_save, "write checkpoints in the background");
+  app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --ckpt-dir (fresh if none)");
+  app.add_flag("--override-hparams", c.override_hparams,
+               "resume even when hyperparameters differ from the checkpoint's (this run's win)");
+  // Evaluation, logging, runtime.
+  app.add_option("--eval-every", c.eval_every, "evaluate every K steps (0: only at the end)")->capture_default_str();
+  app.add_option("--eval-batch", c.eval_batch, "rows per rank per eval forward")->capture_default_str();
+  app.add_option("--log-every", c.log_every, "log every K steps (0: never)")->capture_default_str();
+  app.add_option("--device", raw.device, "cpu | cuda (cuda: not in this build of the trainer)")
+      ->capture_default_str();
+  app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
+  app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
+  app.add_flag("!--no-comm-checks", c.comm_checks, "skip the per-collective argument agreement check");
+  app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    out.help_text = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(e.what());
+  }
+  RETURN_IF_ERROR(Finish(raw, c));
+  return out;
+}
+
+StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"train_mlp"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return ParseTrainConfig(int(argv.size()), argv.data());
+}
+
+}  // namespace shardema::examples

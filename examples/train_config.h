@@ -1,0 +1,121 @@
+// TrainConfig: every flag of examples/train_mlp, parsed and validated in one place.
+//
+// ParseTrainConfig turns argv into a TrainConfig (CLI11 underneath) or a kInvalidArgument that
+// names the flag, the value and what was expected; nothing here exits or prints. `--help` is not an
+// error: the result carries the help text and the caller prints it. Checks that need the world
+// size (the global batch split over ranks) are done by the trainer (CheckForWorld).
+//
+// EMA slots come from three flags, in this order (names must be unique):
+//   --ema D1,D2,...            one slot per value, named "ema_<value as written>" (ema_0.999),
+//                              schedule --ema-schedule (constant|warmup|power_warmup, decay d);
+//   --ema-sigma-rel S1,...     EDM2 power-function slots "ema_pf_<S>" (sigma_rel S);
+//   --ema-half-life H1,...     half-life slots "ema_hl_<H>" (half-life H optimizer steps);
+// all of them taking --ema-start-step, --ema-interval and --ema-no-interval-correction; then
+//   --ema-spec NAME:key=val,...  (repeatable) any EmaConfig (ema/schedule.h) by its JSON fields,
+//                              e.g. "ema_slow:kind=power_warmup,decay=0.9999,power=0.75".
+//
+// Threading: pure functions; thread-safe.
+#ifndef SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_
+#define SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ema/schedule.h"
+#include "examples/mlp_math.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/status.h"
+#include "optim/fused_step.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace shardema::examples {
+
+struct TrainConfig {
+  // Model and task.
+  std::vector<int64_t> layers;  // D0, D1, ..., DL (at least two, all > 0)
+  mlp::Activation activation = mlp::Activation::kRelu;
+  mlp::Loss loss = mlp::Loss::kMse;
+  std::string data;       // --data: x [N, D0] and y; empty = synthetic teacher task
+  std::string eval_data;  // --eval-data: empty = all rows of the training data
+  std::string init;       // --init: parameters by name; empty = seeded PyTorch-style init
+  uint64_t seed = 0;
+  int64_t synthetic_rows = 1024;  // rows of the synthetic task
+
+  // Batching and steps.
+  int64_t batch = 32;      // global batch B per optimizer step
+  int64_t grad_accum = 1;  // micro-batches per optimizer step (B divisible by grad_accum * W)
+  int64_t steps = 100;     // total optimizer steps T
+
+  // Optimizer.
+  OptimizerKind optim = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.01;  // AdamW decoupled (torch default); SGD L2
+  double momentum = 0.0;       // SGD
+  double clip_norm = 0.0;      // 0 = no clipping
+  DType precision = DType::kF32;  // compute dtype of gathered parameters
+  LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;  // cosine floor
+
+  // EMA slots, expanded from the EMA flags in slot order.
+  std::vector<EmaConfig> emas;
+
+  // Checkpoints.
+  std::string ckpt_dir;
+  int64_t save_every = 0;  // 0 = only at the end
+  int keep = 2;
+  bool async_save = false;
+  bool resume = false;
+  bool override_hparams = false;
+
+  // Evaluation and logging.
+  int64_t eval_every = 0;    // 0 = only at the end
+  int64_t eval_batch = 1024;  // rows per rank per eval forward
+  int64_t log_every = 1;
+
+  // Runtime.
+  Device device = Device::Cpu();
+  bool bench_json = false;   // print one JSON line of step timings and memory (rank 0)
+  int64_t bench_warmup = 3;  // steps excluded from the timing
+  bool comm_checks = true;   // CommOptions::check_args
+  int optimizer_threads = 1;
+
+  // Everything, for the checkpoint meta ("trainer.config").
+  nlohmann::json ToJson() const;
+  // The subset that must match on --resume (model, task, batch split, data and init files, seed,
+  // precision); compared field by field, overridable with --override-hparams. Optimizer and EMA
+  // hyperparameters are compared from their own meta sections.
+  nlohmann::json HparamsJson() const;
+  // Checks that need the world size (batch divisible by grad_accum * world_size), and the basic
+  // invariants the trainer relies on for a config built in code (at least two layers, positive
+  // sizes and batches).
+  Status CheckForWorld(int world_size) const;
+};
+
+struct ParsedArgs {
+  TrainConfig config;
+  bool help = false;     // --help was given: print help_text and exit 0
+  std::string help_text;
+};
+
+// Parses argv (argv[0] is the program name). Errors: kInvalidArgument naming the flag.
+StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv);
+// The same from a vector of arguments (without the program name); for tests and tools.
+StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args);
+
+// "--layers 6,9,3" style helpers, exposed for tests. Errors name `flag` and the bad item.
+StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);
+StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag, const std::string& text,
+                                              std::vector<std::string>* as_written = nullptr);
+// "--ema-spec NAME:key=val,..." -> EmaConfig (values are JSON scalars or bare strings).
+StatusOr<EmaConfig> ParseEmaSpec(const std::string& text);
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_

@@ -1,0 +1,212 @@
+#include "examples/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace shardema::examples {
+namespace {
+
+StatusOr<ParsedArgs> Parse(std::vector<std::string> args) { return ParseTrainConfig(args); }
+
+// Expects an invalid-argument error whose message contains every fragment.
+void ExpectError(std::vector<std::string> args, std::vector<std::string> fragments) {
+  StatusOr<ParsedArgs> p = Parse(args);
+  std::string joined;
+  for (const std::string& a : args) joined += a + " ";
+  ASSERT_FALSE(p.ok()) << joined;
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status();
+  for (const std::string& f : fragments) {
+    EXPECT_NE(p.status().message().find(f), std::string::npos)
+        << "'" << f << "' not in: " << p.status().message() << "  (args: " << joined << ")";
+  }
+}
+
+TEST(TrainConfigTest, ParsesTheParitySetup) {
+  StatusOr<ParsedArgs> p =
+      Parse({"--layers", "6,9,7,3", "--activation", "gelu", "--loss", "mse", "--batch", "8",
+             "--steps", "12", "--lr", "1e-2", "--betas", "0.9,0.95", "--eps", "1e-8",
+             "--weight-decay", "0.1", "--clip-norm", "1.0", "--ema", "0.9,0.99", "--data", "d.st",
+             "--init", "i.st", "--ckpt-dir", "/tmp/x", "--save-every", "4", "--keep", "3",
+             "--async-save", "--resume", "--seed", "7"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const TrainConfig& c = p->config;
+  EXPECT_FALSE(p->help);
+  EXPECT_EQ(c.layers, (std::vector<int64_t>{6, 9, 7, 3}));
+  EXPECT_EQ(c.activation, mlp::Activation::kGelu);
+  EXPECT_EQ(c.loss, mlp::Loss::kMse);
+  EXPECT_EQ(c.batch, 8);
+  EXPECT_EQ(c.steps, 12);
+  EXPECT_DOUBLE_EQ(c.lr, 1e-2);
+  EXPECT_DOUBLE_EQ(c.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(c.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(c.clip_norm, 1.0);
+  EXPECT_EQ(c.data, "d.st");
+  EXPECT_EQ(c.init, "i.st");
+  EXPECT_EQ(c.ckpt_dir, "/tmp/x");
+  EXPECT_EQ(c.save_every, 4);
+  EXPECT_EQ(c.keep, 3);
+  EXPECT_TRUE(c.async_save);
+  EXPECT_TRUE(c.resume);
+  EXPECT_EQ(c.seed, 7u);
+  ASSERT_EQ(c.emas.size(), 2u);
+  EXPECT_EQ(c.emas[0].name, "ema_0.9");
+  EXPECT_EQ(c.emas[1].name, "ema_0.99");
+  EXPECT_EQ(c.emas[1].kind, EmaScheduleKind::kConstant);
+  EXPECT_DOUBLE_EQ(c.emas[1].decay, 0.99);
+  EXPECT_EQ(c.emas[0].start_step, 0);
+  EXPECT_EQ(c.emas[0].interval, 1);
+}
+
+TEST(TrainConfigTest, DefaultsNeedOnlyLayers) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const TrainConfig& c = p->config;
+  EXPECT_EQ(c.optim, OptimizerKind::kAdamW);
+  EXPECT_EQ(c.precision, DType::kF32);
+  EXPECT_EQ(c.lr_schedule, LrScheduleKind::kConstant);
+  EXPECT_TRUE(c.emas.empty());
+  EXPECT_TRUE(c.device.is_cpu());
+  EXPECT_TRUE(c.comm_checks);
+  EXPECT_TRUE(c.data.empty());
+}
+
+TEST(TrainConfigTest, EmaFlagsExpandInOrder) {
+  StatusOr<ParsedArgs> p =
+      Parse({"--layers", "4,3", "--ema", "0.999", "--ema-schedule", "warmup", "--ema-sigma-rel",
+             "0.05,0.1", "--ema-half-life", "500", "--ema-start-step", "10", "--ema-interval", "4",
+             "--ema-no-interval-correction", "--ema-spec",
+             "ema_slow:kind=power_warmup,decay=0.9999,power=0.75,interval=2"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const auto& e = p->config.emas;
+  ASSERT_EQ(e.size(), 5u);
+  EXPECT_EQ(e[0].name, "ema_0.999");
+  EXPECT_EQ(e[0].kind, EmaScheduleKind::kWarmup);
+  EXPECT_EQ(e[0].start_step, 10);
+  EXPECT_EQ(e[0].interval, 4);
+  EXPECT_FALSE(e[0].correct_interval);
+  EXPECT_EQ(e[1].name, "ema_pf_0.05");
+  EXPECT_EQ(e[1].kind, EmaScheduleKind::kPowerFunction);
+  EXPECT_NEAR(e[1].gamma, 16.97, 0.01);  // EDM2: sigma_rel 0.05 -> gamma ~16.97
+  EXPECT_EQ(e[2].name, "ema_pf_0.1");
+  EXPECT_NEAR(e[2].gamma, 6.94, 0.01);
+  EXPECT_EQ(e[3].name, "ema_hl_500");
+  EXPECT_EQ(e[3].kind, EmaScheduleKind::kHalfLife);
+  EXPECT_DOUBLE_EQ(e[3].half_life_steps, 500);
+  EXPECT_EQ(e[4].name, "ema_slow");
+  EXPECT_EQ(e[4].kind, EmaScheduleKind::kPowerWarmup);
+  EXPECT_DOUBLE_EQ(e[4].decay, 0.9999);
+  EXPECT_DOUBLE_EQ(e[4].power, 0.75);
+  EXPECT_EQ(e[4].interval, 2);
+  EXPECT_EQ(e[4].start_step, 0);  // the list-flag options do not apply to --ema-spec
+}
+
+TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
+  ExpectError({}, {"--layers", "required"});
+  ExpectError({"--layers", "6,x,3"}, {"--layers", "'x'"});
+  ExpectError({"--layers", "6"}, {"--layers", "two"});
+  ExpectError({"--layers", "6,0,3"}, {"--layers", "0"});
+  ExpectError({"--layers", "4,3", "--activation", "tanh"}, {"--activation", "tanh"});
+  ExpectError({"--layers", "4,3", "--loss", "hinge"}, {"--loss", "hinge"});
+  ExpectError({"--layers", "4,1", "--loss", "cross_entropy"}, {"cross_entropy", "2 classes"});
+  ExpectError({"--layers", "4,3", "--optim", "adam"}, {"--optim", "adam"});
+  ExpectError({"--layers", "4,3", "--betas", "0.9"}, {"--betas", "two values"});
+  ExpectError({"--layers", "4,3", "--betas", "0.9,1.5"}, {"--betas", "1.5", "[0, 1)"});
+  ExpectError({"--layers", "4,3", "--lr", "0"}, {"--lr"});
+  ExpectError({"--layers", "4,3", "--lr", "abc"}, {"--lr", "abc"});
+  ExpectError({"--layers", "4,3", "--eps", "-1"}, {"--eps"});
+  ExpectError({"--layers", "4,3", "--momentum", "0.9"}, {"--momentum", "sgd"});
+  ExpectError({"--layers", "4,3", "--precision", "fp8"}, {"--precision", "fp8"});
+  ExpectError({"--layers", "4,3", "--lr-schedule", "step"}, {"--lr-schedule", "step"});
+  ExpectError({"--layers", "4,3", "--lr-schedule", "cosine", "--steps", "5", "--warmup-steps", "5"},
+              {"cosine", "--warmup-steps"});
+  ExpectError({"--layers", "4,3", "--batch", "0"}, {"--batch", "0"});
+  ExpectError({"--layers", "4,3", "--batch", "10", "--grad-accum", "3"}, {"--batch 10", "--grad-accum 3"});
+  ExpectError({"--layers", "4,3", "--resume"}, {"--resume", "--ckpt-dir"});
+  ExpectError({"--layers", "4,3", "--async-save"}, {"--async-save", "--ckpt-dir"});
+  ExpectError({"--layers", "4,3", "--keep", "0", "--ckpt-dir", "d"}, {"--keep", "0"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9,abc"}, {"--ema", "'abc'"});
+  ExpectError({"--layers", "4,3", "--ema", "1.5"}, {"--ema 1.5"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9,0.9"}, {"ema_0.9", "twice"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9", "--ema-schedule", "power_function"},
+              {"--ema-schedule", "--ema-sigma-rel"});
+  ExpectError({"--layers", "4,3", "--ema-sigma-rel", "0.5"}, {"--ema-sigma-rel 0.5"});
+  ExpectError({"--layers", "4,3", "--ema-spec", "x:kind=bogus"}, {"--ema-spec", "bogus"});
+  ExpectError({"--layers", "4,3", "--ema-spec", "x:decay"}, {"--ema-spec", "key=value"});
+  ExpectError({"--layers", "4,3", "--ema-spec", ":decay=0.9"}, {"--ema-spec", "slot name"});
+  ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
+  ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
+  ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});
+}
+
+TEST(TrainConfigTest, RepeatedFlagsTakeTheLastValueEmaSpecsCollect) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--steps", "5", "--steps", "7", "--ema-spec",
+                                  "a:decay=0.5", "--ema-spec", "b:decay=0.6"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.steps, 7);
+  ASSERT_EQ(p->config.emas.size(), 2u);
+  EXPECT_EQ(p->config.emas[1].name, "b");
+  EXPECT_FALSE(TrainConfig{}.CheckForWorld(1).ok());  // no layers
+}
+
+TEST(TrainConfigTest, CudaDeviceParsesTheTrainerRefusesIt) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--device", "cuda"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->config.device.is_cuda());
+}
+
+TEST(TrainConfigTest, BatchMustSplitOverTheWorld) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--batch", "8"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->config.CheckForWorld(1).ok());
+  EXPECT_TRUE(p->config.CheckForWorld(2).ok());
+  EXPECT_TRUE(p->config.CheckForWorld(4).ok());
+  Status s = p->config.CheckForWorld(3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--batch 8"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("world size 3"), std::string::npos) << s;
+  p = Parse({"--layers", "4,3", "--batch", "8", "--grad-accum", "2"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->config.CheckForWorld(4).ok());
+  EXPECT_FALSE(p->config.CheckForWorld(8).ok());
+}
+
+TEST(TrainConfigTest, HelpIsNotAnError) {
+  StatusOr<ParsedArgs> p = Parse({"--help"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->help);
+  for (const char* flag : {"--layers", "--ema", "--ema-spec", "--ckpt-dir", "--resume", "--bench-json"}) {
+    EXPECT_NE(p->help_text.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(TrainConfigTest, HparamsHoldWhatMustMatchOnResume) {
+  StatusOr<ParsedArgs> a = Parse({"--layers", "4,3", "--steps", "10", "--ckpt-dir", "d"});
+  StatusOr<ParsedArgs> b = Parse({"--layers", "4,3", "--steps", "20", "--ckpt-dir", "e"});
+  StatusOr<ParsedArgs> c = Parse({"--layers", "4,5,3", "--steps", "10"});
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->config.HparamsJson(), b->config.HparamsJson());  // more steps: same run
+  EXPECT_NE(a->config.HparamsJson(), c->config.HparamsJson());
+  EXPECT_NE(a->config.ToJson(), b->config.ToJson());
+  EXPECT_EQ(a->config.ToJson()["layers"], nlohmann::json({4, 3}));
+}
+
+TEST(TrainConfigTest, ListHelpers) {
+  auto ints = ParseIntList("--x", "1,22,333");
+  ASSERT_TRUE(ints.ok());
+  EXPECT_EQ(*ints, (std::vector<int64_t>{1, 22, 333}));
+  EXPECT_FALSE(ParseIntList("--x", "1,,2").ok());
+  EXPECT_FALSE(ParseIntList("--x", "1,2,").ok());
+  std::vector<std::string> written;
+  auto d = ParseDoubleList("--x", "0.999,1e-3", &written);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(written, (std::vector<std::string>{"0.999", "1e-3"}));
+  EXPECT_DOUBLE_EQ((*d)[1], 1e-3);
+  EXPECT_FALSE(ParseDoubleList("--x", "nan").ok());
+}
+
+}  // namespace
+}  // namespace shardema::examples

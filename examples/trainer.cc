@@ -1,0 +1,245 @@
+#include "examples/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "checkpoint/collective_bytes.h"
+#include "checkpoint/posix_file.h"
+#include "framework/logging.h"
+
+namespace shardema::examples {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
+  OptimizerOptions o;
+  o.kind = c.optim;
+  o.lr.kind = c.lr_schedule;
+  o.lr.base_lr = c.lr;
+  o.lr.warmup_steps = c.warmup_steps;
+  o.lr.min_lr = c.lr_schedule == LrScheduleKind::kCosine ? c.min_lr : 0.0;
+  // Only the cosine decay depends on the total: a constant schedule resumes to any --steps.
+  o.lr.total_steps = c.lr_schedule == LrScheduleKind::kCosine ? c.steps : 0;
+  o.defaults.weight_decay = c.weight_decay;
+  o.defaults.beta1 = c.beta1;
+  o.defaults.beta2 = c.beta2;
+  o.defaults.eps = c.eps;
+  o.defaults.momentum = c.momentum;
+  o.max_grad_norm = c.clip_norm;
+  o.num_threads = c.optimizer_threads;
+  return o;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config, Communicator* comm) : config_(std::move(config)), comm_(comm) {}
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Communicator* comm) {
+  if (comm == nullptr) return InvalidArgument("Trainer::Create: null communicator");
+  std::unique_ptr<Trainer> t(new Trainer(config, comm));
+  RETURN_IF_ERROR(t->Setup());
+  return t;
+}
+
+Status Trainer::Setup() {
+  const TrainConfig& c = config_;
+  const int rank = comm_->rank(), world = comm_->world_size();
+  RETURN_IF_ERROR(c.CheckForWorld(world));
+  if (!c.device.is_cpu()) {
+    return Unimplemented("--device ", c.device.ToString(),
+                         ": train_mlp computes on the CPU only in this version (this build ",
+                         BuiltWithCuda() ? "has" : "does not have", " CUDA, ", CudaDeviceCount(),
+                         " GPU(s) visible); use --device cpu");
+  }
+
+  // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
+  {
+    StatusOr<Dataset> d = c.data.empty()
+                              ? StatusOr<Dataset>(MakeSyntheticDataset(c.seed, c.layers, c.activation,
+                                                                       c.loss, c.synthetic_rows))
+                              : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back());
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
+    data_ = std::move(d).value();
+    if (!c.eval_data.empty()) {
+      StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back());
+      RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
+      eval_data_ = std::move(e).value();
+    }
+  }
+
+  // Store, parameters, EMA slots, optimizer.
+  StoreOptions so;
+  so.compute_dtype = c.precision;
+  so.reduce_dtype = DType::kF32;
+  ASSIGN_OR_RETURN(store_, ShardedParameterStore::Create(MlpUnits(c.layers), {}, comm_, so));
+  Status init = c.init.empty() ? InitMlpFromSeed(store_.get(), c.layers, c.seed)
+                               : InitMlpFromFile(store_.get(), c.init);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
+  if (!c.emas.empty()) {
+    ASSIGN_OR_RETURN(emas_, EmaSlots::Create(store_.get(), c.emas));
+  }
+  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(store_.get(), emas_.get(), OptimizerOptionsFor(c)));
+  model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+
+  // Checkpoints and metrics.
+  if (!c.ckpt_dir.empty()) {
+    if (c.resume) {
+      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, optimizer_.get(), data_));
+    } else {
+      RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
+    }
+    saver_ = std::make_unique<CheckpointSaver>(config_, comm_);
+    StatusOr<MetricsLog> m = MetricsLog();
+    if (rank == 0) {
+      m = MetricsLog::Open(JoinPath(c.ckpt_dir, "metrics.jsonl"), resume_.resumed ? resume_.step : -1);
+    }
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "metrics.jsonl"));
+    metrics_ = std::move(m).value();
+  }
+  if (rank == 0) {
+    LOG_INFO << "train_mlp: " << store_->layout().total_numel() << " parameters in "
+             << store_->num_units() << " units over " << world << " rank(s); data " << data_.source
+             << " (" << data_.rows << " rows); " << (emas_ ? emas_->size() : 0) << " EMA slot(s)";
+    if (resume_.resumed) {
+      LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
+               << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
+               << ")";
+      if (resume_.step >= c.steps) {
+        LOG_INFO << "the checkpoint is at or past --steps " << c.steps << ": nothing to train";
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
+  const TrainConfig& c = config_;
+  RETURN_IF_ERROR(store_->ZeroGrad());
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
+    const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
+    FillStepBatch(data_, step, c.batch, span, &batch_);
+    ASSIGN_OR_RETURN(double loss, model_->ForwardBackward(batch_));
+    loss_sum += loss;
+  }
+  ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
+  // Equal local batches: the global mean is the mean of the ranks' means.
+  float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
+  CollectiveOptions avg;
+  avg.op = ReduceOp::kAvg;
+  RETURN_IF_ERROR(comm_->AllReduce(&local, &global, 1, DType::kF32, avg));
+  return std::make_pair(double(global), result);
+}
+
+StatusOr<double> Trainer::EvalPass() {
+  const Dataset& d = eval_data_.rows > 0 ? eval_data_ : data_;
+  const int world = comm_->world_size();
+  const RowSpan mine = EvalSpan(d.rows, comm_->rank(), world);
+  // Every rank runs the same number of forwards (gathers are collective).
+  int64_t most = 0;
+  for (int r = 0; r < world; ++r) most = std::max(most, EvalSpan(d.rows, r, world).size());
+  const int64_t chunks = (most + config_.eval_batch - 1) / config_.eval_batch;
+  double local = 0;
+  Batch b;
+  for (int64_t k = 0; k < chunks; ++k) {
+    RowSpan span;
+    span.begin = std::min(mine.end, mine.begin + k * config_.eval_batch);
+    span.end = std::min(mine.end, span.begin + config_.eval_batch);
+    FillRowBatch(d, span, &b);
+    ASSIGN_OR_RETURN(double sum, model_->LossSum(b));
+    local += sum;
+  }
+  float mine_f = float(local), total = 0.f;
+  RETURN_IF_ERROR(comm_->AllReduce(&mine_f, &total, 1, DType::kF32));
+  return double(total) / double(d.rows);
+}
+
+StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
+  EvalLosses e;
+  e.step = step;
+  e.rows = eval_data_.rows > 0 ? eval_data_.rows : data_.rows;
+  ASSIGN_OR_RETURN(double live, EvalPass());
+  e.losses.emplace_back("live", live);
+  for (size_t i = 0; emas_ != nullptr && i < emas_->size(); ++i) {
+    if (!emas_->counters(i).started()) continue;  // a slot with a later start step
+    const std::string& name = emas_->config(i).name;
+    RETURN_IF_ERROR(emas_->Swap(name));
+    StatusOr<double> loss = EvalPass();
+    Status back = emas_->SwapBack();
+    RETURN_IF_ERROR(loss.status());
+    RETURN_IF_ERROR(back);
+    e.losses.emplace_back(name, *loss);
+  }
+  return e;
+}
+
+StatusOr<TrainSummary> Trainer::Run() {
+  const TrainConfig& c = config_;
+  const bool lead = comm_->rank() == 0;
+  TrainSummary s;
+  s.resume = resume_;
+  s.start_step = optimizer_->step();
+  s.num_params = store_->layout().total_numel();
+  s.state_bytes_per_rank = store_->StateBytesPerRank();
+  std::vector<double> times_ms;
+  for (int64_t step = s.start_step; step < c.steps; ++step) {
+    if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(auto outcome, TrainStep(step));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t done = step + 1;
+    const StepResult& r = outcome.second;
+    if (done - s.start_step > c.bench_warmup) times_ms.push_back(ms);
+    s.losses.push_back(outcome.first);
+    s.grad_norms.push_back(r.grad_norm);
+    if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
+      LOG_INFO << "step " << done << "/" << c.steps << " loss " << outcome.first << " lr " << r.lr
+               << " grad_norm " << r.grad_norm << (r.skipped ? " (skipped: non-finite gradient)" : "")
+               << " " << ms << " ms";
+    }
+    RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm));
+    if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
+      ASSIGN_OR_RETURN(EvalLosses e, Evaluate(done));
+      RETURN_IF_ERROR(metrics_.LogEval(e));
+      if (lead) {
+        std::string line;
+        for (const auto& kv : e.losses) line += " " + kv.first + " " + std::to_string(kv.second);
+        LOG_INFO << "eval step " << done << ":" << line;
+      }
+    }
+    if (saver_ != nullptr) {
+      if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
+        RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, done));
+      } else {
+        RETURN_IF_ERROR(saver_->Poll());
+      }
+    }
+  }
+  s.final_step = optimizer_->step();
+  ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
+  RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
+  if (saver_ != nullptr) {
+    // The end state is always saved, unless it is the checkpoint this run resumed from.
+    const bool already = resume_.resumed && resume_.step == s.final_step;
+    if (!already) RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, s.final_step));
+    RETURN_IF_ERROR(saver_->Finish());
+    s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
+  }
+  // Median step time of this rank, then the slowest rank's.
+  s.timed_steps = int64_t(times_ms.size());
+  std::vector<float> all(size_t(comm_->world_size()));
+  const float mine = float(Median(times_ms));
+  RETURN_IF_ERROR(comm_->AllGather(&mine, all.data(), 1, DType::kF32));
+  s.median_step_ms = *std::max_element(all.begin(), all.end());
+  return s;
+}
+
+}  // namespace shardema::examples

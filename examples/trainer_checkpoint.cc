@@ -1,0 +1,180 @@
+#include "examples/trainer_checkpoint.h"
+
+#include <set>
+
+#include "checkpoint/collective_bytes.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/hparams.h"
+#include "checkpoint/load.h"
+#include "checkpoint/posix_file.h"
+#include "framework/logging.h"
+
+namespace shardema::examples {
+namespace {
+
+// What rank 0 finds in --ckpt-dir.
+enum class DirState : int { kEmpty = 0, kHasCheckpoints = 1 };
+
+StatusOr<DirState> InspectRoot(const std::string& root) {
+  if (!PathExists(root)) return DirState::kEmpty;
+  if (!IsDirectory(root)) return InvalidArgument("--ckpt-dir '", root, "' is not a directory");
+  if (PathExists(JoinPath(root, kLatestName))) return DirState::kHasCheckpoints;
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
+  return steps.empty() ? DirState::kEmpty : DirState::kHasCheckpoints;
+}
+
+// Rank 0 inspects the root; every rank gets its answer (or its error).
+StatusOr<DirState> AgreeOnRoot(const std::string& root, Communicator* comm) {
+  StatusOr<DirState> local = DirState::kEmpty;
+  if (RankOf(comm) == 0) local = InspectRoot(root);
+  const std::string mine = local.ok() ? std::to_string(int(*local)) : std::string();
+  RETURN_IF_ERROR(AgreeOnStatus(comm, local.status(), "--ckpt-dir '" + root + "'"));
+  ASSIGN_OR_RETURN(std::string got, BroadcastBytes(comm, mine, 0));
+  return got == "1" ? DirState::kHasCheckpoints : DirState::kEmpty;
+}
+
+StatusOr<std::vector<EmaConfig>> EmaConfigsOf(const nlohmann::json& meta) {
+  std::vector<EmaConfig> out;
+  if (!meta.contains("ema")) return out;
+  try {
+    for (const nlohmann::json& s : meta.at("ema").at("slots")) {
+      StatusOr<EmaConfig> c = EmaConfig::FromJson(s.at("config"));
+      if (!c.ok()) return DataLoss("checkpoint meta: EMA slot config: ", c.status().message());
+      out.push_back(*c);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss("checkpoint meta: malformed EMA section: ", e.what());
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& optimizer,
+                                   const Dataset& data, int world_size, int64_t step) {
+  nlohmann::json meta = optimizer.StateJson();
+  nlohmann::json hparams = config.HparamsJson();
+  hparams["data_rows"] = data.rows;
+  meta["hparams"] = hparams;
+  meta["trainer"] = {
+      {"config", config.ToJson()},
+      {"world_size", world_size},
+      {"data",
+       {{"next_step", step},
+        {"next_row", BatchRow(step, config.batch, 0, data.rows)},
+        {"rows", data.rows},
+        {"source", data.source}}},
+      {"rng",
+       {{"seed", config.seed},
+        {"generator", "splitmix64(seed ^ fnv1a(name)) per parameter / data tensor"},
+        {"draws_during_training", 0}}}};
+  return meta;
+}
+
+StatusOr<std::vector<std::string>> CheckpointDifferences(const nlohmann::json& checkpoint_meta,
+                                                         const nlohmann::json& run_meta) {
+  HparamCheckOptions o;
+  o.sections = {"optimizer", "options", "hparams"};
+  o.ignore_keys = {"num_threads"};
+  o.allow_override = true;  // collect the lines; the caller decides
+  ASSIGN_OR_RETURN(std::vector<std::string> lines, CheckHyperparameters(checkpoint_meta, run_meta, o));
+  ASSIGN_OR_RETURN(std::vector<EmaConfig> ckpt_emas, EmaConfigsOf(checkpoint_meta));
+  ASSIGN_OR_RETURN(std::vector<EmaConfig> run_emas, EmaConfigsOf(run_meta));
+  for (const std::string& d : EmaSlots::DiffConfigs(run_emas, ckpt_emas)) lines.push_back(d);
+  return lines;
+}
+
+Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) {
+  ASSIGN_OR_RETURN(DirState state, AgreeOnRoot(config.ckpt_dir, comm));
+  if (state == DirState::kHasCheckpoints) {
+    return AlreadyExists("--ckpt-dir '", config.ckpt_dir,
+                         "' already holds checkpoints: pass --resume to continue that run, or use "
+                         "another directory");
+  }
+  Status made = RankOf(comm) == 0 ? MakeDirs(config.ckpt_dir) : Status::Ok();
+  return AgreeOnStatus(comm, made, "create --ckpt-dir '" + config.ckpt_dir + "'");
+}
+
+StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
+                                      Optimizer* optimizer, const Dataset& data) {
+  ResumeInfo info;
+  const std::string& root = config.ckpt_dir;
+  ASSIGN_OR_RETURN(DirState state, AgreeOnRoot(root, comm));
+  if (state == DirState::kEmpty) {
+    Status made = RankOf(comm) == 0 ? MakeDirs(root) : Status::Ok();
+    RETURN_IF_ERROR(AgreeOnStatus(comm, made, "create --ckpt-dir '" + root + "'"));
+    return info;  // fresh start
+  }
+  // The manifest first (every rank reads it: it is small and verified against its checksum), so
+  // differing hyperparameters are reported before any slot is read.
+  StatusOr<Manifest> manifest = [&]() -> StatusOr<Manifest> {
+    ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(root));
+    return ReadManifest(dir);
+  }();
+  RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), "--resume from '" + root + "'"));
+  const nlohmann::json run_meta =
+      BuildCheckpointMeta(config, *optimizer, data, WorldSizeOf(comm), optimizer->step());
+  ASSIGN_OR_RETURN(std::vector<std::string> diffs, CheckpointDifferences(manifest->meta, run_meta));
+  if (!diffs.empty() && !config.override_hparams) {
+    std::string msg = "--resume from '" + root + "' (step " + std::to_string(manifest->step) +
+                      "): the checkpoint's hyperparameters differ from this run's (" +
+                      std::to_string(diffs.size()) + "):";
+    for (const std::string& d : diffs) msg += "\n  " + d;
+    msg += "\npass --override-hparams to resume with this run's values";
+    return FailedPrecondition(msg);
+  }
+  for (const std::string& d : diffs) LOG_WARNING << "--override-hparams: keeping this run's value: " << d;
+  info.overridden = diffs;
+
+  ASSIGN_OR_RETURN(CheckpointState dest, optimizer->CheckpointView());
+  if (config.override_hparams) {
+    // Request only what the checkpoint has (EMA slots new to this run start afresh).
+    std::vector<SlotView> present;
+    for (const SlotView& v : dest.slots) {
+      if (manifest->FindSlot(v.name) >= 0) present.push_back(v);
+    }
+    dest.slots = present;
+  }
+  LoadOptions lo;
+  lo.check_hyperparameters = false;  // compared above, with the EMA configs
+  lo.unrequested = config.override_hparams ? UnrequestedPolicy::kIgnore : UnrequestedPolicy::kError;
+  ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(root, comm, dest, lo));
+  Status restored = optimizer->FinishRestore(dest.meta, config.override_hparams);
+  RETURN_IF_ERROR(AgreeOnStatus(comm, restored, "--resume from '" + report.dir + "'"));
+  if (optimizer->step() != report.step) {
+    return DataLoss("checkpoint '", report.dir, "': manifest step ", report.step,
+                    " but optimizer state step ", optimizer->step());
+  }
+  info.resumed = true;
+  info.step = report.step;
+  info.dir = report.dir;
+  info.saved_world_size = report.saved_world_size;
+  info.resharded = report.resharded;
+  return info;
+}
+
+CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
+    : config_(config), comm_(comm), writer_(config.ckpt_dir, comm, [&config] {
+        SaveOptions o;
+        o.keep_last = config.keep;
+        return o;
+      }()) {}
+
+Status CheckpointSaver::Save(const Optimizer& optimizer, const Dataset& data, int64_t step) {
+  ASSIGN_OR_RETURN(CheckpointState state, optimizer.CheckpointView());
+  state.meta = BuildCheckpointMeta(config_, optimizer, data, WorldSizeOf(comm_), step);
+  if (config_.async_save) return writer_.SaveAsync(state);
+  return writer_.Save(state);
+}
+
+Status CheckpointSaver::Poll() {
+  if (!writer_.pending()) return Status::Ok();
+  return writer_.Poll().status();
+}
+
+Status CheckpointSaver::Finish() {
+  if (!writer_.pending()) return Status::Ok();
+  return writer_.Finish();
+}
+
+}  // namespace shardema::examples

@@ -1,0 +1,100 @@
+// The trainer's checkpoints: what the meta holds, saving (sync or async, with --keep), and
+// --resume (fresh start without a checkpoint, hyperparameter check, reshard on another world
+// size, bit-exact restore on the same one).
+//
+// Meta of every checkpoint (JSON, stored verbatim in the manifest):
+//   Optimizer::StateJson()  "optimizer" (kind), "step", "skipped_steps", "options" (optimizer and
+//                           LR hyperparameters), "ema" (every slot's config and counters),
+//                           "slots" (the registry)
+//   "hparams"               TrainConfig::HparamsJson() plus "data_rows": what must match on resume
+//   "trainer"               {"config": TrainConfig::ToJson(), "world_size": W,
+//                            "data": {"next_step", "next_row", "rows", "source"} (the loader's
+//                            position: step s starts at row (s*B) mod N),
+//                            "rng": {"seed", "generator", "draws_during_training": 0}}
+// The trainer draws random numbers only while initialising (keyed by (seed, name), rng.h), so
+// the seed is the whole RNG state; it is recorded and compared on resume.
+//
+// Resume (collective): rank 0 looks at --ckpt-dir and broadcasts what it found. No directory, or
+// one with neither `latest` nor a committed step directory: a fresh start. Otherwise the latest
+// checkpoint is loaded, and any failure — a corrupt or missing file, a manifest checksum
+// mismatch, another model — is an error naming the file (never a silent fresh start or an
+// older checkpoint). Before reading slots, the checkpoint's optimizer kind and options, "hparams"
+// and EMA slot configs are compared with this run's: differences fail, listing each one, unless
+// --override-hparams (then they are logged and this run's values win; EMA slots new to the run
+// start afresh from the master, slots only in the checkpoint are dropped).
+//
+// A fresh run (no --resume) refuses a --ckpt-dir that already holds checkpoints.
+// Threading: one thread (the trainer's). Errors agree across ranks where noted.
+#ifndef SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_
+#define SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/writer.h"
+#include "examples/dataset.h"
+#include "examples/train_config.h"
+#include "framework/communicator.h"
+#include "framework/status.h"
+#include "optim/optimizer.h"
+
+namespace shardema::examples {
+
+// The meta of a checkpoint written after `step` completed optimizer steps.
+nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& optimizer,
+                                   const Dataset& data, int world_size, int64_t step);
+
+// Differences between a checkpoint's meta and this run's, one line each ("hparams.batch: 8
+// (checkpoint) vs 16 (run)", "slot 'ema_0.9': decay: 0.9 vs 0.95 (run vs checkpoint)").
+// Errors: kDataLoss when the checkpoint's EMA section is malformed.
+StatusOr<std::vector<std::string>> CheckpointDifferences(const nlohmann::json& checkpoint_meta,
+                                                         const nlohmann::json& run_meta);
+
+struct ResumeInfo {
+  bool resumed = false;
+  int64_t step = 0;            // completed steps restored (0 for a fresh start)
+  std::string dir;             // the checkpoint loaded
+  int saved_world_size = 0;
+  bool resharded = false;
+  std::vector<std::string> overridden;  // differences accepted with --override-hparams
+};
+
+// Collective. Restores the optimizer's store, moments, EMA slots and counters from the latest
+// checkpoint in config.ckpt_dir (see above), or reports a fresh start.
+StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
+                                      Optimizer* optimizer, const Dataset& data);
+
+// Collective. For a run without --resume: kAlreadyExists when config.ckpt_dir holds a committed
+// checkpoint or a `latest` file; creates the directory otherwise.
+Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm);
+
+// Saves at the --save-every cadence and at the end; synchronous or asynchronous (--async-save:
+// the snapshot is taken at once, files are written in the background and committed by Poll()
+// during later steps or by Finish()).
+class CheckpointSaver {
+ public:
+  CheckpointSaver(const TrainConfig& config, Communicator* comm);
+
+  // Collective. Writes the checkpoint of `step` (async or not per the config).
+  Status Save(const Optimizer& optimizer, const Dataset& data, int64_t step);
+  // Collective. Commits a finished background save; cheap otherwise.
+  Status Poll();
+  // Collective. Waits for and commits a pending save.
+  Status Finish();
+  // Step of the last committed checkpoint of this run (-1 when none), and its directory.
+  int64_t last_committed_step() const { return writer_.last_committed_step(); }
+  const std::string& last_committed_dir() const { return writer_.last_committed_dir(); }
+
+ private:
+  const TrainConfig& config_;
+  Communicator* comm_;
+  CheckpointWriter writer_;
+};
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_

@@ -1,0 +1,337 @@
+// The trainer at 1, 2, 3 and 4 ranks (one mpi_test per world size):
+//   * world-size invariance: the W-rank run ends with the same losses, master and EMA slots as a
+//     serial run of the same config inside this process (SelfCommunicator, rank 0 only);
+//   * the EMA eval loss equals the loss of the gathered EMA weights computed here independently;
+//   * bit-exact resume: N steps straight vs N/2 (async saves) + --resume to N give identical
+//     bytes in every checkpoint slot, identical losses and EMA counters;
+//   * resume/init error cases: differing hyperparameters (and --override-hparams), a fresh run
+//     into a used --ckpt-dir, a corrupt latest checkpoint, a missing `latest`, a wrong --init
+//     shape, --device cuda, a batch that does not split over the ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/posix_file.h"
+#include "checkpoint/reader.h"
+#include "examples/mlp_math.h"
+#include "examples/self_communicator.h"
+#include "examples/test_files.h"
+#include "examples/trainer.h"
+#include "tests/test_world.h"
+
+namespace shardema::examples {
+namespace {
+
+using ::shardema::testing::World;
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b < s.size()) {
+    size_t e = s.find(' ', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+TrainConfig Config(const std::string& args) {
+  StatusOr<ParsedArgs> p = ParseTrainConfig(Split(args + " --log-every 0"));
+  EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
+  return p.ok() ? p->config : TrainConfig{};
+}
+
+struct TrainRun {
+  std::unique_ptr<Trainer> trainer;
+  TrainSummary summary;
+};
+
+StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
+  TrainRun r;
+  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(Config(args), comm));
+  ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
+  return r;
+}
+
+// Master then every EMA slot, gathered on rank 0 (collective).
+std::vector<std::vector<FullTensor>> GatherState(const Trainer& t) {
+  std::vector<std::vector<FullTensor>> out;
+  auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
+  EXPECT_TRUE(m.ok()) << m.status();
+  out.push_back(m.ok() ? *m : std::vector<FullTensor>{});
+  for (size_t i = 0; t.emas() != nullptr && i < t.emas()->size(); ++i) {
+    auto e = t.emas()->CopyTo(t.emas()->config(i).name, 0);
+    EXPECT_TRUE(e.ok()) << e.status();
+    out.push_back(e.ok() ? *e : std::vector<FullTensor>{});
+  }
+  return out;
+}
+
+double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a, const std::vector<std::vector<FullTensor>>& b) {
+  double err = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    EXPECT_EQ(a[s].size(), b[s].size());
+    for (size_t t = 0; t < std::min(a[s].size(), b[s].size()); ++t) {
+      EXPECT_EQ(a[s][t].name, b[s][t].name);
+      EXPECT_EQ(a[s][t].data.size(), b[s][t].data.size());
+      for (size_t i = 0; i < std::min(a[s][t].data.size(), b[s][t].data.size()); ++i) {
+        const double x = a[s][t].data[i], y = b[s][t].data[i];
+        err = std::max(err, std::fabs(x - y) / std::max(std::fabs(y), 1e-2));
+      }
+    }
+  }
+  return err;
+}
+
+// The W-rank run against a serial run of the same config on rank 0.
+void ExpectWorldSizeInvariant(const std::string& args, double tol) {
+  StatusOr<TrainRun> dist = Train(args, World());
+  ASSERT_TRUE(dist.ok()) << dist.status();
+  const auto got = GatherState(*dist->trainer);
+  if (World()->rank() != 0) return;
+  SelfCommunicator self;
+  StatusOr<TrainRun> serial = Train(args, &self);
+  ASSERT_TRUE(serial.ok()) << serial.status();
+  const auto want = GatherState(*serial->trainer);
+  const double err = MaxRelDiff(got, want);
+  EXPECT_LT(err, tol) << args;
+  if (World()->world_size() == 1) EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
+  ASSERT_EQ(dist->summary.losses.size(), serial->summary.losses.size());
+  for (size_t i = 0; i < serial->summary.losses.size(); ++i) {
+    EXPECT_NEAR(dist->summary.losses[i], serial->summary.losses[i], tol * std::fabs(serial->summary.losses[i]))
+        << "step " << i + 1;
+  }
+  // Not vacuous: training moved the weights and the EMA slots differ from the master.
+  StatusOr<std::unique_ptr<Trainer>> fresh = Trainer::Create(Config(args), &self);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  auto init = (*fresh)->store()->GatherSlotToRank((*fresh)->store()->master(), 0);
+  ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_GT(MaxRelDiff({want[0]}, {*init}), 1e-2);
+  for (size_t s = 1; s < want.size(); ++s) EXPECT_GT(MaxRelDiff({want[s]}, {want[0]}), 1e-4) << "slot " << s;
+  std::printf("W=%d vs serial: max relative difference %.3g (%s)\n", World()->world_size(), err, args.c_str());
+}
+
+TEST(TrainerTest, WorldSizeInvariantAdamWCrossEntropyAccumulationSchedules) {
+  ExpectWorldSizeInvariant(
+      "--layers 7,12,10,4 --activation relu --loss cross_entropy --batch 24 --grad-accum 2 "
+      "--steps 10 --lr 3e-2 --lr-schedule cosine --warmup-steps 2 --min-lr 1e-3 --clip-norm 0.5 "
+      "--ema 0.9 --ema-sigma-rel 0.1 --ema-spec ema_k3:decay=0.8,interval=3 --seed 5 "
+      "--synthetic-rows 50",
+      2e-5);
+}
+
+TEST(TrainerTest, WorldSizeInvariantSgdMomentumBf16Compute) {
+  ExpectWorldSizeInvariant(
+      "--layers 5,9,3 --activation gelu --loss mse --optim sgd --momentum 0.9 --weight-decay 0 "
+      "--lr 0.05 --batch 12 --steps 8 --precision bf16 --ema 0.95 --seed 9 --synthetic-rows 30",
+      1e-4);
+}
+
+TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
+  const std::string args =
+      "--layers 4,6,3 --activation gelu --loss mse --batch 12 --steps 6 --lr 0.05 --ema 0.7 "
+      "--synthetic-rows 37 --eval-batch 5 --seed 2";
+  StatusOr<TrainRun> run = Train(args, World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto ema = run->trainer->emas()->CopyTo("ema_0.7", 0);
+  ASSERT_TRUE(ema.ok());
+  const EvalLosses& e = run->summary.final_eval;
+  ASSERT_EQ(e.losses.size(), 2u);
+  EXPECT_EQ(e.losses[0].first, "live");
+  EXPECT_EQ(e.losses[1].first, "ema_0.7");
+  EXPECT_EQ(e.rows, 37);
+  if (World()->rank() != 0) return;
+  // Independent forward over all rows with the gathered EMA weights.
+  const Dataset& d = run->trainer->data();
+  const std::vector<int64_t> L = {4, 6, 3};
+  std::vector<float> h = d.x, z;
+  auto find = [&](const std::string& name) -> const FullTensor& {
+    for (const FullTensor& t : *ema) {
+      if (t.name == name) return t;
+    }
+    ADD_FAILURE() << name << " not exported";
+    return ema->front();
+  };
+  for (size_t i = 0; i < 2; ++i) {
+    const FullTensor& w = find("layers." + std::to_string(i) + ".weight");
+    const FullTensor& b = find("layers." + std::to_string(i) + ".bias");
+    ASSERT_EQ(w.data.size(), size_t(L[i] * L[i + 1]));
+    z.assign(size_t(d.rows * L[i + 1]), 0.f);
+    mlp::LinearForward(h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
+    h.assign(z.size(), 0.f);
+    if (i == 0) mlp::ActivationForward(mlp::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
+    if (i == 1) h = z;
+  }
+  double want = 0;
+  for (size_t k = 0; k < h.size(); ++k) want += (double(h[k]) - d.y[k]) * (double(h[k]) - d.y[k]);
+  want /= double(h.size());
+  EXPECT_NEAR(e.losses[1].second, want, 1e-5 * want);
+  EXPECT_GT(std::fabs(e.losses[1].second - e.losses[0].second), 1e-4 * want) << "EMA eval equals live";
+}
+
+TEST(TrainerTest, SyntheticTaskLearns) {
+  StatusOr<TrainRun> run = Train("--layers 8,32,4 --batch 24 --steps 80 --lr 1e-2 --seed 4", World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  StatusOr<std::unique_ptr<Trainer>> fresh = Trainer::Create(Config("--layers 8,32,4 --batch 24 --seed 4"), World());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  StatusOr<EvalLosses> before = (*fresh)->Evaluate(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_LT(run->summary.final_eval.losses[0].second, 0.5 * before->losses[0].second);
+}
+
+// Bytes of every slot of a checkpoint, unit by unit (rank 0 reads).
+std::vector<std::pair<std::string, std::vector<char>>> SlotBytes(const std::string& root) {
+  std::vector<std::pair<std::string, std::vector<char>>> out;
+  auto reader = CheckpointReader::Open(root);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return out;
+  const Manifest& m = (*reader)->manifest();
+  for (size_t s = 0; s < m.slots.size(); ++s) {
+    std::vector<char> bytes;
+    for (size_t u = 0; u < m.layout.units().size(); ++u) {
+      const int64_t n = m.layout.units()[u].numel;
+      std::vector<char> piece(size_t(n) * DTypeSize(m.slots[s].dtype));
+      EXPECT_TRUE((*reader)->ReadUnitRange(int(s), u, 0, n, piece.data()).ok());
+      bytes.insert(bytes.end(), piece.begin(), piece.end());
+    }
+    out.emplace_back(m.slots[s].name, bytes);
+  }
+  return out;
+}
+
+constexpr char kResumeArgs[] =
+    "--layers 6,10,5 --activation gelu --batch 12 --lr 2e-2 --clip-norm 0.3 --seed 8 "
+    "--ema 0.9 --ema-spec ema_late:decay=0.8,start_step=6,interval=2 --synthetic-rows 40";
+
+TEST(TrainerTest, ResumeIsBitExact) {
+  const std::string a = TestPath("straight"), b = TestPath("halves");
+  StatusOr<TrainRun> straight = Train(std::string(kResumeArgs) + " --steps 8 --ckpt-dir " + a, World());
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  StatusOr<TrainRun> first =
+      Train(std::string(kResumeArgs) + " --steps 4 --async-save --save-every 2 --ckpt-dir " + b, World());
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<TrainRun> second = Train(std::string(kResumeArgs) + " --steps 8 --resume --ckpt-dir " + b, World());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->summary.resume.resumed);
+  EXPECT_EQ(second->summary.start_step, 4);
+  EXPECT_FALSE(second->summary.resume.resharded);
+  ASSERT_EQ(second->summary.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
+  for (size_t i = 0; i < second->trainer->emas()->size(); ++i) {
+    EXPECT_EQ(second->trainer->emas()->counters(i), straight->trainer->emas()->counters(i)) << i;
+  }
+  EXPECT_TRUE(second->trainer->emas()->counters(1).started());  // started after the resume
+  if (World()->rank() != 0) return;
+  const auto want = SlotBytes(a), got = SlotBytes(b);
+  ASSERT_EQ(want.size(), got.size());
+  ASSERT_EQ(want.size(), 5u);  // params, exp_avg, exp_avg_sq, ema_0.9, ema_late
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_EQ(want[s].first, got[s].first);
+    EXPECT_TRUE(want[s].second == got[s].second) << "slot " << want[s].first << " differs";
+  }
+  // metrics.jsonl of the resumed run describes one history: steps 1..8 once each.
+  std::ifstream in(JoinPath(b, "metrics.jsonl"));
+  std::string line;
+  std::vector<int64_t> steps;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) steps.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// Expects Trainer::Create to fail with `code` and a message holding every fragment.
+void ExpectCreateError(const std::string& args, StatusCode code, std::vector<std::string> fragments) {
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(Config(args), World());
+  ASSERT_FALSE(t.ok()) << args;
+  EXPECT_EQ(t.status().code(), code) << t.status();
+  for (const std::string& f : fragments) {
+    EXPECT_NE(t.status().message().find(f), std::string::npos) << "'" << f << "' not in " << t.status();
+  }
+}
+
+TEST(TrainerTest, ResumeChecksHyperparametersAndRefusesUsedDirectories) {
+  const std::string dir = TestPath("hp");
+  ASSERT_TRUE(Train(std::string(kResumeArgs) + " --steps 3 --ckpt-dir " + dir, World()).ok());
+  const std::string base = std::string(kResumeArgs) + " --steps 6 --ckpt-dir " + dir;
+  ExpectCreateError(base + " --resume --batch 24", StatusCode::kFailedPrecondition,
+                    {"hparams.batch", "12 (checkpoint) vs 24 (run)", "--override-hparams"});
+  ExpectCreateError(base + " --resume --ema 0.95", StatusCode::kFailedPrecondition,
+                    {"ema_0.95", "ema_0.9", "--override-hparams"});
+  ExpectCreateError(base + " --resume --lr 0.5", StatusCode::kFailedPrecondition, {"base_lr"});
+  ExpectCreateError(base, StatusCode::kAlreadyExists, {dir, "--resume"});
+  // Overridden: this run's EMA slot set wins; the new slot starts from the restored master.
+  StatusOr<TrainRun> r = Train(base + " --resume --ema 0.95 --override-hparams", World());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.start_step, 3);
+  EXPECT_FALSE(r->summary.resume.overridden.empty());
+  EXPECT_TRUE(r->trainer->emas()->counters(0).started());
+  // --resume on an empty directory is a fresh start.
+  StatusOr<TrainRun> fresh = Train(std::string(kResumeArgs) + " --steps 2 --resume --ckpt-dir " + TestPath("empty"), World());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(fresh->summary.resume.resumed);
+  EXPECT_EQ(fresh->summary.start_step, 0);
+}
+
+TEST(TrainerTest, CorruptOrUnresolvableLatestCheckpointIsAnError) {
+  const std::string dir = TestPath("corrupt"), nolatest = TestPath("nolatest");
+  const std::string args = std::string(kResumeArgs) + " --steps 2 --ckpt-dir ";
+  ASSERT_TRUE(Train(args + dir, World()).ok());
+  ASSERT_TRUE(Train(args + nolatest, World()).ok());
+  if (World()->rank() == 0) {
+    auto m = ReadManifest(JoinPath(dir, "step_00000002"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    const std::string file = JoinPath(JoinPath(dir, "step_00000002"), "rank_00000.bin");
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(m->slots[0].offset + 4));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(m->slots[0].offset + 4));
+    f.write(&c, 1);
+    ASSERT_TRUE(bool(f));
+    ASSERT_EQ(std::remove(JoinPath(nolatest, "latest").c_str()), 0);
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + dir, StatusCode::kDataLoss,
+                    {"rank_00000.bin"});
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, StatusCode::kNotFound,
+                    {"latest", "step_00000002"});
+}
+
+TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
+  const std::string init = TestPath("bad_init.safetensors");
+  if (World()->rank() == 0) {
+    // layers.1.weight transposed: [5, 10] expected, [10, 5] given.
+    std::map<std::string, RawTensor> t = {
+        {"layers.0.weight", MakeRawTensor("F32", {10, 6}, std::vector<float>(60, 0.1f))},
+        {"layers.0.bias", MakeRawTensor("F32", {10}, std::vector<float>(10, 0.f))},
+        {"layers.1.weight", MakeRawTensor("F32", {10, 5}, std::vector<float>(50, 0.1f))},
+        {"layers.1.bias", MakeRawTensor("F32", {5}, std::vector<float>(5, 0.f))}};
+    ASSERT_TRUE(WriteSafetensorsFile(init, t).ok());
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + init, StatusCode::kInvalidArgument,
+                    {init, "layers.1.weight", "expected shape [5, 10], found [10, 5]"});
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init /nonexistent/init.safetensors",
+                    StatusCode::kNotFound, {"/nonexistent/init.safetensors"});
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kUnimplemented,
+                    {"--device cuda", "--device cpu"});
+  const int w = World()->world_size();
+  if (w > 1) {
+    ExpectCreateError(std::string(kResumeArgs) + " --batch " + std::to_string(2 * w + 1), StatusCode::kInvalidArgument,
+                      {"--batch " + std::to_string(2 * w + 1), "world size " + std::to_string(w)});
+  }
+}
+
+}  // namespace
+}  // namespace shardema::examples
