@@ -65,17 +65,7 @@ std::unique_ptr<ShardedParameterStore> MakeStore(Communicator* comm, Device devi
   return std::move(s).value();
 }
 
-class StoreCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = GpuSkipReason();
-    if (!why.empty()) GTEST_SKIP() << why;
-    comm_ = NcclWorld();
-    ASSERT_NE(comm_, nullptr);
-  }
-  Device gpu() const { return comm_->device(); }
-  NcclCommunicator* comm_ = nullptr;
-};
+class StoreCudaTest : public testing::NcclWorldTest {};
 
 TEST(StoreCudaErrorsTest, DevicesMustMatch) {
   StoreOptions o;

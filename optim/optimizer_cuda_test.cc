@@ -124,17 +124,7 @@ void ExpectSameState(TrainingRig& want, TrainingRig& got, const std::string& whe
   }
 }
 
-class OptimizerCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = GpuSkipReason();
-    if (!why.empty()) GTEST_SKIP() << why;
-    comm_ = NcclWorld();
-    ASSERT_NE(comm_, nullptr);
-  }
-  Device gpu() const { return comm_->device(); }
-  NcclCommunicator* comm_ = nullptr;
-};
+class OptimizerCudaTest : public testing::NcclWorldTest {};
 
 TEST_F(OptimizerCudaTest, StepsMatchTheCpuRunBitForBit) {
   TrainingRig cpu = MakeRig(World(), Device::Cpu());

@@ -9,6 +9,8 @@
 #ifndef SHARDEMA_TESTS_NCCL_TEST_WORLD_H_
 #define SHARDEMA_TESTS_NCCL_TEST_WORLD_H_
 
+#include <gtest/gtest.h>
+
 #include <string>
 
 #include "framework/nccl/nccl_communicator.h"
@@ -18,6 +20,20 @@ namespace testing {
 
 std::string GpuSkipReason();
 NcclCommunicator* NcclWorld();
+
+// Fixture for GPU tests over NcclWorld(): skips with GpuSkipReason() when there is no GPU per
+// rank, else sets comm_ (every rank makes the same decision, so none waits for a skipped one).
+class NcclWorldTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = GpuSkipReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    comm_ = NcclWorld();
+    ASSERT_NE(comm_, nullptr);
+  }
+  Device gpu() const { return comm_->device(); }
+  NcclCommunicator* comm_ = nullptr;
+};
 
 }  // namespace testing
 }  // namespace shardema
