@@ -8,7 +8,9 @@
 #   5. the resumed loss continues the straight run's trajectory (not reset);
 #   6. an exported model loads back with --init and evaluates to the checkpoint's live loss;
 #   7. errors: a corrupt latest checkpoint with --resume (exit 4, names the file) and an --init
-#      whose shapes do not match --layers (exit 2, names the tensor, expected vs found).
+#      whose shapes do not match --layers (exit 2, names the tensor, expected vs found);
+#   8. --device cuda on 1 rank: trains where a CUDA build sees a GPU, else exits 1 (unavailable)
+#      saying why.
 # Usage: e2e_test.sh TRAIN_MLP E2E_CHECK MPI_RUN_SH
 set -euo pipefail
 train="$1"
@@ -82,5 +84,18 @@ set -e
 [ "$rc" = 2 ] || fail "bad --init: exit code $rc, expected 2; $(cat "$tmp/init_bad.err")"
 grep -q "layers.1.weight': expected shape \[20, 24\], found \[24, 24\]" "$tmp/init_bad.err" \
   || fail "message does not name the tensor: $(cat "$tmp/init_bad.err")"
+
+echo "== 8. --device cuda: trains on a GPU, or exits 1 (unavailable) saying why"
+set +e
+"$mpi_run" 1 "$train" "${args[@]}" --steps 2 --device cuda > "$tmp/cuda.out" 2> "$tmp/cuda.err"
+rc=$?
+set -e
+if [ "$rc" = 0 ]; then
+  grep -q "final eval (step 2" "$tmp/cuda.out" || fail "--device cuda: no final eval: $(cat "$tmp/cuda.out")"
+else
+  [ "$rc" = 1 ] || fail "--device cuda: exit code $rc, expected 0 or 1; $(cat "$tmp/cuda.err")"
+  grep -q "unavailable.*--device cuda.*\(built without CUDA\|no CUDA device is visible\)" "$tmp/cuda.err" \
+    || fail "--device cuda: the message does not say why: $(cat "$tmp/cuda.err")"
+fi
 
 echo "e2e_test: PASS"

@@ -1,4 +1,5 @@
-// MlpModel: the multilayer perceptron of train_mlp, run through the sharded parameter store.
+// MlpModel: the multilayer perceptron of train_mlp on the CPU, run through the sharded parameter
+// store (the GPU twin is examples/cuda/mlp_model_cuda.h; both implement examples/model.h).
 //
 // Model: Linear(D0->D1), act, Linear(D1->D2), act, ..., Linear(D(L-1)->DL) (no activation after
 // the last layer). Each Linear is one store unit "layers.{i}" holding "layers.{i}.weight"
@@ -32,6 +33,7 @@
 
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
+#include "examples/model.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 
@@ -52,15 +54,15 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 // corrupt file.
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
 
-class MlpModel {
+class MlpModel final : public Model {
  public:
   MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,
            mlp::Loss loss);
 
   // One micro-batch (see above); returns the mean loss over the local rows (0 for no rows).
-  StatusOr<double> ForwardBackward(const Batch& batch);
+  StatusOr<double> ForwardBackward(const Batch& batch) override;
   // Sum over the batch rows of the per-row loss; forward only.
-  StatusOr<double> LossSum(const Batch& batch);
+  StatusOr<double> LossSum(const Batch& batch) override;
 
   const std::vector<int64_t>& layers() const { return layers_; }
   size_t num_layers() const { return layers_.size() - 1; }

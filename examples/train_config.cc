@@ -185,6 +185,10 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
   c.device = *dev;
+  c.gpu_from_local_rank = raw.device == "cuda";
+  if (c.allow_tf32 && !c.device.is_cuda()) {
+    return InvalidArgument("--allow-tf32 applies to --device cuda only (--device ", raw.device, ")");
+  }
   return Status::Ok();
 }
 
@@ -291,7 +295,8 @@ nlohmann::json TrainConfig::ToJson() const {
           {"async_save", async_save},
           {"eval_every", eval_every},
           {"eval_batch", eval_batch},
-          {"device", device.ToString()}};
+          {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
+          {"allow_tf32", allow_tf32}};
 }
 
 nlohmann::json TrainConfig::HparamsJson() const {
@@ -383,8 +388,10 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_option("--eval-every", c.eval_every, "evaluate every K steps (0: only at the end)")->capture_default_str();
   app.add_option("--eval-batch", c.eval_batch, "rows per rank per eval forward")->capture_default_str();
   app.add_option("--log-every", c.log_every, "log every K steps (0: never)")->capture_default_str();
-  app.add_option("--device", raw.device, "cpu | cuda (cuda: not in this build of the trainer)")
+  app.add_option("--device", raw.device,
+                 "cpu | cuda (each rank on its node-local GPU) | cuda:N (needs --config=cuda)")
       ->capture_default_str();
+  app.add_flag("--allow-tf32", c.allow_tf32, "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
   app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
   app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
   app.add_flag("!--no-comm-checks", c.comm_checks, "skip the per-collective argument agreement check");

@@ -80,7 +80,11 @@ struct TrainConfig {
   int64_t log_every = 1;
 
   // Runtime.
+  // --device: cpu; cuda (each rank takes its node-local rank's GPU, framework/rank_env.h
+  // LocalGpuFor: gpu_from_local_rank); cuda:N (GPU N on every rank: one rank per node).
   Device device = Device::Cpu();
+  bool gpu_from_local_rank = false;
+  bool allow_tf32 = false;   // --allow-tf32: TF32 tensor-core GEMMs for fp32 on the GPU
   bool bench_json = false;   // print one JSON line of step timings and memory (rank 0)
   int64_t bench_warmup = 3;  // steps excluded from the timing
   bool comm_checks = true;   // CommOptions::check_args

@@ -152,10 +152,23 @@ TEST(TrainConfigTest, RepeatedFlagsTakeTheLastValueEmaSpecsCollect) {
   EXPECT_FALSE(TrainConfig{}.CheckForWorld(1).ok());  // no layers
 }
 
-TEST(TrainConfigTest, CudaDeviceParsesTheTrainerRefusesIt) {
+TEST(TrainConfigTest, CudaDeviceForms) {
   StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--device", "cuda"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->config.device.is_cuda());
+  EXPECT_TRUE(p->config.gpu_from_local_rank);
+  EXPECT_FALSE(p->config.allow_tf32);
+  EXPECT_EQ(p->config.ToJson()["device"], "cuda");
+  p = Parse({"--layers", "4,3", "--device", "cuda:1", "--allow-tf32"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.device, Device::Cuda(1));
+  EXPECT_FALSE(p->config.gpu_from_local_rank);
+  EXPECT_TRUE(p->config.allow_tf32);
+  EXPECT_EQ(p->config.ToJson()["device"], "cuda:1");
+  p = Parse({"--layers", "4,3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->config.gpu_from_local_rank);
+  ExpectError({"--layers", "4,3", "--allow-tf32"}, {"--allow-tf32", "--device cpu"});
 }
 
 TEST(TrainConfigTest, BatchMustSplitOverTheWorld) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "examples/device_comm.h"
 #include "examples/train_config.h"
 #include "examples/trainer.h"
 #include "framework/logging.h"
@@ -55,8 +56,16 @@ int Main(int argc, char** argv) {
   if (!comm.ok()) return Finish(comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;
 
-  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, comm->get());
+  // --device cuda: the NCCL communicator of the store, on the rank's GPU (null for the CPU).
+  StatusOr<std::unique_ptr<Communicator>> device_comm = CreateDeviceCommunicator(config, comm->get());
+  if (!device_comm.ok()) {
+    comm->reset();
+    return Finish(device_comm.status(), rank0);
+  }
+  StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(config, comm->get(), device_comm->get());
   if (!trainer.ok()) {
+    device_comm->reset();
     comm->reset();
     return Finish(trainer.status(), rank0);
   }
@@ -66,6 +75,7 @@ int Main(int argc, char** argv) {
     const int code = ExitCodeFor(summary.status());
     if ((*comm)->world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
     trainer->reset();
+    device_comm->reset();
     comm->reset();
     return Finish(summary.status(), false);
   }
@@ -79,12 +89,14 @@ int Main(int argc, char** argv) {
                           {"state_bytes_per_rank", summary->state_bytes_per_rank},
                           {"params", summary->num_params},
                           {"layers", config.layers},
-                          {"batch", config.batch}};
+                          {"batch", config.batch},
+                          {"device", (*trainer)->device().ToString()}};
       std::cout << j.dump() << "\n";
     }
     std::cout.flush();
   }
   trainer->reset();
+  device_comm->reset();
   comm->reset();
   return Finish(Status::Ok(), false);
 }

@@ -1,6 +1,16 @@
 // Trainer: the training loop of train_mlp, as a library (the binary, the tests and the benchmark
 // drive the same code).
 //
+// Devices (--device). On the CPU one host communicator does everything. With --device cuda the
+// trainer takes two communicators over the same ranks: `comm`, a host one (MPI), for setup
+// agreement, checkpoints (collective file I/O on host memory), the loss/eval all-reduces and the
+// timing; and `device_comm`, one on the rank's GPU (NCCL, examples/device_comm.h), for the store:
+// gathers, reduce-scatters and the optimizer's norm run on it, ordered with the store's compute
+// stream by events. The store, the optimizer moments and the EMA slots live on the GPU; the
+// forward/backward is MlpModelCuda (cuBLAS, examples/cuda/mlp_model_cuda.h); batches are copied
+// up through pinned memory; checkpoints are staged to pinned host memory (Optimizer) and are
+// device-independent: a checkpoint saved on the GPU resumes on the CPU and vice versa.
+//
 // Create() builds, in this order: the data (--data or the synthetic task; --eval-data), the
 // sharded store with one unit per Linear layer, the parameters (--init or the seeded init), the
 // EMA slots and the optimizer; then either restores the latest checkpoint (--resume) or checks
@@ -34,6 +44,7 @@
 #include "examples/dataset.h"
 #include "examples/metrics.h"
 #include "examples/mlp_model.h"
+#include "examples/model.h"
 #include "examples/train_config.h"
 #include "examples/trainer_checkpoint.h"
 #include "framework/communicator.h"
@@ -59,11 +70,21 @@ struct TrainSummary {
   int64_t num_params = 0;
 };
 
+// Whether `device` can run the trainer in this build on this machine: OK for the CPU; for CUDA
+// kUnavailable naming the reason (built without --config=cuda, no GPU visible, or an index past
+// the visible GPUs) and what to do. Local, no communication.
+Status CheckTrainDevice(Device device);
+
 class Trainer {
  public:
+  // `comm` is the host communicator; `device_comm` the GPU one for --device cuda (see above;
+  // ignored for the CPU). Both must outlive the trainer.
   // Errors: everything listed above for the setup; kInvalidArgument when --batch does not split
-  // over the world size; kUnimplemented for --device cuda (the trainer runs on the CPU).
-  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, Communicator* comm);
+  // over the world size; for --device cuda, CheckTrainDevice's kUnavailable, then
+  // kInvalidArgument for a missing device_comm or one that is not on a CUDA device, on the
+  // --device cuda:N given, or over other ranks than `comm`. Device errors are agreed by all ranks.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, Communicator* comm,
+                                                   Communicator* device_comm = nullptr);
 
   // Trains from the current step to config.steps (see above).
   StatusOr<TrainSummary> Run();
@@ -72,6 +93,7 @@ class Trainer {
   StatusOr<EvalLosses> Evaluate(int64_t step);
 
   const TrainConfig& config() const { return config_; }
+  Device device() const { return store_->device(); }
   ShardedParameterStore* store() const { return store_.get(); }
   EmaSlots* emas() const { return emas_.get(); }  // null without EMA slots
   Optimizer* optimizer() const { return optimizer_.get(); }
@@ -79,8 +101,10 @@ class Trainer {
   const ResumeInfo& resume_info() const { return resume_; }
 
  private:
-  Trainer(TrainConfig config, Communicator* comm);
+  Trainer(TrainConfig config, Communicator* comm, Communicator* device_comm);
   Status Setup();
+  // CheckTrainDevice and the device communicator's checks (local).
+  Status CheckDevice() const;
   // One optimizer step (step = completed steps before it): the global mean loss and the
   // optimizer's result.
   StatusOr<std::pair<double, StepResult>> TrainStep(int64_t step);
@@ -89,12 +113,13 @@ class Trainer {
 
   TrainConfig config_;
   Communicator* comm_;
+  Communicator* device_comm_;  // null on the CPU
   Dataset data_;
   Dataset eval_data_;  // empty (rows 0) when the training rows are used
   std::unique_ptr<ShardedParameterStore> store_;
   std::unique_ptr<EmaSlots> emas_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<MlpModel> model_;
+  std::unique_ptr<Model> model_;  // MlpModel or MlpModelCuda
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;

@@ -6,7 +6,7 @@
 //     bytes in every checkpoint slot, identical losses and EMA counters;
 //   * resume/init error cases: differing hyperparameters (and --override-hparams), a fresh run
 //     into a used --ckpt-dir, a corrupt latest checkpoint, a missing `latest`, a wrong --init
-//     shape, --device cuda, a batch that does not split over the ranks.
+//     shape, --device cuda without a GPU, a batch that does not split over the ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -324,8 +324,20 @@ TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
                     {init, "layers.1.weight", "expected shape [5, 10], found [10, 5]"});
   ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init /nonexistent/init.safetensors",
                     StatusCode::kNotFound, {"/nonexistent/init.safetensors"});
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kUnimplemented,
-                    {"--device cuda", "--device cpu"});
+  // --device cuda without a usable GPU (CPU-only build, or no device): kUnavailable naming why;
+  // with a GPU but no device communicator (train_mlp makes one, examples/device_comm.h):
+  // kInvalidArgument.
+  if (CudaDeviceCount() == 0) {
+    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kUnavailable,
+                      {"--device cuda", "--device cpu",
+                       BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA"});
+  } else {
+    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kInvalidArgument,
+                      {"--device cuda", "communicator on the GPU"});
+    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda:" +
+                          std::to_string(CudaDeviceCount()),
+                      StatusCode::kUnavailable, {"CUDA device(s) visible"});
+  }
   const int w = World()->world_size();
   if (w > 1) {
     ExpectCreateError(std::string(kResumeArgs) + " --batch " + std::to_string(2 * w + 1), StatusCode::kInvalidArgument,

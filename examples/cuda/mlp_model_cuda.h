@@ -1,0 +1,110 @@
+// MlpModelCuda: the multilayer perceptron of train_mlp on a CUDA GPU (the twin of the CPU
+// MlpModel, examples/mlp_model.h: same model, units, collective protocol and loss semantics).
+//
+// The store must be on a CUDA device (fsdp/store.h); everything is queued on its compute stream
+// store->stream(), to which the cuBLAS handle is bound, so gathers and reduce-scatters (NCCL, on
+// the communicator's stream) are ordered with the compute by the store's events:
+//   upload    the batch (x, mse targets or labels) is copied into pinned host staging, then
+//             asynchronously to device buffers on the stream (the staging is reused once the
+//             previous upload is done);
+//   forward   GatherAsync(i + 1) is issued before layer i's kernels are queued (prefetch); per
+//             layer z = x W^T (cuBLAS, examples/cuda/cublas_linear.h), + b, act; the last unit
+//             stays gathered for the backward;
+//   loss      mlp kernels (examples/cuda/mlp_kernels.h): the gradient of the mean over the LOCAL
+//             rows (the store averages over ranks and micro-batches) and the loss into a device
+//             double, copied to pinned host memory behind an event;
+//   backward  from the last layer down: wait the unit, prefetch the one below, dW = dz^T x and
+//             db = column sums of dz straight into the unit gradient buffer (through an f32
+//             scratch and a conversion when the store's reduce dtype is not f32), dx = dz W,
+//             Release, ReduceScatterGradsAsync, act', and the previous layer's reduce-scatter
+//             waited after this layer's compute is queued (overlap; waits never block the host);
+//   return    the host blocks only for the loss value (after the forward and the loss kernel).
+// Precision: with f32 compute every GEMM is f32 (TF32 off unless allow_tf32). With a bf16 / f16
+// compute dtype the gathered weights are used as they are and the other GEMM operand (layer
+// input x, or dz) is rounded to the same dtype (framework/cuda/convert_kernels.h) — bf16 inputs,
+// f32 accumulation and f32 outputs; activations, bias adds, losses and gradients stay f32. (The
+// CPU MlpModel widens the weights instead and keeps x and dz in f32, so bf16 runs agree only to
+// bf16 rounding.)
+//
+// Errors: Create: kInvalidArgument for a store that is not on a CUDA device or layers that do not
+// match it, kUnavailable without CUDA or a GPU, cuBLAS/CUDA errors. ForwardBackward/LossSum:
+// kInvalidArgument for a batch whose sizes do not match the model or a label outside the
+// classes (checked on the host before anything is queued: every rank has the same data, so all
+// fail alike); store/communicator/CUDA/cuBLAS errors pass through with the layer named.
+// Threading: one thread (the store's). Memory (device): the batch, the activations of one
+// micro-batch (2 * rows * sum D(i+1) floats), four rows * max(D) scratch arrays, and at most two
+// gathered units at a time; pinned host: the batch.
+#ifndef SHARDEMA_EXAMPLES_CUDA_MLP_MODEL_CUDA_H_
+#define SHARDEMA_EXAMPLES_CUDA_MLP_MODEL_CUDA_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "examples/cuda/cublas_linear.h"
+#include "examples/dataset.h"
+#include "examples/mlp_math.h"
+#include "examples/model.h"
+#include "framework/cuda/event.h"
+#include "framework/device.h"
+#include "framework/status.h"
+#include "fsdp/store.h"
+
+namespace shardema::examples {
+
+class MlpModelCuda final : public Model {
+ public:
+  static StatusOr<std::unique_ptr<MlpModelCuda>> Create(ShardedParameterStore* store,
+                                                        std::vector<int64_t> layers,
+                                                        mlp::Activation activation, mlp::Loss loss,
+                                                        bool allow_tf32 = false);
+  ~MlpModelCuda() override;  // waits for the work queued on the stream (ignoring its status)
+
+  StatusOr<double> ForwardBackward(const Batch& batch) override;
+  StatusOr<double> LossSum(const Batch& batch) override;
+
+  const std::vector<int64_t>& layers() const { return layers_; }
+  size_t num_layers() const { return layers_.size() - 1; }
+
+ private:
+  MlpModelCuda(ShardedParameterStore* store, std::vector<int64_t> layers,
+               mlp::Activation activation, mlp::Loss loss);
+  // Host checks of the batch (sizes, labels).
+  Status CheckBatch(const Batch& batch) const;
+  // Grows the device buffers for `rows` (synchronizing the stream first when one must grow).
+  Status Reserve(int64_t rows);
+  // Copies the batch to the device through the pinned staging (see above).
+  Status Upload(const Batch& batch);
+  // Forward of the uploaded batch; keep_last as MlpModel::Forward.
+  Status Forward(bool keep_last);
+  // `src` (n f32) as a GEMM operand of the compute dtype: src itself for f32, else converted
+  // into `scratch`.
+  StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch);
+  // Queues the loss (normaliser `global_rows`) and its copy to the host; returns nothing yet.
+  Status QueueLoss(int64_t global_rows);
+  // Waits for the loss copy and returns it.
+  StatusOr<double> ReadLoss();
+
+  ShardedParameterStore* store_;
+  std::vector<int64_t> layers_;
+  mlp::Activation activation_;
+  mlp::Loss loss_;
+  Device dev_;
+  Stream stream_;
+  DType compute_dtype_;
+  std::unique_ptr<mlp::CublasLinear> gemm_;
+  int64_t rows_ = 0;      // rows of the current batch
+  int64_t capacity_ = 0;  // rows the device buffers hold
+  int64_t max_dim_ = 0;
+  // Device: the batch, z_[i] (output of layer i), a_[i] (input of layer i, i >= 1; a_[0] is x_).
+  Buffer x_, targets_, labels_;
+  std::vector<Buffer> z_, a_;
+  Buffer dy_, dx_, lowp_a_, lowp_b_, grad_scratch_, row_loss_, loss_dev_;
+  // Pinned host: the batch staging and the loss.
+  Buffer staging_, loss_host_;
+  CudaEvent staged_, loss_ready_;
+};
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_CUDA_MLP_MODEL_CUDA_H_

@@ -1,0 +1,255 @@
+// train_mlp --device cuda (the trainer with its store on the GPU, NCCL for the store, MPI for
+// the host side) at 1 and 2 ranks (one GPU per rank; skips otherwise), against the CPU trainer
+// run in the same process on the same ranks:
+//   * PyTorch parity setup (examples/parity_test.cc): per-step losses, final parameters, both EMA
+//     slots and the final eval losses within 1e-5 relative of the CPU run and of the golden file;
+//   * cross-entropy, relu, --grad-accum 2 and chunked evaluation within 1e-4;
+//   * bf16 compute: trains, and tracks the CPU bf16 run to bf16 rounding;
+//   * cross-device resume: saved on CUDA (async saves) -> resumed on the CPU, and saved on the
+//     CPU -> resumed on CUDA, both continuing like a straight CPU run;
+// and, on machines without a GPU (where the tests above skip), the clear kUnavailable of
+// --device cuda from CreateDeviceCommunicator and Trainer::Create.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+#include "examples/device_comm.h"
+#include "examples/test_files.h"
+#include "examples/trainer.h"
+#include "framework/device.h"
+#include "tests/nccl_test_world.h"
+#include "tests/test_world.h"
+
+namespace shardema::examples {
+namespace {
+
+using ::shardema::testing::GpuSkipReason;
+using ::shardema::testing::MpiWorld;
+using ::shardema::testing::NcclWorld;
+using ::shardema::testing::World;
+
+constexpr char kParityArgs[] =
+    "--layers 6,9,7,3 --activation gelu --loss mse --batch 8 --lr 1e-2 --betas 0.9,0.95 "
+    "--eps 1e-8 --weight-decay 0.1 --clip-norm 1.0 --ema 0.9,0.99 "
+    "--data examples/testdata/parity_data.safetensors "
+    "--init examples/testdata/parity_init.safetensors --log-every 0";
+constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b < s.size()) {
+    size_t e = s.find(' ', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+TrainConfig Config(const std::string& args) {
+  StatusOr<ParsedArgs> p = ParseTrainConfig(Split(args));
+  EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
+  return p.ok() ? p->config : TrainConfig{};
+}
+
+// The state of a run: master then every EMA slot, full tensors on rank 0 (empty elsewhere).
+struct TrainedRun {
+  std::unique_ptr<Trainer> trainer;
+  TrainSummary summary;
+  std::vector<std::vector<FullTensor>> state;
+};
+
+// Trains `args` on the CPU (cuda == false) or with " --device cuda" over NcclWorld().
+StatusOr<TrainedRun> Train(const std::string& args, bool cuda) {
+  TrainedRun r;
+  Communicator* device_comm = cuda ? static_cast<Communicator*>(NcclWorld()) : nullptr;
+  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(Config(args + (cuda ? " --device cuda" : "")),
+                                              World(), device_comm));
+  if (r.trainer->device().is_cuda() != cuda) return Internal("trainer on ", r.trainer->device().ToString());
+  ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
+  ShardedParameterStore* store = r.trainer->store();
+  ASSIGN_OR_RETURN(std::vector<FullTensor> m, store->GatherSlotToRank(store->master(), 0));
+  r.state.push_back(std::move(m));
+  EmaSlots* emas = r.trainer->emas();
+  for (size_t i = 0; emas != nullptr && i < emas->size(); ++i) {
+    if (cuda && !emas->offloaded(i) && !emas->shard_device(i).is_cuda()) {
+      return Internal("EMA slot ", emas->config(i).name, " is not on the GPU");
+    }
+    ASSIGN_OR_RETURN(std::vector<FullTensor> e, emas->CopyTo(emas->config(i).name, 0));
+    r.state.push_back(std::move(e));
+  }
+  return r;
+}
+
+// max |a - b| / max(|b|, floor) over elements.
+double RelErr(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-2) {
+  EXPECT_EQ(a.size(), b.size());
+  double err = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double e = std::fabs(double(a[i]) - double(b[i])) / std::max(std::fabs(double(b[i])), floor);
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err;
+}
+
+double StateErr(const TrainedRun& a, const TrainedRun& b) {
+  EXPECT_EQ(a.state.size(), b.state.size());
+  double err = 0;
+  for (size_t s = 0; s < std::min(a.state.size(), b.state.size()); ++s) {
+    EXPECT_EQ(a.state[s].size(), b.state[s].size()) << "slot " << s;
+    for (size_t t = 0; t < std::min(a.state[s].size(), b.state[s].size()); ++t) {
+      EXPECT_EQ(a.state[s][t].name, b.state[s][t].name);
+      err = std::max(err, RelErr(a.state[s][t].data, b.state[s][t].data));
+    }
+  }
+  return err;
+}
+
+double LossErr(const std::vector<double>& a, const std::vector<double>& b) {
+  return RelErr(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()));
+}
+
+double EvalErr(const EvalLosses& a, const EvalLosses& b) {
+  EXPECT_EQ(a.losses.size(), b.losses.size());
+  std::vector<float> x, y;
+  for (size_t i = 0; i < std::min(a.losses.size(), b.losses.size()); ++i) {
+    EXPECT_EQ(a.losses[i].first, b.losses[i].first);
+    x.push_back(float(a.losses[i].second));
+    y.push_back(float(b.losses[i].second));
+  }
+  return RelErr(x, y);
+}
+
+class CudaTrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = GpuSkipReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_F(CudaTrainerTest, ParityWithTheCpuTrainerAndPyTorch) {
+  const std::string args = std::string(kParityArgs) + " --steps 12";
+  StatusOr<TrainedRun> cpu = Train(args, false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StatusOr<TrainedRun> gpu = Train(args, true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_EQ(gpu->summary.losses.size(), 12u);
+  const double loss_err = LossErr(gpu->summary.losses, cpu->summary.losses);
+  EXPECT_LT(loss_err, 1e-5);
+  EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-5);
+  EXPECT_EQ(gpu->summary.state_bytes_per_rank, cpu->summary.state_bytes_per_rank);
+  if (World()->rank() != 0) return;
+  const double state_err = StateErr(*gpu, *cpu);
+  EXPECT_LT(state_err, 1e-5);
+  // And against PyTorch directly.
+  StatusOr<std::unique_ptr<SafetensorsFile>> golden = SafetensorsFile::Open(kGolden);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const char* prefixes[] = {"params/", "ema_0.9/", "ema_0.99/"};
+  ASSERT_EQ(gpu->state.size(), 3u);
+  double golden_err = 0;
+  for (size_t s = 0; s < 3; ++s) {
+    for (const FullTensor& t : gpu->state[s]) {
+      std::vector<float> want(t.data.size());
+      Status st = (*golden)->ReadTensor(prefixes[s] + t.name, DType::kF32, want.data(), int64_t(want.size()));
+      ASSERT_TRUE(st.ok()) << st;
+      golden_err = std::max(golden_err, RelErr(t.data, want));
+    }
+  }
+  EXPECT_LT(golden_err, 1e-5);
+  std::printf("cuda vs cpu at W=%d: losses %.3g, params+EMA %.3g; vs PyTorch %.3g\n",
+              World()->world_size(), loss_err, state_err, golden_err);
+}
+
+TEST_F(CudaTrainerTest, CrossEntropyReluGradAccumAndChunkedEval) {
+  const std::string args =
+      "--layers 10,16,4 --activation relu --loss cross_entropy --batch 16 --grad-accum 2 "
+      "--steps 8 --lr 5e-3 --ema 0.9 --synthetic-rows 64 --eval-batch 10 --eval-every 4 --seed 5 "
+      "--log-every 0";
+  StatusOr<TrainedRun> cpu = Train(args, false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StatusOr<TrainedRun> gpu = Train(args, true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-4);
+  EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-4);
+  if (World()->rank() == 0) {
+    EXPECT_LT(StateErr(*gpu, *cpu), 1e-4);
+  }
+}
+
+TEST_F(CudaTrainerTest, Bf16TrainsAndTracksTheCpu) {
+  const std::string args = std::string(kParityArgs) + " --steps 12 --precision bf16";
+  StatusOr<TrainedRun> cpu = Train(args, false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StatusOr<TrainedRun> gpu = Train(args, true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_EQ(gpu->summary.losses.size(), 12u);
+  EXPECT_LT(gpu->summary.losses.back(), gpu->summary.losses.front());
+  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 3e-2);
+  if (World()->rank() == 0) {
+    const double err = StateErr(*gpu, *cpu);
+    EXPECT_LT(err, 3e-2);
+    std::printf("bf16 cuda vs cpu: params+EMA %.3g\n", err);
+  }
+}
+
+// Saves the first half on `first`, resumes on the other device to the end, and compares with a
+// straight CPU run.
+void ExpectCrossDeviceResume(bool first_cuda, const std::string& dir, const std::string& extra) {
+  const std::string args = std::string(kParityArgs) + extra;
+  StatusOr<TrainedRun> straight = Train(args + " --steps 12", false);
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  StatusOr<TrainedRun> half = Train(args + " --steps 6 --ckpt-dir " + dir, first_cuda);
+  ASSERT_TRUE(half.ok()) << half.status();
+  StatusOr<TrainedRun> rest = Train(args + " --steps 12 --resume --ckpt-dir " + dir, !first_cuda);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_TRUE(rest->summary.resume.resumed);
+  EXPECT_EQ(rest->summary.start_step, 6);
+  EXPECT_EQ(rest->summary.final_step, 12);
+  ASSERT_EQ(rest->summary.losses.size(), 6u);
+  const std::vector<double> tail(straight->summary.losses.begin() + 6, straight->summary.losses.end());
+  EXPECT_LT(LossErr(rest->summary.losses, tail), 1e-5);
+  EXPECT_LT(EvalErr(rest->summary.final_eval, straight->summary.final_eval), 1e-5);
+  if (World()->rank() == 0) {
+    EXPECT_LT(StateErr(*rest, *straight), 1e-5);
+  }
+}
+
+TEST_F(CudaTrainerTest, SavedOnCudaResumesOnCpu) {
+  ExpectCrossDeviceResume(true, TestPath("cuda_to_cpu"), " --save-every 3 --async-save");
+}
+
+TEST_F(CudaTrainerTest, SavedOnCpuResumesOnCuda) {
+  ExpectCrossDeviceResume(false, TestPath("cpu_to_cuda"), " --save-every 2");
+}
+
+// Runs everywhere: where the GPU tests skip for want of a device, --device cuda must say why.
+TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {
+  StatusOr<std::unique_ptr<Communicator>> none =
+      CreateDeviceCommunicator(Config(std::string(kParityArgs)), MpiWorld());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr) << "--device cpu needs no device communicator";
+  const int gpus = CudaDeviceCount();
+  const std::string dev = gpus == 0 ? " --device cuda" : " --device cuda:" + std::to_string(gpus);
+  const std::string why = gpus == 0 ? (BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA")
+                                    : "CUDA device(s) visible";
+  const TrainConfig c = Config(std::string(kParityArgs) + dev);
+  StatusOr<std::unique_ptr<Communicator>> comm = CreateDeviceCommunicator(c, MpiWorld());
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::kUnavailable) << comm.status();
+  EXPECT_NE(comm.status().message().find(why), std::string::npos) << comm.status();
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, World());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnavailable) << t.status();
+  EXPECT_NE(t.status().message().find(why), std::string::npos) << t.status();
+}
+
+}  // namespace
+}  // namespace shardema::examples

@@ -1,0 +1,34 @@
+// The GPU communicator of train_mlp --device cuda (examples/trainer.h): which GPU each rank takes
+// and the NcclCommunicator over it, next to the host MpiCommunicator.
+//
+// CreateDeviceCommunicator(config, host) — collective over `host`'s ranks:
+//   --device cpu     returns null (the trainer needs no device communicator);
+//   --device cuda    each rank takes its node-local rank's GPU (LocalGpuFor of
+//                    framework/rank_env.h, via NcclCommunicator::CreateForLocalRank: more ranks
+//                    on a node than GPUs is an error);
+//   --device cuda:N  every rank takes GPU N (one rank per node).
+// First CheckTrainDevice (examples/trainer.h) is agreed over `host`, so in a build without
+// --config=cuda or on a machine without a GPU every rank returns the same kUnavailable naming the
+// reason, before any NCCL call. The NCCL communicator takes host->options() (check_args).
+// Errors: CheckTrainDevice's kUnavailable (with "--device: rank R of W: " in front);
+// NcclCommunicator::Create's (kInvalidArgument, kAborted, kInternal ...), on every rank.
+// Threading: the caller's thread; `host` must outlive the call, the result must be shut down
+// (or destroyed) before MPI is finalized.
+#ifndef SHARDEMA_EXAMPLES_DEVICE_COMM_H_
+#define SHARDEMA_EXAMPLES_DEVICE_COMM_H_
+
+#include <memory>
+
+#include "examples/train_config.h"
+#include "framework/communicator.h"
+#include "framework/mpi/mpi_communicator.h"
+#include "framework/status.h"
+
+namespace shardema::examples {
+
+StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const TrainConfig& config,
+                                                                 MpiCommunicator* host);
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_DEVICE_COMM_H_
