@@ -1,5 +1,7 @@
 #include "examples/test_files.h"
 
+#include <gtest/gtest.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +26,24 @@ Status WriteSafetensorsFile(const std::string& path, const std::map<std::string,
   out.close();
   if (!out) return ErrnoToStatus(errno, "write '" + path + "'");
   return Status::Ok();
+}
+
+std::vector<std::string> SplitArgs(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b < s.size()) {
+    size_t e = s.find(' ', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+TrainConfig ParseTestConfig(const std::string& args) {
+  StatusOr<ParsedArgs> p = ParseTrainConfig(SplitArgs(args));
+  EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
+  return p.ok() ? p->config : TrainConfig{};
 }
 
 }  // namespace shardema::examples

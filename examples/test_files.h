@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/train_config.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
 
@@ -30,6 +31,13 @@ RawTensor MakeRawTensor(const std::string& dtype, Shape shape, const std::vector
 // Writes a safetensors file (checkpoint/safetensors.h header rules). Errors: kInvalidArgument for
 // a bad tensor description, errno errors naming the path.
 Status WriteSafetensorsFile(const std::string& path, const std::map<std::string, RawTensor>& tensors);
+
+// Splits a command line at spaces: "--a 1 --b" -> {"--a", "1", "--b"}.
+std::vector<std::string> SplitArgs(const std::string& s);
+
+// Parses train_mlp flags given as one string; a parse error fails the calling test (gtest
+// EXPECT) and returns the default TrainConfig.
+TrainConfig ParseTestConfig(const std::string& args);
 
 }  // namespace shardema::examples
 

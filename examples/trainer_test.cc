@@ -31,23 +31,7 @@ namespace {
 
 using ::shardema::testing::World;
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b < s.size()) {
-    size_t e = s.find(' ', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
-TrainConfig Config(const std::string& args) {
-  StatusOr<ParsedArgs> p = ParseTrainConfig(Split(args + " --log-every 0"));
-  EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
-  return p.ok() ? p->config : TrainConfig{};
-}
+TrainConfig Config(const std::string& args) { return ParseTestConfig(args + " --log-every 0"); }
 
 struct TrainRun {
   std::unique_ptr<Trainer> trainer;

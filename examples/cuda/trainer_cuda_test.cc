@@ -41,23 +41,7 @@ constexpr char kParityArgs[] =
     "--init examples/testdata/parity_init.safetensors --log-every 0";
 constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b < s.size()) {
-    size_t e = s.find(' ', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
-TrainConfig Config(const std::string& args) {
-  StatusOr<ParsedArgs> p = ParseTrainConfig(Split(args));
-  EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
-  return p.ok() ? p->config : TrainConfig{};
-}
+TrainConfig Config(const std::string& args) { return ParseTestConfig(args); }
 
 // The state of a run: master then every EMA slot, full tensors on rank 0 (empty elsewhere).
 struct TrainedRun {
