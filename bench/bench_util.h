@@ -19,12 +19,9 @@ namespace bench {
 // even; 0 for an empty vector.
 double Median(std::vector<double> v);
 
-// A byte size as benchmarks take it on the command line: a positive number, possibly with a
-// fraction, then an optional K, M or G (either case; powers of 1024): "4096", "4K", "64M",
-// "1.5G". The result is truncated to whole bytes.
-// Errors: kInvalidArgument "bad size '<s>' (e.g. 1G, 512M, 4096)" for anything else (empty,
-// zero, negative, another suffix, trailing characters).
-StatusOr<uint64_t> ParseBytes(const std::string& s);
+// A positive byte size given to `flag` ("4096", "4K", "64M", "1GiB", "5GB": see
+// framework/byte_size.h). Errors: kInvalidArgument naming the flag for a malformed or zero size.
+StatusOr<uint64_t> ParseBytes(const std::string& s, const std::string& flag);
 
 // What a benchmark's main returns for `s`: 0 when OK; otherwise it prints "<bench>: <s>" to
 // stderr and returns ExitCodeFor(s) (framework/status.h).

@@ -159,8 +159,8 @@ struct Row {
 };
 
 Status Run(const Flags& f) {
-  ASSIGN_OR_RETURN(uint64_t total_bytes, bench::ParseBytes(f.bytes));
-  ASSIGN_OR_RETURN(uint64_t export_bytes, bench::ParseBytes(f.export_bytes));
+  ASSIGN_OR_RETURN(uint64_t total_bytes, bench::ParseBytes(f.bytes, "--bytes"));
+  ASSIGN_OR_RETURN(uint64_t export_bytes, bench::ParseBytes(f.export_bytes, "--export-bytes"));
   ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi, MpiCommunicator::Create());
   Communicator* comm = mpi.get();
   const int rank = comm->rank(), world = comm->world_size();

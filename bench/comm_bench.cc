@@ -229,8 +229,8 @@ class Bench {
 };
 
 Status Run(const Flags& f) {
-  const StatusOr<uint64_t> min_parsed = bench::ParseBytes(f.min_bytes);
-  const StatusOr<uint64_t> max_parsed = bench::ParseBytes(f.max_bytes);
+  const StatusOr<uint64_t> min_parsed = bench::ParseBytes(f.min_bytes, "--min-bytes");
+  const StatusOr<uint64_t> max_parsed = bench::ParseBytes(f.max_bytes, "--max-bytes");
   if (!min_parsed.ok() || !max_parsed.ok() || *min_parsed > *max_parsed) {
     return InvalidArgument("comm_bench: bad --min-bytes '", f.min_bytes, "' / --max-bytes '",
                            f.max_bytes, "' (want 0 < min <= max, e.g. 4K and 64M)");

@@ -4,7 +4,7 @@
 #include <set>
 #include <sstream>
 
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 
 namespace shardema::tools {
 namespace {

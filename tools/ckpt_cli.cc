@@ -5,7 +5,7 @@
 #include <string>
 
 #include "framework/status.h"
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 #include "tools/ckpt_commands.h"
 
 namespace shardema::tools {

@@ -11,7 +11,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/verify.h"
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 #include "tools/checkpoint_diff.h"
 #include "tools/checkpoint_summary.h"
 #include "tools/progress.h"

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 
 namespace shardema::tools {
 

@@ -1,14 +1,15 @@
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 
-namespace shardema::tools {
+namespace shardema {
 namespace {
 
 constexpr char kForms[] =
-    "expected a byte count like 123, 64KB, 5GB (powers of 1000) or 512MiB, 2GiB (powers of 1024)";
+    "expected a byte count like 123, 64KB, 5GB (powers of 1000) or 512MiB, 2GiB, 4K, 64M "
+    "(powers of 1024)";
 
 // Multiplier of a unit (lower-cased); 0 when unknown.
 uint64_t UnitMultiplier(const std::string& unit) {
@@ -24,7 +25,12 @@ uint64_t UnitMultiplier(const std::string& unit) {
                 {"kib", 1ull << 10},
                 {"mib", 1ull << 20},
                 {"gib", 1ull << 30},
-                {"tib", 1ull << 40}};
+                {"tib", 1ull << 40},
+                // Single letters, as benchmarks (nccl-tests -b/-e) take them: powers of 1024.
+                {"k", 1ull << 10},
+                {"m", 1ull << 20},
+                {"g", 1ull << 30},
+                {"t", 1ull << 40}};
   for (const auto& u : kUnits) {
     if (unit == u.name) return u.mult;
   }
@@ -84,4 +90,4 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
-}  // namespace shardema::tools
+}  // namespace shardema

@@ -1,8 +1,8 @@
-#include "tools/byte_size.h"
+#include "framework/byte_size.h"
 
 #include <gtest/gtest.h>
 
-namespace shardema::tools {
+namespace shardema {
 namespace {
 
 uint64_t Parse(const std::string& s) {
@@ -48,5 +48,13 @@ TEST(ByteSizeTest, Format) {
   EXPECT_EQ(FormatBytes(uint64_t(150) << 20), "150.0 MiB");
 }
 
+TEST(ByteSizeTest, SingleLetterUnitsArePowersOf1024) {
+  EXPECT_EQ(*ParseByteSize("4K", "x"), 4096u);
+  EXPECT_EQ(*ParseByteSize("64m", "x"), 64ull << 20);
+  EXPECT_EQ(*ParseByteSize("1.5G", "x"), 3ull << 29);
+  EXPECT_EQ(*ParseByteSize("2T", "x"), 2ull << 40);
+  EXPECT_FALSE(ParseByteSize("4X", "x").ok());
+}
+
 }  // namespace
-}  // namespace shardema::tools
+}  // namespace shardema
