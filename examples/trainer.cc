@@ -192,6 +192,8 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
     ASSIGN_OR_RETURN(double loss, model_->ForwardBackward(batch_));
     loss_sum += loss;
   }
+  // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
+  if (saver_ != nullptr) saver_->WaitSnapshot();
   ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
   // Equal local batches: the global mean is the mean of the ranks' means.
   float local = float(loss_sum / double(c.grad_accum)), global = 0.f;

@@ -157,6 +157,9 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
     : config_(config), comm_(comm), writer_(config.ckpt_dir, comm, [&config] {
         SaveOptions o;
         o.keep_last = config.keep;
+        // --async-save: the snapshot copy itself runs on the writer thread, overlapping the next
+        // step's forward/backward; the trainer calls WaitSnapshot() before the optimizer step.
+        o.snapshot_in_background = config.async_save;
         return o;
       }()) {}
 
@@ -166,6 +169,8 @@ Status CheckpointSaver::Save(const Optimizer& optimizer, const Dataset& data, in
   if (config_.async_save) return writer_.SaveAsync(state);
   return writer_.Save(state);
 }
+
+void CheckpointSaver::WaitSnapshot() { writer_.WaitSnapshot(); }
 
 Status CheckpointSaver::Poll() {
   if (!writer_.pending()) return Status::Ok();

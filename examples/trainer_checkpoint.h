@@ -81,6 +81,9 @@ class CheckpointSaver {
 
   // Collective. Writes the checkpoint of `step` (async or not per the config).
   Status Save(const Optimizer& optimizer, const Dataset& data, int64_t step);
+  // Local. Blocks until a pending asynchronous save no longer reads the training state; call it
+  // before anything changes the persistent slots (the optimizer step). Cheap when none is pending.
+  void WaitSnapshot();
   // Collective. Commits a finished background save; cheap otherwise.
   Status Poll();
   // Collective. Waits for and commits a pending save.
