@@ -1,6 +1,7 @@
 #include "examples/train_config.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -49,6 +50,7 @@ struct RawFlags {
   std::vector<std::string> ema_specs;
   int64_t ema_start_step = 0, ema_interval = 1;
   bool ema_no_interval_correction = false;
+  bool no_comm_checks = false;
 };
 
 Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
@@ -192,6 +194,27 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   return Status::Ok();
 }
 
+// A constant-decay slot averages over about 1/(1-d) updates; when that horizon is long next to
+// the run, the slot still carries much of the random init at the end (0.999 over 600 steps keeps
+// 0.999^600 = 55% of it).
+std::vector<std::string> EmaHorizonWarnings(const TrainConfig& c) {
+  std::vector<std::string> out;
+  for (const EmaConfig& e : c.emas) {
+    if (e.kind != EmaScheduleKind::kConstant || e.decay >= 1.0) continue;
+    const double updates = double(c.steps - e.start_step) / double(std::max<int64_t>(1, e.interval));
+    const double horizon = 1.0 / (1.0 - e.decay);
+    if (horizon * 3.0 <= double(c.steps)) continue;
+    std::ostringstream o;
+    o << "EMA slot '" << e.name << "': constant decay " << e.decay << " averages over ~"
+      << std::llround(horizon) << " updates, more than a third of --steps " << c.steps
+      << "; after " << std::llround(std::max(0.0, updates)) << " updates it still holds "
+      << std::llround(100.0 * std::pow(e.decay, std::max(0.0, updates)))
+      << "% of its start weights. Consider --ema-schedule warmup or --ema-start-step.";
+    out.push_back(o.str());
+  }
+  return out;
+}
+
 const char* kDescription =
     "Trains a multilayer perceptron with the sharded parameter store (FSDP-style), AdamW/SGD and\n"
     "sharded EMA slots. Run as: mpirun -np W train_mlp --layers 6,9,7,3 ...\n"
@@ -206,7 +229,7 @@ const char* kDescription =
     "--ema-sigma-rel S,... (EDM2 power function, slots ema_pf_S), --ema-half-life H,... (slots\n"
     "ema_hl_H, H in optimizer steps), and --ema-spec NAME:key=val,... for any EmaConfig field\n"
     "(kind, decay, inv_gamma, power, min_decay, update_after_step, gamma, sigma_rel,\n"
-    "half_life_steps, rampup, start_step, interval, correct_interval).\n"
+    "half_life_steps, rampup, start_step, interval, correct_interval, offload, buffer_rules).\n"
     "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
 
 }  // namespace
@@ -297,6 +320,18 @@ nlohmann::json TrainConfig::ToJson() const {
           {"eval_batch", eval_batch},
           {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
           {"allow_tf32", allow_tf32}};
+}
+
+nlohmann::json TrainConfig::AgreementJson() const {
+  nlohmann::json j = ToJson();
+  j["resume"] = resume;
+  j["override_hparams"] = override_hparams;
+  j["log_every"] = log_every;
+  j["bench_json"] = bench_json;
+  j["bench_warmup"] = bench_warmup;
+  j["comm_checks"] = comm_checks;
+  j["optimizer_threads"] = optimizer_threads;
+  return j;
 }
 
 nlohmann::json TrainConfig::HparamsJson() const {
@@ -394,7 +429,7 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_flag("--allow-tf32", c.allow_tf32, "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
   app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
   app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
-  app.add_flag("!--no-comm-checks", c.comm_checks, "skip the per-collective argument agreement check");
+  app.add_flag("--no-comm-checks", raw.no_comm_checks, "skip the per-collective argument agreement check");
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
   try {
@@ -406,7 +441,9 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(e.what());
   }
+  c.comm_checks = !raw.no_comm_checks;
   RETURN_IF_ERROR(Finish(raw, c));
+  out.warnings = EmaHorizonWarnings(c);
   return out;
 }
 

@@ -92,6 +92,10 @@ struct TrainConfig {
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;
+  // ToJson() plus the run-time flags that are not recorded in checkpoints (--resume, logging,
+  // benchmark, communication and thread settings): what every rank must agree on at start
+  // (examples/config_agreement.h).
+  nlohmann::json AgreementJson() const;
   // The subset that must match on --resume (model, task, batch split, data and init files, seed,
   // precision); compared field by field, overridable with --override-hparams. Optimizer and EMA
   // hyperparameters are compared from their own meta sections.
@@ -104,6 +108,9 @@ struct TrainConfig {
 
 struct ParsedArgs {
   TrainConfig config;
+  // Settings that are valid but probably not what the user wants (e.g. a constant EMA decay
+  // whose horizon 1/(1-d) exceeds a third of --steps); the caller logs them.
+  std::vector<std::string> warnings;
   bool help = false;     // --help was given: print help_text and exit 0
   std::string help_text;
 };

@@ -194,6 +194,33 @@ TEST(TrainConfigTest, HelpIsNotAnError) {
   for (const char* flag : {"--layers", "--ema", "--ema-spec", "--ckpt-dir", "--resume", "--bench-json"}) {
     EXPECT_NE(p->help_text.find(flag), std::string::npos) << flag;
   }
+  EXPECT_EQ(p->help_text.find("{false}"), std::string::npos) << p->help_text;
+  for (const char* key : {"offload", "buffer_rules"}) {
+    EXPECT_NE(p->help_text.find(key), std::string::npos) << key;
+  }
+}
+
+TEST(TrainConfigTest, NoCommChecksFlag) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--no-comm-checks"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->config.comm_checks);
+  EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
+}
+
+TEST(TrainConfigTest, WarnsWhenConstantEmaHorizonIsLongNextToTheRun) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999,0.9"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->warnings.size(), 1u);  // 0.999: horizon 1000 > 200; 0.9: horizon 10
+  EXPECT_NE(p->warnings[0].find("'ema_0.999'"), std::string::npos) << p->warnings[0];
+  EXPECT_NE(p->warnings[0].find("55% of its start weights"), std::string::npos) << p->warnings[0];
+  EXPECT_NE(p->warnings[0].find("--ema-schedule warmup"), std::string::npos) << p->warnings[0];
+  StatusOr<ParsedArgs> warm = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999",
+                                     "--ema-schedule", "warmup"});
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_TRUE(warm->warnings.empty());
+  StatusOr<ParsedArgs> long_run = Parse({"--layers", "4,3", "--steps", "6000", "--ema", "0.999"});
+  ASSERT_TRUE(long_run.ok());
+  EXPECT_TRUE(long_run->warnings.empty());
 }
 
 TEST(TrainConfigTest, HparamsHoldWhatMustMatchOnResume) {

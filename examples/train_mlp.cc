@@ -49,6 +49,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   const TrainConfig& config = parsed->config;
+  if (lead) {
+    for (const std::string& w : parsed->warnings) LOG_WARNING << "train_mlp: " << w;
+  }
 
   CommOptions co;
   co.check_args = config.comm_checks;

@@ -6,8 +6,11 @@
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
+#include "examples/config_agreement.h"
 #include "examples/cuda/mlp_model_cuda.h"
+#include "examples/memory_estimate.h"
 #include "framework/logging.h"
+#include "framework/rank_env.h"
 
 namespace shardema::examples {
 namespace {
@@ -75,6 +78,17 @@ Status Trainer::Setup() {
   const TrainConfig& c = config_;
   const int rank = comm_->rank(), world = comm_->world_size();
   RETURN_IF_ERROR(c.CheckForWorld(world));
+  RETURN_IF_ERROR(AgreeOnConfig(c.AgreementJson(), comm_));
+  {
+    // Refuse what cannot fit before allocating anything (every rank decides alike).
+    StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, world);
+    Status fits = mem.status();
+    if (mem.ok()) {
+      StatusOr<RankEnv> env = DiscoverRankEnv();
+      fits = CheckFitsInMemory(*mem, env.ok() ? env->local_size : 1, AvailableMemoryBytes());
+    }
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, fits, "memory"));
+  }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
 
   // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
