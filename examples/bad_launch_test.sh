@@ -3,7 +3,9 @@
 #   1. ranks started with different arguments (MPMD launch, --lr differs on rank 1): exit 2
 #      naming --lr, both values and the rank;
 #   2. a model that cannot fit in memory (--layers 100000,100000): refused before allocating,
-#      with the estimate and the available memory, within seconds (no abort, no paging).
+#      with the estimate and the available memory, within seconds (no abort, no paging);
+#   3. a rank stopped with SIGSTOP mid-run: its peer gives up after --collective-timeout and
+#      aborts the job, which exits non-zero naming the collective and the step.
 # Usage: bad_launch_test.sh TRAIN_MLP MPI_RUN
 set -uo pipefail
 train="$1"; mpirun_sh="$2"
@@ -25,4 +27,28 @@ rc=$?
 [ "$rc" != 0 ] || fail "--layers 100000,100000 was accepted"
 grep -q 'parameters' "$tmp/big.err" && grep -q 'is available' "$tmp/big.err" ||
   fail "--layers 100000,100000: no estimate in the error: $(cat "$tmp/big.err")"
+echo "== 3. a stopped rank -> the job aborts after --collective-timeout"
+"$mpirun_sh" 2 "$train" --layers 32,32,4 --batch 8 --steps 100000000 --seed 424242 \
+  --collective-timeout 3 >"$tmp/stop.out" 2>"$tmp/stop.err" &
+job=$!
+ranks=""
+for _ in $(seq 600); do  # up to 60 s for both ranks to be training
+  ranks=$(ps -eo pid=,comm=,args= | awk '$2 == "train_mlp" && /--seed 424242/ { print $1 }')
+  [ "$(echo "$ranks" | wc -w)" = 2 ] && grep -q 'step 2/' "$tmp/stop.err" && break
+  sleep 0.1
+done
+[ "$(echo "$ranks" | wc -w)" = 2 ] || { kill -9 $ranks 2>/dev/null; fail "the 2-rank job did not start"; }
+victim=$(echo "$ranks" | sort -n | tail -1)
+kill -STOP "$victim"
+rc=""
+for _ in $(seq 1200); do  # the job must end well within 120 s (timeout 3 s + abort)
+  if ! kill -0 "$job" 2>/dev/null; then wait "$job"; rc=$?; break; fi
+  sleep 0.1
+done
+kill -9 $ranks 2>/dev/null
+[ -n "$rc" ] || { kill -9 "$job" 2>/dev/null; fail "stopped rank: the job did not exit within 120 s"; }
+[ "$rc" != 0 ] || fail "stopped rank: the job exited 0"
+grep -q 'collective timeout' "$tmp/stop.err" ||
+  fail "stopped rank: no 'collective timeout' error: $(tail -5 "$tmp/stop.err")"
+grep -Eq 'step [0-9]+' "$tmp/stop.err" || fail "stopped rank: the error does not name the step"
 echo "bad_launch_test: OK"

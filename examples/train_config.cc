@@ -183,6 +183,7 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
     return InvalidArgument("--bench-json needs --steps (", c.steps, ") > --bench-warmup (",
                            c.bench_warmup, ")");
   }
+  RETURN_IF_ERROR(RequireFinite("--collective-timeout", c.collective_timeout, /*positive=*/true));
   if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
@@ -330,6 +331,7 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["bench_json"] = bench_json;
   j["bench_warmup"] = bench_warmup;
   j["comm_checks"] = comm_checks;
+  j["collective_timeout"] = collective_timeout;
   j["optimizer_threads"] = optimizer_threads;
   return j;
 }
@@ -430,6 +432,9 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
   app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
   app.add_flag("--no-comm-checks", raw.no_comm_checks, "skip the per-collective argument agreement check");
+  app.add_option("--collective-timeout", c.collective_timeout,
+                 "seconds a rank waits in a collective before it aborts the job (0: forever)")
+      ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
   try {

@@ -88,6 +88,7 @@ struct TrainConfig {
   bool bench_json = false;   // print one JSON line of step timings and memory (rank 0)
   int64_t bench_warmup = 3;  // steps excluded from the timing
   bool comm_checks = true;   // CommOptions::check_args
+  double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
   int optimizer_threads = 1;
 
   // Everything, for the checkpoint meta ("trainer.config").

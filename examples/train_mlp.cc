@@ -55,6 +55,7 @@ int Main(int argc, char** argv) {
 
   CommOptions co;
   co.check_args = config.comm_checks;
+  co.timeout_seconds = config.collective_timeout;
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
   if (!comm.ok()) return Finish(comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;

@@ -271,7 +271,9 @@ StatusOr<TrainSummary> Trainer::Run() {
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(auto outcome, TrainStep(step));
+    auto stepped = TrainStep(step);
+    if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));
+    auto outcome = *std::move(stepped);
     // GPU: the step's queued work (the optimizer pass) belongs to its time (CPU: no-op).
     if (c.bench_json) RETURN_IF_ERROR(store_->Synchronize());
     const double ms =

@@ -57,6 +57,11 @@ struct CommOptions {
   // Before each collective, check collectively that every rank passes the same op, dtype and
   // count (one small extra all-reduce). Turn off only when the call sites are known to match.
   bool check_args = true;
+  // A host wait on a collective (Work::Wait, the argument check, Barrier) that has not completed
+  // after this many seconds returns kAborted naming the collective and the rank, instead of
+  // blocking forever on a stopped or silent peer; the caller then aborts the job. <= 0: no limit.
+  // (MPI backend; train_mlp's --collective-timeout.)
+  double timeout_seconds = 300.0;
 };
 
 // A pending collective.

@@ -20,8 +20,9 @@ namespace shardema {
 // Errors: kInternal "<op> (argument check)" with `rank` when the all-reduce itself fails.
 // Collective over `comm`; blocks until every rank has called it. Threading: as MPI's
 // (MPI_THREAD_SERIALIZED: one thread at a time per process).
+// `timeout_s` bounds the wait (framework/mpi/mpi_wait.h; <= 0: none): kAborted past it.
 Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
-                            const Status& local);
+                            const Status& local, double timeout_s = 0);
 
 }  // namespace shardema
 

@@ -12,6 +12,7 @@
 #include "framework/logging.h"
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
+#include "framework/mpi/mpi_wait.h"
 
 namespace shardema {
 namespace mpi_internal {
@@ -21,6 +22,7 @@ namespace mpi_internal {
 struct PendingOp {
   std::string name;  // "all_reduce", for error messages
   int rank = -1;
+  double timeout_s = 0;  // CommOptions::timeout_seconds
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;                  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
   std::function<void()> finish;  // post-processing once the data has arrived
@@ -30,7 +32,7 @@ struct PendingOp {
   Status Complete() {
     if (done) return status;
     done = true;
-    status = MpiStatus(MPI_Wait(&request, MPI_STATUS_IGNORE), name, rank);
+    status = WaitRequest(&request, timeout_s, name, rank);
     if (status.ok() && finish) finish();
     finish = nullptr;
     temp = Buffer();
@@ -235,6 +237,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   auto op = std::make_shared<PendingOp>();
   op->name = name;
   op->rank = rank_;
+  op->timeout_s = options_.timeout_seconds;
 
   // Local checks and allocations first, so that their failure is reported to every rank.
   bool in_place = false;
@@ -257,7 +260,9 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                         ": f32 temporary");
     }
   }
-  RETURN_IF_ERROR(options_.check_args ? CheckCallAcrossRanks(comm_, rank_, c, local) : local);
+  RETURN_IF_ERROR(options_.check_args
+                      ? CheckCallAcrossRanks(comm_, rank_, c, local, options_.timeout_seconds)
+                      : local);
   if (c.count == 0) {
     op->done = true;
     return std::unique_ptr<Work>(new MpiWork(std::move(op)));
@@ -335,8 +340,12 @@ Status MpiCommunicator::Barrier() {
   CollectiveCall c;
   c.kind = CollectiveKind::kBarrier;
   RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
-  if (options_.check_args) return CheckCallAcrossRanks(comm_, rank_, c, Status::Ok());
-  return MpiStatus(MPI_Barrier(comm_), "barrier", rank_);
+  if (options_.check_args) {
+    return CheckCallAcrossRanks(comm_, rank_, c, Status::Ok(), options_.timeout_seconds);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  RETURN_IF_ERROR(MpiStatus(MPI_Ibarrier(comm_, &request), "barrier", rank_));
+  return WaitRequest(&request, options_.timeout_seconds, "barrier", rank_);
 }
 
 }  // namespace shardema

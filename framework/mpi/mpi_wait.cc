@@ -1,0 +1,28 @@
+#include "framework/mpi/mpi_wait.h"
+
+#include <chrono>
+
+#include "framework/mpi/mpi_error.h"
+
+namespace shardema {
+
+Status WaitRequest(MPI_Request* request, double timeout_s, const std::string& name, int rank) {
+  if (timeout_s <= 0) return MpiStatus(MPI_Wait(request, MPI_STATUS_IGNORE), name, rank);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(timeout_s));
+  for (uint64_t polls = 0;; ++polls) {
+    int done = 0;
+    RETURN_IF_ERROR(MpiStatus(MPI_Test(request, &done, MPI_STATUS_IGNORE), name, rank));
+    if (done) return Status::Ok();
+    // Reading the clock costs ~20 ns; check it every 256 polls.
+    if ((polls & 255) == 255 && Clock::now() > deadline) {
+      return Aborted(name, ": rank ", rank, ": no completion within ", timeout_s,
+                     " s (collective timeout): a peer rank is stopped, dead or waiting in another",
+                     " collective");
+    }
+  }
+}
+
+}  // namespace shardema

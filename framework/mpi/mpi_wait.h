@@ -1,0 +1,26 @@
+// Waiting for a non-blocking MPI request with a deadline (the collective timeout).
+//
+// A stopped or dead-silent peer leaves MPI_Wait blocked forever. WaitRequest completes `request`
+// like MPI_Wait but polls MPI_Test (which also drives MPI's progress, as MPI_Wait does) and
+// gives up after `timeout_s` seconds: kAborted naming the call, the rank and the timeout, e.g.
+//   "all_gather: rank 1: no completion within 300 s (collective timeout): a peer rank is
+//    stopped, dead or waiting in another collective"
+// The caller must then abort the job (train_mlp calls MPI_Abort): the request is left pending.
+// timeout_s <= 0 waits forever (plain MPI_Wait). MPI errors become kInternal (mpi_error.h).
+// Threading: as MPI (the calling thread must be allowed to make MPI calls).
+#ifndef SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
+#define SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
+
+#include <mpi.h>
+
+#include <string>
+
+#include "framework/status.h"
+
+namespace shardema {
+
+Status WaitRequest(MPI_Request* request, double timeout_s, const std::string& name, int rank);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
