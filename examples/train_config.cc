@@ -314,6 +314,7 @@ nlohmann::json TrainConfig::ToJson() const {
           {"min_lr", min_lr},
           {"emas", emas_json},
           {"ckpt_dir", ckpt_dir},
+          {"metrics", metrics},
           {"save_every", save_every},
           {"keep", keep},
           {"async_save", async_save},
@@ -415,6 +416,8 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   // Checkpoints.
   app.add_option("--ckpt-dir", c.ckpt_dir, "checkpoint root (also holds metrics.jsonl)");
+  app.add_option("--metrics", c.metrics,
+                 "metrics JSON-lines file (default: --ckpt-dir/metrics.jsonl; none without both)");
   app.add_option("--save-every", c.save_every, "save every K steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
   app.add_flag("--async-save", c.async_save, "write checkpoints in the background");

@@ -68,6 +68,7 @@ struct TrainConfig {
 
   // Checkpoints.
   std::string ckpt_dir;
+  std::string metrics;  // --metrics FILE (default: --ckpt-dir/metrics.jsonl when set)
   int64_t save_every = 0;  // 0 = only at the end
   int keep = 2;
   bool async_save = false;

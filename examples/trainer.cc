@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
@@ -145,11 +146,14 @@ Status Trainer::Setup() {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
     saver_ = std::make_unique<CheckpointSaver>(config_, comm_);
+  }
+  const std::string metrics_path =
+      !c.metrics.empty() ? c.metrics
+                         : c.ckpt_dir.empty() ? "" : JoinPath(c.ckpt_dir, "metrics.jsonl");
+  if (!metrics_path.empty()) {
     StatusOr<MetricsLog> m = MetricsLog();
-    if (rank == 0) {
-      m = MetricsLog::Open(JoinPath(c.ckpt_dir, "metrics.jsonl"), resume_.resumed ? resume_.step : -1);
-    }
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "metrics.jsonl"));
+    if (rank == 0) m = MetricsLog::Open(metrics_path, resume_.resumed ? resume_.step : -1);
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "metrics file '" + metrics_path + "'"));
     metrics_ = std::move(m).value();
   }
   if (rank == 0) {
@@ -259,6 +263,28 @@ StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
   return e;
 }
 
+namespace {
+
+// "1m23s": the remaining steps at the mean time per step of this run so far (eval and saves
+// included).
+std::string FormatEta(std::chrono::steady_clock::time_point start, int64_t steps_done,
+                      int64_t steps_left) {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t secs =
+      steps_done > 0 ? int64_t(std::llround(elapsed / double(steps_done) * double(steps_left))) : 0;
+  char buf[48];
+  if (secs >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(secs / 3600),
+                  (long long)(secs / 60 % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(secs / 60), (long long)(secs % 60));
+  }
+  return buf;
+}
+
+}  // namespace
+
 StatusOr<TrainSummary> Trainer::Run() {
   const TrainConfig& c = config_;
   const bool lead = comm_->rank() == 0;
@@ -268,6 +294,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.num_params = store_->layout().total_numel();
   s.state_bytes_per_rank = store_->StateBytesPerRank();
   std::vector<double> times_ms;
+  const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
@@ -286,7 +313,8 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
       LOG_INFO << "step " << done << "/" << c.steps << " loss " << outcome.first << " lr " << r.lr
                << " grad_norm " << r.grad_norm << (r.skipped ? " (skipped: non-finite gradient)" : "")
-               << " " << ms << " ms";
+               << " " << ms << " ms eta " << FormatEta(run_start, done - s.start_step,
+                                                       c.steps - done);
     }
     RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {

@@ -172,6 +172,23 @@ TEST(TrainerTest, SyntheticTaskLearns) {
   EXPECT_LT(run->summary.final_eval.losses[0].second, 0.5 * before->losses[0].second);
 }
 
+TEST(TrainerTest, MetricsFileWithoutCheckpointDir) {
+  const std::string path = TestPath("metrics_only.jsonl");
+  StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 3 --ema 0.9 --metrics " + path,
+                                 World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  if (World()->rank() != 0) return;
+  std::ifstream in(path);
+  std::string line;
+  int steps = 0, evals = 0;
+  while (std::getline(in, line)) {
+    steps += line.find("\"loss\"") != std::string::npos;
+    evals += line.find("\"ema_0.9\"") != std::string::npos;
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(evals, 1);
+}
+
 // Bytes of every slot of a checkpoint, unit by unit (rank 0 reads).
 std::vector<std::pair<std::string, std::vector<char>>> SlotBytes(const std::string& root) {
   std::vector<std::pair<std::string, std::vector<char>>> out;
