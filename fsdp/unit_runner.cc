@@ -5,6 +5,12 @@
 
 namespace shardema {
 
+UnitSchedule SequentialSchedule(size_t num_units) {
+  UnitSchedule s;
+  for (size_t u = 0; u < num_units; ++u) s.units.push_back(u);
+  return s;
+}
+
 StatusOr<UnitRunner> UnitRunner::Create(ShardedParameterStore* store, UnitSchedule schedule) {
   if (store == nullptr) return InvalidArgument("UnitRunner: null store");
   if (schedule.units.empty()) return InvalidArgument("UnitRunner: empty schedule");

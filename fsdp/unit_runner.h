@@ -61,6 +61,9 @@ struct UnitSchedule {
   std::vector<bool> recompute;  // per use; empty = no recomputation anywhere
 };
 
+// Units 0..num_units-1, each used once, no recomputation (a plain stack of layers).
+UnitSchedule SequentialSchedule(size_t num_units);
+
 // Why a forward callback runs.
 enum class ForwardMode {
   kTrain,          // training forward: keep what backward(i) needs

@@ -216,7 +216,7 @@ Status HandWritten(ShardedParameterStore* s, Chain* chain) {
   return Status::Ok();
 }
 
-UnitSchedule Sequential() { return {{0, 1, 2}, {}}; }
+UnitSchedule Sequential() { return SequentialSchedule(kUnits); }
 UnitSchedule Tied() { return {{0, 1, 2, 0}, {}}; }
 
 TEST(UnitRunnerTest, BitIdenticalToHandWrittenProtocol) {
