@@ -36,6 +36,7 @@
 #include "examples/model.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "nn/cpu_context.h"
 
 namespace shardema::examples {
 
@@ -81,7 +82,8 @@ class MlpModel final : public Model {
   mlp::Loss loss_;
   // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
   std::vector<std::vector<float>> a_, z_;
-  std::vector<float> dy_, dx_, widened_;
+  std::vector<float> dy_, dx_, widened_w_, widened_b_;
+  const nn::CpuContext ctx_;  // one thread
   int64_t rows_ = 0;
 };
 

@@ -7,8 +7,13 @@
 
 namespace shardema::nn {
 
+struct CpuContext::Pool {
+  explicit Pool(int n) : pool(n) {}
+  Eigen::ThreadPool pool;
+};
+
 CpuContext::CpuContext(int threads) : threads_(std::max(threads, 1)) {
-  if (threads_ > 1) pool_ = std::make_unique<Eigen::ThreadPool>(threads_ - 1);
+  if (threads_ > 1) pool_ = std::make_unique<Pool>(threads_ - 1);
 }
 
 CpuContext::~CpuContext() = default;
@@ -26,7 +31,7 @@ void CpuContext::ParallelFor(int64_t count, int64_t grain,
   Eigen::Barrier done(static_cast<unsigned>(chunks - 1));
   for (int64_t j = 1; j < chunks; ++j) {
     const int64_t begin = j * count / chunks, end = (j + 1) * count / chunks;
-    pool_->Schedule([&fn, &done, begin, end] {
+    pool_->pool.Schedule([&fn, &done, begin, end] {
       fn(begin, end);
       done.Notify();
     });

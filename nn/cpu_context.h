@@ -22,10 +22,6 @@
 #include <functional>
 #include <memory>
 
-namespace Eigen {
-class ThreadPool;
-}  // namespace Eigen
-
 namespace shardema::nn {
 
 class CpuContext {
@@ -45,8 +41,9 @@ class CpuContext {
                    const std::function<void(int64_t begin, int64_t end)>& fn) const;
 
  private:
+  struct Pool;  // an Eigen::ThreadPool
   int threads_ = 1;
-  std::unique_ptr<Eigen::ThreadPool> pool_;
+  std::unique_ptr<Pool> pool_;
 };
 
 }  // namespace shardema::nn
