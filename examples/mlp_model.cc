@@ -6,6 +6,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "examples/rng.h"
+#include "nn/linear.h"
+#include "nn/precision.h"
 
 namespace shardema::examples {
 namespace {
@@ -89,12 +91,8 @@ StatusOr<std::pair<const float*, const float*>> MlpModel::Weights(
   if (views.size() != 2) {
     return Internal("unit '", LayerName(layer), "' has ", views.size(), " tensors, expected 2");
   }
-  if (views[0].dtype == DType::kF32) return std::make_pair(views[0].as<const float>(), views[1].as<const float>());
-  const size_t nw = size_t(views[0].numel()), nb = size_t(views[1].numel());
-  widened_.resize(nw + nb);
-  ConvertBuffer(views[0].data, views[0].dtype, widened_.data(), DType::kF32, nw);
-  ConvertBuffer(views[1].data, views[1].dtype, widened_.data() + nw, DType::kF32, nb);
-  return std::make_pair<const float*, const float*>(widened_.data(), widened_.data() + nw);
+  return std::make_pair(nn::AsF32(views[0].data, views[0].dtype, views[0].numel(), &widened_w_),
+                        nn::AsF32(views[1].data, views[1].dtype, views[1].numel(), &widened_b_));
 }
 
 Status MlpModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
@@ -103,10 +101,10 @@ Status MlpModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
   const int64_t in = layers_[i], out = layers_[i + 1];
   const float* x = i == 0 ? batch_->x.data() : a_[i].data();
   z_[i].resize(size_t(rows_ * out));
-  mlp::LinearForward(x, wb.first, wb.second, rows_, in, out, z_[i].data());
+  nn::LinearForward(ctx_, x, wb.first, wb.second, rows_, in, out, z_[i].data());
   if (i + 1 < L) {
     a_[i + 1].resize(z_[i].size());
-    mlp::ActivationForward(activation_, z_[i].data(), a_[i + 1].data(), int64_t(z_[i].size()));
+    nn::ActivationForward(ctx_, activation_, z_[i].data(), a_[i + 1].data(), int64_t(z_[i].size()));
   }
   return Status::Ok();
 }
@@ -123,11 +121,11 @@ Status MlpModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>
     dx_.resize(size_t(rows_ * in));
     dx = dx_.data();
   }
-  mlp::LinearBackward(x, wb.first, dy_.data(), rows_, in, out, grads[0].as<float>(),
+  nn::LinearBackward(ctx_, x, wb.first, dy_.data(), rows_, in, out, grads[0].as<float>(),
                       grads[1].as<float>(), dx);
   if (k > 0) {
     dy_.resize(dx_.size());
-    mlp::ActivationBackward(activation_, z_[k - 1].data(), dx_.data(), dy_.data(),
+    nn::ActivationBackward(ctx_, activation_, z_[k - 1].data(), dx_.data(), dy_.data(),
                             int64_t(dx_.size()));
   }
   return Status::Ok();

@@ -35,6 +35,7 @@
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "fsdp/unit_runner.h"
+#include "nn/cpu_context.h"
 
 namespace shardema::examples {
 
@@ -82,7 +83,8 @@ class MlpModel final : public Model {
   mlp::Loss loss_;
   // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
   std::vector<std::vector<float>> a_, z_;
-  std::vector<float> dy_, dx_, widened_;
+  std::vector<float> dy_, dx_, widened_w_, widened_b_;
+  const nn::CpuContext ctx_;  // one thread
   int64_t rows_ = 0;
   const Batch* batch_ = nullptr;  // the batch of the current call
   StatusOr<UnitRunner> runner_;

@@ -20,10 +20,12 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
-#include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
 #include "examples/trainer.h"
+#include "nn/activation.h"
+#include "nn/cpu_context.h"
+#include "nn/linear.h"
 #include "tests/test_world.h"
 
 namespace shardema::examples {
@@ -137,6 +139,7 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
   // Independent forward over all rows with the gathered EMA weights.
   const Dataset& d = run->trainer->data();
   const std::vector<int64_t> L = {4, 6, 3};
+  const nn::CpuContext serial;
   std::vector<float> h = d.x, z;
   auto find = [&](const std::string& name) -> const FullTensor& {
     for (const FullTensor& t : *ema) {
@@ -150,9 +153,9 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
     const FullTensor& b = find("layers." + std::to_string(i) + ".bias");
     ASSERT_EQ(w.data.size(), size_t(L[i] * L[i + 1]));
     z.assign(size_t(d.rows * L[i + 1]), 0.f);
-    mlp::LinearForward(h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
+    nn::LinearForward(serial, h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
     h.assign(z.size(), 0.f);
-    if (i == 0) mlp::ActivationForward(mlp::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
+    if (i == 0) nn::ActivationForward(serial, nn::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
     if (i == 1) h = z;
   }
   double want = 0;

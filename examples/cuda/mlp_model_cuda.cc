@@ -6,8 +6,9 @@
 #include <string>
 
 #if SHARDEMA_WITH_CUDA
-#include "examples/cuda/mlp_kernels.h"
 #include "framework/cuda/convert_kernels.h"
+#include "nn/cuda/elementwise_kernels.h"
+#include "nn/cuda/loss_kernels.h"
 #endif
 
 namespace shardema::examples {
@@ -73,7 +74,7 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
   m->max_dim_ = *std::max_element(m->layers_.begin(), m->layers_.end());
   m->z_.resize(m->num_layers());
   m->a_.resize(m->num_layers());
-  ASSIGN_OR_RETURN(m->gemm_, mlp::CublasLinear::Create(m->stream_, allow_tf32));
+  ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
   ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
@@ -164,10 +165,10 @@ Status MlpModelCuda::Forward(bool keep_last) {
     const float* x = i == 0 ? x_.as<const float>() : a_[i].as<const float>();
     float* z = z_[i].as<float>();
     ASSIGN_OR_RETURN(const void* xin, GemmOperand(x, rows_ * in, &lowp_b_));
-    Status st = gemm_->Forward(xin, views[0].data, views[0].dtype, rows_, in, out, z);
-    if (st.ok()) st = mlp::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
+    Status st = gemm_->LinearForward(xin, views[0].data, views[0].dtype, rows_, in, out, z);
+    if (st.ok()) st = nn::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
     if (st.ok() && i + 1 < L) {
-      st = mlp::LaunchActivationForward(activation_, z, a_[i + 1].as<float>(), rows_ * out,
+      st = nn::LaunchActivationForward(activation_, z, a_[i + 1].as<float>(), rows_ * out,
                                         stream_.native);
     }
     if (!st.ok()) return st.WithContext("forward of " + LayerName(i));
@@ -178,11 +179,19 @@ Status MlpModelCuda::Forward(bool keep_last) {
 
 Status MlpModelCuda::QueueLoss(int64_t global_rows) {
   const size_t L = num_layers();
-  RETURN_IF_ERROR(mlp::LaunchLossForward(loss_, z_[L - 1].as<const float>(),
-                                         targets_.as<const float>(), labels_.as<const int64_t>(),
-                                         rows_, layers_.back(), global_rows, dy_.as<float>(),
-                                         row_loss_.as<double>(), loss_dev_.as<double>(),
-                                         stream_.native));
+  const int64_t out = layers_.back();
+  if (loss_ == mlp::Loss::kMse) {
+    RETURN_IF_ERROR(nn::LaunchMseLoss(z_[L - 1].as<const float>(), targets_.as<const float>(),
+                                      rows_, out, double(global_rows) * double(out),
+                                      dy_.as<float>(), row_loss_.as<double>(),
+                                      loss_dev_.as<double>(), stream_.native));
+  } else {
+    RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(z_[L - 1].as<const float>(),
+                                               labels_.as<const int64_t>(), rows_, out,
+                                               double(global_rows), dy_.as<float>(),
+                                               row_loss_.as<double>(), loss_dev_.as<double>(),
+                                               stream_.native));
+  }
   RETURN_IF_ERROR(CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
 }
@@ -214,10 +223,10 @@ StatusOr<double> MlpModelCuda::ForwardBackward(const Batch& batch) {
       StatusOr<const void*> dz = GemmOperand(dy_.as<const float>(), rows_ * out, &lowp_a_);
       StatusOr<const void*> xin = dz.ok() ? GemmOperand(x, rows_ * in, &lowp_b_) : dz;
       st = xin.status();
-      if (st.ok()) st = gemm_->WeightGrad(*dz, *xin, compute_dtype_, rows_, in, out, dw);
-      if (st.ok()) st = mlp::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
+      if (st.ok()) st = gemm_->LinearWeightGrad(*dz, *xin, compute_dtype_, rows_, in, out, dw);
+      if (st.ok()) st = nn::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
       if (st.ok() && k > 0) {
-        st = gemm_->InputGrad(*dz, views[0].data, views[0].dtype, rows_, in, out, dx_.as<float>());
+        st = gemm_->LinearInputGrad(*dz, views[0].data, views[0].dtype, rows_, in, out, dx_.as<float>());
       }
       if (st.ok() && !direct) {
         st = LaunchConvert(dw, DType::kF32, grads[0].data, grads[0].dtype, size_t(out * in), s);
@@ -228,7 +237,7 @@ StatusOr<double> MlpModelCuda::ForwardBackward(const Batch& batch) {
     RETURN_IF_ERROR(store_->Release(k));
     ASSIGN_OR_RETURN(ReduceScatterHandle rs, store_->ReduceScatterGradsAsync(k));
     if (k > 0 && rows_ > 0) {
-      RETURN_IF_ERROR(mlp::LaunchActivationBackward(activation_, z_[k - 1].as<const float>(),
+      RETURN_IF_ERROR(nn::LaunchActivationBackward(activation_, z_[k - 1].as<const float>(),
                                                     dx_.as<const float>(), dy_.as<float>(),
                                                     rows_ * in, s)
                           .WithContext("backward of " + LayerName(k - 1)));

@@ -8,9 +8,9 @@
 //             asynchronously to device buffers on the stream (the staging is reused once the
 //             previous upload is done);
 //   forward   GatherAsync(i + 1) is issued before layer i's kernels are queued (prefetch); per
-//             layer z = x W^T (cuBLAS, examples/cuda/cublas_linear.h), + b, act; the last unit
+//             layer z = x W^T (cuBLAS, nn/cuda/cublas_gemm.h), + b, act; the last unit
 //             stays gathered for the backward;
-//   loss      mlp kernels (examples/cuda/mlp_kernels.h): the gradient of the mean over the LOCAL
+//   loss      mlp kernels (nn/cuda/elementwise_kernels.h, nn/cuda/loss_kernels.h): the gradient of the mean over the LOCAL
 //             rows (the store averages over ranks and micro-batches) and the loss into a device
 //             double, copied to pinned host memory behind an event;
 //   backward  from the last layer down: wait the unit, prefetch the one below, dW = dz^T x and
@@ -41,7 +41,6 @@
 #include <memory>
 #include <vector>
 
-#include "examples/cuda/cublas_linear.h"
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
 #include "examples/model.h"
@@ -49,6 +48,7 @@
 #include "framework/device.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "nn/cuda/cublas_gemm.h"
 
 namespace shardema::examples {
 
@@ -92,7 +92,7 @@ class MlpModelCuda final : public Model {
   Device dev_;
   Stream stream_;
   DType compute_dtype_;
-  std::unique_ptr<mlp::CublasLinear> gemm_;
+  std::unique_ptr<nn::CublasGemm> gemm_;
   int64_t rows_ = 0;      // rows of the current batch
   int64_t capacity_ = 0;  // rows the device buffers hold
   int64_t max_dim_ = 0;
