@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "checkpoint/safetensors.h"
+#include "examples/init_file.h"
 #include "examples/rng.h"
 #include "nn/linear.h"
 #include "nn/precision.h"
@@ -45,31 +46,7 @@ Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
   StatusOr<std::unique_ptr<SafetensorsFile>> opened = SafetensorsFile::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
   const SafetensorsFile& f = **opened;
-  // Every problem at once, on every rank alike (the header is the same everywhere).
-  std::string problems;
-  std::map<std::string, bool> known;
-  for (const UnitLayout& u : store->layout().units()) {
-    for (const ParamLayout& p : u.params) {
-      known[p.name] = true;
-      const SafetensorsTensor* t = f.Find(p.name);
-      if (t == nullptr) {
-        problems += "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(p.shape) + ")";
-      } else if (t->shape != p.shape) {
-        problems += "\n  tensor '" + p.name + "': expected shape " + ShapeToString(p.shape) +
-                    ", found " + ShapeToString(t->shape);
-      } else if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16") {
-        problems += "\n  tensor '" + p.name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
-      }
-    }
-  }
-  for (const SafetensorsTensor& t : f.header().tensors) {
-    if (!known.count(t.name)) {
-      problems += "\n  tensor '" + t.name + "' is not a parameter of this model";
-    }
-  }
-  if (!problems.empty()) {
-    return InvalidArgument("--init '", path, "' does not match the model (--layers):", problems);
-  }
+  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), {}, "--layers"));
   return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
     return f.ReadTensor(p.name, DType::kF32, out, p.numel);
   });
