@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/export.h"
 #include "checkpoint/safetensors.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
@@ -234,7 +235,21 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
   ASSERT_EQ(second->summary.losses.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
   const auto want = GatherState(*straight->trainer), got = GatherState(*second->trainer);
-  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(got, want));
+  if (World()->rank() == 0) {
+    EXPECT_TRUE(BitEqual(got, want));
+    // The export of the EMA slot holds the tied lm_head under both names, equal to the slot.
+    const std::string out = TestPath("gpt_ema.safetensors");
+    StatusOr<ExportReport> rep = ExportSafetensors(a, "ema_0.9", DType::kF32, out);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->num_tensors, 29u);
+    StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const std::vector<float> head = ReadGolden(**f, "lm_head.weight");
+    EXPECT_EQ(head, ReadGolden(**f, "transformer.wte.weight"));
+    for (const FullTensor& t : want[1]) {
+      if (t.name == "transformer.wte.weight") EXPECT_EQ(head, t.data);
+    }
+  }
   // Reshard: a step-4 checkpoint saved by the W ranks, resumed on one rank (rank 0, in-process):
   // it continues the same sequences, so it ends where the straight W-rank run ends (to rounding).
   const std::string r = TestPath("gpt_reshard");
