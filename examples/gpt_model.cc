@@ -315,16 +315,6 @@ Status GptModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>
   return Status::Ok();
 }
 
-UnitCallbacks GptModel::Callbacks() {
-  UnitCallbacks cb;
-  cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& v) {
-    return ForwardUse(c, v);
-  };
-  cb.backward = [this](const UnitCall& c, const std::vector<TensorView>& v,
-                       const std::vector<TensorView>& g) { return BackwardUse(c, v, g); };
-  return cb;
-}
-
 StatusOr<double> GptModel::ForwardBackward(const Batch& batch) {
   RETURN_IF_ERROR(SetBatch(batch));
   double loss = 0;

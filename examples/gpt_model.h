@@ -79,7 +79,7 @@ Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t
 // wte with the first differing index), kDataLoss for a corrupt file.
 Status InitGptFromFile(ShardedParameterStore* store, const std::string& path);
 
-class GptModel final : public Model {
+class GptModel final : public Model, private UnitModule {
  public:
   // `store` must hold GptUnits(shape). Errors: kInvalidArgument for a bad shape or schedule.
   static StatusOr<std::unique_ptr<GptModel>> Create(ShardedParameterStore* store,
@@ -106,10 +106,9 @@ class GptModel final : public Model {
   GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads,
            bool recompute, UnitRunner runner);
   Status SetBatch(const Batch& batch);
-  UnitCallbacks Callbacks();
-  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views);
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
-                     const std::vector<TensorView>& grads);
+                     const std::vector<TensorView>& grads) override;
   Status BlockForward(size_t block, const float* const* p, const float* x, BlockActs* a, float* y);
   Status BlockBackward(size_t block, const float* const* p, float* const* g, bool accumulate,
                        const float* x, const BlockActs& a);

@@ -22,6 +22,7 @@
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
 #include "examples/trainer.h"
+#include "examples/trainer_test_util.h"
 #include "tests/test_world.h"
 
 namespace shardema::examples {
@@ -47,34 +48,8 @@ TrainConfig GptConfig(const std::string& args) {
   return p.ok() ? p->config : TrainConfig();
 }
 
-struct TrainRun {
-  std::unique_ptr<Trainer> trainer;
-  TrainSummary summary;
-};
-
 StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
-  TrainRun r;
-  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(GptConfig(args), comm));
-  ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
-  return r;
-}
-
-// Master then every EMA slot, gathered on rank 0 (collective).
-std::vector<std::vector<FullTensor>> GatherState(const Trainer& t) {
-  std::vector<std::vector<FullTensor>> out;
-  auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
-  EXPECT_TRUE(m.ok()) << m.status();
-  out.push_back(m.ok() ? *m : std::vector<FullTensor>{});
-  for (size_t i = 0; t.emas() != nullptr && i < t.emas()->size(); ++i) {
-    auto e = t.emas()->CopyTo(t.emas()->config(i).name, 0);
-    EXPECT_TRUE(e.ok()) << e.status();
-    out.push_back(e.ok() ? *e : std::vector<FullTensor>{});
-  }
-  return out;
-}
-
-double RelErr(double got, double want, double floor) {
-  return std::fabs(got - want) / std::max(std::fabs(want), floor);
+  return RunTrainer(GptConfig(args), comm);
 }
 
 // The key bias (c_attn.bias[C:2C], C = 16 in every config here) has an exactly zero gradient
@@ -85,49 +60,19 @@ bool IsKeyBias(const std::string& name, size_t i) {
   return name.find("attn.c_attn.bias") != std::string::npos && int64_t(i) >= kC && int64_t(i) < 2 * kC;
 }
 
-double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a,
-                  const std::vector<std::vector<FullTensor>>& b) {
-  double err = 0;
-  EXPECT_EQ(a.size(), b.size());
+// MaxRelDiff without the key biases, which must only agree to 1e-4 absolute.
+double MaxRelDiffGpt(const std::vector<std::vector<FullTensor>>& a,
+                     const std::vector<std::vector<FullTensor>>& b) {
   for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
-    EXPECT_EQ(a[s].size(), b[s].size());
     for (size_t t = 0; t < std::min(a[s].size(), b[s].size()); ++t) {
-      EXPECT_EQ(a[s][t].name, b[s][t].name);
-      EXPECT_EQ(a[s][t].data.size(), b[s][t].data.size());
       for (size_t i = 0; i < std::min(a[s][t].data.size(), b[s][t].data.size()); ++i) {
         if (IsKeyBias(a[s][t].name, i)) {
           EXPECT_LT(std::fabs(a[s][t].data[i] - b[s][t].data[i]), 1e-4) << a[s][t].name << i;
-          continue;
         }
-        err = std::max(err, RelErr(a[s][t].data[i], b[s][t].data[i], 1e-2));
       }
     }
   }
-  return err;
-}
-
-bool BitEqual(const std::vector<std::vector<FullTensor>>& a,
-              const std::vector<std::vector<FullTensor>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t s = 0; s < a.size(); ++s) {
-    if (a[s].size() != b[s].size()) return false;
-    for (size_t t = 0; t < a[s].size(); ++t) {
-      const auto& x = a[s][t].data;
-      const auto& y = b[s][t].data;
-      if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size() * 4) != 0) return false;
-    }
-  }
-  return true;
-}
-
-std::vector<float> ReadGolden(const SafetensorsFile& f, const std::string& name) {
-  const SafetensorsTensor* t = f.Find(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (t == nullptr) return {};
-  std::vector<float> v(static_cast<size_t>(NumElements(t->shape)));
-  Status st = f.ReadTensor(name, DType::kF32, v.data(), int64_t(v.size()));
-  EXPECT_TRUE(st.ok()) << st;
-  return v;
+  return MaxRelDiff(a, b, IsKeyBias);
 }
 
 void ExpectPyTorchParity(const std::string& extra) {
@@ -136,7 +81,7 @@ void ExpectPyTorchParity(const std::string& extra) {
   StatusOr<std::unique_ptr<SafetensorsFile>> golden = SafetensorsFile::Open(kGolden);
   ASSERT_TRUE(golden.ok()) << golden.status();
   const SafetensorsFile& g = **golden;
-  const std::vector<float> want_losses = ReadGolden(g, "losses");
+  const std::vector<float> want_losses = ReadF32(g, "losses");
   ASSERT_EQ(run->summary.losses.size(), want_losses.size());
   double loss_err = 0;
   for (size_t i = 0; i < want_losses.size(); ++i) {
@@ -152,7 +97,7 @@ void ExpectPyTorchParity(const std::string& extra) {
   std::string worst;
   for (size_t s = 0; s < 2; ++s) {
     for (const FullTensor& t : state[s]) {
-      std::vector<float> want = ReadGolden(g, (s == 0 ? "params/" : "ema_0.9/") + t.name);
+      std::vector<float> want = ReadF32(g, (s == 0 ? "params/" : "ema_0.9/") + t.name);
       ASSERT_EQ(want.size(), t.data.size()) << t.name;
       double& err = s == 0 ? param_err : ema_err;
       for (size_t i = 0; i < want.size(); ++i) {
@@ -199,25 +144,21 @@ TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
   const std::string args =
       "--n-layer 2 --n-head 4 --n-embd 16 --block-size 8 --batch 6 --grad-accum 1 --steps 20 "
       "--lr 3e-3 --ema 0.8 --seed 21 --data-order shuffled --data " + std::string(kData);
-  StatusOr<TrainRun> dist = Train(args, World());
-  ASSERT_TRUE(dist.ok()) << dist.status();
-  const auto got = GatherState(*dist->trainer);
+  StatusOr<WorldAndSerial> runs = RunWorldAndSerial(GptConfig(args), World());
+  ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
-  SelfCommunicator self;
-  StatusOr<TrainRun> serial = Train(args, &self);
-  ASSERT_TRUE(serial.ok()) << serial.status();
-  const auto want = GatherState(*serial->trainer);
-  const double err = MaxRelDiff(got, want);
-  EXPECT_LT(err, 1e-4);
-  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(got, want));
-  ASSERT_EQ(dist->summary.losses.size(), serial->summary.losses.size());
-  for (size_t i = 0; i < serial->summary.losses.size(); ++i) {
-    EXPECT_LT(RelErr(dist->summary.losses[i], serial->summary.losses[i], 1e-2), 1e-5) << i;
+  EXPECT_LT(MaxRelDiffGpt(runs->world_state, runs->serial_state), 1e-4);
+  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(runs->world_state, runs->serial_state));
+  const std::vector<double>& serial_losses = runs->serial.summary.losses;
+  ASSERT_EQ(runs->world.summary.losses.size(), serial_losses.size());
+  for (size_t i = 0; i < serial_losses.size(); ++i) {
+    EXPECT_LT(RelErr(runs->world.summary.losses[i], serial_losses[i], 1e-2), 1e-5) << i;
   }
   // Not vacuous: the sequential order sees other sequences (other losses).
+  SelfCommunicator self;
   StatusOr<TrainRun> seq = Train(args + " --data-order sequential", &self);
   ASSERT_TRUE(seq.ok()) << seq.status();
-  EXPECT_NE(seq->summary.losses[1], serial->summary.losses[1]);
+  EXPECT_NE(seq->summary.losses[1], serial_losses[1]);
 }
 
 TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
@@ -244,8 +185,8 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
     EXPECT_EQ(rep->num_tensors, 29u);
     StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(out);
     ASSERT_TRUE(f.ok()) << f.status();
-    const std::vector<float> head = ReadGolden(**f, "lm_head.weight");
-    EXPECT_EQ(head, ReadGolden(**f, "transformer.wte.weight"));
+    const std::vector<float> head = ReadF32(**f, "lm_head.weight");
+    EXPECT_EQ(head, ReadF32(**f, "transformer.wte.weight"));
     for (const FullTensor& t : want[1]) {
       if (t.name == "transformer.wte.weight") EXPECT_EQ(head, t.data);
     }
@@ -266,7 +207,7 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
     EXPECT_LT(RelErr(one->summary.losses[i], straight->summary.losses[4 + i], 1e-2), 1e-5) << i;
   }
   const auto resharded = GatherState(*one->trainer);
-  EXPECT_LT(MaxRelDiff(resharded, want), 1e-4);
+  EXPECT_LT(MaxRelDiffGpt(resharded, want), 1e-4);
   if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(resharded, want));
 }
 
@@ -292,7 +233,7 @@ TEST(GptTrainerTest, InitErrors) {
   ASSERT_TRUE(init.ok());
   std::map<std::string, RawTensor> tensors;
   for (const SafetensorsTensor& t : (*init)->header().tensors) {
-    std::vector<float> v = ReadGolden(**init, t.name);
+    std::vector<float> v = ReadF32(**init, t.name);
     if (t.name == "lm_head.weight") v[17] += 1.f;
     tensors[t.name] = MakeRawTensor("F32", t.shape, v);
   }

@@ -108,16 +108,6 @@ Status MlpModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>
   return Status::Ok();
 }
 
-UnitCallbacks MlpModel::Callbacks() {
-  UnitCallbacks cb;
-  cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& v) {
-    return ForwardUse(c, v);
-  };
-  cb.backward = [this](const UnitCall& c, const std::vector<TensorView>& v,
-                       const std::vector<TensorView>& g) { return BackwardUse(c, v, g); };
-  return cb;
-}
-
 StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
   RETURN_IF_ERROR(runner_.status());
   batch_ = &batch;

@@ -54,7 +54,7 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 // corrupt file.
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
 
-class MlpModel final : public Model {
+class MlpModel final : public Model, private UnitModule {
  public:
   MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,
            mlp::Loss loss);
@@ -69,10 +69,9 @@ class MlpModel final : public Model {
 
  private:
   // The runner's callbacks: layer `call.use` forward (keeping z_ and a_) and backward.
-  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views);
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
-                     const std::vector<TensorView>& grads);
-  UnitCallbacks Callbacks();
+                     const std::vector<TensorView>& grads) override;
   // f32 pointers to the weight and bias of a gathered unit (widened into scratch if needed).
   StatusOr<std::pair<const float*, const float*>> Weights(size_t layer,
                                                           const std::vector<TensorView>& views);

@@ -11,6 +11,16 @@ UnitSchedule SequentialSchedule(size_t num_units) {
   return s;
 }
 
+UnitCallbacks UnitModule::Callbacks() {
+  UnitCallbacks cb;
+  cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& p) {
+    return ForwardUse(c, p);
+  };
+  cb.backward = [this](const UnitCall& c, const std::vector<TensorView>& p,
+                       const std::vector<TensorView>& g) { return BackwardUse(c, p, g); };
+  return cb;
+}
+
 StatusOr<UnitRunner> UnitRunner::Create(ShardedParameterStore* store, UnitSchedule schedule) {
   if (store == nullptr) return InvalidArgument("UnitRunner: null store");
   if (schedule.units.empty()) return InvalidArgument("UnitRunner: empty schedule");

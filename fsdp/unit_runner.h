@@ -96,6 +96,18 @@ struct UnitCallbacks {
   std::function<Status(int64_t micro_batch)> loss;
 };
 
+// A model written as a class: its per-use forward and backward as methods. Callbacks() binds
+// them (no loss callback: set one on the result when needed). The object must outlive the
+// callbacks.
+class UnitModule {
+ public:
+  virtual ~UnitModule() = default;
+  virtual Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& params) = 0;
+  virtual Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& params,
+                             const std::vector<TensorView>& grads) = 0;
+  UnitCallbacks Callbacks();
+};
+
 class UnitRunner {
  public:
   // Checks the schedule against the store's units. The store must outlive the runner.

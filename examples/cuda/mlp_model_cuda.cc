@@ -199,16 +199,6 @@ Status MlpModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   return st;
 }
 
-UnitCallbacks MlpModelCuda::Callbacks() {
-  UnitCallbacks cb;
-  cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& v) {
-    return ForwardUse(c, v);
-  };
-  cb.backward = [this](const UnitCall& c, const std::vector<TensorView>& v,
-                       const std::vector<TensorView>& g) { return BackwardUse(c, v, g); };
-  return cb;
-}
-
 Status MlpModelCuda::QueueLoss(int64_t global_rows) {
   const size_t L = num_layers();
   const int64_t out = layers_.back();
@@ -266,6 +256,15 @@ StatusOr<double> MlpModelCuda::ForwardBackward(const Batch&) {
 }
 
 StatusOr<double> MlpModelCuda::LossSum(const Batch&) {
+  return Unavailable("MlpModelCuda: built without --config=cuda");
+}
+
+Status MlpModelCuda::ForwardUse(const UnitCall&, const std::vector<TensorView>&) {
+  return Unavailable("MlpModelCuda: built without --config=cuda");
+}
+
+Status MlpModelCuda::BackwardUse(const UnitCall&, const std::vector<TensorView>&,
+                                 const std::vector<TensorView>&) {
   return Unavailable("MlpModelCuda: built without --config=cuda");
 }
 

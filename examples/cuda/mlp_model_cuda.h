@@ -54,7 +54,7 @@
 
 namespace shardema::examples {
 
-class MlpModelCuda final : public Model {
+class MlpModelCuda final : public Model, private UnitModule {
  public:
   static StatusOr<std::unique_ptr<MlpModelCuda>> Create(ShardedParameterStore* store,
                                                         std::vector<int64_t> layers,
@@ -79,10 +79,9 @@ class MlpModelCuda final : public Model {
   Status Upload(const Batch& batch);
   // The UnitRunner's callbacks (fsdp/unit_runner.h): layer `call.use` forward and backward of
   // the uploaded batch, queued on the stream.
-  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views);
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
-                     const std::vector<TensorView>& grads);
-  UnitCallbacks Callbacks();
+                     const std::vector<TensorView>& grads) override;
   // `src` (n f32) as a GEMM operand of the compute dtype: src itself for f32, else converted
   // into `scratch`.
   StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch);

@@ -19,14 +19,14 @@ hand to optim/lr_schedule.h's linear warmup (3 steps) + cosine to 1e-3 over 12 s
 global-norm clipping at 1.0 (clip_grad_norm_), and one constant EMA (decay 0.9, lerp_) of the
 parameters, initialised from the initial weights. The test suite never needs PyTorch.
 """
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from safetensors_io import save_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_LAYER, N_HEAD, N_EMBD, T, V = 2, 2, 16, 8, 256
@@ -111,26 +111,6 @@ def lr_at(s):
         return LR * s / WARMUP
     p = (s - WARMUP) / (STEPS - WARMUP)
     return MIN_LR + (LR - MIN_LR) * (1 + math.cos(math.pi * p)) / 2
-
-
-def save_safetensors(path, tensors):
-    """Minimal safetensors writer (format: 8-byte LE header size, JSON header, raw data)."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        dtype = {torch.float32: "F32", torch.int64: "I64"}[t.dtype]
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
