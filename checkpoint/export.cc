@@ -104,6 +104,24 @@ StatusOr<std::vector<Item>> CollectItems(const Manifest& m, const std::string& s
       items[name] = it;
     }
   }
+  // Tied weights: each alias is a copy of its parameter (see export.h).
+  if (m.meta.is_object() && m.meta.contains("tied_weights")) {
+    const json& tied = m.meta.at("tied_weights");
+    if (!tied.is_object()) return DataLoss("export: checkpoint meta 'tied_weights' is not an object");
+    for (auto t = tied.begin(); t != tied.end(); ++t) {
+      const std::string alias = t.key();
+      if (!t.value().is_string() || !items.count(t.value().get<std::string>())) {
+        return DataLoss("export: checkpoint meta 'tied_weights': '", alias, "' names ",
+                        t.value().dump(), ", which is not a parameter of the checkpoint");
+      }
+      if (items.count(alias) != 0) {
+        return DataLoss("export: tied weight '", alias, "' is also a tensor of the checkpoint");
+      }
+      Item it = items.at(t.value().get<std::string>());
+      it.tensor.name = alias;
+      items[alias] = it;
+    }
+  }
   std::vector<Item> out;
   for (auto& [name, it] : items) out.push_back(std::move(it));
   return out;

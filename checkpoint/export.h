@@ -6,8 +6,11 @@
 // slot's values converted to `dtype` (f32, bf16 or f16, round to nearest even), plus replicated
 // buffers when include_buffers: for slot S, a buffer named "S/<name>" is exported as "<name>"
 // (the slot's own copy, e.g. EMA-averaged batch-norm statistics); a plain buffer "<name>" is
-// exported when S has no copy of its own. Buffers are converted to `dtype` too. Tensors are
-// ordered by name (the reference writer's order for equal alignment).
+// exported when S has no copy of its own. Buffers are converted to `dtype` too. Tied weights: the
+// checkpoint meta's "tied_weights" object {alias: parameter} (e.g. {"lm_head.weight":
+// "transformer.wte.weight"}, written by train_gpt) exports each alias as a copy of its parameter,
+// as PyTorch's state_dict of a module with tied weights lists both names. Tensors are ordered by
+// name (the reference writer's order for equal alignment).
 // __metadata__: format = "pt", step, slot, source = "shardema", and the slot's hyperparameters
 // from the checkpoint meta (meta.ema.<slot> object, the meta.ema array element whose "name" is
 // the slot, or the meta.ema.slots[] entry whose config.name is the slot — the optimizer's layout,
@@ -23,7 +26,8 @@
 // Memory: piece_bytes (source dtype) + the converted piece + cache_chunks * chunk_bytes of the
 // checkpoint: about 24 MiB with the defaults, whatever the model size. Single process.
 // Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
-// the slots); write errors naming the file. Threading: thread-safe for distinct outputs.
+// the slots); kDataLoss for a malformed "tied_weights" (an alias of no parameter, or one that is
+// itself a tensor); write errors naming the file. Threading: thread-safe for distinct outputs.
 #ifndef SHARDEMA_CHECKPOINT_EXPORT_H_
 #define SHARDEMA_CHECKPOINT_EXPORT_H_
 

@@ -7,6 +7,9 @@
 #include "checkpoint/safetensors.h"
 #include "examples/rng.h"
 #include "framework/tensor.h"
+#include "nn/activation.h"
+#include "nn/cpu_context.h"
+#include "nn/linear.h"
 
 namespace shardema::examples {
 namespace {
@@ -102,6 +105,7 @@ Dataset MakeSyntheticDataset(uint64_t seed, const std::vector<int64_t>& layers,
   SeededRng xr(seed, "data.x");
   for (float& v : d.x) v = xr.Normal();
   // Teacher forward, layer by layer over all rows.
+  const nn::CpuContext serial;
   std::vector<float> h = d.x, z;
   for (size_t i = 0; i + 1 < layers.size(); ++i) {
     const int64_t in = layers[i], out = layers[i + 1];
@@ -112,10 +116,10 @@ Dataset MakeSyntheticDataset(uint64_t seed, const std::vector<int64_t>& layers,
     for (float& v : w) v = wr.Uniform(-bound, bound);
     for (float& v : b) v = br.Uniform(-0.1, 0.1);
     z.assign(size_t(rows * out), 0.f);
-    mlp::LinearForward(h.data(), w.data(), b.data(), rows, in, out, z.data());
+    nn::LinearForward(serial, h.data(), w.data(), b.data(), rows, in, out, z.data());
     if (i + 2 < layers.size()) {
       h.resize(z.size());
-      mlp::ActivationForward(activation, z.data(), h.data(), int64_t(z.size()));
+      nn::ActivationForward(serial, activation, z.data(), h.data(), int64_t(z.size()));
     } else {
       h = z;
     }

@@ -69,6 +69,7 @@ struct Batch {
   std::vector<float> x;         // [rows, in_dim]
   std::vector<float> y;         // mse
   std::vector<int64_t> labels;  // cross_entropy
+  std::vector<int64_t> tokens;  // train_gpt: [rows, T + 1] (examples/gpt_data.h)
 };
 // Copies rows of the step's span (BatchRow for j in span).
 void FillStepBatch(const Dataset& d, int64_t step, int64_t batch, RowSpan span, Batch* out);

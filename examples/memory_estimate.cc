@@ -43,21 +43,58 @@ std::string RankMemoryEstimate::ToString() const {
   return o.str();
 }
 
+namespace {
+
+// The model's units (elements each) and the f32 activation elements per row of a micro-batch
+// (values only): the MLP's layer widths, or the GPT's per-token tensors of every block (ln_1,
+// qkv, attention probabilities, attention output, c_proj, ln_2, c_fc, gelu, mlp c_proj: 16 C +
+// n_head T per token) plus the logits.
+struct ModelShape {
+  std::vector<int64_t> units;
+  int64_t activations_per_row = 0;
+};
+
+StatusOr<ModelShape> ShapeOf(const TrainConfig& c) {
+  ModelShape m;
+  if (c.model == ModelKind::kGpt) {
+    const std::string flag = "--n-embd / --n-layer / --block-size";
+    const int64_t C = c.n_embd, T = c.block_size, V = 256;
+    if (C <= 0 || T <= 0 || c.n_layer <= 0 || c.n_head <= 0) return InvalidArgument(flag, " must be > 0");
+    ASSIGN_OR_RETURN(int64_t c2, MulAdd(C, C, 0, flag));
+    ASSIGN_OR_RETURN(int64_t block, MulAdd(c2, 12, 13 * C, flag));
+    m.units = {V * C, T * C, 2 * C};
+    for (int64_t i = 0; i < c.n_layer; ++i) m.units.push_back(block);
+    ASSIGN_OR_RETURN(int64_t per_token, MulAdd(c.n_head, T, 16 * C, flag));
+    ASSIGN_OR_RETURN(per_token, MulAdd(per_token, c.n_layer, V, flag));
+    ASSIGN_OR_RETURN(m.activations_per_row, MulAdd(per_token, T, 0, flag));
+    return m;
+  }
+  const std::string flag = "--layers";
+  if (c.layers.size() < 2) return InvalidArgument(flag, ": need at least two sizes");
+  for (size_t i = 0; i + 1 < c.layers.size(); ++i) {
+    if (c.layers[i] <= 0 || c.layers[i + 1] <= 0) return InvalidArgument(flag, ": sizes must be > 0");
+    ASSIGN_OR_RETURN(int64_t unit, MulAdd(c.layers[i], c.layers[i + 1], c.layers[i + 1], flag));
+    m.units.push_back(unit);
+  }
+  for (int64_t d : c.layers) {
+    ASSIGN_OR_RETURN(m.activations_per_row, MulAdd(1, m.activations_per_row, d, flag));
+  }
+  return m;
+}
+
+}  // namespace
+
 StatusOr<RankMemoryEstimate> EstimateRankMemory(const TrainConfig& c, int world_size) {
   if (world_size < 1) return InvalidArgument("world size ", world_size, " < 1");
-  if (c.layers.size() < 2) return InvalidArgument("--layers: need at least two sizes");
-  const std::string layers_flag = "--layers";
+  const std::string layers_flag = c.model == ModelKind::kGpt ? "--n-embd / --n-layer" : "--layers";
+  ASSIGN_OR_RETURN(ModelShape shape, ShapeOf(c));
   RankMemoryEstimate e;
-  int64_t local = 0, largest_unit = 0, width_sum = 0;
-  for (size_t i = 0; i + 1 < c.layers.size(); ++i) {
-    if (c.layers[i] <= 0 || c.layers[i + 1] <= 0) return InvalidArgument("--layers: sizes must be > 0");
-    ASSIGN_OR_RETURN(int64_t unit, MulAdd(c.layers[i], c.layers[i + 1], c.layers[i + 1], layers_flag));
+  int64_t local = 0, largest_unit = 0;
+  const int64_t width_sum = shape.activations_per_row;
+  for (int64_t unit : shape.units) {
     ASSIGN_OR_RETURN(e.params, MulAdd(1, e.params, unit, layers_flag));
     ASSIGN_OR_RETURN(local, MulAdd(1, local, (unit + world_size - 1) / world_size, layers_flag));
     largest_unit = std::max(largest_unit, unit);
-  }
-  for (int64_t d : c.layers) {
-    ASSIGN_OR_RETURN(width_sum, MulAdd(1, width_sum, d, layers_flag));
   }
   const int64_t dtype = int64_t(DTypeSize(c.precision));
   const int64_t moments = c.optim == OptimizerKind::kAdamW ? 8 : 4;
@@ -65,10 +102,12 @@ StatusOr<RankMemoryEstimate> EstimateRankMemory(const TrainConfig& c, int world_
   ASSIGN_OR_RETURN(e.state_bytes, MulAdd(local, per_elem, 0, layers_flag));
   ASSIGN_OR_RETURN(e.unit_bytes, MulAdd(largest_unit, 2 * dtype + 4, 0, layers_flag));
   const int64_t split = std::max<int64_t>(1, c.grad_accum) * world_size;
-  const int64_t rows = (std::max<int64_t>(1, c.batch) + split - 1) / split + c.eval_batch;
+  // The GPT evaluates in training-sized micro-batches; the MLP in --eval-batch rows.
+  const int64_t eval_rows = c.model == ModelKind::kGpt ? 0 : c.eval_batch;
+  const int64_t rows = (std::max<int64_t>(1, c.batch) + split - 1) / split + eval_rows;
   ASSIGN_OR_RETURN(int64_t act, MulAdd(rows, width_sum, 0, "--batch / --eval-batch"));
   ASSIGN_OR_RETURN(e.activation_bytes, MulAdd(act, 8, 0, "--batch / --eval-batch"));
-  if (c.data.empty()) {
+  if (c.data.empty() && c.model == ModelKind::kMlp) {
     ASSIGN_OR_RETURN(int64_t row_bytes, MulAdd(c.layers.front() + c.layers.back(), 4, 0, layers_flag));
     ASSIGN_OR_RETURN(e.data_bytes, MulAdd(c.synthetic_rows, row_bytes, 0, "--synthetic-rows"));
   } else {

@@ -3,14 +3,17 @@
 // refused at once with the estimate instead of aborting or paging for minutes.
 //
 // EstimateRankMemory(config, world): bytes per rank, with overflow-checked int64 arithmetic:
-//   params      P = sum_i (D_i * D_{i+1} + D_{i+1}); local shard L = sum over units of
+//   params      MLP: P = sum_i (D_i * D_{i+1} + D_{i+1}); GPT (C = n_embd, T = block_size,
+//               V = 256): units wte V*C, wpe T*C, ln_f 2C and n_layer blocks of 12C^2 + 13C;
+//               local shard L = sum over units of
 //               ceil(unit / world) (the store pads each unit to a multiple of the world size);
 //   state       L * (4 master + 4 gradient shard + compute-dtype copy + moments (AdamW 8,
 //               SGD 4) + 4 per EMA slot);
 //   unit        the largest unit U gathered twice in the compute dtype (current + prefetch) and
 //               its f32 gradient: U * (2 * dtype + 4);
 //   activations rows per micro-batch m = ceil(batch / (grad_accum * world)) and the eval batch:
-//               (m + eval_batch) * sum_i D_i * 4 * 2 (values and gradients);
+//               (m + eval_batch) * sum_i D_i * 4 * 2 (values and gradients); GPT: m sequences of
+//               T tokens with n_layer * (16 C + n_head T) + V values per token (no eval term);
 //   data        the synthetic task's rows * (D0 + DL) * 4 (with --data: the file's size).
 // It is an estimate (allocator slack, MPI buffers and the binary are not counted): it refuses
 // only what cannot fit. Errors: kInvalidArgument naming the flag when a size overflows int64.

@@ -6,8 +6,13 @@
 #include <random>
 #include <vector>
 
+#include "nn/cpu_context.h"
+#include "nn/linear.h"
+
 namespace shardema::mlp {
 namespace {
+
+const nn::CpuContext serial;
 
 std::vector<float> Rand(size_t n, std::mt19937& g, float scale = 1.f) {
   std::uniform_real_distribution<float> d(-scale, scale);
@@ -21,8 +26,8 @@ double Objective(Activation act, Loss loss, const std::vector<float>& x, const s
                  const std::vector<float>& b, const std::vector<float>& t, const std::vector<int64_t>& l,
                  int64_t rows, int64_t in, int64_t out) {
   std::vector<float> z(rows * out), a(rows * out), dy(rows * out);
-  LinearForward(x.data(), w.data(), b.data(), rows, in, out, z.data());
-  ActivationForward(act, z.data(), a.data(), rows * out);
+  nn::LinearForward(serial, x.data(), w.data(), b.data(), rows, in, out, z.data());
+  nn::ActivationForward(serial, act, z.data(), a.data(), rows * out);
   return *LossForward(loss, a.data(), t.data(), l.data(), rows, out, rows, dy.data());
 }
 
@@ -35,12 +40,12 @@ TEST_P(MlpMathGradTest, AnalyticGradientsMatchFiniteDifferences) {
   auto x = Rand(rows * in, g), w = Rand(out * in, g), b = Rand(out, g), t = Rand(rows * out, g);
   std::vector<int64_t> labels = {0, 2, 1, 1, 0};
   std::vector<float> z(rows * out), a(rows * out), dy(rows * out), dz(rows * out);
-  LinearForward(x.data(), w.data(), b.data(), rows, in, out, z.data());
-  ActivationForward(act, z.data(), a.data(), rows * out);
+  nn::LinearForward(serial, x.data(), w.data(), b.data(), rows, in, out, z.data());
+  nn::ActivationForward(serial, act, z.data(), a.data(), rows * out);
   ASSERT_TRUE(LossForward(loss, a.data(), t.data(), labels.data(), rows, out, rows, dy.data()).ok());
-  ActivationBackward(act, z.data(), dy.data(), dz.data(), rows * out);
+  nn::ActivationBackward(serial, act, z.data(), dy.data(), dz.data(), rows * out);
   std::vector<float> dw(out * in), db(out), dx(rows * in);
-  LinearBackward(x.data(), w.data(), dz.data(), rows, in, out, dw.data(), db.data(), dx.data());
+  nn::LinearBackward(serial, x.data(), w.data(), dz.data(), rows, in, out, dw.data(), db.data(), dx.data());
 
   auto check = [&](std::vector<float>& param, const std::vector<float>& grad, const char* what) {
     for (size_t i = 0; i < param.size(); ++i) {
@@ -67,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(All, MlpMathGradTest,
 TEST(MlpMathTest, KnownValues) {
   // gelu(1) = 0.8413447460685429 (PyTorch F.gelu), relu(-1) = 0.
   float z[2] = {1.f, -1.f}, a[2];
-  ActivationForward(Activation::kGelu, z, a, 2);
+  nn::ActivationForward(serial, Activation::kGelu, z, a, 2);
   EXPECT_NEAR(a[0], 0.8413447460685429, 1e-7);
   EXPECT_NEAR(a[1], -0.15865525393145707, 1e-7);
   // Cross entropy of logits [0, 0] with label 1 = log 2; the mean over a global batch of 2 rows

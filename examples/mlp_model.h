@@ -6,16 +6,14 @@
 // [D(i+1), Di] and "layers.{i}.bias" [D(i+1)] (torch.nn.Linear layout inside a ModuleList named
 // `layers`), so exported slots load into PyTorch unchanged.
 //
-// ForwardBackward (one micro-batch, collective: every rank calls it with its own rows):
-//   forward   gather unit 0; for each layer wait its gather, start the gather of the next one
-//             (prefetch), compute, ReleaseAfterForward — except the last layer, which stays
-//             gathered for the backward (as PyTorch FSDP does);
+// ForwardBackward (one micro-batch, collective: every rank calls it with its own rows) runs the
+// layers as the uses 0..L-1 of a UnitRunner (fsdp/unit_runner.h: prefetch, release after
+// forward, the last layer kept for the backward, reduce-scatters overlapped with the backward):
+//   forward   layer i: z_i = a_i W^T + b, a_(i+1) = act(z_i);
 //   loss      mean over the LOCAL rows (the store averages over ranks and micro-batches, which
 //             gives the global-batch mean when local batches are equal);
-//   backward  from the last layer down: wait the (re)gather of layer i and prefetch layer i-1,
-//             write dW, db straight into the unit gradient buffer, compute dx, release the unit,
-//             start its reduce-scatter, and wait for the previous layer's reduce-scatter only
-//             after this layer's backward compute (overlap).
+//   backward  layer i: dW, db written straight into the unit gradient buffer, dx, then through
+//             the activation of the layer below.
 // LossSum: forward only, summed per-row losses (mse: mean over outputs per row), collective.
 // With a bf16/f16 compute dtype the gathered unit is widened to f32 for the Eigen math; gradients
 // are f32 (the store's reduce dtype).
@@ -36,6 +34,8 @@
 #include "examples/model.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "fsdp/unit_runner.h"
+#include "nn/cpu_context.h"
 
 namespace shardema::examples {
 
@@ -54,7 +54,7 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 // corrupt file.
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
 
-class MlpModel final : public Model {
+class MlpModel final : public Model, private UnitModule {
  public:
   MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,
            mlp::Loss loss);
@@ -68,9 +68,10 @@ class MlpModel final : public Model {
   size_t num_layers() const { return layers_.size() - 1; }
 
  private:
-  // Runs the forward pass, keeping the pre-activations z_ and layer inputs a_. With
-  // keep_last == true the last unit stays gathered (one reference) for the backward.
-  Status Forward(const Batch& batch, bool keep_last);
+  // The runner's callbacks: layer `call.use` forward (keeping z_ and a_) and backward.
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
+  Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                     const std::vector<TensorView>& grads) override;
   // f32 pointers to the weight and bias of a gathered unit (widened into scratch if needed).
   StatusOr<std::pair<const float*, const float*>> Weights(size_t layer,
                                                           const std::vector<TensorView>& views);
@@ -81,8 +82,11 @@ class MlpModel final : public Model {
   mlp::Loss loss_;
   // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
   std::vector<std::vector<float>> a_, z_;
-  std::vector<float> dy_, dx_, widened_;
+  std::vector<float> dy_, dx_, widened_w_, widened_b_;
+  const nn::CpuContext ctx_;  // one thread
   int64_t rows_ = 0;
+  const Batch* batch_ = nullptr;  // the batch of the current call
+  StatusOr<UnitRunner> runner_;
 };
 
 }  // namespace shardema::examples

@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "examples/trainer.h"
+#include "examples/trainer_test_util.h"
 #include "tests/test_world.h"
 
 namespace shardema::examples {
@@ -23,16 +24,6 @@ using ::shardema::testing::World;
 constexpr char kData[] = "examples/testdata/parity_data.safetensors";
 constexpr char kInit[] = "examples/testdata/parity_init.safetensors";
 constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
-
-std::vector<float> ReadGolden(const SafetensorsFile& f, const std::string& name) {
-  const SafetensorsTensor* t = f.Find(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (t == nullptr) return {};
-  std::vector<float> v(size_t(NumElements(t->shape)));
-  Status st = f.ReadTensor(name, DType::kF32, v.data(), int64_t(v.size()));
-  EXPECT_TRUE(st.ok()) << st;
-  return v;
-}
 
 // max over elements of |got - want| / max(|want|, floor): relative error with an absolute floor
 // for values near zero.
@@ -61,7 +52,7 @@ TEST(ParityTest, MatchesPyTorchAdamWClippingAndEma) {
   const SafetensorsFile& g = **golden;
 
   // Losses: the global mean of every step, on every rank.
-  const std::vector<float> want_losses = ReadGolden(g, "losses");
+  const std::vector<float> want_losses = ReadF32(g, "losses");
   ASSERT_EQ(summary->losses.size(), want_losses.size());
   std::vector<float> got_losses(summary->losses.begin(), summary->losses.end());
   const double loss_err = MaxRelError(got_losses, want_losses);
@@ -82,9 +73,9 @@ TEST(ParityTest, MatchesPyTorchAdamWClippingAndEma) {
        std::vector<std::pair<std::string, const std::vector<FullTensor>*>>{
            {"params/", &*params}, {"ema_0.9/", &*ema9}, {"ema_0.99/", &*ema99}}) {
     for (const FullTensor& t : *tensors) {
-      const double e = MaxRelError(t.data, ReadGolden(g, prefix + t.name));
+      const double e = MaxRelError(t.data, ReadF32(g, prefix + t.name));
       (prefix == "params/" ? param_err : ema_err) = std::max(prefix == "params/" ? param_err : ema_err, e);
-      if (prefix == "params/") moved = std::max(moved, MaxRelError(t.data, ReadGolden(g, "ema_0.99/" + t.name)));
+      if (prefix == "params/") moved = std::max(moved, MaxRelError(t.data, ReadF32(g, "ema_0.99/" + t.name)));
     }
   }
   EXPECT_LT(param_err, 1e-5);

@@ -45,6 +45,7 @@ Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero 
 // The raw strings CLI11 collects; converted and validated by Finish().
 struct RawFlags {
   std::string layers, activation = "relu", loss = "mse", optim = "adamw", betas = "0.9,0.999";
+  std::string data_order = "shuffled";
   std::string precision = "fp32", lr_schedule = "constant", device = "cpu";
   std::string ema, ema_schedule = "constant", ema_sigma_rel, ema_half_life;
   std::vector<std::string> ema_specs;
@@ -94,7 +95,23 @@ Status AddEmaList(const std::string& flag, const std::string& text, const std::s
   return Status::Ok();
 }
 
-Status Finish(const RawFlags& raw, TrainConfig& c) {
+Status FinishGpt(const RawFlags& raw, TrainConfig& c) {
+  if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1) {
+    return InvalidArgument("--n-layer ", c.n_layer, ", --n-head ", c.n_head, ", --n-embd ", c.n_embd,
+                           " and --block-size ", c.block_size, " must be >= 1");
+  }
+  if (c.n_embd % c.n_head != 0) {
+    return InvalidArgument("--n-embd ", c.n_embd, " is not divisible by --n-head ", c.n_head);
+  }
+  if (c.data.empty()) return InvalidArgument("--data is required (a text file, or .safetensors with tokens)");
+  ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(raw.data_order));
+  if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
+  RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
+  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
+  return Status::Ok();
+}
+
+Status FinishMlp(const RawFlags& raw, TrainConfig& c) {
   if (raw.layers.empty()) return InvalidArgument("--layers is required (e.g. --layers 784,256,10)");
   ASSIGN_OR_RETURN(c.layers, ParseIntList("--layers", raw.layers));
   if (c.layers.size() < 2) {
@@ -110,6 +127,11 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
                            c.layers.back());
   }
   if (c.synthetic_rows < 1) return InvalidArgument("--synthetic-rows ", c.synthetic_rows, " < 1");
+  return Status::Ok();
+}
+
+Status Finish(const RawFlags& raw, TrainConfig& c) {
+  RETURN_IF_ERROR(c.model == ModelKind::kGpt ? FinishGpt(raw, c) : FinishMlp(raw, c));
   if (c.batch < 1) return InvalidArgument("--batch ", c.batch, " < 1");
   if (c.grad_accum < 1) return InvalidArgument("--grad-accum ", c.grad_accum, " < 1");
   if (c.batch % c.grad_accum != 0) {
@@ -215,6 +237,19 @@ std::vector<std::string> EmaHorizonWarnings(const TrainConfig& c) {
   }
   return out;
 }
+const char* kGptDescription =
+    "Trains a nanoGPT-shaped transformer (byte vocabulary, PyTorch parameter names, lm_head tied\n"
+    "to wte) with the sharded parameter store, AdamW/SGD and sharded EMA slots.\n"
+    "Run as: mpirun -np W train_gpt --data input.txt --n-layer 4 --n-head 4 --n-embd 128 ...\n"
+    "--data: the raw bytes of a file are the tokens, or a .safetensors with tokens\n"
+    "(U8/U16/I32/I64 [N]). Step s uses --batch B sequences of --block-size T tokens; rank r of W\n"
+    "takes sequences j in [r*B/W, (r+1)*B/W) (per micro-batch with --grad-accum). --data-order\n"
+    "sequential: sequence j starts at ((s*B + j)*T) mod (N - T); shuffled: a seeded permutation,\n"
+    "per epoch, of the windows k*T (the same at every world size). Without --init, nanoGPT's\n"
+    "init (N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm 1/0) from\n"
+    "an RNG seeded by (--seed, parameter name). Weight decay applies to >= 2-D parameters only.\n"
+    "EMA flags as train_mlp (--ema, --ema-sigma-rel, --ema-half-life, --ema-spec).\n"
+    "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
 
 const char* kDescription =
     "Trains a multilayer perceptron with the sharded parameter store (FSDP-style), AdamW/SGD and\n"
@@ -290,14 +325,28 @@ StatusOr<EmaConfig> ParseEmaSpec(const std::string& text) {
 nlohmann::json TrainConfig::ToJson() const {
   nlohmann::json emas_json = nlohmann::json::array();
   for (const EmaConfig& e : emas) emas_json.push_back(e.ToJson());
-  return {{"layers", layers},
-          {"activation", activation == mlp::Activation::kRelu ? "relu" : "gelu"},
-          {"loss", loss == mlp::Loss::kMse ? "mse" : "cross_entropy"},
-          {"data", data},
+  nlohmann::json model_json;
+  if (model == ModelKind::kGpt) {
+    model_json = {{"model", "gpt"},
+                  {"n_layer", n_layer},
+                  {"n_head", n_head},
+                  {"n_embd", n_embd},
+                  {"block_size", block_size},
+                  {"data_order", DataOrderName(data_order)},
+                  {"sample", sample},
+                  {"temperature", temperature},
+                  {"recompute", recompute},
+                  {"compute_threads", compute_threads}};
+  } else {
+    model_json = {{"layers", layers},
+                  {"activation", activation == mlp::Activation::kRelu ? "relu" : "gelu"},
+                  {"loss", loss == mlp::Loss::kMse ? "mse" : "cross_entropy"},
+                  {"synthetic_rows", synthetic_rows}};
+  }
+  nlohmann::json j = {{"data", data},
           {"eval_data", eval_data},
           {"init", init},
           {"seed", seed},
-          {"synthetic_rows", synthetic_rows},
           {"batch", batch},
           {"grad_accum", grad_accum},
           {"steps", steps},
@@ -322,6 +371,8 @@ nlohmann::json TrainConfig::ToJson() const {
           {"eval_batch", eval_batch},
           {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
           {"allow_tf32", allow_tf32}};
+  j.update(model_json);
+  return j;
 }
 
 nlohmann::json TrainConfig::AgreementJson() const {
@@ -340,18 +391,27 @@ nlohmann::json TrainConfig::AgreementJson() const {
 nlohmann::json TrainConfig::HparamsJson() const {
   const nlohmann::json all = ToJson();
   nlohmann::json h;
-  for (const char* k : {"layers", "activation", "loss", "data", "init", "seed", "synthetic_rows",
-                        "batch", "grad_accum", "precision"}) {
-    h[k] = all[k];
-  }
+  const std::vector<const char*> keys =
+      model == ModelKind::kGpt
+          ? std::vector<const char*>{"model", "n_layer", "n_head", "n_embd", "block_size", "data",
+                                     "init", "seed", "batch", "grad_accum", "precision",
+                                     "data_order"}
+          : std::vector<const char*>{"layers", "activation", "loss", "data", "init", "seed",
+                                     "synthetic_rows", "batch", "grad_accum", "precision"};
+  for (const char* k : keys) h[k] = all[k];
   return h;
 }
 
 Status TrainConfig::CheckForWorld(int world_size) const {
   if (world_size < 1) return InvalidArgument("world size ", world_size, " < 1");
   // A config built in code rather than parsed: the invariants the trainer relies on.
-  if (layers.size() < 2) return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
-  for (int64_t d : layers) {
+  if (model == ModelKind::kGpt) {
+    if (n_layer < 1 || n_head < 1 || n_embd < 1 || block_size < 1 || n_embd % n_head != 0) {
+      return InvalidArgument("GPT shape: --n-layer ", n_layer, " --n-head ", n_head, " --n-embd ",
+                             n_embd, " --block-size ", block_size, " (n_embd must divide by n_head)");
+    }
+  } else if (layers.size() < 2) return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
+  for (int64_t d : model == ModelKind::kGpt ? std::vector<int64_t>{} : layers) {
     if (d <= 0) return InvalidArgument("--layers: size ", d, " is not positive");
   }
   if (batch < 1 || grad_accum < 1 || eval_batch < 1 || synthetic_rows < 1) {
@@ -366,23 +426,50 @@ Status TrainConfig::CheckForWorld(int world_size) const {
   return Status::Ok();
 }
 
-StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
+namespace {
+
+StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind model) {
   ParsedArgs out;
   TrainConfig& c = out.config;
+  c.model = model;
   RawFlags raw;
-  CLI::App app(kDescription, argc > 0 ? argv[0] : "train_mlp");
+  const bool gpt = model == ModelKind::kGpt;
+  if (gpt) {  // nanoGPT's defaults
+    c.weight_decay = 0.1;
+    c.clip_norm = 1.0;
+    raw.betas = "0.9,0.95";
+  }
+  CLI::App app(gpt ? kGptDescription : kDescription,
+               argc > 0 ? argv[0] : (gpt ? "train_gpt" : "train_mlp"));
   // A repeated flag takes its last value (argparse's rule), except --ema-spec, which collects.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(34);
   // Model and data.
-  app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
-  app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
-  app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
-  app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
-  app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
-  app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
-  app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
-  app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();
+  if (gpt) {
+    app.add_option("--n-layer", c.n_layer, "transformer blocks")->capture_default_str();
+    app.add_option("--n-head", c.n_head, "attention heads (divide --n-embd)")->capture_default_str();
+    app.add_option("--n-embd", c.n_embd, "model width C")->capture_default_str();
+    app.add_option("--block-size", c.block_size, "sequence length T")->capture_default_str();
+    app.add_option("--data", c.data, "text file (bytes are tokens) or .safetensors with tokens [N]");
+    app.add_option("--eval-data", c.eval_data, "like --data, for evaluation (default: training tokens)");
+    app.add_option("--data-order", raw.data_order, "shuffled | sequential")->capture_default_str();
+    app.add_option("--init", c.init, "safetensors with the model's PyTorch state_dict (lm_head optional)");
+    app.add_option("--seed", c.seed, "seed of the init, the data order and sampling")->capture_default_str();
+    app.add_option("--sample", c.sample, "bytes to generate at the end from live and EMA weights")
+        ->capture_default_str();
+    app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")->capture_default_str();
+    app.add_flag("--recompute", c.recompute, "recompute each block's activations in the backward");
+    app.add_option("--compute-threads", c.compute_threads, "threads of the CPU layers")->capture_default_str();
+  } else {
+    app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
+    app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
+    app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
+    app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
+    app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
+    app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
+    app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
+    app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();
+  }
   // Batching.
   app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
   app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")->capture_default_str();
@@ -455,10 +542,32 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   return out;
 }
 
-StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args) {
-  std::vector<const char*> argv = {"train_mlp"};
+}  // namespace
+
+StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
+  return ParseConfig(argc, argv, ModelKind::kMlp);
+}
+
+StatusOr<ParsedArgs> ParseGptConfig(int argc, const char* const* argv) {
+  return ParseConfig(argc, argv, ModelKind::kGpt);
+}
+
+namespace {
+
+StatusOr<ParsedArgs> ParseVector(const std::vector<std::string>& args, ModelKind model) {
+  std::vector<const char*> argv = {model == ModelKind::kGpt ? "train_gpt" : "train_mlp"};
   for (const std::string& a : args) argv.push_back(a.c_str());
-  return ParseTrainConfig(int(argv.size()), argv.data());
+  return ParseConfig(int(argv.size()), argv.data(), model);
+}
+
+}  // namespace
+
+StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args) {
+  return ParseVector(args, ModelKind::kMlp);
+}
+
+StatusOr<ParsedArgs> ParseGptConfig(const std::vector<std::string>& args) {
+  return ParseVector(args, ModelKind::kGpt);
 }
 
 }  // namespace shardema::examples

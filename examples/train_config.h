@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ema/schedule.h"
+#include "examples/gpt_data.h"
 #include "examples/mlp_math.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
@@ -35,8 +36,12 @@
 
 namespace shardema::examples {
 
+// Which trainer the flags are for: train_mlp or train_gpt (examples/gpt_model.h).
+enum class ModelKind { kMlp, kGpt };
+
 struct TrainConfig {
-  // Model and task.
+  ModelKind model = ModelKind::kMlp;
+  // Model and task (train_mlp).
   std::vector<int64_t> layers;  // D0, D1, ..., DL (at least two, all > 0)
   mlp::Activation activation = mlp::Activation::kRelu;
   mlp::Loss loss = mlp::Loss::kMse;
@@ -45,6 +50,13 @@ struct TrainConfig {
   std::string init;       // --init: parameters by name; empty = seeded PyTorch-style init
   uint64_t seed = 0;
   int64_t synthetic_rows = 1024;  // rows of the synthetic task
+
+  // Model and data (train_gpt; --data is required, byte vocabulary of 256).
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
+  DataOrder data_order = DataOrder::kShuffled;
+  int64_t sample = 0;        // --sample N: bytes generated at the end from live and EMA weights
+  double temperature = 1.0;  // sampling temperature (0: argmax)
+  bool recompute = false;    // --recompute: activation recomputation per block
 
   // Batching and steps.
   int64_t batch = 32;      // global batch B per optimizer step
@@ -91,6 +103,7 @@ struct TrainConfig {
   bool comm_checks = true;   // CommOptions::check_args
   double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
   int optimizer_threads = 1;
+  int compute_threads = 1;   // --compute-threads: threads of the CPU layers (train_gpt)
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;
@@ -117,10 +130,16 @@ struct ParsedArgs {
   std::string help_text;
 };
 
-// Parses argv (argv[0] is the program name). Errors: kInvalidArgument naming the flag.
+// Parses train_mlp's argv (argv[0] is the program name). Errors: kInvalidArgument naming the flag.
 StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv);
 // The same from a vector of arguments (without the program name); for tests and tools.
 StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args);
+// train_gpt's flags: the model flags (--n-layer, --n-head, --n-embd, --block-size, --data-order,
+// --sample, --temperature, --recompute, --compute-threads) replace train_mlp's (--layers,
+// --activation, --loss, --synthetic-rows); everything else is shared, with nanoGPT's defaults
+// for --weight-decay 0.1, --betas 0.9,0.95 and --clip-norm 1. --data is required.
+StatusOr<ParsedArgs> ParseGptConfig(int argc, const char* const* argv);
+StatusOr<ParsedArgs> ParseGptConfig(const std::vector<std::string>& args);
 
 // "--layers 6,9,3" style helpers, exposed for tests. Errors name `flag` and the bad item.
 StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);

@@ -248,5 +248,53 @@ TEST(TrainConfigTest, ListHelpers) {
   EXPECT_FALSE(ParseDoubleList("--x", "nan").ok());
 }
 
+TEST(TrainConfigTest, GptFlags) {
+  StatusOr<ParsedArgs> p = ParseGptConfig(std::vector<std::string>{
+      "--data", "input.txt", "--n-layer", "3", "--n-head", "4", "--n-embd", "48", "--block-size",
+      "32", "--data-order", "sequential", "--sample", "100", "--temperature", "0.8", "--recompute",
+      "--compute-threads", "2", "--batch", "8"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const TrainConfig& c = p->config;
+  EXPECT_EQ(c.model, ModelKind::kGpt);
+  EXPECT_EQ(c.n_layer, 3);
+  EXPECT_EQ(c.n_head, 4);
+  EXPECT_EQ(c.n_embd, 48);
+  EXPECT_EQ(c.block_size, 32);
+  EXPECT_EQ(c.data_order, DataOrder::kSequential);
+  EXPECT_EQ(c.sample, 100);
+  EXPECT_DOUBLE_EQ(c.temperature, 0.8);
+  EXPECT_TRUE(c.recompute);
+  EXPECT_EQ(c.compute_threads, 2);
+  // nanoGPT's defaults where train_mlp's differ.
+  EXPECT_DOUBLE_EQ(c.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(c.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(c.clip_norm, 1.0);
+  // The hyperparameters a resume compares hold the model shape and the data order.
+  const nlohmann::json h = c.HparamsJson();
+  EXPECT_EQ(h["n_embd"], 48);
+  EXPECT_EQ(h["data_order"], "sequential");
+  EXPECT_FALSE(h.contains("layers"));
+  EXPECT_TRUE(c.CheckForWorld(4).ok());
+  EXPECT_FALSE(c.CheckForWorld(3).ok());
+  // Default order, and errors naming the flag.
+  StatusOr<ParsedArgs> d = ParseGptConfig(std::vector<std::string>{"--data", "x"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->config.data_order, DataOrder::kShuffled);
+  for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--n-layer", "2"}, "--data is required"},
+           {{"--data", "x", "--n-embd", "30", "--n-head", "4"}, "--n-embd 30 is not divisible by --n-head 4"},
+           {{"--data", "x", "--data-order", "random"}, "--data-order: 'random'"},
+           {{"--data", "x", "--block-size", "0"}, "must be >= 1"},
+           {{"--data", "x", "--temperature", "-1"}, "--temperature"},
+           {{"--data", "x", "--layers", "2,3"}, "--layers"}}) {
+    StatusOr<ParsedArgs> bad = ParseGptConfig(args);
+    ASSERT_FALSE(bad.ok()) << fragment;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(fragment), std::string::npos) << bad.status();
+  }
+  // train_mlp does not take the GPT flags.
+  EXPECT_FALSE(ParseTrainConfig(std::vector<std::string>{"--layers", "2,3", "--n-layer", "2"}).ok());
+}
+
 }  // namespace
 }  // namespace shardema::examples

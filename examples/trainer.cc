@@ -10,6 +10,7 @@
 #include "examples/config_agreement.h"
 #include "examples/cuda/mlp_model_cuda.h"
 #include "examples/memory_estimate.h"
+#include "examples/gpt_model.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 
@@ -21,6 +22,30 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+const char* ProgramName(const TrainConfig& c) {
+  return c.model == ModelKind::kGpt ? "train_gpt" : "train_mlp";
+}
+
+GptShape GptShapeOf(const TrainConfig& c) {
+  GptShape s;
+  s.n_layer = c.n_layer;
+  s.n_head = c.n_head;
+  s.n_embd = c.n_embd;
+  s.block_size = c.block_size;
+  return s;
+}
+
+// nanoGPT's grouping: no weight decay for parameters with fewer than two dimensions (biases and
+// LayerNorm weights). Checked against the shapes in Trainer::Setup.
+std::vector<ParamGroupRule> NoDecayRules(const TrainConfig& c) {
+  if (c.model != ModelKind::kGpt) return {};
+  std::vector<ParamGroupRule> rules(2);
+  rules[0].pattern = "*.bias";
+  rules[1].pattern = "*.ln_*.weight";
+  for (ParamGroupRule& r : rules) r.weight_decay = 0.0;
+  return rules;
 }
 
 OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
@@ -39,6 +64,7 @@ OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
   o.defaults.momentum = c.momentum;
   o.max_grad_norm = c.clip_norm;
   o.num_threads = c.optimizer_threads;
+  o.groups = NoDecayRules(c);
   return o;
 }
 
@@ -93,19 +119,7 @@ Status Trainer::Setup() {
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
 
   // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
-  {
-    StatusOr<Dataset> d = c.data.empty()
-                              ? StatusOr<Dataset>(MakeSyntheticDataset(c.seed, c.layers, c.activation,
-                                                                       c.loss, c.synthetic_rows))
-                              : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back());
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
-    data_ = std::move(d).value();
-    if (!c.eval_data.empty()) {
-      StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back());
-      RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
-      eval_data_ = std::move(e).value();
-    }
-  }
+  RETURN_IF_ERROR(LoadData());
 
   // Store, parameters, EMA slots, optimizer.
   StoreOptions so;
@@ -118,25 +132,35 @@ Status Trainer::Setup() {
   }
   {
     StatusOr<std::unique_ptr<ShardedParameterStore>> s =
-        ShardedParameterStore::Create(MlpUnits(c.layers), {}, store_comm, so);
+        ShardedParameterStore::Create(
+            c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {},
+            store_comm, so);
     RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
     store_ = std::move(s).value();
   }
-  Status init = c.init.empty() ? InitMlpFromSeed(store_.get(), c.layers, c.seed)
-                               : InitMlpFromFile(store_.get(), c.init);
+  Status init;
+  if (c.model == ModelKind::kGpt) {
+    init = c.init.empty() ? InitGptFromSeed(store_.get(), GptShapeOf(c), c.seed)
+                          : InitGptFromFile(store_.get(), c.init);
+  } else {
+    init = c.init.empty() ? InitMlpFromSeed(store_.get(), c.layers, c.seed)
+                          : InitMlpFromFile(store_.get(), c.init);
+  }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
   if (!c.emas.empty()) {
     ASSIGN_OR_RETURN(emas_, EmaSlots::Create(store_.get(), c.emas));
   }
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(store_.get(), emas_.get(), OptimizerOptionsFor(c)));
-  if (store_->device().is_cuda()) {
-    StatusOr<std::unique_ptr<MlpModelCuda>> m =
-        MlpModelCuda::Create(store_.get(), c.layers, c.activation, c.loss, c.allow_tf32);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
-    model_ = std::move(m).value();
-  } else {
-    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+  for (const UnitLayout& u : store_->layout().units()) {
+    for (const ParamLayout& p : u.params) {
+      const bool decays = optimizer_->group_hyper(optimizer_->GroupOf(p.name)).weight_decay != 0;
+      if (c.model == ModelKind::kGpt && c.weight_decay != 0 && decays != (p.shape.size() >= 2)) {
+        return Internal("weight decay grouping: parameter '", p.name, "' of shape ",
+                        ShapeToString(p.shape), (decays ? " decays" : " does not decay"));
+      }
+    }
   }
+  RETURN_IF_ERROR(CreateModel());
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
@@ -157,12 +181,12 @@ Status Trainer::Setup() {
     metrics_ = std::move(m).value();
   }
   if (rank == 0) {
-    LOG_INFO << "train_mlp: " << store_->layout().total_numel() << " parameters in "
+    LOG_INFO << ProgramName(c) << ": " << store_->layout().total_numel() << " parameters in "
              << store_->num_units() << " units over " << world << " rank(s) on "
              << (store_->device().is_cuda() ? "cuda (rank 0: " + store_->device().ToString() + ")"
                                             : std::string("cpu"))
-             << "; data " << data_.source
-             << " (" << data_.rows << " rows); " << (emas_ ? emas_->size() : 0) << " EMA slot(s)";
+             << "; data " << data_.source << " (" << data_.rows
+             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ") << (emas_ ? emas_->size() : 0) << " EMA slot(s)";
     if (resume_.resumed) {
       LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
                << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
@@ -173,6 +197,85 @@ Status Trainer::Setup() {
     }
   }
   return Status::Ok();
+}
+
+Status Trainer::LoadData() {
+  const TrainConfig& c = config_;
+  if (c.model == ModelKind::kGpt) {
+    const int64_t vocab = GptShape().vocab;
+    StatusOr<TokenData> d = LoadTokens(c.data, vocab, c.block_size);
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
+    tokens_ = std::move(d).value();
+    if (!c.eval_data.empty()) {
+      StatusOr<TokenData> e = LoadTokens(c.eval_data, vocab, c.block_size);
+      RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
+      eval_tokens_ = std::move(e).value();
+    }
+    order_ = std::make_unique<SequenceOrder>(c.data_order, c.seed, tokens_.size(), c.block_size,
+                                             c.batch);
+    data_.source = tokens_.source;
+    data_.rows = tokens_.size();
+    return Status::Ok();
+  }
+  StatusOr<Dataset> d = c.data.empty()
+                            ? StatusOr<Dataset>(MakeSyntheticDataset(c.seed, c.layers, c.activation,
+                                                                     c.loss, c.synthetic_rows))
+                            : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back());
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
+  data_ = std::move(d).value();
+  if (!c.eval_data.empty()) {
+    StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back());
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
+    eval_data_ = std::move(e).value();
+  }
+  return Status::Ok();
+}
+
+Status Trainer::CreateModel() {
+  const TrainConfig& c = config_;
+  if (c.model == ModelKind::kGpt) {
+    if (store_->device().is_cuda()) {
+      return AgreeOnStatus(comm_, Unimplemented("train_gpt --device cuda: the GPU model is not "
+                                                "implemented yet; use --device cpu"), "GPU model");
+    }
+    StatusOr<std::unique_ptr<GptModel>> m =
+        GptModel::Create(store_.get(), GptShapeOf(c), c.compute_threads, c.recompute);
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPT model"));
+    model_ = std::move(m).value();
+  } else if (store_->device().is_cuda()) {
+    StatusOr<std::unique_ptr<MlpModelCuda>> m =
+        MlpModelCuda::Create(store_.get(), c.layers, c.activation, c.loss, c.allow_tf32);
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
+    model_ = std::move(m).value();
+  } else {
+    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+  }
+  return Status::Ok();
+}
+
+void Trainer::FillTrainBatch(int64_t step, RowSpan span) {
+  if (config_.model == ModelKind::kGpt) {
+    FillStepSequences(tokens_, order_.get(), step, span, config_.block_size, &batch_);
+  } else {
+    FillStepBatch(data_, step, config_.batch, span, &batch_);
+  }
+}
+
+int64_t Trainer::EvalRows() const {
+  if (config_.model == ModelKind::kGpt) {
+    return NumWindows(eval_tokens_.size() > 0 ? eval_tokens_.size() : tokens_.size(),
+                      config_.block_size);
+  }
+  return eval_data_.rows > 0 ? eval_data_.rows : data_.rows;
+}
+
+void Trainer::FillEvalBatch(RowSpan span, Batch* out) const {
+  if (config_.model == ModelKind::kGpt) {
+    FillWindowSequences(eval_tokens_.size() > 0 ? eval_tokens_ : tokens_, span, config_.block_size,
+                        out);
+  } else {
+    FillRowBatch(eval_data_.rows > 0 ? eval_data_ : data_, span, out);
+  }
 }
 
 Status Trainer::CheckDevice() const {
@@ -206,7 +309,7 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
-    FillStepBatch(data_, step, c.batch, span, &batch_);
+    FillTrainBatch(step, span);
     ASSIGN_OR_RETURN(double loss, model_->ForwardBackward(batch_));
     loss_sum += loss;
   }
@@ -222,12 +325,12 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
 }
 
 StatusOr<double> Trainer::EvalPass() {
-  const Dataset& d = eval_data_.rows > 0 ? eval_data_ : data_;
+  const int64_t rows = EvalRows();
   const int world = comm_->world_size();
-  const RowSpan mine = EvalSpan(d.rows, comm_->rank(), world);
+  const RowSpan mine = EvalSpan(rows, comm_->rank(), world);
   // Every rank runs the same number of forwards (gathers are collective).
   int64_t most = 0;
-  for (int r = 0; r < world; ++r) most = std::max(most, EvalSpan(d.rows, r, world).size());
+  for (int r = 0; r < world; ++r) most = std::max(most, EvalSpan(rows, r, world).size());
   const int64_t chunks = (most + config_.eval_batch - 1) / config_.eval_batch;
   double local = 0;
   Batch b;
@@ -235,31 +338,38 @@ StatusOr<double> Trainer::EvalPass() {
     RowSpan span;
     span.begin = std::min(mine.end, mine.begin + k * config_.eval_batch);
     span.end = std::min(mine.end, span.begin + config_.eval_batch);
-    FillRowBatch(d, span, &b);
+    FillEvalBatch(span, &b);
     ASSIGN_OR_RETURN(double sum, model_->LossSum(b));
     local += sum;
   }
   float mine_f = float(local), total = 0.f;
   RETURN_IF_ERROR(comm_->AllReduce(&mine_f, &total, 1, DType::kF32));
-  return double(total) / double(d.rows);
+  return double(total) / double(rows);
+}
+
+Status Trainer::ForEachWeights(const std::function<Status(const std::string& name)>& fn) {
+  RETURN_IF_ERROR(fn("live"));
+  for (size_t i = 0; emas_ != nullptr && i < emas_->size(); ++i) {
+    if (!emas_->counters(i).started()) continue;  // a slot with a later start step
+    const std::string& name = emas_->config(i).name;
+    RETURN_IF_ERROR(emas_->Swap(name));
+    Status st = fn(name);
+    Status back = emas_->SwapBack();
+    RETURN_IF_ERROR(st);
+    RETURN_IF_ERROR(back);
+  }
+  return Status::Ok();
 }
 
 StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
   EvalLosses e;
   e.step = step;
-  e.rows = eval_data_.rows > 0 ? eval_data_.rows : data_.rows;
-  ASSIGN_OR_RETURN(double live, EvalPass());
-  e.losses.emplace_back("live", live);
-  for (size_t i = 0; emas_ != nullptr && i < emas_->size(); ++i) {
-    if (!emas_->counters(i).started()) continue;  // a slot with a later start step
-    const std::string& name = emas_->config(i).name;
-    RETURN_IF_ERROR(emas_->Swap(name));
-    StatusOr<double> loss = EvalPass();
-    Status back = emas_->SwapBack();
-    RETURN_IF_ERROR(loss.status());
-    RETURN_IF_ERROR(back);
-    e.losses.emplace_back(name, *loss);
-  }
+  e.rows = EvalRows();
+  RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
+    ASSIGN_OR_RETURN(double loss, EvalPass());
+    e.losses.emplace_back(name, loss);
+    return Status::Ok();
+  }));
   return e;
 }
 
@@ -284,6 +394,22 @@ std::string FormatEta(std::chrono::steady_clock::time_point start, int64_t steps
 }
 
 }  // namespace
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> Trainer::Samples() {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto* gpt = dynamic_cast<GptModel*>(model_.get());
+  if (gpt == nullptr || config_.sample == 0) return out;
+  RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
+    ASSIGN_OR_RETURN(std::vector<int64_t> toks,
+                     gpt->Sample({int64_t('\n')}, config_.sample, config_.temperature,
+                                 config_.seed, "sample"));
+    std::string text;
+    for (int64_t t : toks) text.push_back(char(t));
+    out.emplace_back(name, text);
+    return Status::Ok();
+  }));
+  return out;
+}
 
 StatusOr<TrainSummary> Trainer::Run() {
   const TrainConfig& c = config_;
@@ -337,6 +463,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.final_step = optimizer_->step();
   ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
+  ASSIGN_OR_RETURN(s.samples, Samples());
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;

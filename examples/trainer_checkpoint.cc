@@ -1,5 +1,7 @@
 #include "examples/trainer_checkpoint.h"
 
+#include "examples/gpt_model.h"
+
 #include <set>
 
 #include "checkpoint/collective_bytes.h"
@@ -68,6 +70,12 @@ nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& o
        {{"seed", config.seed},
         {"generator", "splitmix64(seed ^ fnv1a(name)) per parameter / data tensor"},
         {"draws_during_training", 0}}}};
+  if (config.model == ModelKind::kGpt) {
+    // data.rows is the token count; the order is a pure function of (seed, step, j).
+    meta["trainer"]["data"]["order"] = DataOrderName(config.data_order);
+    meta["trainer"]["data"]["next_sequence"] = step * config.batch;
+    meta["tied_weights"] = GptTiedNames();  // exported under both names (checkpoint/export.h)
+  }
   return meta;
 }
 

@@ -11,6 +11,8 @@
 //                            "data": {"next_step", "next_row", "rows", "source"} (the loader's
 //                            position: step s starts at row (s*B) mod N),
 //                            "rng": {"seed", "generator", "draws_during_training": 0}}
+//   train_gpt also: "trainer.data" {"order", "next_sequence" = step * B} (rows = tokens), and
+//                           "tied_weights" {"lm_head.weight": "transformer.wte.weight"}
 // The trainer draws random numbers only while initialising (keyed by (seed, name), rng.h), so
 // the seed is the whole RNG state; it is recorded and compared on resume.
 //

@@ -20,10 +20,13 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
-#include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
 #include "examples/trainer.h"
+#include "examples/trainer_test_util.h"
+#include "nn/activation.h"
+#include "nn/cpu_context.h"
+#include "nn/linear.h"
 #include "tests/test_world.h"
 
 namespace shardema::examples {
@@ -33,59 +36,20 @@ using ::shardema::testing::World;
 
 TrainConfig Config(const std::string& args) { return ParseTestConfig(args + " --log-every 0"); }
 
-struct TrainRun {
-  std::unique_ptr<Trainer> trainer;
-  TrainSummary summary;
-};
-
 StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
-  TrainRun r;
-  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(Config(args), comm));
-  ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
-  return r;
-}
-
-// Master then every EMA slot, gathered on rank 0 (collective).
-std::vector<std::vector<FullTensor>> GatherState(const Trainer& t) {
-  std::vector<std::vector<FullTensor>> out;
-  auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
-  EXPECT_TRUE(m.ok()) << m.status();
-  out.push_back(m.ok() ? *m : std::vector<FullTensor>{});
-  for (size_t i = 0; t.emas() != nullptr && i < t.emas()->size(); ++i) {
-    auto e = t.emas()->CopyTo(t.emas()->config(i).name, 0);
-    EXPECT_TRUE(e.ok()) << e.status();
-    out.push_back(e.ok() ? *e : std::vector<FullTensor>{});
-  }
-  return out;
-}
-
-double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a, const std::vector<std::vector<FullTensor>>& b) {
-  double err = 0;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
-    EXPECT_EQ(a[s].size(), b[s].size());
-    for (size_t t = 0; t < std::min(a[s].size(), b[s].size()); ++t) {
-      EXPECT_EQ(a[s][t].name, b[s][t].name);
-      EXPECT_EQ(a[s][t].data.size(), b[s][t].data.size());
-      for (size_t i = 0; i < std::min(a[s][t].data.size(), b[s][t].data.size()); ++i) {
-        const double x = a[s][t].data[i], y = b[s][t].data[i];
-        err = std::max(err, std::fabs(x - y) / std::max(std::fabs(y), 1e-2));
-      }
-    }
-  }
-  return err;
+  return RunTrainer(Config(args), comm);
 }
 
 // The W-rank run against a serial run of the same config on rank 0.
 void ExpectWorldSizeInvariant(const std::string& args, double tol) {
-  StatusOr<TrainRun> dist = Train(args, World());
-  ASSERT_TRUE(dist.ok()) << dist.status();
-  const auto got = GatherState(*dist->trainer);
+  StatusOr<WorldAndSerial> runs = RunWorldAndSerial(Config(args), World());
+  ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
+  const TrainRun* dist = &runs->world;
+  const TrainRun* serial = &runs->serial;
+  const State& got = runs->world_state;
+  const State& want = runs->serial_state;
   SelfCommunicator self;
-  StatusOr<TrainRun> serial = Train(args, &self);
-  ASSERT_TRUE(serial.ok()) << serial.status();
-  const auto want = GatherState(*serial->trainer);
   const double err = MaxRelDiff(got, want);
   EXPECT_LT(err, tol) << args;
   if (World()->world_size() == 1) EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
@@ -137,6 +101,7 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
   // Independent forward over all rows with the gathered EMA weights.
   const Dataset& d = run->trainer->data();
   const std::vector<int64_t> L = {4, 6, 3};
+  const nn::CpuContext serial;
   std::vector<float> h = d.x, z;
   auto find = [&](const std::string& name) -> const FullTensor& {
     for (const FullTensor& t : *ema) {
@@ -150,9 +115,9 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
     const FullTensor& b = find("layers." + std::to_string(i) + ".bias");
     ASSERT_EQ(w.data.size(), size_t(L[i] * L[i + 1]));
     z.assign(size_t(d.rows * L[i + 1]), 0.f);
-    mlp::LinearForward(h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
+    nn::LinearForward(serial, h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
     h.assign(z.size(), 0.f);
-    if (i == 0) mlp::ActivationForward(mlp::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
+    if (i == 0) nn::ActivationForward(serial, nn::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
     if (i == 1) h = z;
   }
   double want = 0;

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <string>
 
 #if SHARDEMA_WITH_CUDA
-#include "examples/cuda/mlp_kernels.h"
 #include "framework/cuda/convert_kernels.h"
+#include "nn/cuda/elementwise_kernels.h"
+#include "nn/cuda/loss_kernels.h"
 #endif
 
 namespace shardema::examples {
@@ -67,13 +67,15 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
                            store->num_units(), " units");
   }
   std::unique_ptr<MlpModelCuda> m(new MlpModelCuda(store, std::move(layers), activation, loss));
+  ASSIGN_OR_RETURN(UnitRunner runner, UnitRunner::Create(store, SequentialSchedule(m->num_layers())));
+  m->runner_.emplace(std::move(runner));
   m->dev_ = store->device();
   m->stream_ = store->stream();
   m->compute_dtype_ = store->options().compute_dtype;
   m->max_dim_ = *std::max_element(m->layers_.begin(), m->layers_.end());
   m->z_.resize(m->num_layers());
   m->a_.resize(m->num_layers());
-  ASSIGN_OR_RETURN(m->gemm_, mlp::CublasLinear::Create(m->stream_, allow_tf32));
+  ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
   ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
@@ -149,40 +151,69 @@ StatusOr<const void*> MlpModelCuda::GemmOperand(const float* src, int64_t n, Buf
   return static_cast<const void*>(scratch->data());
 }
 
-Status MlpModelCuda::Forward(bool keep_last) {
-  const size_t L = num_layers();
-  ASSIGN_OR_RETURN(GatherHandle next, store_->GatherAsync(0));
-  for (size_t i = 0; i < L; ++i) {
-    ASSIGN_OR_RETURN(std::vector<TensorView> views, next.Wait());
-    if (i + 1 < L) {
-      ASSIGN_OR_RETURN(next, store_->GatherAsync(i + 1));  // prefetch, before layer i's kernels
-    }
-    if (views.size() != 2) {
-      return Internal("unit '", LayerName(i), "' has ", views.size(), " tensors, expected 2");
-    }
-    const int64_t in = layers_[i], out = layers_[i + 1];
-    const float* x = i == 0 ? x_.as<const float>() : a_[i].as<const float>();
-    float* z = z_[i].as<float>();
-    ASSIGN_OR_RETURN(const void* xin, GemmOperand(x, rows_ * in, &lowp_b_));
-    Status st = gemm_->Forward(xin, views[0].data, views[0].dtype, rows_, in, out, z);
-    if (st.ok()) st = mlp::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
-    if (st.ok() && i + 1 < L) {
-      st = mlp::LaunchActivationForward(activation_, z, a_[i + 1].as<float>(), rows_ * out,
-                                        stream_.native);
-    }
-    if (!st.ok()) return st.WithContext("forward of " + LayerName(i));
-    if (i + 1 < L || !keep_last) RETURN_IF_ERROR(store_->ReleaseAfterForward(i));
+Status MlpModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
+  const size_t i = call.use, L = num_layers();
+  if (views.size() != 2) {
+    return Internal("unit '", LayerName(i), "' has ", views.size(), " tensors, expected 2");
   }
-  return Status::Ok();
+  const int64_t in = layers_[i], out = layers_[i + 1];
+  const float* x = i == 0 ? x_.as<const float>() : a_[i].as<const float>();
+  float* z = z_[i].as<float>();
+  ASSIGN_OR_RETURN(const void* xin, GemmOperand(x, rows_ * in, &lowp_b_));
+  Status st = gemm_->LinearForward(xin, views[0].data, views[0].dtype, rows_, in, out, z);
+  if (st.ok()) st = nn::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
+  if (st.ok() && i + 1 < L) {
+    st = nn::LaunchActivationForward(activation_, z, a_[i + 1].as<float>(), rows_ * out,
+                                      stream_.native);
+  }
+  return st;
+}
+
+Status MlpModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                                 const std::vector<TensorView>& grads) {
+  // dy_ holds d(loss)/d(z of this layer); on return, of the layer below.
+  if (rows_ == 0) return Status::Ok();  // the store's zeroed buffer is the gradient
+  const size_t k = call.use;
+  void* s = stream_.native;
+  const int64_t in = layers_[k], out = layers_[k + 1];
+  const float* x = k == 0 ? x_.as<const float>() : a_[k].as<const float>();
+  const bool direct = grads[0].dtype == DType::kF32;
+  float* dw = direct ? grads[0].as<float>() : grad_scratch_.as<float>();
+  float* db = direct ? grads[1].as<float>() : grad_scratch_.as<float>() + out * in;
+  StatusOr<const void*> dz = GemmOperand(dy_.as<const float>(), rows_ * out, &lowp_a_);
+  StatusOr<const void*> xin = dz.ok() ? GemmOperand(x, rows_ * in, &lowp_b_) : dz;
+  Status st = xin.status();
+  if (st.ok()) st = gemm_->LinearWeightGrad(*dz, *xin, compute_dtype_, rows_, in, out, dw);
+  if (st.ok()) st = nn::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
+  if (st.ok() && k > 0) {
+    st = gemm_->LinearInputGrad(*dz, views[0].data, views[0].dtype, rows_, in, out, dx_.as<float>());
+  }
+  if (st.ok() && !direct) {
+    st = LaunchConvert(dw, DType::kF32, grads[0].data, grads[0].dtype, size_t(out * in), s);
+    if (st.ok()) st = LaunchConvert(db, DType::kF32, grads[1].data, grads[1].dtype, size_t(out), s);
+  }
+  if (st.ok() && k > 0) {
+    st = nn::LaunchActivationBackward(activation_, z_[k - 1].as<const float>(),
+                                      dx_.as<const float>(), dy_.as<float>(), rows_ * in, s);
+  }
+  return st;
 }
 
 Status MlpModelCuda::QueueLoss(int64_t global_rows) {
   const size_t L = num_layers();
-  RETURN_IF_ERROR(mlp::LaunchLossForward(loss_, z_[L - 1].as<const float>(),
-                                         targets_.as<const float>(), labels_.as<const int64_t>(),
-                                         rows_, layers_.back(), global_rows, dy_.as<float>(),
-                                         row_loss_.as<double>(), loss_dev_.as<double>(),
-                                         stream_.native));
+  const int64_t out = layers_.back();
+  if (loss_ == mlp::Loss::kMse) {
+    RETURN_IF_ERROR(nn::LaunchMseLoss(z_[L - 1].as<const float>(), targets_.as<const float>(),
+                                      rows_, out, double(global_rows) * double(out),
+                                      dy_.as<float>(), row_loss_.as<double>(),
+                                      loss_dev_.as<double>(), stream_.native));
+  } else {
+    RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(z_[L - 1].as<const float>(),
+                                               labels_.as<const int64_t>(), rows_, out,
+                                               double(global_rows), dy_.as<float>(),
+                                               row_loss_.as<double>(), loss_dev_.as<double>(),
+                                               stream_.native));
+  }
   RETURN_IF_ERROR(CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
 }
@@ -193,58 +224,17 @@ StatusOr<double> MlpModelCuda::ReadLoss() {
 }
 
 StatusOr<double> MlpModelCuda::ForwardBackward(const Batch& batch) {
-  const size_t L = num_layers();
   RETURN_IF_ERROR(Upload(batch));
-  RETURN_IF_ERROR(Forward(/*keep_last=*/true));
-  if (rows_ > 0) RETURN_IF_ERROR(QueueLoss(rows_));
-  void* s = stream_.native;
-  // dy_ holds d(loss)/d(z of the current layer) as we walk down.
-  std::optional<ReduceScatterHandle> pending;
-  for (size_t k = L; k-- > 0;) {
-    ASSIGN_OR_RETURN(std::vector<TensorView> views, store_->WaitGather(k));
-    if (k > 0) RETURN_IF_ERROR(store_->GatherAsync(k - 1).status());
-    ASSIGN_OR_RETURN(std::vector<TensorView> grads, store_->UnitGrads(k));
-    const int64_t in = layers_[k], out = layers_[k + 1];
-    if (rows_ > 0) {
-      const float* x = k == 0 ? x_.as<const float>() : a_[k].as<const float>();
-      const bool direct = grads[0].dtype == DType::kF32;
-      float* dw = direct ? grads[0].as<float>() : grad_scratch_.as<float>();
-      float* db = direct ? grads[1].as<float>() : grad_scratch_.as<float>() + out * in;
-      Status st;
-      StatusOr<const void*> dz = GemmOperand(dy_.as<const float>(), rows_ * out, &lowp_a_);
-      StatusOr<const void*> xin = dz.ok() ? GemmOperand(x, rows_ * in, &lowp_b_) : dz;
-      st = xin.status();
-      if (st.ok()) st = gemm_->WeightGrad(*dz, *xin, compute_dtype_, rows_, in, out, dw);
-      if (st.ok()) st = mlp::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
-      if (st.ok() && k > 0) {
-        st = gemm_->InputGrad(*dz, views[0].data, views[0].dtype, rows_, in, out, dx_.as<float>());
-      }
-      if (st.ok() && !direct) {
-        st = LaunchConvert(dw, DType::kF32, grads[0].data, grads[0].dtype, size_t(out * in), s);
-        if (st.ok()) st = LaunchConvert(db, DType::kF32, grads[1].data, grads[1].dtype, size_t(out), s);
-      }
-      if (!st.ok()) return st.WithContext("backward of " + LayerName(k));
-    }
-    RETURN_IF_ERROR(store_->Release(k));
-    ASSIGN_OR_RETURN(ReduceScatterHandle rs, store_->ReduceScatterGradsAsync(k));
-    if (k > 0 && rows_ > 0) {
-      RETURN_IF_ERROR(mlp::LaunchActivationBackward(activation_, z_[k - 1].as<const float>(),
-                                                    dx_.as<const float>(), dy_.as<float>(),
-                                                    rows_ * in, s)
-                          .WithContext("backward of " + LayerName(k - 1)));
-    }
-    // The previous (upper) layer's reduce-scatter overlapped this layer's compute.
-    if (pending) RETURN_IF_ERROR(pending->Wait());
-    pending = rs;
-  }
-  if (pending) RETURN_IF_ERROR(pending->Wait());
+  UnitCallbacks cb = Callbacks();
+  cb.loss = [this](int64_t) { return rows_ > 0 ? QueueLoss(rows_) : Status::Ok(); };
+  RETURN_IF_ERROR(runner_->ForwardBackward(cb));
   if (rows_ == 0) return 0.0;
   return ReadLoss();
 }
 
 StatusOr<double> MlpModelCuda::LossSum(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
-  RETURN_IF_ERROR(Forward(/*keep_last=*/false));
+  RETURN_IF_ERROR(runner_->Forward(Callbacks()));
   if (rows_ == 0) return 0.0;
   // Normaliser 1: the sum of per-row losses (mse: each row's mean over outputs).
   RETURN_IF_ERROR(QueueLoss(1));
@@ -266,6 +256,15 @@ StatusOr<double> MlpModelCuda::ForwardBackward(const Batch&) {
 }
 
 StatusOr<double> MlpModelCuda::LossSum(const Batch&) {
+  return Unavailable("MlpModelCuda: built without --config=cuda");
+}
+
+Status MlpModelCuda::ForwardUse(const UnitCall&, const std::vector<TensorView>&) {
+  return Unavailable("MlpModelCuda: built without --config=cuda");
+}
+
+Status MlpModelCuda::BackwardUse(const UnitCall&, const std::vector<TensorView>&,
+                                 const std::vector<TensorView>&) {
   return Unavailable("MlpModelCuda: built without --config=cuda");
 }
 

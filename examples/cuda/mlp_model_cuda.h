@@ -7,17 +7,17 @@
 //   upload    the batch (x, mse targets or labels) is copied into pinned host staging, then
 //             asynchronously to device buffers on the stream (the staging is reused once the
 //             previous upload is done);
-//   forward   GatherAsync(i + 1) is issued before layer i's kernels are queued (prefetch); per
-//             layer z = x W^T (cuBLAS, examples/cuda/cublas_linear.h), + b, act; the last unit
-//             stays gathered for the backward;
-//   loss      mlp kernels (examples/cuda/mlp_kernels.h): the gradient of the mean over the LOCAL
-//             rows (the store averages over ranks and micro-batches) and the loss into a device
-//             double, copied to pinned host memory behind an event;
-//   backward  from the last layer down: wait the unit, prefetch the one below, dW = dz^T x and
-//             db = column sums of dz straight into the unit gradient buffer (through an f32
-//             scratch and a conversion when the store's reduce dtype is not f32), dx = dz W,
-//             Release, ReduceScatterGradsAsync, act', and the previous layer's reduce-scatter
-//             waited after this layer's compute is queued (overlap; waits never block the host);
+//   layers    run as the uses 0..L-1 of a UnitRunner (fsdp/unit_runner.h), which issues
+//             GatherAsync(i + 1) before layer i's kernels are queued (prefetch), releases after
+//             the forward (the last unit stays gathered for the backward), and overlaps each
+//             reduce-scatter with the next layer's queued backward (waits never block the host);
+//   forward   per layer z = x W^T (cuBLAS, nn/cuda/cublas_gemm.h), + b, act;
+//   loss      kernels (nn/cuda/elementwise_kernels.h, nn/cuda/loss_kernels.h): the gradient of
+//             the mean over the LOCAL rows (the store averages over ranks and micro-batches) and
+//             the loss into a device double, copied to pinned host memory behind an event;
+//   backward  per layer dW = dz^T x and db = column sums of dz straight into the unit gradient
+//             buffer (through an f32 scratch and a conversion when the store's reduce dtype is
+//             not f32), dx = dz W, then act' of the layer below;
 //   return    the host blocks only for the loss value (after the forward and the loss kernel).
 // Precision: with f32 compute every GEMM is f32 (TF32 off unless allow_tf32). With a bf16 / f16
 // compute dtype the gathered weights are used as they are and the other GEMM operand (layer
@@ -39,9 +39,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include "examples/cuda/cublas_linear.h"
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
 #include "examples/model.h"
@@ -49,10 +49,12 @@
 #include "framework/device.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "fsdp/unit_runner.h"
+#include "nn/cuda/cublas_gemm.h"
 
 namespace shardema::examples {
 
-class MlpModelCuda final : public Model {
+class MlpModelCuda final : public Model, private UnitModule {
  public:
   static StatusOr<std::unique_ptr<MlpModelCuda>> Create(ShardedParameterStore* store,
                                                         std::vector<int64_t> layers,
@@ -75,8 +77,11 @@ class MlpModelCuda final : public Model {
   Status Reserve(int64_t rows);
   // Copies the batch to the device through the pinned staging (see above).
   Status Upload(const Batch& batch);
-  // Forward of the uploaded batch; keep_last as MlpModel::Forward.
-  Status Forward(bool keep_last);
+  // The UnitRunner's callbacks (fsdp/unit_runner.h): layer `call.use` forward and backward of
+  // the uploaded batch, queued on the stream.
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
+  Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                     const std::vector<TensorView>& grads) override;
   // `src` (n f32) as a GEMM operand of the compute dtype: src itself for f32, else converted
   // into `scratch`.
   StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch);
@@ -92,7 +97,7 @@ class MlpModelCuda final : public Model {
   Device dev_;
   Stream stream_;
   DType compute_dtype_;
-  std::unique_ptr<mlp::CublasLinear> gemm_;
+  std::unique_ptr<nn::CublasGemm> gemm_;
   int64_t rows_ = 0;      // rows of the current batch
   int64_t capacity_ = 0;  // rows the device buffers hold
   int64_t max_dim_ = 0;
@@ -103,6 +108,7 @@ class MlpModelCuda final : public Model {
   // Pinned host: the batch staging and the loss.
   Buffer staging_, loss_host_;
   CudaEvent staged_, loss_ready_;
+  std::optional<UnitRunner> runner_;  // set by Create
 };
 
 }  // namespace shardema::examples

@@ -13,37 +13,17 @@ global-norm clipping at 1.0 (torch.nn.utils.clip_grad_norm_), and two constant E
 after every step with ema.lerp_(p, 1 - d) (= d*ema + (1-d)*p), initialised from the initial weights.
 The test suite compares against these files; it never needs PyTorch.
 """
-import json
 import os
-import struct
 
 import torch
+
+from safetensors_io import save_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS = [6, 9, 7, 3]
 N, B, T = 20, 8, 12
 LR, BETAS, EPS, WD, CLIP = 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0
 DECAYS = ["0.9", "0.99"]
-
-
-def save_safetensors(path, tensors):
-    """Minimal safetensors writer (format: 8-byte LE header size, JSON header, raw data)."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        dtype = {torch.float32: "F32", torch.int64: "I64"}[t.dtype]
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():

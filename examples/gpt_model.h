@@ -1,0 +1,136 @@
+// GptModel: the nanoGPT-shaped transformer of train_gpt on the CPU, run through the sharded store
+// by a UnitRunner (fsdp/unit_runner.h), with the layers of nn/.
+//
+// Parameters (PyTorch names and shapes of nanoGPT's GPT with bias, V = vocab, T = block size,
+// C = n_embd, L = n_layer):
+//   transformer.wte.weight [V, C]   transformer.wpe.weight [T, C]
+//   per block i: transformer.h.{i}.ln_1.{weight,bias} [C], .attn.c_attn.weight [3C, C], .bias
+//     [3C], .attn.c_proj.weight [C, C], .bias [C], .ln_2.{weight,bias} [C], .mlp.c_fc.weight
+//     [4C, C], .bias [4C], .mlp.c_proj.weight [C, 4C], .bias [C]
+//   transformer.ln_f.{weight,bias} [C]
+//   lm_head.weight: TIED to transformer.wte.weight (one parameter in the store; GptTiedNames()
+//   lists the alias for exports).
+// Store units: "transformer.embed" = {wte, wpe}, "transformer.h.{i}" (the block, parameters in
+// the order above), "transformer.ln_f". Runner schedule (uses): embed, h.0 .. h.(L-1), ln_f,
+// embed again (the lm_head: logits = y wte^T): the tied gradient sums both uses before its one
+// reduce-scatter per micro-batch.
+//
+// Math (nanoGPT's forward, no dropout): x = wte[idx] + wpe[0..t-1]; per block (pre-LN)
+//   x = x + c_proj(attn(c_attn(ln_1(x)))),  x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))
+// with LayerNorm eps 1e-5, causal attention as nn/attention.h (q, k, v = the three C-wide chunks
+// of c_attn's output, heads = consecutive C/n_head columns, scale 1/sqrt(C/n_head)); then
+// logits = ln_f(x) wte^T and the loss is the mean cross-entropy over the LOCAL targets (the store
+// averages over ranks and micro-batches: the global mean for equal local batches).
+// Batches: Batch::tokens [rows, t+1] (examples/gpt_data.h); inputs the first t of each row,
+// targets the last t; 1 <= t <= T.
+// Precision: gathered bf16/f16 parameters are widened to f32 (nn/precision.h); activations and
+// gradients are f32.
+// Recomputation (recompute == true): every block's activations are dropped after its forward and
+// recomputed in the backward (UnitRunner); the gradients are bit-identical.
+//
+// Errors: kInvalidArgument for a bad shape (C not divisible by n_head, a sequence longer than T,
+// a token outside the vocabulary); store/communicator errors with the use and unit named.
+// Threading: one thread (the store's); the layers use `compute_threads` (nn/cpu_context.h).
+// Memory: per micro-batch, with n = rows * t tokens, about n * (16 C + 4 V) floats plus
+// rows * n_head * t^2 per block for the attention probabilities (only one block's with recompute).
+#ifndef SHARDEMA_EXAMPLES_GPT_MODEL_H_
+#define SHARDEMA_EXAMPLES_GPT_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "examples/dataset.h"
+#include "examples/model.h"
+#include "framework/status.h"
+#include "fsdp/store.h"
+#include "fsdp/unit_runner.h"
+#include "nn/cpu_context.h"
+
+namespace shardema::examples {
+
+struct GptShape {
+  int64_t n_layer = 2;
+  int64_t n_head = 2;
+  int64_t n_embd = 32;
+  int64_t block_size = 16;  // T
+  int64_t vocab = 256;      // V (byte vocabulary)
+
+  // kInvalidArgument naming the flag for non-positive sizes or n_embd % n_head != 0.
+  Status Check() const;
+};
+
+std::vector<UnitSpec> GptUnits(const GptShape& s);
+// The schedule of unit uses (see above).
+UnitSchedule GptSchedule(const GptShape& s, bool recompute);
+// {"lm_head.weight": "transformer.wte.weight"}.
+std::map<std::string, std::string> GptTiedNames();
+
+// nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), the two c_proj weights of each
+// block ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0; each parameter
+// drawn from SeededRng(seed, name) (examples/rng.h): independent of the world size.
+Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t seed);
+
+// --init: every store parameter by name (F32/BF16/F16, exact shape); lm_head.weight optional and,
+// when present, equal to transformer.wte.weight element for element. Errors list every problem:
+// kInvalidArgument (missing tensor, wrong shape or dtype, unknown tensor, lm_head differing from
+// wte with the first differing index), kDataLoss for a corrupt file.
+Status InitGptFromFile(ShardedParameterStore* store, const std::string& path);
+
+class GptModel final : public Model, private UnitModule {
+ public:
+  // `store` must hold GptUnits(shape). Errors: kInvalidArgument for a bad shape or schedule.
+  static StatusOr<std::unique_ptr<GptModel>> Create(ShardedParameterStore* store,
+                                                    const GptShape& shape, int compute_threads,
+                                                    bool recompute);
+
+  // One micro-batch (collective); returns the mean cross-entropy over the local targets.
+  StatusOr<double> ForwardBackward(const Batch& batch) override;
+  // Forward only: the sum over the rows of each row's mean cross-entropy (collective).
+  StatusOr<double> LossSum(const Batch& batch) override;
+  // Generates `n` tokens after `prompt` (collective: every rank runs the same forwards and draws
+  // the same tokens). Each token: one forward over the last <= T tokens, then a draw from
+  // softmax(logits / temperature) of the last position with SeededRng(seed, stream) (temperature
+  // 0: the argmax).
+  StatusOr<std::vector<int64_t>> Sample(std::vector<int64_t> prompt, int64_t n, double temperature,
+                                        uint64_t seed, const std::string& stream);
+
+  const GptShape& shape() const { return shape_; }
+
+ private:
+  struct BlockActs {
+    std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
+  };
+  GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads,
+           bool recompute, UnitRunner runner);
+  Status SetBatch(const Batch& batch);
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
+  Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                     const std::vector<TensorView>& grads) override;
+  Status BlockForward(size_t block, const float* const* p, const float* x, BlockActs* a, float* y);
+  Status BlockBackward(size_t block, const float* const* p, float* const* g, bool accumulate,
+                       const float* x, const BlockActs& a);
+  // f32 pointers to a use's parameters (widened when the compute dtype is not f32).
+  std::vector<const float*> Params(const std::vector<TensorView>& views);
+
+  ShardedParameterStore* store_;
+  GptShape shape_;
+  nn::CpuContext ctx_;
+  bool recompute_;
+  UnitRunner runner_;
+  int64_t rows_ = 0, seq_ = 0, n_ = 0;  // sequences, tokens per sequence, rows * seq
+  std::vector<int64_t> ids_, targets_;
+  // xs_[i]: input of use i (i >= 1; the residual stream), xs_[L+2]: ln_f output.
+  std::vector<std::vector<float>> xs_;
+  std::vector<BlockActs> acts_;  // per block (empty with recompute)
+  BlockActs scratch_acts_;       // with recompute: the one block's activations in use
+  std::vector<float> lnf_mean_, lnf_rstd_, logits_, dlogits_;
+  std::vector<float> dy_, dtmp_, dln_, dbig_, dqkv_;  // backward scratch
+  std::vector<std::vector<float>> widened_;
+};
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_GPT_MODEL_H_

@@ -1,0 +1,283 @@
+// train_gpt's trainer at 1, 2 and 3 ranks (one mpi_test per world size):
+//   * PyTorch parity: 12 steps of a 2-layer model against testdata/gpt_parity_golden.safetensors
+//     (testdata/gen_gpt_golden.py): per-step losses, final parameters and the EMA slot; also with
+//     --grad-accum 2 and --recompute (the same mathematics);
+//   * recomputation is bit-identical to keeping the activations;
+//   * the shuffled order is world-size invariant: the W-rank run equals a serial run in-process;
+//   * bit-exact resume on the same world size, and a resume resharded onto one rank that
+//     continues the same data order (losses and weights agree with a straight run);
+//   * weight decay only on >= 2-D parameters; --init errors (lm_head differing from wte);
+//   * --sample: every rank generates the same bytes, and live and EMA weights differ.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "checkpoint/export.h"
+#include "checkpoint/safetensors.h"
+#include "examples/self_communicator.h"
+#include "examples/test_files.h"
+#include "examples/trainer.h"
+#include "examples/trainer_test_util.h"
+#include "tests/test_world.h"
+
+namespace shardema::examples {
+namespace {
+
+using ::shardema::testing::World;
+
+constexpr char kData[] = "examples/testdata/gpt_parity_data.txt";
+constexpr char kInit[] = "examples/testdata/gpt_parity_init.safetensors";
+constexpr char kGolden[] = "examples/testdata/gpt_parity_golden.safetensors";
+
+// The model and optimizer of gen_gpt_golden.py.
+std::string ParityArgs() {
+  return std::string("--n-layer 2 --n-head 2 --n-embd 16 --block-size 8 --batch 12 --steps 12 ") +
+         "--lr 1e-2 --min-lr 1e-3 --warmup-steps 3 --lr-schedule cosine --betas 0.9,0.95 " +
+         "--eps 1e-8 --weight-decay 0.1 --clip-norm 1 --ema 0.9 --data-order sequential " +
+         "--data " + kData;
+}
+
+TrainConfig GptConfig(const std::string& args) {
+  StatusOr<ParsedArgs> p = ParseGptConfig(SplitArgs(args + " --log-every 0"));
+  EXPECT_TRUE(p.ok()) << p.status() << " (" << args << ")";
+  return p.ok() ? p->config : TrainConfig();
+}
+
+StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
+  return RunTrainer(GptConfig(args), comm);
+}
+
+// The key bias (c_attn.bias[C:2C], C = 16 in every config here) has an exactly zero gradient
+// (softmax is invariant to a per-row constant, and q.b_k is one): its values are float noise
+// amplified by Adam, different for every summation order, so comparisons only bound its size.
+constexpr int64_t kC = 16;
+bool IsKeyBias(const std::string& name, size_t i) {
+  return name.find("attn.c_attn.bias") != std::string::npos && int64_t(i) >= kC && int64_t(i) < 2 * kC;
+}
+
+// MaxRelDiff without the key biases, which must only agree to 1e-4 absolute.
+double MaxRelDiffGpt(const std::vector<std::vector<FullTensor>>& a,
+                     const std::vector<std::vector<FullTensor>>& b) {
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    for (size_t t = 0; t < std::min(a[s].size(), b[s].size()); ++t) {
+      for (size_t i = 0; i < std::min(a[s][t].data.size(), b[s][t].data.size()); ++i) {
+        if (IsKeyBias(a[s][t].name, i)) {
+          EXPECT_LT(std::fabs(a[s][t].data[i] - b[s][t].data[i]), 1e-4) << a[s][t].name << i;
+        }
+      }
+    }
+  }
+  return MaxRelDiff(a, b, IsKeyBias);
+}
+
+void ExpectPyTorchParity(const std::string& extra) {
+  StatusOr<TrainRun> run = Train(ParityArgs() + " --init " + kInit + extra, World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  StatusOr<std::unique_ptr<SafetensorsFile>> golden = SafetensorsFile::Open(kGolden);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const SafetensorsFile& g = **golden;
+  const std::vector<float> want_losses = ReadF32(g, "losses");
+  ASSERT_EQ(run->summary.losses.size(), want_losses.size());
+  double loss_err = 0;
+  for (size_t i = 0; i < want_losses.size(); ++i) {
+    loss_err = std::max(loss_err, RelErr(run->summary.losses[i], want_losses[i], 1e-2));
+  }
+  EXPECT_LT(loss_err, 2e-5);
+  EXPECT_LT(want_losses.back(), want_losses.front() - 1.0) << "the golden run should learn";
+  const auto state = GatherState(*run->trainer);
+  if (World()->rank() != 0) return;
+  ASSERT_EQ(state.size(), 2u);
+  ASSERT_EQ(state[0].size(), 28u);  // 2 embeddings + 2 x 12 block tensors + ln_f (lm_head tied)
+  double param_err = 0, ema_err = 0, abs_err = 0;
+  std::string worst;
+  for (size_t s = 0; s < 2; ++s) {
+    for (const FullTensor& t : state[s]) {
+      std::vector<float> want = ReadF32(g, (s == 0 ? "params/" : "ema_0.9/") + t.name);
+      ASSERT_EQ(want.size(), t.data.size()) << t.name;
+      double& err = s == 0 ? param_err : ema_err;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (IsKeyBias(t.name, i)) {
+          EXPECT_LT(std::fabs(t.data[i]), 1e-4) << t.name << "[" << i << "]";
+          continue;
+        }
+        const double e = RelErr(t.data[i], want[i], 1e-2);
+        if (s == 0 && e > param_err) {
+          worst = t.name + "[" + std::to_string(i) + "] " + std::to_string(t.data[i]) + " vs " +
+                  std::to_string(want[i]);
+        }
+        err = std::max(err, e);
+        abs_err = std::max(abs_err, std::fabs(double(t.data[i]) - want[i]));
+      }
+    }
+  }
+  EXPECT_LT(param_err, 1e-4);
+  EXPECT_LT(ema_err, 1e-4);
+  std::printf("gpt parity at W=%d%s: max relative error losses %.3g, params %.3g (worst %s), "
+              "EMA %.3g; max absolute error %.3g\n",
+              World()->world_size(), extra.c_str(), loss_err, param_err, worst.c_str(), ema_err,
+              abs_err);
+}
+
+TEST(GptTrainerTest, MatchesPyTorch) { ExpectPyTorchParity(""); }
+
+TEST(GptTrainerTest, MatchesPyTorchWithAccumulationAndRecompute) {
+  ExpectPyTorchParity(" --grad-accum 2 --recompute");
+}
+
+TEST(GptTrainerTest, RecomputationIsBitIdentical) {
+  const std::string args = ParityArgs() + " --steps 4 --seed 3";
+  StatusOr<TrainRun> keep = Train(args, World());
+  StatusOr<TrainRun> recompute = Train(args + " --recompute", World());
+  ASSERT_TRUE(keep.ok() && recompute.ok());
+  EXPECT_EQ(keep->summary.losses, recompute->summary.losses);
+  const auto a = GatherState(*keep->trainer), b = GatherState(*recompute->trainer);
+  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(a, b));
+}
+
+// The W-rank run against a serial run of the same config on rank 0.
+TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
+  const std::string args =
+      "--n-layer 2 --n-head 4 --n-embd 16 --block-size 8 --batch 6 --grad-accum 1 --steps 20 "
+      "--lr 3e-3 --ema 0.8 --seed 21 --data-order shuffled --data " + std::string(kData);
+  StatusOr<WorldAndSerial> runs = RunWorldAndSerial(GptConfig(args), World());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  if (World()->rank() != 0) return;
+  EXPECT_LT(MaxRelDiffGpt(runs->world_state, runs->serial_state), 1e-4);
+  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(runs->world_state, runs->serial_state));
+  const std::vector<double>& serial_losses = runs->serial.summary.losses;
+  ASSERT_EQ(runs->world.summary.losses.size(), serial_losses.size());
+  for (size_t i = 0; i < serial_losses.size(); ++i) {
+    EXPECT_LT(RelErr(runs->world.summary.losses[i], serial_losses[i], 1e-2), 1e-5) << i;
+  }
+  // Not vacuous: the sequential order sees other sequences (other losses).
+  SelfCommunicator self;
+  StatusOr<TrainRun> seq = Train(args + " --data-order sequential", &self);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_NE(seq->summary.losses[1], serial_losses[1]);
+}
+
+TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
+  const std::string args =
+      "--n-layer 2 --n-head 2 --n-embd 16 --block-size 8 --batch 6 --lr 5e-3 --ema 0.9 "
+      "--seed 4 --data " + std::string(kData);
+  const std::string a = TestPath("gpt_straight"), b = TestPath("gpt_halves");
+  StatusOr<TrainRun> straight = Train(args + " --steps 8 --ckpt-dir " + a, World());
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  StatusOr<TrainRun> first = Train(args + " --steps 4 --async-save --ckpt-dir " + b, World());
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<TrainRun> second = Train(args + " --steps 8 --resume --ckpt-dir " + b, World());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->summary.start_step, 4);
+  ASSERT_EQ(second->summary.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
+  const auto want = GatherState(*straight->trainer), got = GatherState(*second->trainer);
+  if (World()->rank() == 0) {
+    EXPECT_TRUE(BitEqual(got, want));
+    // The export of the EMA slot holds the tied lm_head under both names, equal to the slot.
+    const std::string out = TestPath("gpt_ema.safetensors");
+    StatusOr<ExportReport> rep = ExportSafetensors(a, "ema_0.9", DType::kF32, out);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->num_tensors, 29u);
+    StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const std::vector<float> head = ReadF32(**f, "lm_head.weight");
+    EXPECT_EQ(head, ReadF32(**f, "transformer.wte.weight"));
+    for (const FullTensor& t : want[1]) {
+      if (t.name == "transformer.wte.weight") EXPECT_EQ(head, t.data);
+    }
+  }
+  // Reshard: a step-4 checkpoint saved by the W ranks, resumed on one rank (rank 0, in-process):
+  // it continues the same sequences, so it ends where the straight W-rank run ends (to rounding).
+  const std::string r = TestPath("gpt_reshard");
+  StatusOr<TrainRun> saved = Train(args + " --steps 4 --ckpt-dir " + r, World());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  if (World()->rank() != 0) return;
+  SelfCommunicator self;
+  StatusOr<TrainRun> one = Train(args + " --steps 8 --resume --ckpt-dir " + r, &self);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->summary.start_step, 4);
+  EXPECT_EQ(one->summary.resume.resharded, World()->world_size() != 1);
+  ASSERT_EQ(one->summary.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_LT(RelErr(one->summary.losses[i], straight->summary.losses[4 + i], 1e-2), 1e-5) << i;
+  }
+  const auto resharded = GatherState(*one->trainer);
+  EXPECT_LT(MaxRelDiffGpt(resharded, want), 1e-4);
+  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(resharded, want));
+}
+
+TEST(GptTrainerTest, WeightDecayOnlyOnMatrices) {
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(GptConfig(ParityArgs()), World());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const Optimizer& opt = *(*t)->optimizer();
+  int matrices = 0, vectors = 0;
+  for (const UnitLayout& u : (*t)->store()->layout().units()) {
+    for (const ParamLayout& p : u.params) {
+      const double wd = opt.group_hyper(opt.GroupOf(p.name)).weight_decay;
+      EXPECT_EQ(wd, p.shape.size() >= 2 ? 0.1 : 0.0) << p.name;
+      (p.shape.size() >= 2 ? matrices : vectors)++;
+    }
+  }
+  EXPECT_EQ(matrices, 2 + 2 * 4);  // wte, wpe; c_attn, attn.c_proj, c_fc, mlp.c_proj per block
+  EXPECT_EQ(vectors, 2 * 8 + 2);
+}
+
+TEST(GptTrainerTest, InitErrors) {
+  // lm_head.weight must equal wte; an unknown tensor and a wrong shape are listed.
+  StatusOr<std::unique_ptr<SafetensorsFile>> init = SafetensorsFile::Open(kInit);
+  ASSERT_TRUE(init.ok());
+  std::map<std::string, RawTensor> tensors;
+  for (const SafetensorsTensor& t : (*init)->header().tensors) {
+    std::vector<float> v = ReadF32(**init, t.name);
+    if (t.name == "lm_head.weight") v[17] += 1.f;
+    tensors[t.name] = MakeRawTensor("F32", t.shape, v);
+  }
+  const std::string path = TestPath("gpt_bad_init.safetensors");
+  if (World()->rank() == 0) ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  ASSERT_TRUE(World()->Barrier().ok());
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("lm_head.weight differs from transformer.wte.weight at element 17"),
+            std::string::npos) << t.status();
+  tensors.erase("lm_head.weight");
+  tensors["extra"] = MakeRawTensor("F32", {1}, std::vector<float>{0});
+  tensors["transformer.wpe.weight"] = MakeRawTensor("F32", {4, 16}, std::vector<float>(64));
+  ASSERT_TRUE(World()->Barrier().ok());
+  if (World()->rank() == 0) ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  ASSERT_TRUE(World()->Barrier().ok());
+  t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'transformer.wpe.weight': expected shape [8, 16], found [4, 16]"),
+            std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("'extra' is not a parameter"), std::string::npos) << t.status();
+}
+
+TEST(GptTrainerTest, SamplesAreTheSameOnEveryRankAndDifferPerSlot) {
+  StatusOr<TrainRun> run = Train(ParityArgs() + " --init " + kInit + " --sample 24", World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  const auto& samples = run->summary.samples;
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].first, "live");
+  EXPECT_EQ(samples[1].first, "ema_0.9");
+  EXPECT_EQ(samples[0].second.size(), 24u);
+  EXPECT_NE(samples[0].second, samples[1].second);
+  // Every rank drew the same bytes: compare with rank 0's.
+  std::vector<float> mine(samples[0].second.begin(), samples[0].second.end()), root = mine;
+  CollectiveOptions from0;
+  from0.root = 0;
+  ASSERT_TRUE(World()->Broadcast(root.data(), root.size(), DType::kF32, from0).ok());
+  EXPECT_EQ(mine, root);
+  // Deterministic: a second run samples the same text.
+  StatusOr<TrainRun> again = Train(ParityArgs() + " --init " + kInit + " --sample 24", World());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->summary.samples, samples);
+}
+
+}  // namespace
+}  // namespace shardema::examples

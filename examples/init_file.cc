@@ -1,0 +1,42 @@
+#include "examples/init_file.h"
+
+namespace shardema::examples {
+namespace {
+
+bool FloatDType(const std::string& d) { return d == "F32" || d == "BF16" || d == "F16"; }
+
+}  // namespace
+
+Status CheckInitFile(const SafetensorsFile& f, const StoreLayout& layout,
+                     const std::set<std::string>& optional, const std::string& model_flags) {
+  std::string problems;
+  std::set<std::string> known = optional;
+  for (const UnitLayout& u : layout.units()) {
+    for (const ParamLayout& p : u.params) {
+      known.insert(p.name);
+      const SafetensorsTensor* t = f.Find(p.name);
+      if (t == nullptr) {
+        problems += "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(p.shape) + ")";
+      } else if (t->shape != p.shape) {
+        problems += "\n  tensor '" + p.name + "': expected shape " + ShapeToString(p.shape) +
+                    ", found " + ShapeToString(t->shape);
+      } else if (!FloatDType(t->dtype)) {
+        problems += "\n  tensor '" + p.name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
+      }
+    }
+  }
+  for (const SafetensorsTensor& t : f.header().tensors) {
+    if (!known.count(t.name)) {
+      problems += "\n  tensor '" + t.name + "' is not a parameter of this model";
+    } else if (optional.count(t.name) && !FloatDType(t.dtype)) {
+      problems += "\n  tensor '" + t.name + "': expected dtype F32, BF16 or F16, found " + t.dtype;
+    }
+  }
+  if (!problems.empty()) {
+    return InvalidArgument("--init '", f.path(), "' does not match the model (", model_flags, "):",
+                           problems);
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardema::examples

@@ -1,0 +1,121 @@
+#include "examples/trainer_main.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "examples/device_comm.h"
+#include "examples/trainer.h"
+#include "framework/logging.h"
+#include "framework/mpi/mpi_communicator.h"
+#include "framework/rank_env.h"
+#include "framework/status.h"
+
+namespace shardema::examples {
+namespace {
+
+int Finish(const char* program, const Status& st, bool print) {
+  if (!st.ok() && print) {
+    LOG_ERROR << program << ": " << st.ToString();
+  }
+  Status fin = MpiCommunicator::FinalizeMpi();
+  if (!fin.ok()) {
+    LOG_ERROR << program << ": " << fin.ToString();
+  }
+  return ExitCodeFor(st.ok() ? fin : st);
+}
+
+// Control bytes other than newline and tab shown as '.', so a sample cannot garble a terminal.
+std::string Printable(const std::string& text) {
+  std::string out = text;
+  for (char& ch : out) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    if ((u < 32 && ch != '\n' && ch != '\t') || u == 127) ch = '.';
+  }
+  return out;
+}
+
+}  // namespace
+
+int TrainerMain(int argc, char** argv, const char* program,
+                StatusOr<ParsedArgs> (*parse)(int argc, const char* const* argv)) {
+  StatusOr<RankEnv> env = DiscoverRankEnv();
+  const bool lead = !env.ok() || env->rank == 0;
+  StatusOr<ParsedArgs> parsed = parse(argc, argv);
+  if (!parsed.ok()) {
+    if (lead) std::fprintf(stderr, "%s: %s\n(see --help)\n", program, parsed.status().ToString().c_str());
+    return ExitCodeFor(parsed.status());
+  }
+  if (parsed->help) {
+    if (lead) std::cout << parsed->help_text;
+    return 0;
+  }
+  const TrainConfig& config = parsed->config;
+  if (lead) {
+    for (const std::string& w : parsed->warnings) LOG_WARNING << program << ": " << w;
+  }
+
+  CommOptions co;
+  co.check_args = config.comm_checks;
+  co.timeout_seconds = config.collective_timeout;
+  StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
+  if (!comm.ok()) return Finish(program, comm.status(), true);
+  const bool rank0 = (*comm)->rank() == 0;
+
+  // --device cuda: the NCCL communicator of the store, on the rank's GPU (null for the CPU).
+  StatusOr<std::unique_ptr<Communicator>> device_comm = CreateDeviceCommunicator(config, comm->get());
+  if (!device_comm.ok()) {
+    comm->reset();
+    return Finish(program, device_comm.status(), rank0);
+  }
+  StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(config, comm->get(), device_comm->get());
+  if (!trainer.ok()) {
+    device_comm->reset();
+    comm->reset();
+    return Finish(program, trainer.status(), rank0);
+  }
+  StatusOr<TrainSummary> summary = (*trainer)->Run();
+  if (!summary.ok()) {
+    LOG_ERROR << program << ": " << summary.status().ToString();
+    const int code = ExitCodeFor(summary.status());
+    if ((*comm)->world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    trainer->reset();
+    device_comm->reset();
+    comm->reset();
+    return Finish(program, summary.status(), false);
+  }
+  if (rank0) {
+    std::cout << FormatEvalTable(summary->final_eval);
+    for (const auto& sample : summary->samples) {
+      std::cout << "---- sample (" << sample.first << ") ----\n" << Printable(sample.second) << "\n";
+    }
+    if (!summary->last_checkpoint.empty()) std::cout << "checkpoint: " << summary->last_checkpoint << "\n";
+    if (config.bench_json) {
+      nlohmann::json j = {{"world", (*comm)->world_size()},
+                          {"step_ms", summary->median_step_ms},
+                          {"timed_steps", summary->timed_steps},
+                          {"state_bytes_per_rank", summary->state_bytes_per_rank},
+                          {"params", summary->num_params},
+                          {"batch", config.batch},
+                          {"device", (*trainer)->device().ToString()}};
+      if (config.model == ModelKind::kGpt) {
+        for (const char* k : {"n_layer", "n_head", "n_embd", "block_size"}) j[k] = config.ToJson()[k];
+      } else {
+        j["layers"] = config.layers;
+      }
+      std::cout << j.dump() << "\n";
+    }
+    std::cout.flush();
+  }
+  trainer->reset();
+  device_comm->reset();
+  comm->reset();
+  return Finish(program, Status::Ok(), false);
+}
+
+}  // namespace shardema::examples

@@ -1,0 +1,23 @@
+// TrainerMain: the main() of train_mlp and train_gpt. `mpirun -np W train_X --help` lists the
+// flags; examples/trainer.h describes the loop. It parses (with `parse`), runs the Trainer, prints
+// the eval table (and --sample texts, --bench-json line) on rank 0, and maps errors to exit codes
+// (0 ok, 2 invalid argument, 3 not found, 4 data loss, 1 other).
+//
+// Errors found while setting up (flags, data, init, resume) are agreed by all ranks, so every
+// rank exits with the same code after a clean MPI shutdown and rank 0 prints the message. An
+// error during training may hit one rank only while its peers wait in a collective: that rank
+// prints it and aborts the MPI job with the exit code.
+#ifndef SHARDEMA_EXAMPLES_TRAINER_MAIN_H_
+#define SHARDEMA_EXAMPLES_TRAINER_MAIN_H_
+
+#include "examples/train_config.h"
+#include "framework/status.h"
+
+namespace shardema::examples {
+
+int TrainerMain(int argc, char** argv, const char* program,
+                StatusOr<ParsedArgs> (*parse)(int argc, const char* const* argv));
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_TRAINER_MAIN_H_

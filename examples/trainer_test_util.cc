@@ -1,0 +1,93 @@
+#include "examples/trainer_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "examples/self_communicator.h"
+
+namespace shardema::examples {
+
+StatusOr<TrainRun> RunTrainer(const TrainConfig& config, Communicator* comm) {
+  TrainRun r;
+  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(config, comm));
+  ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
+  return r;
+}
+
+std::vector<std::vector<FullTensor>> GatherState(const Trainer& t) {
+  std::vector<std::vector<FullTensor>> out;
+  auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
+  EXPECT_TRUE(m.ok()) << m.status();
+  out.push_back(m.ok() ? *m : std::vector<FullTensor>{});
+  for (size_t i = 0; t.emas() != nullptr && i < t.emas()->size(); ++i) {
+    auto e = t.emas()->CopyTo(t.emas()->config(i).name, 0);
+    EXPECT_TRUE(e.ok()) << e.status();
+    out.push_back(e.ok() ? *e : std::vector<FullTensor>{});
+  }
+  return out;
+}
+
+StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, Communicator* world) {
+  WorldAndSerial r;
+  ASSIGN_OR_RETURN(r.world, RunTrainer(config, world));
+  r.world_state = GatherState(*r.world.trainer);
+  if (world->rank() != 0) return r;
+  SelfCommunicator self;
+  ASSIGN_OR_RETURN(r.serial, RunTrainer(config, &self));
+  r.serial_state = GatherState(*r.serial.trainer);
+  return r;
+}
+
+double RelErr(double got, double want, double floor) {
+  return std::fabs(got - want) / std::max(std::fabs(want), floor);
+}
+
+double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a,
+                  const std::vector<std::vector<FullTensor>>& b, const SkipElement& skip) {
+  double err = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    EXPECT_EQ(a[s].size(), b[s].size());
+    for (size_t t = 0; t < std::min(a[s].size(), b[s].size()); ++t) {
+      EXPECT_EQ(a[s][t].name, b[s][t].name);
+      EXPECT_EQ(a[s][t].data.size(), b[s][t].data.size());
+      for (size_t i = 0; i < std::min(a[s][t].data.size(), b[s][t].data.size()); ++i) {
+        if (skip && skip(a[s][t].name, i)) continue;
+        err = std::max(err, RelErr(a[s][t].data[i], b[s][t].data[i]));
+      }
+    }
+  }
+  return err;
+}
+
+bool BitEqual(const std::vector<std::vector<FullTensor>>& a,
+              const std::vector<std::vector<FullTensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t s = 0; s < a.size(); ++s) {
+    if (a[s].size() != b[s].size()) return false;
+    for (size_t t = 0; t < a[s].size(); ++t) {
+      const std::vector<float>& x = a[s][t].data;
+      const std::vector<float>& y = b[s][t].data;
+      if (a[s][t].name != b[s][t].name || x.size() != y.size() ||
+          std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name) {
+  const SafetensorsTensor* t = f.Find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  std::vector<float> v(static_cast<size_t>(NumElements(t->shape)));
+  Status st = f.ReadTensor(name, DType::kF32, v.data(), int64_t(v.size()));
+  EXPECT_TRUE(st.ok()) << st;
+  return v;
+}
+
+}  // namespace shardema::examples

@@ -1,0 +1,58 @@
+// Helpers shared by the trainer tests (trainer_test, parity_test, gpt_trainer_test): run a config
+// to the end, gather the resulting state, compare states and read golden tensors.
+#ifndef SHARDEMA_EXAMPLES_TRAINER_TEST_UTIL_H_
+#define SHARDEMA_EXAMPLES_TRAINER_TEST_UTIL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+#include "examples/trainer.h"
+#include "framework/communicator.h"
+#include "framework/status.h"
+
+namespace shardema::examples {
+
+struct TrainRun {
+  std::unique_ptr<Trainer> trainer;
+  TrainSummary summary;
+};
+
+// Trainer::Create + Run.
+StatusOr<TrainRun> RunTrainer(const TrainConfig& config, Communicator* comm);
+
+// `config` trained by every rank of `world`, then (rank 0 only) by rank 0 alone in this process
+// (SelfCommunicator): the runs and their gathered states. On other ranks `serial` is empty.
+using State = std::vector<std::vector<FullTensor>>;
+struct WorldAndSerial {
+  TrainRun world;
+  TrainRun serial;
+  State world_state;   // on rank 0
+  State serial_state;  // on rank 0
+};
+StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, Communicator* world);
+
+// The master then every EMA slot, gathered on rank 0 (collective; empty tensors elsewhere).
+std::vector<std::vector<FullTensor>> GatherState(const Trainer& t);
+
+// |got - want| / max(|want|, floor).
+double RelErr(double got, double want, double floor = 1e-2);
+
+// Largest RelErr over every element of two gathered states (names and sizes must agree: gtest
+// failures otherwise); elements for which skip(name, index) is true are left out.
+using SkipElement = std::function<bool(const std::string& name, size_t index)>;
+double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a,
+                  const std::vector<std::vector<FullTensor>>& b, const SkipElement& skip = nullptr);
+
+// Byte-identical states.
+bool BitEqual(const std::vector<std::vector<FullTensor>>& a,
+              const std::vector<std::vector<FullTensor>>& b);
+
+// A tensor of a safetensors file as f32 (a gtest failure and {} when missing).
+std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name);
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_TRAINER_TEST_UTIL_H_

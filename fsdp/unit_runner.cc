@@ -1,0 +1,167 @@
+#include "fsdp/unit_runner.h"
+
+#include <optional>
+#include <utility>
+
+namespace shardema {
+
+UnitSchedule SequentialSchedule(size_t num_units) {
+  UnitSchedule s;
+  for (size_t u = 0; u < num_units; ++u) s.units.push_back(u);
+  return s;
+}
+
+UnitCallbacks UnitModule::Callbacks() {
+  UnitCallbacks cb;
+  cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& p) {
+    return ForwardUse(c, p);
+  };
+  cb.backward = [this](const UnitCall& c, const std::vector<TensorView>& p,
+                       const std::vector<TensorView>& g) { return BackwardUse(c, p, g); };
+  return cb;
+}
+
+StatusOr<UnitRunner> UnitRunner::Create(ShardedParameterStore* store, UnitSchedule schedule) {
+  if (store == nullptr) return InvalidArgument("UnitRunner: null store");
+  if (schedule.units.empty()) return InvalidArgument("UnitRunner: empty schedule");
+  for (size_t i = 0; i < schedule.units.size(); ++i) {
+    if (schedule.units[i] >= store->num_units()) {
+      return InvalidArgument("UnitRunner: use ", i, " names unit ", schedule.units[i],
+                             " but the store has ", store->num_units(), " units");
+    }
+  }
+  if (!schedule.recompute.empty() && schedule.recompute.size() != schedule.units.size()) {
+    return InvalidArgument("UnitRunner: recompute has ", schedule.recompute.size(),
+                           " entries for ", schedule.units.size(), " uses");
+  }
+  return UnitRunner(store, std::move(schedule));
+}
+
+UnitRunner::UnitRunner(ShardedParameterStore* store, UnitSchedule schedule)
+    : store_(store), schedule_(std::move(schedule)) {
+  last_bwd_use_.assign(schedule_.units.size(), false);
+  std::vector<bool> seen(store_->num_units(), false);
+  for (size_t i = 0; i < schedule_.units.size(); ++i) {
+    if (!seen[schedule_.units[i]]) last_bwd_use_[i] = true;
+    seen[schedule_.units[i]] = true;
+  }
+}
+
+void UnitRunner::Trace(const char* what, size_t index) {
+  if (trace_ != nullptr) trace_->push_back(std::string(what) + " " + std::to_string(index));
+}
+
+Status UnitRunner::AtUse(Status st, const char* phase, size_t use) const {
+  if (st.ok()) return st;
+  const size_t u = schedule_.units[use];
+  return st.WithContext(std::string(phase) + " of use " + std::to_string(use) + " (unit '" +
+                        store_->layout().units()[u].name + "')");
+}
+
+Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train) {
+  const size_t n = num_uses();
+  RETURN_IF_ERROR(store_->GatherAsync(schedule_.units[0]).status());
+  Trace("gather", schedule_.units[0]);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t u = schedule_.units[i];
+    StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
+    RETURN_IF_ERROR(AtUse(views.status(), "gather", i));
+    Trace("wait", u);
+    if (i + 1 < n) {
+      RETURN_IF_ERROR(AtUse(store_->GatherAsync(schedule_.units[i + 1]).status(), "prefetch", i));
+      Trace("gather", schedule_.units[i + 1]);
+    }
+    UnitCall call;
+    call.use = i;
+    call.unit = u;
+    call.micro_batch = micro_batch;
+    call.mode = !train ? ForwardMode::kEval
+                       : (recompute(i) ? ForwardMode::kForwardNoSave : ForwardMode::kTrain);
+    Trace("forward", i);
+    RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "forward", i));
+    // The last use stays gathered for the backward.
+    if (i + 1 < n || !train) {
+      RETURN_IF_ERROR(AtUse(store_->ReleaseAfterForward(u), "release", i));
+      Trace("release_fwd", u);
+    }
+  }
+  return Status::Ok();
+}
+
+Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
+  std::vector<bool> written(store_->num_units(), false);
+  std::optional<ReduceScatterHandle> pending;
+  for (size_t i = num_uses(); i-- > 0;) {
+    const size_t u = schedule_.units[i];
+    // Gathered: the last use kept from the forward, the others prefetched below.
+    StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
+    RETURN_IF_ERROR(AtUse(views.status(), "backward gather", i));
+    Trace("wait", u);
+    if (i > 0) {
+      RETURN_IF_ERROR(AtUse(store_->GatherAsync(schedule_.units[i - 1]).status(), "prefetch", i));
+      Trace("gather", schedule_.units[i - 1]);
+    }
+    UnitCall call;
+    call.use = i;
+    call.unit = u;
+    call.micro_batch = micro_batch;
+    if (recompute(i)) {
+      call.mode = ForwardMode::kRecompute;
+      Trace("recompute", i);
+      RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "recompute", i));
+    }
+    StatusOr<std::vector<TensorView>> grads = store_->UnitGrads(u);
+    RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
+    call.mode = ForwardMode::kTrain;
+    call.accumulate = written[u];
+    written[u] = true;
+    Trace("backward", i);
+    RETURN_IF_ERROR(AtUse(cb.backward(call, *views, *grads), "backward", i));
+    RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
+    Trace("release", u);
+    if (!last_bwd_use_[i]) continue;  // an earlier use of the unit still adds to its gradient
+    StatusOr<ReduceScatterHandle> rs = store_->ReduceScatterGradsAsync(u);
+    RETURN_IF_ERROR(AtUse(rs.status(), "reduce-scatter", i));
+    Trace("rs", u);
+    // The previous reduce-scatter overlapped this use's backward compute.
+    if (pending) {
+      RETURN_IF_ERROR(pending->Wait());
+      Trace("rs_wait", pending->unit());
+    }
+    pending = *rs;
+  }
+  if (pending) {
+    RETURN_IF_ERROR(pending->Wait());
+    Trace("rs_wait", pending->unit());
+  }
+  return Status::Ok();
+}
+
+Status UnitRunner::ForwardBackward(const UnitCallbacks& cb, int64_t micro_batch) {
+  if (!cb.forward || !cb.backward) {
+    return InvalidArgument("UnitRunner::ForwardBackward: forward and backward callbacks needed");
+  }
+  RETURN_IF_ERROR(RunForward(cb, micro_batch, /*train=*/true));
+  if (cb.loss) RETURN_IF_ERROR(cb.loss(micro_batch).WithContext("loss"));
+  return RunBackward(cb, micro_batch);
+}
+
+Status UnitRunner::Step(int64_t micro_batches, const std::function<Status(int64_t)>& prepare,
+                        const UnitCallbacks& cb) {
+  if (micro_batches < 1) {
+    return InvalidArgument("UnitRunner::Step: micro_batches must be >= 1, got ", micro_batches);
+  }
+  RETURN_IF_ERROR(store_->ZeroGrad());
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    if (prepare) RETURN_IF_ERROR(prepare(m).WithContext("micro-batch " + std::to_string(m)));
+    RETURN_IF_ERROR(ForwardBackward(cb, m));
+  }
+  return store_->CheckGradsReady();
+}
+
+Status UnitRunner::Forward(const UnitCallbacks& cb) {
+  if (!cb.forward) return InvalidArgument("UnitRunner::Forward: no forward callback");
+  return RunForward(cb, 0, /*train=*/false);
+}
+
+}  // namespace shardema

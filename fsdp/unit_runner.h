@@ -1,0 +1,154 @@
+// UnitRunner: schedules the FSDP protocol of fsdp/store.h for a model written as per-unit forward
+// and backward callbacks, so a model author writes only the math of each unit.
+//
+// Schedule. A model is a list of unit USES in forward order: use i runs store unit units[i].
+// A unit may be used more than once (tied weights: e.g. a token embedding used at the start and
+// again as the output projection at the end). Each use may ask for activation recomputation.
+//
+// One micro-batch (ForwardBackward), every step collective (all ranks run the same schedule):
+//   forward   GatherAsync(units[0]); for use i: wait its gather, GatherAsync(units[i+1])
+//             (prefetch while use i computes), forward(i), then ReleaseAfterForward(units[i])
+//             (which frees the buffer, or keeps it cached when reshard_after_forward == false) —
+//             except the last use, whose unit stays gathered for the backward (as FSDP2 does);
+//   loss      the optional `loss` callback, between the last forward and the first backward;
+//   backward  uses in reverse: wait the (re)gather of units[i] (the last use's is the kept one),
+//             GatherAsync(units[i-1]) (prefetch), with recompute[i] call forward(i) again (mode
+//             kRecompute) to rebuild its activations, backward(i) with the unit's gradient buffer
+//             (UnitGrads: zeroed at its first backward use in this micro-batch; a later use of the
+//             same unit finds the earlier use's gradient there and must ADD to it, see
+//             UnitCall::accumulate), Release(units[i]); after the unit's LAST backward use (its
+//             first forward use) ReduceScatterGradsAsync(units[i]); the previous reduce-scatter
+//             is waited only after the next use's backward compute (overlap), the last one before
+//             returning. Every unit's gradient is therefore reduce-scattered exactly once per
+//             micro-batch, after all its uses have contributed.
+// Step(K, ...) = ZeroGrad, then K micro-batches (prepare(m), ForwardBackward), then
+// CheckGradsReady: the store's running mean over micro-batches does the accumulation, so each
+// micro-batch's callbacks write the gradient of the MEAN loss over that micro-batch's local
+// examples (the averaging contract of store.h).
+// Forward(...) runs the forward alone (evaluation: mode kEval, every unit released at the end).
+//
+// Recomputation: with recompute[i] the first forward(i) is called with mode kForwardNoSave: the
+// callback computes the use's output (the next use's input) but need not keep what its backward
+// needs; before backward(i) the runner calls forward(i) again with mode kRecompute, with the same
+// parameters and the same input, and the callback then keeps its activations. A deterministic
+// callback therefore gives bit-identical gradients with and without recomputation.
+//
+// Devices: the runner only sequences store calls; on a CUDA store the callbacks queue their
+// kernels on store->stream() (store.h: views are device memory valid for work on that stream),
+// and every store call above is then asynchronous in stream order.
+//
+// Errors: Create: kInvalidArgument for a null store, an empty schedule, a unit index out of range
+// or a recompute list of another length than the schedule (messages name the use and unit).
+// Run calls: the first error of a callback or of the store, with the use and unit named; after an
+// error the store may hold gathered units and pending reduce-scatters (the runner does not clean
+// up; the trainer treats errors as fatal). Threading: one thread (the store's).
+#ifndef SHARDEMA_FSDP_UNIT_RUNNER_H_
+#define SHARDEMA_FSDP_UNIT_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/status.h"
+#include "framework/tensor.h"
+#include "fsdp/store.h"
+
+namespace shardema {
+
+struct UnitSchedule {
+  std::vector<size_t> units;   // store unit of each use, in forward order (repeats allowed)
+  std::vector<bool> recompute;  // per use; empty = no recomputation anywhere
+};
+
+// Units 0..num_units-1, each used once, no recomputation (a plain stack of layers).
+UnitSchedule SequentialSchedule(size_t num_units);
+
+// Why a forward callback runs.
+enum class ForwardMode {
+  kTrain,          // training forward: keep what backward(i) needs
+  kForwardNoSave,  // training forward of a recomputed use: only the output is needed now
+  kRecompute,      // re-run inside the backward: same input, keep what backward(i) needs
+  kEval,           // forward only (no backward follows)
+};
+
+// What a callback is told about the use it runs.
+struct UnitCall {
+  size_t use = 0;            // index into the schedule
+  size_t unit = 0;           // store unit (schedule.units[use])
+  int64_t micro_batch = 0;   // 0-based within the step (0 for ForwardBackward / Forward calls)
+  ForwardMode mode = ForwardMode::kTrain;  // forward callbacks only
+  // Backward only: true when a later use of the same unit (earlier in the backward) already
+  // wrote its gradient into `grads`; the callback must then add to it instead of overwriting.
+  bool accumulate = false;
+};
+
+struct UnitCallbacks {
+  // Forward of one use with the gathered parameter views (compute dtype, PyTorch shapes).
+  std::function<Status(const UnitCall& call, const std::vector<TensorView>& params)> forward;
+  // Backward of one use: parameter views as in forward, and the unit's gradient views (reduce
+  // dtype) to write (accumulate == false) or add to (accumulate == true).
+  std::function<Status(const UnitCall& call, const std::vector<TensorView>& params,
+                       const std::vector<TensorView>& grads)>
+      backward;
+  // Optional: called between the last forward and the first backward of a micro-batch (the loss
+  // and the gradient that seeds the backward).
+  std::function<Status(int64_t micro_batch)> loss;
+};
+
+// A model written as a class: its per-use forward and backward as methods. Callbacks() binds
+// them (no loss callback: set one on the result when needed). The object must outlive the
+// callbacks.
+class UnitModule {
+ public:
+  virtual ~UnitModule() = default;
+  virtual Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& params) = 0;
+  virtual Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& params,
+                             const std::vector<TensorView>& grads) = 0;
+  UnitCallbacks Callbacks();
+};
+
+class UnitRunner {
+ public:
+  // Checks the schedule against the store's units. The store must outlive the runner.
+  static StatusOr<UnitRunner> Create(ShardedParameterStore* store, UnitSchedule schedule);
+
+  // One micro-batch's forward, loss and backward (collective; see above). `micro_batch` is
+  // passed to the callbacks.
+  Status ForwardBackward(const UnitCallbacks& cb, int64_t micro_batch = 0);
+  // One optimizer step's gradients: ZeroGrad, then for m = 0..micro_batches-1 prepare(m) (may be
+  // null; e.g. load the micro-batch) and ForwardBackward(cb, m), then CheckGradsReady.
+  Status Step(int64_t micro_batches, const std::function<Status(int64_t)>& prepare,
+              const UnitCallbacks& cb);
+  // Forward only (collective): mode kEval, no unit stays gathered.
+  Status Forward(const UnitCallbacks& cb);
+
+  const UnitSchedule& schedule() const { return schedule_; }
+  size_t num_uses() const { return schedule_.units.size(); }
+
+  // Optional trace of the store calls the runner makes, one entry each ("gather 3", "wait 3",
+  // "release_fwd 3", "release 3", "rs 3", "rs_wait 3", "forward 2", "recompute 2", "backward 2"
+  // with the USE index for callbacks and the UNIT index for store calls). For tests; null = off.
+  void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
+
+ private:
+  UnitRunner(ShardedParameterStore* store, UnitSchedule schedule);
+  Status RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train);
+  Status RunBackward(const UnitCallbacks& cb, int64_t micro_batch);
+  bool recompute(size_t use) const {
+    return !schedule_.recompute.empty() && schedule_.recompute[use];
+  }
+  void Trace(const char* what, size_t index);
+  // Prefixes a failure with the use and unit.
+  Status AtUse(Status st, const char* phase, size_t use) const;
+
+  ShardedParameterStore* store_;
+  UnitSchedule schedule_;
+  // last_bwd_use_[i]: use i is its unit's last backward use (= first forward use).
+  std::vector<bool> last_bwd_use_;
+  std::vector<std::string>* trace_ = nullptr;
+};
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FSDP_UNIT_RUNNER_H_

@@ -1,0 +1,84 @@
+#include "nn/activation.h"
+
+#include <Eigen/Core>
+#include <cmath>
+
+namespace shardema::nn {
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCubic = 0.044715f;
+// Elements per chunk below which splitting is not worth a thread.
+constexpr int64_t kGrain = 1 << 14;
+
+using ArrC = Eigen::Map<const Eigen::ArrayXf>;
+using Arr = Eigen::Map<Eigen::ArrayXf>;
+
+}  // namespace
+
+const char* ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
+
+void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,
+                       int64_t n) {
+  ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
+    switch (act) {
+      case Activation::kRelu:
+        for (int64_t i = i0; i < i1; ++i) a[i] = z[i] > 0.f ? z[i] : 0.f;
+        break;
+      case Activation::kGelu:
+        for (int64_t i = i0; i < i1; ++i) {
+          double v = z[i];
+          a[i] = float(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
+        }
+        break;
+      case Activation::kGeluTanh: {
+        ArrC x(z + i0, i1 - i0);
+        const Eigen::ArrayXf t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
+        Arr(a + i0, i1 - i0) = 0.5f * x * (1.f + t);
+        break;
+      }
+    }
+  });
+}
+
+void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da,
+                        float* dz, int64_t n) {
+  ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
+    switch (act) {
+      case Activation::kRelu:
+        for (int64_t i = i0; i < i1; ++i) dz[i] = z[i] > 0.f ? da[i] : 0.f;
+        break;
+      case Activation::kGelu:
+        for (int64_t i = i0; i < i1; ++i) {
+          double v = z[i];
+          double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+          double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
+          dz[i] = float(da[i] * (cdf + v * pdf));
+        }
+        break;
+      case Activation::kGeluTanh: {
+        ArrC x(z + i0, i1 - i0);
+        const Eigen::ArrayXf x2 = x * x;
+        const Eigen::ArrayXf t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x2)).tanh();
+        const Eigen::ArrayXf d = 0.5f * (1.f + t) +
+                                 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
+        Arr(dz + i0, i1 - i0) = ArrC(da + i0, i1 - i0) * d;
+        break;
+      }
+    }
+  });
+}
+
+}  // namespace shardema::nn

@@ -1,0 +1,35 @@
+// nn/layernorm.h on the GPU: the same shapes and formulas (see there).
+//
+//   LaunchLayerNormForward   one warp per row: mean and rstd (f32 [rows], saved), y.
+//   LaunchLayerNormBackward  dx per row (one warp per row); dw/db as column sums over rows in a
+//                            fixed order (deterministic), overwritten unless accumulate.
+// The weight and bias are f32, bf16 or f16 (`wb_type`, a gathered unit in the compute dtype),
+// widened to f32; x, y, dy, dx, dw, db, mean, rstd are f32. Row statistics use f32 warp
+// reductions (the CPU accumulates in double: results agree to f32 rounding). dx may be null;
+// dw and db may be null.
+//
+// Contract: device memory of the current device; `stream` a cudaStream_t; asynchronous.
+// Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
+// do, an unsupported dtype; launch failures as framework/cuda/cuda_error.h.
+// Defined only under --config=cuda. Thread-safe.
+#ifndef SHARDEMA_NN_CUDA_LAYERNORM_KERNELS_H_
+#define SHARDEMA_NN_CUDA_LAYERNORM_KERNELS_H_
+
+#include <cstdint>
+
+#include "framework/dtype.h"
+#include "framework/status.h"
+
+namespace shardema::nn {
+
+Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DType wb_type,
+                              int64_t rows, int64_t c, float eps, float* y, float* mean,
+                              float* rstd, void* stream);
+
+Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
+                               const float* rstd, const float* dy, int64_t rows, int64_t c,
+                               float* dx, float* dw, float* db, bool accumulate, void* stream);
+
+}  // namespace shardema::nn
+
+#endif  // SHARDEMA_NN_CUDA_LAYERNORM_KERNELS_H_

@@ -1,0 +1,34 @@
+// The losses of nn/loss.h on the GPU, with the same normalisation and formulas.
+//
+//   LaunchMseLoss           loss = sum((y - t)^2) / norm, dy = 2 (y - t) / norm.
+//   LaunchCrossEntropyLoss  per row: logsumexp(y_r) - y_r[target_r] (double, max-subtracted);
+//                           loss = sum / norm, dy_r = (softmax(y_r) - onehot(target_r)) / norm.
+// Per-row terms are computed in double into `scratch` (rows doubles) and summed by one block in a fixed order (deterministic)
+// into *loss (one device double). dy may be null (loss only). An empty input gives 0.
+//
+// Contract: device memory of the current device; `stream` a cudaStream_t. Targets (int64) must
+// lie in [0, classes): the caller checks them on the host (nn::CheckIds, nn/embedding.h) since a
+// kernel cannot report them; a target outside gives a NaN row instead of an out-of-bounds read.
+// Errors (nothing is launched): kInvalidArgument for negative sizes, norm <= 0, null pointers
+// with work to do; launch failures as framework/cuda/cuda_error.h.
+// Defined only under --config=cuda. Thread-safe.
+#ifndef SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
+#define SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
+
+#include <cstdint>
+
+#include "framework/status.h"
+
+namespace shardema::nn {
+
+// y, t, dy: [rows, cols].
+Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols, double norm,
+                     float* dy, double* scratch, double* loss, void* stream);
+
+Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
+                              int64_t classes, double norm, float* dlogits, double* scratch,
+                              double* loss, void* stream);
+
+}  // namespace shardema::nn
+
+#endif  // SHARDEMA_NN_CUDA_LOSS_KERNELS_H_

@@ -1,0 +1,77 @@
+#include "nn/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace shardema::nn {
+namespace {
+constexpr int64_t kRowGrain = 16;
+constexpr int64_t kColumnGrain = 32;
+}  // namespace
+
+void LayerNormForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
+                      int64_t rows, int64_t c, float eps, float* y, float* mean, float* rstd) {
+  ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * c;
+      double sum = 0;
+      for (int64_t i = 0; i < c; ++i) sum += xr[i];
+      const double m = sum / double(c);
+      double sq = 0;
+      for (int64_t i = 0; i < c; ++i) sq += (xr[i] - m) * (xr[i] - m);
+      const float mf = float(m), sf = float(1.0 / std::sqrt(sq / double(c) + double(eps)));
+      mean[r] = mf;
+      rstd[r] = sf;
+      float* yr = y + r * c;
+      for (int64_t i = 0; i < c; ++i) yr[i] = (xr[i] - mf) * sf * w[i] + b[i];
+    }
+  });
+}
+
+void LayerNormBackward(const CpuContext& ctx, const float* x, const float* w, const float* mean,
+                       const float* rstd, const float* dy, int64_t rows, int64_t c, float* dx,
+                       float* dw, float* db, bool accumulate) {
+  if (dx != nullptr) {
+    ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * c;
+        const float* dyr = dy + r * c;
+        const float m = mean[r], s = rstd[r];
+        double sum_g = 0, sum_gx = 0;
+        for (int64_t i = 0; i < c; ++i) {
+          const float xhat = (xr[i] - m) * s;
+          const float g = dyr[i] * w[i];
+          sum_g += g;
+          sum_gx += double(g) * xhat;
+        }
+        const float mg = float(sum_g / double(c)), mgx = float(sum_gx / double(c));
+        float* dxr = dx + r * c;
+        for (int64_t i = 0; i < c; ++i) {
+          const float xhat = (xr[i] - m) * s;
+          dxr[i] = s * (dyr[i] * w[i] - mg - xhat * mgx);
+        }
+      }
+    });
+  }
+  if (dw == nullptr && db == nullptr) return;
+  // Each chunk owns columns [c0, c1) and sums over rows in order, in double.
+  ctx.ParallelFor(c, kColumnGrain, [&](int64_t c0, int64_t c1) {
+    std::vector<double> sw(size_t(c1 - c0), 0.0), sb(size_t(c1 - c0), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * c;
+      const float* dyr = dy + r * c;
+      const float m = mean[r], s = rstd[r];
+      for (int64_t i = c0; i < c1; ++i) {
+        sw[size_t(i - c0)] += double(dyr[i]) * ((xr[i] - m) * s);
+        sb[size_t(i - c0)] += dyr[i];
+      }
+    }
+    for (int64_t i = c0; i < c1; ++i) {
+      if (dw != nullptr) dw[i] = float((accumulate ? double(dw[i]) : 0.0) + sw[size_t(i - c0)]);
+      if (db != nullptr) db[i] = float((accumulate ? double(db[i]) : 0.0) + sb[size_t(i - c0)]);
+    }
+  });
+}
+
+}  // namespace shardema::nn

@@ -1,0 +1,36 @@
+// Linear (torch.nn.Linear) on the CPU: y = x W^T + b.
+//
+// Shapes (row-major, contiguous): x [rows, in], W [out, in] (PyTorch's weight layout), b [out],
+// y [rows, out]. Backward, given dy = dL/dy [rows, out]:
+//   dW [out, in] = dy^T x,   db [out] = sum over rows of dy,   dx [rows, in] = dy W.
+// All buffers are f32 (widen bf16/f16 parameters with nn/precision.h's AsF32 first).
+//
+// Threads (nn/cpu_context.h): with ctx.threads() > 1 the GEMMs are split by output rows (y, dx)
+// or output features (dW, db) over the pool; with one thread each is a single Eigen product
+// (bit-identical to the MLP's historical math).
+// Contract: sizes >= 0; pointers may be null only where the header says so; outputs do not alias
+// inputs. Functions are pure apart from their outputs.
+#ifndef SHARDEMA_NN_LINEAR_H_
+#define SHARDEMA_NN_LINEAR_H_
+
+#include <cstdint>
+
+#include "nn/cpu_context.h"
+
+namespace shardema::nn {
+
+// y[rows, out] = x[rows, in] W[out, in]^T + b[out]; b may be null (no bias). y is overwritten.
+void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
+                   int64_t rows, int64_t in, int64_t out, float* y);
+
+// Given dy[rows, out]: dW = dy^T x and db = column sums of dy are written (accumulate == false)
+// or added (accumulate == true: tied weights, gradient accumulation) into dw[out, in] and
+// db[out]; dx[rows, in] = dy W is always overwritten. dx may be null (the input needs no
+// gradient), db may be null (no bias), dw may be null (frozen weight).
+void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,
+                    int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
+                    bool accumulate = false);
+
+}  // namespace shardema::nn
+
+#endif  // SHARDEMA_NN_LINEAR_H_
