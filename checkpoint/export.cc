@@ -240,7 +240,10 @@ StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValue
   const int rank = RankOf(comm), world = WorldSizeOf(comm);
   auto agree = [&](Status s, const char* what) -> Status {
     s = comm == nullptr ? s : AgreeOnStatus(comm, s, what);
-    if (!s.ok() && rank == 0) RemoveTemporaries(plan).IgnoreError();
+    if (!s.ok()) {
+      if (rank == 0) RemoveTemporaries(plan).IgnoreError();
+      if (comm != nullptr) comm->Barrier().IgnoreError();  // nobody returns before the cleanup
+    }
     return s;
   };
   RETURN_IF_ERROR(agree(rank == 0 ? CreateFiles(plan) : Status::Ok(), "export: creating the files"));
