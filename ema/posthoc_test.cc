@@ -19,6 +19,7 @@
 #include "checkpoint/writer.h"
 #include "ema/schedule.h"
 #include "ema/snapshot.h"
+#include "ema/snapshot_test_util.h"
 #include "tests/test_world.h"
 #include "tests/training_rig.h"
 
@@ -58,55 +59,12 @@ std::map<std::string, std::vector<float>> ReadSafetensors(const std::string& pat
 // ---------------------------------------------------------------------------------------------
 // Synthetic snapshots written from one process at chosen world sizes: values are a formula.
 
-float SnapValue(int slot, int64_t step, size_t unit, int64_t elem) {
-  return float(std::sin(0.37 * double(elem) + 1.3 * double(unit) + 0.11 * slot) + 0.001 * double(step) * (slot + 1));
-}
+using ema_test::SnapValue;
 
-const std::vector<double> kSnapSigmas = {0.05, 0.10};
-
-// Writes ROOT/ema_snapshots/step_<step> at world size `world` with slots ema_pf_0.05/0.10.
 void WriteSyntheticSnapshot(const std::string& root, int64_t step, int world, int64_t start_step = 0,
                             const std::vector<UnitSpec>& model = ckpt_test::TestModel()) {
-  const StoreLayout layout = ckpt_test::MakeLayout(model, world);
-  std::vector<std::vector<std::vector<float>>> data(static_cast<size_t>(world));
-  std::vector<CheckpointState> states(static_cast<size_t>(world));
-  nlohmann::json slots = nlohmann::json::array(), configs = nlohmann::json::array();
-  for (size_t k = 0; k < kSnapSigmas.size(); ++k) {
-    const std::string name = "ema_pf_" + std::to_string(kSnapSigmas[k]).substr(0, 4);
-    const double gamma = *SigmaRelToGamma(kSnapSigmas[k]);
-    slots.push_back({{"name", name}, {"gamma", gamma}, {"sigma_rel", kSnapSigmas[k]}, {"start_step", start_step},
-                     {"t", step - start_step}});
-    configs.push_back({{"name", name}, {"kind", "power_function"}, {"gamma", gamma}});
-  }
-  static std::vector<float> bn = {1, 2, 3, 4, 5};
-  for (int r = 0; r < world; ++r) {
-    CheckpointState& s = states[size_t(r)];
-    s.step = step;
-    s.rank = r;
-    s.layout = layout;
-    data[size_t(r)].resize(kSnapSigmas.size());
-    for (size_t k = 0; k < kSnapSigmas.size(); ++k) {
-      std::vector<float>& d = data[size_t(r)][k];
-      d.assign(size_t(layout.local_numel()), 0.0f);
-      int64_t local = 0;
-      for (size_t u = 0; u < layout.units().size(); ++u) {
-        const UnitLayout& ul = layout.units()[u];
-        for (int64_t i = 0; i < ul.shard_numel; ++i) {
-          const int64_t g = int64_t(r) * ul.shard_numel + i;
-          if (g < ul.numel) d[size_t(local + i)] = SnapValue(int(k), step, u, g);
-        }
-        local += ul.shard_numel;
-      }
-      s.slots.push_back(SlotView{slots[k]["name"].get<std::string>(), DType::kF32, d.data()});
-    }
-    s.buffers.push_back(BufferView{"bn.running_mean", {5}, DType::kF32, bn.data()});
-    s.meta = {{"ema", configs}, {"ema_snapshot", {{"format_version", 1}, {"step", step}, {"slots", slots}}}};
-  }
-  SaveOptions so;
-  so.keep_last = INT_MAX;
-  so.fsync = false;
-  StatusOr<std::string> dir = SaveAllRanks(EmaSnapshotRoot(root), states, so);
-  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  Status s = ema_test::WriteSyntheticSnapshot(root, step, world, start_step, model);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 PosthocOptions Options(std::vector<double> sigmas) {

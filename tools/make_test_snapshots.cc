@@ -1,0 +1,31 @@
+// Test fixture for ckpt_posthoc_test.sh: synthetic EMA snapshots (ema/snapshot_test_util.h) of
+// the checkpoint tests' model in ROOT/ema_snapshots, one per STEP:WORLD argument (so one root can
+// hold snapshots of several world sizes, like a run resumed at another world size).
+//   make_test_snapshots ROOT STEP:WORLD [STEP:WORLD ...]
+#include <cstdio>
+#include <cstdlib>
+
+#include "checkpoint/test_util.h"
+#include "ema/snapshot_test_util.h"
+
+int main(int argc, char** argv) {
+  using namespace shardema;  // NOLINT
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s ROOT STEP:WORLD [STEP:WORLD ...]\n", argv[0]);
+    return 2;
+  }
+  for (int i = 2; i < argc; ++i) {
+    long long step = 0;
+    int world = 0;
+    if (std::sscanf(argv[i], "%lld:%d", &step, &world) != 2 || step < 1 || world < 1) {
+      std::fprintf(stderr, "make_test_snapshots: bad STEP:WORLD '%s'\n", argv[i]);
+      return 2;
+    }
+    Status s = ema_test::WriteSyntheticSnapshot(argv[1], step, world, 0, ckpt_test::TestModel());
+    if (!s.ok()) {
+      std::fprintf(stderr, "make_test_snapshots: %s\n", s.ToString().c_str());
+      return ExitCodeFor(s);
+    }
+  }
+  return 0;
+}
