@@ -8,24 +8,7 @@ MAKE=$2
 MPI_RUN=$3
 TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ckpt_posthoc.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE PATTERN -- ARGS...: runs ckpt ARGS, checks the exit code and the output.
-expect() {
-  local want=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$CKPT" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ]; then
-    fail "ckpt $* exited $rc, expected $want; output:"; echo "$out" | head -20
-  elif ! tr '\n' ' ' <<<"$out" | grep -qE -- "$pattern"; then
-    fail "ckpt $* output does not match /$pattern/:"; echo "$out" | head -20
-  else
-    echo "ok: ckpt $* -> $rc"
-  fi
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 ROOT=$TMP/run
 # Snapshots of a run resumed at other world sizes: 1, 2, 3, then 2 ranks.
