@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
@@ -17,16 +18,157 @@ using nlohmann::json;
 
 namespace {
 
-struct Item {
-  SafetensorsTensor tensor;
-  int buffer = -1;  // manifest buffer index, or -1 for a parameter
-  size_t unit = 0;  // parameters: unit and element range in the unit
-  int64_t offset = 0;
-  int64_t numel = 0;
-};
+StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std::string& slot, DType dtype,
+                                         bool include_buffers) {
+  std::map<std::string, ExportTensor> items;
+  const std::string st_dtype = DTypeSafetensorsName(dtype);
+  for (size_t u = 0; u < m.layout.units().size(); ++u) {
+    for (const ParamLayout& p : m.layout.units()[u].params) {
+      ExportTensor it;
+      it.tensor = SafetensorsTensor{p.name, st_dtype, p.shape};
+      it.unit = u;
+      it.offset = p.offset;
+      it.unit_numel = m.layout.units()[u].numel;
+      it.numel = p.numel;
+      items[p.name] = it;
+    }
+  }
+  if (include_buffers) {
+    const std::string prefix = slot + "/";
+    std::map<std::string, int> chosen;
+    for (size_t i = 0; i < m.buffers.size(); ++i) {
+      const std::string& n = m.buffers[i].name;
+      if (n.compare(0, prefix.size(), prefix) == 0) {
+        chosen[n.substr(prefix.size())] = int(i);  // the slot's own copy wins
+      } else if (n.find('/') == std::string::npos && chosen.find(n) == chosen.end()) {
+        chosen[n] = int(i);
+      }
+    }
+    for (const auto& [name, i] : chosen) {
+      if (items.count(name) != 0) {
+        return InvalidArgument("export: buffer '", m.buffers[size_t(i)].name, "' would be named '", name,
+                               "', which is also a parameter");
+      }
+      ExportTensor it;
+      it.tensor = SafetensorsTensor{name, st_dtype, m.buffers[size_t(i)].shape};
+      it.buffer = i;
+      it.numel = NumElements(m.buffers[size_t(i)].shape);
+      items[name] = it;
+    }
+  }
+  // Tied weights: each alias is a copy of its parameter (see export.h).
+  if (m.meta.is_object() && m.meta.contains("tied_weights")) {
+    const json& tied = m.meta.at("tied_weights");
+    if (!tied.is_object()) return DataLoss("export: checkpoint meta 'tied_weights' is not an object");
+    for (auto t = tied.begin(); t != tied.end(); ++t) {
+      const std::string alias = t.key();
+      if (!t.value().is_string() || !items.count(t.value().get<std::string>())) {
+        return DataLoss("export: checkpoint meta 'tied_weights': '", alias, "' names ",
+                        t.value().dump(), ", which is not a parameter of the checkpoint");
+      }
+      if (items.count(alias) != 0) {
+        return DataLoss("export: tied weight '", alias, "' is also a tensor of the checkpoint");
+      }
+      ExportTensor it = items.at(t.value().get<std::string>());
+      it.tensor.name = alias;
+      items[alias] = it;
+    }
+  }
+  std::vector<ExportTensor> out;
+  for (auto& [name, it] : items) out.push_back(std::move(it));
+  return out;
+}
 
-// The slot's hyperparameters in the checkpoint meta (see export.h), as strings.
-std::map<std::string, std::string> SlotMetadata(const json& meta, const std::string& slot, int64_t step) {
+std::string Stem(const std::string& out_path) {
+  std::string base = BaseName(out_path);
+  const std::string ext = ".safetensors";
+  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+    base.resize(base.size() - ext.size());
+  }
+  return base;
+}
+
+std::string ShardName(const std::string& stem, size_t i, size_t k) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", i + 1, k);
+  return stem + buf;
+}
+
+// The part of tensor `t` (elements [*lo, *hi)) that `rank` of `world` writes: parameters by the
+// unit shard at that world size, buffers by rank 0.
+void OwnedRange(const ExportTensor& t, int rank, int world, int64_t* lo, int64_t* hi) {
+  if (t.buffer >= 0) {
+    *lo = 0;
+    *hi = rank == 0 ? t.numel : 0;
+    return;
+  }
+  const int64_t shard = (t.unit_numel + world - 1) / world;
+  *lo = std::clamp<int64_t>(int64_t(rank) * shard - t.offset, 0, t.numel);
+  *hi = std::clamp<int64_t>(int64_t(rank + 1) * shard - t.offset, *lo, t.numel);
+}
+
+// This rank's share of one file: the values of its owned ranges, converted, written in place.
+Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn& values, int rank, int world,
+                       std::vector<char>& src, std::vector<char>& dst, WritableFile& file) {
+  const size_t ds = DTypeSize(dtype);
+  const int64_t step = int64_t(src.size() / 4);
+  for (const ExportTensor& t : f.tensors) {
+    int64_t lo = 0, hi = 0;
+    OwnedRange(t, rank, world, &lo, &hi);
+    for (int64_t b = lo; b < hi; b += step) {
+      const int64_t n = std::min(step, hi - b);
+      DType src_type = dtype;
+      RETURN_IF_ERROR(values(t, b, n, src.data(), &src_type));
+      const char* out = src.data();
+      if (src_type != dtype) {
+        ConvertBuffer(src.data(), src_type, dst.data(), dtype, size_t(n));
+        out = dst.data();
+      }
+      RETURN_IF_ERROR(file.WriteAt(f.header.size() + t.tensor.begin + uint64_t(b) * ds, out, size_t(n) * ds));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RemoveTemporaries(const ExportPlan& plan) {
+  for (const ExportFilePlan& f : plan.files) RETURN_IF_ERROR(RemoveTree(f.path + ".tmp"));
+  return Status::Ok();
+}
+
+// Rank 0's part before the others write: every temporary file created with its header.
+Status CreateFiles(const ExportPlan& plan) {
+  for (const ExportFilePlan& f : plan.files) {
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, WritableFile::Create(f.path + ".tmp"));
+    RETURN_IF_ERROR(file->Append(f.header.data(), f.header.size()));
+    RETURN_IF_ERROR(file->Close());
+  }
+  return Status::Ok();
+}
+
+Status WriteOwnParts(const ExportPlan& plan, const ExportValueFn& values, int rank, int world,
+                     const ExportOptions& options) {
+  std::vector<char> src(size_t(std::max<uint64_t>(options.piece_bytes, 64)) / 4 * 4);
+  std::vector<char> dst(src.size() / 4 * DTypeSize(plan.dtype));
+  for (const ExportFilePlan& f : plan.files) {
+    const std::string tmp = f.path + ".tmp";
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, WritableFile::OpenForUpdate(tmp));
+    Status s = WriteOwnedParts(f, plan.dtype, values, rank, world, src, dst, *file);
+    if (s.ok() && options.fsync) s = file->Sync();
+    if (s.ok()) s = file->Close();
+    if (!s.ok()) return s.WithContext("export to '" + f.path + "'");
+  }
+  return Status::Ok();
+}
+
+Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
+  for (const ExportFilePlan& f : plan.files) RETURN_IF_ERROR(RenamePath(f.path + ".tmp", f.path));
+  if (!plan.index_file.empty()) RETURN_IF_ERROR(WriteFileAtomic(plan.index_file, plan.index_json, options.fsync));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ExportMetadata(const json& meta, const std::string& slot, int64_t step) {
   std::map<std::string, std::string> out;
   const json* cfg = nullptr;
   const json* counters = nullptr;
@@ -67,107 +209,72 @@ std::map<std::string, std::string> SlotMetadata(const json& meta, const std::str
   return out;
 }
 
-StatusOr<std::vector<Item>> CollectItems(const Manifest& m, const std::string& slot, DType dtype,
-                                         bool include_buffers) {
-  std::map<std::string, Item> items;
-  const std::string st_dtype = DTypeSafetensorsName(dtype);
-  for (size_t u = 0; u < m.layout.units().size(); ++u) {
-    for (const ParamLayout& p : m.layout.units()[u].params) {
-      Item it;
-      it.tensor = SafetensorsTensor{p.name, st_dtype, p.shape};
-      it.unit = u;
-      it.offset = p.offset;
-      it.numel = p.numel;
-      items[p.name] = it;
+StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DType dtype, const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata, const ExportOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<ExportTensor> items, CollectTensors(m, slot, dtype, options.include_buffers));
+  ExportPlan plan;
+  plan.dtype = dtype;
+  plan.step = m.step;
+  // Group into files, greedily in name order.
+  std::vector<std::vector<ExportTensor>> groups(1);
+  uint64_t in_group = 0;
+  for (ExportTensor& it : items) {
+    const uint64_t bytes = uint64_t(it.numel) * DTypeSize(dtype);
+    if (options.max_file_size > 0 && !groups.back().empty() && in_group + bytes > options.max_file_size) {
+      groups.emplace_back();
+      in_group = 0;
     }
+    in_group += bytes;
+    plan.total_bytes += bytes;
+    groups.back().push_back(std::move(it));
   }
-  if (include_buffers) {
-    const std::string prefix = slot + "/";
-    std::map<std::string, int> chosen;
-    for (size_t i = 0; i < m.buffers.size(); ++i) {
-      const std::string& n = m.buffers[i].name;
-      if (n.compare(0, prefix.size(), prefix) == 0) {
-        chosen[n.substr(prefix.size())] = int(i);  // the slot's own copy wins
-      } else if (n.find('/') == std::string::npos && chosen.find(n) == chosen.end()) {
-        chosen[n] = int(i);
-      }
+  const std::string dir = DirName(out_path), stem = Stem(out_path);
+  const size_t k = groups.size();
+  json weight_map = json::object();
+  for (size_t g = 0; g < k; ++g) {
+    ExportFilePlan f;
+    f.path = k == 1 ? out_path : JoinPath(dir, ShardName(stem, g, k));
+    std::vector<SafetensorsTensor> tensors;
+    for (const ExportTensor& it : groups[g]) tensors.push_back(it.tensor);
+    RETURN_IF_ERROR(AssignSafetensorsOffsets(tensors).status());
+    ASSIGN_OR_RETURN(f.header, BuildSafetensorsHeader(tensors, metadata));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      groups[g][i].tensor = tensors[i];
+      weight_map[tensors[i].name] = BaseName(f.path);
     }
-    for (const auto& [name, i] : chosen) {
-      if (items.count(name) != 0) {
-        return InvalidArgument("export: buffer '", m.buffers[size_t(i)].name, "' would be named '", name,
-                               "', which is also a parameter");
-      }
-      Item it;
-      it.tensor = SafetensorsTensor{name, st_dtype, m.buffers[size_t(i)].shape};
-      it.buffer = i;
-      it.numel = NumElements(m.buffers[size_t(i)].shape);
-      items[name] = it;
-    }
+    f.tensors = std::move(groups[g]);
+    plan.num_tensors += f.tensors.size();
+    plan.files.push_back(std::move(f));
   }
-  // Tied weights: each alias is a copy of its parameter (see export.h).
-  if (m.meta.is_object() && m.meta.contains("tied_weights")) {
-    const json& tied = m.meta.at("tied_weights");
-    if (!tied.is_object()) return DataLoss("export: checkpoint meta 'tied_weights' is not an object");
-    for (auto t = tied.begin(); t != tied.end(); ++t) {
-      const std::string alias = t.key();
-      if (!t.value().is_string() || !items.count(t.value().get<std::string>())) {
-        return DataLoss("export: checkpoint meta 'tied_weights': '", alias, "' names ",
-                        t.value().dump(), ", which is not a parameter of the checkpoint");
-      }
-      if (items.count(alias) != 0) {
-        return DataLoss("export: tied weight '", alias, "' is also a tensor of the checkpoint");
-      }
-      Item it = items.at(t.value().get<std::string>());
-      it.tensor.name = alias;
-      items[alias] = it;
-    }
+  if (k > 1) {
+    plan.index_file = JoinPath(dir, stem + ".safetensors.index.json");
+    plan.index_json = json{{"metadata", {{"total_size", plan.total_bytes}}}, {"weight_map", weight_map}}.dump(2) + "\n";
   }
-  std::vector<Item> out;
-  for (auto& [name, it] : items) out.push_back(std::move(it));
-  return out;
+  return plan;
 }
 
-// Streams one tensor's converted bytes into `file`.
-Status WriteItem(CheckpointReader& reader, int slot, const Item& it, DType dtype, std::vector<char>& src,
-                 std::vector<char>& dst, WritableFile& file) {
-  const Manifest& m = reader.manifest();
-  const DType src_type = it.buffer >= 0 ? m.buffers[size_t(it.buffer)].dtype : m.slots[size_t(slot)].dtype;
-  const size_t ss = DTypeSize(src_type), ds = DTypeSize(dtype);
-  const int64_t step = int64_t(src.size() / std::max(ss, ds));
-  for (int64_t b = 0; b < it.numel; b += step) {
-    const int64_t n = std::min(step, it.numel - b);
-    if (it.buffer >= 0) {
-      RETURN_IF_ERROR(reader.ReadFileRange(0, m.buffers[size_t(it.buffer)].offset + uint64_t(b) * ss, uint64_t(n) * ss,
-                                           src.data()));
-    } else {
-      RETURN_IF_ERROR(reader.ReadUnitRange(slot, it.unit, it.offset + b, it.offset + b + n, src.data()));
+StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValueFn& values, Communicator* comm,
+                                       const ExportOptions& options) {
+  const int rank = RankOf(comm), world = WorldSizeOf(comm);
+  auto agree = [&](Status s, const char* what) -> Status {
+    s = comm == nullptr ? s : AgreeOnStatus(comm, s, what);
+    if (!s.ok()) {
+      if (rank == 0) RemoveTemporaries(plan).IgnoreError();
+      if (comm != nullptr) comm->Barrier().IgnoreError();  // nobody returns before the cleanup
     }
-    const char* out = src.data();
-    if (src_type != dtype) {
-      ConvertBuffer(src.data(), src_type, dst.data(), dtype, size_t(n));
-      out = dst.data();
-    }
-    RETURN_IF_ERROR(file.Append(out, size_t(n) * ds));
-  }
-  return Status::Ok();
+    return s;
+  };
+  RETURN_IF_ERROR(agree(rank == 0 ? CreateFiles(plan) : Status::Ok(), "export: creating the files"));
+  RETURN_IF_ERROR(agree(WriteOwnParts(plan, values, rank, world, options), "export: writing the tensors"));
+  RETURN_IF_ERROR(agree(rank == 0 ? CommitFiles(plan, options) : Status::Ok(), "export: committing the files"));
+  ExportReport report;
+  report.step = plan.step;
+  report.total_bytes = plan.total_bytes;
+  report.num_tensors = plan.num_tensors;
+  report.index_file = plan.index_file;
+  for (const ExportFilePlan& f : plan.files) report.files.push_back(f.path);
+  return report;
 }
-
-std::string Stem(const std::string& out_path) {
-  std::string base = BaseName(out_path);
-  const std::string ext = ".safetensors";
-  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
-    base.resize(base.size() - ext.size());
-  }
-  return base;
-}
-
-std::string ShardName(const std::string& stem, size_t i, size_t k) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", i + 1, k);
-  return stem + buf;
-}
-
-}  // namespace
 
 StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot, DType dtype,
                                          const std::string& out_path, const ExportOptions& options) {
@@ -181,61 +288,20 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
     for (const SlotEntry& s : m.slots) have += (have.empty() ? "" : ", ") + s.name;
     return NotFound("export: checkpoint '", reader->dir(), "' has no slot '", slot, "' (its slots: ", have, ")");
   }
-  ASSIGN_OR_RETURN(std::vector<Item> items, CollectItems(m, slot, dtype, options.include_buffers));
-  const std::map<std::string, std::string> metadata = SlotMetadata(m.meta, slot, m.step);
-
-  // Group into files.
-  std::vector<std::vector<Item>> groups(1);
-  uint64_t in_group = 0, total = 0;
-  for (Item& it : items) {
-    const uint64_t bytes = uint64_t(it.numel) * DTypeSize(dtype);
-    if (options.max_file_size > 0 && !groups.back().empty() && in_group + bytes > options.max_file_size) {
-      groups.emplace_back();
-      in_group = 0;
+  ASSIGN_OR_RETURN(ExportPlan plan,
+                   PlanExport(m, slot, dtype, out_path, ExportMetadata(m.meta, slot, m.step), options));
+  ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst, DType* type) -> Status {
+    if (t.buffer >= 0) {
+      const BufferEntry& e = m.buffers[size_t(t.buffer)];
+      *type = e.dtype;
+      const size_t ss = DTypeSize(e.dtype);
+      return reader->ReadFileRange(0, e.offset + uint64_t(b) * ss, uint64_t(n) * ss, dst);
     }
-    in_group += bytes;
-    total += bytes;
-    groups.back().push_back(std::move(it));
-  }
-  const std::string dir = DirName(out_path), stem = Stem(out_path);
-  const size_t k = groups.size();
-  std::vector<char> src(size_t(std::max<uint64_t>(options.piece_bytes, 64)));
-  std::vector<char> dst;
-  if (m.slots[size_t(si)].dtype != dtype || !m.buffers.empty()) dst.resize(src.size());
-
-  ExportReport report;
-  report.step = m.step;
-  report.total_bytes = total;
-  json weight_map = json::object();
-  for (size_t g = 0; g < k; ++g) {
-    const std::string path = k == 1 ? out_path : JoinPath(dir, ShardName(stem, g, k));
-    std::vector<SafetensorsTensor> tensors;
-    for (const Item& it : groups[g]) tensors.push_back(it.tensor);
-    RETURN_IF_ERROR(AssignSafetensorsOffsets(tensors).status());
-    ASSIGN_OR_RETURN(std::string header, BuildSafetensorsHeader(tensors, metadata));
-    const std::string tmp = path + ".tmp";
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, WritableFile::Create(tmp));
-    Status s = f->Append(header.data(), header.size());
-    for (size_t i = 0; s.ok() && i < groups[g].size(); ++i) {
-      s = WriteItem(*reader, si, groups[g][i], dtype, src, dst, *f);
-      weight_map[groups[g][i].tensor.name] = BaseName(path);
-    }
-    if (s.ok() && options.fsync) s = f->Sync();
-    if (s.ok()) s = f->Close();
-    if (s.ok()) s = RenamePath(tmp, path);
-    if (!s.ok()) {
-      f.reset();
-      RemoveTree(tmp).IgnoreError();
-      return s.WithContext("export of slot '" + slot + "' to '" + path + "'");
-    }
-    report.files.push_back(path);
-    report.num_tensors += groups[g].size();
-  }
-  if (k > 1) {
-    report.index_file = JoinPath(dir, stem + ".safetensors.index.json");
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    RETURN_IF_ERROR(WriteFileAtomic(report.index_file, index.dump(2) + "\n", options.fsync));
-  }
+    *type = m.slots[size_t(si)].dtype;
+    return reader->ReadUnitRange(si, t.unit, t.offset + b, t.offset + b + n, dst);
+  };
+  StatusOr<ExportReport> report = WriteExportPlan(plan, values, nullptr, options);
+  if (!report.ok()) return report.status().WithContext("export of slot '" + slot + "'");
   return report;
 }
 

@@ -28,13 +28,30 @@
 // Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
 // the slots); kDataLoss for a malformed "tied_weights" (an alias of no parameter, or one that is
 // itself a tensor); write errors naming the file. Threading: thread-safe for distinct outputs.
+//
+// Lower level (also used by the post-hoc EMA reconstruction, ema/posthoc.h, which writes the same
+// files from other values): PlanExport computes the tensors, the grouping into files and each
+// file's header; WriteExportPlan writes a plan's files with the values a callback supplies, in one
+// process or collectively: each rank of a communicator of W ranks writes the elements of every
+// parameter tensor that fall in its unit shard at world size W ([r*s, (r+1)*s) of the unit's flat
+// elements, s = ceil(numel / W)) with positional writes into the same temporary files, rank 0
+// writes the headers and the buffers; the result is byte-identical at every W when the callback's
+// values do not depend on the rank. The output directory must then be on a file system every rank
+// sees (like a checkpoint root).
 #ifndef SHARDEMA_CHECKPOINT_EXPORT_H_
 #define SHARDEMA_CHECKPOINT_EXPORT_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/format.h"
+#include "checkpoint/safetensors.h"
+#include "framework/communicator.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 
@@ -59,6 +76,58 @@ struct ExportReport {
 // `checkpoint`: a checkpoint directory or a root (its `latest`).
 StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot, DType dtype,
                                          const std::string& out_path, const ExportOptions& options = {});
+
+// ---- Lower level ----
+
+// One output tensor and where its values live in the checkpoint.
+struct ExportTensor {
+  SafetensorsTensor tensor;  // output name, dtype and shape; begin/end in its file's data buffer
+  int buffer = -1;           // manifest buffer index, or -1 for a parameter
+  size_t unit = 0;           // parameters: unit, first unit element and the unit's size
+  int64_t offset = 0;
+  int64_t unit_numel = 0;
+  int64_t numel = 0;
+};
+
+struct ExportFilePlan {
+  std::string path;    // final path (written to "<path>.tmp" first)
+  std::string header;  // the bytes before the data buffer (BuildSafetensorsHeader)
+  std::vector<ExportTensor> tensors;
+};
+
+struct ExportPlan {
+  DType dtype = DType::kF32;
+  int64_t step = 0;
+  std::vector<ExportFilePlan> files;
+  std::string index_file;  // "" for a single file
+  std::string index_json;  // its contents
+  uint64_t total_bytes = 0;
+  size_t num_tensors = 0;
+};
+
+// The __metadata__ ExportSafetensors writes for `slot` (see above).
+std::map<std::string, std::string> ExportMetadata(const nlohmann::json& meta, const std::string& slot,
+                                                  int64_t step);
+
+// The tensors (parameters of m.layout, plus buffers for `slot` when options.include_buffers),
+// files and headers of an export to out_path. Errors: kInvalidArgument (a buffer named like a
+// parameter, a header over the size limit).
+StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DType dtype,
+                                const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata,
+                                const ExportOptions& options);
+
+// Writes elements [begin, begin + n) of tensor `t` into dst (room for n elements of 4 bytes) in
+// a dtype of its choice, stored in *dtype.
+using ExportValueFn = std::function<Status(const ExportTensor& t, int64_t begin, int64_t n, void* dst,
+                                           DType* dtype)>;
+
+// Writes the plan's files (values converted to plan.dtype, round to nearest even). `comm` null:
+// this process writes everything. Otherwise collective, as described at the top: every rank
+// returns the same status (the first failing rank's, naming it); temporary files are removed on
+// failure. Memory: options.piece_bytes for values plus the converted piece.
+StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValueFn& values,
+                                       Communicator* comm, const ExportOptions& options);
 
 }  // namespace shardema
 

@@ -26,25 +26,36 @@ StatusOr<std::unique_ptr<WritableFile>> WritableFile::Create(const std::string& 
 
 WritableFile::~WritableFile() { Close().IgnoreError(); }
 
-Status WritableFile::Append(const void* data, size_t n) {
+StatusOr<std::unique_ptr<WritableFile>> WritableFile::OpenForUpdate(const std::string& path,
+                                                                    WriteFaultHook hook) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open for writing", path);
+  return std::unique_ptr<WritableFile>(new WritableFile(path, fd, std::move(hook)));
+}
+
+Status WritableFile::Append(const void* data, size_t n) { return WriteAt(size_, data, n); }
+
+Status WritableFile::WriteAt(uint64_t offset, const void* data, size_t n) {
   if (fd_ < 0) return FailedPrecondition("write '", path_, "': file is closed");
   const char* p = static_cast<const char*>(data);
+  uint64_t pos = offset;
   while (n > 0) {
     size_t len = std::min<size_t>(n, size_t(1) << 30);
     if (hook_) {
-      int err = hook_(path_, size_, len);
+      int err = hook_(path_, pos, len);
       if (err != 0) {
-        return ErrnoToStatus(err, "write '" + path_ + "' at offset " + std::to_string(size_));
+        return ErrnoToStatus(err, "write '" + path_ + "' at offset " + std::to_string(pos));
       }
     }
-    ssize_t w = ::write(fd_, p, len);
+    ssize_t w = ::pwrite(fd_, p, len, off_t(pos));
     if (w < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write '" + path_ + "' at offset " + std::to_string(size_));
+      return ErrnoToStatus(errno, "write '" + path_ + "' at offset " + std::to_string(pos));
     }
     p += w;
     n -= size_t(w);
-    size_ += uint64_t(w);
+    pos += uint64_t(w);
+    size_ = std::max(size_, pos);
   }
   return Status::Ok();
 }

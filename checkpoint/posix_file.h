@@ -26,18 +26,25 @@ namespace shardema {
 using WriteFaultHook =
     std::function<int(const std::string& path, uint64_t offset, size_t length)>;
 
-// A file opened for sequential writing (created, truncated).
+// A file opened for writing: sequential appends (Append) or positional writes (WriteAt).
 class WritableFile {
  public:
   // Errors: the errno of open(2) (kNotFound for a missing directory, ...).
   static StatusOr<std::unique_ptr<WritableFile>> Create(const std::string& path,
                                                         WriteFaultHook hook = nullptr);
+  // Opens an existing file for positional writes, without truncating it (e.g. several processes
+  // each writing their own byte ranges of one file). Errors: the errno of open(2).
+  static StatusOr<std::unique_ptr<WritableFile>> OpenForUpdate(const std::string& path,
+                                                               WriteFaultHook hook = nullptr);
   ~WritableFile();  // closes without syncing if Close() was not called
   WritableFile(const WritableFile&) = delete;
   WritableFile& operator=(const WritableFile&) = delete;
 
   // Writes all n bytes at the current end (retries short writes and EINTR).
   Status Append(const void* data, size_t n);
+  // Writes all n bytes at `offset` (pwrite(2); retries short writes and EINTR). size() becomes
+  // the largest end written through this object.
+  Status WriteAt(uint64_t offset, const void* data, size_t n);
   // fsync(2).
   Status Sync();
   // close(2); idempotent.

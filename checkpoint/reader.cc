@@ -135,6 +135,14 @@ Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int
   return Status::Ok();
 }
 
+void CheckpointReader::ReleaseCache() {
+  for (CachedChunk& c : cache_) {
+    c.rank = -1;
+    c.last_use = 0;
+    std::vector<char>().swap(c.data);
+  }
+}
+
 Status CheckpointReader::ReadBuffer(int buffer, void* dst) {
   if (buffer < 0 || size_t(buffer) >= manifest_.buffers.size()) {
     return InvalidArgument("buffer index ", buffer, " out of range");

@@ -58,6 +58,10 @@ class CheckpointReader {
   // The bytes of replicated buffer `buffer` (manifest index), from rank 0's file.
   Status ReadBuffer(int buffer, void* dst);
 
+  // Frees the verified-chunk cache (later partial reads fill it again). For callers that keep
+  // many readers open and read from one at a time (post-hoc EMA: one reader per snapshot).
+  void ReleaseCache();
+
   // Bytes read from disk so far, chunk verification included.
   uint64_t bytes_read() const { return bytes_read_; }
 

@@ -1,5 +1,7 @@
 #include "examples/train_config.h"
 
+#include <algorithm>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -197,6 +199,14 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
     return InvalidArgument(c.resume ? "--resume" : c.async_save ? "--async-save" : "--save-every",
                            " needs --ckpt-dir");
   }
+  if (c.ema_snapshot_every < 0) return InvalidArgument("--ema-snapshot-every ", c.ema_snapshot_every, " < 0");
+  if (c.ema_snapshot_every > 0) {
+    if (!ckpt) return InvalidArgument("--ema-snapshot-every needs --ckpt-dir");
+    if (std::none_of(c.emas.begin(), c.emas.end(),
+                     [](const EmaConfig& e) { return e.kind == EmaScheduleKind::kPowerFunction; })) {
+      return InvalidArgument("--ema-snapshot-every needs power-function EMA slots (--ema-sigma-rel)");
+    }
+  }
   if (c.eval_every < 0) return InvalidArgument("--eval-every ", c.eval_every, " < 0");
   if (c.eval_batch < 1) return InvalidArgument("--eval-batch ", c.eval_batch, " < 1");
   if (c.log_every < 0) return InvalidArgument("--log-every ", c.log_every, " < 0");
@@ -367,6 +377,7 @@ nlohmann::json TrainConfig::ToJson() const {
           {"save_every", save_every},
           {"keep", keep},
           {"async_save", async_save},
+          {"ema_snapshot_every", ema_snapshot_every},
           {"eval_every", eval_every},
           {"eval_batch", eval_batch},
           {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
@@ -508,6 +519,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   app.add_option("--save-every", c.save_every, "save every K steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
   app.add_flag("--async-save", c.async_save, "write checkpoints in the background");
+  app.add_option("--ema-snapshot-every", c.ema_snapshot_every,
+                 "every K steps snapshot the power-function EMA slots into CKPT_DIR/ema_snapshots for "
+                 "`ckpt posthoc` (0: never)")
+      ->capture_default_str();
   app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --ckpt-dir (fresh if none)");
   app.add_flag("--override-hparams", c.override_hparams,
                "resume even when hyperparameters differ from the checkpoint's (this run's win)");

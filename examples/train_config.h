@@ -86,6 +86,9 @@ struct TrainConfig {
   bool async_save = false;
   bool resume = false;
   bool override_hparams = false;
+  // Post-hoc EMA: every K steps a snapshot of every power-function EMA slot into
+  // ckpt_dir/ema_snapshots (ema/snapshot.h); 0 = none.
+  int64_t ema_snapshot_every = 0;
 
   // Evaluation and logging.
   int64_t eval_every = 0;    // 0 = only at the end

@@ -137,6 +137,11 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--ema-spec", "x:kind=bogus"}, {"--ema-spec", "bogus"});
   ExpectError({"--layers", "4,3", "--ema-spec", "x:decay"}, {"--ema-spec", "key=value"});
   ExpectError({"--layers", "4,3", "--ema-spec", ":decay=0.9"}, {"--ema-spec", "slot name"});
+  ExpectError({"--layers", "4,3", "--ema-sigma-rel", "0.1", "--ema-snapshot-every", "5"},
+              {"--ema-snapshot-every", "--ckpt-dir"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9", "--ema-snapshot-every", "5", "--ckpt-dir", "d"},
+              {"--ema-snapshot-every", "power-function", "--ema-sigma-rel"});
+  ExpectError({"--layers", "4,3", "--ema-snapshot-every", "-1"}, {"--ema-snapshot-every -1"});
   ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
   ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
   ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});

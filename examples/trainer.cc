@@ -8,6 +8,7 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "examples/config_agreement.h"
+#include "ema/snapshot.h"
 #include "examples/cuda/mlp_model_cuda.h"
 #include "examples/memory_estimate.h"
 #include "examples/gpt_model.h"
@@ -451,6 +452,9 @@ StatusOr<TrainSummary> Trainer::Run() {
         for (const auto& kv : e.losses) line += " " + kv.first + " " + std::to_string(kv.second);
         LOG_INFO << "eval step " << done << ":" << line;
       }
+    }
+    if (EmaSnapshotDue(done, c.ema_snapshot_every)) {
+      RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas_, done).status());
     }
     if (saver_ != nullptr) {
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
+#include "ema/snapshot.h"
+#include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
 #include "examples/trainer.h"
@@ -213,6 +216,32 @@ TEST(TrainerTest, ResumeIsBitExact) {
     if (j.contains("loss")) steps.push_back(j["step"].get<int64_t>());
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// --ema-snapshot-every: snapshots of an interrupted run survive the resume, the resumed run adds
+// its own, and each holds exactly the EMA slots' values at its step.
+TEST(TrainerTest, EmaSnapshotsSurviveResumeAndHoldTheSlots) {
+  const std::string d = TestPath("snapshots");
+  const std::string args = "--layers 6,10,3 --batch 12 --seed 3 --ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2";
+  ASSERT_TRUE(Train(args + " --steps 4 --save-every 2 --ckpt-dir " + d, World()).ok());
+  StatusOr<TrainRun> second = Train(args + " --steps 8 --resume --ckpt-dir " + d, World());
+  ASSERT_TRUE(second.ok()) << second.status();
+  StatusOr<std::vector<EmaSnapshotInfo>> list = ListEmaSnapshots(d);
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<int64_t> steps;
+  for (const EmaSnapshotInfo& i : *list) {
+    steps.push_back(i.step);
+    ASSERT_EQ(i.slots.size(), 2u);
+    EXPECT_EQ(i.slots[0].t, i.step);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 6, 8}));
+  if (World()->rank() != 0) return;
+  // The snapshot of step 8 and the final checkpoint hold the same EMA bytes.
+  std::map<std::string, std::vector<char>> ckpt;
+  for (auto& [name, bytes] : SlotBytes(JoinPath(d, "step_00000008"))) ckpt[name] = bytes;
+  const auto snap = SlotBytes(JoinPath(EmaSnapshotRoot(d), "step_00000008"));
+  ASSERT_EQ(snap.size(), 2u);
+  for (const auto& [name, bytes] : snap) EXPECT_TRUE(ckpt.at(name) == bytes) << name;
 }
 
 // Expects Trainer::Create to fail with `code` and a message holding every fragment.

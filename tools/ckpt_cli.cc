@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/status.h"
 #include "framework/byte_size.h"
+#include "framework/mpi/mpi_communicator.h"
+#include "framework/rank_env.h"
+#include "framework/status.h"
 #include "tools/ckpt_commands.h"
 
 namespace shardema::tools {
@@ -20,13 +22,13 @@ constexpr char kDirHelp[] =
     "a --ckpt-dir root (its latest committed checkpoint, or step_S with --step) or one "
     "checkpoint's directory (step_N/)";
 
-constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff";
+constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff, posthoc";
 
 struct Raw {
-  std::string dir, dir_b, slot = "params", dtype = "f32", out, max_file_size = "0";
-  int64_t step = -1;
+  std::string dir, dir_b, slot = "params", dtype = "f32", out, max_file_size = "0", sigma_rel;
+  int64_t step = -1, step_max = -1;
   int world = 0;
-  bool json = false, all = false, no_buffers = false, no_progress = false;
+  bool json = false, all = false, no_buffers = false, no_progress = false, print_coefficients = false;
 };
 
 CLI::Option* AddStep(CLI::App* sub, Raw& raw) {
@@ -34,17 +36,56 @@ CLI::Option* AddStep(CLI::App* sub, Raw& raw) {
 }
 
 bool IsKnownSubcommand(const std::string& s) {
-  for (const char* k : {"inspect", "verify", "export", "reshard", "diff"}) {
+  for (const char* k : {"inspect", "verify", "export", "reshard", "diff", "posthoc"}) {
     if (s == k) return true;
   }
   return false;
+}
+
+// Options shared by export and posthoc: --dtype and --max-file-size.
+void AddOutputFormat(CLI::App* sub, Raw& raw) {
+  sub->add_option("--dtype", raw.dtype, "dtype of the exported tensors: f32, bf16 or f16 (round to nearest even)")
+      ->capture_default_str();
+  sub->add_option("--max-file-size", raw.max_file_size,
+                  "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
+                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024); 0 = one file")
+      ->capture_default_str();
+}
+
+// Parses --dtype and --max-file-size.
+Status ParseOutputFormat(const Raw& raw, DType* dtype, uint64_t* max_file_size) {
+  StatusOr<DType> d = ParseDType(raw.dtype);
+  if (!d.ok()) return d.status().WithContext("--dtype");
+  ASSIGN_OR_RETURN(*max_file_size, ParseByteSize(raw.max_file_size, "--max-file-size"));
+  *dtype = *d;
+  return Status::Ok();
+}
+
+// posthoc: one process, or every rank of `mpirun -np W ckpt posthoc ...` (MPI only then).
+Status RunPosthoc(const Raw& raw, bool step_max_given, const CommandIo& io, bool* quiet) {
+  PosthocCommandOptions o;
+  o.dir = raw.dir;
+  o.out = raw.out;
+  o.print_coefficients = raw.print_coefficients;
+  o.include_buffers = !raw.no_buffers;
+  if (step_max_given) o.step_max = raw.step_max;
+  RETURN_IF_ERROR(ParseOutputFormat(raw, &o.dtype, &o.max_file_size));
+  ASSIGN_OR_RETURN(o.sigma_rels, ParseSigmaRelList(raw.sigma_rel));
+  ASSIGN_OR_RETURN(RankEnv env, DiscoverRankEnv());
+  if (env.world_size == 1) return Posthoc(o, io, nullptr);
+  ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> comm, MpiCommunicator::Create());
+  *quiet = comm->rank() != 0;  // every rank gets the same status: rank 0 reports it
+  Status s = Posthoc(o, io, comm.get());
+  comm.reset();
+  Status fin = MpiCommunicator::FinalizeMpi();
+  return s.ok() ? fin : s;
 }
 
 }  // namespace
 
 int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool progress) {
   Raw raw;
-  CLI::App app("ckpt: inspect, verify, export, reshard and compare shardema checkpoints "
+  CLI::App app("ckpt: inspect, verify, export, reshard and compare shardema checkpoints, post-hoc EMA "
                "(format: checkpoint/FORMAT.md)",
                "ckpt");
   app.require_subcommand(1);
@@ -74,13 +115,8 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   exp->add_option("DIR", raw.dir, kDirHelp)->required();
   exp->add_option("--slot", raw.slot, "the slot to export: params (the live weights) or an EMA slot (ema_...)")
       ->capture_default_str();
-  exp->add_option("--dtype", raw.dtype, "dtype of the exported tensors: f32, bf16 or f16 (round to nearest even)")
-      ->capture_default_str();
+  AddOutputFormat(exp, raw);
   exp->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
-  exp->add_option("--max-file-size", raw.max_file_size,
-                  "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
-                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024); 0 = one file")
-      ->capture_default_str();
   CLI::Option* export_step = AddStep(exp, raw);
   exp->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
   exp->footer(kExitCodes);
@@ -101,6 +137,26 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   diff->add_flag("--json", raw.json, "print the report as one JSON object");
   diff->footer(std::string("Exit codes: 0 identical, 1 different, 2 usage error or invalid argument, 3 not "
                            "found, 4 data loss (corrupt or truncated files)."));
+
+  CLI::App* posthoc = app.add_subcommand(
+      "posthoc", "post-hoc EMA (EDM2): the EMA of any sigma_rel as a least-squares combination of the run's "
+                 "power-function EMA snapshots (--ema-snapshot-every), streamed in bounded memory; also under "
+                 "mpirun -np W (each rank combines its shard; same bytes)");
+  posthoc->add_option("ROOT", raw.dir, "the run's --ckpt-dir (holding ema_snapshots/) or its ema_snapshots/")
+      ->required();
+  posthoc->add_option("--sigma-rel", raw.sigma_rel,
+                      "S[,S2...]: relative standard deviations to reconstruct, each in (0, 0.2887); several "
+                      "values write OUT-sigma_rel_<S>.safetensors each")
+      ->required();
+  posthoc->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
+  AddOutputFormat(posthoc, raw);
+  CLI::Option* step_max = posthoc->add_option(
+      "--step-max", raw.step_max, "use the snapshots at or before step N (the newest of them is the target time)");
+  posthoc->add_flag("--print-coefficients", raw.print_coefficients,
+                    "print the solve: target step and time, and per output the coefficient of every snapshot "
+                    "profile and the profile fit error");
+  posthoc->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
+  posthoc->footer(kExitCodes);
 
   // An unknown subcommand gets a clearer message than CLI11's "arguments were not expected".
   if (argc > 1 && argv[1][0] != '-' && !IsKnownSubcommand(argv[1])) {
@@ -128,6 +184,7 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   auto step_of = [&](CLI::Option* o) { return o->count() ? std::optional<int64_t>(raw.step) : std::nullopt; };
   Status st;
   int ok_code = 0;
+  bool quiet = false;  // a rank other than 0 of a distributed posthoc
   if (name == "inspect") {
     st = Inspect(InspectOptions{raw.dir, step_of(inspect_step), raw.json}, io);
   } else if (name == "verify") {
@@ -139,17 +196,10 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
     o.slot = raw.slot;
     o.out = raw.out;
     o.include_buffers = !raw.no_buffers;
-    StatusOr<DType> dtype = ParseDType(raw.dtype);
-    StatusOr<uint64_t> max_size = ParseByteSize(raw.max_file_size, "--max-file-size");
-    if (!dtype.ok()) {
-      st = dtype.status().WithContext("--dtype");
-    } else if (!max_size.ok()) {
-      st = max_size.status();
-    } else {
-      o.dtype = *dtype;
-      o.max_file_size = *max_size;
-      st = Export(o, io);
-    }
+    st = ParseOutputFormat(raw, &o.dtype, &o.max_file_size);
+    if (st.ok()) st = Export(o, io);
+  } else if (name == "posthoc") {
+    st = RunPosthoc(raw, step_max->count() > 0, io, &quiet);
   } else if (name == "reshard") {
     st = Reshard(ReshardCommandOptions{raw.dir, step_of(reshard_step), raw.world, raw.out}, io);
   } else {
@@ -158,7 +208,7 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
     if (identical.ok() && !*identical) ok_code = 1;
   }
   if (!st.ok()) {
-    err << "ckpt " << name << ": " << st.ToString() << "\n";
+    if (!quiet) err << "ckpt " << name << ": " << st.ToString() << "\n";
     return ExitCodeFor(st);
   }
   return ok_code;

@@ -6,26 +6,7 @@ CKPT=$1
 MAKE=$2
 TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ckpt_cli.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-
-# expect CODE PATTERN -- ARGS...: runs ckpt ARGS, checks the exit code and that stdout+stderr
-# (newlines read as spaces) match the extended regular expression PATTERN.
-expect() {
-  local want=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$CKPT" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ]; then
-    echo "FAIL: ckpt $* exited $rc, expected $want; output:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  elif ! tr '\n' ' ' <<<"$out" | grep -qE -- "$pattern"; then
-    echo "FAIL: ckpt $* output does not match /$pattern/:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  else
-    echo "ok: ckpt $* -> $rc"
-  fi
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 # Usage errors: exit 2, naming what is wrong.
 expect 2 "A subcommand is required" -- 

@@ -1,16 +1,20 @@
 #include "tools/ckpt_commands.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/collective_bytes.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/export.h"
 #include "checkpoint/format.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/verify.h"
+#include "ema/posthoc.h"
 #include "framework/byte_size.h"
 #include "tools/checkpoint_diff.h"
 #include "tools/checkpoint_summary.h"
@@ -150,6 +154,15 @@ Status Verify(const VerifyOptions& options, const CommandIo& io) {
                            " checkpoints failed verification; the first");
 }
 
+namespace {
+// "<dtype>: N tensors, SIZE" and the files written, one per line.
+void PrintExportReport(const ExportReport& r, DType dtype, std::ostream& out) {
+  out << DTypeName(dtype) << ": " << r.num_tensors << " tensors, " << FormatBytes(r.total_bytes) << "\n";
+  for (const std::string& f : r.files) out << "  " << f << "\n";
+  if (!r.index_file.empty()) out << "  " << r.index_file << "\n";
+}
+}  // namespace
+
 Status Export(const ExportCommandOptions& options, const CommandIo& io) {
   if (options.out.empty()) return InvalidArgument("export: no output file (-o OUT.safetensors)");
   ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointArg(options.dir, options.step));
@@ -170,11 +183,8 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
     r = ExportSafetensors(dir, options.slot, options.dtype, options.out, eo);
     return r.status();
   }));
-  *io.out << "exported slot '" << options.slot << "' of step " << r->step << " (" << dir << ") as "
-          << DTypeName(options.dtype) << ": " << r->num_tensors << " tensors, " << FormatBytes(r->total_bytes)
-          << "\n";
-  for (const std::string& f : r->files) *io.out << "  " << f << "\n";
-  if (!r->index_file.empty()) *io.out << "  " << r->index_file << "\n";
+  *io.out << "exported slot '" << options.slot << "' of step " << r->step << " (" << dir << ") as ";
+  PrintExportReport(*r, options.dtype, *io.out);
   return Status::Ok();
 }
 
@@ -210,6 +220,52 @@ StatusOr<bool> Diff(const DiffCommandOptions& options, const CommandIo& io) {
     *io.out << FormatComparison(*c);
   }
   return c->identical();
+}
+
+StatusOr<std::vector<double>> ParseSigmaRelList(const std::string& text) {
+  std::vector<double> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const double v = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size()) {
+      return InvalidArgument("--sigma-rel: '", item, "' in '", text, "' is not a number");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Status Posthoc(const PosthocCommandOptions& options, const CommandIo& io, Communicator* comm) {
+  if (options.out.empty()) return InvalidArgument("posthoc: no output file (-o OUT.safetensors)");
+  const bool printer = comm == nullptr || comm->rank() == 0;
+  PosthocOptions po;
+  po.sigma_rels = options.sigma_rels;
+  po.dtype = options.dtype;
+  po.max_file_size = options.max_file_size;
+  po.step_max = options.step_max;
+  po.include_buffers = options.include_buffers;
+  Status made = Status::Ok();
+  if (const std::string parent = DirName(options.out); printer && !IsDirectory(parent)) made = MakeDirs(parent);
+  RETURN_IF_ERROR(comm == nullptr ? made : AgreeOnStatus(comm, made, "posthoc: creating the output directory"));
+  std::vector<ExportReport> reports;
+  ASSIGN_OR_RETURN(PosthocPlan plan, ReconstructPosthocEma(options.dir, options.out, po, comm, &reports));
+  if (printer && options.print_coefficients) *io.out << FormatPosthocPlan(plan);
+  if (!printer) return Status::Ok();
+  for (size_t j = 0; j < reports.size(); ++j) {
+    const PosthocTarget& t = plan.targets[j];
+    char head[256];
+    std::snprintf(head, sizeof(head), "post-hoc EMA sigma_rel %g (gamma %.4f, profile fit error %.2e) at step %lld "
+                  "from %zu snapshot profiles as ", t.sigma_rel, t.gamma, t.fit_error, (long long)plan.step,
+                  plan.inputs.size());
+    *io.out << head;
+    PrintExportReport(reports[j], options.dtype, *io.out);
+  }
+  return Status::Ok();
 }
 
 }  // namespace shardema::tools

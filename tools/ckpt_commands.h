@@ -13,6 +13,9 @@
 //            message lists every problem naming the file.
 //   Export   one slot as safetensors (ExportSafetensors); prints the files written.
 //   Reshard  a copy at another world size in a new root (ReshardCheckpoint).
+//   Posthoc  post-hoc EMA: the EMA of other sigma_rel values from a run's power-function EMA
+//            snapshots (ema/posthoc.h ReconstructPosthocEma), one output per value; collective
+//            over `comm` when given (rank 0 prints), else one process.
 //   Diff     per-slot max abs / max rel differences over the unsharded slots, step, buffer and
 //            meta differences (checkpoint_diff.h); returns whether the two are identical.
 //
@@ -25,7 +28,9 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
+#include "framework/communicator.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 
@@ -75,6 +80,22 @@ struct ReshardCommandOptions {
   std::string out;  // the new root
 };
 Status Reshard(const ReshardCommandOptions& options, const CommandIo& io);
+
+struct PosthocCommandOptions {
+  std::string dir;                 // the run's --ckpt-dir (holding ema_snapshots/) or ema_snapshots/
+  std::vector<double> sigma_rels;  // one output per value
+  std::string out;                 // OUT.safetensors (several values: OUT-sigma_rel_<S>.safetensors)
+  DType dtype = DType::kF32;
+  uint64_t max_file_size = 0;
+  std::optional<int64_t> step_max;
+  bool print_coefficients = false;  // print FormatPosthocPlan before writing
+  bool include_buffers = true;
+};
+// `comm` null: one process. Otherwise every rank calls it (mpirun -np W ckpt posthoc ...).
+Status Posthoc(const PosthocCommandOptions& options, const CommandIo& io, Communicator* comm);
+
+// "0.05,0.1" -> {0.05, 0.1}. Errors: kInvalidArgument naming the malformed item.
+StatusOr<std::vector<double>> ParseSigmaRelList(const std::string& text);
 
 struct DiffCommandOptions {
   std::string a;

@@ -1,0 +1,98 @@
+// EMA snapshots for post-hoc EMA (EDM2; ema/README.md "Post-hoc EMA"): every K steps each rank
+// writes its shard of every power-function EMA slot as a snapshot, which ema/posthoc.h later
+// combines into the EMA of any other sigma_rel.
+//
+// Where: a snapshot is an ordinary checkpoint (checkpoint/FORMAT.md: same rank files, checksums,
+// manifest and commit protocol, written by CheckpointWriter) in the snapshot root
+// ROOT/ema_snapshots (ROOT = the trainer's --ckpt-dir):
+//   ROOT/ema_snapshots/step_00000500/   rank files + manifest of the snapshot after step 500
+//   ROOT/ema_snapshots/latest           the newest snapshot (the writer's commit point)
+//   ROOT/ema_snapshots/index.json       informational list (below)
+// so `ckpt inspect|verify|export ROOT/ema_snapshots/step_N` work on a snapshot. Snapshots are
+// never rotated (keep_last is unlimited). Its slots are the snapshotted EMA slots under their own
+// names (f32); its buffers the store's replicated buffers (the training buffers, e.g. batch-norm
+// statistics, at that step); its meta:
+//   "ema": [EmaConfig::ToJson() of each snapshotted slot]   (so `ckpt export` labels the slot)
+//   "ema_snapshot": {"format_version": 1, "step": S, "slots": [{"name", "gamma", "sigma_rel",
+//       "start_step", "t", "last_update_step", "num_updates", "interval"}]}
+// where t = last_update_step - start_step is the profile's time in optimizer steps (the slot
+// holds the power-function average of the weights after steps start_step+1 .. last_update_step).
+//
+// Which slots: every power-function slot (EmaScheduleKind::kPowerFunction) that has started and
+// been updated at least once after its start (t >= 1); others are not snapshotted. With none, no
+// snapshot is written (WriteEmaSnapshot returns "").
+//
+// Resume: a snapshot whose step is already committed (an interrupted run resumed from an earlier
+// checkpoint replays that step; resume is bit-exact, so its EMA values are the same) is kept and
+// not rewritten; every rank sees the same directory, so every rank skips it without
+// communication. Snapshots are read with the resharding reader, so a run resumed at another
+// world size keeps adding snapshots beside the old ones and post-hoc reads them all.
+//
+// The list: ListEmaSnapshots scans the committed step_N directories and reads their manifests
+// (the source of truth: a crash can never make it disagree with the files). index.json is the
+// same list, rewritten atomically by rank 0 after each snapshot for people and scripts; nothing
+// reads it back, and failing to write it only logs a warning.
+#ifndef SHARDEMA_EMA_SNAPSHOT_H_
+#define SHARDEMA_EMA_SNAPSHOT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ema/ema_slots.h"
+#include "framework/communicator.h"
+#include "framework/status.h"
+
+namespace shardema {
+
+// ROOT/ema_snapshots.
+std::string EmaSnapshotRoot(const std::string& ckpt_root);
+
+// True when the snapshot of step `step` is due with --ema-snapshot-every `every` (every > 0 and
+// step a positive multiple of it).
+bool EmaSnapshotDue(int64_t step, int64_t every);
+
+struct EmaSnapshotOptions {
+  bool fsync = true;  // off only in tests
+};
+
+// Collective over `comm` (null: one process): every rank calls it after the optimizer step that
+// completed `step`, with the same step. Writes this rank's shard of every eligible slot (see
+// above) through a CheckpointWriter (synchronous; its collectives are the only communication)
+// and returns the committed directory, or "" when nothing was written (no eligible slot, or the
+// snapshot of `step` already exists). The slots are read with EmaSlots::ShardToHost (device and
+// offloaded slots included): extra host memory of one shard per eligible slot.
+// Errors: the writer's (kResourceExhausted for ENOSPC naming the rank and file, ...), the same on
+// every rank; kFailedPrecondition while a slot is swapped in.
+StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicator* comm,
+                                       const EmaSlots& emas, int64_t step,
+                                       const EmaSnapshotOptions& options = {});
+
+struct EmaSnapshotSlot {
+  std::string name;
+  double gamma = 0;
+  double sigma_rel = 0;
+  int64_t start_step = 0;
+  int64_t t = 0;  // last_update_step - start_step, >= 1
+};
+
+struct EmaSnapshotInfo {
+  int64_t step = 0;
+  std::string dir;  // the committed snapshot directory
+  int world_size = 0;
+  std::vector<EmaSnapshotSlot> slots;
+  nlohmann::json ToJson() const;
+};
+
+// The committed snapshots of `path` (a checkpoint root holding ema_snapshots/, or the snapshot
+// root itself, a directory named ema_snapshots), ascending by step. Reads each manifest (checked against manifest.xxh3).
+// Errors: kNotFound when there is no snapshot root or no committed snapshot in it (naming the
+// directory); kDataLoss naming the file for a corrupt manifest or a malformed "ema_snapshot"
+// meta section.
+StatusOr<std::vector<EmaSnapshotInfo>> ListEmaSnapshots(const std::string& path);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_EMA_SNAPSHOT_H_
