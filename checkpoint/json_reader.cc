@@ -110,7 +110,7 @@ StatusOr<JsonField> JsonField::Get(const std::string& key) const {
   if (it == v_->end()) {
     return DataLoss(what_, ": key '", ChildPath(key), "' is missing");
   }
-  return JsonField(&*it, what_, ChildPath(key));
+  return JsonField(*it, what_, ChildPath(key));
 }
 
 StatusOr<std::vector<JsonField>> JsonField::Elements() const {
@@ -118,7 +118,7 @@ StatusOr<std::vector<JsonField>> JsonField::Elements() const {
   std::vector<JsonField> out;
   out.reserve(v_->size());
   for (size_t i = 0; i < v_->size(); ++i) {
-    out.push_back(JsonField(&(*v_)[i], what_, path_ + "[" + std::to_string(i) + "]"));
+    out.push_back(JsonField((*v_)[i], what_, path_ + "[" + std::to_string(i) + "]"));
   }
   return out;
 }
@@ -127,7 +127,7 @@ StatusOr<std::vector<std::pair<std::string, JsonField>>> JsonField::Members() co
   if (!v_->is_object()) return Mismatch("an object");
   std::vector<std::pair<std::string, JsonField>> out;
   for (auto it = v_->begin(); it != v_->end(); ++it) {
-    out.emplace_back(it.key(), JsonField(&it.value(), what_, ChildPath(it.key())));
+    out.emplace_back(it.key(), JsonField(it.value(), what_, ChildPath(it.key())));
   }
   return out;
 }

@@ -38,6 +38,9 @@ class JsonField {
  public:
   // The document root (key path "").
   JsonField(const nlohmann::json& root, std::string what) : v_(&root), what_(std::move(what)) {}
+  // A value reached some other way, shown as `path` (e.g. "meta" for a manifest's meta).
+  JsonField(const nlohmann::json& value, std::string what, std::string path)
+      : v_(&value), what_(std::move(what)), path_(std::move(path)) {}
 
   const nlohmann::json& json() const { return *v_; }
   const std::string& path() const { return path_; }
@@ -77,8 +80,6 @@ class JsonField {
   StatusOr<std::vector<JsonField>> GetArray(const std::string& key) const;
 
  private:
-  JsonField(const nlohmann::json* v, std::string what, std::string path)
-      : v_(v), what_(std::move(what)), path_(std::move(path)) {}
   std::string ChildPath(const std::string& key) const;
   const nlohmann::json* v_;
   std::string what_;
