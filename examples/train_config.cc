@@ -271,6 +271,7 @@ nlohmann::json TrainConfig::ToJson() const {
           {"loss", loss == mlp::Loss::kMse ? "mse" : "cross_entropy"},
           {"data", data},
           {"eval_data", eval_data},
+          {"allow_nonfinite_data", allow_nonfinite_data},
           {"init", init},
           {"seed", seed},
           {"synthetic_rows", synthetic_rows},
@@ -342,6 +343,8 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
   app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
   app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
+  app.add_flag("--allow-nonfinite-data", c.allow_nonfinite_data,
+               "skip --data/--eval-data rows holding NaN/Inf (logged count); default: refuse such data (exit 2)");
   app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
   app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
   app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();
