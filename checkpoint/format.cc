@@ -260,7 +260,7 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
   ASSIGN_OR_RETURN(const int64_t world, jl.GetInt("world_size", 1, std::numeric_limits<int32_t>::max()));
   ASSIGN_OR_RETURN(std::vector<JsonField> units, jl.GetArray("units"));
   std::vector<UnitSpec> specs;
-  int64_t local = 0;
+  int64_t local = 0, total = 0;
   for (const JsonField& ju : units) {
     UnitSpec spec;
     ASSIGN_OR_RETURN(spec.name, ju.GetString("name"));
@@ -285,8 +285,8 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
     RETURN_IF_ERROR(ExpectInt(ju, "numel", numel));
     RETURN_IF_ERROR(ExpectInt(ju, "padded_numel", padded));
     RETURN_IF_ERROR(ExpectInt(ju, "shard_numel", padded / world));
-    if (!CheckedAdd(local, padded / world, &local)) {
-      return jl.Invalid("the shards of one rank hold more than 2^63 - 1 elements");
+    if (!CheckedAdd(local, padded / world, &local) || !CheckedAdd(total, padded, &total)) {
+      return jl.Invalid("the units hold more than 2^63 - 1 elements");
     }
     specs.push_back(std::move(spec));
   }

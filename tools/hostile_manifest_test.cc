@@ -85,20 +85,23 @@ class HostileManifestTest : public ::testing::Test {
   std::string root_, dir_, original_;
 };
 
-// Unit 0's parameters replaced by `shapes`, with numel/offset fields that agree with them (the
+// Unit `u`'s parameters replaced by `shapes`, with numel/offset fields that agree with them (the
 // products computed without overflow checks: what a buggy writer would store).
-void SetUnitShapes(json& j, const std::vector<Shape>& shapes) {
-  json& unit = j["layout"]["units"][0];
+void SetUnitShapes(json& j, const std::vector<Shape>& shapes, size_t u = 0) {
+  json& unit = j["layout"]["units"][u];
   unit["params"] = json::array();
   uint64_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     uint64_t n = 1;
     for (int64_t d : shapes[i]) n *= uint64_t(d);
-    unit["params"].push_back({{"name", "p" + std::to_string(i)}, {"shape", shapes[i]}, {"numel", n},
+    unit["params"].push_back({{"name", "u" + std::to_string(u) + ".p" + std::to_string(i)}, {"shape", shapes[i]}, {"numel", n},
                               {"offset", offset}});
     offset += n;
   }
+  const uint64_t w = j["layout"]["world_size"].get<uint64_t>(), padded = (offset + w - 1) / w * w;
   unit["numel"] = offset;
+  unit["padded_numel"] = padded;
+  unit["shard_numel"] = padded / w;
 }
 
 TEST_F(HostileManifestTest, TheIntactCheckpointPassesEveryReader) {
@@ -165,6 +168,11 @@ TEST_F(HostileManifestTest, ManifestDamageIsDataLossNamingTheKey) {
        "overflows int64"},
       {"unit numel sum overflows", edit([=](json& j) { SetUnitShapes(j, {{k62}, {k62}}); }),
        "more than 2^63 - 1 elements"},
+      {"units' total overflows", edit([=](json& j) {
+         SetUnitShapes(j, {{k62}}, 0);
+         SetUnitShapes(j, {{k62}}, 1);
+       }),
+       "key 'layout': the units hold more than 2^63 - 1 elements"},
       {"rank file beyond 2^63 bytes", edit([=](json& j) { SetUnitShapes(j, {{k62}}); }), "manifest '"},
       {"buffer bytes overflow", edit([=](json& j) { j["buffers"][0]["shape"] = {k62, 4}; }),
        "key 'buffers[0].shape'"},
