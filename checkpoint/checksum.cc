@@ -53,9 +53,9 @@ std::string EncodeHashList(const std::vector<uint64_t>& hashes) {
 
 StatusOr<std::vector<uint64_t>> DecodeHashList(const std::string& text, size_t expected_count,
                                                const std::string& what) {
-  if (text.size() != expected_count * 16) {
-    return DataLoss(what, ": expected ", expected_count, " digests (", expected_count * 16,
-                    " hex digits), found ", text.size(), " hex digits");
+  if (text.size() % 16 != 0 || text.size() / 16 != expected_count) {  // no overflow
+    return DataLoss(what, ": expected ", expected_count, " digests (16 hex digits each), found ",
+                    text.size(), " hex digits");
   }
   std::vector<uint64_t> out(expected_count);
   for (size_t i = 0; i < expected_count; ++i) {
@@ -67,7 +67,8 @@ StatusOr<std::vector<uint64_t>> DecodeHashList(const std::string& text, size_t e
 }
 
 uint64_t NumChunks(uint64_t file_bytes, uint64_t chunk_bytes) {
-  return (file_bytes + chunk_bytes - 1) / chunk_bytes;
+  if (chunk_bytes == 0) return 0;
+  return file_bytes / chunk_bytes + (file_bytes % chunk_bytes != 0 ? 1 : 0);  // no overflow
 }
 
 uint64_t DigestOfChunks(const std::vector<uint64_t>& chunk_digests) {

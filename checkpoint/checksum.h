@@ -38,7 +38,8 @@ std::string EncodeHashList(const std::vector<uint64_t>& hashes);
 StatusOr<std::vector<uint64_t>> DecodeHashList(const std::string& text, size_t expected_count,
                                                const std::string& what);
 
-// Number of chunks of a file of `file_bytes` bytes (0 for an empty file).
+// Number of chunks of a file of `file_bytes` bytes (0 for an empty file or chunk_bytes 0); exact
+// for any value (no overflow).
 uint64_t NumChunks(uint64_t file_bytes, uint64_t chunk_bytes);
 
 // The file digest of a list of chunk digests (see above).

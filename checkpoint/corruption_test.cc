@@ -130,8 +130,17 @@ TEST_F(CorruptionTest, WrongMagic) {
   ExpectDetected(StatusCode::kDataLoss, {"rank_00000.bin", "bad magic: expected 'SHEMACKP', found 'NOTACKPT'"}, 0);
 }
 
-TEST_F(CorruptionTest, WrongVersion) {
-  Patch("rank_00001.bin", 8, std::string("\x07\x00\x00\x00", 4));
+TEST_F(CorruptionTest, FlippedVersionIsDataLoss) {
+  FlipByte("rank_00001.bin", 8);  // the header checksum is checked before the version is read
+  ExpectDetected(StatusCode::kDataLoss, {"rank_00001.bin", "header checksum mismatch"}, 1);
+}
+
+TEST_F(CorruptionTest, WellFormedHeaderOfAnotherVersion) {
+  std::string header = ReadFileToString(File("rank_00001.bin")).value().substr(0, 48);
+  header.replace(8, 4, std::string("\x07\x00\x00\x00", 4));
+  const uint64_t sum = Xxh3(header.data(), header.size());
+  for (int i = 0; i < 8; ++i) header += char((sum >> (8 * i)) & 0xff);
+  Patch("rank_00001.bin", 0, header);
   ExpectDetected(StatusCode::kUnimplemented, {"rank_00001.bin", "format version 7"}, 1);
 }
 
@@ -148,11 +157,11 @@ TEST_F(CorruptionTest, FileFromAnotherRankOrStep) {
 TEST_F(CorruptionTest, ManifestThatDoesNotMatchTheFiles) {
   const std::string original = ReadFileToString(File(kManifestName)).value();
   EditManifest([](nlohmann::json& j) { j["files"][1]["bytes"] = j["files"][1]["bytes"].get<uint64_t>() + 4096; });
-  ExpectDetected(StatusCode::kDataLoss, {"manifest.json", "files[1]: bytes is"});
+  ExpectDetected(StatusCode::kDataLoss, {"manifest.json", "key 'files[1].bytes': is"});
   WriteManifestText(original);
 
   EditManifest([](nlohmann::json& j) { j["world_size"] = 2; });
-  ExpectDetected(StatusCode::kDataLoss, {"manifest.json", "world_size (vs layout.world_size) is 2, expected 3"});
+  ExpectDetected(StatusCode::kDataLoss, {"manifest.json", "key 'world_size': is 2, expected 3"});
 
   // A self-consistent manifest of a 2-rank checkpoint over these 3-rank files.
   const std::string other = JoinPath(root_, "other");
@@ -182,7 +191,7 @@ TEST_F(CorruptionTest, CorruptManifestJson) {
   ExpectDetected(StatusCode::kDataLoss, {"manifest.json': checksum mismatch"});
   // Invalid JSON with a matching checksum file.
   WriteManifestText(text.substr(0, text.size() / 2));
-  ExpectDetected(StatusCode::kDataLoss, {"manifest.json': not valid JSON"});
+  ExpectDetected(StatusCode::kDataLoss, {"manifest.json': not valid UTF-8 JSON"});
   // Missing checksum file.
   ASSERT_EQ(::unlink(File(kManifestChecksumName).c_str()), 0);
   ExpectDetected(StatusCode::kNotFound, {"manifest.xxh3"});

@@ -90,9 +90,7 @@ StatusOr<Manifest> ReadManifest(const std::string& dir) {
     return DataLoss("'", mpath, "': checksum mismatch: ", kManifestChecksumName, " says ",
                     HashToHex(want), ", the file hashes to ", HashToHex(got), " (corrupt or edited)");
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return DataLoss("'", mpath, "': not valid JSON");
-  return Manifest::FromJson(j, "'" + mpath + "'");
+  return Manifest::Parse(text, "manifest '" + mpath + "'");
 }
 
 namespace {

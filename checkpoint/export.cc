@@ -11,6 +11,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/slot_meta.h"
 
 namespace shardema {
 
@@ -168,39 +169,20 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
 
 }  // namespace
 
-std::map<std::string, std::string> ExportMetadata(const json& meta, const std::string& slot, int64_t step) {
+StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta, const std::string& slot,
+                                                            int64_t step, const std::string& where) {
+  ASSIGN_OR_RETURN(SlotMeta found, FindSlotMeta(meta, slot, where));
   std::map<std::string, std::string> out;
-  const json* cfg = nullptr;
-  const json* counters = nullptr;
-  if (meta.is_object() && meta.contains("ema")) {
-    const json& ema = meta.at("ema");
-    if (ema.is_object() && ema.contains(slot) && ema.at(slot).is_object()) cfg = &ema.at(slot);
-    if (ema.is_array()) {
-      for (const json& e : ema) {
-        if (e.is_object() && e.value("name", std::string()) == slot) cfg = &e;
-      }
-    }
-    // The layout the optimizer writes (EmaSlots::ToJson): {"slots": [{"config", "counters"}]}.
-    if (ema.is_object() && ema.contains("slots") && ema.at("slots").is_array()) {
-      for (const json& e : ema.at("slots")) {
-        if (!e.is_object() || !e.contains("config") || !e.at("config").is_object()) continue;
-        if (e.at("config").value("name", std::string()) != slot) continue;
-        cfg = &e.at("config");
-        if (e.contains("counters") && e.at("counters").is_object()) counters = &e.at("counters");
-      }
+  auto text = [](const json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  if (found.counters.is_object()) {
+    for (auto it = found.counters.begin(); it != found.counters.end(); ++it) {
+      out["counters." + it.key()] = text(it.value());
     }
   }
-  if (counters != nullptr) {
-    for (auto it = counters->begin(); it != counters->end(); ++it) {
-      out["counters." + it.key()] = it.value().dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-  }
-  if (cfg != nullptr) {
-    for (auto it = cfg->begin(); it != cfg->end(); ++it) {
-      if (it.key() == "name") continue;
-      out[it.key()] = it.value().is_string() ? it.value().get<std::string>()
-                                             : it.value().dump(-1, ' ', false, json::error_handler_t::replace);
-    }
+  if (found.config.is_object()) {
+    for (auto it = found.config.begin(); it != found.config.end(); ++it) out[it.key()] = text(it.value());
   }
   out["format"] = "pt";
   out["step"] = std::to_string(step);
@@ -288,8 +270,10 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
     for (const SlotEntry& s : m.slots) have += (have.empty() ? "" : ", ") + s.name;
     return NotFound("export: checkpoint '", reader->dir(), "' has no slot '", slot, "' (its slots: ", have, ")");
   }
-  ASSIGN_OR_RETURN(ExportPlan plan,
-                   PlanExport(m, slot, dtype, out_path, ExportMetadata(m.meta, slot, m.step), options));
+  ASSIGN_OR_RETURN(const auto metadata,
+                   ExportMetadata(m.meta, slot, m.step,
+                                  "manifest '" + JoinPath(reader->dir(), kManifestName) + "'"));
+  ASSIGN_OR_RETURN(ExportPlan plan, PlanExport(m, slot, dtype, out_path, metadata, options));
   ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst, DType* type) -> Status {
     if (t.buffer >= 0) {
       const BufferEntry& e = m.buffers[size_t(t.buffer)];

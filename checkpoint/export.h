@@ -105,9 +105,12 @@ struct ExportPlan {
   size_t num_tensors = 0;
 };
 
-// The __metadata__ ExportSafetensors writes for `slot` (see above).
-std::map<std::string, std::string> ExportMetadata(const nlohmann::json& meta, const std::string& slot,
-                                                  int64_t step);
+// The __metadata__ ExportSafetensors writes for `slot` (see above). Errors: kDataLoss naming
+// `where` (e.g. the manifest) and the key path when the slot's meta entry is malformed
+// (checkpoint/slot_meta.h).
+StatusOr<std::map<std::string, std::string>> ExportMetadata(const nlohmann::json& meta,
+                                                            const std::string& slot, int64_t step,
+                                                            const std::string& where);
 
 // The tensors (parameters of m.layout, plus buffers for `slot` when options.include_buffers),
 // files and headers of an export to out_path. Errors: kInvalidArgument (a buffer named like a

@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "checkpoint/checksum.h"
+#include "framework/checked_math.h"
 
 namespace shardema {
 
@@ -91,16 +93,18 @@ StatusOr<RankFileHeader> DecodeRankFileHeader(const std::string& bytes, const st
     return DataLoss(file, ": bad magic: expected '", kRankFileMagic, "', found '", Printable(p, 8),
                     "' (not a shardema rank file)");
   }
+  // The checksum first: a damaged field (the version included) is data loss, not a format the
+  // build cannot read.
+  uint64_t want = GetLE<uint64_t>(p + 48), got = Xxh3(p, kHeaderFieldBytes);
+  if (want != got) {
+    return DataLoss(file, ": header checksum mismatch: stored ", HashToHex(want), ", computed ",
+                    HashToHex(got));
+  }
   RankFileHeader h;
   h.format_version = GetLE<uint32_t>(p + 8);
   if (h.format_version != uint32_t(kFormatVersion)) {
     return Unimplemented(file, ": format version ", h.format_version, ", this build reads version ",
                          kFormatVersion);
-  }
-  uint64_t want = GetLE<uint64_t>(p + 48), got = Xxh3(p, kHeaderFieldBytes);
-  if (want != got) {
-    return DataLoss(file, ": header checksum mismatch: stored ", HashToHex(want), ", computed ",
-                    HashToHex(got));
   }
   h.header_bytes = GetLE<uint32_t>(p + 12);
   h.rank = GetLE<uint32_t>(p + 16);
@@ -114,7 +118,9 @@ StatusOr<RankFileHeader> DecodeRankFileHeader(const std::string& bytes, const st
 StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
                                   std::vector<SlotEntry> slots, std::vector<BufferEntry> buffers,
                                   json meta, uint64_t chunk_bytes) {
-  if (chunk_bytes == 0) return InvalidArgument("checksum chunk size must be > 0");
+  if (chunk_bytes == 0 || chunk_bytes > kMaxChunkBytes) {
+    return InvalidArgument("checksum chunk size must be in [1, ", kMaxChunkBytes, "], got ", chunk_bytes);
+  }
   Manifest m;
   m.step = step;
   m.world_size = layout.world_size();
@@ -123,24 +129,31 @@ StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
   m.meta = std::move(meta);
   std::set<std::string> names;
   uint64_t off = m.header_bytes;
+  // Appends a section of `bytes` aligned to `align` at `off`, refusing files beyond kMaxFileBytes.
+  auto place = [&off](uint64_t bytes, uint64_t align, const std::string& what) -> StatusOr<uint64_t> {
+    const uint64_t at = off;
+    uint64_t padded = 0;
+    if (!CheckedAlignUp(bytes, align, &padded) || !CheckedAdd(off, padded, &off) || off > kMaxFileBytes) {
+      return InvalidArgument(what, ": the rank file would exceed ", kMaxFileBytes, " bytes");
+    }
+    return at;
+  };
   for (SlotEntry& s : slots) {
     if (s.name.empty()) return InvalidArgument("slot name is empty");
     if (!names.insert(s.name).second) return InvalidArgument("duplicate slot name '", s.name, "'");
     s.local_numel = layout.local_numel();
-    s.bytes_per_rank = uint64_t(s.local_numel) * DTypeSize(s.dtype);
-    s.offset = off;
-    off += AlignUp(s.bytes_per_rank, kSlotAlignment);
+    if (!CheckedMul(uint64_t(s.local_numel), uint64_t(DTypeSize(s.dtype)), &s.bytes_per_rank)) {
+      return InvalidArgument("slot '", s.name, "': ", s.local_numel, " elements per rank overflow a byte count");
+    }
+    ASSIGN_OR_RETURN(s.offset, place(s.bytes_per_rank, kSlotAlignment, "slot '" + s.name + "'"));
   }
   names.clear();
   for (BufferEntry& b : buffers) {
     if (b.name.empty()) return InvalidArgument("buffer name is empty");
     if (!names.insert(b.name).second) return InvalidArgument("duplicate buffer name '", b.name, "'");
-    for (int64_t d : b.shape) {
-      if (d < 0) return InvalidArgument("buffer '", b.name, "': negative dim in ", ShapeToString(b.shape));
-    }
-    b.bytes = uint64_t(NumElements(b.shape)) * DTypeSize(b.dtype);
-    b.offset = off;
-    off += AlignUp(b.bytes, kBufferAlignment);
+    ASSIGN_OR_RETURN(const int64_t bytes, CheckedNumBytes(b.shape, b.dtype, "buffer '" + b.name + "'"));
+    b.bytes = uint64_t(bytes);
+    ASSIGN_OR_RETURN(b.offset, place(b.bytes, kBufferAlignment, "buffer '" + b.name + "'"));
   }
   m.slots = std::move(slots);
   m.buffers = std::move(buffers);
@@ -210,88 +223,140 @@ json Manifest::ToJson() const {
 }
 
 namespace {
-// Checks one parsed value against the value the plan implies.
-template <typename T>
-Status Expect(const std::string& where, const std::string& field, const T& found, const T& expected) {
+// Reads `key` of `parent` as an integer and checks it against the value the plan implies.
+Status ExpectInt(const JsonField& parent, const std::string& key, int64_t expected) {
+  ASSIGN_OR_RETURN(JsonField f, parent.Get(key));
+  ASSIGN_OR_RETURN(int64_t found, f.Int());
   if (found == expected) return Status::Ok();
-  return DataLoss(where, ": ", field, " is ", found, ", expected ", expected);
+  return f.Invalid("is " + std::to_string(found) + ", expected " + std::to_string(expected));
 }
 
-Status ParseManifestBody(const json& j, const std::string& where, Manifest* m) {
-  const std::string format = j.at("format").get<std::string>();
-  if (format != kFormatName) {
-    return DataLoss(where, ": format is '", format, "', expected '", kFormatName, "'");
-  }
-  m->format_version = j.at("format_version").get<int>();
-  if (m->format_version != kFormatVersion) {
-    return Unimplemented(where, ": format version ", m->format_version, ", this build reads version ",
-                         kFormatVersion);
-  }
-  const std::string checksum = j.at("checksum").get<std::string>();
-  if (checksum != kChecksumName) {
-    return DataLoss(where, ": checksum is '", checksum, "', expected '", kChecksumName, "'");
-  }
-  RETURN_IF_ERROR(Expect(where, "header_bytes", j.at("header_bytes").get<uint64_t>(), kHeaderBytes));
-  RETURN_IF_ERROR(Expect(where, "slot_alignment", j.at("slot_alignment").get<uint64_t>(), kSlotAlignment));
-  RETURN_IF_ERROR(Expect(where, "buffer_alignment", j.at("buffer_alignment").get<uint64_t>(), kBufferAlignment));
+Status ExpectUint(const JsonField& parent, const std::string& key, uint64_t expected) {
+  ASSIGN_OR_RETURN(JsonField f, parent.Get(key));
+  ASSIGN_OR_RETURN(uint64_t found, f.Uint());
+  if (found == expected) return Status::Ok();
+  return f.Invalid("is " + std::to_string(found) + ", expected " + std::to_string(expected));
+}
 
-  StatusOr<StoreLayout> parsed_layout = StoreLayout::FromJson(j.at("layout"));
-  if (!parsed_layout.ok()) return DataLoss(where, ": ", parsed_layout.status().message());
-  StoreLayout layout = std::move(parsed_layout).value();
-  const int world = j.at("world_size").get<int>();
-  RETURN_IF_ERROR(Expect(where, "world_size (vs layout.world_size)", world, layout.world_size()));
+Status ExpectString(const JsonField& parent, const std::string& key, const std::string& expected) {
+  ASSIGN_OR_RETURN(JsonField f, parent.Get(key));
+  ASSIGN_OR_RETURN(std::string found, f.String());
+  if (found == expected) return Status::Ok();
+  return f.Invalid("is '" + found.substr(0, 64) + "', expected '" + expected + "'");
+}
 
+StatusOr<DType> ReadDType(const JsonField& parent) {
+  ASSIGN_OR_RETURN(JsonField f, parent.Get("dtype"));
+  ASSIGN_OR_RETURN(std::string name, f.String());
+  StatusOr<DType> dt = ParseDType(name);
+  if (!dt.ok()) return f.Invalid(dt.status().message());
+  return dt;
+}
+
+// The layout section, checked before StoreLayout::Build sees it: every field typed, every size
+// computed with overflow checks (the same formulas as Build), and the stored sizes and offsets
+// equal to those the shapes imply.
+StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
+  ASSIGN_OR_RETURN(const int64_t world, jl.GetInt("world_size", 1, std::numeric_limits<int32_t>::max()));
+  ASSIGN_OR_RETURN(std::vector<JsonField> units, jl.GetArray("units"));
+  std::vector<UnitSpec> specs;
+  int64_t local = 0, total = 0;
+  for (const JsonField& ju : units) {
+    UnitSpec spec;
+    ASSIGN_OR_RETURN(spec.name, ju.GetString("name"));
+    ASSIGN_OR_RETURN(std::vector<JsonField> params, ju.GetArray("params"));
+    int64_t numel = 0;
+    for (const JsonField& jp : params) {
+      ParamSpec ps;
+      ASSIGN_OR_RETURN(ps.name, jp.GetString("name"));
+      ASSIGN_OR_RETURN(JsonField shape, jp.Get("shape"));
+      ASSIGN_OR_RETURN(ps.shape, shape.ShapeValue());
+      const int64_t n = NumElements(ps.shape);  // valid: ShapeValue checked the product
+      RETURN_IF_ERROR(ExpectInt(jp, "numel", n));
+      RETURN_IF_ERROR(ExpectInt(jp, "offset", numel));
+      if (!CheckedAdd(numel, n, &numel)) return ju.Invalid("the unit holds more than 2^63 - 1 elements");
+      spec.params.push_back(std::move(ps));
+    }
+    int64_t padded = 0;
+    if (!CheckedAdd<int64_t>(numel, world - 1, &padded)) {
+      return ju.Invalid("the unit's padded size exceeds 2^63 - 1 elements");
+    }
+    padded = padded / world * world;
+    RETURN_IF_ERROR(ExpectInt(ju, "numel", numel));
+    RETURN_IF_ERROR(ExpectInt(ju, "padded_numel", padded));
+    RETURN_IF_ERROR(ExpectInt(ju, "shard_numel", padded / world));
+    if (!CheckedAdd(local, padded / world, &local) || !CheckedAdd(total, padded, &total)) {
+      return jl.Invalid("the units hold more than 2^63 - 1 elements");
+    }
+    specs.push_back(std::move(spec));
+  }
+  StatusOr<StoreLayout> layout = StoreLayout::Build(specs, int(world));
+  if (!layout.ok()) return jl.Invalid(layout.status().message());
+  return layout;
+}
+
+Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest* m) {
+  RETURN_IF_ERROR(ExpectString(j, "format", kFormatName));
+  ASSIGN_OR_RETURN(const int64_t version, j.GetInt("format_version"));
+  if (version != kFormatVersion) {
+    return Unimplemented(where, ": format version ", version, ", this build reads version ", kFormatVersion);
+  }
+  RETURN_IF_ERROR(ExpectString(j, "checksum", kChecksumName));
+  RETURN_IF_ERROR(ExpectUint(j, "header_bytes", kHeaderBytes));
+  RETURN_IF_ERROR(ExpectUint(j, "slot_alignment", kSlotAlignment));
+  RETURN_IF_ERROR(ExpectUint(j, "buffer_alignment", kBufferAlignment));
+  ASSIGN_OR_RETURN(const int64_t chunk_bytes, j.GetInt("chunk_bytes", 1, int64_t(kMaxChunkBytes)));
+  ASSIGN_OR_RETURN(const int64_t step, j.GetInt("step", 0));
+  ASSIGN_OR_RETURN(JsonField jl, j.Get("layout"));
+  ASSIGN_OR_RETURN(StoreLayout layout, ParseLayout(jl));
+  RETURN_IF_ERROR(ExpectInt(j, "world_size", layout.world_size()));
+
+  ASSIGN_OR_RETURN(std::vector<JsonField> jslots, j.GetArray("slots"));
   std::vector<SlotEntry> slots;
-  for (const json& js : j.at("slots")) {
+  for (const JsonField& js : jslots) {
     SlotEntry s;
-    s.name = js.at("name").get<std::string>();
-    StatusOr<DType> dt = ParseDType(js.at("dtype").get<std::string>());
-    if (!dt.ok()) return DataLoss(where, ": slot '", s.name, "': ", dt.status().message());
-    s.dtype = *dt;
+    ASSIGN_OR_RETURN(s.name, js.GetString("name"));
+    ASSIGN_OR_RETURN(s.dtype, ReadDType(js));
     slots.push_back(s);
   }
+  ASSIGN_OR_RETURN(std::vector<JsonField> jbuffers, j.GetArray("buffers"));
   std::vector<BufferEntry> buffers;
-  for (const json& jb : j.at("buffers")) {
+  for (const JsonField& jb : jbuffers) {
     BufferEntry b;
-    b.name = jb.at("name").get<std::string>();
-    b.shape = jb.at("shape").get<Shape>();
-    StatusOr<DType> dt = ParseDType(jb.at("dtype").get<std::string>());
-    if (!dt.ok()) return DataLoss(where, ": buffer '", b.name, "': ", dt.status().message());
-    b.dtype = *dt;
-    RETURN_IF_ERROR(Expect(where, "buffer '" + b.name + "' file", jb.at("file").get<std::string>(),
-                           RankFileName(0)));
+    ASSIGN_OR_RETURN(b.name, jb.GetString("name"));
+    ASSIGN_OR_RETURN(JsonField shape, jb.Get("shape"));
+    ASSIGN_OR_RETURN(b.shape, shape.ShapeValue());
+    ASSIGN_OR_RETURN(b.dtype, ReadDType(jb));
+    RETURN_IF_ERROR(ExpectString(jb, "file", RankFileName(0)));
     buffers.push_back(b);
   }
-  StatusOr<Manifest> plan = Manifest::Plan(j.at("step").get<int64_t>(), layout, slots, buffers,
-                                           j.at("meta"), j.at("chunk_bytes").get<uint64_t>());
+  ASSIGN_OR_RETURN(JsonField meta, j.Get("meta"));
+  StatusOr<Manifest> plan =
+      Manifest::Plan(step, layout, slots, buffers, meta.json(), uint64_t(chunk_bytes));
   if (!plan.ok()) return DataLoss(where, ": ", plan.status().message());
   *m = std::move(plan).value();
   for (size_t i = 0; i < m->slots.size(); ++i) {
-    const json& js = j.at("slots")[i];
     const SlotEntry& s = m->slots[i];
-    const std::string f = "slot '" + s.name + "' ";
-    RETURN_IF_ERROR(Expect(where, f + "local_numel", js.at("local_numel").get<int64_t>(), s.local_numel));
-    RETURN_IF_ERROR(Expect(where, f + "bytes_per_rank", js.at("bytes_per_rank").get<uint64_t>(), s.bytes_per_rank));
-    RETURN_IF_ERROR(Expect(where, f + "offset", js.at("offset").get<uint64_t>(), s.offset));
+    RETURN_IF_ERROR(ExpectInt(jslots[i], "local_numel", s.local_numel));
+    RETURN_IF_ERROR(ExpectUint(jslots[i], "bytes_per_rank", s.bytes_per_rank));
+    RETURN_IF_ERROR(ExpectUint(jslots[i], "offset", s.offset));
   }
   for (size_t i = 0; i < m->buffers.size(); ++i) {
-    const json& jb = j.at("buffers")[i];
-    const BufferEntry& b = m->buffers[i];
-    const std::string f = "buffer '" + b.name + "' ";
-    RETURN_IF_ERROR(Expect(where, f + "bytes", jb.at("bytes").get<uint64_t>(), b.bytes));
-    RETURN_IF_ERROR(Expect(where, f + "offset", jb.at("offset").get<uint64_t>(), b.offset));
+    RETURN_IF_ERROR(ExpectUint(jbuffers[i], "bytes", m->buffers[i].bytes));
+    RETURN_IF_ERROR(ExpectUint(jbuffers[i], "offset", m->buffers[i].offset));
   }
-  const json& jf = j.at("files");
-  if (jf.size() != size_t(world)) {
-    return DataLoss(where, ": lists ", jf.size(), " rank files, expected one per rank (world size ",
-                    world, ")");
+  ASSIGN_OR_RETURN(JsonField jf, j.Get("files"));
+  ASSIGN_OR_RETURN(std::vector<JsonField> files, jf.Elements());
+  if (files.size() != size_t(m->world_size)) {
+    return jf.Invalid("lists " + std::to_string(files.size()) +
+                      " rank files, expected one per rank (world size " + std::to_string(m->world_size) + ")");
   }
-  for (int r = 0; r < world; ++r) {
-    const std::string field = where + ": files[" + std::to_string(r) + "]";
-    RETURN_IF_ERROR(Expect(field, "bytes", jf[size_t(r)].at("bytes").get<uint64_t>(), m->RankFileBytes(r)));
-    ASSIGN_OR_RETURN(FileEntry f, FileEntryFromJson(jf[size_t(r)], m->chunk_bytes, field));
-    RETURN_IF_ERROR(Expect(field, "name", f.name, RankFileName(r)));
-    RETURN_IF_ERROR(Expect(field, "rank", f.rank, r));
+  for (int r = 0; r < m->world_size; ++r) {
+    const JsonField& e = files[size_t(r)];
+    RETURN_IF_ERROR(ExpectUint(e, "bytes", m->RankFileBytes(r)));
+    RETURN_IF_ERROR(ExpectString(e, "name", RankFileName(r)));
+    RETURN_IF_ERROR(ExpectInt(e, "rank", r));
+    ASSIGN_OR_RETURN(FileEntry f, FileEntryFromJson(e, m->chunk_bytes));
     m->files.push_back(std::move(f));
   }
   return Status::Ok();
@@ -303,29 +368,38 @@ json FileEntryToJson(const FileEntry& f) {
           {"chunk_xxh3", EncodeHashList(f.chunk_xxh3)}};
 }
 
-StatusOr<FileEntry> FileEntryFromJson(const json& e, uint64_t chunk_bytes, const std::string& where) {
+StatusOr<FileEntry> FileEntryFromJson(const JsonField& e, uint64_t chunk_bytes) {
   FileEntry f;
-  try {
-    f.name = e.at("name").get<std::string>();
-    f.rank = e.at("rank").get<int>();
-    f.bytes = e.at("bytes").get<uint64_t>();
-    ASSIGN_OR_RETURN(f.xxh3, HashFromHex(e.at("xxh3").get<std::string>(), where + ".xxh3"));
-    ASSIGN_OR_RETURN(f.chunk_xxh3, DecodeHashList(e.at("chunk_xxh3").get<std::string>(),
-                                                  NumChunks(f.bytes, chunk_bytes), where + ".chunk_xxh3"));
-  } catch (const json::exception& ex) {
-    return DataLoss(where, ": malformed file entry: ", ex.what());
-  }
+  ASSIGN_OR_RETURN(f.name, e.GetString("name"));
+  ASSIGN_OR_RETURN(const int64_t rank, e.GetInt("rank", 0, std::numeric_limits<int32_t>::max()));
+  f.rank = int(rank);
+  ASSIGN_OR_RETURN(f.bytes, e.GetUint("bytes", uint64_t(std::numeric_limits<int64_t>::max())));
+  ASSIGN_OR_RETURN(JsonField xxh3, e.Get("xxh3"));
+  ASSIGN_OR_RETURN(std::string hex, xxh3.String());
+  ASSIGN_OR_RETURN(f.xxh3, HashFromHex(hex, xxh3.Where()));
+  ASSIGN_OR_RETURN(JsonField chunks, e.Get("chunk_xxh3"));
+  ASSIGN_OR_RETURN(std::string list, chunks.String());
+  ASSIGN_OR_RETURN(f.chunk_xxh3, DecodeHashList(list, NumChunks(f.bytes, chunk_bytes), chunks.Where()));
   return f;
+}
+
+StatusOr<FileEntry> FileEntryFromJson(const json& e, uint64_t chunk_bytes, const std::string& where) {
+  return FileEntryFromJson(JsonField(e, where), chunk_bytes);
 }
 
 StatusOr<Manifest> Manifest::FromJson(const json& j, const std::string& where) {
   Manifest m;
-  try {
-    RETURN_IF_ERROR(ParseManifestBody(j, where, &m));
-  } catch (const json::exception& e) {
+  try {  // the accessors do not throw; this only keeps a missed case from escaping
+    RETURN_IF_ERROR(ParseManifestBody(JsonField(j, where), where, &m));
+  } catch (const std::exception& e) {
     return DataLoss(where, ": malformed manifest: ", e.what());
   }
   return m;
+}
+
+StatusOr<Manifest> Manifest::Parse(const std::string& text, const std::string& where) {
+  ASSIGN_OR_RETURN(json j, ParseStrictJson(text, where));
+  return FromJson(j, where);
 }
 
 }  // namespace shardema

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/json_reader.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
@@ -25,6 +26,8 @@ inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kSlotAlignment = 4096;
 inline constexpr uint64_t kBufferAlignment = 64;
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t(4) << 20;
+inline constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;  // readers cache whole chunks
+inline constexpr uint64_t kMaxFileBytes = uint64_t(INT64_MAX);  // offsets stay int64/off_t
 inline constexpr char kChecksumName[] = "xxh3_64";
 inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kManifestChecksumName[] = "manifest.xxh3";
@@ -52,7 +55,8 @@ struct RankFileHeader {
 };
 std::string EncodeRankFileHeader(const RankFileHeader& h);  // kHeaderBytes bytes
 // Errors: kDataLoss naming `file` for a short header, a wrong magic (expected vs found), a
-// header checksum mismatch; kUnimplemented for a format version this build does not read.
+// header checksum mismatch; kUnimplemented for a format version this build does not read (checked
+// after the checksum, so a damaged version field is kDataLoss).
 StatusOr<RankFileHeader> DecodeRankFileHeader(const std::string& bytes, const std::string& file);
 
 struct SlotEntry {
@@ -79,9 +83,11 @@ struct FileEntry {
   std::vector<uint64_t> chunk_xxh3;  // one per chunk_bytes chunk
 };
 
-// One `files` entry of the manifest as JSON, and back (checked against `where`).
+// One `files` entry of the manifest as JSON, and back: every field type-checked, the chunk list
+// holding NumChunks(bytes, chunk_bytes) digests. Errors: kDataLoss naming `where` / the key path.
 nlohmann::json FileEntryToJson(const FileEntry& f);
 StatusOr<FileEntry> FileEntryFromJson(const nlohmann::json& j, uint64_t chunk_bytes, const std::string& where);
+StatusOr<FileEntry> FileEntryFromJson(const JsonField& j, uint64_t chunk_bytes);
 
 struct Manifest {
   int format_version = kFormatVersion;
@@ -96,8 +102,9 @@ struct Manifest {
   nlohmann::json meta = nlohmann::json::object();
 
   // A manifest without files: fills local_numel, sizes and offsets of `slots` (name, dtype set)
-  // and `buffers` (name, shape, dtype set) in the given order. Errors: kInvalidArgument for an
-  // empty or duplicate slot/buffer name, chunk_bytes == 0.
+  // and `buffers` (name, shape, dtype set) in the given order, with overflow-checked arithmetic.
+  // Errors: kInvalidArgument for an empty or duplicate slot/buffer name, chunk_bytes outside
+  // [1, kMaxChunkBytes], an invalid buffer shape, a rank file larger than kMaxFileBytes.
   static StatusOr<Manifest> Plan(int64_t step, const StoreLayout& layout,
                                  std::vector<SlotEntry> slots, std::vector<BufferEntry> buffers,
                                  nlohmann::json meta, uint64_t chunk_bytes = kDefaultChunkBytes);
@@ -110,9 +117,13 @@ struct Manifest {
 
   nlohmann::json ToJson() const;
   // Parses and checks every invariant above (sizes, offsets, file list = world size, chunk lists).
-  // Errors: kDataLoss naming `where` (the manifest path), the field, expected and found;
-  // kUnimplemented for another format version.
+  // Every field is read through JsonField (json_reader.h): a missing key, a wrong type or an
+  // out-of-range value is kDataLoss naming `where` (e.g. "manifest 'DIR/manifest.json'") and the
+  // key path, expected and found; every size is computed with overflow checks (a product or sum
+  // beyond int64 is kDataLoss). kUnimplemented for another format version. Never throws.
   static StatusOr<Manifest> FromJson(const nlohmann::json& j, const std::string& where);
+  // ParseStrictJson (depth bound, duplicate keys refused) then FromJson.
+  static StatusOr<Manifest> Parse(const std::string& text, const std::string& where);
 };
 
 }  // namespace shardema

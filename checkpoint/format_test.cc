@@ -49,8 +49,14 @@ TEST(FormatTest, HeaderRoundTripAndErrors) {
   EXPECT_NE(s.message().find("'r.bin'"), std::string::npos) << s;
 
   bad = bytes;
-  bad[8] = 9;  // version 9
+  bad[8] = 9;  // a bit flip in the version: damage, not a newer format
   s = DecodeRankFileHeader(bad, "f").status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("header checksum mismatch"), std::string::npos) << s;
+
+  RankFileHeader newer = h;
+  newer.format_version = 9;  // a well-formed header of another version
+  s = DecodeRankFileHeader(EncodeRankFileHeader(newer), "f").status();
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("version 9"), std::string::npos) << s;
 
@@ -125,8 +131,8 @@ TEST(FormatTest, ManifestInconsistenciesAreDataLoss) {
       {"world", [](nlohmann::json& j) { j["world_size"] = 4; }, "world_size"},
       {"file count", [](nlohmann::json& j) { j["files"].erase(2); }, "lists 2 rank files"},
       {"chunk list", [](nlohmann::json& j) { j["files"][0]["chunk_xxh3"] = "00"; }, "chunk_xxh3"},
-      {"dtype", [](nlohmann::json& j) { j["slots"][0]["dtype"] = "f64"; }, "slot 'params'"},
-      {"missing field", [](nlohmann::json& j) { j.erase("slots"); }, "malformed"},
+      {"dtype", [](nlohmann::json& j) { j["slots"][0]["dtype"] = "f64"; }, "key 'slots[0].dtype'"},
+      {"missing field", [](nlohmann::json& j) { j.erase("slots"); }, "key 'slots' is missing"},
       {"format", [](nlohmann::json& j) { j["format"] = "other"; }, "format"},
       {"rank name", [](nlohmann::json& j) { j["files"][1]["name"] = "rank_00009.bin"; }, "name"},
   };

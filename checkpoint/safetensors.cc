@@ -1,9 +1,10 @@
 #include "checkpoint/safetensors.h"
 
 #include <algorithm>
-#include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "checkpoint/json_reader.h"
 
 namespace shardema {
 
@@ -87,64 +88,37 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& text, uint
   if (text.empty() || text[0] != '{') {
     return DataLoss(where, ": header must start with '{', found '", text.substr(0, 16), "'");
   }
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) keys.emplace_back();
-    if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
-        duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text, cb);
-  } catch (const json::exception& e) {
-    return DataLoss(where, ": header is not valid UTF-8 JSON: ", e.what());
-  }
-  if (!duplicate.empty()) return DataLoss(where, ": duplicate key '", duplicate, "' in the header");
-  if (!j.is_object()) return DataLoss(where, ": header is not a JSON object");
+  ASSIGN_OR_RETURN(json j, ParseStrictJson(text, where + ": header"));
+  const JsonField root(j, where + ": header");
+  ASSIGN_OR_RETURN(auto members, root.Members());
   SafetensorsHeader h;
   h.header_bytes = text.size();
   h.data_offset = 8 + text.size();
   h.data_bytes = data_bytes;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
+  for (const auto& [name, v] : members) {
     if (name == "__metadata__") {
-      if (!v.is_object()) return DataLoss(where, ": __metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) {
-          return DataLoss(where, ": __metadata__['", m.key(), "'] is ", m.value().type_name(), ", expected a string");
-        }
-        h.metadata[m.key()] = m.value().get<std::string>();
+      ASSIGN_OR_RETURN(auto entries, v.Members());
+      for (const auto& [key, value] : entries) {
+        ASSIGN_OR_RETURN(h.metadata[key], value.String());
       }
       continue;
     }
     const std::string what = where + ": tensor '" + name + "'";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+    if (!v.Has("dtype") || !v.Has("shape") || !v.Has("data_offsets")) {
       return DataLoss(what, ": expected an object with dtype, shape and data_offsets");
     }
     SafetensorsTensor t;
     t.name = name;
-    if (!v["dtype"].is_string() || SafetensorsDTypeSize(v["dtype"].get<std::string>()) == 0) {
-      return DataLoss(what, ": unknown dtype ", v["dtype"].dump());
-    }
-    t.dtype = v["dtype"].get<std::string>();
-    if (!v["shape"].is_array()) return DataLoss(what, ": shape is not an array");
-    for (const json& d : v["shape"]) {
-      if (!d.is_number_unsigned()) return DataLoss(what, ": shape entry ", d.dump(), " is not a non-negative integer");
-      t.shape.push_back(int64_t(d.get<uint64_t>()));
-      if (t.shape.back() < 0) return DataLoss(what, ": shape entry ", d.dump(), " is too large");
-    }
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      return DataLoss(what, ": data_offsets ", off.dump(), " is not [begin, end] of non-negative integers");
-    }
-    t.begin = off[0].get<uint64_t>();
-    t.end = off[1].get<uint64_t>();
+    ASSIGN_OR_RETURN(JsonField dtype, v.Get("dtype"));
+    ASSIGN_OR_RETURN(t.dtype, dtype.String());
+    if (SafetensorsDTypeSize(t.dtype) == 0) return DataLoss(what, ": unknown dtype ", dtype.json().dump());
+    ASSIGN_OR_RETURN(JsonField shape, v.Get("shape"));
+    ASSIGN_OR_RETURN(t.shape, shape.ShapeValue());  // non-negative dims, numel within int64
+    ASSIGN_OR_RETURN(JsonField off, v.Get("data_offsets"));
+    ASSIGN_OR_RETURN(std::vector<JsonField> ends, off.Elements());
+    if (ends.size() != 2) return off.Mismatch("[begin, end]");
+    ASSIGN_OR_RETURN(t.begin, ends[0].Uint());
+    ASSIGN_OR_RETURN(t.end, ends[1].Uint());
     uint64_t bytes = 0;
     if (!TensorBytes(t.shape, SafetensorsDTypeSize(t.dtype), &bytes)) {
       return DataLoss(what, ": shape ", ShapeToString(t.shape), " overflows");
@@ -172,6 +146,23 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& text, uint
   return h;
 }
 
+StatusOr<uint64_t> DecodeSafetensorsHeaderLength(const std::string& first8, uint64_t file_size,
+                                                 const std::string& where) {
+  if (first8.size() < 8 || file_size < 8) {
+    return DataLoss(where, ": ", file_size, " bytes, too short for a safetensors file");
+  }
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(first8[size_t(i)])) << (8 * i);
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return DataLoss(where, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes,
+                    "-byte limit (not a safetensors file?)");
+  }
+  if (n > file_size - 8) {
+    return DataLoss(where, ": header length ", n, " runs past the end of the ", file_size, "-byte file");
+  }
+  return n;
+}
+
 SafetensorsFile::SafetensorsFile(std::unique_ptr<ReadableFile> file, SafetensorsHeader header)
     : file_(std::move(file)), header_(std::move(header)) {
   for (size_t i = 0; i < header_.tensors.size(); ++i) by_name_[header_.tensors[i].name] = i;
@@ -181,16 +172,9 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, ReadableFile::Open(path));
   const std::string where = "'" + path + "'";
   if (f->size() < 8) return DataLoss(where, ": ", f->size(), " bytes, too short for a safetensors file");
-  unsigned char len[8];
+  char len[8];
   RETURN_IF_ERROR(f->ReadAt(0, 8, len));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
-  if (n > kSafetensorsMaxHeaderBytes) {
-    return DataLoss(where, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes, "-byte limit");
-  }
-  if (8 + n > f->size()) {
-    return DataLoss(where, ": header length ", n, " runs past the end of the ", f->size(), "-byte file");
-  }
+  ASSIGN_OR_RETURN(const uint64_t n, DecodeSafetensorsHeaderLength(std::string(len, 8), f->size(), where));
   std::string text(size_t(n), '\0');
   RETURN_IF_ERROR(f->ReadAt(8, size_t(n), text.data()));
   ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(text, f->size() - 8 - n, where));

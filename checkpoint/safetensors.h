@@ -61,7 +61,12 @@ struct SafetensorsHeader {
   uint64_t data_bytes = 0;
 };
 
-// Parses and validates a header's JSON text against a data buffer of `data_bytes` bytes.
+// The header length N from a file's first 8 bytes, checked against the limit and the file size.
+StatusOr<uint64_t> DecodeSafetensorsHeaderLength(const std::string& first8, uint64_t file_size,
+                                                 const std::string& where);
+
+// Parses and validates a header's JSON text against a data buffer of `data_bytes` bytes: strict
+// JSON (json_reader.h: nesting depth bounded, duplicate keys refused), every field type-checked.
 StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& json_text, uint64_t data_bytes,
                                                    const std::string& where);
 

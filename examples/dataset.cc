@@ -43,10 +43,68 @@ StatusOr<const SafetensorsTensor*> FindChecked(const SafetensorsFile& f, const s
   return t;
 }
 
+// Column of the first NaN/Inf in row `r` of a [rows, cols] matrix, or -1.
+int64_t FirstNonFinite(const std::vector<float>& m, int64_t cols, int64_t r) {
+  for (int64_t c = 0; c < cols; ++c) {
+    if (!std::isfinite(m[size_t(r * cols + c)])) return c;
+  }
+  return -1;
+}
+
+// Checks every row of x (and y for mse) for NaN/Inf: an error naming the first, or (allowed)
+// drops those rows and counts them.
+Status CheckFinite(const std::string& path, bool allow, Dataset* d) {
+  const bool has_y = d->loss == mlp::Loss::kMse;
+  std::vector<char> bad(size_t(d->rows), 0);
+  int64_t count = 0;
+  std::string first;
+  for (int64_t r = 0; r < d->rows; ++r) {
+    const char* tensor = "x";
+    int64_t col = FirstNonFinite(d->x, d->in_dim, r);
+    float v = col >= 0 ? d->x[size_t(r * d->in_dim + col)] : 0.f;
+    if (col < 0 && has_y) {
+      tensor = "y";
+      col = FirstNonFinite(d->y, d->out_dim, r);
+      if (col >= 0) v = d->y[size_t(r * d->out_dim + col)];
+    }
+    if (col < 0) continue;
+    bad[size_t(r)] = 1;
+    if (count++ == 0) {
+      d->first_nonfinite_row = r;
+      first = std::string("tensor '") + tensor + "' row " + std::to_string(r) + " column " +
+              std::to_string(col) + " is " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    }
+  }
+  if (count == 0) return Status::Ok();
+  if (!allow) {
+    return InvalidArgument("data file '", path, "': ", first, " (", count, " of ", d->rows,
+                           " rows hold NaN/Inf); fix the data or pass --allow-nonfinite-data to "
+                           "skip such rows");
+  }
+  if (count == d->rows) {
+    return InvalidArgument("data file '", path, "': every one of its ", d->rows,
+                           " rows holds NaN/Inf (first: ", first, "); nothing left to train on");
+  }
+  int64_t kept = 0;
+  for (int64_t r = 0; r < d->rows; ++r) {
+    if (bad[size_t(r)]) continue;
+    std::copy_n(d->x.begin() + r * d->in_dim, d->in_dim, d->x.begin() + kept * d->in_dim);
+    if (has_y) std::copy_n(d->y.begin() + r * d->out_dim, d->out_dim, d->y.begin() + kept * d->out_dim);
+    if (!has_y) d->labels[size_t(kept)] = d->labels[size_t(r)];
+    ++kept;
+  }
+  d->rows = kept;
+  d->x.resize(size_t(kept * d->in_dim));
+  if (has_y) d->y.resize(size_t(kept * d->out_dim));
+  if (!has_y) d->labels.resize(size_t(kept));
+  d->nonfinite_rows_skipped = count;
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t in_dim,
-                              int64_t out_dim) {
+                              int64_t out_dim, const DataOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(path));
   Dataset d;
   d.source = path;
@@ -71,6 +129,7 @@ StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t i
     (void)y;
     d.y.resize(size_t(d.rows * out_dim));
     RETURN_IF_ERROR(f->ReadTensor("y", DType::kF32, d.y.data(), int64_t(d.y.size())));
+    RETURN_IF_ERROR(CheckFinite(path, options.allow_nonfinite, &d));
     return d;
   }
   ASSIGN_OR_RETURN(const SafetensorsTensor* y,
@@ -90,6 +149,7 @@ StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t i
                              ") (--layers ends with ", out_dim, " classes)");
     }
   }
+  RETURN_IF_ERROR(CheckFinite(path, options.allow_nonfinite, &d));
   return d;
 }
 

@@ -11,8 +11,8 @@
 // Evaluation shards all N rows contiguously: rank r takes [r*N/W, (r+1)*N/W) (uneven is fine).
 //
 // Errors: kNotFound for a missing file or tensor; kInvalidArgument naming the file and tensor for
-// a wrong dtype or shape (expected vs found) or a label outside [0, classes); kDataLoss for a
-// corrupt file (checkpoint/safetensors.h). Threading: pure functions and values.
+// a wrong dtype or shape (expected vs found), a label outside [0, classes) or a NaN/Inf value;
+// kDataLoss for a corrupt file (checkpoint/safetensors.h). Threading: pure functions and values.
 #ifndef SHARDEMA_EXAMPLES_DATASET_H_
 #define SHARDEMA_EXAMPLES_DATASET_H_
 
@@ -34,12 +34,25 @@ struct Dataset {
   std::vector<float> x;         // [rows, in_dim]
   std::vector<float> y;         // mse: [rows, out_dim]
   std::vector<int64_t> labels;  // cross_entropy: [rows], each in [0, out_dim)
+  // Rows of the file dropped for holding NaN/Inf (DataOptions::allow_nonfinite), and the file row
+  // index of the first one (-1 when none).
+  int64_t nonfinite_rows_skipped = 0;
+  int64_t first_nonfinite_row = -1;
+};
+
+struct DataOptions {
+  // false: a NaN or Inf anywhere in x or y (mse) is an error. true (--allow-nonfinite-data):
+  // such rows are dropped (the rest keep their order) and counted in the Dataset.
+  bool allow_nonfinite = false;
 };
 
 // Reads x (F32/BF16/F16 [N, in_dim]) and y (mse: F32/BF16/F16 [N, out_dim]; cross_entropy:
 // I64 or I32 [N]) from a safetensors file. N >= 1. Other tensors in the file are ignored.
+// Every value of x and y is checked on load: a NaN/Inf is kInvalidArgument (train_mlp exits 2)
+// naming the file, the tensor, the first bad row and column and the number of bad rows, unless
+// options.allow_nonfinite (then those rows are skipped; kInvalidArgument if none is left).
 StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t in_dim,
-                              int64_t out_dim);
+                              int64_t out_dim, const DataOptions& options = {});
 
 // The synthetic task: `rows` inputs x ~ N(0, 1) from SeededRng(seed, "data.x"), and a teacher MLP
 // of the same `layers` and activation (weight of layer i ~ U(+-sqrt(3/in)), bias ~ U(+-0.1), from

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
@@ -183,6 +185,67 @@ TEST(DatasetTest, SyntheticTaskIsDeterministicAndSeedDependent) {
   std::set<int64_t> classes(k.labels.begin(), k.labels.end());
   EXPECT_GE(classes.size(), 2u);
   for (int64_t l : k.labels) EXPECT_TRUE(l >= 0 && l < 3);
+}
+
+TEST(DatasetTest, NonFiniteValuesAreRefusedNamingTheTensorAndRow) {
+  std::vector<float> x = Iota(5 * 2, 1.f), y = Iota(5, 1.f);
+  x[2 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();  // x row 2, column 1
+  y[4] = -std::numeric_limits<float>::infinity();          // y row 4
+  const std::string p = WriteSafetensors("nan", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  StatusOr<Dataset> d = LoadDataset(p, mlp::Loss::kMse, 2, 1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  for (const std::string& f : {p, std::string("tensor 'x' row 2 column 1 is nan"), std::string("2 of 5 rows"),
+                               std::string("--allow-nonfinite-data")}) {
+    EXPECT_NE(d.status().message().find(f), std::string::npos) << f << " in " << d.status();
+  }
+  // Only y bad: names y.
+  x[2 * 2 + 1] = 0.5f;
+  const std::string q = WriteSafetensors("inf_y", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  d = LoadDataset(q, mlp::Loss::kMse, 2, 1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("tensor 'y' row 4 column 0 is -inf"), std::string::npos) << d.status();
+  // The cross-entropy path checks x too (BF16 keeps the Inf through the conversion).
+  std::vector<uint16_t> xb(4 * 2, 0x3f80);  // 1.0
+  xb[3 * 2] = 0x7f80;                       // +inf, row 3
+  const std::string c = WriteSafetensors(
+      "inf_ce", {{"x", RawOf("BF16", {4, 2}, xb)}, {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 0})}});
+  d = LoadDataset(c, mlp::Loss::kCrossEntropy, 2, 3);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("tensor 'x' row 3 column 0 is inf"), std::string::npos) << d.status();
+}
+
+TEST(DatasetTest, AllowNonFiniteSkipsTheRowsAndCountsThem) {
+  std::vector<float> x = Iota(5 * 2, 1.f), y = Iota(5, 10.f);
+  x[1 * 2] = std::numeric_limits<float>::infinity();   // row 1
+  y[3] = std::numeric_limits<float>::quiet_NaN();      // row 3
+  const std::string p = WriteSafetensors("skip", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  DataOptions o;
+  o.allow_nonfinite = true;
+  StatusOr<Dataset> d = LoadDataset(p, mlp::Loss::kMse, 2, 1, o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->rows, 3);
+  EXPECT_EQ(d->nonfinite_rows_skipped, 2);
+  EXPECT_EQ(d->first_nonfinite_row, 1);
+  EXPECT_EQ(d->x, (std::vector<float>{0, 1, 4, 5, 8, 9}));  // rows 0, 2, 4 in order
+  EXPECT_EQ(d->y, (std::vector<float>{0, 20, 40}));
+  // Labels follow their rows.
+  std::vector<float> xc = Iota(4 * 2, 1.f);
+  xc[2 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();
+  const std::string c = WriteSafetensors(
+      "skip_ce", {{"x", RawOf("F32", {4, 2}, xc)}, {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 1})}});
+  d = LoadDataset(c, mlp::Loss::kCrossEntropy, 2, 3, o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->labels, (std::vector<int64_t>{0, 1, 1}));
+  // Nothing left is still an error.
+  const std::vector<float> all_nan(2 * 2, std::numeric_limits<float>::quiet_NaN());
+  const std::string n = WriteSafetensors("all_nan", {{"x", RawOf("F32", {2, 2}, all_nan)}, {"y", RawOf("F32", {2, 1}, Iota(2, 1))}});
+  d = LoadDataset(n, mlp::Loss::kMse, 2, 1, o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("every one of its 2 rows"), std::string::npos) << d.status();
+  // The trainer flag.
+  EXPECT_TRUE(ParseTestConfig("--layers 2,1 --allow-nonfinite-data").allow_nonfinite_data);
+  EXPECT_FALSE(ParseTestConfig("--layers 2,1").allow_nonfinite_data);
 }
 
 }  // namespace

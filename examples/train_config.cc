@@ -355,6 +355,7 @@ nlohmann::json TrainConfig::ToJson() const {
   }
   nlohmann::json j = {{"data", data},
           {"eval_data", eval_data},
+          {"allow_nonfinite_data", allow_nonfinite_data},
           {"init", init},
           {"seed", seed},
           {"batch", batch},
@@ -477,6 +478,8 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
     app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
     app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
     app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
+    app.add_flag("--allow-nonfinite-data", c.allow_nonfinite_data,
+                 "skip --data/--eval-data rows holding NaN/Inf (logged count); default: refuse such data (exit 2)");
     app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
     app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
     app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();

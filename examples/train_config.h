@@ -47,6 +47,7 @@ struct TrainConfig {
   mlp::Loss loss = mlp::Loss::kMse;
   std::string data;       // --data: x [N, D0] and y; empty = synthetic teacher task
   std::string eval_data;  // --eval-data: empty = all rows of the training data
+  bool allow_nonfinite_data = false;  // --allow-nonfinite-data: skip rows with NaN/Inf (else exit 2)
   std::string init;       // --init: parameters by name; empty = seeded PyTorch-style init
   uint64_t seed = 0;
   int64_t synthetic_rows = 1024;  // rows of the synthetic task

@@ -218,16 +218,26 @@ Status Trainer::LoadData() {
     data_.rows = tokens_.size();
     return Status::Ok();
   }
+  DataOptions dopt;
+  dopt.allow_nonfinite = c.allow_nonfinite_data;
   StatusOr<Dataset> d = c.data.empty()
                             ? StatusOr<Dataset>(MakeSyntheticDataset(c.seed, c.layers, c.activation,
                                                                      c.loss, c.synthetic_rows))
-                            : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back());
+                            : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back(), dopt);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
   data_ = std::move(d).value();
   if (!c.eval_data.empty()) {
-    StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back());
+    StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back(), dopt);
     RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
     eval_data_ = std::move(e).value();
+  }
+  for (const Dataset* ds : {&data_, &eval_data_}) {
+    if (comm_->rank() == 0 && ds->nonfinite_rows_skipped > 0) {
+      LOG_WARNING << "--allow-nonfinite-data: skipped " << ds->nonfinite_rows_skipped << " of "
+                  << ds->rows + ds->nonfinite_rows_skipped << " rows of '" << ds->source
+                  << "' holding NaN/Inf (first: row " << ds->first_nonfinite_row << "); "
+                  << ds->rows << " rows left";
+    }
   }
   return Status::Ok();
 }

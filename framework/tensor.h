@@ -18,8 +18,16 @@ namespace shardema {
 
 using Shape = std::vector<int64_t>;
 
-// Product of the dims (1 for a scalar shape {}); dims must be >= 0.
+// Product of the dims (1 for a scalar shape {}), computed without overflow: -1 when a dim is
+// negative or the product does not fit in int64 (a shape from untrusted input is checked with
+// CheckedNumElements first).
 int64_t NumElements(const Shape& shape);
+// The same product, or kInvalidArgument naming `what` and the shape for a negative dim or a
+// product beyond int64.
+StatusOr<int64_t> CheckedNumElements(const Shape& shape, const std::string& what);
+// NumElements(shape) * DTypeSize(dtype) in bytes; kInvalidArgument as above, or when the byte
+// count does not fit in int64.
+StatusOr<int64_t> CheckedNumBytes(const Shape& shape, DType dtype, const std::string& what);
 // "[3, 4]".
 std::string ShapeToString(const Shape& shape);
 
@@ -30,14 +38,16 @@ struct TensorView {
   Device device;
 
   int64_t numel() const { return NumElements(shape); }
-  size_t nbytes() const { return size_t(numel()) * DTypeSize(dtype); }
+  // numel() * itemsize; 0 for an invalid shape (numel() < 0), SIZE_MAX when the product does not
+  // fit (an allocation of it fails instead of being short). CheckTensor refuses both.
+  size_t nbytes() const;
   template <typename T> T* as() const { return static_cast<T*>(data); }
   // "f32[3, 4]@cpu".
   std::string ToString() const;
 };
 
-// Checks that `t` has exactly `shape` and `dtype`; the error names `what`, the expected and the
-// found shape/dtype.
+// Checks that `t` has exactly `shape` and `dtype`, a valid shape (CheckedNumBytes) and data for a
+// non-empty shape; the error names `what`, the expected and the found shape/dtype.
 Status CheckTensor(const TensorView& t, const Shape& shape, DType dtype, const std::string& what);
 
 }  // namespace shardema

@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/posix_file.h"
 #include "framework/byte_size.h"
 
 namespace shardema::tools {
@@ -39,44 +40,6 @@ std::string Truncated(std::string s, size_t max_chars) {
 
 }  // namespace
 
-SlotMeta FindSlotMeta(const json& meta, const std::string& slot) {
-  SlotMeta out;
-  if (!meta.is_object() || !meta.contains("ema")) return out;
-  const json& ema = meta.at("ema");
-  auto take_config = [&](const json& c) {
-    out.config = c;
-    if (out.config.is_object()) out.config.erase("name");
-  };
-  if (ema.is_object() && ema.contains(slot) && ema.at(slot).is_object()) {
-    take_config(ema.at(slot));
-    if (meta.contains("counters") && meta.at("counters").is_object() && meta.at("counters").contains(slot)) {
-      out.counters = meta.at("counters").at(slot);
-    }
-    return out;
-  }
-  const json* list = nullptr;
-  if (ema.is_array()) list = &ema;
-  if (ema.is_object() && ema.contains("slots") && ema.at("slots").is_array()) list = &ema.at("slots");
-  if (list == nullptr) return out;
-  for (const json& e : *list) {
-    if (!e.is_object()) continue;
-    if (e.contains("config") && e.at("config").is_object() && e.at("config").value("name", std::string()) == slot) {
-      take_config(e.at("config"));
-      if (e.contains("counters")) out.counters = e.at("counters");
-      return out;
-    }
-    if (e.value("name", std::string()) == slot) {
-      take_config(e);
-      if (out.config.is_object() && out.config.contains("counters")) {
-        out.counters = out.config.at("counters");
-        out.config.erase("counters");
-      }
-      return out;
-    }
-  }
-  return out;
-}
-
 std::string FormatEmaConfig(const json& config) {
   if (config.is_null()) return "";
   if (!config.is_object()) return Compact(config);
@@ -84,7 +47,9 @@ std::string FormatEmaConfig(const json& config) {
   static const std::set<std::string> kKindSpecific = {"decay", "inv_gamma", "power", "min_decay",
                                                       "update_after_step", "gamma", "sigma_rel",
                                                       "half_life_steps", "rampup"};
-  const std::string kind = config.value("kind", std::string());
+  const std::string kind = config.contains("kind") && config.at("kind").is_string()
+                               ? config.at("kind").get<std::string>()
+                               : std::string();
   std::set<std::string> shown;
   if (kind == "constant" || kind == "warmup") shown = {"decay"};
   if (kind == "power_warmup") shown = {"decay", "inv_gamma", "power", "min_decay", "update_after_step"};
@@ -117,7 +82,7 @@ std::string FormatCounters(const json& counters) {
   return out;
 }
 
-json SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
+StatusOr<json> SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
   json s;
   s["dir"] = dir;
   s["step"] = m.step;
@@ -140,7 +105,8 @@ json SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
               {"dtype", DTypeName(e.dtype)},
               {"bytes_per_rank", e.bytes_per_rank},
               {"bytes_total", e.bytes_per_rank * uint64_t(m.world_size)}};
-    const SlotMeta sm = FindSlotMeta(m.meta, e.name);
+    ASSIGN_OR_RETURN(const SlotMeta sm,
+                     FindSlotMeta(m.meta, e.name, "manifest '" + JoinPath(dir, kManifestName) + "'"));
     if (!sm.config.is_null()) j["ema"] = sm.config;
     if (!sm.counters.is_null()) j["counters"] = sm.counters;
     s["slots"].push_back(j);

@@ -2,13 +2,8 @@
 // with shapes, slots with dtypes, EMA hyperparameters and counters from the meta, and sizes per
 // slot, per rank file and in total; as JSON (`--json`) and as text. Reads the manifest only.
 //
-// EMA hyperparameters and counters are found in the checkpoint meta under any of the conventions
-// of checkpoint/FORMAT.md "meta conventions" and the trainer's (examples/trainer_checkpoint.h):
-//   meta.ema.<slot>                         an object of hyperparameters (counters, if any, in
-//                                           meta.counters.<slot>)
-//   meta.ema[i] with "name": <slot>         an array of configs
-//   meta.ema.slots[i] = {"config": {"name": <slot>, ...}, "counters": {...}}
-//                                           Optimizer::StateJson / EmaSlots::ToJson
+// EMA hyperparameters and counters are found in the checkpoint meta by FindSlotMeta
+// (checkpoint/slot_meta.h, which lists the conventions).
 //
 // Pure functions over an already read manifest; thread-safe.
 #ifndef SHARDEMA_TOOLS_CHECKPOINT_SUMMARY_H_
@@ -20,14 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/format.h"
+#include "checkpoint/slot_meta.h"
 
 namespace shardema::tools {
-
-struct SlotMeta {
-  nlohmann::json config;    // the slot's hyperparameters ("name" removed); null when absent
-  nlohmann::json counters;  // its counters; null when absent
-};
-SlotMeta FindSlotMeta(const nlohmann::json& meta, const std::string& slot);
 
 // "constant decay=0.999 start_step=0 interval=1": the fields that matter for the schedule kind
 // (EmaConfig::ToJson names; fields this tool does not know are shown too). "" for null.
@@ -42,7 +32,8 @@ std::string FormatCounters(const nlohmann::json& counters);
 //    "slots": [{"name", "dtype", "bytes_per_rank", "bytes_total", "ema"?, "counters"?}],
 //    "buffers": [{"name", "shape", "dtype", "bytes"}],
 //    "files": [{"name", "rank", "bytes"}], "bytes_total", "meta"}
-nlohmann::json SummarizeCheckpoint(const std::string& dir, const Manifest& m);
+// Errors: kDataLoss for a meta.ema section of the wrong shape (checkpoint/slot_meta.h).
+StatusOr<nlohmann::json> SummarizeCheckpoint(const std::string& dir, const Manifest& m);
 
 // The text `ckpt inspect` prints for a SummarizeCheckpoint result.
 std::string FormatSummary(const nlohmann::json& summary);

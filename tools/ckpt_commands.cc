@@ -121,7 +121,7 @@ StatusOr<std::string> ResolveCheckpointArg(const std::string& dir, std::optional
 Status Inspect(const InspectOptions& options, const CommandIo& io) {
   ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointArg(options.dir, options.step));
   ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
-  const json summary = SummarizeCheckpoint(dir, m);
+  ASSIGN_OR_RETURN(const json summary, SummarizeCheckpoint(dir, m));
   if (options.json) {
     *io.out << summary.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {

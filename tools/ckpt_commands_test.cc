@@ -149,8 +149,8 @@ TEST_F(CkptCommandsTest, InspectReadsTheTrainersEmaSection) {
   EXPECT_EQ(FormatCounters(s["slots"][2]["counters"]), "last_update_step=42 num_updates=21 started_at=0");
   // The array convention of FORMAT.md.
   const json arr = {{"ema", {{{"name", "ema_a"}, {"kind", "constant"}, {"decay", 0.9}}}}};
-  EXPECT_EQ(FindSlotMeta(arr, "ema_a").config, json({{"kind", "constant"}, {"decay", 0.9}}));
-  EXPECT_TRUE(FindSlotMeta(arr, "ema_b").config.is_null());
+  EXPECT_EQ(FindSlotMeta(arr, "ema_a", "m").value().config, json({{"kind", "constant"}, {"decay", 0.9}}));
+  EXPECT_TRUE(FindSlotMeta(arr, "ema_b", "m").value().config.is_null());
 }
 
 TEST_F(CkptCommandsTest, StepPicksAnOlderCheckpointAndAMissingStepListsTheCommittedOnes) {

@@ -55,6 +55,23 @@ else
   echo "setup: installed ${missing[*]}"
 fi
 
+# Optional: clang with libFuzzer for tools/fuzz.sh. Without it the fuzz run of tools/test.sh is
+# reported as skipped; a failed install is not an error.
+if ! command -v clang++ >/dev/null 2>&1; then
+  if [ $check_only = 1 ]; then
+    echo "setup: optional clang (fuzzing) is missing"
+  elif [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && SUDO=sudo
+    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang \
+        >>/tmp/shardema-apt.log 2>&1; then
+      echo "setup: installed clang (tools/fuzz.sh)"
+    else
+      echo "setup: could not install clang; the fuzz run will be skipped"
+    fi
+  fi
+fi
+
 if command -v nvcc >/dev/null 2>&1; then
   echo "setup: CUDA toolkit found: $(command -v nvcc) (the CUDA path will be compiled)"
 else

@@ -4,7 +4,9 @@
 #   2. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
 #   3. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
-#      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU).
+#      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
+#   4. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
+#      each target counts as one test; without clang++ they are reported as skipped (never passed).
 # Ends with one line "N passed, M failed" and exits non-zero on any failure.
 # Extra arguments go to both bazel commands (e.g. --test_output=all).
 set -uo pipefail
@@ -49,6 +51,18 @@ if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
   fi
 else
   echo "== no nvcc: skipping the CUDA build"
+fi
+echo "== fuzz: short run of the parser fuzz targets (tools/fuzz.sh)"
+tools/fuzz.sh "${SHARDEMA_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
+frc=${PIPESTATUS[0]}
+if [ "$frc" = 77 ]; then
+  echo "fuzz: 3 targets SKIPPED (clang++ with libFuzzer is not installed; tools/setup.sh tries to)"
+else
+  fp=$(grep -cE '^fuzz: [a-z_]+: PASSED' "$log" || true)
+  ff=$(grep -cE '^fuzz: [a-z_]+: FAILED' "$log" || true)
+  [ "$frc" != 0 ] && [ "$ff" = 0 ] && ff=1  # failed before any target ran (build error above)
+  passed=$((passed + fp))
+  failed=$((failed + ff))
 fi
 rm -f "$log"
 echo "$passed passed, $failed failed"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers of untrusted files with clang's libFuzzer (ASan + UBSan, every UB report
+# fatal): manifest.json, the rank-file header and the safetensors header
+# (checkpoint/fuzz/<target>_fuzz.cc), each for SECONDS seconds from its committed seed corpus
+# checkpoint/fuzz/corpus/<target>/ (new inputs go to a scratch copy, never into the repo).
+#   tools/fuzz.sh SECONDS [TARGET...]
+# Prints per target "fuzz: <target>: PASSED|FAILED (<execs> execs, <findings> findings, ...)"
+# and ends with "fuzz: <N> targets, <execs> execs, <findings> findings". Reproducers of findings
+# are kept under $FUZZ_OUT/findings/ (default /tmp/shardema-fuzz). Exit: 0 no findings,
+# 1 a finding or a build failure, 77 clang++ (with libFuzzer) is not installed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} = 0 ] && targets=(manifest rank_header safetensors_header)
+CXX=${FUZZ_CXX:-clang++}
+out=${FUZZ_OUT:-/tmp/shardema-fuzz}
+
+if ! command -v "$CXX" >/dev/null 2>&1; then
+  echo "fuzz: $CXX not found (apt-get install -y clang)"
+  exit 77
+fi
+mkdir -p "$out/obj" "$out/findings"
+
+srcs=(framework/status.cc framework/dtype.cc framework/device.cc framework/tensor.cc fsdp/layout.cc
+      checkpoint/checksum.cc checkpoint/json_reader.cc checkpoint/format.cc checkpoint/posix_file.cc
+      checkpoint/safetensors.cc checkpoint/slot_meta.cc)
+san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
+cflags=(-std=c++17 -O1 -g -I. -DSHARDEMA_WITH_CUDA=0 "${san[@]}")
+objs=()
+for s in "${srcs[@]}"; do  # the library, instrumented for coverage (rebuilt when newer)
+  o="$out/obj/$(echo "$s" | tr / _).o"
+  if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find "${s%/*}" -name '*.h' -newer "$o" 2>/dev/null | head -1)" ]; then
+    "$CXX" "${cflags[@]}" -fsanitize=fuzzer-no-link -c "$s" -o "$o" || { echo "fuzz: build of $s FAILED"; exit 1; }
+  fi
+  objs+=("$o")
+done
+
+total_execs=0
+total_findings=0
+for t in "${targets[@]}"; do
+  bin="$out/${t}_fuzz"
+  if ! "$CXX" "${cflags[@]}" -fsanitize=fuzzer "checkpoint/fuzz/${t}_fuzz.cc" "${objs[@]}" -lxxhash -o "$bin"; then
+    echo "fuzz: $t: FAILED (build)"
+    total_findings=$((total_findings + 1))
+    continue
+  fi
+  work="$out/corpus/$t"
+  mkdir -p "$work"
+  before=$(ls "$out/findings" | grep -c "^$t-" || true)
+  log="$out/$t.log"
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+    -artifact_prefix="$out/findings/$t-" "$work" "checkpoint/fuzz/corpus/$t" >"$log" 2>&1
+  rc=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  execs=${execs:-0}
+  after=$(ls "$out/findings" | grep -c "^$t-" || true)
+  findings=$((after - before))
+  [ "$rc" != 0 ] && [ "$findings" = 0 ] && findings=1  # a crash without a written reproducer
+  total_execs=$((total_execs + execs))
+  total_findings=$((total_findings + findings))
+  corpus=$(ls "$work" | wc -l)
+  if [ "$findings" = 0 ]; then
+    echo "fuzz: $t: PASSED ($execs execs, 0 findings, ${seconds}s, corpus $corpus)"
+  else
+    echo "fuzz: $t: FAILED ($execs execs, $findings findings; log $log, reproducers $out/findings/$t-*)"
+    grep -m5 -E 'ERROR|runtime error|SUMMARY' "$log" | sed 's/^/  /'
+  fi
+done
+echo "fuzz: ${#targets[@]} targets, $total_execs execs, $total_findings findings"
+[ "$total_findings" = 0 ]
