@@ -50,6 +50,8 @@ int Main(int argc, char** argv) {
   }
   const TrainConfig& config = parsed->config;
 
+  // The GPU is chosen before MPI_Init (best effort; errors are reported collectively below).
+  SelectGpuBeforeMpi(config).status().IgnoreError();
   CommOptions co;
   co.check_args = config.comm_checks;
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/status.h"
 
@@ -22,6 +23,11 @@ namespace shardema {
 // (MPI_THREAD_SERIALIZED: one thread at a time per process).
 Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
                             const Status& local);
+
+// The check as `policy` decides (framework/mpi/arg_check_policy.h): when policy.Due(call),
+// CheckCallAcrossRanks, recording its outcome in `policy`; otherwise `local` (no MPI call).
+Status CheckCallIfDue(ArgCheckPolicy& policy, MPI_Comm comm, int rank, const CollectiveCall& call,
+                      const Status& local);
 
 }  // namespace shardema
 
