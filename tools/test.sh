@@ -5,31 +5,24 @@
 #      with 1-4 ranks through tests/mpi_run.sh),
 #   3. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU).
-# Ends with one line "N passed, M failed" and exits non-zero on any failure.
+# A test target that skipped any test case (its gtest XML report says so: no GPU, too few ranks)
+# counts as skipped, never as passed (tools/test_results.sh); the skipped targets are listed.
+# Ends with one line "N passed, M failed, K skipped" and exits non-zero on any failure.
 # Extra arguments go to both bazel commands (e.g. --test_output=all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-tools/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+tools/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 BAZEL=(bazel)
 [ -n "${SHARDEMA_BAZEL_ROOT:-}" ] && BAZEL=(bazel "--output_user_root=$SHARDEMA_BAZEL_ROOT")
 log=$(mktemp /tmp/shardema-test.XXXXXX)
-passed=0
-failed=0
-
-count_results() {  # parses bazel's per-target summary lines
-  local p f
-  p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$1" || true)
-  f=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|FLAKY)' "$1" || true)
-  passed=$((passed + p))
-  failed=$((failed + f))
-}
+source tools/test_results.sh  # count_results, with its counters passed, failed, skipped
 
 echo "== bazel test //... (CPU build, multi-rank tests under mpirun)"
 "${BAZEL[@]}" test --test_summary=short //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-count_results "$log"
+count_results "$log" "$("${BAZEL[@]}" info bazel-testlogs 2>/dev/null)"
 if [ "$rc" != 0 ] && [ "$(grep -cE '^//' "$log")" = 0 ]; then
   echo "bazel test failed before running tests (build error above)"
   failed=$((failed + 1))
@@ -42,7 +35,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
     echo "cuda build: PASSED"
     echo "== GPU tests (--config=cuda; skip cleanly without a GPU)"
     "${BAZEL[@]}" test --config=cuda --test_summary=short --test_tag_filters=gpu //... "$@" 2>&1 | tee "$log"
-    count_results "$log"
+    count_results "$log" "$("${BAZEL[@]}" info --config=cuda bazel-testlogs 2>/dev/null)"
   else
     failed=$((failed + 1))
     echo "cuda build: FAILED"
@@ -51,5 +44,9 @@ else
   echo "== no nvcc: skipping the CUDA build"
 fi
 rm -f "$log"
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+  echo "== skipped (not counted as passed):"
+  printf '  %s\n' "${skipped_list[@]}"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]
