@@ -2,7 +2,9 @@
 
 #include "checkpoint/collective_bytes.h"
 #include "examples/trainer.h"
+#include "framework/device.h"
 #include "framework/nccl/nccl_communicator.h"
+#include "framework/rank_env.h"
 
 namespace shardema::examples {
 
@@ -17,6 +19,18 @@ StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const TrainConf
           : NcclCommunicator::Create(host->comm(), config.device, host->options());
   if (!nccl.ok()) return nccl.status().WithContext("--device");
   return std::unique_ptr<Communicator>(std::move(nccl).value());
+}
+
+StatusOr<Device> SelectGpuBeforeMpi(const TrainConfig& config) {
+  if (config.device.is_cpu()) return Unavailable("--device cpu: no GPU to select");
+  Device gpu = config.device;
+  if (config.gpu_from_local_rank) {
+    ASSIGN_OR_RETURN(RankEnv env, DiscoverRankEnv());
+    ASSIGN_OR_RETURN(int index, LocalGpuFor(env, CudaDeviceCount()));
+    gpu = Device::Cuda(index);
+  }
+  RETURN_IF_ERROR(SetCurrentDevice(gpu));
+  return gpu;
 }
 
 }  // namespace shardema::examples

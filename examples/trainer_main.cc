@@ -59,6 +59,8 @@ int TrainerMain(int argc, char** argv, const char* program,
     for (const std::string& w : parsed->warnings) LOG_WARNING << program << ": " << w;
   }
 
+  // The GPU is chosen before MPI_Init (best effort; errors are reported collectively below).
+  SelectGpuBeforeMpi(config).status().IgnoreError();
   CommOptions co;
   co.check_args = config.comm_checks;
   co.timeout_seconds = config.collective_timeout;

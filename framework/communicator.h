@@ -14,7 +14,8 @@
 // recv == send + rank*count; AllReduce with send == recv. Otherwise send and recv must not
 // overlap. Zero counts are valid. World size 1 works the same as any other size.
 //
-// Dtypes: f32, bf16, f16. Reductions of bf16/f16 accumulate in f32 and round once at the end.
+// Dtypes: f32, bf16, f16. Reductions of bf16/f16 accumulate in f32 and round once at the end
+// (MPI; NCCL with CommOptions::widen_half_reductions, else natively in the 16-bit type).
 // kAvg divides the f32 sum by the world size.
 //
 // Asynchronous variants return a Work handle; the buffers must stay alive and untouched until
@@ -23,8 +24,8 @@
 // Wait's contract in the backend header). Destroying an unwaited Work waits for it.
 //
 // Errors (never hangs or crashes): null buffers with a non-zero count, an invalid root, a dtype
-// or count that differs between ranks (checked collectively when CommOptions::check_args, the
-// default), and calls after Shutdown() return kInvalidArgument / kFailedPrecondition. Backend
+// or count that differs between ranks (checked collectively on first use of each call signature
+// when CommOptions::check_args, the default), and calls after Shutdown() return kInvalidArgument / kFailedPrecondition. Backend
 // errors become kInternal naming the operation and the rank.
 //
 // Threading: one thread issues collectives on a communicator at a time.
@@ -54,14 +55,29 @@ struct CollectiveOptions {
 
 // Per-communicator options.
 struct CommOptions {
-  // Before each collective, check collectively that every rank passes the same op, dtype and
-  // count (one small extra all-reduce). Turn off only when the call sites are known to match.
+  // The collective argument check (framework/mpi/collective_args.h): one small host all-reduce
+  // that makes a kind, dtype, count, root or op mismatch, or a local argument error on any rank,
+  // an error on every rank instead of a hang. With check_args it runs on the first use of each
+  // distinct call signature (kind, dtype, count, root, op) on this communicator — so a training
+  // step's collectives are checked in the first step, once per unit — and on every Barrier
+  // (framework/mpi/arg_check_policy.h). Turn it off only when the call sites are known to match.
   bool check_args = true;
   // A host wait on a collective (Work::Wait, the argument check, Barrier) that has not completed
   // after this many seconds returns kAborted naming the collective and the rank, instead of
   // blocking forever on a stopped or silent peer; the caller then aborts the job. <= 0: no limit.
   // (MPI backend; train_mlp's --collective-timeout.)
   double timeout_seconds = 300.0;
+  // Debug: with check_args, check before every collective (one host rendezvous per call), which
+  // also catches a mismatch where one rank repeats a signature it used before while another
+  // does not (first-use checking then blocks those ranks in different collectives).
+  bool check_every_call = false;
+  // NCCL bf16/f16 ReduceScatter and AllReduce: false (the default) reduces natively in the
+  // 16-bit type (ncclBfloat16/ncclFloat16: half the bytes of f32 on the wire and no temporary;
+  // partial sums are rounded to the type along the way, so at more than two ranks a result may
+  // differ from the once-rounded f32 sum by a few units in the last place). true widens the input
+  // to an f32 device temporary of count·world·4 bytes, reduces in f32 and rounds once. The MPI
+  // backend always accumulates in f32 and ignores it.
+  bool widen_half_reductions = false;
 };
 
 // A pending collective.

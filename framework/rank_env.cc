@@ -61,13 +61,24 @@ StatusOr<RankEnv> DiscoverRankEnv() {
   return RankEnv{};
 }
 
-StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool allow_sharing) {
+StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool per_task_devices,
+                          bool allow_sharing) {
   if (num_gpus <= 0) return Unavailable("rank ", env.rank, ": no CUDA device is visible");
-  if (env.local_size > num_gpus && !allow_sharing) {
+  if (env.local_size > num_gpus && !per_task_devices && !allow_sharing) {
     return InvalidArgument("rank ", env.rank, ": ", env.local_size, " ranks on this node but only ",
-                           num_gpus, " GPUs visible (one rank per GPU expected)");
+                           num_gpus, " GPUs visible (one rank per GPU expected; set "
+                           "CUDA_VISIBLE_DEVICES per rank or use srun --gpus-per-task)");
   }
   return env.local_rank % num_gpus;
+}
+
+bool PerTaskGpuDevices() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v != nullptr && *v != '\0';
+}
+
+StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool allow_sharing) {
+  return LocalGpuFor(env, num_gpus, PerTaskGpuDevices(), allow_sharing);
 }
 
 }  // namespace shardema

@@ -26,9 +26,27 @@ struct RankEnv {
 // inconsistent value (e.g. rank >= world size).
 StatusOr<RankEnv> DiscoverRankEnv();
 
-// GPU ordinal for this rank on a node with `num_gpus` visible devices: local_rank when
-// local_size <= num_gpus (one rank per GPU); kInvalidArgument when there are more local ranks
-// than GPUs and sharing was not allowed, kUnavailable when num_gpus == 0.
+// GPU ordinal for this rank among the `num_gpus` devices it sees. The rule:
+//   - num_gpus == 0: kUnavailable.
+//   - local_size <= num_gpus (every rank sees the node's GPUs): local_rank, one GPU per rank.
+//   - local_size > num_gpus with per-task devices (the launcher gave each task its own GPU(s):
+//     `srun --gpus-per-task=1`, or CUDA_VISIBLE_DEVICES set per rank): local_rank % num_gpus,
+//     i.e. device 0 when one GPU is visible.
+//   - local_size > num_gpus otherwise: the ranks would share GPUs; local_rank % num_gpus when
+//     `allow_sharing`, else kInvalidArgument naming the counts.
+// `per_task_devices` is the caller's knowledge of the launcher; PerTaskGpuDevices() reads it
+// from the environment.
+StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool per_task_devices,
+                          bool allow_sharing);
+
+// True when this process's visible devices were chosen for it: CUDA_VISIBLE_DEVICES is set and
+// not empty (Slurm sets it per task under --gpus-per-task; a per-rank wrapper script sets it
+// under mpirun). Ranks that all see the same CUDA_VISIBLE_DEVICES list and fewer GPUs than local
+// ranks then share GPUs unnoticed: a launcher that sets it for every rank alike must give each
+// rank its own list.
+bool PerTaskGpuDevices();
+
+// LocalGpuFor(env, num_gpus, PerTaskGpuDevices(), allow_sharing).
 StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool allow_sharing = false);
 
 }  // namespace shardema

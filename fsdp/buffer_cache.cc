@@ -1,25 +1,52 @@
 #include "fsdp/buffer_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace shardema {
 
+UnitBufferCache::UnitBufferCache(Device device, const Options& options)
+    : device_(device), options_(options) {
+  options_.max_cached_bytes = std::max<int64_t>(0, options_.max_cached_bytes);
+  options_.max_fit = std::max(1.0, options_.max_fit);
+  caching_ = options_.keep == Options::Keep::kDefault ? device.is_cuda()
+                                                      : options_.keep == Options::Keep::kYes;
+}
+
 StatusOr<Buffer> UnitBufferCache::Acquire(size_t bytes) {
-  auto it = free_.find(bytes);
-  if (it != free_.end()) {
-    Buffer b = std::move(it->second);
+  Buffer b;
+  auto it = bytes > 0 ? free_.lower_bound(bytes) : free_.end();
+  if (it != free_.end() && double(it->first) <= double(bytes) * options_.max_fit) {
+    b = std::move(it->second.buffer);
     free_.erase(it);
     cached_bytes_ -= int64_t(b.size());
-    return b;
+  } else {
+    ASSIGN_OR_RETURN(b, Buffer::Allocate(bytes, device_));
   }
-  return Buffer::Allocate(bytes, device_);
+  live_bytes_ += int64_t(b.size());
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_ + cached_bytes_);
+  return b;
 }
 
 void UnitBufferCache::Release(Buffer buffer) {
-  if (buffer.data() == nullptr || !caching()) return;  // CPU: freed here
-  const size_t bytes = buffer.size();
-  cached_bytes_ += int64_t(bytes);
-  free_.emplace(bytes, std::move(buffer));
+  if (buffer.data() == nullptr) return;
+  const int64_t bytes = int64_t(buffer.size());
+  live_bytes_ = std::max<int64_t>(0, live_bytes_ - bytes);
+  if (!caching_ || bytes == 0 || bytes > options_.max_cached_bytes) return;  // freed here
+  EvictTo(options_.max_cached_bytes - bytes);
+  cached_bytes_ += bytes;
+  free_.emplace(size_t(bytes), Cached{std::move(buffer), ++releases_});
+}
+
+void UnitBufferCache::EvictTo(int64_t limit) {
+  while (cached_bytes_ > limit && !free_.empty()) {
+    auto oldest = free_.begin();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second.released < oldest->second.released) oldest = it;
+    }
+    cached_bytes_ -= int64_t(oldest->first);
+    free_.erase(oldest);
+  }
 }
 
 void UnitBufferCache::Clear() {

@@ -1,12 +1,20 @@
 // UnitBufferCache: the memory of the store's per-unit parameter and gradient buffers.
 //
-// A sharded store allocates a unit buffer for every gather and every backward and drops it soon
-// after. On the host that is cheap and the store's memory should be exactly what is live, so on
-// a CPU device Acquire allocates and Release frees. On a CUDA device cudaMalloc/cudaFree would
-// synchronize the device on every unit (cudaFree waits for all queued work), defeating the
-// overlap of collectives with compute; there Release keeps the buffer, keyed by its size, and a
-// later Acquire of the same size hands it out again (the peak of live unit buffers bounds the
-// cache). Clear() frees the cached buffers.
+// A sharded store acquires a unit buffer for every gather and every backward and releases it
+// soon after. On the host that is cheap and the store's memory should be exactly what is live,
+// so by default on a CPU device Acquire allocates and Release frees. On a CUDA device
+// cudaMalloc/cudaFree would synchronize the device on every unit (cudaFree waits for all queued
+// work), defeating the overlap of collectives with compute; there (Options::keep) Release keeps
+// the buffer and a later Acquire reuses it:
+//   * best fit: Acquire(n) takes the smallest cached buffer of at least n and at most
+//     n * max_fit bytes (a larger buffer than asked for; its size() is its capacity), else
+//     allocates exactly n;
+//   * bounded: the cached (released, not handed out) bytes never exceed max_cached_bytes. A
+//     Release that would exceed it frees the longest-cached buffers first; a buffer larger than
+//     the cap is freed at once. (Freeing a CUDA buffer synchronizes the device; the store sizes
+//     the cap so that a training step's working set fits and steady state frees nothing.)
+// peak_bytes() is the high-water mark of the bytes held through the cache (handed out and not
+// yet released, plus cached): the unit buffer memory the store needed at its worst.
 //
 // Stream-order contract (CUDA): a buffer may be released as soon as every operation that touches
 // it is ordered before work later queued on the store's compute stream: kernels on that stream,
@@ -16,7 +24,8 @@
 // The store follows this contract; other users must too.
 //
 // Errors: Acquire passes Buffer::Allocate's (kResourceExhausted naming the size, kUnavailable).
-// Threading: one thread, like the store.
+// Threading: one thread, like the store. Memory: see above; buffers acquired and never released
+// count as held until the cache is destroyed.
 #ifndef SHARDEMA_FSDP_BUFFER_CACHE_H_
 #define SHARDEMA_FSDP_BUFFER_CACHE_H_
 
@@ -31,17 +40,30 @@ namespace shardema {
 
 class UnitBufferCache {
  public:
-  explicit UnitBufferCache(Device device) : device_(device) {}
+  struct Options {
+    // Keep released buffers for reuse (default: on CUDA devices only).
+    enum class Keep : uint8_t { kDefault = 0, kYes = 1, kNo = 2 };
+    Keep keep = Keep::kDefault;
+    // Upper bound on cached bytes (>= 0).
+    int64_t max_cached_bytes = int64_t(1) << 30;
+    // Best fit: a cached buffer serves requests of at least 1/max_fit of its size (>= 1).
+    double max_fit = 2.0;
+  };
+
+  explicit UnitBufferCache(Device device) : UnitBufferCache(device, Options()) {}
+  UnitBufferCache(Device device, const Options& options);
   UnitBufferCache(const UnitBufferCache&) = delete;
   UnitBufferCache& operator=(const UnitBufferCache&) = delete;
 
   Device device() const { return device_; }
-  // True when released buffers are kept for reuse (CUDA devices).
-  bool caching() const { return device_.is_cuda(); }
+  // True when released buffers are kept for reuse.
+  bool caching() const { return caching_; }
+  int64_t max_cached_bytes() const { return options_.max_cached_bytes; }
 
-  // A buffer of exactly `bytes` bytes on the device (contents unspecified).
+  // A buffer of at least `bytes` bytes on the device (contents unspecified; best fit above).
   StatusOr<Buffer> Acquire(size_t bytes);
-  // Takes the buffer back: freed on CPU, kept on CUDA. Empty buffers are ignored.
+  // Takes the buffer back: kept when caching (within the cap), else freed. Empty buffers are
+  // ignored.
   void Release(Buffer buffer);
   // Frees every cached buffer.
   void Clear();
@@ -49,11 +71,27 @@ class UnitBufferCache {
   // Bytes held in the cache (not handed out).
   int64_t cached_bytes() const { return cached_bytes_; }
   size_t cached_buffers() const { return free_.size(); }
+  // Bytes handed out and not yet released.
+  int64_t live_bytes() const { return live_bytes_; }
+  // Highest live_bytes() + cached_bytes() so far.
+  int64_t peak_bytes() const { return peak_bytes_; }
 
  private:
+  struct Cached {
+    Buffer buffer;
+    uint64_t released = 0;  // release order, for eviction
+  };
+  // Frees the longest-cached buffers until cached_bytes_ <= limit.
+  void EvictTo(int64_t limit);
+
   Device device_;
-  std::multimap<size_t, Buffer> free_;
+  Options options_;
+  bool caching_ = false;
+  std::multimap<size_t, Cached> free_;  // by capacity
+  uint64_t releases_ = 0;
   int64_t cached_bytes_ = 0;
+  int64_t live_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
 };
 
 }  // namespace shardema

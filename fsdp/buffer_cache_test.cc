@@ -1,9 +1,12 @@
-// UnitBufferCache: frees at once on the CPU, recycles by size on CUDA (skips without a GPU).
+// UnitBufferCache: frees at once on the CPU by default, recycles on CUDA (skips without a GPU);
+// best fit, the byte cap and the peak are tested on host memory with Keep::kYes.
 #include "fsdp/buffer_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
+#include <vector>
 
 namespace shardema {
 namespace {
@@ -24,6 +27,104 @@ TEST(UnitBufferCacheTest, CpuFreesOnRelease) {
   EXPECT_NE(zero->data(), nullptr);
   cache.Release(Buffer());  // empty: ignored
   EXPECT_EQ(cache.cached_buffers(), 0u);
+}
+
+UnitBufferCache::Options Keeping(int64_t cap, double fit = 2.0) {
+  UnitBufferCache::Options o;
+  o.keep = UnitBufferCache::Options::Keep::kYes;
+  o.max_cached_bytes = cap;
+  o.max_fit = fit;
+  return o;
+}
+
+Buffer Take(UnitBufferCache& cache, size_t bytes) {
+  auto b = cache.Acquire(bytes);
+  EXPECT_TRUE(b.ok()) << b.status();
+  EXPECT_GE(b->size(), bytes);
+  return b.ok() ? std::move(b).value() : Buffer();
+}
+
+TEST(UnitBufferCacheTest, BestFitWithinTheFitRatio) {
+  UnitBufferCache cache(Device::Cpu(), Keeping(1 << 20));
+  EXPECT_TRUE(cache.caching());
+  Buffer a = Take(cache, 4096), b = Take(cache, 8192), c = Take(cache, 16384);
+  void* pa = a.data();
+  void* pb = b.data();
+  cache.Release(std::move(c));
+  cache.Release(std::move(b));
+  cache.Release(std::move(a));
+  EXPECT_EQ(cache.cached_bytes(), 4096 + 8192 + 16384);
+  Buffer d = Take(cache, 5000);  // smallest of at least 5000: the 8192 one
+  EXPECT_EQ(d.data(), pb);
+  EXPECT_EQ(d.size(), 8192u);
+  Buffer e = Take(cache, 3000);  // 4096 <= 2 * 3000
+  EXPECT_EQ(e.data(), pa);
+  Buffer f = Take(cache, 5000);  // only 16384 is left: more than twice 5000, so a new one
+  EXPECT_EQ(f.size(), 5000u);
+  EXPECT_EQ(cache.cached_buffers(), 1u);
+  EXPECT_EQ(cache.cached_bytes(), 16384);
+  EXPECT_EQ(cache.live_bytes(), 8192 + 4096 + 5000);
+}
+
+TEST(UnitBufferCacheTest, CachedBytesNeverExceedTheCap) {
+  const int64_t cap = 10000;
+  UnitBufferCache cache(Device::Cpu(), Keeping(cap));
+  Buffer a = Take(cache, 4000), b = Take(cache, 4000), c = Take(cache, 4000);
+  void* pc = c.data();
+  cache.Release(std::move(a));
+  cache.Release(std::move(b));
+  EXPECT_EQ(cache.cached_bytes(), 8000);
+  cache.Release(std::move(c));  // 12000 > cap: the longest-cached buffer goes
+  EXPECT_EQ(cache.cached_bytes(), 8000);
+  EXPECT_EQ(cache.cached_buffers(), 2u);
+  Buffer big = Take(cache, 20000);
+  cache.Release(std::move(big));  // larger than the cap: freed at once
+  EXPECT_EQ(cache.cached_bytes(), 8000);
+  // The most recent release is kept (it is the likeliest to be asked for again).
+  Buffer again = Take(cache, 4000);
+  Buffer again2 = Take(cache, 4000);
+  EXPECT_TRUE(again.data() == pc || again2.data() == pc);
+  // A random mix of sizes: the bound holds after every call.
+  std::mt19937 rng(7);
+  std::vector<Buffer> held;
+  for (int i = 0; i < 2000; ++i) {
+    if (held.empty() || rng() % 2 == 0) {
+      held.push_back(Take(cache, 1 + rng() % 6000));
+    } else {
+      const size_t k = rng() % held.size();
+      cache.Release(std::move(held[k]));
+      held.erase(held.begin() + long(k));
+    }
+    ASSERT_LE(cache.cached_bytes(), cap) << "after call " << i;
+    ASSERT_GE(cache.peak_bytes(), cache.live_bytes() + cache.cached_bytes());
+  }
+}
+
+TEST(UnitBufferCacheTest, PeakIsTheHighWaterMarkOfLivePlusCached) {
+  UnitBufferCache cache(Device::Cpu(), Keeping(1 << 20));
+  Buffer a = Take(cache, 1000), b = Take(cache, 2000);
+  EXPECT_EQ(cache.peak_bytes(), 3000);
+  cache.Release(std::move(a));
+  cache.Release(std::move(b));
+  EXPECT_EQ(cache.live_bytes(), 0);
+  Buffer c = Take(cache, 1500);  // reuses the 2000-byte buffer: no new memory
+  EXPECT_EQ(c.size(), 2000u);
+  EXPECT_EQ(cache.peak_bytes(), 3000);
+  Buffer d = Take(cache, 5000);  // new: 2000 + 5000 live, 1000 cached
+  EXPECT_EQ(cache.peak_bytes(), 8000);
+  cache.Clear();
+  EXPECT_EQ(cache.cached_bytes(), 0);
+  EXPECT_EQ(cache.peak_bytes(), 8000);
+}
+
+TEST(UnitBufferCacheTest, CpuDefaultTracksThePeakButKeepsNothing) {
+  UnitBufferCache cache(Device::Cpu());
+  Buffer a = Take(cache, 100), b = Take(cache, 300);
+  cache.Release(std::move(a));
+  cache.Release(std::move(b));
+  EXPECT_EQ(cache.cached_bytes(), 0);
+  EXPECT_EQ(cache.live_bytes(), 0);
+  EXPECT_EQ(cache.peak_bytes(), 400);
 }
 
 TEST(UnitBufferCacheTest, CudaWithoutGpuIsUnavailable) {
@@ -50,7 +151,7 @@ TEST(UnitBufferCacheTest, CudaRecyclesBySize) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->data(), pb);
   EXPECT_EQ(cache.cached_bytes(), 4096);
-  auto d = cache.Acquire(100);  // a new size allocates
+  auto d = cache.Acquire(100);  // 4096 is more than twice 100: a new buffer
   ASSERT_TRUE(d.ok());
   EXPECT_NE(d->data(), pa);
   EXPECT_EQ(cache.cached_buffers(), 1u);

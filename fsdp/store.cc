@@ -64,6 +64,18 @@ Status CheckDevices(Device device, const Communicator& comm, Stream stream) {
   return Status::Ok();
 }
 
+// The unit buffer cache's bound: two units' parameters and gradients of the largest unit (the
+// gathered unit and the prefetched next one, and two gradient buffers in flight), so a training
+// step's working set stays cached and nothing larger is kept.
+UnitBufferCache::Options CacheOptions(const StoreLayout& layout, const StoreOptions& options) {
+  int64_t largest = 0;
+  for (const UnitLayout& u : layout.units()) largest = std::max(largest, u.padded_numel);
+  UnitBufferCache::Options o;
+  o.max_cached_bytes =
+      2 * largest * int64_t(DTypeSize(options.compute_dtype) + DTypeSize(options.reduce_dtype));
+  return o;
+}
+
 }  // namespace
 
 StatusOr<std::vector<TensorView>> GatherHandle::Wait() const { return store_->WaitGather(unit_); }
@@ -77,7 +89,7 @@ ShardedParameterStore::ShardedParameterStore(StoreLayout layout, std::vector<Par
       options_(options),
       stream_{options.device, nullptr},
       registry_(layout_.local_numel(), options.device),
-      cache_(options.device) {}
+      cache_(options.device, CacheOptions(layout_, options)) {}
 
 ShardedParameterStore::~ShardedParameterStore() {
   for (auto& s : units_) {
@@ -662,6 +674,7 @@ std::vector<SlotMemory> ShardedParameterStore::MemoryReport() const {
   if (cache_.cached_bytes() > 0) {
     out.push_back(SlotMemory{"unit_cache", "unit_cache", cache_.cached_bytes(), false, device()});
   }
+  out.push_back(SlotMemory{"unit_peak", "unit_peak", cache_.peak_bytes(), false, device()});
   return out;
 }
 

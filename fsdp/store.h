@@ -60,7 +60,8 @@
 //   * gradient zeroing (LaunchFillZero) and the compute-copy refresh (LaunchConvert) are queued
 //     on the stream; InitFromFull/InitFromFunction stage through host memory and copy up.
 // Unit buffers come from a UnitBufferCache (fsdp/buffer_cache.h), which on CUDA keeps released
-// buffers for reuse in stream order instead of freeing them. On the CPU every call completes
+// buffers (best fit, at most two of the largest unit's parameter + gradient buffers) for reuse
+// in stream order instead of freeing them. On the CPU every call completes
 // before returning, as it always did.
 //
 // Shard-update guards: work that reads the state asynchronously (a device->host snapshot of the
@@ -252,7 +253,10 @@ class ShardedParameterStore {
 
   // ---- Memory ----
   // Bytes per rank per entry: every registry slot and buffer, the compute copy (when separate),
-  // live unit parameter / gradient buffers, and (CUDA) the unit buffer cache ("unit_cache").
+  // live unit parameter / gradient buffers, and (CUDA) the unit buffer cache ("unit_cache",
+  // bounded by two of the largest unit's parameter + gradient buffers). The last entry, kind
+  // "unit_peak", is not current memory: the high-water mark of unit buffer bytes (live +
+  // cached) since the store was created; do not add it to the others.
   std::vector<SlotMemory> MemoryReport() const;
   // Optimizer + EMA state per rank: master, moments and EMA slots (4 bytes each per local
   // element); (4 + 8 + 4k) * local_numel for AdamW with k EMA slots.

@@ -354,6 +354,13 @@ TEST(StoreTest, MemoryIsPerShardNeverFullModel) {
   }
   EXPECT_EQ(unit, 2 * ((1000003 + w - 1) / w) * w);
   ASSERT_TRUE(s->Release(2).ok());
+  // The peak of unit buffer bytes stays reported (the last entry) after the release.
+  ASSERT_TRUE(s->Gather(0).ok());
+  ASSERT_TRUE(s->Release(0).ok());
+  const std::vector<SlotMemory> after = s->MemoryReport();
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.back().kind, "unit_peak");
+  EXPECT_EQ(after.back().bytes, unit);  // one unit at a time: the largest
 }
 
 TEST(StoreTest, GatherSlotToRankReturnsFullTensorsOnRootOnly) {

@@ -45,7 +45,11 @@ MpiCommunicator* MpiWorld() { return g_world; }
 
 int main(int argc, char** argv) {
   using shardema::MpiCommunicator;
-  auto created = MpiCommunicator::Create();
+  // The shared test world checks every call (CommOptions::check_every_call), so tests that make
+  // ranks disagree may run in any order and after any other collectives.
+  shardema::CommOptions options;
+  options.check_every_call = true;
+  auto created = MpiCommunicator::Create(options);
   if (!created.ok()) {
     std::fprintf(stderr, "mpi_test_main: %s\n", created.status().ToString().c_str());
     MpiCommunicator::FinalizeMpi().IgnoreError();

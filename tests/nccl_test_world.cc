@@ -37,12 +37,9 @@ std::string GpuSkipReason() {
   if (gpus == 0) {
     return BuiltWithCuda() ? "no CUDA device visible" : "built without --config=cuda";
   }
-  const int local = MpiWorld()->local_env().local_size;
-  if (local > gpus) {
-    return std::to_string(local) + " ranks on this node but only " + std::to_string(gpus) +
-           " GPUs (one rank per GPU needed)";
-  }
-  return "";
+  // LocalGpuFor's rule (per-task CUDA_VISIBLE_DEVICES lets every rank use its own device).
+  const StatusOr<int> gpu = LocalGpuFor(MpiWorld()->local_env(), gpus);
+  return gpu.ok() ? "" : gpu.status().message();
 }
 
 NcclCommunicator* NcclWorld() {

@@ -3,7 +3,9 @@
 // Link `//tests:mpi_test_main` (a gtest main) into an mpi_test (tests/mpi_test.bzl). Its main
 // creates one MpiCommunicator over all ranks before any test runs, runs the tests, shuts the
 // communicator down, finalizes MPI, and exits non-zero when a test failed on this rank.
-// World() returns that communicator; it stays valid for the whole run of the tests.
+// World() returns that communicator; it stays valid for the whole run of the tests. It checks
+// the arguments of every call (CommOptions::check_every_call), so tests that make ranks disagree
+// on purpose may run in any order.
 //
 // Writing multi-rank tests: every rank must make the same collectives in the same order. Use
 // EXPECT_* (not ASSERT_*) before a collective other ranks will enter: a rank that returns early

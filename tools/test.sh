@@ -6,32 +6,25 @@
 #   3. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
 #   4. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
-#      each target counts as one test; without clang++ they are reported as skipped (never passed).
-# Ends with one line "N passed, M failed" and exits non-zero on any failure.
+#      each target counts as one test; without clang++ they are reported as skipped.
+# A test target that skipped any test case (its gtest XML report says so: no GPU, too few ranks)
+# counts as skipped, never as passed (tools/test_results.sh); the skipped targets are listed.
+# Ends with one line "N passed, M failed, K skipped" and exits non-zero on any failure.
 # Extra arguments go to both bazel commands (e.g. --test_output=all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-tools/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+tools/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 BAZEL=(bazel)
 [ -n "${SHARDEMA_BAZEL_ROOT:-}" ] && BAZEL=(bazel "--output_user_root=$SHARDEMA_BAZEL_ROOT")
 log=$(mktemp /tmp/shardema-test.XXXXXX)
-passed=0
-failed=0
-
-count_results() {  # parses bazel's per-target summary lines
-  local p f
-  p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$1" || true)
-  f=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|FLAKY)' "$1" || true)
-  passed=$((passed + p))
-  failed=$((failed + f))
-}
+source tools/test_results.sh  # count_results, with its counters passed, failed, skipped
 
 echo "== bazel test //... (CPU build, multi-rank tests under mpirun)"
 "${BAZEL[@]}" test --test_summary=short //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-count_results "$log"
+count_results "$log" "$("${BAZEL[@]}" info bazel-testlogs 2>/dev/null)"
 if [ "$rc" != 0 ] && [ "$(grep -cE '^//' "$log")" = 0 ]; then
   echo "bazel test failed before running tests (build error above)"
   failed=$((failed + 1))
@@ -44,7 +37,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
     echo "cuda build: PASSED"
     echo "== GPU tests (--config=cuda; skip cleanly without a GPU)"
     "${BAZEL[@]}" test --config=cuda --test_summary=short --test_tag_filters=gpu //... "$@" 2>&1 | tee "$log"
-    count_results "$log"
+    count_results "$log" "$("${BAZEL[@]}" info --config=cuda bazel-testlogs 2>/dev/null)"
   else
     failed=$((failed + 1))
     echo "cuda build: FAILED"
@@ -57,6 +50,8 @@ tools/fuzz.sh "${SHARDEMA_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
 frc=${PIPESTATUS[0]}
 if [ "$frc" = 77 ]; then
   echo "fuzz: 3 targets SKIPPED (clang++ with libFuzzer is not installed; tools/setup.sh tries to)"
+  skipped=$((skipped + 3))
+  skipped_list+=("fuzz targets (no clang++ with libFuzzer)")
 else
   fp=$(grep -cE '^fuzz: [a-z_]+: PASSED' "$log" || true)
   ff=$(grep -cE '^fuzz: [a-z_]+: FAILED' "$log" || true)
@@ -65,5 +60,9 @@ else
   failed=$((failed + ff))
 fi
 rm -f "$log"
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+  echo "== skipped (not counted as passed):"
+  printf '  %s\n' "${skipped_list[@]}"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]

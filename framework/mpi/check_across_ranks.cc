@@ -22,4 +22,12 @@ Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
   return CompareSignatures(mine, reduced, rank);
 }
 
+Status CheckCallIfDue(ArgCheckPolicy& policy, MPI_Comm comm, int rank, const CollectiveCall& call,
+                      const Status& local, double timeout_s) {
+  if (!policy.Due(call)) return local;
+  Status st = CheckCallAcrossRanks(comm, rank, call, local, timeout_s);
+  policy.Record(call, st.ok());
+  return st;
+}
+
 }  // namespace shardema

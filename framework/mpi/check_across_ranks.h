@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/status.h"
 
@@ -23,6 +24,11 @@ namespace shardema {
 // `timeout_s` bounds the wait (framework/mpi/mpi_wait.h; <= 0: none): kAborted past it.
 Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
                             const Status& local, double timeout_s = 0);
+
+// The check as `policy` decides (framework/mpi/arg_check_policy.h): when policy.Due(call),
+// CheckCallAcrossRanks, recording its outcome in `policy`; otherwise `local` (no MPI call).
+Status CheckCallIfDue(ArgCheckPolicy& policy, MPI_Comm comm, int rank, const CollectiveCall& call,
+                      const Status& local, double timeout_s = 0);
 
 }  // namespace shardema
 

@@ -111,7 +111,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEn
       rank_(rank),
       world_size_(world_size),
       local_env_(std::move(local_env)),
-      options_(options) {}
+      options_(options),
+      arg_checks_(options) {}
 
 MpiCommunicator::~MpiCommunicator() { Shutdown().IgnoreError(); }
 
@@ -180,7 +181,7 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
 
   LOG_DEBUG << "MpiCommunicator: rank " << rank << " of " << size << ", node-local "
             << local.local_rank << " of " << local.local_size << ", check_args "
-            << (options.check_args ? "on" : "off")
+            << (!options.check_args ? "off" : options.check_every_call ? "every call" : "first use")
             << (ps.we_initialized ? ", MPI initialised by shardema" : "");
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
   ps.live.insert(c.get());
@@ -260,9 +261,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                         ": f32 temporary");
     }
   }
-  RETURN_IF_ERROR(options_.check_args
-                      ? CheckCallAcrossRanks(comm_, rank_, c, local, options_.timeout_seconds)
-                      : local);
+  RETURN_IF_ERROR(CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds));
   if (c.count == 0) {
     op->done = true;
     return std::unique_ptr<Work>(new MpiWork(std::move(op)));
@@ -340,8 +339,8 @@ Status MpiCommunicator::Barrier() {
   CollectiveCall c;
   c.kind = CollectiveKind::kBarrier;
   RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
-  if (options_.check_args) {
-    return CheckCallAcrossRanks(comm_, rank_, c, Status::Ok(), options_.timeout_seconds);
+  if (arg_checks_.Due(c)) {
+    return CheckCallIfDue(arg_checks_, comm_, rank_, c, Status::Ok(), options_.timeout_seconds);
   }
   MPI_Request request = MPI_REQUEST_NULL;
   RETURN_IF_ERROR(MpiStatus(MPI_Ibarrier(comm_, &request), "barrier", rank_));

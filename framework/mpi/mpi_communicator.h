@@ -23,16 +23,17 @@
 //   kFailedPrecondition: any call after Shutdown().
 //   kInvalidArgument: null buffers with count > 0, root outside [0, world), bad overlap, count >
 //     INT_MAX, a CUDA stream (opts.stream with a CUDA device or a native handle) — this backend
-//     reads host memory only. With CommOptions::check_args (default) each collective first runs
-//     one MPI_Allreduce of 12 int64 (the CallSignature of collective_args.h) so a mismatch in
-//     kind, dtype, count, root or op, or a local argument error on any rank, returns
-//     kInvalidArgument on every rank naming the operation, the rank and the values. Without
-//     check_args a local error returns at once on that rank only (its peers may then block).
+//     reads host memory only. With CommOptions::check_args (default) a collective first runs
+//     one MPI_Allreduce of 12 int64 (the CallSignature of collective_args.h) — on the first use
+//     of its signature, or on every call with check_every_call (arg_check_policy.h) — so a
+//     mismatch in kind, dtype, count, root or op, or a local argument error on any rank, returns
+//     kInvalidArgument on every rank naming the operation, the rank and the values. Without a
+//     check a local error returns at once on that rank only (its peers may then block).
 //   kInternal: an MPI error code, converted by MpiStatus (mpi_error.h) with the op and rank.
 //   kResourceExhausted: a bf16/f16 f32 temporary could not be allocated (checked before the
 //     collective check, so peers see it as an invalid-argument rank).
 //
-// Barrier(): with check_args the signature all-reduce itself is the barrier (so a Barrier
+// Barrier(): with check_args the signature all-reduce (run for every Barrier) is the barrier (so a Barrier
 // matched against another rank's collective is reported, not a hang); without, MPI_Barrier.
 //
 // MPI lifetime: Create() calls MPI_Init_thread(MPI_THREAD_SERIALIZED) if MPI is not initialised
@@ -58,6 +59,7 @@
 #include <vector>
 
 #include "framework/communicator.h"
+#include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/rank_env.h"
@@ -93,6 +95,8 @@ class MpiCommunicator final : public CallCommunicator {
   Device device() const override { return Device::Cpu(); }
   std::string backend_name() const override { return "mpi"; }
   const CommOptions& options() const { return options_; }
+  // Collective argument checks run so far (see CommOptions::check_args).
+  int64_t argument_checks() const { return arg_checks_.checks_run(); }
 
   // Rank, world size, and node-local rank/size (MPI_Comm_split_type SHARED), source "mpi".
   RankEnv local_env() const { return local_env_; }
@@ -120,6 +124,7 @@ class MpiCommunicator final : public CallCommunicator {
   int world_size_;
   RankEnv local_env_;
   CommOptions options_;
+  ArgCheckPolicy arg_checks_;
   bool shut_down_ = false;
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;

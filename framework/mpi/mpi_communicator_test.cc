@@ -504,6 +504,7 @@ TEST(LifecycleTest, IdentityAndLocalEnv) {
   MPI_Comm_compare(m->comm(), MPI_COMM_WORLD, &cmp);
   EXPECT_EQ(cmp, MPI_CONGRUENT) << "a duplicate of MPI_COMM_WORLD";
   EXPECT_TRUE(m->options().check_args);
+  EXPECT_TRUE(m->options().check_every_call);  // tests/mpi_test_main.cc's choice
 }
 
 TEST(LifecycleTest, ShutdownCompletesPendingWorkThenRefusesCalls) {
@@ -534,6 +535,58 @@ TEST(LifecycleTest, ShutdownCompletesPendingWorkThenRefusesCalls) {
   }
   EXPECT_TRUE(c->Shutdown().ok()) << "Shutdown is idempotent";
   ExpectStillInStep();  // the shared communicator is unaffected
+}
+
+// The default check (first use of each signature) on a fresh communicator.
+TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
+  auto created = MpiCommunicator::Create();
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  EXPECT_TRUE(c->options().check_args);
+  EXPECT_FALSE(c->options().check_every_call);
+  std::vector<float> send(6 * Size(), 1.f), recv(6 * Size());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(c->AllGather(send.data(), recv.data(), 6, DType::kF32).ok());
+    EXPECT_TRUE(c->ReduceScatter(send.data(), recv.data(), 6, DType::kF32).ok());
+  }
+  EXPECT_EQ(c->argument_checks(), 2);  // one per signature, not one per call
+  EXPECT_EQ(recv[0], float(Size()));
+  EXPECT_TRUE(c->Barrier().ok());  // every barrier is checked (it is the barrier)
+  EXPECT_TRUE(c->Barrier().ok());
+  EXPECT_EQ(c->argument_checks(), 4);
+  // A mismatch on first use is an error on every rank, and fails again when repeated.
+  if (Size() >= 2) {
+    for (int i = 0; i < 2; ++i) {
+      const size_t count = Rank() == 1 ? 5 : 4;
+      Status st = c->AllReduce(send.data(), recv.data(), count, DType::kF32);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+      EXPECT_TRUE(Contains(st, "counts range 4..5 across ranks")) << st;
+    }
+    EXPECT_EQ(c->argument_checks(), 6);
+  }
+  c.reset();
+  ExpectStillInStep();
+}
+
+// check_every_call (debug): every call is checked, so a rank repeating a signature that passed
+// before while another rank does not is caught too.
+TEST(ArgCheckTest, EveryCallCatchesAMismatchOnARepeatedSignature) {
+  CommOptions o;
+  o.check_every_call = true;
+  auto created = MpiCommunicator::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  std::vector<float> send(8 * Size(), 1.f), recv(8 * Size());
+  EXPECT_TRUE(c->AllGather(send.data(), recv.data(), 8, DType::kF32).ok());
+  EXPECT_TRUE(c->AllGather(send.data(), recv.data(), 8, DType::kF32).ok());
+  EXPECT_EQ(c->argument_checks(), 2);
+  if (Size() >= 2) {
+    Status st = c->AllGather(send.data(), recv.data(), Rank() == 0 ? 8 : 7, DType::kF32);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(Contains(st, "counts range 7..8 across ranks")) << st;
+  }
+  c.reset();
+  ExpectStillInStep();
 }
 
 TEST(LifecycleTest, CheckArgsOff) {

@@ -16,6 +16,7 @@
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/nccl/nccl_error.h"
+#include "framework/nccl/reduction_dtype.h"
 #include "framework/rank_env.h"
 
 namespace shardema {
@@ -98,8 +99,10 @@ const char* NcclCallName(CollectiveKind kind) {
 
 ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
 
-// `p` must be memory the communicator's GPU can use: device memory of that GPU, managed memory
-// or page-locked host memory.
+// `p` must be device memory of the communicator's GPU or managed memory. Pageable and
+// page-locked (pinned) host memory are refused: NCCL may accept a mapped pinned pointer, but its
+// kernels would then read and write it over PCIe, which is never what a caller of a collective
+// means.
 Status CheckDevicePointer(const void* p, const char* which, Device device, const char* op,
                           int rank) {
   cudaPointerAttributes attr{};
@@ -112,6 +115,11 @@ Status CheckDevicePointer(const void* p, const char* which, Device device, const
   if (attr.type == cudaMemoryTypeUnregistered) {
     return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p,
                            " is pageable host memory; NCCL needs device memory of ",
+                           device.ToString());
+  }
+  if (attr.type == cudaMemoryTypeHost) {
+    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p,
+                           " is page-locked (pinned) host memory; NCCL needs device memory of ",
                            device.ToString());
   }
   if (attr.type == cudaMemoryTypeDevice && attr.device != device.index) {
@@ -206,6 +214,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   }
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->options_ = options;
+  c->arg_checks_ = ArgCheckPolicy(options);
   c->state_ = std::make_shared<CommState>();
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(bootstrap, &c->mpi_comm_), "MPI_Comm_dup", -1));
   MPI_Comm_set_errhandler(c->mpi_comm_, MPI_ERRORS_RETURN);
@@ -257,19 +266,21 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   if (bcast.ok() && !msg.ok && c->rank_ != 0) {
     bcast = Aborted("NcclCommunicator: rank ", c->rank_, ": rank 0 could not get a NCCL unique id");
   }
-  if (!id_status.ok() || !bcast.ok()) {
+  // Every rank must hold the id and have its device current before any rank enters
+  // ncclCommInitRank, which blocks until all ranks have joined.
+  Status ready = id_status.ok() ? bcast : id_status;
+  if (ready.ok()) ready = SetCurrentDevice(c->device_);
+  agreed = AgreeAll(c->mpi_comm_, c->rank_, ready, "NcclCommunicator before ncclCommInitRank");
+  if (!agreed.ok()) {
     c->Abandon();
-    return id_status.ok() ? bcast : id_status;
+    return agreed;
   }
 
   // 3. ncclCommInitRank on this rank's device (collective over all ranks), then agreement again.
-  Status init = SetCurrentDevice(c->device_);
-  if (init.ok()) {
-    ncclComm_t comm = nullptr;
-    init = NcclStatus(ncclCommInitRank(&comm, c->world_size_, msg.id, c->rank_),
-                      "ncclCommInitRank", c->rank_);
-    if (init.ok()) c->state_->comm = comm;
-  }
+  ncclComm_t comm = nullptr;
+  Status init = NcclStatus(ncclCommInitRank(&comm, c->world_size_, msg.id, c->rank_),
+                           "ncclCommInitRank", c->rank_);
+  if (init.ok()) c->state_->comm = comm;
   agreed = AgreeAll(c->mpi_comm_, c->rank_, init, "ncclCommInitRank");
   if (!agreed.ok()) {
     c->Abandon();
@@ -379,7 +390,7 @@ Status NcclCommunicator::CheckUsable(const char* op) const {
 }
 
 StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
-                                              const CollectiveOptions& opts) const {
+                                              const CollectiveOptions& opts, bool pointers) const {
   const char* op = CollectiveName(call.kind);
   // Counts are size_t for NCCL; the limit keeps the f32 temporaries' byte sizes representable.
   const size_t max_count = std::numeric_limits<size_t>::max() / sizeof(float) / size_t(world_size_);
@@ -394,7 +405,7 @@ StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
     return InvalidArgument(op, ": rank ", rank_, ": stream of ", caller.device.ToString(),
                            " but the communicator is on ", device_.ToString());
   }
-  if (call.count > 0) {
+  if (pointers && call.count > 0) {
     const bool bcast = call.kind == CollectiveKind::kBroadcast;
     RETURN_IF_ERROR(CheckDevicePointer(call.send, bcast ? "buffer" : "send buffer", device_, op, rank_));
     if (!bcast) RETURN_IF_ERROR(CheckDevicePointer(call.recv, "recv buffer", device_, op, rank_));
@@ -405,9 +416,7 @@ StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
 Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
   ncclComm_t comm = state_->comm;
   cudaStream_t s = Native(stream_);
-  const bool widen = c.dtype != DType::kF32 && (c.kind == CollectiveKind::kReduceScatter ||
-                                                c.kind == CollectiveKind::kAllReduce);
-  if (!widen) {
+  if (NcclWireDType(c, options_) == c.dtype) {
     const ncclDataType_t t = NcclType(c.dtype);
     ncclResult_t r = ncclSuccess;
     switch (c.kind) {
@@ -430,11 +439,12 @@ Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
     return NcclStatus(r, NcclCallName(c.kind), rank_, comm);
   }
 
-  // bf16/f16 reduction: widen to f32, reduce (in place in the temporary), round back once.
+  // Widened bf16/f16 reduction: to f32, reduce (in place in the temporary), round back once.
   const size_t n = c.send_elems(world_size_);
   void* tmp = nullptr;
   RETURN_IF_ERROR(CudaStatus(
-      cudaMallocFromPoolAsync(&tmp, n * sizeof(float), static_cast<cudaMemPool_t>(pool_), s),
+      cudaMallocFromPoolAsync(&tmp, NcclTemporaryBytes(c, world_size_, options_),
+                              static_cast<cudaMemPool_t>(pool_), s),
       "cudaMallocFromPoolAsync of the f32 temporary"));
   float* wide = static_cast<float*>(tmp);
   float* out = c.kind == CollectiveKind::kReduceScatter ? wide + size_t(rank_) * c.count : wide;
@@ -454,10 +464,9 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
                                                         const CollectiveOptions& opts) {
   const char* op = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckUsable(op));
-  StatusOr<Stream> caller = CheckLocal(call, opts);
-  RETURN_IF_ERROR(options_.check_args
-                      ? CheckCallAcrossRanks(mpi_comm_, rank_, call, caller.status())
-                      : caller.status());
+  const bool due = arg_checks_.Due(call);
+  StatusOr<Stream> caller = CheckLocal(call, opts, /*pointers=*/due);
+  RETURN_IF_ERROR(CheckCallIfDue(arg_checks_, mpi_comm_, rank_, call, caller.status()));
   if (call.count == 0) {
     return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, CudaEvent()));
   }
@@ -481,9 +490,7 @@ Status NcclCommunicator::Barrier() {
   CollectiveCall call;  // kind kBarrier
   const char* op = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckUsable(op));
-  if (options_.check_args) {
-    RETURN_IF_ERROR(CheckCallAcrossRanks(mpi_comm_, rank_, call, Status::Ok()));
-  }
+  RETURN_IF_ERROR(CheckCallIfDue(arg_checks_, mpi_comm_, rank_, call, Status::Ok()));
   Status st = SetCurrentDevice(device_);
   StatusOr<CudaEvent> done = CudaEvent::Create(device_);
   if (st.ok()) st = done.status();

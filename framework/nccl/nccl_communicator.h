@@ -17,22 +17,27 @@
 // of Communicator (AllReduce, ...) are therefore stream-ordered too. NcclWork::WaitHost() blocks
 // the calling thread until the operation is complete (tests, host reads, benchmarks).
 //
-// Dtypes. f32 maps to ncclFloat32 and runs zero-copy. bf16/f16 AllGather and Broadcast move the
-// 16-bit data unchanged. bf16/f16 ReduceScatter and AllReduce convert their input to an f32
-// device temporary (framework/cuda/convert_kernels.h), reduce in f32 and convert the result back
-// with one round to nearest even (the rounding of framework/dtype.h). kAvg is ncclAvg on f32
-// (NCCL scales each input by 1/world before summing, so a result may differ from sum/world in
-// the last bit). In-place calls (framework/communicator.h) are NCCL's own.
+// Dtypes (framework/nccl/reduction_dtype.h). f32 maps to ncclFloat32 and runs zero-copy.
+// bf16/f16 AllGather and Broadcast move the 16-bit data unchanged. bf16/f16 ReduceScatter and
+// AllReduce reduce natively as ncclBfloat16/ncclFloat16 by default (zero-copy; NCCL rounds its
+// partial sums to the 16-bit type, so at more than two ranks a result may differ from the
+// once-rounded f32 sum by a few units in the last place). With CommOptions::widen_half_reductions
+// they convert their input to an f32 device temporary (framework/cuda/convert_kernels.h), reduce
+// in f32 and convert the result back with one round to nearest even (framework/dtype.h). kAvg is
+// ncclAvg (NCCL scales each input by 1/world before summing, so a result may differ from
+// sum/world in the last bit). In-place calls (framework/communicator.h) are NCCL's own.
 //
 // Argument checks. Before any GPU work each call checks locally (framework/mpi/collective_args.h:
-// null buffers, root, overlap, sizes) plus, here, that the caller's stream belongs to this device
-// and that every buffer is device memory of this GPU (cudaPointerGetAttributes: pageable host
-// memory or another GPU's memory is refused). With CommOptions::check_args (default) every rank
-// then takes part in one MPI_Allreduce of the call signature over the duplicated bootstrap
-// communicator (12 int64 on the host: no GPU work and no wait on queued GPU work, but a host
-// rendezvous of all ranks per call), so a kind, dtype, count, root or op mismatch, or a local
-// argument error on any rank, returns kInvalidArgument on every rank instead of a hang. Without
-// check_args a local error returns at once on that rank only (its peers may then block).
+// null buffers, root, overlap, sizes) and that the caller's stream belongs to this device. With
+// CommOptions::check_args (default), on the calls framework/mpi/arg_check_policy.h selects (the
+// first use of each call signature and every Barrier; every call with check_every_call) it also
+// checks that every buffer is device memory of this GPU (cudaPointerGetAttributes: pageable or
+// pinned host memory, or another GPU's memory, is refused) and then every rank takes part in one
+// MPI_Allreduce of the call signature over the duplicated bootstrap communicator (12 int64 on
+// the host: no GPU work and no wait on queued GPU work), so a kind, dtype, count, root or op
+// mismatch, or a local argument error on any rank, returns kInvalidArgument on every rank
+// instead of a hang. Calls that skip the check make no host rendezvous and no pointer query; a
+// local error then returns at once on that rank only (its peers may then block).
 //
 // Errors:
 //   kUnavailable: no CUDA build or no GPU (Create).
@@ -46,7 +51,7 @@
 // Asynchronous NCCL errors are noticed by Wait()/WaitHost()/Barrier(); WaitHost and Barrier poll
 // them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang.
 //
-// Memory. bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
+// Memory. Widened bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
 // communicator's own CUDA memory pool, which keeps the largest one reserved for reuse until
 // Shutdown(). The caller's buffers must stay valid until the operation is complete on the GPU,
 // i.e. until work queued on the caller's stream after Wait() runs, or until WaitHost() returns.
@@ -65,6 +70,7 @@
 #include "framework/communicator.h"
 #include "framework/cuda/event.h"
 #include "framework/device.h"
+#include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
 #include "framework/status.h"
@@ -132,6 +138,8 @@ class NcclCommunicator final : public CallCommunicator {
   Device device() const override { return device_; }
   std::string backend_name() const override { return "nccl"; }
   const CommOptions& options() const { return options_; }
+  // Collective argument checks run so far (see Argument checks above).
+  int64_t argument_checks() const { return arg_checks_.checks_run(); }
   // The stream the collectives run on (owned by the communicator; valid until Shutdown()).
   Stream stream() const { return stream_; }
 
@@ -164,8 +172,10 @@ class NcclCommunicator final : public CallCommunicator {
   // Local checks, the collective check (check_args), then Enqueue.
   StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
                                         const CollectiveOptions& opts) override;
-  // This rank's checks; returns the stream the caller's work is on.
-  StatusOr<Stream> CheckLocal(const CollectiveCall& call, const CollectiveOptions& opts) const;
+  // This rank's checks; returns the stream the caller's work is on. `pointers`: also check that
+  // the buffers are memory of this GPU (cudaPointerGetAttributes).
+  StatusOr<Stream> CheckLocal(const CollectiveCall& call, const CollectiveOptions& opts,
+                              bool pointers) const;
   // Enqueues the NCCL operation (and any conversions) on stream_.
   Status EnqueueOp(const CollectiveCall& call);
   // Fails with kFailedPrecondition after Shutdown() or an abort.
@@ -176,10 +186,11 @@ class NcclCommunicator final : public CallCommunicator {
   int world_size_ = 1;
   Device device_;
   CommOptions options_;
+  ArgCheckPolicy arg_checks_;
   std::shared_ptr<nccl_internal::CommState> state_;
   Stream stream_;
   CudaEvent input_ready_;  // re-recorded on the caller's stream by every call
-  void* pool_ = nullptr;   // cudaMemPool_t of the f32 temporaries
+  void* pool_ = nullptr;   // cudaMemPool_t of the widened reductions' f32 temporaries
   void* scratch_ = nullptr;  // one f32 on the device, for Barrier
   bool shut_down_ = false;
 };

@@ -6,7 +6,10 @@
 //
 // Inputs: rank r's element i is Value(r, i), a number with at most 8 significant bits scaled by
 // 2^-2..2^2, exact in f32, bf16 and f16, so f32 sums over ranks are exact and the only rounding
-// is the final one to the 16-bit type, computed here with framework/dtype.h's StoreFromF32.
+// of a widened reduction is the final one to the 16-bit type, computed here with
+// framework/dtype.h's StoreFromF32. Native 16-bit reductions (the default) round partial sums
+// too: exact at one or two ranks, and within HalfSumTolerance at three or more (where the sums
+// are not exactly representable, so W >= 3 runs test the tolerance, not luck).
 #include "framework/nccl/nccl_communicator.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +54,17 @@ float Reduced(size_t j, int world, ReduceOp op) {
   return float(op == ReduceOp::kAvg ? s / world : s);
 }
 
+// Bound on |native 16-bit reduction - Reduced| for element j: each of the world-1 partial sums
+// and the final result is rounded once to the type (unit roundoff u), and every partial sum is
+// at most the sum of magnitudes.
+float HalfSumTolerance(size_t j, int world, DType t, ReduceOp op) {
+  const double u = t == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  double mag = 0;
+  for (int q = 0; q < world; ++q) mag += std::fabs(Value(q, j));
+  if (op == ReduceOp::kAvg) mag /= world;
+  return float(world * u * mag);
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Without a GPU
@@ -80,7 +94,10 @@ class NcclTest : public ::testing::Test {
   static void SetUpTestSuite() {
     skip_ = new std::string(testing::GpuSkipReason());
     if (!skip_->empty()) return;
-    auto c = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm());
+    // Every call checked, so the mismatch tests may run after any other collectives.
+    CommOptions o;
+    o.check_every_call = true;
+    auto c = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm(), o);
     created_ = new Status(c.status());
     if (c.ok()) comm_ = std::move(c).value().release();
   }
@@ -111,6 +128,19 @@ class NcclTest : public ::testing::Test {
 
   int rank() const { return comm_->rank(); }
   int world() const { return comm_->world_size(); }
+
+  // Per-element bounds for a reduction of elements first..first+n on `c` where its result may
+  // differ from Reduced (a native 16-bit reduction at three or more ranks); empty otherwise.
+  static std::vector<float> Tolerances(const NcclCommunicator& c, size_t first, size_t n, DType t,
+                                       ReduceOp op) {
+    std::vector<float> tol;
+    if (t == DType::kF32 || c.world_size() <= 2 || c.options().widen_half_reductions) return tol;
+    for (size_t i = 0; i < n; ++i) {
+      const float bound = HalfSumTolerance(first + i, c.world_size(), t, op);
+      tol.push_back(op == ReduceOp::kAvg ? bound * 2 : bound);
+    }
+    return tol;
+  }
 
   // A device buffer of `bytes` holding `init` (padded with 0xEE), filled synchronously.
   Buffer OnDevice(size_t bytes, const Bytes& init = {}) {
@@ -151,9 +181,17 @@ std::string* NcclTest::skip_ = nullptr;
 
 // got (n elements of t) equals want exactly, or, for kAvg, within the rounding ncclAvg's scaling
 // may add (one unit in the last place of t).
+// With `tol` (one bound per element), got matches want within it instead.
 void ExpectElements(const Bytes& got, DType t, size_t n, const std::vector<float>& want,
-                    bool exact, const std::string& what) {
+                    bool exact, const std::string& what, const std::vector<float>& tol = {}) {
   ASSERT_EQ(want.size(), n);
+  if (!tol.empty()) {
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(LoadAsF32(got.data(), t, i), want[i], tol[i])
+          << what << " " << DTypeName(t) << " element " << i << " of " << n;
+    }
+    return;
+  }
   const float rel = t == DType::kF32 ? 1e-6f : t == DType::kBF16 ? 1.f / 128 : 1.f / 1024;
   Bytes rounded(n * DTypeSize(t));
   for (size_t i = 0; i < n; ++i) StoreFromF32(rounded.data(), t, i, want[i]);
@@ -221,7 +259,8 @@ TEST_P(NcclDTypeTest, AllReduceSumAndAvg) {
       std::vector<float> want(n);
       for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), op);
       ExpectElements(Read(recv.data(), n * es), t, n, want, op == ReduceOp::kSum,
-                     std::string("all_reduce ") + ReduceOpName(op));
+                     std::string("all_reduce ") + ReduceOpName(op),
+                     Tolerances(*comm_, 0, n, t, op));
       // The input is untouched.
       ASSERT_EQ(Read(send.data(), n * es), Encode(t, n, rank()));
     }
@@ -235,7 +274,8 @@ TEST_P(NcclDTypeTest, AllReduceInPlace) {
   ASSERT_TRUE(comm_->AllReduce(buf.data(), buf.data(), n, t, opts_).ok());
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
-  ExpectElements(Read(buf.data(), n * DTypeSize(t)), t, n, want, true, "in-place all_reduce");
+  ExpectElements(Read(buf.data(), n * DTypeSize(t)), t, n, want, true, "in-place all_reduce",
+                 Tolerances(*comm_, 0, n, t, ReduceOp::kSum));
 }
 
 TEST_P(NcclDTypeTest, ReduceScatterSumAndAvg) {
@@ -253,7 +293,8 @@ TEST_P(NcclDTypeTest, ReduceScatterSumAndAvg) {
       std::vector<float> want(n);
       for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), op);
       ExpectElements(Read(recv.data(), n * es), t, n, want, op == ReduceOp::kSum,
-                     std::string("reduce_scatter ") + ReduceOpName(op));
+                     std::string("reduce_scatter ") + ReduceOpName(op),
+                     Tolerances(*comm_, size_t(rank()) * n, n, t, op));
     }
   }
 }
@@ -267,9 +308,11 @@ TEST_P(NcclDTypeTest, ReduceScatterInPlaceLeavesOtherSlices) {
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
   ExpectElements(Bytes(got.begin() + n * es * rank(), got.begin() + n * es * (rank() + 1)), t, n,
-                 want, true, "in-place reduce_scatter");
-  if (t == DType::kF32) return;  // NCCL may use the other f32 slices as scratch
-  // bf16/f16 reduce in a temporary: the rest of the caller's buffer is untouched.
+                 want, true, "in-place reduce_scatter",
+                 Tolerances(*comm_, size_t(rank()) * n, n, t, ReduceOp::kSum));
+  // NCCL may use the other slices as scratch, except when a widened reduction ran in a
+  // temporary: then the rest of the caller's buffer is untouched.
+  if (t == DType::kF32 || !comm_->options().widen_half_reductions) return;
   const Bytes input = Encode(t, total, rank());
   for (int q = 0; q < world(); ++q) {
     if (q == rank()) continue;
@@ -354,8 +397,10 @@ TEST_F(NcclTest, SeveralOutstandingWaitedInReverse) {
       for (int q = 0; q < world(); ++q) s += Value(q + k, i);
       want[i] = float(s);
     }
+    std::vector<float> tol = Tolerances(*comm_, 0, n, DType::kBF16, ReduceOp::kSum);
+    for (float& b : tol) b *= 2;  // the inputs are Value(q + k, i): magnitudes up to twice
     ExpectElements(Read(bufs[k].data(), n * 2), DType::kBF16, n, want, true,
-                   "outstanding op " + std::to_string(k));
+                   "outstanding op " + std::to_string(k), tol);
   }
   EXPECT_TRUE(comm_->Barrier().ok());
 }
@@ -379,6 +424,12 @@ TEST_F(NcclTest, LocalArgumentErrorsFailEveryRankAndLeaveTheCommunicatorUsable) 
   st = comm_->AllReduce(host.data(), b.data(), n, DType::kF32, opts_);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("pageable host memory"), std::string::npos) << st;
+  // So is page-locked host memory.
+  auto pinned = Buffer::Allocate(n * 4, Device::Cpu(), MemoryKind::kPinnedHost);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  st = comm_->AllReduce(pinned->data(), b.data(), n, DType::kF32, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("pinned"), std::string::npos) << st;
   // A stream of another device.
   CollectiveOptions other = opts_;
   other.stream = Stream{Device::Cuda(dev_.index + 1), nullptr};
@@ -409,6 +460,54 @@ TEST_F(NcclTest, MismatchedSignaturesAreInvalidArgumentOnEveryRank) {
   EXPECT_EQ(comm_->AllReduce(a.data(), b.data(), n, DType::kF32, o).code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(comm_->Barrier().ok());
+}
+
+// A second communicator with the default check (first use of each signature) and, optionally,
+// widened 16-bit reductions.
+std::unique_ptr<NcclCommunicator> MakeComm(bool widen) {
+  CommOptions o;
+  o.widen_half_reductions = widen;
+  auto c = NcclCommunicator::CreateForLocalRank(MpiWorld()->comm(), o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+TEST_F(NcclTest, WidenedHalfReductionsRoundOnceAtAnyWorldSize) {
+  std::unique_ptr<NcclCommunicator> c = MakeComm(/*widen=*/true);
+  ASSERT_NE(c, nullptr);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const size_t n = 4099, es = DTypeSize(t), total = n * world();
+    Buffer send = OnDevice(total * es, Encode(t, total, rank()));
+    Buffer recv = OnDevice(n * es);
+    ASSERT_TRUE(c->ReduceScatter(send.data(), recv.data(), n, t, opts_).ok());
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
+    ExpectElements(Read(recv.data(), n * es), t, n, want, true, "widened reduce_scatter");
+    ASSERT_TRUE(c->AllReduce(send.data(), recv.data(), n, t, opts_).ok());
+    for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);
+    ExpectElements(Read(recv.data(), n * es), t, n, want, true, "widened all_reduce");
+  }
+  ASSERT_TRUE(c->Shutdown().ok());
+}
+
+TEST_F(NcclTest, DefaultCheckRunsOncePerSignatureAndCatchesAFirstUseMismatch) {
+  std::unique_ptr<NcclCommunicator> c = MakeComm(/*widen=*/false);
+  ASSERT_NE(c, nullptr);
+  const size_t n = 96;
+  Buffer a = OnDevice(n * 4 * world() * 2, Encode(DType::kF32, n * world() * 2, rank()));
+  Buffer b = OnDevice(n * 4 * world() * 2);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(c->AllGather(a.data(), b.data(), n, DType::kF32, opts_).ok());
+    ASSERT_TRUE(c->ReduceScatter(a.data(), b.data(), n, DType::kBF16, opts_).ok());
+  }
+  EXPECT_EQ(c->argument_checks(), 2);
+  if (world() >= 2) {
+    auto st = c->AllGather(a.data(), b.data(), n + size_t(rank() % 2), DType::kF32, opts_);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("count"), std::string::npos) << st;
+  }
+  EXPECT_TRUE(c->Barrier().ok());
+  ASSERT_TRUE(c->Shutdown().ok());
 }
 
 TEST_F(NcclTest, CreateRejectsBadDevicesAndShutdownIsFinal) {

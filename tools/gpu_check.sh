@@ -1,0 +1,483 @@
+#!/usr/bin/env bash
+# gpu_check.sh: the one command that proves the CUDA path on a machine with one or more GPUs.
+#
+#   tools/gpu_check.sh --package DIR [--with-cuda-libs]
+#       In the repository: builds with --config=cuda and assembles DIR, a folder that runs on its
+#       own (no Bazel, no MPI install): every gpu-tagged test binary (the NCCL/store/optimizer/
+#       trainer multi-rank ones included), train_mlp, gpu_optimizer_bench, their data files,
+#       the OpenMPI runtime (mpirun, orted, libraries, MCA components, PMIx, help files) copied
+#       from this machine's install, the other shared libraries they need, env.sh (PATH,
+#       LD_LIBRARY_PATH, OPAL_PREFIX and the other install-dir variables) and this script.
+#       Left out unless --with-cuda-libs (they are ~800 MiB): libnccl and libcublas/Lt, which
+#       env.sh finds on the GPU machine (LD_LIBRARY_PATH, /usr/local/cuda*/lib64, the system
+#       library folders, pip's nvidia-* packages); the driver (libcuda) always comes from there.
+#   DIR/gpu_check.sh [--report FILE] [--max-ranks N] [--kill-bound S]
+#       In a package: runs every check below and writes the report (default
+#       DIR/gpu_check_report.txt).
+#   DIR/gpu_check.sh --runtime-check
+#       In a package, on any machine (no GPU needed): proves the packaged MPI runtime works
+#       (2-rank MPI start-up and finalize of a test binary, a 2-rank and a singleton
+#       train_mlp --device cpu run); prints "runtime check: ok" or what failed. Not a GPU check.
+#   tools/gpu_check.sh [run options]
+#       In the repository: --package into a temporary folder, then runs it.
+#
+# The checks (each is one line of the report: PASS, FAIL or SKIP with the reason):
+#   1. every gpu-tagged single-process test binary (gtest; a binary that skipped any test case
+#      is SKIP, never PASS: tools/test_results.sh);
+#   2. every gpu-tagged multi-rank test binary at 1, 2, 3, 4 and 8 ranks, one GPU per rank
+#      (SKIP when the machine has fewer GPUs than ranks);
+#   3. compute-sanitizer memcheck, racecheck and synccheck over each binary of 1. and over a
+#      short 1-rank train_mlp --device cuda (SKIP when compute-sanitizer is not installed);
+#   4. gpu_optimizer_bench (its summary line goes into the report);
+#   5. a 2-rank train_mlp --device cuda run in which one rank is killed (SIGKILL) once training
+#      runs: PASS when the job exits, non-zero, within --kill-bound seconds (default 60).
+# Without a GPU every check is SKIP ("no GPU" line first) and the script exits 0; any FAIL makes
+# it exit 1. Last line: "N passed, M failed, K skipped". For tests of this script only,
+# GPU_CHECK_GPUS=N overrides the GPU count and GPU_CHECK_SANITIZER=none hides compute-sanitizer.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+self="$here/$(basename "${BASH_SOURCE[0]}")"
+
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------
+# Package mode (in the repository)
+
+# Shared libraries every Linux machine has (glibc) or that must come from the GPU machine (the
+# driver); never copied.
+SYSTEM_LIBS='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libutil|libcuda|libnvidia-[a-z-]+)\.so'
+BIG_CUDA_LIBS='^(libnccl|libcublas|libcublasLt)\.so'
+
+copy_libs_of() {  # $1: ELF file; copies the libraries it resolves (not SYSTEM_LIBS) into $lib
+  local name path
+  while read -r name path; do
+    [ -n "$path" ] && [ -f "$path" ] || continue
+    [[ "$name" =~ $SYSTEM_LIBS ]] && continue
+    if [[ "$name" =~ $BIG_CUDA_LIBS ]] && [ "$with_cuda_libs" = 0 ]; then continue; fi
+    [ -e "$lib/$name" ] || cp -L "$path" "$lib/$name"
+  done < <(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+}
+
+ompi_path() {  # $1: an ompi_info --path name (pkglibdir, pkgdatadir, sysconfdir, bindir)
+  ompi_info --path "$1" --parsable 2>/dev/null | sed -n 's/^path:[^:]*:\(.*\)$/\1/p' | head -1
+}
+
+package() {
+  local dir="$1"
+  cd "$here/.." || die "no repository above $here"
+  [ -f WORKSPACE ] || die "--package runs in the repository (tools/gpu_check.sh)"
+  command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ] || die "--package needs nvcc"
+  command -v ompi_info >/dev/null 2>&1 || die "--package needs an OpenMPI install (ompi_info)"
+  local BAZEL=(bazel)
+  [ -n "${SHARDEMA_BAZEL_ROOT:-}" ] && BAZEL=(bazel "--output_user_root=$SHARDEMA_BAZEL_ROOT")
+
+  local gpu='attr(tags, "\bgpu\b", tests(//...))'
+  local singles mpibins datafiles
+  singles=$("${BAZEL[@]}" query "kind(cc_test, $gpu)" 2>/dev/null) || die "bazel query failed"
+  mpibins=$("${BAZEL[@]}" query "kind(cc_binary, labels(data, kind(sh_test, $gpu)))" 2>/dev/null)
+  datafiles=$("${BAZEL[@]}" query "kind('source file', labels(data, $gpu))" 2>/dev/null)
+  local tools="//examples:train_mlp //bench:gpu_optimizer_bench"
+  echo "== bazel build --config=cuda ($(echo $singles $mpibins | wc -w) test binaries, $tools)"
+  # shellcheck disable=SC2086
+  "${BAZEL[@]}" build --config=cuda $singles $mpibins $tools || die "the CUDA build failed"
+  local bin_root
+  bin_root=$("${BAZEL[@]}" info --config=cuda bazel-bin 2>/dev/null) || die "bazel info failed"
+
+  rm -rf "$dir" && mkdir -p "$dir"/{bin,lib,root,mpi/bin,mpi/lib,mpi/share,mpi/etc} || die "mkdir $dir"
+  dir="$(cd "$dir" && pwd)"
+  lib="$dir/lib"
+  local manifest="$dir/MANIFEST" label name path
+  : > "$manifest"
+  add_bin() {  # $1: label, $2: kind
+    label="$1"
+    path="$bin_root/$(echo "${label#//}" | tr ':' '/')"
+    name="${label##*:}"
+    [ -e "$dir/bin/$name" ] && die "two binaries named $name"
+    cp -L "$path" "$dir/bin/$name" && chmod u+w "$dir/bin/$name" || die "copy $path"
+    copy_libs_of "$path"
+    echo "$2 $name $label" >> "$manifest"
+  }
+  for label in $singles; do add_bin "$label" single; done
+  for label in $mpibins; do add_bin "$label" mpi; done
+  add_bin //examples:train_mlp tool
+  add_bin //bench:gpu_optimizer_bench tool
+  for label in $datafiles; do  # //pkg:path/in/pkg -> root/pkg/path/in/pkg
+    path="$(echo "${label#//}" | sed 's#:#/#')"
+    mkdir -p "$dir/root/$(dirname "$path")" && cp -L "$path" "$dir/root/$path" || die "copy $path"
+  done
+
+  # The OpenMPI runtime of this machine, relocated by env.sh.
+  local pkglibdir pkgdatadir sysconfdir bindir pmixlib
+  pkglibdir=$(ompi_path pkglibdir)
+  pkgdatadir=$(ompi_path pkgdatadir)
+  sysconfdir=$(ompi_path sysconfdir)
+  bindir=$(ompi_path bindir)
+  [ -d "$pkglibdir" ] && [ -x "$bindir/orterun" ] || die "OpenMPI's pkglibdir/orterun not found"
+  cp -L "$bindir/orterun" "$dir/mpi/bin/mpirun"
+  for t in orted ompi_info; do cp -L "$bindir/$t" "$dir/mpi/bin/$t"; done
+  mkdir -p "$dir/mpi/lib/openmpi"
+  # MCA components, without those for network hardware (UCX, libfabric, verbs, PSM): a package
+  # runs on one node over shared memory and loopback TCP.
+  local c
+  for c in "$pkglibdir"/*.so; do
+    case "$(basename "$c")" in *_ucx*|*_ofi*|*_openib*|*_psm*|*_verbs*|*_portals*|*_cuda*) continue ;; esac
+    cp -L "$c" "$dir/mpi/lib/openmpi/"
+    copy_libs_of "$c"
+  done
+  cp -rL "$pkgdatadir" "$dir/mpi/share/openmpi"
+  cp -L "$sysconfdir/openmpi-mca-params.conf" "$dir/mpi/etc/" 2>/dev/null || : > "$dir/mpi/etc/openmpi-mca-params.conf"
+  for t in "$dir"/mpi/bin/*; do copy_libs_of "$t"; done
+  # External PMIx (Debian's OpenMPI): its components and help files, relocated by env.sh.
+  pmixlib=$(ldd "$dir/mpi/bin/mpirun" | awk '$1 ~ /^libpmix\.so/ {print $3}')
+  if [ -n "$pmixlib" ]; then
+    local pmixroot
+    pmixroot=$(cd "$(dirname "$pmixlib")/.." && pwd)
+    mkdir -p "$dir/mpi/pmix/lib" "$dir/mpi/pmix/share"
+    [ -d "$pmixroot/lib/pmix" ] && cp -rL "$pmixroot/lib/pmix" "$dir/mpi/pmix/lib/"
+    [ -d "$pmixroot/share/pmix" ] && cp -rL "$pmixroot/share/pmix" "$dir/mpi/pmix/share/"
+    for c in "$dir"/mpi/pmix/lib/pmix/*.so; do [ -e "$c" ] && copy_libs_of "$c"; done
+  fi
+  chmod -R u+w "$dir"
+  strip --strip-unneeded "$dir"/bin/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so 2>/dev/null
+
+  cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh"
+  chmod +x "$dir/gpu_check.sh"
+  write_env "$dir/env.sh"
+  {
+    echo "built $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    echo "openmpi: $(ompi_info --parsable --version 2>/dev/null | head -1)"
+  } > "$dir/BUILD_INFO"
+  echo "== package: $dir ($(du -sh "$dir" | cut -f1), $(grep -c . "$manifest") binaries)"
+  echo "   run it on a GPU machine: $dir/gpu_check.sh"
+}
+
+write_env() {
+  cat > "$1" <<'EOF'
+# Sourced by gpu_check.sh: the package's OpenMPI and libraries, wherever the folder lies.
+pkg="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export OPAL_PREFIX="$pkg/mpi"
+export OPAL_EXEC_PREFIX="$pkg/mpi" OPAL_BINDIR="$pkg/mpi/bin" OPAL_LIBDIR="$pkg/lib"
+export OPAL_PKGLIBDIR="$pkg/mpi/lib/openmpi" OPAL_DATAROOTDIR="$pkg/mpi/share"
+export OPAL_DATADIR="$pkg/mpi/share" OPAL_PKGDATADIR="$pkg/mpi/share/openmpi"
+export OPAL_SYSCONFDIR="$pkg/mpi/etc" OPAL_LIBEXECDIR="$pkg/mpi/bin"
+export PMIX_INSTALL_PREFIX="$pkg/mpi/pmix" PMIX_MCA_mca_base_component_path="$pkg/mpi/pmix/lib/pmix"
+export OMPI_MCA_mca_base_component_path="$pkg/mpi/lib/openmpi"
+export OMPI_MCA_mca_base_component_show_load_errors=0
+export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader,tcp}" OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+export OMPI_MCA_btl_tcp_if_include="${OMPI_MCA_btl_tcp_if_include:-lo}"
+export OMPI_MCA_oob_tcp_if_include="${OMPI_MCA_oob_tcp_if_include:-lo}"
+export HWLOC_COMPONENTS="${HWLOC_COMPONENTS:--cuda,-nvml,-opencl,-rsmi,-levelzero}"
+# NCCL and cuBLAS: the package's lib/ when it has them, else the machine's.
+cuda_dirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         /usr/lib/x86_64-linux-gnu /usr/lib64 \
+         /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib \
+         "$HOME"/.local/lib/python3*/site-packages/nvidia/*/lib; do
+  [ -d "$d" ] && ls "$d" 2>/dev/null | grep -qE '^lib(nccl|cublas|cublasLt)\.so' && cuda_dirs="$cuda_dirs:$d"
+done
+export LD_LIBRARY_PATH="$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$cuda_dirs"
+export PATH="$pkg/mpi/bin:$PATH"
+unset cuda_dirs d
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# Run mode (in a package)
+
+passed=0 failed=0 skipped=0
+report=""
+record() {  # $1: PASS|FAIL|SKIP, $2: check, $3: detail
+  case "$1" in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
+  local line
+  line=$(printf '%-4s %-58s %s' "$1" "$2" "${3:-}")
+  echo "$line"
+  echo "$line" >> "$report"
+}
+
+gpu_count() {
+  if [ -n "${GPU_CHECK_GPUS:-}" ]; then echo "$GPU_CHECK_GPUS"; return; fi  # tests of this script
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
+  else
+    ls /dev/nvidia[0-9]* 2>/dev/null | wc -l
+  fi
+}
+
+mpirun_cmd() {  # $1: ranks; the package's mpirun with the flags every run needs
+  local args=(--bind-to none --oversubscribe -np "$1")
+  [ "$(id -u)" = 0 ] && args=(--allow-run-as-root "${args[@]}")
+  echo "mpirun ${args[*]}"
+}
+
+logs=""
+run_gtest() {  # $1: check name, $2: timeout s, rest: command. Records the verdict of its XML.
+  local check="$1" limit="$2"; shift 2
+  local slug xml log rc verdict run sk fl
+  slug=$(printf '%s' "$check" | tr -c 'A-Za-z0-9_.-' '_')
+  xml="$logs/$slug.xml" log="$logs/$slug.log"
+  rm -f "$xml"
+  # stdin from /dev/null: mpirun would otherwise forward (and consume) the plan being read.
+  (cd "$pkg/root" && timeout "$limit" "$@" --gtest_output="xml:$xml") < /dev/null > "$log" 2>&1
+  rc=$?
+  read -r verdict run sk fl < <(xml_verdict "$xml")
+  if [ "$rc" != 0 ]; then
+    record FAIL "$check" "exit $rc$([ "$rc" = 124 ] && echo ' (timeout)'); log: $log"
+  elif [ ! -s "$xml" ]; then
+    record FAIL "$check" "no gtest report; log: $log"
+  elif [ "$verdict" = skipped ]; then
+    record SKIP "$check" "$sk of $run cases skipped: $(xml_skip_reason "$xml")"
+  else
+    record PASS "$check" "$run cases"
+  fi
+}
+
+run_plain() {  # $1: check name, $2: timeout s, rest: command; PASS on exit 0
+  local check="$1" limit="$2"; shift 2
+  local log rc
+  log="$logs/$(printf '%s' "$check" | tr -c 'A-Za-z0-9_.-' '_').log"
+  (cd "$pkg/root" && timeout "$limit" "$@") < /dev/null > "$log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    record FAIL "$check" "exit $rc; log: $log"
+  elif grep -q '^summary:.*skipped=1' "$log"; then  # a benchmark that found no GPU
+    record SKIP "$check" "$(grep '^summary:' "$log" | head -1)"
+  else
+    record PASS "$check" "log: $log"
+  fi
+}
+
+TRAIN_FLAGS=(--device cuda --layers 64,128,128,10 --loss cross_entropy --batch 64 --log-every 1
+             --synthetic-rows 4096)
+
+# Every check with its plan, so that a machine without a GPU lists the same checks as skipped.
+plan_checks() {
+  local kind name label np tool
+  while read -r kind name label; do
+    [ "$kind" = single ] && echo "test $name"
+  done < "$pkg/MANIFEST"
+  while read -r kind name label; do
+    [ "$kind" = mpi ] || continue
+    for np in 1 2 3 4 8; do echo "mpi $name $np"; done
+  done < "$pkg/MANIFEST"
+  for tool in memcheck racecheck synccheck; do
+    while read -r kind name label; do
+      [ "$kind" = single ] && echo "sanitize $tool $name"
+    done < "$pkg/MANIFEST"
+    echo "sanitize $tool train_mlp"
+  done
+  echo "bench gpu_optimizer_bench"
+  echo "kill train_mlp"
+}
+
+check_name() {  # plan line -> report name
+  case "$1" in
+    test) echo "$2" ;;
+    mpi) echo "$2 np=$3" ;;
+    sanitize) echo "compute-sanitizer $2 $3" ;;
+    bench) echo "$2" ;;
+    kill) echo "train_mlp np=2 --device cuda, one rank killed" ;;
+  esac
+}
+
+kill_test() {  # 2-rank training, SIGKILL to one rank, the job must end within $kill_bound s
+  local check log start pid ranks victim waited rc
+  check=$(check_name kill)
+  log="$logs/kill_test.log"
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  (cd "$pkg/root" && exec setsid $(mpirun_cmd 2) "$pkg/bin/train_mlp" "${TRAIN_FLAGS[@]}" \
+      --steps 100000000) < /dev/null > "$log" 2>&1 &
+  pid=$!
+  # Wait until training runs (a step line), at most 120 s.
+  for _ in $(seq 1 240); do
+    grep -q 'step [0-9]*/' "$log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid"; rc=$?
+    record FAIL "$check" "the job ended (exit $rc) before a rank was killed; log: $log"
+    return
+  fi
+  if ! grep -q 'step [0-9]*/' "$log"; then
+    kill -KILL -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    record FAIL "$check" "no training step within 120 s; log: $log"
+    return
+  fi
+  # The ranks are mpirun's children (this script started mpirun; its pid is $pid).
+  ranks=$(pgrep -P "$pid" -f train_mlp || true)
+  victim=$(echo "$ranks" | tail -1)
+  if [ -z "$victim" ]; then
+    kill -KILL -- "-$pid" 2>/dev/null
+    record FAIL "$check" "could not find the rank processes of mpirun $pid"
+    return
+  fi
+  kill -KILL "$victim"
+  local killed_at
+  killed_at=$(date +%s)
+  waited=0
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$kill_bound" ]; do
+    sleep 1
+    waited=$(($(date +%s) - killed_at))
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL -- "-$pid" 2>/dev/null  # the process group this script created with setsid
+    wait "$pid" 2>/dev/null
+    record FAIL "$check" "the job still ran ${kill_bound} s after rank pid $victim was killed; log: $log"
+    return
+  fi
+  wait "$pid"; rc=$?
+  if [ "$rc" = 0 ]; then
+    record FAIL "$check" "the job exited 0 after a rank was killed; log: $log"
+  else
+    record PASS "$check" "exited $rc ${waited} s after the kill (bound ${kill_bound} s)"
+  fi
+}
+
+runtime_check() {
+  pkg="$here"
+  # shellcheck source=/dev/null
+  source "$pkg/env.sh"
+  local ok=1 out
+  local flags=(--device cpu --layers 8,16,2 --loss mse --batch 8 --steps 2 --log-every 1)
+  # shellcheck disable=SC2046
+  if ! out=$(cd "$pkg/root" && timeout 120 $(mpirun_cmd 2) "$pkg/bin/nccl_communicator_test_bin"               --gtest_list_tests 2>&1); then
+    echo "$out" | tail -20; echo "runtime check: 2-rank MPI start-up failed"; ok=0
+  fi
+  # shellcheck disable=SC2046
+  if ! out=$(cd "$pkg/root" && timeout 120 $(mpirun_cmd 2) "$pkg/bin/train_mlp" "${flags[@]}" 2>&1); then
+    echo "$out" | tail -20; echo "runtime check: 2-rank train_mlp --device cpu failed"; ok=0
+  fi
+  if ! out=$(cd "$pkg/root" && timeout 120 "$pkg/bin/train_mlp" "${flags[@]}" 2>&1); then
+    echo "$out" | tail -20; echo "runtime check: singleton train_mlp --device cpu failed"; ok=0
+  fi
+  echo "mpirun: $(command -v mpirun)"
+  if [ "$ok" = 1 ]; then echo "runtime check: ok"; exit 0; fi
+  exit 1
+}
+
+run_checks() {
+  local report_arg="" max_ranks=8
+  kill_bound=60
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --report) report_arg="$2"; shift 2 ;;
+      --max-ranks) max_ranks="$2"; shift 2 ;;
+      --kill-bound) kill_bound="$2"; shift 2 ;;
+      --runtime-check) runtime_check ;;
+      -h|--help) sed -n '2,37p' "$self"; exit 0 ;;
+      *) die "unknown argument $1 (see --help)" ;;
+    esac
+  done
+  pkg="$here"
+  # shellcheck source=/dev/null
+  source "$pkg/env.sh"
+  # shellcheck source=tools/test_results.sh
+  source "$pkg/test_results.sh"
+  report="${report_arg:-$pkg/gpu_check_report.txt}"
+  logs="$(dirname "$report")/gpu_check_logs"
+  mkdir -p "$logs" || die "cannot write $logs"
+  : > "$report" || die "cannot write $report"
+  {
+    echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+    cat "$pkg/BUILD_INFO" 2>/dev/null
+  } | tee -a "$report"
+
+  local gpus
+  gpus=$(gpu_count)
+  local plan
+  plan=$(plan_checks)
+  if [ "${gpus:-0}" = 0 ]; then
+    echo "no GPU: nvidia-smi lists none (or no /dev/nvidiaN); every check is skipped, none has run" \
+      | tee -a "$report"
+    while read -r -a p; do record SKIP "$(check_name "${p[@]}")" "no GPU"; done <<< "$plan"
+    finish
+    return
+  fi
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
+    | sed 's/^/gpu: /' | tee -a "$report"
+  echo "$gpus GPU(s)" | tee -a "$report"
+
+  # Preflight: every binary's shared libraries resolve (libnccl/libcublas come from the machine).
+  local missing="" b
+  for b in "$pkg"/bin/*; do
+    missing+=$(ldd "$b" 2>/dev/null | awk '/not found/ {print $1}')
+    missing+=" "
+  done
+  missing=$(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')
+  if [ -n "${missing// /}" ]; then
+    echo "missing shared libraries: $missing(install CUDA/NCCL, add their folder to LD_LIBRARY_PATH, or package with --with-cuda-libs)" | tee -a "$report"
+  fi
+
+  local sanitizer="${GPU_CHECK_SANITIZER:-}"  # "none" in tests of this script
+  [ -z "$sanitizer" ] && sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+              /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  [ "$sanitizer" = none ] && sanitizer=""
+
+  local -a p
+  while read -r -a p; do
+    local name
+    name=$(check_name "${p[@]}")
+    case "${p[0]}" in
+      test) run_gtest "$name" 900 "$pkg/bin/${p[1]}" ;;
+      mpi)
+        if [ "${p[2]}" -gt "$gpus" ] || [ "${p[2]}" -gt "$max_ranks" ]; then
+          record SKIP "$name" "needs ${p[2]} GPUs, the machine has $gpus (--max-ranks $max_ranks)"
+        else
+          # shellcheck disable=SC2046
+          run_gtest "$name" 900 $(mpirun_cmd "${p[2]}") "$pkg/bin/${p[1]}"
+        fi ;;
+      sanitize)
+        if [ -z "$sanitizer" ]; then
+          record SKIP "$name" "compute-sanitizer not found (install the CUDA toolkit)"
+        elif [ "${p[2]}" = train_mlp ]; then
+          run_plain "$name" 900 "$sanitizer" --tool "${p[1]}" --error-exitcode 97 \
+            "$pkg/bin/train_mlp" "${TRAIN_FLAGS[@]}" --steps 3
+        else
+          run_gtest "$name" 1800 "$sanitizer" --tool "${p[1]}" --error-exitcode 97 \
+            "$pkg/bin/${p[2]}"
+        fi ;;
+      bench)
+        run_plain "$name" 600 "$pkg/bin/gpu_optimizer_bench"
+        grep '^summary:' "$logs/gpu_optimizer_bench.log" 2>/dev/null | sed 's/^/  /' | tee -a "$report" ;;
+      kill)
+        if [ "$gpus" -lt 2 ]; then
+          record SKIP "$name" "needs 2 GPUs (one rank per GPU), the machine has $gpus"
+        else
+          kill_test
+        fi ;;
+    esac
+  done <<< "$plan"
+  finish
+}
+
+finish() {
+  local line="$passed passed, $failed failed, $skipped skipped"
+  echo "report: $report"
+  echo "$line" | tee -a "$report"
+  [ "$failed" = 0 ]
+  exit $?
+}
+
+# ---------------------------------------------------------------------------------------------
+
+with_cuda_libs=0
+if [ "${1:-}" = "--package" ]; then
+  [ -n "${2:-}" ] || die "--package needs a folder"
+  target=$(realpath -m "$2"); shift 2
+  [ "${1:-}" = "--with-cuda-libs" ] && { with_cuda_libs=1; shift; }
+  [ $# = 0 ] || die "unexpected arguments after --package: $*"
+  package "$target"
+  exit 0
+fi
+if [ -f "$here/MANIFEST" ]; then
+  run_checks "$@"
+fi
+# In the repository without --package: package into a temporary folder and run it there.
+tmp=$(mktemp -d /tmp/shardema-gpu-check.XXXXXX)
+"$self" --package "$tmp/pkg" || exit 2
+exec "$tmp/pkg/gpu_check.sh" "$@"

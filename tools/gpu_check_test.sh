@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh's run mode on a fake package: skipped checks are never passes, a machine
+# without a GPU skips everything and exits 0, a failing test makes the script exit 1.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+make_package() {  # $1: folder
+  local p="$1"
+  rm -rf "$p" && mkdir -p "$p/bin" "$p/root"
+  cp "$here/gpu_check.sh" "$here/test_results.sh" "$p/"
+  echo ': # no runtime in the fake package' > "$p/env.sh"
+  echo "built by gpu_check_test" > "$p/BUILD_INFO"
+  # A gtest-like binary: writes its XML report (--gtest_output=xml:FILE) as $MODE says.
+  cat > "$p/bin/fake_test" <<'B'
+#!/usr/bin/env bash
+xml="${1#--gtest_output=xml:}"
+case "$(basename "$0")" in
+  ran_test) r=completed ;;
+  skip_test) r=skipped ;;
+  bad_test) echo '<testsuites><testcase name="a" status="run" result="completed"><failure message="x"/></testcase></testsuites>' > "$xml"; exit 1 ;;
+esac
+echo "<testsuites><testcase name=\"a\" status=\"run\" result=\"$r\"><skipped message=\"no CUDA device visible\"/></testcase></testsuites>" > "$xml"
+B
+  chmod +x "$p/bin/fake_test"
+  for t in ran_test skip_test; do cp "$p/bin/fake_test" "$p/bin/$t"; done
+  printf '#!/bin/sh\necho "summary: fused_vs_copy=1.0"\n' > "$p/bin/gpu_optimizer_bench"
+  chmod +x "$p/bin/gpu_optimizer_bench"
+  printf 'single ran_test //x:ran_test\nsingle skip_test //x:skip_test\n' > "$p/MANIFEST"
+  printf 'tool gpu_optimizer_bench //bench:gpu_optimizer_bench\n' >> "$p/MANIFEST"
+}
+
+# 1. No GPU: every check skipped, none run, exit 0, a clear line.
+make_package "$tmp/a"
+out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
+rc=$?
+[ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
+echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + kill = 13 checks.
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 13 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 13 skipped" ] || fail "report"
+
+# 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU.
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b.txt" 2>&1)
+rc=$?
+[ "$rc" = 0 ] || fail "one GPU: exit $rc: $out"
+echo "$out" | grep -qE '^PASS ran_test +1 cases' || fail "ran_test: $out"
+echo "$out" | grep -qE '^SKIP skip_test +1 of 1 cases skipped: no CUDA device visible' || fail "skip: $out"
+echo "$out" | grep -qE '^SKIP train_mlp np=2 .*needs 2 GPUs' || fail "kill test: $out"
+echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
+grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 11 skipped" ] || fail "one GPU counts: $out"
+
+# 3. A failing test: FAIL, exit 1.
+cp "$tmp/a/bin/fake_test" "$tmp/a/bin/bad_test"
+echo 'single bad_test //x:bad_test' >> "$tmp/a/MANIFEST"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/c.txt" 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "failing test: exit $rc"
+echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 14 skipped" ] || fail "failing counts: $out"
+echo PASS
