@@ -4,7 +4,7 @@
 #include <set>
 #include <utility>
 
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 #include "optim/fused_step.h"
 
 namespace shardema {

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 
 namespace shardema {
 
@@ -467,7 +467,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
-  // Running mean over micro-batches (optim/device_ops.h FoldMeanOn), queued on the compute
+  // Running mean over micro-batches (fsdp/device_ops.h FoldMeanOn), queued on the compute
   // stream after the reduce-scatter on CUDA.
   const int64_t k = ++s.micro_batches;
   const size_t n = size_t(u.shard_numel);

@@ -43,7 +43,7 @@
 // unit buffers, which would be stale) and RefreshComputeCopy() or writes the compute copy itself.
 //
 // Devices. With StoreOptions::device a CUDA GPU, the master, gradient and compute shards, the
-// optimizer moments and EMA slots (registry slots; see optim/slot_registry.h for offloaded EMA
+// optimizer moments and EMA slots (registry slots; see fsdp/slot_registry.h for offloaded EMA
 // slots) and the unit buffers are device memory; replicated buffers stay on the host. The
 // communicator must be on the same device (a NcclCommunicator). Everything the store does runs on
 // its compute stream, stream(): StoreOptions::stream, or a non-blocking stream the store creates
@@ -91,7 +91,7 @@
 #include "framework/tensor.h"
 #include "fsdp/buffer_cache.h"
 #include "fsdp/layout.h"
-#include "optim/slot_registry.h"
+#include "fsdp/slot_registry.h"
 
 namespace shardema {
 

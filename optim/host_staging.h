@@ -41,7 +41,7 @@
 #include "framework/cuda/event.h"
 #include "framework/device.h"
 #include "framework/status.h"
-#include "optim/slot_registry.h"
+#include "fsdp/slot_registry.h"
 
 namespace shardema {
 
@@ -68,6 +68,12 @@ struct StagedSlots {
   std::vector<SlotView> slots;  // host memory, registration order
   StagingHandle done;
 };
+
+// Views of the registry's memory as the checkpoint code sees it: every persistent sharded slot in
+// registration order ("grad" is not persistent), and every replicated buffer. The views point
+// into the registry (device memory for device slots of a CUDA registry: stage those first).
+std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry);
+std::vector<BufferView> BufferViews(const SlotRegistry& registry);
 
 class HostStaging {
  public:

@@ -36,6 +36,26 @@ TEST(HostStagingTest, CpuRegistryIsViewedInPlace) {
   EXPECT_TRUE(staging.UploadToDevice(Stream{}).ok());
 }
 
+TEST(HostStagingTest, ViewsSkipNonPersistentSlotsAndAreFilledInPlace) {
+  SlotRegistry reg(4);
+  ASSERT_TRUE(reg.AddSlot("params", SlotKind::kMaster, true).ok());
+  ASSERT_TRUE(reg.AddSlot("grad", SlotKind::kGrad, false).ok());
+  ASSERT_TRUE(reg.AddSlot("exp_avg", SlotKind::kMoment, true).ok());
+  ASSERT_TRUE(reg.AddBuffer("bn.mean", {2, 3}).ok());
+  std::vector<SlotView> views = PersistentSlotViews(reg);
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].name, "params");
+  EXPECT_EQ(views[1].name, "exp_avg");
+  EXPECT_EQ(views[1].data, static_cast<void*>(*reg.Data("exp_avg")));
+  static_cast<float*>(views[1].data)[3] = 7.f;  // the reader fills the same memory
+  EXPECT_EQ((*reg.Data("exp_avg"))[3], 7.f);
+  std::vector<BufferView> bufs = BufferViews(reg);
+  ASSERT_EQ(bufs.size(), 1u);
+  EXPECT_EQ(bufs[0].name, "bn.mean");
+  EXPECT_EQ(bufs[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(bufs[0].data, (*reg.BufferTensor("bn.mean")).data);
+}
+
 TEST(HostStagingTest, FenceErrorsReachTheWaiter) {
   SlotRegistry reg(4);
   ASSERT_TRUE(reg.AddSlot("params", SlotKind::kMaster, true).ok());

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <utility>
 
-#include "ema/schedule.h"
+#include "framework/glob.h"
 #include "framework/logging.h"
 #include "optim/clip.h"
-#include "optim/device_ops.h"
+#include "optim/step_ops.h"
 
 namespace shardema {
 
@@ -353,7 +353,7 @@ StatusOr<StagedCheckpoint> Optimizer::StageCheckpoint() const {
   s.rank = store_->rank();
   s.layout = store_->layout();
   s.slots = std::move(staged.slots);
-  s.buffers = store_->registry().CheckpointBuffers();
+  s.buffers = BufferViews(store_->registry());
   s.meta = StateJson();
   out.done = std::move(staged.done);
   return out;

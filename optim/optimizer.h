@@ -5,7 +5,7 @@
 // correction, decoupled weight decay (p *= 1 - lr*wd) and eps outside the sqrt; SGD with
 // momentum, dampening, nesterov and L2 weight decay. Each rank updates only the elements it owns.
 //
-// Parameter groups: rules matched in order against each parameter's name (glob, ema/schedule.h
+// Parameter groups: rules matched in order against each parameter's name (glob, framework/glob.h
 // GlobMatch; first match wins, e.g. {"*.bias", weight_decay 0}); unset fields and unmatched
 // parameters use `defaults`. A parameter's local piece is contiguous in the shard, so each
 // group's elements form ranges (adjacent pieces of one group are merged) and the fused kernel

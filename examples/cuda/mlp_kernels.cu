@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 
 namespace shardema::mlp {
 namespace {

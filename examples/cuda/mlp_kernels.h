@@ -25,7 +25,7 @@
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
 // do, global_rows < 1 (it is a normaliser: 1 gives the sum of per-row losses, as LossSum uses),
 // an unsupported bias dtype; launch failures as
-// framework/cuda/cuda_error.h.
+// framework/cuda_error.h.
 //
 // Defined only under --config=cuda: call them inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.
 #ifndef SHARDEMA_EXAMPLES_CUDA_MLP_KERNELS_H_
