@@ -10,6 +10,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/slot_meta.h"
 
 namespace shardema {
 
@@ -28,34 +29,14 @@ struct Item {
 // The slot's hyperparameters in the checkpoint meta (see export.h), as strings.
 std::map<std::string, std::string> SlotMetadata(const json& meta, const std::string& slot, int64_t step) {
   std::map<std::string, std::string> out;
-  const json* cfg = nullptr;
-  const json* counters = nullptr;
-  if (meta.is_object() && meta.contains("ema")) {
-    const json& ema = meta.at("ema");
-    if (ema.is_object() && ema.contains(slot) && ema.at(slot).is_object()) cfg = &ema.at(slot);
-    if (ema.is_array()) {
-      for (const json& e : ema) {
-        if (e.is_object() && e.value("name", std::string()) == slot) cfg = &e;
-      }
-    }
-    // The layout the optimizer writes (EmaSlots::ToJson): {"slots": [{"config", "counters"}]}.
-    if (ema.is_object() && ema.contains("slots") && ema.at("slots").is_array()) {
-      for (const json& e : ema.at("slots")) {
-        if (!e.is_object() || !e.contains("config") || !e.at("config").is_object()) continue;
-        if (e.at("config").value("name", std::string()) != slot) continue;
-        cfg = &e.at("config");
-        if (e.contains("counters") && e.at("counters").is_object()) counters = &e.at("counters");
-      }
-    }
-  }
-  if (counters != nullptr) {
-    for (auto it = counters->begin(); it != counters->end(); ++it) {
+  const SlotMetaEntries entries = FindSlotMeta(meta, slot);
+  if (entries.progress.is_object()) {
+    for (auto it = entries.progress.begin(); it != entries.progress.end(); ++it) {
       out["counters." + it.key()] = it.value().dump(-1, ' ', false, json::error_handler_t::replace);
     }
   }
-  if (cfg != nullptr) {
-    for (auto it = cfg->begin(); it != cfg->end(); ++it) {
-      if (it.key() == "name") continue;
+  if (entries.config.is_object()) {
+    for (auto it = entries.config.begin(); it != entries.config.end(); ++it) {
       out[it.key()] = it.value().is_string() ? it.value().get<std::string>()
                                              : it.value().dump(-1, ' ', false, json::error_handler_t::replace);
     }

@@ -101,32 +101,26 @@ Status Trainer::Setup() {
     so.device = device_comm_->device();
     store_comm = device_comm_;
   }
-  {
-    StatusOr<std::unique_ptr<ShardedParameterStore>> s =
-        ShardedParameterStore::Create(MlpUnits(c.layers), {}, store_comm, so);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
-    store_ = std::move(s).value();
-  }
-  Status init = c.init.empty() ? InitMlpFromSeed(store_.get(), c.layers, c.seed)
-                               : InitMlpFromFile(store_.get(), c.init);
+  StatusOr<std::unique_ptr<ShardedParameterStore>> s =
+      ShardedParameterStore::Create(MlpUnits(c.layers), {}, store_comm, so);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
+  Status init = c.init.empty() ? InitMlpFromSeed(s->get(), c.layers, c.seed)
+                               : InitMlpFromFile(s->get(), c.init);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
-  if (!c.emas.empty()) {
-    ASSIGN_OR_RETURN(emas_, EmaSlots::Create(store_.get(), c.emas));
-  }
-  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(store_.get(), emas_.get(), OptimizerOptionsFor(c)));
-  if (store_->device().is_cuda()) {
+  ASSIGN_OR_RETURN(state_, TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
+  if (store()->device().is_cuda()) {
     StatusOr<std::unique_ptr<MlpModelCuda>> m =
-        MlpModelCuda::Create(store_.get(), c.layers, c.activation, c.loss, c.allow_tf32);
+        MlpModelCuda::Create(store(), c.layers, c.activation, c.loss, c.allow_tf32);
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
     model_ = std::move(m).value();
   } else {
-    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss);
   }
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
     if (c.resume) {
-      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, optimizer_.get(), data_));
+      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, state_.get(), data_));
     } else {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
@@ -139,12 +133,12 @@ Status Trainer::Setup() {
     metrics_ = std::move(m).value();
   }
   if (rank == 0) {
-    LOG_INFO << "train_mlp: " << store_->layout().total_numel() << " parameters in "
-             << store_->num_units() << " units over " << world << " rank(s) on "
-             << (store_->device().is_cuda() ? "cuda (rank 0: " + store_->device().ToString() + ")"
+    LOG_INFO << "train_mlp: " << store()->layout().total_numel() << " parameters in "
+             << store()->num_units() << " units over " << world << " rank(s) on "
+             << (store()->device().is_cuda() ? "cuda (rank 0: " + store()->device().ToString() + ")"
                                             : std::string("cpu"))
              << "; data " << data_.source
-             << " (" << data_.rows << " rows); " << (emas_ ? emas_->size() : 0) << " EMA slot(s)";
+             << " (" << data_.rows << " rows); " << (emas() ? emas()->size() : 0) << " EMA slot(s)";
     if (resume_.resumed) {
       LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
                << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
@@ -184,7 +178,7 @@ Status Trainer::CheckDevice() const {
 
 StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   const TrainConfig& c = config_;
-  RETURN_IF_ERROR(store_->ZeroGrad());
+  RETURN_IF_ERROR(store()->ZeroGrad());
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
@@ -194,7 +188,7 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   }
   // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
   if (saver_ != nullptr) saver_->WaitSnapshot();
-  ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
+  ASSIGN_OR_RETURN(StepResult result, state_->Step());
   // Equal local batches: the global mean is the mean of the ranks' means.
   float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
   CollectiveOptions avg;
@@ -232,12 +226,12 @@ StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
   e.rows = eval_data_.rows > 0 ? eval_data_.rows : data_.rows;
   ASSIGN_OR_RETURN(double live, EvalPass());
   e.losses.emplace_back("live", live);
-  for (size_t i = 0; emas_ != nullptr && i < emas_->size(); ++i) {
-    if (!emas_->counters(i).started()) continue;  // a slot with a later start step
-    const std::string& name = emas_->config(i).name;
-    RETURN_IF_ERROR(emas_->Swap(name));
+  for (size_t i = 0; emas() != nullptr && i < emas()->size(); ++i) {
+    if (!emas()->counters(i).started()) continue;  // a slot with a later start step
+    const std::string& name = emas()->config(i).name;
+    RETURN_IF_ERROR(emas()->Swap(name));
     StatusOr<double> loss = EvalPass();
-    Status back = emas_->SwapBack();
+    Status back = emas()->SwapBack();
     RETURN_IF_ERROR(loss.status());
     RETURN_IF_ERROR(back);
     e.losses.emplace_back(name, *loss);
@@ -250,16 +244,16 @@ StatusOr<TrainSummary> Trainer::Run() {
   const bool lead = comm_->rank() == 0;
   TrainSummary s;
   s.resume = resume_;
-  s.start_step = optimizer_->step();
-  s.num_params = store_->layout().total_numel();
-  s.state_bytes_per_rank = store_->StateBytesPerRank();
+  s.start_step = optimizer()->step();
+  s.num_params = store()->layout().total_numel();
+  s.state_bytes_per_rank = store()->StateBytesPerRank();
   std::vector<double> times_ms;
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(auto outcome, TrainStep(step));
     // GPU: the step's queued work (the optimizer pass) belongs to its time (CPU: no-op).
-    if (c.bench_json) RETURN_IF_ERROR(store_->Synchronize());
+    if (c.bench_json) RETURN_IF_ERROR(store()->Synchronize());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
@@ -284,19 +278,19 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
     if (saver_ != nullptr) {
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
-        RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, done));
+        RETURN_IF_ERROR(saver_->Save(*state_, data_, done));
       } else {
         RETURN_IF_ERROR(saver_->Poll());
       }
     }
   }
-  s.final_step = optimizer_->step();
+  s.final_step = optimizer()->step();
   ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
-    if (!already) RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, s.final_step));
+    if (!already) RETURN_IF_ERROR(saver_->Save(*state_, data_, s.final_step));
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }

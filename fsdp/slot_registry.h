@@ -19,7 +19,7 @@
 // The registry owns the memory (framework/device.h Buffer, 64-byte aligned on the host,
 // zero-filled at creation; on CUDA the zeroing is complete when AddSlot returns). It knows no
 // checkpoint: the checkpoint views (checkpoint/state.h) are built above it from Slots(), Data()
-// and the buffers (optim/host_staging.h, which also stages device slots to host memory), and
+// and the buffers (train/host_staging.h, which also stages device slots to host memory), and
 // the reader fills the same memory in place; nothing is special-cased per slot.
 //
 // Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which

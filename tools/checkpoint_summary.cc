@@ -1,5 +1,7 @@
 #include "tools/checkpoint_summary.h"
 
+#include "checkpoint/slot_meta.h"
+
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -40,41 +42,8 @@ std::string Truncated(std::string s, size_t max_chars) {
 }  // namespace
 
 SlotMeta FindSlotMeta(const json& meta, const std::string& slot) {
-  SlotMeta out;
-  if (!meta.is_object() || !meta.contains("ema")) return out;
-  const json& ema = meta.at("ema");
-  auto take_config = [&](const json& c) {
-    out.config = c;
-    if (out.config.is_object()) out.config.erase("name");
-  };
-  if (ema.is_object() && ema.contains(slot) && ema.at(slot).is_object()) {
-    take_config(ema.at(slot));
-    if (meta.contains("counters") && meta.at("counters").is_object() && meta.at("counters").contains(slot)) {
-      out.counters = meta.at("counters").at(slot);
-    }
-    return out;
-  }
-  const json* list = nullptr;
-  if (ema.is_array()) list = &ema;
-  if (ema.is_object() && ema.contains("slots") && ema.at("slots").is_array()) list = &ema.at("slots");
-  if (list == nullptr) return out;
-  for (const json& e : *list) {
-    if (!e.is_object()) continue;
-    if (e.contains("config") && e.at("config").is_object() && e.at("config").value("name", std::string()) == slot) {
-      take_config(e.at("config"));
-      if (e.contains("counters")) out.counters = e.at("counters");
-      return out;
-    }
-    if (e.value("name", std::string()) == slot) {
-      take_config(e);
-      if (out.config.is_object() && out.config.contains("counters")) {
-        out.counters = out.config.at("counters");
-        out.config.erase("counters");
-      }
-      return out;
-    }
-  }
-  return out;
+  const SlotMetaEntries e = shardema::FindSlotMeta(meta, slot);
+  return SlotMeta{e.config, e.progress};
 }
 
 std::string FormatEmaConfig(const json& config) {

@@ -104,7 +104,7 @@ TEST_F(CkptCommandsTest, InspectJsonDescribesTheCheckpoint) {
   EXPECT_FALSE(s["slots"][0].contains("ema"));
   EXPECT_EQ(s["slots"][2]["name"], "ema_0.999");
   EXPECT_EQ(s["slots"][2]["ema"]["decay"], 0.999);
-  EXPECT_EQ(s["slots"][2]["counters"], 17);
+  EXPECT_EQ(s["slots"][2]["counters"]["num_updates"], 17);
   EXPECT_EQ(s["slots"][3]["dtype"], "bf16");
   EXPECT_EQ(s["slots"][3]["bytes_per_rank"], local * 2);
   uint64_t on_disk = 0;

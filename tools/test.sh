@@ -3,7 +3,8 @@
 #   1. tools/setup.sh (installs what is missing),
 #   2. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
-#   3. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
+#   3. tools/check_layers.py --self-test and on the tree (each counts as one test),
+#   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU).
 # Ends with one line "N passed, M failed" and exits non-zero on any failure.
 # Extra arguments go to both bazel commands (e.g. --test_output=all).
@@ -25,6 +26,15 @@ count_results() {  # parses bazel's per-target summary lines
   passed=$((passed + p))
   failed=$((failed + f))
 }
+
+echo "== layer order (tools/check_layers.py: includes against README's layer block)"
+for step in "--self-test" ""; do
+  if python3 tools/check_layers.py $step; then
+    passed=$((passed + 1)); echo "check_layers ${step:-tree}: PASSED"
+  else
+    failed=$((failed + 1)); echo "check_layers ${step:-tree}: FAILED"
+  fi
+done
 
 echo "== bazel test //... (CPU build, multi-rank tests under mpirun)"
 "${BAZEL[@]}" test --test_summary=short //... "$@" 2>&1 | tee "$log"

@@ -28,8 +28,8 @@
 // Errors: kInvalidArgument for a stream of another device; allocation (kResourceExhausted) and
 // CUDA errors. Threading: one thread, like the registry; a handle may be waited on from another
 // thread once.
-#ifndef SHARDEMA_OPTIM_HOST_STAGING_H_
-#define SHARDEMA_OPTIM_HOST_STAGING_H_
+#ifndef SHARDEMA_TRAIN_HOST_STAGING_H_
+#define SHARDEMA_TRAIN_HOST_STAGING_H_
 
 #include <functional>
 #include <map>
@@ -102,4 +102,4 @@ class HostStaging {
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_HOST_STAGING_H_
+#endif  // SHARDEMA_TRAIN_HOST_STAGING_H_

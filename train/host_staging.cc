@@ -1,4 +1,4 @@
-#include "optim/host_staging.h"
+#include "train/host_staging.h"
 
 #include <utility>
 

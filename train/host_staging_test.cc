@@ -1,6 +1,6 @@
 // HostStaging: in-place views on a CPU registry; on a GPU (skips without one) a staging round
 // trip through pinned host buffers, host slots viewed in place, and the fence hook.
-#include "optim/host_staging.h"
+#include "train/host_staging.h"
 
 #include <gtest/gtest.h>
 
