@@ -176,8 +176,8 @@ StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta, co
   auto text = [](const json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
   };
-  if (found.counters.is_object()) {
-    for (auto it = found.counters.begin(); it != found.counters.end(); ++it) {
+  if (found.progress.is_object()) {
+    for (auto it = found.progress.begin(); it != found.progress.end(); ++it) {
       out["counters." + it.key()] = text(it.value());
     }
   }

@@ -93,14 +93,20 @@ TEST_F(ExportTest, EmaSlotF32WithItsOwnBufferAndMetadata) {
   EXPECT_FALSE(PathExists(out + ".tmp"));
 }
 
-// The optimizer's meta layout (EmaSlots::ToJson): {"ema": {"slots": [{"config", "counters"}]}}.
-TEST_F(ExportTest, MetadataFromOptimizerSlotsLayout) {
+// The component-section layout (FORMAT.md "meta"): the slot's config and progress are found in
+// whichever section lists them, whatever its name.
+TEST_F(ExportTest, MetadataFromAnySectionListingTheSlot) {
   std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 7);
   for (OwnedState& o : st) {
-    o.state.meta["ema"] = {{"slots",
-                            {{{"config", {{"name", "ema_0.5"}, {"decay", 0.5}}}, {"counters", {{"num_updates", 3}}}},
-                             {{"config", {{"name", "ema_0.999"}, {"decay", 0.999}, {"kind", "warmup"}}},
-                              {"counters", {{"num_updates", 7}, {"last_update_step", 7}}}}}}};
+    o.state.meta = {{"averages",
+                     {{"config",
+                       {{"slots",
+                         {{{"name", "ema_0.5"}, {"decay", 0.5}},
+                          {{"name", "ema_0.999"}, {"decay", 0.999}, {"kind", "warmup"}}}}}},
+                      {"progress",
+                       {{"slots",
+                         {{{"name", "ema_0.5"}, {"num_updates", 3}},
+                          {{"name", "ema_0.999"}, {"num_updates", 7}, {"last_update_step", 7}}}}}}}}};
   }
   const std::string dir = JoinPath(base_, "ckpt_slots_meta");
   ASSERT_TRUE(SaveAllRanks(dir, StatesOf(st), SaveOptions{}).ok());

@@ -7,26 +7,32 @@ namespace {
 
 using nlohmann::json;
 
-json Meta(double decay, double lr) {
-  return {{"optimizer", {{"lr", lr}, {"betas", {0.9, 0.999}}}},
-          {"ema", {{"ema_0.999", {{"decay", decay}, {"kind", "constant"}}}}},
-          {"counters", {{"step", 5}}}};
+// Two components in the Stateful shape plus a free-form section without a config.
+json Meta(double decay, double lr, int64_t step) {
+  return {{"optimizer", {{"config", {{"lr", lr}, {"betas", {0.9, 0.999}}}},
+                         {"progress", {{"step", step}}}}},
+          {"ema", {{"config", {{"slots", {{{"name", "ema_0.999"}, {"decay", decay}}}}}},
+                   {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", step}}}}}}}},
+          {"notes", {{"host", "a"}}}};
 }
 
-TEST(HparamsTest, SameHyperparametersPass) {
-  json ckpt = Meta(0.999, 1e-3), run = Meta(0.999, 1e-3);
-  run["counters"]["step"] = 0;  // outside the compared sections
+TEST(HparamsTest, ProgressAndSectionsWithoutConfigAreNeverCompared) {
+  json ckpt = Meta(0.999, 1e-3, 5), run = Meta(0.999, 1e-3, 0);
+  run["notes"]["host"] = "b";
   StatusOr<std::vector<std::string>> r = CheckHyperparameters(ckpt, run);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->empty());
 }
 
 TEST(HparamsTest, DifferencesFailListingEachUnlessOverridden) {
-  json ckpt = Meta(0.999, 1e-3), run = Meta(0.9999, 2e-3);
+  json ckpt = Meta(0.999, 1e-3, 5), run = Meta(0.9999, 2e-3, 0);
   Status s = CheckHyperparameters(ckpt, run).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("ema.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("optimizer.lr: 0.001 (checkpoint) vs 0.002 (run)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("0.999 (checkpoint) vs 0.9999 (run)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ema.config.slots"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("optimizer.config.lr: 0.001 (checkpoint) vs 0.002 (run)"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.message().find("(2)"), std::string::npos) << s;
 
   HparamCheckOptions o;
@@ -34,27 +40,32 @@ TEST(HparamsTest, DifferencesFailListingEachUnlessOverridden) {
   StatusOr<std::vector<std::string>> r = CheckHyperparameters(ckpt, run, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->size(), 2u);
+  // Restricted to some sections.
+  o.allow_override = false;
+  o.sections = {"optimizer"};
+  r = CheckHyperparameters(ckpt, Meta(0.9999, 1e-3, 0), o);
+  EXPECT_TRUE(r.ok()) << r.status();
 }
 
 TEST(HparamsTest, MissingSectionOnOneSideIsADifference) {
-  json ckpt = Meta(0.999, 1e-3), run = Meta(0.999, 1e-3);
+  json ckpt = Meta(0.999, 1e-3, 5), run = Meta(0.999, 1e-3, 5);
   run.erase("ema");
   Status s = CheckHyperparameters(ckpt, run).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("ema: {"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ema.config: {"), std::string::npos) << s;
   EXPECT_NE(s.message().find("missing (run)"), std::string::npos) << s;
   // Absent on both sides: nothing to compare.
   ckpt.erase("ema");
   EXPECT_TRUE(CheckHyperparameters(ckpt, run).ok());
 }
 
-TEST(HparamsTest, IgnoreKeysSkipsCountersInsideSections) {
-  json ckpt = Meta(0.999, 1e-3), run = Meta(0.999, 1e-3);
-  ckpt["ema"]["ema_0.999"]["num_updates"] = 100;
-  run["ema"]["ema_0.999"]["num_updates"] = 0;
+TEST(HparamsTest, IgnoreKeysSkipsKeysInsideConfigs) {
+  json ckpt = Meta(0.999, 1e-3, 5), run = Meta(0.999, 1e-3, 5);
+  ckpt["optimizer"]["config"]["threads"] = 4;
+  run["optimizer"]["config"]["threads"] = 8;
   EXPECT_FALSE(CheckHyperparameters(ckpt, run).ok());
   HparamCheckOptions o;
-  o.ignore_keys = {"num_updates"};
+  o.ignore_keys = {"threads"};
   EXPECT_TRUE(CheckHyperparameters(ckpt, run, o).ok());
 }
 

@@ -63,10 +63,12 @@ std::string JoinList(const std::vector<std::string>& v) {
   return s;
 }
 
-bool HasHparamSection(const nlohmann::json& meta, const HparamCheckOptions& o) {
+// True when the run's meta describes a configuration to compare (some section has a "config");
+// a bare state (e.g. a tool reading raw slots) is loaded without the check.
+bool HasConfigSection(const nlohmann::json& meta) {
   if (!meta.is_object()) return false;
-  for (const std::string& s : o.sections) {
-    if (meta.contains(s)) return true;
+  for (auto it = meta.begin(); it != meta.end(); ++it) {
+    if (it.value().is_object() && it.value().contains("config")) return true;
   }
   return false;
 }
@@ -143,7 +145,7 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, c
   }
   std::vector<int> slot_idx, buf_idx;
   RETURN_IF_ERROR(MatchEntries(m, dest, options, &slot_idx, &buf_idx, &report).WithContext(where));
-  if (options.check_hyperparameters && HasHparamSection(dest.meta, options.hparams)) {
+  if (options.check_hyperparameters && HasConfigSection(dest.meta)) {
     StatusOr<std::vector<std::string>> lines = CheckHyperparameters(m.meta, dest.meta, options.hparams);
     if (!lines.ok()) return lines.status().WithContext(where);
     report.hparam_differences = std::move(lines).value();

@@ -15,8 +15,9 @@
 //     buffers) (kInvalidArgument);
 //   - slots/buffers in the checkpoint that dest does not request: kInvalidArgument, or listed in
 //     the report with UnrequestedPolicy::kIgnore;
-//   - hyperparameters (hparams.h) when dest.meta holds an "optimizer" or "ema" section:
-//     kFailedPrecondition unless options.hparams.allow_override.
+//   - configuration (hparams.h), when dest.meta has a section with a "config": every meta
+//     section's "config" (never its "progress") against the checkpoint's: kFailedPrecondition listing every difference unless
+//     options.hparams.allow_override. The defaults resume an identically configured run.
 // On success dest.step and dest.meta become the checkpoint's. On error dest's data is unspecified.
 //
 // Collective when `comm` is non-null: every rank calls it; the outcome is agreed (one all-gather)

@@ -139,10 +139,10 @@ TEST_F(LoadTest, HyperparameterChangesFailUnlessOverridden) {
   StoreLayout l = MakeLayout(TestModel(), 1);
   OwnedState dest = MakeDest(l, 0, DefaultSlots());
   dest.state.meta = TestMeta(0.9999);
-  dest.state.meta["counters"]["ema_0.999"] = 0;  // counters live outside the compared sections
+  dest.state.meta["ema"]["progress"]["slots"][0]["num_updates"] = 0;  // progress: never compared
   Status s = LoadCheckpoint(root_, nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("ema.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ema.config.slots.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)"), std::string::npos) << s;
 
   LoadOptions o;
   o.hparams.allow_override = true;

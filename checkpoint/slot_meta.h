@@ -1,15 +1,13 @@
-// The EMA hyperparameters and counters of one slot, found in a checkpoint's meta under any of the
-// conventions of checkpoint/FORMAT.md "meta conventions" (read by `ckpt export` for the
-// safetensors __metadata__ and by `ckpt inspect`):
-//   meta.ema.<slot>                  an object of hyperparameters; counters, if any, in
-//                                    meta.counters.<slot>
-//   meta.ema[i] with "name": <slot>  an array of configs; counters, if any, in its "counters"
-//   meta.ema.slots[i] = {"config": {"name": <slot>, ...}, "counters": {...}}
-//                                    the optimizer's layout (EmaSlots::ToJson)
-// The meta is untrusted input: every value on the way is type-checked (JsonField), so a manifest
-// whose meta.ema has the wrong shape is kDataLoss naming `where` and the key path (e.g.
-// "manifest 'D/manifest.json': key 'meta.ema[0].name': expected a string, found 5"), never an
-// exception. A meta without an "ema" section, or without the slot, gives nulls.
+// A slot's entries in a checkpoint meta (FORMAT.md "meta"): a component that owns named slots
+// lists them as arrays of objects with a "name" in its section, "<section>.config.slots" (the
+// slot's configuration, e.g. an EMA's schedule) and "<section>.progress.slots" (its counters).
+// FindSlotMeta searches every section, knowing no section name (read by `ckpt export` for the
+// safetensors __metadata__ and by `ckpt inspect`).
+//
+// The meta is untrusted input: every value on the way is type-checked (checkpoint/json_reader.h
+// JsonField), so a manifest whose slot lists have the wrong shape is kDataLoss naming `where`
+// and the key path (e.g. "manifest 'D/manifest.json': key 'meta.ema.config.slots[0].name':
+// expected a string, found 5"), never an exception. A meta without the slot gives nulls.
 //
 // Threading: pure function.
 #ifndef SHARDEMA_CHECKPOINT_SLOT_META_H_
@@ -24,8 +22,8 @@
 namespace shardema {
 
 struct SlotMeta {
-  nlohmann::json config;    // the slot's hyperparameters ("name" removed); null when absent
-  nlohmann::json counters;  // its counters (usually an object); null when absent
+  nlohmann::json config;    // the slot's config object without "name"; null when absent
+  nlohmann::json progress;  // the slot's progress object without "name"; null when absent
 };
 
 StatusOr<SlotMeta> FindSlotMeta(const nlohmann::json& meta, const std::string& slot,

@@ -73,9 +73,13 @@ std::vector<float> ExpectedBuffer(const std::string& name, int64_t step) {
 }
 
 nlohmann::json TestMeta(double ema_decay) {
-  return {{"optimizer", {{"kind", "adamw"}, {"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"weight_decay", 0.01}}},
-          {"ema", {{"ema_0.999", {{"kind", "constant"}, {"decay", ema_decay}, {"interval", 1}}}}},
-          {"counters", {{"ema_0.999", 17}}},
+  return {{"optimizer",
+           {{"config", {{"kind", "adamw"}, {"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"weight_decay", 0.01}}},
+            {"progress", {{"step", 17}}}}},
+          {"ema",
+           {{"config", {{"slots", {{{"name", "ema_0.999"}, {"kind", "constant"}, {"decay", ema_decay},
+                                    {"interval", 1}}}}}},
+            {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", 17}}}}}}}},
           {"rng", {{"seed", 1234}}},
           {"data", {{"position", 4096}}}};
 }

@@ -74,9 +74,9 @@ TrainingRig MakeRig(std::vector<EmaConfig> emas, OptimizerOptions opt = AdamW())
 void TrainStep(TrainingRig& rig, int s) {
   rig.store->buffer("stats")->as<float>()[1] = float(s) * 1.5f;
   Status st = ::shardema::testing::FeedGrads(
-      rig.store.get(), [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
+      rig.store, [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
   ASSERT_TRUE(st.ok()) << st;
-  auto res = rig.opt->Step();
+  auto res = rig.state->Step();
   ASSERT_TRUE(res.ok()) << res.status();
 }
 
@@ -185,8 +185,8 @@ TEST(EmaOffloadTest, SwapCopyToAndCheckpointViewsWaitForPendingUpdates) {
   ASSERT_TRUE(off.emas->Swap("ema_warm").ok());
   EXPECT_EQ(Bytes(off.store->master(), n * 4), Bytes(in_pass.store->master(), n * 4));
   EXPECT_EQ(Bytes(off.store->compute_shard(), n * 2), Bytes(in_pass.store->compute_shard(), n * 2));
-  EXPECT_EQ(off.opt->Step().status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(off.opt->CheckpointView().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(off.state->Step().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(off.state->CheckpointView().status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(off.emas->SwapBack().ok());
   ASSERT_TRUE(in_pass.emas->SwapBack().ok());
   EXPECT_EQ(Bytes(off.store->master(), n * 4), master);
@@ -209,8 +209,8 @@ TEST(EmaOffloadTest, SwapCopyToAndCheckpointViewsWaitForPendingUpdates) {
   // Checkpoint views right after a step: the same bytes as the in-pass run's.
   TrainStep(in_pass, 8);
   TrainStep(off, 8);
-  auto vw = in_pass.opt->CheckpointView();
-  auto vg = off.opt->CheckpointView();
+  auto vw = in_pass.state->CheckpointView();
+  auto vg = off.state->CheckpointView();
   ASSERT_TRUE(vw.ok() && vg.ok()) << vg.status();
   ASSERT_EQ(vg->slots.size(), vw->slots.size());
   for (size_t i = 0; i < vw->slots.size(); ++i) {
@@ -224,7 +224,7 @@ TEST(EmaOffloadTest, RestoreIntoOffloadedSlotsAndResumeWithOffloadToggled) {
   TrainingRig src = MakeRig(Configs(false, false));
   ASSERT_NE(src.opt, nullptr);
   for (int s = 1; s <= 5; ++s) TrainStep(src, s);
-  auto saved = src.opt->CheckpointView();
+  auto saved = src.state->CheckpointView();
   ASSERT_TRUE(saved.ok()) << saved.status();
   const size_t n = size_t(src.store->layout().local_numel());
 
@@ -232,7 +232,7 @@ TEST(EmaOffloadTest, RestoreIntoOffloadedSlotsAndResumeWithOffloadToggled) {
   TrainingRig dst = MakeRig(Configs(true, false));
   ASSERT_NE(dst.opt, nullptr);
   TrainStep(dst, 1);  // pending offloaded work must not race the restore
-  auto dest = dst.opt->CheckpointView();
+  auto dest = dst.state->CheckpointView();
   ASSERT_TRUE(dest.ok()) << dest.status();
   ASSERT_EQ(dest->slots.size(), saved->slots.size());
   for (size_t i = 0; i < saved->slots.size(); ++i) {
@@ -242,7 +242,7 @@ TEST(EmaOffloadTest, RestoreIntoOffloadedSlotsAndResumeWithOffloadToggled) {
     std::memcpy(dest->buffers[i].data, saved->buffers[i].data, 12);
   }
   // The configs differ only in `offload`: no config change to allow.
-  ASSERT_TRUE(dst.opt->FinishRestore(saved->meta).ok());
+  ASSERT_TRUE(dst.state->FinishRestore(saved->meta).ok());
   EXPECT_EQ(dst.opt->step(), 5);
   ExpectSameState(src, dst, "after restore");
   for (int s = 6; s <= 9; ++s) {

@@ -4,7 +4,7 @@
 #include <set>
 #include <utility>
 
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
@@ -71,14 +71,14 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
     ASSIGN_OR_RETURN(e->offloader_,
                      EmaOffloader::Create(store->device(), reg.local_numel(), store->stream()));
     EmaOffloader* o = e->offloader_.get();
-    e->guard_id_ = store->AddShardUpdateGuard([o](Stream s) { return o->OrderMasterWrite(s); });
+    e->guard_ = store->AddShardUpdateGuard([o](Stream s) { return o->OrderMasterWrite(s); });
   }
   return e;
 }
 
 EmaSlots::~EmaSlots() {
   if (offloader_ != nullptr) offloader_->Fence().IgnoreError();
-  if (guard_id_ >= 0) store_->RemoveShardUpdateGuard(guard_id_);
+  guard_.Reset();
 }
 
 StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
@@ -138,6 +138,23 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
   }
   counters_[i] = EmaCounters{0, step, step};
   return Status::Ok();
+}
+
+StatusOr<EmaStep> EmaSlots::PlanStep(int64_t step) {
+  RETURN_IF_ERROR(StartPending(step));
+  EmaStep s;
+  s.next_step = step + 1;
+  s.plan = Plan(s.next_step);
+  for (const EmaStepPlan& p : s.plan) {
+    if (!offloaded(p.slot)) s.targets.push_back(EmaTarget{SlotData(p.slot), p.beta});
+  }
+  return s;
+}
+
+Status EmaSlots::CommitStep(const EmaStep& s, bool skipped) {
+  if (skipped) return Status::Ok();
+  RETURN_IF_ERROR(SubmitOffloaded(s.plan));
+  return Commit(s.plan, s.next_step);
 }
 
 Status EmaSlots::StartPending(int64_t step) {
@@ -251,69 +268,47 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   return out;
 }
 
-nlohmann::json EmaSlots::ToJson() const {
+nlohmann::json EmaSlots::ConfigJson() const {
   nlohmann::json slots = nlohmann::json::array();
-  for (size_t i = 0; i < configs_.size(); ++i) {
-    slots.push_back({{"config", configs_[i].ToJson()}, {"counters", counters_[i].ToJson()}});
+  for (const EmaConfig& c : configs_) {
+    nlohmann::json j = c.ToJson();
+    j.erase("offload");  // placement only: the values are bit-identical either way
+    slots.push_back(std::move(j));
   }
   return {{"slots", slots}};
 }
 
-std::vector<std::string> EmaSlots::DiffConfigs(const std::vector<EmaConfig>& run,
-                                               const std::vector<EmaConfig>& checkpoint) {
+nlohmann::json EmaSlots::ProgressJson() const {
+  nlohmann::json slots = nlohmann::json::array();
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    nlohmann::json s = counters_[i].ToJson();
+    s["name"] = configs_[i].name;
+    slots.push_back(s);
+  }
+  return {{"slots", slots}};
+}
+
+std::vector<std::string> EmaSlots::SlotNames() const {
   std::vector<std::string> out;
-  for (const EmaConfig& r : run) {
-    const EmaConfig* c = nullptr;
-    for (const EmaConfig& k : checkpoint) {
-      if (k.name == r.name) c = &k;
-    }
-    if (c == nullptr) {
-      out.push_back("slot '" + r.name + "': not in the checkpoint");
-      continue;
-    }
-    for (const std::string& d : r.Diff(*c)) {
-      out.push_back("slot '" + r.name + "': " + d + " (run vs checkpoint)");
-    }
-  }
-  for (const EmaConfig& k : checkpoint) {
-    bool found = false;
-    for (const EmaConfig& r : run) found = found || r.name == k.name;
-    if (!found) out.push_back("slot '" + k.name + "': in the checkpoint but not in this run");
-  }
+  for (const EmaConfig& c : configs_) out.push_back(c.name);
   return out;
 }
 
-Status EmaSlots::LoadJson(const nlohmann::json& j, bool allow_config_change) {
+Status EmaSlots::LoadProgress(const nlohmann::json& progress) {
   if (swapped())
     return FailedPrecondition("EMA slot '", swapped_, "' is swapped in: swap back first");
-  std::vector<EmaConfig> ckpt;
-  std::vector<EmaCounters> ckpt_counters;
+  std::vector<EmaCounters> next(configs_.size());
   try {
-    for (const nlohmann::json& s : j.at("slots")) {
-      StatusOr<EmaConfig> c = EmaConfig::FromJson(s.at("config"));
-      if (!c.ok()) return c.status().WithContext("EMA state JSON");
-      StatusOr<EmaCounters> k = EmaCounters::FromJson(s.at("counters"));
-      if (!k.ok()) return k.status().WithContext("EMA state JSON, slot '" + c->name + "'");
-      ckpt.push_back(*c);
-      ckpt_counters.push_back(*k);
+    for (const nlohmann::json& s : progress.at("slots")) {
+      const std::string name = s.at("name").get<std::string>();
+      StatusOr<EmaCounters> k = EmaCounters::FromJson(s);
+      if (!k.ok()) return k.status().WithContext("EMA progress JSON, slot '" + name + "'");
+      for (size_t i = 0; i < configs_.size(); ++i) {
+        if (configs_[i].name == name) next[i] = *k;
+      }
     }
   } catch (const nlohmann::json::exception& e) {
-    return DataLoss("EMA state JSON is malformed: ", e.what());
-  }
-  const std::vector<std::string> diffs = DiffConfigs(configs_, ckpt);
-  if (!diffs.empty() && !allow_config_change) {
-    std::string msg;
-    for (const std::string& d : diffs) msg += "\n  " + d;
-    return FailedPrecondition(
-        "EMA slot configuration differs from the checkpoint (set "
-        "allow_config_change to keep this run's configs):",
-        msg);
-  }
-  std::vector<EmaCounters> next(configs_.size());
-  for (size_t i = 0; i < configs_.size(); ++i) {
-    for (size_t k = 0; k < ckpt.size(); ++k) {
-      if (ckpt[k].name == configs_[i].name) next[i] = ckpt_counters[k];
-    }
+    return DataLoss("EMA progress JSON is malformed: ", e.what());
   }
   counters_ = std::move(next);
   return Status::Ok();

@@ -8,7 +8,14 @@
 // current value) or kAverage (an EMA with the slot's beta).
 //
 // Updates happen inside the optimizer's fused pass (optim/optimizer.h) once per completed,
-// non-skipped optimizer step, never per micro-batch:
+// non-skipped optimizer step, never per micro-batch. The optimizer knows no EmaSlots: it takes
+// this step's targets as plain data (optim/fused_step.h EmaTarget: slot memory + decay), which
+// PlanStep() computes before the pass and CommitStep() completes after it
+// (train/train_state.h does both around Optimizer::BeginStep / FinishStep):
+//   PlanStep(step)      StartPending(step) and Plan(step + 1); the targets are the planned slots
+//                       that are not offloaded.
+//   CommitStep(s, skipped)  nothing for a skipped step; else SubmitOffloaded(plan) and Commit.
+// The parts:
 //   StartPending(step)  before the pass: every slot not started yet whose start_step <= step is
 //                       initialised from the master (and its buffers copied). With start_step 0
 //                       this captures the initial weights before the first step; a slot added on
@@ -42,15 +49,16 @@
 // CPU store offload changes no placement; the updates still go through the host thread.
 // Results are bit-identical with and without offload.
 //
-// State: ToJson() holds every slot's config and counters (num_updates, last_update_step,
-// started_at) for the checkpoint's meta. LoadJson() restores counters and refuses a checkpoint
-// whose slot configs differ from the run's (DiffConfigs lists every difference) unless
-// allow_config_change is set, in which case the run's configs win, counters of slots common to
-// both are restored and slots new to the run start afresh.
+// State (the checkpoint's "ema" section, PyTorch DCP Stateful shape): ConfigJson() holds every
+// slot's config (compared on resume by checkpoint/hparams.h, which lists every difference),
+// ProgressJson() every slot's counters (num_updates, last_update_step, started_at; restored by
+// LoadProgress, never compared). LoadProgress restores the counters of the slots the checkpoint
+// has; slots new to the run start afresh (when a config change was accepted on resume, the
+// run's configs win).
 //
 // Errors: kInvalidArgument for invalid or duplicate configs; kNotFound for unknown slot names;
 // kFailedPrecondition for misuse (swapping while another slot is swapped, using a slot before it
-// started, a gathered unit during a swap, a config mismatch on load).
+// started, a gathered unit during a swap, a step or load while swapped).
 // Threading: one thread, like the store. The store must outlive this object.
 #ifndef SHARDEMA_EMA_EMA_SLOTS_H_
 #define SHARDEMA_EMA_EMA_SLOTS_H_
@@ -65,6 +73,7 @@
 #include "ema/schedule.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
+#include "optim/fused_step.h"
 
 namespace shardema {
 
@@ -88,6 +97,13 @@ struct EmaStepPlan {
   size_t slot = 0;
   double beta = 0.0;  // 0 when the slot starts (exact copy)
   bool starts = false;
+};
+
+// One optimizer step's EMA work: the plan and the fused pass's targets.
+struct EmaStep {
+  int64_t next_step = 0;
+  std::vector<EmaStepPlan> plan;
+  std::vector<EmaTarget> targets;  // local shards of the planned slots that are not offloaded
 };
 
 class EmaSlots {
@@ -121,6 +137,11 @@ class EmaSlots {
   Status Fence() const;
 
   // ---- Optimizer integration (local, no communication) ----
+  // Before the fused pass completing step `step` + 1 (after the optimizer decided not to skip).
+  // Errors: kFailedPrecondition while swapped; start-copy errors.
+  StatusOr<EmaStep> PlanStep(int64_t step);
+  // After the pass: nothing when `skipped`, else SubmitOffloaded(s.plan) and Commit.
+  Status CommitStep(const EmaStep& s, bool skipped);
   Status StartPending(int64_t step);
   std::vector<EmaStepPlan> Plan(int64_t next_step) const;
   // After the fused pass (which wrote the plan's slots that are not offloaded): snapshots the new
@@ -136,14 +157,14 @@ class EmaSlots {
   StatusOr<std::vector<FullTensor>> CopyTo(const std::string& name, int root);
 
   // ---- State ----
-  // {"slots": [{"config": EmaConfig::ToJson(), "counters": EmaCounters::ToJson()}]}.
-  nlohmann::json ToJson() const;
-  Status LoadJson(const nlohmann::json& j, bool allow_config_change);
-  // Differences between the run's slots and a checkpoint's, one line each:
-  // "slot 'ema_a': decay: 0.999 vs 0.9999 (run vs checkpoint)", "slot 'ema_b': not in the
-  // checkpoint", "slot 'ema_c': in the checkpoint but not in this run". Empty when equal.
-  static std::vector<std::string> DiffConfigs(const std::vector<EmaConfig>& run,
-                                              const std::vector<EmaConfig>& checkpoint);
+  // {"slots": [EmaConfig::ToJson() without "offload" (placement, not configuration), ...]}
+  nlohmann::json ConfigJson() const;
+  nlohmann::json ProgressJson() const;  // {"slots": [{"name", EmaCounters::ToJson() fields}]}
+  // Restores the counters of the slots named in ProgressJson() output (others start afresh).
+  // Errors: kFailedPrecondition while swapped; kDataLoss for malformed JSON (nothing changes).
+  Status LoadProgress(const nlohmann::json& progress);
+  // The registry slots of the EMAs, in config order.
+  std::vector<std::string> SlotNames() const;
 
  private:
   EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs);
@@ -162,7 +183,7 @@ class EmaSlots {
   std::vector<EmaCounters> counters_;
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
-  int guard_id_ = -1;                        // store shard-update guard (offloader)
+  ShardedParameterStore::GuardToken guard_;  // store shard-update guard (offloader)
 };
 
 }  // namespace shardema

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "framework/device.h"
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 #include "optim/fused_step.h"
 
 namespace shardema {

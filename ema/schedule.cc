@@ -404,27 +404,6 @@ StatusOr<double> SigmaRelToGamma(double sigma_rel) {
   return std::fabs(f(lo)) <= std::fabs(f(hi)) ? lo : hi;
 }
 
-bool GlobMatch(const std::string& pattern, const std::string& name) {
-  // Iterative matcher with one backtrack point (the last '*'): O(|pattern| * |name|) worst case.
-  size_t p = 0, n = 0, star = std::string::npos, star_n = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      star_n = n;
-    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      n = ++star_n;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 BufferMode BufferModeFor(const EmaConfig& c, const std::string& buffer_name) {
   for (const BufferRule& r : c.buffer_rules) {
     if (GlobMatch(r.pattern, buffer_name)) return r.mode;

@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/glob.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -105,8 +106,7 @@ double EmaDecay(const EmaConfig& c, int64_t step);
 double GammaToSigmaRel(double gamma);
 StatusOr<double> SigmaRelToGamma(double sigma_rel);
 
-// Glob match used by buffer rules and parameter groups.
-bool GlobMatch(const std::string& pattern, const std::string& name);
+// The mode of the first buffer rule whose pattern (framework/glob.h) matches; kCopy otherwise.
 BufferMode BufferModeFor(const EmaConfig& c, const std::string& buffer_name);
 
 }  // namespace shardema

@@ -131,30 +131,22 @@ Status Trainer::Setup() {
     so.device = device_comm_->device();
     store_comm = device_comm_;
   }
-  {
-    StatusOr<std::unique_ptr<ShardedParameterStore>> s =
-        ShardedParameterStore::Create(
-            c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {},
-            store_comm, so);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
-    store_ = std::move(s).value();
-  }
+  StatusOr<std::unique_ptr<ShardedParameterStore>> s = ShardedParameterStore::Create(
+      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {}, store_comm, so);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
   Status init;
   if (c.model == ModelKind::kGpt) {
-    init = c.init.empty() ? InitGptFromSeed(store_.get(), GptShapeOf(c), c.seed)
-                          : InitGptFromFile(store_.get(), c.init);
+    init = c.init.empty() ? InitGptFromSeed(s->get(), GptShapeOf(c), c.seed)
+                          : InitGptFromFile(s->get(), c.init);
   } else {
-    init = c.init.empty() ? InitMlpFromSeed(store_.get(), c.layers, c.seed)
-                          : InitMlpFromFile(store_.get(), c.init);
+    init = c.init.empty() ? InitMlpFromSeed(s->get(), c.layers, c.seed)
+                          : InitMlpFromFile(s->get(), c.init);
   }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
-  if (!c.emas.empty()) {
-    ASSIGN_OR_RETURN(emas_, EmaSlots::Create(store_.get(), c.emas));
-  }
-  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(store_.get(), emas_.get(), OptimizerOptionsFor(c)));
-  for (const UnitLayout& u : store_->layout().units()) {
+  ASSIGN_OR_RETURN(state_, TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
+  for (const UnitLayout& u : store()->layout().units()) {
     for (const ParamLayout& p : u.params) {
-      const bool decays = optimizer_->group_hyper(optimizer_->GroupOf(p.name)).weight_decay != 0;
+      const bool decays = optimizer()->group_hyper(optimizer()->GroupOf(p.name)).weight_decay != 0;
       if (c.model == ModelKind::kGpt && c.weight_decay != 0 && decays != (p.shape.size() >= 2)) {
         return Internal("weight decay grouping: parameter '", p.name, "' of shape ",
                         ShapeToString(p.shape), (decays ? " decays" : " does not decay"));
@@ -166,7 +158,7 @@ Status Trainer::Setup() {
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
     if (c.resume) {
-      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, optimizer_.get(), data_));
+      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, state_.get(), data_));
     } else {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
@@ -182,12 +174,12 @@ Status Trainer::Setup() {
     metrics_ = std::move(m).value();
   }
   if (rank == 0) {
-    LOG_INFO << ProgramName(c) << ": " << store_->layout().total_numel() << " parameters in "
-             << store_->num_units() << " units over " << world << " rank(s) on "
-             << (store_->device().is_cuda() ? "cuda (rank 0: " + store_->device().ToString() + ")"
+    LOG_INFO << ProgramName(c) << ": " << store()->layout().total_numel() << " parameters in "
+             << store()->num_units() << " units over " << world << " rank(s) on "
+             << (store()->device().is_cuda() ? "cuda (rank 0: " + store()->device().ToString() + ")"
                                             : std::string("cpu"))
              << "; data " << data_.source << " (" << data_.rows
-             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ") << (emas_ ? emas_->size() : 0) << " EMA slot(s)";
+             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ") << (emas() ? emas()->size() : 0) << " EMA slot(s)";
     if (resume_.resumed) {
       LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
                << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
@@ -245,21 +237,21 @@ Status Trainer::LoadData() {
 Status Trainer::CreateModel() {
   const TrainConfig& c = config_;
   if (c.model == ModelKind::kGpt) {
-    if (store_->device().is_cuda()) {
+    if (store()->device().is_cuda()) {
       return AgreeOnStatus(comm_, Unimplemented("train_gpt --device cuda: the GPU model is not "
                                                 "implemented yet; use --device cpu"), "GPU model");
     }
     StatusOr<std::unique_ptr<GptModel>> m =
-        GptModel::Create(store_.get(), GptShapeOf(c), c.compute_threads, c.recompute);
+        GptModel::Create(store(), GptShapeOf(c), c.compute_threads, c.recompute);
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPT model"));
     model_ = std::move(m).value();
-  } else if (store_->device().is_cuda()) {
+  } else if (store()->device().is_cuda()) {
     StatusOr<std::unique_ptr<MlpModelCuda>> m =
-        MlpModelCuda::Create(store_.get(), c.layers, c.activation, c.loss, c.allow_tf32);
+        MlpModelCuda::Create(store(), c.layers, c.activation, c.loss, c.allow_tf32);
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
     model_ = std::move(m).value();
   } else {
-    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss);
   }
   return Status::Ok();
 }
@@ -316,7 +308,7 @@ Status Trainer::CheckDevice() const {
 
 StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   const TrainConfig& c = config_;
-  RETURN_IF_ERROR(store_->ZeroGrad());
+  RETURN_IF_ERROR(store()->ZeroGrad());
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
@@ -326,7 +318,7 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   }
   // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
   if (saver_ != nullptr) saver_->WaitSnapshot();
-  ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
+  ASSIGN_OR_RETURN(StepResult result, state_->Step());
   // Equal local batches: the global mean is the mean of the ranks' means.
   float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
   CollectiveOptions avg;
@@ -360,12 +352,12 @@ StatusOr<double> Trainer::EvalPass() {
 
 Status Trainer::ForEachWeights(const std::function<Status(const std::string& name)>& fn) {
   RETURN_IF_ERROR(fn("live"));
-  for (size_t i = 0; emas_ != nullptr && i < emas_->size(); ++i) {
-    if (!emas_->counters(i).started()) continue;  // a slot with a later start step
-    const std::string& name = emas_->config(i).name;
-    RETURN_IF_ERROR(emas_->Swap(name));
+  for (size_t i = 0; emas() != nullptr && i < emas()->size(); ++i) {
+    if (!emas()->counters(i).started()) continue;  // a slot with a later start step
+    const std::string& name = emas()->config(i).name;
+    RETURN_IF_ERROR(emas()->Swap(name));
     Status st = fn(name);
-    Status back = emas_->SwapBack();
+    Status back = emas()->SwapBack();
     RETURN_IF_ERROR(st);
     RETURN_IF_ERROR(back);
   }
@@ -427,9 +419,9 @@ StatusOr<TrainSummary> Trainer::Run() {
   const bool lead = comm_->rank() == 0;
   TrainSummary s;
   s.resume = resume_;
-  s.start_step = optimizer_->step();
-  s.num_params = store_->layout().total_numel();
-  s.state_bytes_per_rank = store_->StateBytesPerRank();
+  s.start_step = optimizer()->step();
+  s.num_params = store()->layout().total_numel();
+  s.state_bytes_per_rank = store()->StateBytesPerRank();
   std::vector<double> times_ms;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
@@ -439,7 +431,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));
     auto outcome = *std::move(stepped);
     // GPU: the step's queued work (the optimizer pass) belongs to its time (CPU: no-op).
-    if (c.bench_json) RETURN_IF_ERROR(store_->Synchronize());
+    if (c.bench_json) RETURN_IF_ERROR(store()->Synchronize());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
@@ -464,24 +456,24 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
     if (EmaSnapshotDue(done, c.ema_snapshot_every)) {
-      RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas_, done).status());
+      RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas(), done).status());
     }
     if (saver_ != nullptr) {
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
-        RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, done));
+        RETURN_IF_ERROR(saver_->Save(*state_, data_, done));
       } else {
         RETURN_IF_ERROR(saver_->Poll());
       }
     }
   }
-  s.final_step = optimizer_->step();
+  s.final_step = optimizer()->step();
   ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
   ASSIGN_OR_RETURN(s.samples, Samples());
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
-    if (!already) RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, s.final_step));
+    if (!already) RETURN_IF_ERROR(saver_->Save(*state_, data_, s.final_step));
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }

@@ -8,7 +8,7 @@
 // gathers, reduce-scatters and the optimizer's norm run on it, ordered with the store's compute
 // stream by events. The store, the optimizer moments and the EMA slots live on the GPU; the
 // forward/backward is MlpModelCuda (cuBLAS, examples/cuda/mlp_model_cuda.h); batches are copied
-// up through pinned memory; checkpoints are staged to pinned host memory (Optimizer) and are
+// up through pinned memory; checkpoints are staged to pinned host memory (TrainState) and are
 // device-independent: a checkpoint saved on the GPU resumes on the CPU and vice versa.
 //
 // Create() builds, in this order: the data (--data or the synthetic task; --eval-data), the
@@ -18,7 +18,7 @@
 //
 //   for step = start .. steps-1:
 //     ZeroGrad; for each micro-batch: copy the rank's rows, MlpModel::ForwardBackward
-//     Optimizer::Step (clipping, the fused AdamW/SGD + EMA pass)
+//     TrainState::Step (clipping, the fused AdamW/SGD + EMA pass)
 //     loss = all-reduce mean of the ranks' losses; log; metrics.jsonl
 //     every --eval-every: Evaluate (live weights, then each started EMA slot swapped in)
 //     every --save-every: checkpoint (async: committed by Poll on later steps)
@@ -53,6 +53,7 @@
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "optim/optimizer.h"
+#include "train/train_state.h"
 
 namespace shardema::examples {
 
@@ -101,10 +102,11 @@ class Trainer {
   StatusOr<std::vector<std::pair<std::string, std::string>>> Samples();
 
   const TrainConfig& config() const { return config_; }
-  Device device() const { return store_->device(); }
-  ShardedParameterStore* store() const { return store_.get(); }
-  EmaSlots* emas() const { return emas_.get(); }  // null without EMA slots
-  Optimizer* optimizer() const { return optimizer_.get(); }
+  Device device() const { return state_->store()->device(); }
+  TrainState* state() const { return state_.get(); }
+  ShardedParameterStore* store() const { return state_->store(); }
+  EmaSlots* emas() const { return state_->emas(); }  // null without EMA slots
+  Optimizer* optimizer() const { return state_->optimizer(); }
   const Dataset& data() const { return data_; }
   const ResumeInfo& resume_info() const { return resume_; }
 
@@ -135,9 +137,7 @@ class Trainer {
   Dataset eval_data_;  // empty (rows 0) when the training rows are used
   TokenData tokens_, eval_tokens_;       // train_gpt (eval_tokens_ empty: training tokens)
   std::unique_ptr<SequenceOrder> order_;  // train_gpt
-  std::unique_ptr<ShardedParameterStore> store_;
-  std::unique_ptr<EmaSlots> emas_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<TrainState> state_;     // store + EMA slots + optimizer
   std::unique_ptr<Model> model_;  // MlpModel or MlpModelCuda
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;

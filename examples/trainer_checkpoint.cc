@@ -35,31 +35,13 @@ StatusOr<DirState> AgreeOnRoot(const std::string& root, Communicator* comm) {
   return got == "1" ? DirState::kHasCheckpoints : DirState::kEmpty;
 }
 
-StatusOr<std::vector<EmaConfig>> EmaConfigsOf(const nlohmann::json& meta) {
-  std::vector<EmaConfig> out;
-  if (!meta.contains("ema")) return out;
-  try {
-    for (const nlohmann::json& s : meta.at("ema").at("slots")) {
-      StatusOr<EmaConfig> c = EmaConfig::FromJson(s.at("config"));
-      if (!c.ok()) return DataLoss("checkpoint meta: EMA slot config: ", c.status().message());
-      out.push_back(*c);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss("checkpoint meta: malformed EMA section: ", e.what());
-  }
-  return out;
-}
-
 }  // namespace
 
-nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& optimizer,
-                                   const Dataset& data, int world_size, int64_t step) {
-  nlohmann::json meta = optimizer.StateJson();
+nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, int world_size,
+                               int64_t step) {
   nlohmann::json hparams = config.HparamsJson();
   hparams["data_rows"] = data.rows;
-  meta["hparams"] = hparams;
-  meta["trainer"] = {
-      {"config", config.ToJson()},
+  nlohmann::json progress = {
       {"world_size", world_size},
       {"data",
        {{"next_step", step},
@@ -72,24 +54,15 @@ nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& o
         {"draws_during_training", 0}}}};
   if (config.model == ModelKind::kGpt) {
     // data.rows is the token count; the order is a pure function of (seed, step, j).
-    meta["trainer"]["data"]["order"] = DataOrderName(config.data_order);
-    meta["trainer"]["data"]["next_sequence"] = step * config.batch;
+    progress["data"]["order"] = DataOrderName(config.data_order);
+    progress["data"]["next_sequence"] = step * config.batch;
+  }
+  nlohmann::json meta = {
+      {"trainer", {{"config", hparams}, {"progress", progress}, {"run", config.ToJson()}}}};
+  if (config.model == ModelKind::kGpt) {
     meta["tied_weights"] = GptTiedNames();  // exported under both names (checkpoint/export.h)
   }
   return meta;
-}
-
-StatusOr<std::vector<std::string>> CheckpointDifferences(const nlohmann::json& checkpoint_meta,
-                                                         const nlohmann::json& run_meta) {
-  HparamCheckOptions o;
-  o.sections = {"optimizer", "options", "hparams"};
-  o.ignore_keys = {"num_threads"};
-  o.allow_override = true;  // collect the lines; the caller decides
-  ASSIGN_OR_RETURN(std::vector<std::string> lines, CheckHyperparameters(checkpoint_meta, run_meta, o));
-  ASSIGN_OR_RETURN(std::vector<EmaConfig> ckpt_emas, EmaConfigsOf(checkpoint_meta));
-  ASSIGN_OR_RETURN(std::vector<EmaConfig> run_emas, EmaConfigsOf(run_meta));
-  for (const std::string& d : EmaSlots::DiffConfigs(run_emas, ckpt_emas)) lines.push_back(d);
-  return lines;
 }
 
 Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) {
@@ -104,11 +77,11 @@ Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) 
 }
 
 StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
-                                      Optimizer* optimizer, const Dataset& data) {
+                                      TrainState* state, const Dataset& data) {
   ResumeInfo info;
   const std::string& root = config.ckpt_dir;
-  ASSIGN_OR_RETURN(DirState state, AgreeOnRoot(root, comm));
-  if (state == DirState::kEmpty) {
+  ASSIGN_OR_RETURN(DirState dir_state, AgreeOnRoot(root, comm));
+  if (dir_state == DirState::kEmpty) {
     Status made = RankOf(comm) == 0 ? MakeDirs(root) : Status::Ok();
     RETURN_IF_ERROR(AgreeOnStatus(comm, made, "create --ckpt-dir '" + root + "'"));
     return info;  // fresh start
@@ -120,12 +93,15 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
     return ReadManifest(dir);
   }();
   RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), "--resume from '" + root + "'"));
-  const nlohmann::json run_meta =
-      BuildCheckpointMeta(config, *optimizer, data, WorldSizeOf(comm), optimizer->step());
-  ASSIGN_OR_RETURN(std::vector<std::string> diffs, CheckpointDifferences(manifest->meta, run_meta));
+  const nlohmann::json extra = TrainerSections(config, data, WorldSizeOf(comm), state->step());
+  ASSIGN_OR_RETURN(nlohmann::json run_meta, state->Meta(extra));
+  HparamCheckOptions check;
+  check.allow_override = true;  // collect the lines; decided below
+  ASSIGN_OR_RETURN(std::vector<std::string> diffs,
+                   CheckHyperparameters(manifest->meta, run_meta, check));
   if (!diffs.empty() && !config.override_hparams) {
     std::string msg = "--resume from '" + root + "' (step " + std::to_string(manifest->step) +
-                      "): the checkpoint's hyperparameters differ from this run's (" +
+                      "): the checkpoint's configuration differs from this run's (" +
                       std::to_string(diffs.size()) + "):";
     for (const std::string& d : diffs) msg += "\n  " + d;
     msg += "\npass --override-hparams to resume with this run's values";
@@ -134,7 +110,7 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   for (const std::string& d : diffs) LOG_WARNING << "--override-hparams: keeping this run's value: " << d;
   info.overridden = diffs;
 
-  ASSIGN_OR_RETURN(CheckpointState dest, optimizer->CheckpointView());
+  ASSIGN_OR_RETURN(CheckpointState dest, state->CheckpointView(extra));
   if (config.override_hparams) {
     // Request only what the checkpoint has (EMA slots new to this run start afresh).
     std::vector<SlotView> present;
@@ -144,14 +120,14 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
     dest.slots = present;
   }
   LoadOptions lo;
-  lo.check_hyperparameters = false;  // compared above, with the EMA configs
+  lo.hparams.allow_override = config.override_hparams;
   lo.unrequested = config.override_hparams ? UnrequestedPolicy::kIgnore : UnrequestedPolicy::kError;
   ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(root, comm, dest, lo));
-  Status restored = optimizer->FinishRestore(dest.meta, config.override_hparams);
+  Status restored = state->FinishRestore(dest.meta, config.override_hparams);
   RETURN_IF_ERROR(AgreeOnStatus(comm, restored, "--resume from '" + report.dir + "'"));
-  if (optimizer->step() != report.step) {
+  if (state->step() != report.step) {
     return DataLoss("checkpoint '", report.dir, "': manifest step ", report.step,
-                    " but optimizer state step ", optimizer->step());
+                    " but optimizer state step ", state->step());
   }
   info.resumed = true;
   info.step = report.step;
@@ -171,11 +147,11 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
         return o;
       }()) {}
 
-Status CheckpointSaver::Save(const Optimizer& optimizer, const Dataset& data, int64_t step) {
-  ASSIGN_OR_RETURN(CheckpointState state, optimizer.CheckpointView());
-  state.meta = BuildCheckpointMeta(config_, optimizer, data, WorldSizeOf(comm_), step);
-  if (config_.async_save) return writer_.SaveAsync(state);
-  return writer_.Save(state);
+Status CheckpointSaver::Save(const TrainState& state, const Dataset& data, int64_t step) {
+  ASSIGN_OR_RETURN(CheckpointState view,
+                   state.CheckpointView(TrainerSections(config_, data, WorldSizeOf(comm_), step)));
+  if (config_.async_save) return writer_.SaveAsync(view);
+  return writer_.Save(view);
 }
 
 void CheckpointSaver::WaitSnapshot() { writer_.WaitSnapshot(); }

@@ -2,17 +2,15 @@
 // --resume (fresh start without a checkpoint, hyperparameter check, reshard on another world
 // size, bit-exact restore on the same one).
 //
-// Meta of every checkpoint (JSON, stored verbatim in the manifest):
-//   Optimizer::StateJson()  "optimizer" (kind), "step", "skipped_steps", "options" (optimizer and
-//                           LR hyperparameters), "ema" (every slot's config and counters),
-//                           "slots" (the registry)
-//   "hparams"               TrainConfig::HparamsJson() plus "data_rows": what must match on resume
-//   "trainer"               {"config": TrainConfig::ToJson(), "world_size": W,
-//                            "data": {"next_step", "next_row", "rows", "source"} (the loader's
-//                            position: step s starts at row (s*B) mod N),
-//                            "rng": {"seed", "generator", "draws_during_training": 0}}
-//   train_gpt also: "trainer.data" {"order", "next_sequence" = step * B} (rows = tokens), and
-//                           "tied_weights" {"lm_head.weight": "transformer.wte.weight"}
+// Meta of every checkpoint (JSON, stored verbatim in the manifest): TrainState::Meta's sections
+// ("store", "optimizer", "ema": each {"config", "progress", "slots"}) plus
+//   "trainer"   {"config": TrainConfig::HparamsJson() plus "data_rows" (what must match on
+//                resume), "progress": {"world_size": W, "data": {"next_step", "next_row",
+//                "rows", "source"} (the loader's position: step s starts at row (s*B) mod N),
+//                "rng": {"seed", "generator", "draws_during_training": 0}},
+//                "run": TrainConfig::ToJson() (the whole command line; not compared)}
+//   train_gpt also: "trainer.progress.data" {"order", "next_sequence" = step * B} (rows =
+//                tokens), and "tied_weights" {"lm_head.weight": "transformer.wte.weight"}
 // The trainer draws random numbers only while initialising (keyed by (seed, name), rng.h), so
 // the seed is the whole RNG state; it is recorded and compared on resume.
 //
@@ -20,8 +18,8 @@
 // one with neither `latest` nor a committed step directory: a fresh start. Otherwise the latest
 // checkpoint is loaded, and any failure — a corrupt or missing file, a manifest checksum
 // mismatch, another model — is an error naming the file (never a silent fresh start or an
-// older checkpoint). Before reading slots, the checkpoint's optimizer kind and options, "hparams"
-// and EMA slot configs are compared with this run's: differences fail, listing each one, unless
+// older checkpoint). Before reading slots, every section's "config" is compared with this run's
+// (checkpoint/hparams.h, the one check): differences fail, listing each one, unless
 // --override-hparams (then they are logged and this run's values win; EMA slots new to the run
 // start afresh from the master, slots only in the checkpoint are dropped).
 //
@@ -42,19 +40,14 @@
 #include "examples/train_config.h"
 #include "framework/communicator.h"
 #include "framework/status.h"
-#include "optim/optimizer.h"
+#include "train/train_state.h"
 
 namespace shardema::examples {
 
-// The meta of a checkpoint written after `step` completed optimizer steps.
-nlohmann::json BuildCheckpointMeta(const TrainConfig& config, const Optimizer& optimizer,
-                                   const Dataset& data, int world_size, int64_t step);
-
-// Differences between a checkpoint's meta and this run's, one line each ("hparams.batch: 8
-// (checkpoint) vs 16 (run)", "slot 'ema_0.9': decay: 0.9 vs 0.95 (run vs checkpoint)").
-// Errors: kDataLoss when the checkpoint's EMA section is malformed.
-StatusOr<std::vector<std::string>> CheckpointDifferences(const nlohmann::json& checkpoint_meta,
-                                                         const nlohmann::json& run_meta);
+// The trainer's own meta section ("trainer", see above) of a checkpoint written after `step`
+// completed optimizer steps, as TrainState::Meta's `extra`.
+nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, int world_size,
+                               int64_t step);
 
 struct ResumeInfo {
   bool resumed = false;
@@ -65,10 +58,10 @@ struct ResumeInfo {
   std::vector<std::string> overridden;  // differences accepted with --override-hparams
 };
 
-// Collective. Restores the optimizer's store, moments, EMA slots and counters from the latest
+// Collective. Restores the training state (master, moments, EMA slots and counters) from the latest
 // checkpoint in config.ckpt_dir (see above), or reports a fresh start.
 StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
-                                      Optimizer* optimizer, const Dataset& data);
+                                      TrainState* state, const Dataset& data);
 
 // Collective. For a run without --resume: kAlreadyExists when config.ckpt_dir holds a committed
 // checkpoint or a `latest` file; creates the directory otherwise.
@@ -82,7 +75,7 @@ class CheckpointSaver {
   CheckpointSaver(const TrainConfig& config, Communicator* comm);
 
   // Collective. Writes the checkpoint of `step` (async or not per the config).
-  Status Save(const Optimizer& optimizer, const Dataset& data, int64_t step);
+  Status Save(const TrainState& state, const Dataset& data, int64_t step);
   // Local. Blocks until a pending asynchronous save no longer reads the training state; call it
   // before anything changes the persistent slots (the optimizer step). Cheap when none is pending.
   void WaitSnapshot();

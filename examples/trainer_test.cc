@@ -259,7 +259,7 @@ TEST(TrainerTest, ResumeChecksHyperparametersAndRefusesUsedDirectories) {
   ASSERT_TRUE(Train(std::string(kResumeArgs) + " --steps 3 --ckpt-dir " + dir, World()).ok());
   const std::string base = std::string(kResumeArgs) + " --steps 6 --ckpt-dir " + dir;
   ExpectCreateError(base + " --resume --batch 24", StatusCode::kFailedPrecondition,
-                    {"hparams.batch", "12 (checkpoint) vs 24 (run)", "--override-hparams"});
+                    {"trainer.config.batch", "12 (checkpoint) vs 24 (run)", "--override-hparams"});
   ExpectCreateError(base + " --resume --ema 0.95", StatusCode::kFailedPrecondition,
                     {"ema_0.95", "ema_0.9", "--override-hparams"});
   ExpectCreateError(base + " --resume --lr 0.5", StatusCode::kFailedPrecondition, {"base_lr"});

@@ -7,7 +7,7 @@
 #if SHARDEMA_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #endif
 
 namespace shardema {

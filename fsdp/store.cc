@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 
 namespace shardema {
 
@@ -287,13 +287,33 @@ Status ShardedParameterStore::BeginShardUpdate() {
   return Status::Ok();
 }
 
-int ShardedParameterStore::AddShardUpdateGuard(ShardUpdateGuard guard) {
-  const int id = next_guard_id_++;
-  guards_.emplace(id, std::move(guard));
-  return id;
+ShardUpdateGuardToken& ShardUpdateGuardToken::operator=(ShardUpdateGuardToken&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    store_ = o.store_;
+    id_ = o.id_;
+    o.store_ = nullptr;
+    o.id_ = -1;
+  }
+  return *this;
 }
 
-void ShardedParameterStore::RemoveShardUpdateGuard(int id) { guards_.erase(id); }
+void ShardUpdateGuardToken::Reset() {
+  if (store_ != nullptr) store_->RemoveShardUpdateGuard(id_);
+  store_ = nullptr;
+  id_ = -1;
+}
+
+nlohmann::json ShardedParameterStore::ConfigJson() const {
+  return {{"compute_dtype", DTypeName(options_.compute_dtype)},
+          {"reduce_dtype", DTypeName(options_.reduce_dtype)}};
+}
+
+ShardUpdateGuardToken ShardedParameterStore::AddShardUpdateGuard(ShardUpdateGuard guard) {
+  const int id = next_guard_id_++;
+  guards_.emplace(id, std::move(guard));
+  return ShardUpdateGuardToken(this, id);
+}
 
 Status ShardedParameterStore::RefreshComputeCopy() {
   RETURN_IF_ERROR(BeginShardUpdate());
@@ -479,7 +499,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
-  // Running mean over micro-batches (optim/device_ops.h FoldMeanOn), queued on the compute
+  // Running mean over micro-batches (fsdp/device_ops.h FoldMeanOn), queued on the compute
   // stream after the reduce-scatter on CUDA.
   const int64_t k = ++s.micro_batches;
   const size_t n = size_t(u.shard_numel);

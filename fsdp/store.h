@@ -43,7 +43,7 @@
 // unit buffers, which would be stale) and RefreshComputeCopy() or writes the compute copy itself.
 //
 // Devices. With StoreOptions::device a CUDA GPU, the master, gradient and compute shards, the
-// optimizer moments and EMA slots (registry slots; see optim/slot_registry.h for offloaded EMA
+// optimizer moments and EMA slots (registry slots; see fsdp/slot_registry.h for offloaded EMA
 // slots) and the unit buffers are device memory; replicated buffers stay on the host. The
 // communicator must be on the same device (a NcclCommunicator). Everything the store does runs on
 // its compute stream, stream(): StoreOptions::stream, or a non-blocking stream the store creates
@@ -67,7 +67,8 @@
 // Shard-update guards: work that reads the state asynchronously (a device->host snapshot of the
 // master for an offloaded EMA, a checkpoint staging copy) registers a guard; BeginShardUpdate()
 // calls every guard with the compute stream before the state may change, and the guard orders
-// the stream after its reads (no host block on CUDA).
+// the stream after its reads (no host block on CUDA). Registering returns a move-only token
+// whose destruction (or Reset) removes the guard; it must not outlive the store.
 //
 // Errors: kInvalidArgument for bad specs, names, shapes and unit indices (messages name the unit,
 // parameter and values), a communicator on another device than options.device, or a stream of
@@ -82,7 +83,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/communicator.h"
@@ -92,7 +95,7 @@
 #include "framework/tensor.h"
 #include "fsdp/buffer_cache.h"
 #include "fsdp/layout.h"
-#include "optim/slot_registry.h"
+#include "fsdp/slot_registry.h"
 
 namespace shardema {
 
@@ -114,6 +117,26 @@ struct FullTensor {
 };
 
 class ShardedParameterStore;
+
+// Owns one registered shard-update guard: destroying or resetting it removes the guard.
+class ShardUpdateGuardToken {
+ public:
+  ShardUpdateGuardToken() = default;
+  ~ShardUpdateGuardToken() { Reset(); }
+  ShardUpdateGuardToken(ShardUpdateGuardToken&& o) noexcept { *this = std::move(o); }
+  ShardUpdateGuardToken& operator=(ShardUpdateGuardToken&& o) noexcept;
+  ShardUpdateGuardToken(const ShardUpdateGuardToken&) = delete;
+  ShardUpdateGuardToken& operator=(const ShardUpdateGuardToken&) = delete;
+  // Removes the guard (no-op when empty).
+  void Reset();
+  bool active() const { return store_ != nullptr; }
+
+ private:
+  friend class ShardedParameterStore;
+  ShardUpdateGuardToken(ShardedParameterStore* store, int id) : store_(store), id_(id) {}
+  ShardedParameterStore* store_ = nullptr;
+  int id_ = -1;
+};
 
 // A gather in flight (or done). Cheap value; valid while the store lives.
 class GatherHandle {
@@ -174,6 +197,9 @@ class ShardedParameterStore {
   StatusOr<size_t> UnitIndex(const std::string& unit_name) const;
   const std::vector<ParamSpec>& buffer_specs() const { return buffer_specs_; }
 
+  // The store's configuration for the checkpoint meta: {"compute_dtype", "reduce_dtype"}.
+  nlohmann::json ConfigJson() const;
+
   SlotRegistry& registry() { return registry_; }
   const SlotRegistry& registry() const { return registry_; }
 
@@ -199,10 +225,11 @@ class ShardedParameterStore {
   // shard-update guards; frees cached unit buffers. Call before changing the master (or any
   // persistent slot).
   Status BeginShardUpdate();
-  // Registers a guard (see above) and returns its id; the guard must stay callable until removed.
+  // Registers a guard (see above); it stays registered (and must stay callable) while the
+  // returned token lives.
   using ShardUpdateGuard = std::function<Status(Stream compute)>;
-  int AddShardUpdateGuard(ShardUpdateGuard guard);
-  void RemoveShardUpdateGuard(int id);
+  using GuardToken = ShardUpdateGuardToken;
+  GuardToken AddShardUpdateGuard(ShardUpdateGuard guard);
   // BeginShardUpdate(), then compute copy = master rounded to the compute dtype.
   Status RefreshComputeCopy();
 
@@ -263,6 +290,8 @@ class ShardedParameterStore {
   int64_t StateBytesPerRank() const { return registry_.StateBytes(); }
 
  private:
+  friend class ShardUpdateGuardToken;
+  void RemoveShardUpdateGuard(int id) { guards_.erase(id); }
   struct UnitState;
   ShardedParameterStore(StoreLayout layout, std::vector<ParamSpec> buffers, Communicator* comm,
                         const StoreOptions& options);

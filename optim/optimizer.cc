@@ -3,10 +3,10 @@
 #include <cmath>
 #include <utility>
 
-#include "ema/schedule.h"
+#include "framework/glob.h"
 #include "framework/logging.h"
 #include "optim/clip.h"
-#include "optim/device_ops.h"
+#include "optim/step_ops.h"
 
 namespace shardema {
 
@@ -116,17 +116,14 @@ nlohmann::json OptimizerOptions::ToJson() const {
           {"max_grad_norm", max_grad_norm},  {"skip_nonfinite", skip_nonfinite}};
 }
 
-Optimizer::Optimizer(ShardedParameterStore* store, EmaSlots* emas, OptimizerOptions options)
-    : store_(store), emas_(emas), options_(std::move(options)) {}
+Optimizer::Optimizer(ShardedParameterStore* store, OptimizerOptions options)
+    : store_(store), options_(std::move(options)) {}
 
-StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* store, EmaSlots* emas,
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* store,
                                                        OptimizerOptions options) {
   if (store == nullptr) return InvalidArgument("Optimizer: store is null");
-  if (emas != nullptr && emas->store() != store) {
-    return InvalidArgument("Optimizer: the EMA slots belong to another store");
-  }
   RETURN_IF_ERROR(options.Validate());
-  std::unique_ptr<Optimizer> o(new Optimizer(store, emas, std::move(options)));
+  std::unique_ptr<Optimizer> o(new Optimizer(store, std::move(options)));
   const OptimizerOptions& opts = o->options_;
   o->group_hyper_.push_back(opts.defaults);
   for (const ParamGroupRule& r : opts.groups) o->group_hyper_.push_back(r.Apply(opts.defaults));
@@ -134,13 +131,16 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
   SlotRegistry& reg = store->registry();
   const nlohmann::json hyper = {{"optimizer", OptimizerKindName(opts.kind)}};
   if (opts.kind == OptimizerKind::kAdamW) {
-    RETURN_IF_ERROR(reg.AddSlot(kExpAvg, SlotKind::kMoment, true, hyper).status());
-    RETURN_IF_ERROR(reg.AddSlot(kExpAvgSq, SlotKind::kMoment, true, hyper).status());
+    ASSIGN_OR_RETURN(o->moment1_, reg.AddSlot(kExpAvg, SlotKind::kMoment, true, hyper));
+    ASSIGN_OR_RETURN(o->moment2_, reg.AddSlot(kExpAvgSq, SlotKind::kMoment, true, hyper));
+    o->slot_names_ = {kExpAvg, kExpAvgSq};
   } else {
     bool momentum = false;
     for (const OptimizerHyper& h : o->group_hyper_) momentum = momentum || h.momentum != 0;
-    if (momentum)
-      RETURN_IF_ERROR(reg.AddSlot(kMomentumBuffer, SlotKind::kMoment, true, hyper).status());
+    if (momentum) {
+      ASSIGN_OR_RETURN(o->moment1_, reg.AddSlot(kMomentumBuffer, SlotKind::kMoment, true, hyper));
+      o->slot_names_ = {kMomentumBuffer};
+    }
   }
 
   // Ranges: this rank's parameter pieces, merged while contiguous and in the same group.
@@ -161,15 +161,7 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
                      DeviceGradNorm::Create(store->device(), store->world_size()));
     o->device_norm_ = std::make_unique<DeviceGradNorm>(std::move(norm));
   }
-  o->staging_ = std::make_unique<HostStaging>(&reg);
-  HostStaging* staging = o->staging_.get();
-  o->staging_guard_ =
-      store->AddShardUpdateGuard([staging](Stream s) { return staging->OrderAfterCopies(s); });
   return o;
-}
-
-Optimizer::~Optimizer() {
-  if (staging_guard_ >= 0) store_->RemoveShardUpdateGuard(staging_guard_);
 }
 
 StatusOr<double> Optimizer::GradNorm() {
@@ -188,10 +180,6 @@ int Optimizer::GroupOf(const std::string& param_name) const {
 }
 
 Status Optimizer::CheckReady() const {
-  if (emas_ != nullptr && emas_->swapped()) {
-    return FailedPrecondition("optimizer step with EMA slot '", emas_->swapped_slot(),
-                              "' swapped in: swap it back first");
-  }
   RETURN_IF_ERROR(store_->CheckGradsReady());
   for (size_t u = 0; u < store_->num_units(); ++u) {
     if (store_->gather_refs(u) > 0) {
@@ -202,7 +190,8 @@ Status Optimizer::CheckReady() const {
   return Status::Ok();
 }
 
-StatusOr<StepResult> Optimizer::Step() {
+StatusOr<StepResult> Optimizer::BeginStep() {
+  begun_ = false;
   RETURN_IF_ERROR(CheckReady());
   StepResult res;
   ASSIGN_OR_RETURN(res.grad_norm, GradNorm());
@@ -215,36 +204,36 @@ StatusOr<StepResult> Optimizer::Step() {
     return res;
   }
   res.clip_coef = ClipCoefficient(res.grad_norm, options_.max_grad_norm);
+  res.lr = LrAt(options_.lr, step_ + 1);
+  pending_ = res;
+  begun_ = true;
+  return res;
+}
+
+StatusOr<StepResult> Optimizer::Step(const std::vector<EmaTarget>& emas) {
+  ASSIGN_OR_RETURN(StepResult res, BeginStep());
+  if (res.skipped) return res;
+  return FinishStep(emas);
+}
+
+StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
+  if (!begun_) {
+    return FailedPrecondition("Optimizer::FinishStep without a step begun by BeginStep (step ",
+                              step_, ")");
+  }
+  for (size_t i = 0; i < emas.size(); ++i) {
+    if (emas[i].ema == nullptr) return InvalidArgument("FinishStep: EMA target ", i, " is null");
+  }
+  begun_ = false;
+  StepResult res = pending_;
   const int64_t next = step_ + 1;
-  res.lr = LrAt(options_.lr, next);
-
   RETURN_IF_ERROR(store_->BeginShardUpdate());  // drops cached unit buffers (stale after this)
-  std::vector<EmaStepPlan> plan;
-  if (emas_ != nullptr) {
-    RETURN_IF_ERROR(emas_->StartPending(step_));
-    plan = emas_->Plan(next);
-  }
-  // Slots written by the fused pass; offloaded ones are queued after it.
-  std::vector<float*> ema_base;
-  std::vector<double> ema_beta;
-  for (const EmaStepPlan& p : plan) {
-    if (emas_->offloaded(p.slot)) continue;
-    ema_base.push_back(emas_->shard(p.slot));
-    ema_beta.push_back(p.beta);
-  }
-  std::vector<EmaTarget> targets(ema_base.size());
+  std::vector<EmaTarget> targets(emas.size());
 
-  SlotRegistry& reg = store_->registry();
   float* master = store_->master();
   const float* grad = store_->grad_shard();
-  float* m = nullptr;
-  float* v = nullptr;
-  if (options_.kind == OptimizerKind::kAdamW) {
-    ASSIGN_OR_RETURN(m, reg.Data(kExpAvg));
-    ASSIGN_OR_RETURN(v, reg.Data(kExpAvgSq));
-  } else if (reg.HasSlot(kMomentumBuffer)) {
-    ASSIGN_OR_RETURN(m, reg.Data(kMomentumBuffer));
-  }
+  float* m = moment1_;
+  float* v = moment2_;
   char* compute =
       store_->compute_aliases_master() ? nullptr : static_cast<char*>(store_->compute_shard());
   const size_t csize = DTypeSize(store_->options().compute_dtype);
@@ -252,7 +241,7 @@ StatusOr<StepResult> Optimizer::Step() {
   for (const Range& r : ranges_) {
     const OptimizerHyper& h = group_hyper(r.group);
     for (size_t i = 0; i < targets.size(); ++i) {
-      targets[i] = EmaTarget{ema_base[i] + r.local_begin, ema_beta[i]};
+      targets[i] = EmaTarget{emas[i].ema + r.local_begin, emas[i].beta};
     }
     FusedStepArgs a;
     a.n = r.n;
@@ -281,97 +270,30 @@ StatusOr<StepResult> Optimizer::Step() {
     a.num_threads = options_.num_threads;
     RETURN_IF_ERROR(FusedStepOn(store_->stream(), a));
   }
-  if (emas_ != nullptr) {
-    RETURN_IF_ERROR(emas_->SubmitOffloaded(plan));
-    RETURN_IF_ERROR(emas_->Commit(plan, next));
-  }
   step_ = next;
   res.step = step_;
-  res.num_ema_updates = int(plan.size());
   return res;
 }
 
-nlohmann::json Optimizer::StateJson() const {
-  return {{"optimizer", OptimizerKindName(options_.kind)},
-          {"step", step_},
-          {"skipped_steps", skipped_steps_},
-          {"options", options_.ToJson()},
-          {"ema",
-           emas_ != nullptr ? emas_->ToJson() : nlohmann::json{{"slots", nlohmann::json::array()}}},
-          {"slots", store_->registry().ToJson()}};
+nlohmann::json Optimizer::ProgressJson() const {
+  return {{"step", step_}, {"skipped_steps", skipped_steps_}};
 }
 
-Status Optimizer::LoadStateJson(const nlohmann::json& meta, bool allow_ema_config_change) {
+Status Optimizer::LoadProgress(const nlohmann::json& progress) {
   int64_t step = 0, skipped = 0;
-  std::string kind;
-  nlohmann::json options, ema;
   try {
-    kind = meta.at("optimizer").get<std::string>();
-    step = meta.at("step").get<int64_t>();
-    skipped = meta.at("skipped_steps").get<int64_t>();
-    options = meta.at("options");
-    ema = meta.at("ema");
+    step = progress.at("step").get<int64_t>();
+    skipped = progress.at("skipped_steps").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
-    return DataLoss("optimizer state JSON is malformed: ", e.what());
-  }
-  if (kind != OptimizerKindName(options_.kind)) {
-    return FailedPrecondition("checkpoint optimizer is '", kind, "' but this run uses '",
-                              OptimizerKindName(options_.kind), "'");
+    return DataLoss("optimizer progress JSON is malformed: ", e.what());
   }
   if (step < 0 || skipped < 0) {
-    return DataLoss("optimizer state JSON: negative step ", step, " or skipped_steps ", skipped);
-  }
-  if (emas_ != nullptr) {
-    RETURN_IF_ERROR(emas_->LoadJson(ema, allow_ema_config_change));
-  } else if (!allow_ema_config_change && ema.contains("slots") && !ema["slots"].empty()) {
-    return FailedPrecondition("the checkpoint has ", ema["slots"].size(),
-                              " EMA slots but this run has none (set allow_ema_config_change to "
-                              "drop them)");
-  }
-  if (options != options_.ToJson()) {
-    SHARDEMA_LOG(kWarning) << "optimizer options differ from the checkpoint's; keeping this run's."
-                           << " checkpoint: " << options.dump()
-                           << " run: " << options_.ToJson().dump();
+    return DataLoss("optimizer progress JSON: negative step ", step, " or skipped_steps ", skipped);
   }
   step_ = step;
   skipped_steps_ = skipped;
+  begun_ = false;
   return Status::Ok();
-}
-
-StatusOr<StagedCheckpoint> Optimizer::StageCheckpoint() const {
-  if (emas_ != nullptr && emas_->swapped()) {
-    return FailedPrecondition("checkpoint while EMA slot '", emas_->swapped_slot(),
-                              "' is swapped in: swap it back first");
-  }
-  EmaSlots* emas = emas_;
-  std::function<Status()> fence;
-  if (emas != nullptr) fence = [emas] { return emas->Fence(); };
-  ASSIGN_OR_RETURN(StagedSlots staged, staging_->StageToHost(store_->stream(), std::move(fence)));
-  StagedCheckpoint out;
-  CheckpointState& s = out.state;
-  s.step = step_;
-  s.rank = store_->rank();
-  s.layout = store_->layout();
-  s.slots = std::move(staged.slots);
-  s.buffers = store_->registry().CheckpointBuffers();
-  s.meta = StateJson();
-  out.done = std::move(staged.done);
-  return out;
-}
-
-StatusOr<CheckpointState> Optimizer::CheckpointView() const {
-  ASSIGN_OR_RETURN(StagedCheckpoint staged, StageCheckpoint());
-  RETURN_IF_ERROR(staged.done.Wait());
-  return std::move(staged.state);
-}
-
-Status Optimizer::FinishRestore(const nlohmann::json& meta, bool allow_ema_config_change) {
-  RETURN_IF_ERROR(LoadStateJson(meta, allow_ema_config_change));
-  if (store_->device().is_cuda()) {
-    RETURN_IF_ERROR(store_->BeginShardUpdate());
-    RETURN_IF_ERROR(staging_->UploadToDevice(store_->stream()));
-  }
-  return store_->RefreshComputeCopy();
 }
 
 }  // namespace shardema

@@ -84,14 +84,14 @@ TrainingRig MakeRig(Communicator* comm, Device device, bool offload = false) {
 StepResult TrainStep(TrainingRig& rig, int step) {
   rig.store->buffer("stats")->as<float>()[2] = float(step) * 0.25f;
   Status st = FeedGradsAnyDevice(
-      rig.store.get(),
+      rig.store,
       [step](int micro, int r, const std::string& n, int64_t i) {
         return Grad(step, r, n, i + micro);
       },
       2,
       /*overlap=*/true);
   EXPECT_TRUE(st.ok()) << st;
-  auto res = rig.opt->Step();
+  auto res = rig.state->Step();
   EXPECT_TRUE(res.ok()) << res.status();
   return res.ok() ? *res : StepResult{};
 }
@@ -214,11 +214,11 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
     TrainStep(dev, step);
   }
   // Non-blocking staging, then a step queued at once: the staged views hold the state before it.
-  auto cv = cpu.opt->CheckpointView();
+  auto cv = cpu.state->CheckpointView();
   ASSERT_TRUE(cv.ok()) << cv.status();
   std::vector<std::string> before;
   for (const SlotView& v : cv->slots) before.push_back(std::string(static_cast<char*>(v.data), n * 4));
-  auto staged = dev.opt->StageCheckpoint();
+  auto staged = dev.state->StageCheckpoint();
   ASSERT_TRUE(staged.ok()) << staged.status();
   TrainStep(dev, 4);
   ASSERT_TRUE(staged->done.Wait().ok());
@@ -233,15 +233,15 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
   ExpectSameState(cpu, dev, "step 4 after staging");
 
   // Blocking view of the current state = the CPU's; then a restore into a fresh CUDA run.
-  auto src = dev.opt->CheckpointView();
-  auto want = cpu.opt->CheckpointView();
+  auto src = dev.state->CheckpointView();
+  auto want = cpu.state->CheckpointView();
   ASSERT_TRUE(src.ok() && want.ok()) << src.status();
   for (size_t i = 0; i < want->slots.size(); ++i) {
     EXPECT_EQ(std::memcmp(src->slots[i].data, want->slots[i].data, n * 4), 0) << want->slots[i].name;
   }
   TrainingRig fresh = MakeRig(comm_, gpu(), /*offload=*/true);  // resume with offload toggled
   ASSERT_TRUE(fresh.opt);
-  auto dest = fresh.opt->CheckpointView();
+  auto dest = fresh.state->CheckpointView();
   ASSERT_TRUE(dest.ok()) << dest.status();
   ASSERT_EQ(dest->slots.size(), src->slots.size());
   for (size_t i = 0; i < src->slots.size(); ++i) {
@@ -251,7 +251,7 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
   for (size_t i = 0; i < src->buffers.size(); ++i) {
     std::memcpy(dest->buffers[i].data, src->buffers[i].data, 12);
   }
-  Status st = fresh.opt->FinishRestore(src->meta);
+  Status st = fresh.state->FinishRestore(src->meta);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(fresh.opt->step(), 4);
   ExpectSameState(cpu, fresh, "restored");

@@ -195,7 +195,7 @@ TEST(StoreInvarianceTest, ShardedTrainingMatchesTheSerialReferenceAtAnyWorldSize
       o};
   auto rig = ::shardema::testing::MakeTrainingRig(spec, World());
   ASSERT_TRUE(rig.ok()) << rig.status();
-  ShardedParameterStore* s = rig->store.get();
+  ShardedParameterStore* s = rig->store;
   EXPECT_EQ(s->layout().units()[0].numel, 14);
   EXPECT_EQ(s->layout().units()[1].numel, 10);
 
@@ -205,7 +205,7 @@ TEST(StoreInvarianceTest, ShardedTrainingMatchesTheSerialReferenceAtAnyWorldSize
       Status st = MicroBatch(s, step, mb);
       ASSERT_TRUE(st.ok()) << st;
     }
-    auto res = rig->opt->Step();
+    auto res = rig->state->Step();
     ASSERT_TRUE(res.ok()) << res.status();
     ASSERT_FALSE(res->skipped);
   }

@@ -2,23 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace shardema {
 namespace testing {
 
 StatusOr<TrainingRig> MakeTrainingRig(const RigSpec& spec, Communicator* comm) {
-  TrainingRig rig;
-  ASSIGN_OR_RETURN(rig.store,
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardedParameterStore> store,
                    ShardedParameterStore::Create(spec.units, spec.buffers, comm, spec.store));
   const InitFn init = spec.init;
-  RETURN_IF_ERROR(rig.store->InitFromFunction([&init](const ParamLayout& p, float* out) {
+  RETURN_IF_ERROR(store->InitFromFunction([&init](const ParamLayout& p, float* out) {
     for (int64_t i = 0; i < p.numel; ++i) out[i] = init ? init(p.name, i) : 0.f;
     return Status::Ok();
   }));
-  if (!spec.emas.empty()) {
-    ASSIGN_OR_RETURN(rig.emas, EmaSlots::Create(rig.store.get(), spec.emas));
-  }
-  ASSIGN_OR_RETURN(rig.opt, Optimizer::Create(rig.store.get(), rig.emas.get(), spec.optimizer));
+  TrainingRig rig;
+  ASSIGN_OR_RETURN(rig.state, TrainState::Create(std::move(store), spec.emas, spec.optimizer));
+  rig.store = rig.state->store();
+  rig.emas = rig.state->emas();
+  rig.opt = rig.state->optimizer();
   return rig;
 }
 

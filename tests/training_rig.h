@@ -1,4 +1,4 @@
-// Test helpers: a store + EMA slots + optimizer built in one call, gradients fed from a formula,
+// Test helpers: a TrainState (store + EMA slots + optimizer) built in one call, gradients fed from a formula,
 // and comparisons of local shards against full (unsharded) references.
 #ifndef SHARDEMA_TESTS_TRAINING_RIG_H_
 #define SHARDEMA_TESTS_TRAINING_RIG_H_
@@ -12,14 +12,16 @@
 #include "ema/ema_slots.h"
 #include "fsdp/store.h"
 #include "optim/optimizer.h"
+#include "train/train_state.h"
 
 namespace shardema {
 namespace testing {
 
 struct TrainingRig {
-  std::unique_ptr<ShardedParameterStore> store;
-  std::unique_ptr<EmaSlots> emas;  // null without EMA configs
-  std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<TrainState> state;
+  ShardedParameterStore* store = nullptr;  // the state's components
+  EmaSlots* emas = nullptr;                // null without EMA configs
+  Optimizer* opt = nullptr;
 };
 
 // Parameter name -> flattened full values.

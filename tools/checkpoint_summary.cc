@@ -1,5 +1,7 @@
 #include "tools/checkpoint_summary.h"
 
+#include "checkpoint/slot_meta.h"
+
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -108,7 +110,7 @@ StatusOr<json> SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
     ASSIGN_OR_RETURN(const SlotMeta sm,
                      FindSlotMeta(m.meta, e.name, "manifest '" + JoinPath(dir, kManifestName) + "'"));
     if (!sm.config.is_null()) j["ema"] = sm.config;
-    if (!sm.counters.is_null()) j["counters"] = sm.counters;
+    if (!sm.progress.is_null()) j["counters"] = sm.progress;
     s["slots"].push_back(j);
   }
   s["buffers"] = json::array();

@@ -3,9 +3,10 @@
 #   1. tools/setup.sh (installs what is missing),
 #   2. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
-#   3. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
+#   3. tools/check_layers.py --self-test and on the tree (each counts as one test),
+#   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
-#   4. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
+#   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
 #      each target counts as one test; without clang++ they are reported as skipped.
 # A test target that skipped any test case (its gtest XML report says so: no GPU, too few ranks)
 # counts as skipped, never as passed (tools/test_results.sh); the skipped targets are listed.
@@ -20,6 +21,15 @@ BAZEL=(bazel)
 [ -n "${SHARDEMA_BAZEL_ROOT:-}" ] && BAZEL=(bazel "--output_user_root=$SHARDEMA_BAZEL_ROOT")
 log=$(mktemp /tmp/shardema-test.XXXXXX)
 source tools/test_results.sh  # count_results, with its counters passed, failed, skipped
+
+echo "== layer order (tools/check_layers.py: includes against README's layer block)"
+for step in "--self-test" ""; do
+  if python3 tools/check_layers.py $step; then
+    passed=$((passed + 1)); echo "check_layers ${step:-tree}: PASSED"
+  else
+    failed=$((failed + 1)); echo "check_layers ${step:-tree}: FAILED"
+  fi
+done
 
 echo "== bazel test //... (CPU build, multi-rank tests under mpirun)"
 "${BAZEL[@]}" test --test_summary=short //... "$@" 2>&1 | tee "$log"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 
 namespace shardema {
 namespace {

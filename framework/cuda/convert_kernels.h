@@ -13,7 +13,7 @@
 // dst_type. The call returns once the work is queued (asynchronous to the host); buffers must stay
 // alive until it is done on `stream`.
 // Errors: kInvalidArgument for null pointers with n > 0 or an illegal overlap; launch failures as
-// framework/cuda/cuda_error.h.
+// framework/cuda_error.h.
 //
 // Defined only under --config=cuda (the .cu file is compiled by nvcc): callers include this
 // header anywhere but call it inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.

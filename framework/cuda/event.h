@@ -9,7 +9,7 @@
 // Create returns kUnavailable. Streams must belong to the event's device (a Stream whose native
 // handle is null is that device's legacy default stream).
 // Errors: kInvalidArgument for a CPU device or a stream of another device, kFailedPrecondition on
-// an empty (default-constructed or moved-from) event, CUDA failures as framework/cuda/cuda_error.h.
+// an empty (default-constructed or moved-from) event, CUDA failures as framework/cuda_error.h.
 // Threading: one thread uses an event at a time; distinct events are independent.
 #ifndef SHARDEMA_FRAMEWORK_CUDA_EVENT_H_
 #define SHARDEMA_FRAMEWORK_CUDA_EVENT_H_

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "framework/cuda/convert_kernels.h"
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/nccl/nccl_error.h"

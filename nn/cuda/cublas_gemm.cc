@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "framework/cuda/cublas_error.h"
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #endif
 
 namespace shardema::nn {

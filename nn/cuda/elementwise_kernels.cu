@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #include "nn/cuda/kernel_util.h"
 
 namespace shardema::nn {

@@ -17,7 +17,7 @@
 // `stream` is a cudaStream_t (nullptr = the legacy stream); calls return once the work is queued
 // and buffers must stay alive until it is done. Sizes are < 2^31 per dimension.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
-// do, an unsupported bias dtype; launch failures as framework/cuda/cuda_error.h.
+// do, an unsupported bias dtype; launch failures as framework/cuda_error.h.
 //
 // Defined only under --config=cuda: call them inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_ELEMENTWISE_KERNELS_H_

@@ -12,7 +12,7 @@
 // (int64) must lie in [0, V): check them on the host first (nn::CheckIds); an id outside is
 // skipped (no out-of-bounds access).
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
-// do, an unsupported dtype; launch failures as framework/cuda/cuda_error.h.
+// do, an unsupported dtype; launch failures as framework/cuda_error.h.
 // Defined only under --config=cuda. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_EMBEDDING_KERNELS_H_
 #define SHARDEMA_NN_CUDA_EMBEDDING_KERNELS_H_

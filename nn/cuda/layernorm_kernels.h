@@ -10,7 +10,7 @@
 //
 // Contract: device memory of the current device; `stream` a cudaStream_t; asynchronous.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
-// do, an unsupported dtype; launch failures as framework/cuda/cuda_error.h.
+// do, an unsupported dtype; launch failures as framework/cuda_error.h.
 // Defined only under --config=cuda. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_LAYERNORM_KERNELS_H_
 #define SHARDEMA_NN_CUDA_LAYERNORM_KERNELS_H_

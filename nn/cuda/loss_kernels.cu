@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #include "nn/cuda/kernel_util.h"
 
 namespace shardema::nn {

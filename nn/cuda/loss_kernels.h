@@ -10,7 +10,7 @@
 // lie in [0, classes): the caller checks them on the host (nn::CheckIds, nn/embedding.h) since a
 // kernel cannot report them; a target outside gives a NaN row instead of an out-of-bounds read.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, norm <= 0, null pointers
-// with work to do; launch failures as framework/cuda/cuda_error.h.
+// with work to do; launch failures as framework/cuda_error.h.
 // Defined only under --config=cuda. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
 #define SHARDEMA_NN_CUDA_LOSS_KERNELS_H_

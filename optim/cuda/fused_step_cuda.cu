@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #include "framework/dtype.h"
-#include "optim/cuda/vector_loop.cu.h"
+#include "framework/cuda/vector_loop.cu.h"
 #include "optim/fused_step_scalars.h"
 
 namespace shardema {

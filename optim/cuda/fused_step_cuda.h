@@ -27,7 +27,7 @@
 // Errors (nothing is launched): kInvalidArgument for n < 0, a null grad/master (or exp_avg /
 // exp_avg_sq as the kind requires, or an EMA pointer), step < 1 for AdamW, a beta outside [0, 1],
 // num_emas < 0 or a null `emas` with num_emas > 0, an unknown compute dtype or kind, or
-// overlapping arrays; launch failures as framework/cuda/cuda_error.h.
+// overlapping arrays; launch failures as framework/cuda_error.h.
 //
 // Defined only under --config=cuda (nvcc compiles the .cu file): include this header anywhere
 // but call it inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "framework/dtype.h"
-#include "optim/cuda/cuda_test_util.h"
+#include "framework/cuda/cuda_test_util.h"
 #include "optim/fused_step.h"
 #include "tests/reference_optim.h"
 

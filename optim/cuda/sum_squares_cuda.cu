@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/cuda/cuda_error.h"
-#include "optim/cuda/vector_loop.cu.h"
+#include "framework/cuda_error.h"
+#include "framework/cuda/vector_loop.cu.h"
 
 namespace shardema {
 namespace {

@@ -18,7 +18,7 @@
 // stream at a time: reuse it only for calls queued on the same stream. Asynchronous: *out is valid
 // once the work is done on `stream`.
 // Errors (nothing is launched): kInvalidArgument for n < 0, a null x or workspace with n > 0, a
-// null out, or out inside the workspace; launch failures as framework/cuda/cuda_error.h.
+// null out, or out inside the workspace; launch failures as framework/cuda_error.h.
 //
 // Defined only under --config=cuda: call it inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.
 #ifndef SHARDEMA_OPTIM_CUDA_SUM_SQUARES_CUDA_H_

@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "optim/cuda/cuda_test_util.h"
+#include "framework/cuda/cuda_test_util.h"
 
 namespace shardema {
 namespace {

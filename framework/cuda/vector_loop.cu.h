@@ -14,8 +14,8 @@
 // `body.template Run<1>(i)` for each scalar element, each exactly once.
 //
 // Loads and stores use the streaming cache hints (__ldcs/__stcs): every element is touched once.
-#ifndef SHARDEMA_OPTIM_CUDA_VECTOR_LOOP_CU_H_
-#define SHARDEMA_OPTIM_CUDA_VECTOR_LOOP_CU_H_
+#ifndef SHARDEMA_FRAMEWORK_CUDA_VECTOR_LOOP_CU_H_
+#define SHARDEMA_FRAMEWORK_CUDA_VECTOR_LOOP_CU_H_
 
 #include <cuda_runtime.h>
 
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 
@@ -195,4 +195,4 @@ inline bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes
 }  // namespace cuda_internal
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_CUDA_VECTOR_LOOP_CU_H_
+#endif  // SHARDEMA_FRAMEWORK_CUDA_VECTOR_LOOP_CU_H_

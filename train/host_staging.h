@@ -28,8 +28,8 @@
 // Errors: kInvalidArgument for a stream of another device; allocation (kResourceExhausted) and
 // CUDA errors. Threading: one thread, like the registry; a handle may be waited on from another
 // thread once.
-#ifndef SHARDEMA_OPTIM_HOST_STAGING_H_
-#define SHARDEMA_OPTIM_HOST_STAGING_H_
+#ifndef SHARDEMA_TRAIN_HOST_STAGING_H_
+#define SHARDEMA_TRAIN_HOST_STAGING_H_
 
 #include <functional>
 #include <map>
@@ -41,7 +41,7 @@
 #include "framework/cuda/event.h"
 #include "framework/device.h"
 #include "framework/status.h"
-#include "optim/slot_registry.h"
+#include "fsdp/slot_registry.h"
 
 namespace shardema {
 
@@ -68,6 +68,12 @@ struct StagedSlots {
   std::vector<SlotView> slots;  // host memory, registration order
   StagingHandle done;
 };
+
+// Views of the registry's memory as the checkpoint code sees it: every persistent sharded slot in
+// registration order ("grad" is not persistent), and every replicated buffer. The views point
+// into the registry (device memory for device slots of a CUDA registry: stage those first).
+std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry);
+std::vector<BufferView> BufferViews(const SlotRegistry& registry);
 
 class HostStaging {
  public:
@@ -96,4 +102,4 @@ class HostStaging {
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_HOST_STAGING_H_
+#endif  // SHARDEMA_TRAIN_HOST_STAGING_H_

@@ -1,9 +1,9 @@
-#include "optim/slot_registry.h"
+#include "fsdp/slot_registry.h"
 
 #include <cstring>
 #include <utility>
 
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 
 namespace shardema {
 
@@ -196,32 +196,6 @@ Status SlotRegistry::SwapBuffers(const std::string& a, const std::string& b) {
   }
   std::swap(buffers_[ia].mem, buffers_[ib].mem);
   return Status::Ok();
-}
-
-std::vector<SlotView> SlotRegistry::CheckpointSlots() const {
-  std::vector<SlotView> out;
-  for (const SlotEntry& e : slots_) {
-    if (e.info.persistent) out.push_back(SlotView{e.info.name, DType::kF32, e.mem.data()});
-  }
-  return out;
-}
-
-std::vector<BufferView> SlotRegistry::CheckpointBuffers() const {
-  std::vector<BufferView> out;
-  for (const BufferEntry& e : buffers_) {
-    out.push_back(BufferView{e.name, e.shape, DType::kF32, e.mem.data()});
-  }
-  return out;
-}
-
-StatusOr<SlotView> SlotRegistry::CheckpointSlot(const std::string& name) const {
-  ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
-  const SlotEntry& e = slots_[i];
-  if (!e.info.persistent) {
-    return FailedPrecondition("state slot '", name, "' (", SlotKindName(e.info.kind),
-                              ") is not persistent: checkpoints do not store it");
-  }
-  return SlotView{name, DType::kF32, e.mem.data()};
 }
 
 std::vector<SlotMemory> SlotRegistry::MemoryReport() const {

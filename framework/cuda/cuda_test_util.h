@@ -1,8 +1,8 @@
 // Test fixture for the GPU tests of optim/cuda: a stream on GPU 0 (tests skip when no GPU is
 // visible), host<->device array transfers at chosen element offsets, and bitwise comparisons.
 // Test-only; the header has no CUDA types and builds everywhere.
-#ifndef SHARDEMA_OPTIM_CUDA_CUDA_TEST_UTIL_H_
-#define SHARDEMA_OPTIM_CUDA_CUDA_TEST_UTIL_H_
+#ifndef SHARDEMA_FRAMEWORK_CUDA_CUDA_TEST_UTIL_H_
+#define SHARDEMA_FRAMEWORK_CUDA_CUDA_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -87,4 +87,4 @@ std::string CompareBits16(const std::string& what, const std::vector<uint16_t>& 
 }  // namespace cuda_test
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_CUDA_CUDA_TEST_UTIL_H_
+#endif  // SHARDEMA_FRAMEWORK_CUDA_CUDA_TEST_UTIL_H_

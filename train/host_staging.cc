@@ -1,4 +1,4 @@
-#include "optim/host_staging.h"
+#include "train/host_staging.h"
 
 #include <utility>
 
@@ -30,6 +30,23 @@ Status HostStaging::EnsureSideStream() {
   return Status::Ok();
 }
 
+std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry) {
+  std::vector<SlotView> out;
+  for (const SlotInfo& info : registry.Slots()) {
+    if (info.persistent) out.push_back(SlotView{info.name, DType::kF32, *registry.Data(info.name)});
+  }
+  return out;
+}
+
+std::vector<BufferView> BufferViews(const SlotRegistry& registry) {
+  std::vector<BufferView> out;
+  for (const std::string& name : registry.BufferNames()) {
+    const TensorView t = *registry.BufferTensor(name);
+    out.push_back(BufferView{name, t.shape, DType::kF32, t.data});
+  }
+  return out;
+}
+
 int64_t HostStaging::staged_bytes() const {
   int64_t n = 0;
   for (const auto& kv : host_) n += int64_t(kv.second.size());
@@ -39,7 +56,7 @@ int64_t HostStaging::staged_bytes() const {
 StatusOr<StagedSlots> HostStaging::StageToHost(Stream after, std::function<Status()> fence) {
   const Device device = registry_->device();
   StagedSlots out;
-  std::vector<SlotView> views = registry_->CheckpointSlots();
+  std::vector<SlotView> views = PersistentSlotViews(*registry_);
   if (device.is_cpu()) {
     out.slots = std::move(views);
     out.done = StagingHandle(nullptr, std::move(fence));
@@ -88,7 +105,7 @@ Status HostStaging::UploadToDevice(Stream stream) {
   }
   if (copies_ != nullptr) RETURN_IF_ERROR(copies_->Synchronize());
   const size_t bytes = size_t(registry_->local_numel()) * sizeof(float);
-  for (const SlotView& v : registry_->CheckpointSlots()) {
+  for (const SlotView& v : PersistentSlotViews(*registry_)) {
     auto it = host_.find(v.name);
     if (it == host_.end()) continue;  // host slot (filled in place) or never staged
     ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));

@@ -1,7 +1,7 @@
 // LaunchFoldMean / LaunchFillZero on a GPU: bit-for-bit against the CPU store's running mean
 // (fsdp/store.cc) for every slice dtype, size and alignment, the mean of several samples against
 // float64, and argument errors (checked on the host, so they need no GPU).
-#include "optim/cuda/grad_shard_kernels.h"
+#include "fsdp/cuda/grad_shard_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "framework/dtype.h"
-#include "optim/cuda/cuda_test_util.h"
+#include "framework/cuda/cuda_test_util.h"
 
 namespace shardema {
 namespace {

@@ -17,11 +17,10 @@
 // written by host code). SlotDevice() says where a slot's bytes are.
 //
 // The registry owns the memory (framework/device.h Buffer, 64-byte aligned on the host,
-// zero-filled at creation; on CUDA the zeroing is complete when AddSlot returns). The checkpoint
-// writer walks CheckpointSlots() / CheckpointBuffers() (checkpoint/state.h views into this
-// memory) and the reader fills the same views in place; nothing is special-cased per slot. On a
-// CUDA registry the views of device slots point to device memory: stage them to host first
-// (optim/host_staging.h; Optimizer::CheckpointView does).
+// zero-filled at creation; on CUDA the zeroing is complete when AddSlot returns). It knows no
+// checkpoint: the checkpoint views (checkpoint/state.h) are built above it from Slots(), Data()
+// and the buffers (train/host_staging.h, which also stages device slots to host memory), and
+// the reader fills the same memory in place; nothing is special-cased per slot.
 //
 // Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
 // is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
@@ -31,8 +30,8 @@
 //
 // Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
 // is destroyed (entries are never removed).
-#ifndef SHARDEMA_OPTIM_SLOT_REGISTRY_H_
-#define SHARDEMA_OPTIM_SLOT_REGISTRY_H_
+#ifndef SHARDEMA_FSDP_SLOT_REGISTRY_H_
+#define SHARDEMA_FSDP_SLOT_REGISTRY_H_
 
 #include <cstdint>
 #include <map>
@@ -40,7 +39,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/state.h"
 #include "framework/device.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
@@ -120,15 +118,6 @@ class SlotRegistry {
   // when the shapes differ.
   Status SwapBuffers(const std::string& a, const std::string& b);
 
-  // Views of every persistent sharded slot, in registration order, for the checkpoint writer and
-  // reader (checkpoint/state.h). The views point into this registry.
-  std::vector<SlotView> CheckpointSlots() const;
-  // Views of every replicated buffer.
-  std::vector<BufferView> CheckpointBuffers() const;
-  // The view of one persistent slot, for a reader that loads slots one by one. Errors:
-  // kNotFound; kFailedPrecondition for a non-persistent slot (e.g. "grad").
-  StatusOr<SlotView> CheckpointSlot(const std::string& name) const;
-
   // Bytes this rank holds per entry (sharded slots then buffers).
   std::vector<SlotMemory> MemoryReport() const;
   // Bytes of the optimizer and EMA state: sharded slots of kind master, moment and ema.
@@ -165,4 +154,4 @@ class SlotRegistry {
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_SLOT_REGISTRY_H_
+#endif  // SHARDEMA_FSDP_SLOT_REGISTRY_H_

@@ -1,12 +1,13 @@
 // Element-wise operations on the memory of a Device, dispatched on the stream's device.
 //
-// The sharded store, the optimizer and the EMA slots run the same protocol on CPU and CUDA; the
-// few element-wise passes they need are written once here. Each call takes a Stream whose
+// The sharded store and the layers above it run the same protocol on CPU and CUDA; the few
+// element-wise passes the store needs are written once here (the optimizer's fused step and the
+// EMA update are in optim/step_ops.h). Each call takes a Stream whose
 // `device` says where the arrays live:
 //   * CPU (Stream{Device::Cpu()}): the pass runs at once on the calling thread, with exactly the
-//     code the CPU store always used (memset, ConvertBuffer, the running-mean loop, FusedStepCpu,
-//     EmaUpdateCpu), so CPU results are unchanged bit for bit.
-//   * CUDA: the device twin (optim/cuda, framework/cuda/convert_kernels.h) is enqueued on
+//     code the CPU store always used (memset, ConvertBuffer, the running-mean loop), so CPU
+//     results are unchanged bit for bit.
+//   * CUDA: the device twin (fsdp/cuda, framework/cuda/convert_kernels.h) is enqueued on
 //     stream.native after making stream.device current; the call returns once queued. Every
 //     CUDA twin is bit-identical to the CPU pass for the same inputs (see their headers).
 //
@@ -14,8 +15,8 @@
 //   ConvertOn(s, src, st, dst, dt, n)        dst = src rounded to dt (framework/dtype.h rounding)
 //   FoldMeanOn(s, mean, x, xt, n, count)     running mean over micro-batches: count == 1 copies
 //                                            f32(x); else mean += (f32(x) - mean) * f32(1/count)
-//   EmaUpdateOn(s, ema, master, n, beta)     EmaUpdateCpu semantics (beta 0 copies, 1 is a no-op)
-//   FusedStepOn(s, args)                     FusedStepCpu / FusedStepCuda
+//   EnterDevice(s, what)                     makes s.device current for CUDA work (errors name
+//                                            `what`); kUnavailable without CUDA
 //
 // Contract: the arrays are memory of stream.device (CUDA: memory that device can address) and
 // stay alive until the work is done on the stream; preconditions as the underlying kernels.
@@ -23,8 +24,8 @@
 // errors and launch failures; kUnavailable for a CUDA stream in a build without --config=cuda or
 // without a GPU.
 // Threading: calls on distinct arrays are independent; CPU calls block the caller.
-#ifndef SHARDEMA_OPTIM_DEVICE_OPS_H_
-#define SHARDEMA_OPTIM_DEVICE_OPS_H_
+#ifndef SHARDEMA_FSDP_DEVICE_OPS_H_
+#define SHARDEMA_FSDP_DEVICE_OPS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +33,6 @@
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
-#include "optim/fused_step.h"
 
 namespace shardema {
 
@@ -44,9 +44,9 @@ Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DTyp
 Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n,
                   int64_t count);
 
-Status EmaUpdateOn(Stream stream, float* ema, const float* master, int64_t n, double beta);
-
-Status FusedStepOn(Stream stream, const FusedStepArgs& args);
+// Makes the stream's CUDA device current before queuing CUDA work on it, or explains why CUDA
+// work cannot run (kUnavailable in a build without --config=cuda).
+Status EnterDevice(Stream stream, const char* what);
 
 // A host vector's worth of f32 elements copied from `src` (memory of `src_device`) with the copy
 // queued on `stream` (a stream of src_device when it is a CUDA device), then the stream
@@ -56,4 +56,4 @@ Status CopyToHostSync(Stream stream, float* host_dst, const float* src, Device s
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_DEVICE_OPS_H_
+#endif  // SHARDEMA_FSDP_DEVICE_OPS_H_

@@ -1,4 +1,4 @@
-#include "optim/cuda/cuda_test_util.h"
+#include "framework/cuda/cuda_test_util.h"
 
 #include <cmath>
 #include <sstream>

@@ -1,6 +1,6 @@
 // HostStaging: in-place views on a CPU registry; on a GPU (skips without one) a staging round
 // trip through pinned host buffers, host slots viewed in place, and the fence hook.
-#include "optim/host_staging.h"
+#include "train/host_staging.h"
 
 #include <gtest/gtest.h>
 
@@ -34,6 +34,26 @@ TEST(HostStagingTest, CpuRegistryIsViewedInPlace) {
   EXPECT_EQ(fenced, 1);
   EXPECT_EQ(staging.staged_bytes(), 0);
   EXPECT_TRUE(staging.UploadToDevice(Stream{}).ok());
+}
+
+TEST(HostStagingTest, ViewsSkipNonPersistentSlotsAndAreFilledInPlace) {
+  SlotRegistry reg(4);
+  ASSERT_TRUE(reg.AddSlot("params", SlotKind::kMaster, true).ok());
+  ASSERT_TRUE(reg.AddSlot("grad", SlotKind::kGrad, false).ok());
+  ASSERT_TRUE(reg.AddSlot("exp_avg", SlotKind::kMoment, true).ok());
+  ASSERT_TRUE(reg.AddBuffer("bn.mean", {2, 3}).ok());
+  std::vector<SlotView> views = PersistentSlotViews(reg);
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].name, "params");
+  EXPECT_EQ(views[1].name, "exp_avg");
+  EXPECT_EQ(views[1].data, static_cast<void*>(*reg.Data("exp_avg")));
+  static_cast<float*>(views[1].data)[3] = 7.f;  // the reader fills the same memory
+  EXPECT_EQ((*reg.Data("exp_avg"))[3], 7.f);
+  std::vector<BufferView> bufs = BufferViews(reg);
+  ASSERT_EQ(bufs.size(), 1u);
+  EXPECT_EQ(bufs[0].name, "bn.mean");
+  EXPECT_EQ(bufs[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(bufs[0].data, (*reg.BufferTensor("bn.mean")).data);
 }
 
 TEST(HostStagingTest, FenceErrorsReachTheWaiter) {

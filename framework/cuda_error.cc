@@ -1,4 +1,4 @@
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 
 #include <string>
 

@@ -4,8 +4,8 @@
 // (inside `#if SHARDEMA_WITH_CUDA` in .cc files, or from .cu files). The target links nothing
 // CPU-only builds could miss: without --config=cuda it is the header alone.
 // Thread-safe (pure functions of their arguments).
-#ifndef SHARDEMA_FRAMEWORK_CUDA_CUDA_ERROR_H_
-#define SHARDEMA_FRAMEWORK_CUDA_CUDA_ERROR_H_
+#ifndef SHARDEMA_FRAMEWORK_CUDA_ERROR_H_
+#define SHARDEMA_FRAMEWORK_CUDA_ERROR_H_
 
 #include <cuda_runtime.h>
 
@@ -24,4 +24,4 @@ Status CudaLastErrorStatus(const char* what);
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_FRAMEWORK_CUDA_CUDA_ERROR_H_
+#endif  // SHARDEMA_FRAMEWORK_CUDA_ERROR_H_

@@ -1,7 +1,7 @@
-// Device-dispatched element-wise passes on the CPU: each equals the code the CPU store and
-// optimizer always ran, against independently known results; CUDA streams fail cleanly without
-// a GPU (the CUDA twins are checked bit for bit in optim/cuda and by the GPU store tests).
-#include "optim/device_ops.h"
+// Device-dispatched element-wise passes on the CPU: each equals the code the CPU store always
+// ran, against independently known results; CUDA streams fail cleanly without
+// a GPU (the CUDA twins are checked bit for bit in fsdp/cuda and by the GPU store tests).
+#include "fsdp/device_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "framework/dtype.h"
-#include "optim/fused_step.h"
 
 namespace shardema {
 namespace {
@@ -53,36 +52,6 @@ TEST(DeviceOpsTest, FillZeroAndConvert) {
   EXPECT_EQ(got, want);
 }
 
-TEST(DeviceOpsTest, EmaAndFusedStepAreTheCpuKernels) {
-  const int64_t n = 1000;
-  std::vector<float> p(n), g(n), e1(n), e2(n);
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = float(std::cos(0.1 * double(i)));
-    g[i] = float(std::sin(0.3 * double(i)));
-    e1[i] = e2[i] = float(i % 7) * 0.25f;
-  }
-  EmaUpdateCpu(e1.data(), p.data(), n, 0.99);
-  ASSERT_TRUE(EmaUpdateOn(kCpu, e2.data(), p.data(), n, 0.99).ok());
-  EXPECT_EQ(std::memcmp(e1.data(), e2.data(), n * sizeof(float)), 0);
-
-  std::vector<float> p1 = p, p2 = p, m1(n, 0.f), m2(n, 0.f), v1(n, 0.f), v2(n, 0.f);
-  FusedStepArgs a;
-  a.n = n;
-  a.grad = g.data();
-  a.lr = 1e-3;
-  a.master = p1.data();
-  a.exp_avg = m1.data();
-  a.exp_avg_sq = v1.data();
-  FusedStepCpu(a);
-  a.master = p2.data();
-  a.exp_avg = m2.data();
-  a.exp_avg_sq = v2.data();
-  ASSERT_TRUE(FusedStepOn(kCpu, a).ok());
-  EXPECT_EQ(std::memcmp(p1.data(), p2.data(), n * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(v1.data(), v2.data(), n * sizeof(float)), 0);
-  EXPECT_NE(std::memcmp(p1.data(), p.data(), n * sizeof(float)), 0);  // the step did something
-}
-
 TEST(DeviceOpsTest, BadArgumentsAndMissingGpu) {
   float x = 0;
   EXPECT_EQ(FoldMeanOn(kCpu, &x, &x, DType::kF32, -1, 1).code(), StatusCode::kInvalidArgument);
@@ -95,7 +64,6 @@ TEST(DeviceOpsTest, BadArgumentsAndMissingGpu) {
   if (CudaDeviceCount() > 0) return;
   const Stream gpu{Device::Cuda(0), nullptr};
   EXPECT_EQ(FillZero(gpu, &x, 4).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(EmaUpdateOn(gpu, &x, &x, 1, 0.5).code(), StatusCode::kUnavailable);
   EXPECT_EQ(FoldMeanOn(gpu, &x, &x, DType::kF32, 1, 1).code(), StatusCode::kUnavailable);
 }
 

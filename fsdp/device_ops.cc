@@ -1,20 +1,16 @@
-#include "optim/device_ops.h"
+#include "fsdp/device_ops.h"
 
 #include <cstring>
 #include <vector>
 
 #if SHARDEMA_WITH_CUDA
 #include "framework/cuda/convert_kernels.h"
-#include "optim/cuda/fused_step_cuda.h"
-#include "optim/cuda/grad_shard_kernels.h"
+#include "fsdp/cuda/grad_shard_kernels.h"
 #endif
 
 namespace shardema {
 
-namespace {
-
-// Makes the stream's CUDA device current, or explains why CUDA work cannot run.
-Status EnterCuda(Stream stream, const char* what) {
+Status EnterDevice(Stream stream, const char* what) {
 #if SHARDEMA_WITH_CUDA
   Status st = SetCurrentDevice(stream.device);
   return st.ok() ? st : st.WithContext(what);
@@ -24,8 +20,6 @@ Status EnterCuda(Stream stream, const char* what) {
 #endif
 }
 
-}  // namespace
-
 Status FillZero(Stream stream, void* dst, size_t bytes) {
   if (bytes == 0) return Status::Ok();
   if (dst == nullptr) return InvalidArgument("FillZero: null destination for ", bytes, " bytes");
@@ -33,7 +27,7 @@ Status FillZero(Stream stream, void* dst, size_t bytes) {
     std::memset(dst, 0, bytes);
     return Status::Ok();
   }
-  RETURN_IF_ERROR(EnterCuda(stream, "FillZero"));
+  RETURN_IF_ERROR(EnterDevice(stream, "FillZero"));
 #if SHARDEMA_WITH_CUDA
   return LaunchFillZero(dst, bytes, stream.native);
 #else
@@ -48,7 +42,7 @@ Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DTyp
     ConvertBuffer(src, src_type, dst, dst_type, n);
     return Status::Ok();
   }
-  RETURN_IF_ERROR(EnterCuda(stream, "ConvertOn"));
+  RETURN_IF_ERROR(EnterDevice(stream, "ConvertOn"));
 #if SHARDEMA_WITH_CUDA
   return LaunchConvert(src, src_type, dst, dst_type, n, stream.native);
 #else
@@ -63,7 +57,7 @@ Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64
   }
   if (n == 0) return Status::Ok();
   if (stream.device.is_cuda()) {
-    RETURN_IF_ERROR(EnterCuda(stream, "FoldMeanOn"));
+    RETURN_IF_ERROR(EnterDevice(stream, "FoldMeanOn"));
 #if SHARDEMA_WITH_CUDA
     return LaunchFoldMean(mean, x, x_type, n, count, stream.native);
 #else
@@ -87,34 +81,6 @@ Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64
   return Status::Ok();
 }
 
-Status EmaUpdateOn(Stream stream, float* ema, const float* master, int64_t n, double beta) {
-  if (n < 0) return InvalidArgument("EmaUpdateOn: n = ", n, " is negative");
-  if (stream.device.is_cpu()) {
-    if (n > 0) EmaUpdateCpu(ema, master, n, beta);
-    return Status::Ok();
-  }
-  RETURN_IF_ERROR(EnterCuda(stream, "EmaUpdateOn"));
-#if SHARDEMA_WITH_CUDA
-  return EmaUpdateCuda(ema, master, n, beta, stream.native);
-#else
-  return Status::Ok();
-#endif
-}
-
-Status FusedStepOn(Stream stream, const FusedStepArgs& args) {
-  if (args.n < 0) return InvalidArgument("FusedStepOn: n = ", args.n, " is negative");
-  if (stream.device.is_cpu()) {
-    if (args.n > 0) FusedStepCpu(args);
-    return Status::Ok();
-  }
-  RETURN_IF_ERROR(EnterCuda(stream, "FusedStepOn"));
-#if SHARDEMA_WITH_CUDA
-  return FusedStepCuda(args, stream.native);
-#else
-  return Status::Ok();
-#endif
-}
-
 Status CopyToHostSync(Stream stream, float* host_dst, const float* src, Device src_device,
                       int64_t n) {
   if (n < 0) return InvalidArgument("CopyToHostSync: n = ", n, " is negative");
@@ -127,7 +93,7 @@ Status CopyToHostSync(Stream stream, float* host_dst, const float* src, Device s
     return InvalidArgument("CopyToHostSync: stream of ", stream.device.ToString(),
                            " for memory of ", src_device.ToString());
   }
-  RETURN_IF_ERROR(EnterCuda(stream, "CopyToHostSync"));
+  RETURN_IF_ERROR(EnterDevice(stream, "CopyToHostSync"));
   RETURN_IF_ERROR(
       CopyBytes(host_dst, Device::Cpu(), src, src_device, size_t(n) * sizeof(float), stream));
   return SynchronizeStream(stream);

@@ -6,7 +6,7 @@
 #include "framework/status.h"
 
 #if SHARDEMA_WITH_CUDA
-#include "framework/cuda/cuda_error.h"
+#include "framework/cuda_error.h"
 #endif
 
 namespace shardema {

@@ -1,5 +1,5 @@
 // Kernels of LaunchFoldMean and LaunchFillZero (see grad_shard_kernels.h).
-#include "optim/cuda/grad_shard_kernels.h"
+#include "fsdp/cuda/grad_shard_kernels.h"
 
 #include <cuda_runtime.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "framework/cuda/convert_kernels.h"
-#include "framework/cuda/cuda_error.h"
-#include "optim/cuda/vector_loop.cu.h"
+#include "framework/cuda_error.h"
+#include "framework/cuda/vector_loop.cu.h"
 
 namespace shardema {
 namespace {

@@ -17,11 +17,11 @@
 // until the work is done. mean and x do not overlap.
 // Errors (nothing is launched): kInvalidArgument for n < 0, count < 1, null pointers with
 // n > 0 (bytes > 0), an unknown dtype, or overlapping mean and x; CUDA failures as
-// framework/cuda/cuda_error.h.
+// framework/cuda_error.h.
 //
 // Defined only under --config=cuda: call them inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.
-#ifndef SHARDEMA_OPTIM_CUDA_GRAD_SHARD_KERNELS_H_
-#define SHARDEMA_OPTIM_CUDA_GRAD_SHARD_KERNELS_H_
+#ifndef SHARDEMA_FSDP_CUDA_GRAD_SHARD_KERNELS_H_
+#define SHARDEMA_FSDP_CUDA_GRAD_SHARD_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -38,4 +38,4 @@ Status LaunchFillZero(void* dst, size_t bytes, void* stream);
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_OPTIM_CUDA_GRAD_SHARD_KERNELS_H_
+#endif  // SHARDEMA_FSDP_CUDA_GRAD_SHARD_KERNELS_H_

@@ -1,0 +1,151 @@
+#include "train/train_state.h"
+
+#include <utility>
+
+#include "checkpoint/hparams.h"
+
+namespace shardema {
+
+namespace {
+
+nlohmann::json Section(nlohmann::json config, nlohmann::json progress, nlohmann::json slots) {
+  return {{"config", std::move(config)}, {"progress", std::move(progress)}, {"slots", slots}};
+}
+
+// meta[section]["progress"]. Errors: kDataLoss naming the section.
+StatusOr<nlohmann::json> ProgressOf(const nlohmann::json& meta, const char* section) {
+  if (!meta.is_object() || !meta.contains(section) || !meta.at(section).is_object() ||
+      !meta.at(section).contains("progress")) {
+    return DataLoss("checkpoint meta has no '", section, ".progress' section");
+  }
+  return meta.at(section).at("progress");
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TrainState>> TrainState::Create(
+    std::unique_ptr<ShardedParameterStore> store, std::vector<EmaConfig> emas,
+    OptimizerOptions options) {
+  if (store == nullptr) return InvalidArgument("TrainState: store is null");
+  std::unique_ptr<TrainState> t(new TrainState());
+  t->store_ = std::move(store);
+  ShardedParameterStore* s = t->store_.get();
+  if (!emas.empty()) {
+    ASSIGN_OR_RETURN(t->emas_, EmaSlots::Create(s, std::move(emas)));
+  }
+  ASSIGN_OR_RETURN(t->optimizer_, Optimizer::Create(s, std::move(options)));
+  t->staging_ = std::make_unique<HostStaging>(&s->registry());
+  HostStaging* staging = t->staging_.get();
+  t->staging_guard_ =
+      s->AddShardUpdateGuard([staging](Stream st) { return staging->OrderAfterCopies(st); });
+  return t;
+}
+
+TrainState::~TrainState() {
+  staging_guard_.Reset();  // before the staging it points to
+  staging_.reset();
+  optimizer_.reset();
+  emas_.reset();
+  store_.reset();
+}
+
+Status TrainState::CheckNotSwapped(const char* what) const {
+  if (emas_ != nullptr && emas_->swapped()) {
+    return FailedPrecondition(what, " with EMA slot '", emas_->swapped_slot(),
+                              "' swapped in: swap it back first");
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepResult> TrainState::Step() {
+  RETURN_IF_ERROR(CheckNotSwapped("optimizer step"));
+  ASSIGN_OR_RETURN(StepResult res, optimizer_->BeginStep());
+  if (res.skipped) return res;
+  EmaStep ema;
+  if (emas_ != nullptr) {
+    ASSIGN_OR_RETURN(ema, emas_->PlanStep(optimizer_->step()));
+  }
+  ASSIGN_OR_RETURN(res, optimizer_->FinishStep(ema.targets));
+  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->CommitStep(ema, /*skipped=*/false));
+  res.num_ema_updates = int(ema.plan.size());
+  return res;
+}
+
+StatusOr<nlohmann::json> TrainState::Meta(const nlohmann::json& extra) const {
+  if (!extra.is_object()) return InvalidArgument("TrainState::Meta: extra sections must be an object");
+  nlohmann::json meta = nlohmann::json::object();
+  meta[kStoreSection] = Section(store_->ConfigJson(), nlohmann::json::object(),
+                                store_->registry().ToJson());
+  meta[kOptimizerSection] = Section(optimizer_->ConfigJson(), optimizer_->ProgressJson(),
+                                    optimizer_->SlotNames());
+  if (emas_ != nullptr) {
+    meta[kEmaSection] = Section(emas_->ConfigJson(), emas_->ProgressJson(), emas_->SlotNames());
+  } else {
+    const nlohmann::json none = {{"slots", nlohmann::json::array()}};
+    meta[kEmaSection] = Section(none, none, nlohmann::json::array());
+  }
+  for (auto it = extra.begin(); it != extra.end(); ++it) {
+    if (meta.contains(it.key())) {
+      return InvalidArgument("TrainState::Meta: extra section '", it.key(),
+                             "' has the name of a component");
+    }
+    meta[it.key()] = it.value();
+  }
+  return meta;
+}
+
+StatusOr<StagedCheckpoint> TrainState::StageCheckpoint(const nlohmann::json& extra) const {
+  RETURN_IF_ERROR(CheckNotSwapped("checkpoint"));
+  ASSIGN_OR_RETURN(nlohmann::json meta, Meta(extra));
+  EmaSlots* emas = emas_.get();
+  std::function<Status()> fence;
+  if (emas != nullptr) fence = [emas] { return emas->Fence(); };
+  ASSIGN_OR_RETURN(StagedSlots staged, staging_->StageToHost(store_->stream(), std::move(fence)));
+  StagedCheckpoint out;
+  CheckpointState& s = out.state;
+  s.step = optimizer_->step();
+  s.rank = store_->rank();
+  s.layout = store_->layout();
+  s.slots = std::move(staged.slots);
+  s.buffers = BufferViews(store_->registry());
+  s.meta = std::move(meta);
+  out.done = std::move(staged.done);
+  return out;
+}
+
+StatusOr<CheckpointState> TrainState::CheckpointView(const nlohmann::json& extra) const {
+  ASSIGN_OR_RETURN(StagedCheckpoint staged, StageCheckpoint(extra));
+  RETURN_IF_ERROR(staged.done.Wait());
+  return std::move(staged.state);
+}
+
+Status TrainState::FinishRestore(const nlohmann::json& meta, bool allow_config_change) {
+  RETURN_IF_ERROR(CheckNotSwapped("restore"));
+  ASSIGN_OR_RETURN(nlohmann::json run, Meta());
+  HparamCheckOptions check;
+  check.sections = {kStoreSection, kOptimizerSection, kEmaSection};
+  check.allow_override = allow_config_change;
+  RETURN_IF_ERROR(CheckHyperparameters(meta, run, check).status());
+  ASSIGN_OR_RETURN(nlohmann::json opt_progress, ProgressOf(meta, kOptimizerSection));
+  ASSIGN_OR_RETURN(nlohmann::json ema_progress, ProgressOf(meta, kEmaSection));
+  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->LoadProgress(ema_progress));
+  RETURN_IF_ERROR(optimizer_->LoadProgress(opt_progress));
+  if (store_->device().is_cuda()) {
+    RETURN_IF_ERROR(store_->BeginShardUpdate());
+    RETURN_IF_ERROR(staging_->UploadToDevice(store_->stream()));
+  }
+  return store_->RefreshComputeCopy();
+}
+
+StatusOr<LoadReport> TrainState::Restore(const std::string& path, Communicator* comm,
+                                         const LoadOptions& options, const nlohmann::json& extra,
+                                         nlohmann::json* meta_out) {
+  ASSIGN_OR_RETURN(CheckpointState dest, CheckpointView(extra));
+  ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(path, comm, dest, options));
+  RETURN_IF_ERROR(FinishRestore(
+      dest.meta, options.hparams.allow_override || !options.check_hyperparameters));
+  if (meta_out != nullptr) *meta_out = std::move(dest.meta);
+  return report;
+}
+
+}  // namespace shardema
