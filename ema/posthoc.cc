@@ -4,10 +4,9 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/load.h"
@@ -55,7 +54,10 @@ std::map<std::string, std::string> Metadata(const PosthocPlan& plan, const Posth
   json inputs = json::array();
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PosthocInput& in = plan.inputs[i];
-    inputs.push_back({{"step", in.step}, {"slot", in.slot}, {"t", in.t}, {"gamma", in.gamma},
+    inputs.push_back({{"step", in.step},
+                      {"slot", in.slot},
+                      {"t", in.t},
+                      {"gamma", in.gamma},
                       {"coefficient", target.coefficients[i]}});
   }
   return {{"format", "pt"},
@@ -96,12 +98,13 @@ StatusOr<Readers> OpenReaders(const PosthocPlan& plan, const PosthocTarget& targ
       if (!diff.empty()) {
         std::string all;
         for (const std::string& d : diff) all += (all.empty() ? "" : "; ") + d;
-        return FailedPrecondition("post-hoc EMA: snapshot '", in.dir, "' is of another model than '", plan.target_dir,
-                                  "': ", all);
+        return FailedPrecondition("post-hoc EMA: snapshot '", in.dir,
+                                  "' is of another model than '", plan.target_dir, "': ", all);
       }
     }
     const int si = reader->manifest().FindSlot(in.slot);
-    if (si < 0) return DataLoss("post-hoc EMA: snapshot '", in.dir, "' has no slot '", in.slot, "'");
+    if (si < 0)
+      return DataLoss("post-hoc EMA: snapshot '", in.dir, "' has no slot '", in.slot, "'");
     r.per_input.push_back(reader.get());
     r.slot_index.push_back(si);
   }
@@ -171,8 +174,8 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
     if (!options.step_max || s.step <= *options.step_max) snaps.push_back(std::move(s));
   }
   if (snaps.empty()) {
-    return NotFound("post-hoc EMA: no snapshot at or before step ", *options.step_max, " (snapshot steps: ", steps,
-                    ")");
+    return NotFound("post-hoc EMA: no snapshot at or before step ", *options.step_max,
+                    " (snapshot steps: ", steps, ")");
   }
   PosthocPlan plan;
   plan.step = snaps.back().step;
@@ -180,14 +183,17 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
   std::map<int64_t, std::string> starts;
   for (const EmaSnapshotInfo& s : snaps) {
     for (const EmaSnapshotSlot& slot : s.slots) {
-      plan.inputs.push_back(PosthocInput{s.step, s.dir, slot.name, slot.gamma, slot.sigma_rel, slot.t});
+      plan.inputs.push_back(
+          PosthocInput{s.step, s.dir, slot.name, slot.gamma, slot.sigma_rel, slot.t});
       starts.emplace(slot.start_step, slot.name + " (step " + std::to_string(s.step) + ")");
     }
   }
-  if (plan.inputs.empty()) return NotFound("post-hoc EMA: the snapshots up to step ", plan.step, " hold no slot");
+  if (plan.inputs.empty())
+    return NotFound("post-hoc EMA: the snapshots up to step ", plan.step, " hold no slot");
   if (starts.size() > 1) {
     std::string list;
-    for (const auto& [st, who] : starts) list += (list.empty() ? "" : ", ") + std::to_string(st) + " for " + who;
+    for (const auto& [st, who] : starts)
+      list += (list.empty() ? "" : ", ") + std::to_string(st) + " for " + who;
     return InvalidArgument("post-hoc EMA: the snapshotted slots have different start steps (", list,
                            "); the power-function profiles must share one origin");
   }
@@ -198,7 +204,8 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
   for (double s : options.sigma_rels) {
     ASSIGN_OR_RETURN(double g, SigmaRelToGamma(s));
     out.push_back(PowerProfile{double(plan.t), g});
-    plan.targets.push_back(PosthocTarget{s, g, OutputPath(out_path, s, options.sigma_rels.size()), {}, 0});
+    plan.targets.push_back(
+        PosthocTarget{s, g, OutputPath(out_path, s, options.sigma_rels.size()), {}, 0});
   }
   ASSIGN_OR_RETURN(PosthocSolution sol, SolvePosthocCoefficients(in, out));
   for (size_t j = 0; j < plan.targets.size(); ++j) {
@@ -210,8 +217,8 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
 
 std::string FormatPosthocPlan(const PosthocPlan& plan) {
   std::ostringstream o;
-  o << "post-hoc EMA at step " << plan.step << " (t = " << plan.t << " steps since start step " << plan.start_step
-    << "), " << plan.inputs.size() << " input profiles\n";
+  o << "post-hoc EMA at step " << plan.step << " (t = " << plan.t << " steps since start step "
+    << plan.start_step << "), " << plan.inputs.size() << " input profiles\n";
   for (const PosthocTarget& tg : plan.targets) {
     o << "sigma_rel " << Printf("%g", tg.sigma_rel) << " (gamma " << Printf("%.4f", tg.gamma)
       << "): profile fit error " << Printf("%.3e", tg.fit_error) << " -> " << tg.out_path << "\n";
@@ -219,15 +226,17 @@ std::string FormatPosthocPlan(const PosthocPlan& plan) {
     for (size_t i = 0; i < plan.inputs.size(); ++i) {
       const PosthocInput& in = plan.inputs[i];
       char line[256];
-      std::snprintf(line, sizeof(line), "  %-11lld %-21s %-10.4f %-10.4f %-10lld % .10e\n", (long long)in.step,
-                    in.slot.c_str(), in.sigma_rel, in.gamma, (long long)in.t, tg.coefficients[i]);
+      std::snprintf(line, sizeof(line), "  %-11lld %-21s %-10.4f %-10.4f %-10lld % .10e\n",
+                    (long long)in.step, in.slot.c_str(), in.sigma_rel, in.gamma, (long long)in.t,
+                    tg.coefficients[i]);
       o << line;
     }
   }
   return o.str();
 }
 
-StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan, const PosthocOptions& options,
+StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan,
+                                                 const PosthocOptions& options,
                                                  Communicator* comm) {
   std::vector<ExportReport> reports;
   ExportOptions eo;
@@ -244,13 +253,15 @@ StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan, const 
       files = PlanExport(m, "posthoc", options.dtype, target.out_path, Metadata(plan, target), eo);
       local = files.status();
     }
-    RETURN_IF_ERROR(comm == nullptr ? local : AgreeOnStatus(comm, local, "post-hoc EMA: opening the snapshots"));
+    RETURN_IF_ERROR(comm == nullptr
+                        ? local
+                        : AgreeOnStatus(comm, local, "post-hoc EMA: opening the snapshots"));
     Combiner combine(plan, target, *readers);
-    ExportValueFn values = [&combine](const ExportTensor& t, int64_t b, int64_t n, void* dst, DType* type) {
-      return combine(t, b, n, dst, type);
-    };
+    ExportValueFn values = [&combine](const ExportTensor& t, int64_t b, int64_t n, void* dst,
+                                      DType* type) { return combine(t, b, n, dst, type); };
     StatusOr<ExportReport> r = WriteExportPlan(*files, values, comm, eo);
-    if (!r.ok()) return r.status().WithContext("post-hoc EMA sigma_rel " + Printf("%g", target.sigma_rel));
+    if (!r.ok())
+      return r.status().WithContext("post-hoc EMA sigma_rel " + Printf("%g", target.sigma_rel));
     reports.push_back(std::move(*r));
   }
   return reports;

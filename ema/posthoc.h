@@ -56,7 +56,7 @@ namespace shardema {
 struct PosthocOptions {
   std::vector<double> sigma_rels;
   DType dtype = DType::kF32;
-  uint64_t max_file_size = 0;      // per output file, as ExportOptions
+  uint64_t max_file_size = 0;       // per output file, as ExportOptions
   std::optional<int64_t> step_max;  // use snapshots at or before this step (default: all)
   bool include_buffers = true;
   uint64_t piece_bytes = uint64_t(4) << 20;  // f32 values computed per piece
@@ -81,8 +81,8 @@ struct PosthocTarget {
 };
 
 struct PosthocPlan {
-  int64_t step = 0;        // the target snapshot's step
-  int64_t t = 0;           // target time, steps since start_step
+  int64_t step = 0;  // the target snapshot's step
+  int64_t t = 0;     // target time, steps since start_step
   int64_t start_step = 0;
   std::string target_dir;  // the target snapshot (buffers, layout)
   std::vector<PosthocInput> inputs;
@@ -98,8 +98,8 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
 std::string FormatPosthocPlan(const PosthocPlan& plan);
 
 // Step 2 above for every target of the plan. Collective over `comm` (null: one process).
-StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan, const PosthocOptions& options,
-                                                 Communicator* comm);
+StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan,
+                                                 const PosthocOptions& options, Communicator* comm);
 
 // PlanPosthoc (outcome agreed over `comm`) then WritePosthoc: the library call behind
 // `ckpt posthoc`. Collective over `comm` (null: one process).

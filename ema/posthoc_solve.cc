@@ -1,9 +1,8 @@
 #include "ema/posthoc_solve.h"
 
+#include <Eigen/Dense>
 #include <cmath>
 #include <string>
-
-#include <Eigen/Dense>
 
 namespace shardema {
 
@@ -19,8 +18,8 @@ Status CheckProfiles(const std::vector<PowerProfile>& v, const char* what) {
                              " (must be finite and > 0)");
     }
     if (!(std::isfinite(v[i].gamma) && v[i].gamma > 0)) {
-      return InvalidArgument("post-hoc EMA solve: ", what, " profile ", i, " has gamma = ", v[i].gamma,
-                             " (must be finite and > 0)");
+      return InvalidArgument("post-hoc EMA solve: ", what, " profile ", i,
+                             " has gamma = ", v[i].gamma, " (must be finite and > 0)");
     }
   }
   return Status::Ok();
@@ -29,7 +28,8 @@ Status CheckProfiles(const std::vector<PowerProfile>& v, const char* what) {
 MatrixL Gram(const std::vector<PowerProfile>& rows, const std::vector<PowerProfile>& cols) {
   MatrixL m(rows.size(), cols.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    for (size_t j = 0; j < cols.size(); ++j) m(Eigen::Index(i), Eigen::Index(j)) = PowerProfileDot(rows[i], cols[j]);
+    for (size_t j = 0; j < cols.size(); ++j)
+      m(Eigen::Index(i), Eigen::Index(j)) = PowerProfileDot(rows[i], cols[j]);
   }
   return m;
 }
@@ -69,8 +69,9 @@ StatusOr<PosthocSolution> SolvePosthocCoefficients(const std::vector<PowerProfil
     const Eigen::Index jj = Eigen::Index(j);
     const long double sum = x.col(jj).sum();
     if (!(std::isfinite(double(sum)) && sum != 0)) {
-      return InvalidArgument("post-hoc EMA solve: the coefficients of output ", j, " (t = ", outputs[j].t,
-                             ", gamma = ", outputs[j].gamma, ") sum to ", double(sum), " and cannot be normalised");
+      return InvalidArgument("post-hoc EMA solve: the coefficients of output ", j,
+                             " (t = ", outputs[j].t, ", gamma = ", outputs[j].gamma, ") sum to ",
+                             double(sum), " and cannot be normalised");
     }
     const Eigen::Matrix<long double, Eigen::Dynamic, 1> xj = x.col(jj) / sum;
     // ||sum x p - q||^2 = x'Ax - 2 x'b + <q,q>.

@@ -20,7 +20,8 @@ json Golden() {
 
 std::vector<PowerProfile> Profiles(const json& a) {
   std::vector<PowerProfile> v;
-  for (const json& p : a) v.push_back(PowerProfile{p.at("t").get<double>(), p.at("gamma").get<double>()});
+  for (const json& p : a)
+    v.push_back(PowerProfile{p.at("t").get<double>(), p.at("gamma").get<double>()});
   return v;
 }
 
@@ -43,7 +44,8 @@ TEST(PosthocSolveTest, MatchesEdm2Golden) {
       ASSERT_EQ(sol->coefficients[j].size(), want.size());
       double sum = 0;
       for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_NEAR(sol->coefficients[j][i], want.at(i).get<double>(), 1e-10) << "output " << j << " input " << i;
+        EXPECT_NEAR(sol->coefficients[j][i], want.at(i).get<double>(), 1e-10)
+            << "output " << j << " input " << i;
         sum += sol->coefficients[j][i];
       }
       EXPECT_NEAR(sum, 1.0, 1e-12);
@@ -111,8 +113,10 @@ TEST(PosthocSolveTest, RejectsBadProfiles) {
   Status s = SolvePosthocCoefficients({{0, 1}}, {{1, 1}}).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("t = 0"), std::string::npos) << s.message();
-  EXPECT_EQ(SolvePosthocCoefficients({{1, -1}}, {{1, 1}}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SolvePosthocCoefficients({{1, 1}}, {{1, NAN}}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SolvePosthocCoefficients({{1, -1}}, {{1, 1}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SolvePosthocCoefficients({{1, 1}}, {{1, NAN}}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ std::map<std::string, std::vector<float>> ReadSafetensors(const std::string& pat
 
 using ema_test::SnapValue;
 
-void WriteSyntheticSnapshot(const std::string& root, int64_t step, int world, int64_t start_step = 0,
+void WriteSyntheticSnapshot(const std::string& root, int64_t step, int world,
+                            int64_t start_step = 0,
                             const std::vector<UnitSpec>& model = ckpt_test::TestModel()) {
   Status s = ema_test::WriteSyntheticSnapshot(root, step, world, start_step, model);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -102,12 +103,13 @@ TEST_F(SyntheticTest, DistributedIsByteIdenticalToSingleProcess) {
       o.max_file_size = max_file;
       const std::string tag = std::string(DTypeName(dtype)) + std::to_string(max_file);
       std::vector<ExportReport> dist, single;
-      StatusOr<PosthocPlan> plan = ReconstructPosthocEma(root_, root_ + "/dist_" + tag + ".safetensors", o, World(), &dist);
+      StatusOr<PosthocPlan> plan =
+          ReconstructPosthocEma(root_, root_ + "/dist_" + tag + ".safetensors", o, World(), &dist);
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
       ASSERT_EQ(dist.size(), 2u);
       if (RankOf(World()) == 0) {
-        StatusOr<PosthocPlan> p1 =
-            ReconstructPosthocEma(root_, root_ + "/single_" + tag + ".safetensors", o, nullptr, &single);
+        StatusOr<PosthocPlan> p1 = ReconstructPosthocEma(
+            root_, root_ + "/single_" + tag + ".safetensors", o, nullptr, &single);
         ASSERT_TRUE(p1.ok()) << p1.status().ToString();
         for (size_t j = 0; j < 2; ++j) {
           ASSERT_EQ(dist[j].files.size(), single[j].files.size());
@@ -124,7 +126,8 @@ TEST_F(SyntheticTest, DistributedIsByteIdenticalToSingleProcess) {
 
 TEST_F(SyntheticTest, ValuesAreTheWeightedSumOfSnapshots) {
   std::vector<ExportReport> reports;
-  StatusOr<PosthocPlan> plan = ReconstructPosthocEma(root_, root_ + "/v.safetensors", Options({0.08}), World(), &reports);
+  StatusOr<PosthocPlan> plan =
+      ReconstructPosthocEma(root_, root_ + "/v.safetensors", Options({0.08}), World(), &reports);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->inputs.size(), 8u);
   EXPECT_EQ(plan->step, 400);
@@ -141,7 +144,8 @@ TEST_F(SyntheticTest, ValuesAreTheWeightedSumOfSnapshots) {
         double want = 0;
         for (size_t i = 0; i < plan->inputs.size(); ++i) {
           const int slot = plan->inputs[i].slot == "ema_pf_0.05" ? 0 : 1;
-          want += plan->targets[0].coefficients[i] * double(SnapValue(slot, plan->inputs[i].step, u, p.offset + e));
+          want += plan->targets[0].coefficients[i] *
+                  double(SnapValue(slot, plan->inputs[i].step, u, p.offset + e));
         }
         EXPECT_EQ(got.at(p.name)[size_t(e)], float(want)) << p.name << "[" << e << "]";
       }
@@ -216,7 +220,8 @@ TEST_F(SyntheticTest, CorruptSnapshotIsDataLossNamingTheFile) {
     std::ofstream(victim, std::ios::binary | std::ios::trunc) << b;
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  Status s = ReconstructPosthocEma(root_, root_ + "/c.safetensors", Options({0.07}), World()).status();
+  Status s =
+      ReconstructPosthocEma(root_, root_ + "/c.safetensors", Options({0.07}), World()).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("rank_00001.bin"), std::string::npos) << s.message();
   EXPECT_FALSE(PathExists(root_ + "/c.safetensors"));
@@ -228,7 +233,8 @@ TEST_F(SyntheticTest, CorruptSnapshotIsDataLossNamingTheFile) {
 // written collectively by WriteEmaSnapshot.
 
 std::vector<UnitSpec> RigModel() {
-  return {{"l0", {{"l0.weight", {16, 9}}, {"l0.bias", {16}}}}, {"l1", {{"l1.weight", {5, 16}}, {"l1.bias", {5}}}}};
+  return {{"l0", {{"l0.weight", {16, 9}}, {"l0.bias", {16}}}},
+          {"l1", {{"l1.weight", {5, 16}}, {"l1.bias", {5}}}}};
 }
 
 EmaConfig PowerSlot(double sigma_rel) {
@@ -264,9 +270,10 @@ void Train(TrainingRig& rig, int64_t steps, const std::function<void(int64_t)>& 
       const double c = std::sin(0.3 * double(i) + double(n.size()));
       return theta[n][size_t(i)] - c + 0.5 * Noise(s, i + 1000 * int64_t(n.size()));
     };
-    ASSERT_TRUE(::shardema::testing::FeedGrads(rig.store.get(), [&](int, const std::string& n, int64_t i) {
-                  return float(grad(n, i));
-                }).ok());
+    ASSERT_TRUE(
+        ::shardema::testing::FeedGrads(rig.store.get(), [&](int, const std::string& n, int64_t i) {
+          return float(grad(n, i));
+        }).ok());
     for (auto& [n, v] : theta) {
       for (size_t i = 0; i < v.size(); ++i) v[i] -= lr * grad(n, int64_t(i));
     }
@@ -280,9 +287,12 @@ TrainingRig MakeRig(std::vector<EmaConfig> emas) {
   o.kind = OptimizerKind::kSgd;
   o.lr.base_lr = 0.05;
   o.defaults.weight_decay = 0.0;
-  ::shardema::testing::RigSpec spec{RigModel(), {}, StoreOptions{},
+  ::shardema::testing::RigSpec spec{RigModel(),
+                                    {},
+                                    StoreOptions{},
                                     [](const std::string&, int64_t i) { return float(std::cos(0.7 * double(i))); },
-                                    std::move(emas), o};
+                                    std::move(emas),
+                                    o};
   StatusOr<TrainingRig> rig = ::shardema::testing::MakeTrainingRig(spec, World());
   EXPECT_TRUE(rig.ok()) << rig.status().ToString();
   return rig.ok() ? std::move(*rig) : TrainingRig{};
@@ -298,12 +308,14 @@ std::map<std::string, std::vector<float>> Gather(TrainingRig& rig, const std::st
   return out;
 }
 
-double MaxAbsDiff(const std::map<std::string, std::vector<float>>& a, const std::map<std::string, std::vector<float>>& b) {
+double MaxAbsDiff(const std::map<std::string, std::vector<float>>& a,
+                  const std::map<std::string, std::vector<float>>& b) {
   double m = 0;
   for (const auto& [n, v] : a) {
     EXPECT_EQ(b.count(n), 1u) << n;
     if (b.count(n) == 0) continue;
-    for (size_t i = 0; i < v.size(); ++i) m = std::max(m, std::fabs(double(v[i]) - double(b.at(n)[i])));
+    for (size_t i = 0; i < v.size(); ++i)
+      m = std::max(m, std::fabs(double(v[i]) - double(b.at(n)[i])));
   }
   return m;
 }
@@ -352,8 +364,8 @@ TEST_F(TrainedTest, SnapshotsAreListedKeptAndNotRewritten) {
 // differs by > 1e-3.
 TEST_F(TrainedTest, TrackedProfileIsReconstructedExactly) {
   std::vector<ExportReport> reports;
-  StatusOr<PosthocPlan> plan =
-      ReconstructPosthocEma(root_, root_ + "/tracked.safetensors", Options({0.10}), World(), &reports);
+  StatusOr<PosthocPlan> plan = ReconstructPosthocEma(root_, root_ + "/tracked.safetensors",
+                                                     Options({0.10}), World(), &reports);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const std::vector<double>& c = plan->targets[0].coefficients;
   for (size_t i = 0; i < plan->inputs.size(); ++i) {
@@ -362,7 +374,8 @@ TEST_F(TrainedTest, TrackedProfileIsReconstructedExactly) {
   }
   EXPECT_LT(plan->targets[0].fit_error, 1e-6);
   std::map<std::string, std::vector<float>> direct = Gather(rig_, "ema_pf_0.10");
-  if (RankOf(World()) == 0) EXPECT_LT(MaxAbsDiff(direct, ReadSafetensors(root_ + "/tracked.safetensors")), 1e-6);
+  if (RankOf(World()) == 0)
+    EXPECT_LT(MaxAbsDiff(direct, ReadSafetensors(root_ + "/tracked.safetensors")), 1e-6);
 }
 
 // An untracked sigma_rel (0.07, between the tracked 0.05 and 0.10) against a run that tracked it
@@ -380,13 +393,16 @@ TEST_F(TrainedTest, UntrackedSigmaMatchesADirectlyTrackedRun) {
   std::map<std::string, std::vector<float>> want = Gather(direct, "ema_pf_0.07");
   std::map<std::string, std::vector<float>> near05 = Gather(rig_, "ema_pf_0.05");
   std::map<std::string, std::vector<float>> near10 = Gather(rig_, "ema_pf_0.10");
-  StatusOr<PosthocPlan> plan = ReconstructPosthocEma(root_, root_ + "/u.safetensors", Options({0.07}), World());
+  StatusOr<PosthocPlan> plan =
+      ReconstructPosthocEma(root_, root_ + "/u.safetensors", Options({0.07}), World());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   if (RankOf(World()) != 0) return;
   const double err = MaxAbsDiff(want, ReadSafetensors(root_ + "/u.safetensors"));
   const double gap = std::min(MaxAbsDiff(want, near05), MaxAbsDiff(want, near10));
-  std::printf("untracked sigma_rel 0.07: max abs error %.3e, distance to nearest tracked %.3e, profile fit %.3e\n",
-              err, gap, plan->targets[0].fit_error);
+  std::printf(
+      "untracked sigma_rel 0.07: max abs error %.3e, distance to nearest tracked %.3e, profile fit "
+      "%.3e\n",
+      err, gap, plan->targets[0].fit_error);
   EXPECT_LT(err, 2e-4);
   EXPECT_LT(err, 0.1 * gap);
 }

@@ -31,7 +31,10 @@ bool Eligible(const EmaSlots& emas, size_t i, EmaSnapshotSlot* out) {
 }
 
 json SlotJson(const EmaSnapshotSlot& s) {
-  return {{"name", s.name}, {"gamma", s.gamma}, {"sigma_rel", s.sigma_rel}, {"start_step", s.start_step},
+  return {{"name", s.name},
+          {"gamma", s.gamma},
+          {"sigma_rel", s.sigma_rel},
+          {"start_step", s.start_step},
           {"t", s.t}};
 }
 
@@ -51,11 +54,12 @@ StatusOr<EmaSnapshotInfo> InfoFromManifest(const Manifest& m, const std::string&
                            s.at("sigma_rel").get<double>(), s.at("start_step").get<int64_t>(),
                            s.at("t").get<int64_t>()};
       if (m.FindSlot(slot.name) < 0) {
-        return DataLoss("'", where, "': ", kMetaKey, " lists slot '", slot.name, "' but the snapshot has no such slot");
+        return DataLoss("'", where, "': ", kMetaKey, " lists slot '", slot.name,
+                        "' but the snapshot has no such slot");
       }
       if (!(slot.gamma > 0) || slot.t < 1) {
-        return DataLoss("'", where, "': slot '", slot.name, "' has gamma ", slot.gamma, " and t ", slot.t,
-                        " (expected gamma > 0, t >= 1)");
+        return DataLoss("'", where, "': slot '", slot.name, "' has gamma ", slot.gamma, " and t ",
+                        slot.t, " (expected gamma > 0, t >= 1)");
       }
       info.slots.push_back(std::move(slot));
     }
@@ -71,16 +75,22 @@ void WriteIndex(const std::string& snap_root, bool fsync) {
   if (s.ok()) {
     json arr = json::array();
     for (const EmaSnapshotInfo& i : *list) arr.push_back(i.ToJson());
-    s = WriteFileAtomic(JoinPath(snap_root, "index.json"), json{{"snapshots", arr}}.dump(1) + "\n", fsync);
+    s = WriteFileAtomic(JoinPath(snap_root, "index.json"), json{{"snapshots", arr}}.dump(1) + "\n",
+                        fsync);
   }
-  if (!s.ok()) LOG_WARNING << "EMA snapshot index not updated (snapshots are unaffected): " << s.ToString();
+  if (!s.ok())
+    LOG_WARNING << "EMA snapshot index not updated (snapshots are unaffected): " << s.ToString();
 }
 
 }  // namespace
 
-std::string EmaSnapshotRoot(const std::string& ckpt_root) { return JoinPath(ckpt_root, kSnapshotDir); }
+std::string EmaSnapshotRoot(const std::string& ckpt_root) {
+  return JoinPath(ckpt_root, kSnapshotDir);
+}
 
-bool EmaSnapshotDue(int64_t step, int64_t every) { return every > 0 && step > 0 && step % every == 0; }
+bool EmaSnapshotDue(int64_t step, int64_t every) {
+  return every > 0 && step > 0 && step % every == 0;
+}
 
 json EmaSnapshotInfo::ToJson() const {
   json s = json::array();
@@ -88,14 +98,16 @@ json EmaSnapshotInfo::ToJson() const {
   return {{"step", step}, {"dir", BaseName(dir)}, {"world_size", world_size}, {"slots", s}};
 }
 
-StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicator* comm, const EmaSlots& emas,
-                                       int64_t step, const EmaSnapshotOptions& options) {
+StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicator* comm,
+                                       const EmaSlots& emas, int64_t step,
+                                       const EmaSnapshotOptions& options) {
   if (emas.swapped()) {
     return FailedPrecondition("EMA snapshot of step ", step, ": slot '", emas.swapped_slot(),
                               "' is swapped in; swap it back first");
   }
   const std::string snap_root = EmaSnapshotRoot(ckpt_root);
-  if (PathExists(JoinPath(JoinPath(snap_root, StepDirName(step)), "manifest.json"))) return std::string();
+  if (PathExists(JoinPath(JoinPath(snap_root, StepDirName(step)), "manifest.json")))
+    return std::string();
   const ShardedParameterStore* store = emas.store();
   CheckpointState state;
   state.step = step;
@@ -119,13 +131,15 @@ StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicato
   if (shards.empty()) return std::string();
   for (size_t i = 0, j = 0; i < emas.size(); ++i) {
     EmaSnapshotSlot slot;
-    if (Eligible(emas, i, &slot)) state.slots.push_back(SlotView{slot.name, DType::kF32, shards[j++].data()});
+    if (Eligible(emas, i, &slot))
+      state.slots.push_back(SlotView{slot.name, DType::kF32, shards[j++].data()});
   }
   for (const ParamSpec& b : store->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView v, store->buffer(b.name));
     state.buffers.push_back(BufferView{b.name, v.shape, v.dtype, v.data});
   }
-  state.meta = {{"ema", configs}, {kMetaKey, {{"format_version", 1}, {"step", step}, {"slots", slots}}}};
+  state.meta = {{"ema", configs},
+                {kMetaKey, {{"format_version", 1}, {"step", step}, {"slots", slots}}}};
   SaveOptions so;
   so.keep_last = INT_MAX;
   so.fsync = options.fsync;
@@ -141,12 +155,14 @@ StatusOr<std::vector<EmaSnapshotInfo>> ListEmaSnapshots(const std::string& path)
   if (IsDirectory(JoinPath(path, kSnapshotDir))) {
     root = JoinPath(path, kSnapshotDir);
   } else if (BaseName(path) != kSnapshotDir || !IsDirectory(path)) {
-    return NotFound("no EMA snapshots: '", JoinPath(path, kSnapshotDir),
-                    "' does not exist (train with power-function EMA slots and --ema-snapshot-every K)");
+    return NotFound(
+        "no EMA snapshots: '", JoinPath(path, kSnapshotDir),
+        "' does not exist (train with power-function EMA slots and --ema-snapshot-every K)");
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
   if (steps.empty()) {
-    return NotFound("no EMA snapshots in '", root, "' (expected committed step_N directories written by "
+    return NotFound("no EMA snapshots in '", root,
+                    "' (expected committed step_N directories written by "
                     "--ema-snapshot-every)");
   }
   std::vector<EmaSnapshotInfo> out;

@@ -36,10 +36,9 @@
 #define SHARDEMA_EMA_SNAPSHOT_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ema/ema_slots.h"
 #include "framework/communicator.h"
@@ -87,10 +86,10 @@ struct EmaSnapshotInfo {
 };
 
 // The committed snapshots of `path` (a checkpoint root holding ema_snapshots/, or the snapshot
-// root itself, a directory named ema_snapshots), ascending by step. Reads each manifest (checked against manifest.xxh3).
-// Errors: kNotFound when there is no snapshot root or no committed snapshot in it (naming the
-// directory); kDataLoss naming the file for a corrupt manifest or a malformed "ema_snapshot"
-// meta section.
+// root itself, a directory named ema_snapshots), ascending by step. Reads each manifest (checked
+// against manifest.xxh3). Errors: kNotFound when there is no snapshot root or no committed snapshot
+// in it (naming the directory); kDataLoss naming the file for a corrupt manifest or a malformed
+// "ema_snapshot" meta section.
 StatusOr<std::vector<EmaSnapshotInfo>> ListEmaSnapshots(const std::string& path);
 
 }  // namespace shardema

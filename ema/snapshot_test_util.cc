@@ -3,7 +3,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/state.h"
@@ -26,7 +25,8 @@ std::string SnapshotSlotName(size_t k) {
 }
 
 float SnapValue(int k, int64_t step, size_t unit, int64_t elem) {
-  return float(std::sin(0.37 * double(elem) + 1.3 * double(unit) + 0.11 * k) + 0.001 * double(step) * (k + 1));
+  return float(std::sin(0.37 * double(elem) + 1.3 * double(unit) + 0.11 * k) +
+               0.001 * double(step) * (k + 1));
 }
 
 Status WriteSyntheticSnapshot(const std::string& root, int64_t step, int world, int64_t start_step,
@@ -35,9 +35,13 @@ Status WriteSyntheticSnapshot(const std::string& root, int64_t step, int world, 
   nlohmann::json slots = nlohmann::json::array(), configs = nlohmann::json::array();
   for (size_t k = 0; k < SnapshotSigmas().size(); ++k) {
     ASSIGN_OR_RETURN(double gamma, SigmaRelToGamma(SnapshotSigmas()[k]));
-    slots.push_back({{"name", SnapshotSlotName(k)}, {"gamma", gamma}, {"sigma_rel", SnapshotSigmas()[k]},
-                     {"start_step", start_step}, {"t", step - start_step}});
-    configs.push_back({{"name", SnapshotSlotName(k)}, {"kind", "power_function"}, {"gamma", gamma}});
+    slots.push_back({{"name", SnapshotSlotName(k)},
+                     {"gamma", gamma},
+                     {"sigma_rel", SnapshotSigmas()[k]},
+                     {"start_step", start_step},
+                     {"t", step - start_step}});
+    configs.push_back(
+        {{"name", SnapshotSlotName(k)}, {"kind", "power_function"}, {"gamma", gamma}});
   }
   static std::vector<float> bn = {1, 2, 3, 4, 5};
   std::vector<std::vector<std::vector<float>>> data(static_cast<size_t>(world));
@@ -63,7 +67,8 @@ Status WriteSyntheticSnapshot(const std::string& root, int64_t step, int world, 
       s.slots.push_back(SlotView{SnapshotSlotName(k), DType::kF32, d.data()});
     }
     s.buffers.push_back(BufferView{"bn.running_mean", {5}, DType::kF32, bn.data()});
-    s.meta = {{"ema", configs}, {"ema_snapshot", {{"format_version", 1}, {"step", step}, {"slots", slots}}}};
+    s.meta = {{"ema", configs},
+              {"ema_snapshot", {{"format_version", 1}, {"step", step}, {"slots", slots}}}};
   }
   SaveOptions so;
   so.keep_last = INT_MAX;
