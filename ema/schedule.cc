@@ -127,22 +127,24 @@ Status ReadValue(const nlohmann::json& v, const std::string& field, std::string*
   return Status::Ok();
 }
 
-Status ReadValue(const nlohmann::json& v, const std::string& field, EmaScheduleKind* out) {
+// An enum written by name, read back with `parse`.
+template <typename E>
+Status ReadName(const nlohmann::json& v, const std::string& field,
+                StatusOr<E> (*parse)(const std::string&), E* out) {
   std::string name;
   RETURN_IF_ERROR(ReadValue(v, field, &name));
-  StatusOr<EmaScheduleKind> parsed = ParseEmaScheduleKind(name);
+  StatusOr<E> parsed = parse(name);
   if (!parsed.ok()) return parsed.status().WithContext("EMA config field '" + field + "'");
   *out = *parsed;
   return Status::Ok();
 }
 
+Status ReadValue(const nlohmann::json& v, const std::string& field, EmaScheduleKind* out) {
+  return ReadName(v, field, ParseEmaScheduleKind, out);
+}
+
 Status ReadValue(const nlohmann::json& v, const std::string& field, BufferMode* out) {
-  std::string name;
-  RETURN_IF_ERROR(ReadValue(v, field, &name));
-  StatusOr<BufferMode> parsed = ParseBufferMode(name);
-  if (!parsed.ok()) return parsed.status().WithContext("EMA config field '" + field + "'");
-  *out = *parsed;
-  return Status::Ok();
+  return ReadName(v, field, ParseBufferMode, out);
 }
 
 Status ReadValue(const nlohmann::json& v, const std::string& field,
