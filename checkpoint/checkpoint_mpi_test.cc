@@ -72,6 +72,7 @@ TEST_F(CheckpointMpiTest, SyncSaveThenLoadSameWorldIsBitExact) {
   Status s = w.Save(st.state);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(w.last_committed_step(), 11);
+  EXPECT_EQ(w.last_committed_dir(), JoinPath(root_, "step_00000011"));  // rank 0's, on every rank
   if (rank_ == 0) {
     StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(root_);
     EXPECT_TRUE(v.ok()) << v.status();

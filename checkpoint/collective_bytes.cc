@@ -18,12 +18,18 @@ Status CheckHostComm(const Communicator* comm) {
   return Status::Ok();
 }
 
-void PutU64(uint16_t* w, uint64_t v) {
-  for (int i = 0; i < 4; ++i) w[i] = uint16_t(v >> (16 * i));
+// A length as the 8 bytes that travel.
+struct LengthBytes {
+  uint8_t b[sizeof(uint64_t)];
+};
+LengthBytes PutU64(uint64_t v) {
+  LengthBytes l;
+  std::memcpy(l.b, &v, sizeof(v));
+  return l;
 }
-uint64_t GetU64(const uint16_t* w) {
-  uint64_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint64_t(w[i]) << (16 * i);
+uint64_t GetU64(const LengthBytes& l) {
+  uint64_t v;
+  std::memcpy(&v, l.b, sizeof(v));
   return v;
 }
 }  // namespace
@@ -31,22 +37,18 @@ uint64_t GetU64(const uint16_t* w) {
 StatusOr<std::vector<std::string>> AllGatherBytes(Communicator* comm, const std::string& mine) {
   if (WorldSizeOf(comm) == 1) return std::vector<std::string>{mine};
   RETURN_IF_ERROR(CheckHostComm(comm));
-  const int world = comm->world_size();
-  uint16_t len_words[4];
-  PutU64(len_words, mine.size());
-  std::vector<uint16_t> lens(4 * size_t(world));
-  RETURN_IF_ERROR(comm->AllGather(len_words, lens.data(), 4, DType::kBF16));
+  const size_t world = size_t(comm->world_size());
+  const LengthBytes my_len = PutU64(mine.size());
+  std::vector<LengthBytes> lens(world);
+  RETURN_IF_ERROR(comm->AllGather(my_len.b, lens.data(), sizeof(my_len.b), DType::kU8));
   uint64_t longest = 0;
-  for (int r = 0; r < world; ++r) longest = std::max(longest, GetU64(&lens[4 * size_t(r)]));
-  const size_t words = size_t((longest + 1) / 2);
-  std::vector<uint16_t> send(words, 0), recv(words * size_t(world));
-  if (!mine.empty()) std::memcpy(send.data(), mine.data(), mine.size());
-  RETURN_IF_ERROR(comm->AllGather(send.data(), recv.data(), words, DType::kBF16));
-  std::vector<std::string> out(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    const uint64_t n = GetU64(&lens[4 * size_t(r)]);
-    out[size_t(r)].assign(reinterpret_cast<const char*>(recv.data() + words * size_t(r)), size_t(n));
-  }
+  for (const LengthBytes& l : lens) longest = std::max(longest, GetU64(l));
+  const size_t bytes = size_t(longest);
+  std::string send(bytes, '\0'), recv(bytes * world, '\0');
+  std::memcpy(&send[0], mine.data(), mine.size());
+  RETURN_IF_ERROR(comm->AllGather(send.data(), &recv[0], bytes, DType::kU8));
+  std::vector<std::string> out(world);
+  for (size_t r = 0; r < world; ++r) out[r] = recv.substr(bytes * r, size_t(GetU64(lens[r])));
   return out;
 }
 
@@ -54,16 +56,13 @@ StatusOr<std::string> BroadcastBytes(Communicator* comm, const std::string& valu
   if (WorldSizeOf(comm) == 1) return value;
   RETURN_IF_ERROR(CheckHostComm(comm));
   const bool is_root = comm->rank() == root;
-  uint16_t len_words[4] = {0, 0, 0, 0};
-  if (is_root) PutU64(len_words, value.size());
+  LengthBytes len = PutU64(is_root ? value.size() : 0);
   CollectiveOptions opts;
   opts.root = root;
-  RETURN_IF_ERROR(comm->Broadcast(len_words, 4, DType::kBF16, opts));
-  const uint64_t n = GetU64(len_words);
-  std::vector<uint16_t> buf(size_t((n + 1) / 2), 0);
-  if (is_root && n > 0) std::memcpy(buf.data(), value.data(), size_t(n));
-  RETURN_IF_ERROR(comm->Broadcast(buf.data(), buf.size(), DType::kBF16, opts));
-  return std::string(reinterpret_cast<const char*>(buf.data()), size_t(n));
+  RETURN_IF_ERROR(comm->Broadcast(len.b, sizeof(len.b), DType::kU8, opts));
+  std::string buf = is_root ? value : std::string(size_t(GetU64(len)), '\0');
+  RETURN_IF_ERROR(comm->Broadcast(&buf[0], buf.size(), DType::kU8, opts));
+  return buf;
 }
 
 std::string EncodeStatus(const Status& s) {

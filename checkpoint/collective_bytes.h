@@ -1,6 +1,5 @@
-// Byte strings over a Communicator, whose collectives only move f32/bf16/f16 elements: the bytes
-// travel as 16-bit words (bf16 all-gather/broadcast copy the words bit for bit; no arithmetic
-// touches them), padded to an even length and preceded by their 64-bit length.
+// Byte strings over a Communicator: the bytes travel as DType::kU8 elements, after their 64-bit
+// lengths (8 u8 elements each, in the host's byte order: every rank runs the same build).
 //
 // Every call is collective over `comm` (same calls, same order on all ranks). `comm` may be null:
 // a single process (rank 0 of 1). The communicator must take host buffers (the MPI backend; with

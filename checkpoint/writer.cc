@@ -240,6 +240,36 @@ StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(con
   return p;
 }
 
+std::string EncodeCommitResult(const CommitResult& r) {
+  return DumpLossless(json{{"code", int(r.status.code())},
+                           {"message", r.status.message()},
+                           {"step", r.step},
+                           {"dir", r.dir}});
+}
+
+StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes) {
+  const json j = json::parse(bytes, nullptr, false);
+  auto bad = [&bytes](const char* what) {
+    return Internal("commit result from rank 0: ", what, " in '", bytes.substr(0, 200), "'");
+  };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  const auto code = j.find("code"), message = j.find("message"), step = j.find("step"),
+             dir = j.find("dir");
+  if (code == j.end() || !code->is_number_integer() || message == j.end() ||
+      !message->is_string() || step == j.end() || !step->is_number_integer() ||
+      dir == j.end() || !dir->is_string()) {
+    return bad("a missing or mistyped field (code, message, step, dir)");
+  }
+  const int c = code->get<int>();
+  if (c < 0 || c > int(StatusCode::kUnimplemented)) return bad("an unknown status code");
+  CommitResult r;
+  r.status = Status(StatusCode(c), message->get<std::string>());
+  r.step = step->get<int64_t>();
+  r.dir = dir->get<std::string>();
+  if (r.status.ok() && r.dir.empty()) return bad("a committed result without a directory");
+  return r;
+}
+
 Status CheckpointWriter::Commit() {
   Pending& p = *pending_;
   if (p.thread.joinable()) p.thread.join();
@@ -252,9 +282,10 @@ Status CheckpointWriter::Commit() {
     pending_.reset();
     return all.status();
   }
-  std::string outcome;
+  CommitResult outcome;
+  outcome.step = step;
   if (rank == 0) {
-    Status result;
+    Status& result = outcome.status;
     Manifest manifest = p.plan;
     for (int r = 0; r < world && result.ok(); ++r) {
       const std::string what = "save of step " + std::to_string(step) + ": rank " + std::to_string(r) +
@@ -283,21 +314,17 @@ Status CheckpointWriter::Commit() {
       StatusOr<std::string> dir = CommitStepDir(root_, manifest, CommitOpts());
       deleter_->Add(removals_);
       removals_.clear();
-      if (dir.ok()) outcome = EncodeStatus(Status::Ok()) + *dir;
+      if (dir.ok()) outcome.dir = *dir;
       result = dir.status();
     }
-    if (!result.ok()) {
-      AbandonStepDir(root_, step).IgnoreError();
-      outcome = EncodeStatus(result);
-    }
+    if (!result.ok()) AbandonStepDir(root_, step).IgnoreError();
   }
-  StatusOr<std::string> agreed = BroadcastBytes(comm_, outcome, 0);
+  StatusOr<std::string> agreed = BroadcastBytes(comm_, EncodeCommitResult(outcome), 0);
   pending_.reset();
   if (!agreed.ok()) return agreed.status();
-  Status s = DecodeStatus(*agreed);
-  if (!s.ok()) return s;
-  last_step_ = step;
-  last_dir_ = agreed->substr(1);
+  ASSIGN_OR_RETURN(CommitResult decided, DecodeCommitResult(*agreed));
+  if (!decided.status.ok()) return decided.status;
+  last_commit_ = std::move(decided);
   return Status::Ok();
 }
 

@@ -74,6 +74,18 @@ struct SaveOptions {
   int snapshot_threads = 0;
 };
 
+// The outcome of a save's commit: rank 0 decides it and broadcasts it, so every rank returns the
+// same status and records the same directory.
+struct CommitResult {
+  Status status;     // OK: committed
+  int64_t step = -1;
+  std::string dir;   // the committed step directory (empty unless OK)
+};
+// The broadcast form (JSON: status code and message, step, dir) and back. Decode errors
+// (kInternal): not JSON, a missing or mistyped field, an OK result without a directory.
+std::string EncodeCommitResult(const CommitResult& r);
+StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes);
+
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string root, Communicator* comm, SaveOptions options = {});
@@ -93,8 +105,8 @@ class CheckpointWriter {
 
   bool pending() const { return pending_ != nullptr; }
   // Step and directory of the last checkpoint this writer committed (-1 / "" when none).
-  int64_t last_committed_step() const { return last_step_; }
-  const std::string& last_committed_dir() const { return last_dir_; }
+  int64_t last_committed_step() const { return last_commit_.step; }
+  const std::string& last_committed_dir() const { return last_commit_.dir; }
   const std::string& root() const { return root_; }
 
  private:
@@ -114,8 +126,7 @@ class CheckpointWriter {
   std::vector<std::string> removals_;  // directories renamed for deletion (rank 0)
   std::unique_ptr<BackgroundDeleter> deleter_;
   bool first_prepare_ = true;
-  int64_t last_step_ = -1;
-  std::string last_dir_;
+  CommitResult last_commit_;  // the last successful commit
 };
 
 // Writes a whole checkpoint of W = ranks.size() ranks from one process (ranks[r] is rank r's

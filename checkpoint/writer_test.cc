@@ -43,6 +43,29 @@ class WriterTest : public ::testing::Test {
   std::string root_;
 };
 
+TEST(CommitResultTest, RoundTripsAndRefusesDamage) {
+  CommitResult ok{Status::Ok(), 12, "/ckpt/step_00000012"};
+  StatusOr<CommitResult> back = DecodeCommitResult(EncodeCommitResult(ok));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->status.ok());
+  EXPECT_EQ(back->step, 12);
+  EXPECT_EQ(back->dir, "/ckpt/step_00000012");
+  CommitResult failed{ResourceExhausted("rank 1: disk full"), 13, ""};
+  back = DecodeCommitResult(EncodeCommitResult(failed));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->status, failed.status);
+  EXPECT_EQ(back->step, 13);
+  for (const char* bad : {"", "x", "[]", R"({"code":0,"message":"","step":1})",
+                          R"({"code":0,"message":"","step":1,"dir":""})",
+                          R"({"code":99,"message":"","step":1,"dir":"d"})",
+                          R"({"code":0,"message":"","step":"1","dir":"d"})"}) {
+    StatusOr<CommitResult> r = DecodeCommitResult(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal) << bad;
+    EXPECT_NE(r.status().message().find("commit result from rank 0"), std::string::npos);
+  }
+}
+
 TEST_F(WriterTest, SyncSaveRoundTripIsBitExact) {
   StoreLayout l = MakeLayout(TestModel(), 1);
   std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 10);

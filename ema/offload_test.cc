@@ -22,7 +22,9 @@ std::vector<float> Pattern(int64_t n, int seed) {
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp must not see the null data() of an empty vector, even with a zero length (UBSan).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Betas of the updates of one run: a start copy, ordinary decays, a no-op and a re-copy.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <variant>
 
 namespace shardema {
 namespace {
@@ -84,8 +86,6 @@ std::string FormatRules(const std::vector<BufferRule>& rules) {
   return s + "]";
 }
 
-bool IsFinite(double v) { return std::isfinite(v); }
-
 bool ValidSlotName(const std::string& name) {
   if (name.empty()) return false;
   for (char ch : name) {
@@ -96,60 +96,228 @@ bool ValidSlotName(const std::string& name) {
   return true;
 }
 
-// ---- JSON field readers: each names the field and what it found. ----
+// ---- Per-type operations of the field table: JSON write/read, text, equality. ----
 
 Status TypeError(const std::string& field, const char* want, const nlohmann::json& v) {
   return InvalidArgument("EMA config field '", field, "': expected ", want, ", found ",
                          v.type_name(), " ", v.dump());
 }
 
-Status ReadDouble(const nlohmann::json& v, const std::string& field, double* out) {
+Status ReadValue(const nlohmann::json& v, const std::string& field, double* out) {
   if (!v.is_number()) return TypeError(field, "a number", v);
   *out = v.get<double>();
   return Status::Ok();
 }
 
-Status ReadInt(const nlohmann::json& v, const std::string& field, int64_t* out) {
+Status ReadValue(const nlohmann::json& v, const std::string& field, int64_t* out) {
   if (!v.is_number_integer()) return TypeError(field, "an integer", v);
   *out = v.get<int64_t>();
   return Status::Ok();
 }
 
-Status ReadBool(const nlohmann::json& v, const std::string& field, bool* out) {
+Status ReadValue(const nlohmann::json& v, const std::string& field, bool* out) {
   if (!v.is_boolean()) return TypeError(field, "true or false", v);
   *out = v.get<bool>();
   return Status::Ok();
 }
 
-Status ReadString(const nlohmann::json& v, const std::string& field, std::string* out) {
+Status ReadValue(const nlohmann::json& v, const std::string& field, std::string* out) {
   if (!v.is_string()) return TypeError(field, "a string", v);
   *out = v.get<std::string>();
   return Status::Ok();
 }
 
-Status ReadRules(const nlohmann::json& v, std::vector<BufferRule>* out) {
-  if (!v.is_array()) return TypeError("buffer_rules", "an array", v);
+// An enum written by name, read back with `parse`.
+template <typename E>
+Status ReadName(const nlohmann::json& v, const std::string& field,
+                StatusOr<E> (*parse)(const std::string&), E* out) {
+  std::string name;
+  RETURN_IF_ERROR(ReadValue(v, field, &name));
+  StatusOr<E> parsed = parse(name);
+  if (!parsed.ok()) return parsed.status().WithContext("EMA config field '" + field + "'");
+  *out = *parsed;
+  return Status::Ok();
+}
+
+Status ReadValue(const nlohmann::json& v, const std::string& field, EmaScheduleKind* out) {
+  return ReadName(v, field, ParseEmaScheduleKind, out);
+}
+
+Status ReadValue(const nlohmann::json& v, const std::string& field, BufferMode* out) {
+  return ReadName(v, field, ParseBufferMode, out);
+}
+
+Status ReadValue(const nlohmann::json& v, const std::string& field,
+                 std::vector<BufferRule>* out) {
+  if (!v.is_array()) return TypeError(field, "an array", v);
   out->clear();
   for (size_t i = 0; i < v.size(); ++i) {
-    const std::string field = "buffer_rules[" + std::to_string(i) + "]";
+    const std::string item = field + "[" + std::to_string(i) + "]";
     const nlohmann::json& r = v[i];
-    if (!r.is_object()) return TypeError(field, "an object {pattern, mode}", r);
+    if (!r.is_object()) return TypeError(item, "an object {pattern, mode}", r);
     BufferRule rule;
     for (auto it = r.begin(); it != r.end(); ++it) {
       if (it.key() == "pattern") {
-        RETURN_IF_ERROR(ReadString(it.value(), field + ".pattern", &rule.pattern));
+        RETURN_IF_ERROR(ReadValue(it.value(), item + ".pattern", &rule.pattern));
       } else if (it.key() == "mode") {
-        std::string mode;
-        RETURN_IF_ERROR(ReadString(it.value(), field + ".mode", &mode));
-        StatusOr<BufferMode> m = ParseBufferMode(mode);
-        if (!m.ok()) return m.status().WithContext("EMA config field '" + field + ".mode'");
-        rule.mode = *m;
+        RETURN_IF_ERROR(ReadValue(it.value(), item + ".mode", &rule.mode));
       } else {
-        return InvalidArgument("EMA config field '", field, "': unknown key '", it.key(),
+        return InvalidArgument("EMA config field '", item, "': unknown key '", it.key(),
                                "' (expected pattern, mode)");
       }
     }
     out->push_back(rule);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+nlohmann::json JsonValue(const T& v) {
+  return v;
+}
+nlohmann::json JsonValue(EmaScheduleKind k) { return EmaScheduleName(k); }
+nlohmann::json JsonValue(const std::vector<BufferRule>& rules) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const BufferRule& r : rules) {
+    a.push_back({{"pattern", r.pattern}, {"mode", BufferModeName(r.mode)}});
+  }
+  return a;
+}
+
+std::string Text(double v) { return FormatDouble(v); }
+std::string Text(int64_t v) { return std::to_string(v); }
+std::string Text(bool v) { return v ? "true" : "false"; }
+std::string Text(const std::string& v) { return v; }
+std::string Text(EmaScheduleKind k) { return EmaScheduleName(k); }
+std::string Text(const std::vector<BufferRule>& rules) { return FormatRules(rules); }
+
+template <typename T>
+bool Same(const T& a, const T& b) {
+  return Text(a) == Text(b);
+}
+template <>
+bool Same(const double& a, const double& b) {
+  // Bitwise-equal or both NaN counts as equal; -0 vs 0 is a difference.
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
+// ---- Checks beyond numeric ranges. ----
+
+Status CheckName(const EmaConfig& c) {
+  if (ValidSlotName(c.name)) return Status::Ok();
+  return InvalidArgument("EMA slot name '", c.name,
+                         "' must be non-empty and use only [A-Za-z0-9_.-]");
+}
+
+Status CheckKind(const EmaConfig& c) {
+  for (EmaScheduleKind k : kAllKinds) {
+    if (c.kind == k) return Status::Ok();
+  }
+  return InvalidArgument("EMA slot '", c.name, "': kind ", static_cast<int>(c.kind),
+                         " is not a known schedule");
+}
+
+Status CheckRules(const EmaConfig& c) {
+  for (size_t i = 0; i < c.buffer_rules.size(); ++i) {
+    if (c.buffer_rules[i].pattern.empty()) {
+      return InvalidArgument("EMA slot '", c.name, "': buffer_rules[", i,
+                             "].pattern '' must not be empty");
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- The one table of EmaConfig fields: Validate, ToJson, FromJson and Diff read it. ----
+
+constexpr uint32_t KindBit(EmaScheduleKind k) { return 1u << static_cast<unsigned>(k); }
+constexpr uint32_t kEveryKind = 0x1f;
+constexpr uint32_t kConstantOnly = KindBit(EmaScheduleKind::kConstant);
+constexpr uint32_t kPowerWarmupOnly = KindBit(EmaScheduleKind::kPowerWarmup);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Allowed values of a numeric field under the schedules in `kinds`: lo <(=) v <(=) hi, finite.
+// `hi_field`, when set, replaces hi by another field's value (min_decay <= decay).
+struct Range {
+  uint32_t kinds;
+  double lo;
+  bool lo_open;
+  double hi;
+  bool hi_open;
+  const char* why;  // appended to the error; may be empty
+  double EmaConfig::*hi_field = nullptr;
+};
+
+using Member = std::variant<std::string EmaConfig::*, EmaScheduleKind EmaConfig::*,
+                            double EmaConfig::*, int64_t EmaConfig::*, bool EmaConfig::*,
+                            std::vector<BufferRule> EmaConfig::*>;
+
+struct Field {
+  const char* key;
+  Member member;
+  std::vector<Range> ranges;                  // numeric fields; the first matching kind applies
+  Status (*check)(const EmaConfig&) = nullptr;  // any other rule
+  // Placement, not semantics: written only when it differs from the default, not compared by
+  // Diff (configs and checkpoints without the key read as the default).
+  bool placement = false;
+};
+
+const std::vector<Field>& Fields() {
+  static const std::vector<Field>* fields = new std::vector<Field>{
+      {"name", &EmaConfig::name, {}, CheckName},
+      {"kind", &EmaConfig::kind, {}, CheckKind},
+      // power_function and half_life ignore decay (the trainer writes 1 there).
+      {"decay",
+       &EmaConfig::decay,
+       {{kConstantOnly, 0, true, 1, true,
+         "for the constant schedule (1 never moves the EMA, 0 only copies the weights)"},
+        {KindBit(EmaScheduleKind::kWarmup) | kPowerWarmupOnly, 0, true, 1, true,
+         "(the upper bound of the warmup)"},
+        {kEveryKind, 0, false, 1, false, ""}}},
+      {"inv_gamma", &EmaConfig::inv_gamma, {{kPowerWarmupOnly, 0, true, kInf, false, ""}}},
+      {"power", &EmaConfig::power, {{kPowerWarmupOnly, 0, true, kInf, false, ""}}},
+      {"min_decay",
+       &EmaConfig::min_decay,
+       {{kPowerWarmupOnly, 0, false, 0, false, "", &EmaConfig::decay}}},
+      {"update_after_step",
+       &EmaConfig::update_after_step,
+       {{kPowerWarmupOnly, 0, false, kInf, false, ""}}},
+      {"gamma",
+       &EmaConfig::gamma,
+       {{KindBit(EmaScheduleKind::kPowerFunction), 0, true, kInf, false, ""}}},
+      {"half_life_steps",
+       &EmaConfig::half_life_steps,
+       {{KindBit(EmaScheduleKind::kHalfLife), 0, true, kInf, false, ""}}},
+      {"rampup",
+       &EmaConfig::rampup,
+       {{KindBit(EmaScheduleKind::kHalfLife), 0, false, kInf, false, "(0 = no ramp-up)"}}},
+      {"start_step", &EmaConfig::start_step, {{kEveryKind, 0, false, kInf, false, ""}}},
+      {"interval", &EmaConfig::interval, {{kEveryKind, 1, false, kInf, false, ""}}},
+      {"correct_interval", &EmaConfig::correct_interval},
+      {"buffer_rules", &EmaConfig::buffer_rules, {}, CheckRules},
+      {"offload", &EmaConfig::offload, {}, nullptr, /*placement=*/true},
+  };
+  return *fields;
+}
+
+std::string RangeText(double lo, bool lo_open, double hi, bool hi_open) {
+  if (hi == kInf) return std::string(lo_open ? "> " : ">= ") + FormatDouble(lo);
+  return std::string(lo_open ? "(" : "[") + FormatDouble(lo) + ", " + FormatDouble(hi) +
+         (hi_open ? ")" : "]");
+}
+
+Status CheckRange(const EmaConfig& c, const Field& f, double v) {
+  for (const Range& r : f.ranges) {
+    if (!(r.kinds & KindBit(c.kind))) continue;
+    const double hi = r.hi_field ? c.*r.hi_field : r.hi;
+    const bool ok = std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) &&
+                    (r.hi_open ? v < hi : v <= hi);
+    if (ok) return Status::Ok();
+    std::string rule = hi == kInf ? "must be " + RangeText(r.lo, r.lo_open, hi, r.hi_open)
+                                  : "is outside " + RangeText(r.lo, r.lo_open, hi, r.hi_open);
+    if (r.hi_field) rule += " (the slot's decay)";
+    if (*r.why) rule += std::string(" ") + r.why;
+    return InvalidArgument("EMA slot '", c.name, "': ", f.key, " ", FormatDouble(v), " ", rule);
   }
   return Status::Ok();
 }
@@ -190,78 +358,28 @@ StatusOr<BufferMode> ParseBufferMode(const std::string& name) {
 }
 
 Status EmaConfig::Validate() const {
-  if (!ValidSlotName(name)) {
-    return InvalidArgument("EMA slot name '", name,
-                           "' must be non-empty and use only [A-Za-z0-9_.-]");
-  }
-  auto bad = [this](const char* field, const std::string& value, const char* rule) {
-    return InvalidArgument("EMA slot '", name, "': ", field, " ", value, " ", rule);
-  };
-  if (!IsFinite(decay) || decay < 0 || decay > 1) {
-    return bad("decay", FormatDouble(decay), "is outside [0, 1]");
-  }
-  if (start_step < 0) return bad("start_step", std::to_string(start_step), "must be >= 0");
-  if (interval < 1) return bad("interval", std::to_string(interval), "must be >= 1");
-  switch (kind) {
-    case EmaScheduleKind::kConstant:
-    case EmaScheduleKind::kWarmup:
-      break;
-    case EmaScheduleKind::kPowerWarmup:
-      if (!IsFinite(inv_gamma) || inv_gamma <= 0) {
-        return bad("inv_gamma", FormatDouble(inv_gamma), "must be > 0");
-      }
-      if (!IsFinite(power) || power <= 0) return bad("power", FormatDouble(power), "must be > 0");
-      if (!IsFinite(min_decay) || min_decay < 0 || min_decay > decay) {
-        return bad("min_decay", FormatDouble(min_decay),
-                   ("is outside [0, decay = " + FormatDouble(decay) + "]").c_str());
-      }
-      if (update_after_step < 0) {
-        return bad("update_after_step", std::to_string(update_after_step), "must be >= 0");
-      }
-      break;
-    case EmaScheduleKind::kPowerFunction:
-      if (!IsFinite(gamma) || gamma <= 0) return bad("gamma", FormatDouble(gamma), "must be > 0");
-      break;
-    case EmaScheduleKind::kHalfLife:
-      if (!IsFinite(half_life_steps) || half_life_steps <= 0) {
-        return bad("half_life_steps", FormatDouble(half_life_steps), "must be > 0");
-      }
-      if (!IsFinite(rampup) || rampup < 0) {
-        return bad("rampup", FormatDouble(rampup), "must be >= 0 (0 = no ramp-up)");
-      }
-      break;
-    default:
-      return bad("kind", std::to_string(static_cast<int>(kind)), "is not a known schedule");
-  }
-  for (size_t i = 0; i < buffer_rules.size(); ++i) {
-    if (buffer_rules[i].pattern.empty()) {
-      return bad(("buffer_rules[" + std::to_string(i) + "].pattern").c_str(), "''",
-                 "must not be empty");
+  for (const Field& f : Fields()) {
+    if (f.check) RETURN_IF_ERROR(f.check(*this));
+    if (const auto* m = std::get_if<double EmaConfig::*>(&f.member)) {
+      RETURN_IF_ERROR(CheckRange(*this, f, this->**m));
+    } else if (const auto* m = std::get_if<int64_t EmaConfig::*>(&f.member)) {
+      RETURN_IF_ERROR(CheckRange(*this, f, static_cast<double>(this->**m)));
     }
   }
   return Status::Ok();
 }
 
 nlohmann::json EmaConfig::ToJson() const {
-  nlohmann::json rules = nlohmann::json::array();
-  for (const BufferRule& r : buffer_rules) {
-    rules.push_back({{"pattern", r.pattern}, {"mode", BufferModeName(r.mode)}});
+  static const EmaConfig kDefault;
+  nlohmann::json j = nlohmann::json::object();
+  for (const Field& f : Fields()) {
+    std::visit(
+        [&](auto m) {
+          if (f.placement && Same(this->*m, kDefault.*m)) return;
+          j[f.key] = JsonValue(this->*m);
+        },
+        f.member);
   }
-  nlohmann::json j = {{"name", name},
-                      {"kind", EmaScheduleName(kind)},
-                      {"decay", decay},
-                      {"inv_gamma", inv_gamma},
-                      {"power", power},
-                      {"min_decay", min_decay},
-                      {"update_after_step", update_after_step},
-                      {"gamma", gamma},
-                      {"half_life_steps", half_life_steps},
-                      {"rampup", rampup},
-                      {"start_step", start_step},
-                      {"interval", interval},
-                      {"correct_interval", correct_interval},
-                      {"buffer_rules", rules}};
-  if (offload) j["offload"] = true;
   return j;
 }
 
@@ -272,48 +390,18 @@ StatusOr<EmaConfig> EmaConfig::FromJson(const nlohmann::json& j) {
   double sigma_rel = 0;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    const nlohmann::json& v = it.value();
-    if (k == "name") {
-      RETURN_IF_ERROR(ReadString(v, k, &c.name));
-    } else if (k == "kind") {
-      std::string kind;
-      RETURN_IF_ERROR(ReadString(v, k, &kind));
-      StatusOr<EmaScheduleKind> parsed = ParseEmaScheduleKind(kind);
-      if (!parsed.ok()) return parsed.status().WithContext("EMA config field 'kind'");
-      c.kind = *parsed;
-    } else if (k == "decay") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.decay));
-    } else if (k == "inv_gamma") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.inv_gamma));
-    } else if (k == "power") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.power));
-    } else if (k == "min_decay") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.min_decay));
-    } else if (k == "update_after_step") {
-      RETURN_IF_ERROR(ReadInt(v, k, &c.update_after_step));
-    } else if (k == "gamma") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.gamma));
-      has_gamma = true;
-    } else if (k == "sigma_rel") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &sigma_rel));
+    if (k == "sigma_rel") {  // an alternative spelling of gamma, not a field
+      RETURN_IF_ERROR(ReadValue(it.value(), k, &sigma_rel));
       has_sigma_rel = true;
-    } else if (k == "half_life_steps") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.half_life_steps));
-    } else if (k == "rampup") {
-      RETURN_IF_ERROR(ReadDouble(v, k, &c.rampup));
-    } else if (k == "start_step") {
-      RETURN_IF_ERROR(ReadInt(v, k, &c.start_step));
-    } else if (k == "interval") {
-      RETURN_IF_ERROR(ReadInt(v, k, &c.interval));
-    } else if (k == "correct_interval") {
-      RETURN_IF_ERROR(ReadBool(v, k, &c.correct_interval));
-    } else if (k == "buffer_rules") {
-      RETURN_IF_ERROR(ReadRules(v, &c.buffer_rules));
-    } else if (k == "offload") {
-      RETURN_IF_ERROR(ReadBool(v, k, &c.offload));
-    } else {
-      return InvalidArgument("EMA config: unknown field '", k, "'");
+      continue;
     }
+    const std::vector<Field>& fields = Fields();
+    auto f = std::find_if(fields.begin(), fields.end(),
+                          [&k](const Field& field) { return k == field.key; });
+    if (f == fields.end()) return InvalidArgument("EMA config: unknown field '", k, "'");
+    RETURN_IF_ERROR(std::visit([&](auto m) { return ReadValue(it.value(), k, &(c.*m)); },
+                               f->member));
+    has_gamma = has_gamma || k == "gamma";
   }
   if (has_sigma_rel) {
     if (has_gamma) {
@@ -330,30 +418,15 @@ StatusOr<EmaConfig> EmaConfig::FromJson(const nlohmann::json& j) {
 
 std::vector<std::string> EmaConfig::Diff(const EmaConfig& o) const {
   std::vector<std::string> out;
-  auto add = [&out](const char* field, const std::string& a, const std::string& b) {
-    if (a != b) out.push_back(std::string(field) + ": " + a + " vs " + b);
-  };
-  auto num = [&](const char* field, double a, double b) {
-    // Bitwise-equal or both NaN counts as equal; -0 vs 0 is reported.
-    if (a == b && std::signbit(a) == std::signbit(b)) return;
-    if (std::isnan(a) && std::isnan(b)) return;
-    out.push_back(std::string(field) + ": " + FormatDouble(a) + " vs " + FormatDouble(b));
-  };
-  add("name", name, o.name);
-  add("kind", EmaScheduleName(kind), EmaScheduleName(o.kind));
-  num("decay", decay, o.decay);
-  num("inv_gamma", inv_gamma, o.inv_gamma);
-  num("power", power, o.power);
-  num("min_decay", min_decay, o.min_decay);
-  add("update_after_step", std::to_string(update_after_step), std::to_string(o.update_after_step));
-  num("gamma", gamma, o.gamma);
-  num("half_life_steps", half_life_steps, o.half_life_steps);
-  num("rampup", rampup, o.rampup);
-  add("start_step", std::to_string(start_step), std::to_string(o.start_step));
-  add("interval", std::to_string(interval), std::to_string(o.interval));
-  add("correct_interval", correct_interval ? "true" : "false",
-      o.correct_interval ? "true" : "false");
-  add("buffer_rules", FormatRules(buffer_rules), FormatRules(o.buffer_rules));
+  for (const Field& f : Fields()) {
+    if (f.placement) continue;
+    std::visit(
+        [&](auto m) {
+          if (Same(this->*m, o.*m)) return;
+          out.push_back(std::string(f.key) + ": " + Text(this->*m) + " vs " + Text(o.*m));
+        },
+        f.member);
+  }
   return out;
 }
 

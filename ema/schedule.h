@@ -79,7 +79,14 @@ struct EmaConfig {
   // memory does not move; the update still runs on the host thread.
   bool offload = false;
 
-  // Validates ranges (0 <= d <= 1, interval >= 1, gamma > 0, ...). Errors name the slot and field.
+  // Every field is listed once in the field table in schedule.cc, which drives Validate, ToJson,
+  // FromJson and Diff: a new field is one entry there (plus the member above).
+  //
+  // Validates ranges: decay in (0, 1) for constant, warmup and power_warmup (in [0, 1], unused,
+  // for the others), min_decay in [0, decay], inv_gamma, power, gamma, half_life_steps > 0,
+  // rampup, update_after_step, start_step >= 0, interval >= 1, a known kind, non-empty buffer
+  // rule patterns, a slot name of [A-Za-z0-9_.-]. Errors (kInvalidArgument) name the slot, the
+  // field, its value and the allowed range.
   Status Validate() const;
   // Every field, with kind and buffer modes as names ("power_function", "average"); "offload"
   // only when true.

@@ -170,6 +170,48 @@ TEST(EmaConfigTest, JsonRoundTrip) {
   EXPECT_EQ(back->ToJson(), j);
 }
 
+// JSON written by the code before the field table (checkpoints hold it): it must read back to
+// the same config and be written again byte for byte.
+TEST(EmaConfigTest, ReadsAndRewritesJsonOfEarlierVersionsUnchanged) {
+  const char* const written[] = {
+      R"({"buffer_rules":[],"correct_interval":true,"decay":0.999,"gamma":6.94,)"
+      R"("half_life_steps":1000.0,"interval":1,"inv_gamma":1.0,"kind":"constant",)"
+      R"("min_decay":0.0,"name":"ema_0.999","power":0.6666666666666666,"rampup":0.0,)"
+      R"("start_step":0,"update_after_step":0})",
+      R"({"buffer_rules":[{"mode":"average","pattern":"*.running_*"},{"mode":"copy",)"
+      R"("pattern":"x?"}],"correct_interval":false,"decay":0.9999,"gamma":16.97,)"
+      R"("half_life_steps":123.5,"interval":3,"inv_gamma":2.5,"kind":"power_warmup",)"
+      R"("min_decay":0.1,"name":"ema_x-1.5","power":0.75,"rampup":0.09,"start_step":42,)"
+      R"("update_after_step":7})",
+      R"({"buffer_rules":[{"mode":"average","pattern":"*.running_*"},{"mode":"copy",)"
+      R"("pattern":"x?"}],"correct_interval":false,"decay":0.9999,"gamma":16.97,)"
+      R"("half_life_steps":123.5,"interval":3,"inv_gamma":2.5,"kind":"power_warmup",)"
+      R"("min_decay":0.1,"name":"ema_x-1.5","offload":true,"power":0.75,"rampup":0.09,)"
+      R"("start_step":42,"update_after_step":7})",
+      R"({"buffer_rules":[],"correct_interval":true,"decay":1.0,"gamma":6.937203937601806,)"
+      R"("half_life_steps":1000.0,"interval":1,"inv_gamma":1.0,"kind":"power_function",)"
+      R"("min_decay":0.0,"name":"ema_pf_0.1","power":0.6666666666666666,"rampup":0.0,)"
+      R"("start_step":0,"update_after_step":0})",
+  };
+  EmaConfig want[4];
+  want[0].name = "ema_0.999";
+  want[1] = NonDefaultConfig();
+  want[2] = NonDefaultConfig();
+  want[2].offload = true;
+  want[3].name = "ema_pf_0.1";
+  want[3].kind = EmaScheduleKind::kPowerFunction;
+  want[3].decay = 1.0;
+  want[3].gamma = *SigmaRelToGamma(0.1);
+  for (int i = 0; i < 4; ++i) {
+    StatusOr<EmaConfig> c = EmaConfig::FromJson(json::parse(written[i]));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->Diff(want[i]).empty()) << c->Diff(want[i])[0];
+    EXPECT_EQ(c->offload, want[i].offload);
+    EXPECT_EQ(c->ToJson().dump(), written[i]);
+    EXPECT_EQ(want[i].ToJson().dump(), written[i]);
+  }
+}
+
 TEST(EmaConfigTest, FromJsonDefaultsAndSigmaRel) {
   StatusOr<EmaConfig> c = EmaConfig::FromJson(json{{"name", "a"}});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -231,6 +273,13 @@ TEST(EmaConfigTest, ValidateNamesSlotAndField) {
        "half_life_steps"},
       {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.rampup = -1; }, "rampup"},
       {[](EmaConfig& c) { c.buffer_rules = {{"", BufferMode::kCopy}}; }, "pattern"},
+      {[](EmaConfig& c) { c.decay = 1; }, "decay 1 is outside (0, 1)"},
+      {[](EmaConfig& c) { c.decay = 0; }, "decay 0 is outside (0, 1)"},
+      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kWarmup; c.decay = 1; }, "decay 1"},
+      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.decay = 0; }, "decay 0"},
+      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.decay = 1.5; }, "decay 1.5"},
+      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.rampup = INFINITY; }, "rampup"},
+      {[](EmaConfig& c) { c.kind = static_cast<EmaScheduleKind>(9); }, "kind 9"},
   };
   for (const Case& c : cases) {
     EmaConfig cfg;
@@ -245,6 +294,49 @@ TEST(EmaConfigTest, ValidateNamesSlotAndField) {
       EXPECT_NE(st.message().find("slot7"), std::string::npos) << st;
     }
   }
+}
+
+TEST(EmaConfigTest, DecayRangeDependsOnTheSchedule) {
+  EmaConfig c;
+  c.name = "ema_1";
+  c.decay = 1;
+  const Status st = c.Validate();
+  EXPECT_EQ(st.message(),
+            "EMA slot 'ema_1': decay 1 is outside (0, 1) for the constant schedule (1 never "
+            "moves the EMA, 0 only copies the weights)");
+  c.decay = std::nextafter(1.0, 0.0);
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  // power_function and half_life do not use decay; the trainer writes 1 there.
+  for (EmaScheduleKind k : {EmaScheduleKind::kPowerFunction, EmaScheduleKind::kHalfLife}) {
+    c.kind = k;
+    c.decay = 1;
+    EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  }
+  c.kind = EmaScheduleKind::kPowerWarmup;
+  c.decay = 0.99;
+  c.min_decay = 0.995;
+  EXPECT_EQ(c.Validate().message(),
+            "EMA slot 'ema_1': min_decay 0.995 is outside [0, 0.99] (the slot's decay)");
+  c.min_decay = 0.99;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.interval = 0;
+  EXPECT_EQ(c.Validate().message(), "EMA slot 'ema_1': interval 0 must be >= 1");
+  // FromJson validates: a checkpoint or --ema-spec with decay 1 is refused.
+  StatusOr<EmaConfig> r = EmaConfig::FromJson(json{{"name", "ema_1"}, {"decay", 1.0}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("(0, 1)"), std::string::npos) << r.status();
+}
+
+TEST(EmaConfigTest, OffloadIsPlacementOnly) {
+  EmaConfig a, b;
+  a.name = b.name = "e";
+  b.offload = true;
+  EXPECT_TRUE(a.Diff(b).empty());
+  EXPECT_FALSE(a.ToJson().contains("offload"));
+  EXPECT_EQ(b.ToJson()["offload"], true);
+  StatusOr<EmaConfig> back = EmaConfig::FromJson(b.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->offload);
 }
 
 TEST(EmaConfigTest, DiffListsFieldDifferences) {

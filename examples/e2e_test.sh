@@ -8,7 +8,8 @@
 #   5. the resumed loss continues the straight run's trajectory (not reset);
 #   6. an exported model loads back with --init and evaluates to the checkpoint's live loss;
 #   7. errors: a corrupt latest checkpoint with --resume (exit 4, names the file) and an --init
-#      whose shapes do not match --layers (exit 2, names the tensor, expected vs found);
+#      whose shapes do not match --layers (exit 2, names the tensor, expected vs found), and
+#      --ema 1 (exit 2: a constant decay must be in (0, 1));
 #   8. --device cuda on 1 rank: trains where a CUDA build sees a GPU, else exits 1 (unavailable)
 #      saying why.
 # Usage: e2e_test.sh TRAIN_MLP E2E_CHECK MPI_RUN_SH
@@ -84,6 +85,15 @@ set -e
 [ "$rc" = 2 ] || fail "bad --init: exit code $rc, expected 2; $(cat "$tmp/init_bad.err")"
 grep -q "layers.1.weight': expected shape \[20, 24\], found \[24, 24\]" "$tmp/init_bad.err" \
   || fail "message does not name the tensor: $(cat "$tmp/init_bad.err")"
+
+echo "== 7c. --ema 1 (a constant decay outside (0, 1)) -> exit 2 naming the slot and range"
+set +e
+"$mpi_run" 1 "$train" "${args[@]}" --steps 1 --ema 1 > "$tmp/ema1.out" 2> "$tmp/ema1.err"
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "--ema 1: exit code $rc, expected 2; $(cat "$tmp/ema1.err")"
+grep -q "ema_1': decay 1 is outside (0, 1)" "$tmp/ema1.err" \
+  || fail "--ema 1: the message does not give the slot and range: $(cat "$tmp/ema1.err")"
 
 echo "== 8. --device cuda: trains on a GPU, or exits 1 (unavailable) saying why"
 set +e

@@ -28,10 +28,12 @@ class SelfCommunicator final : public Communicator {
   }
   StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
                                                      DType dtype, const CollectiveOptions&) override {
+    RETURN_IF_ERROR(CheckReducible(dtype));
     return Copy(send, recv, count, dtype);
   }
   StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
                                                  DType dtype, const CollectiveOptions&) override {
+    RETURN_IF_ERROR(CheckReducible(dtype));
     return Copy(send, recv, count, dtype);
   }
   StatusOr<std::unique_ptr<Work>> BroadcastAsync(void*, size_t, DType,
@@ -49,6 +51,10 @@ class SelfCommunicator final : public Communicator {
   struct DoneWork final : Work {
     Status Wait() override { return Status::Ok(); }
   };
+  static Status CheckReducible(DType dtype) {
+    if (IsFloatingDType(dtype)) return Status::Ok();
+    return InvalidArgument("SelfCommunicator: dtype ", DTypeName(dtype), " cannot be reduced");
+  }
   static Status Closed() { return FailedPrecondition("SelfCommunicator: call after Shutdown()"); }
   StatusOr<std::unique_ptr<Work>> Done() {
     if (shut_down_) return Closed();

@@ -130,6 +130,9 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--keep", "0", "--ckpt-dir", "d"}, {"--keep", "0"});
   ExpectError({"--layers", "4,3", "--ema", "0.9,abc"}, {"--ema", "'abc'"});
   ExpectError({"--layers", "4,3", "--ema", "1.5"}, {"--ema 1.5"});
+  ExpectError({"--layers", "4,3", "--ema", "1"}, {"--ema 1", "'ema_1'", "decay 1", "(0, 1)"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9,0"}, {"--ema 0", "'ema_0'", "(0, 1)"});
+  ExpectError({"--layers", "4,3", "--ema", "1", "--ema-schedule", "warmup"}, {"--ema 1", "(0, 1)"});
   ExpectError({"--layers", "4,3", "--ema", "0.9,0.9"}, {"ema_0.9", "twice"});
   ExpectError({"--layers", "4,3", "--ema", "0.9", "--ema-schedule", "power_function"},
               {"--ema-schedule", "--ema-sigma-rel"});

@@ -14,9 +14,10 @@
 // recv == send + rank*count; AllReduce with send == recv. Otherwise send and recv must not
 // overlap. Zero counts are valid. World size 1 works the same as any other size.
 //
-// Dtypes: f32, bf16, f16. Reductions of bf16/f16 accumulate in f32 and round once at the end
-// (MPI; NCCL with CommOptions::widen_half_reductions, else natively in the 16-bit type).
-// kAvg divides the f32 sum by the world size.
+// Dtypes: f32, bf16, f16, and u8 for byte payloads, which AllGather and Broadcast move bit for
+// bit and the reductions refuse (kInvalidArgument). Reductions of bf16/f16 accumulate in f32 and
+// round once at the end (MPI; NCCL with CommOptions::widen_half_reductions, else natively in the
+// 16-bit type). kAvg divides the f32 sum by the world size.
 //
 // Asynchronous variants return a Work handle; the buffers must stay alive and untouched until
 // Wait() returns. Several operations may be outstanding and be waited in any order. Wait() blocks

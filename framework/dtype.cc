@@ -2,14 +2,24 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 namespace shardema {
+namespace {
+uint8_t F32ToU8(float v) {
+  if (!(v > 0)) return 0;  // also NaN
+  if (v >= 255) return 255;
+  return static_cast<uint8_t>(std::nearbyint(v));  // default rounding mode: ties to even
+}
+
+}  // namespace
 
 const char* DTypeName(DType t) {
   switch (t) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
+    case DType::kU8: return "u8";
   }
   return "?";
 }
@@ -19,6 +29,7 @@ const char* DTypeSafetensorsName(DType t) {
     case DType::kF32: return "F32";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kU8: return "U8";
   }
   return "?";
 }
@@ -37,6 +48,7 @@ float LoadAsF32(const void* data, DType t, size_t i) {
     case DType::kF32: return static_cast<const float*>(data)[i];
     case DType::kBF16: return BF16ToF32(static_cast<const uint16_t*>(data)[i]);
     case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kU8: return static_cast<float>(static_cast<const uint8_t*>(data)[i]);
   }
   return 0.f;
 }
@@ -46,6 +58,7 @@ void StoreFromF32(void* data, DType t, size_t i, float v) {
     case DType::kF32: static_cast<float*>(data)[i] = v; break;
     case DType::kBF16: static_cast<uint16_t*>(data)[i] = F32ToBF16(v); break;
     case DType::kF16: static_cast<uint16_t*>(data)[i] = F32ToF16(v); break;
+    case DType::kU8: static_cast<uint8_t*>(data)[i] = F32ToU8(v); break;
   }
 }
 
@@ -69,14 +82,14 @@ void ConvertBuffer(const void* src, DType st, void* dst, DType dt, size_t n) {
     ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToBF16(v); });
   } else if (st == DType::kF32 && dt == DType::kF16) {
     ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToF16(v); });
-  } else if (dt == DType::kF32) {
+  } else if (dt == DType::kF32 && st != DType::kU8) {
     if (st == DType::kBF16) {
       ConvertLoop(n, [&](size_t i) { return BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     } else {
       ConvertLoop(n, [&](size_t i) { return F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     }
   } else {
-    // bf16 <-> f16 through f32 (exact widening, one rounding).
+    // bf16 <-> f16 and anything with u8, through f32 (exact widening, one rounding).
     for (size_t i = 0; i < n; ++i) StoreFromF32(dst, dt, i, LoadAsF32(src, st, i));
   }
 }

@@ -1,4 +1,5 @@
-// Element types: f32, bf16 and f16, with round-to-nearest-even conversions.
+// Element types: f32, bf16 and f16, with round-to-nearest-even conversions, and u8, the raw
+// byte type of byte payloads (checkpoint/collective_bytes.h) moved by all-gather and broadcast.
 //
 // bf16 and f16 are stored as their raw 16-bit patterns (BF16/F16 below). Conversions to f32 are
 // exact. Conversions from f32 round to nearest, ties to even; NaN stays NaN (quiet, sign kept),
@@ -22,15 +23,26 @@
 
 namespace shardema {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+// kU8 is an unsigned byte: collectives move it (all-gather, broadcast) and refuse to reduce it;
+// as a number it is the integer 0..255 (conversions below). It is not a training dtype: stores,
+// kernels and ParseDType take only the floating types.
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kU8 = 3 };
+constexpr DType kLastDType = DType::kU8;
 
-// Bytes per element: 4, 2, 2.
-constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
-// "f32", "bf16", "f16".
+// Bytes per element: 4, 2, 2, 1.
+constexpr size_t DTypeSize(DType t) {
+  return t == DType::kF32 ? 4 : t == DType::kU8 ? 1 : 2;
+}
+// True for f32, bf16 and f16 (the types reductions and training take).
+constexpr bool IsFloatingDType(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+// "f32", "bf16", "f16", "u8".
 const char* DTypeName(DType t);
-// safetensors spelling: "F32", "BF16", "F16".
+// safetensors spelling: "F32", "BF16", "F16", "U8".
 const char* DTypeSafetensorsName(DType t);
-// Parses "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16" (case-insensitive).
+// Parses "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16" (case-insensitive);
+// floating types only.
 StatusOr<DType> ParseDType(const std::string& s);
 
 struct BF16 { uint16_t bits; };
@@ -92,7 +104,9 @@ SHARDEMA_HD uint16_t F32ToF16(float f) {
   return uint16_t(sign | q);
 }
 
-// Element-wise conversion of n elements between any two dtypes (memcpy when equal).
+// Element-wise conversion of n elements between any two dtypes (memcpy when equal). u8 reads as
+// its integer value; a float stored into u8 is rounded to nearest (ties to even) and clamped to
+// [0, 255], NaN to 0.
 // src and dst may not overlap unless they are the same pointer with the same dtype.
 void ConvertBuffer(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 

@@ -41,6 +41,33 @@ TEST(DTypeTest, NamesAndParse) {
   EXPECT_NE(bad.status().message().find("int8"), std::string::npos);
 }
 
+TEST(DTypeTest, U8IsAByteTypeWithIntegerValues) {
+  EXPECT_EQ(DTypeSize(DType::kU8), 1u);
+  EXPECT_STREQ(DTypeName(DType::kU8), "u8");
+  EXPECT_STREQ(DTypeSafetensorsName(DType::kU8), "U8");
+  EXPECT_FALSE(IsFloatingDType(DType::kU8));
+  EXPECT_TRUE(IsFloatingDType(DType::kBF16));
+  EXPECT_FALSE(ParseDType("u8").ok());  // not a training dtype
+  const uint8_t bytes[] = {0, 1, 127, 255};
+  float f[4];
+  ConvertBuffer(bytes, DType::kU8, f, DType::kF32, 4);
+  EXPECT_EQ(f[1], 1.f);
+  EXPECT_EQ(f[3], 255.f);
+  EXPECT_EQ(LoadAsF32(bytes, DType::kU8, 2), 127.f);
+  const float in[] = {-3.f, 2.5f, 3.5f, 254.6f, 1e9f, std::nanf("")};
+  uint8_t out[6];
+  ConvertBuffer(in, DType::kF32, out, DType::kU8, 6);
+  const uint8_t want[] = {0, 2, 4, 255, 255, 0};  // ties to even, clamped, NaN -> 0
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], want[i]) << in[i];
+  uint16_t h[2];
+  ConvertBuffer(bytes + 2, DType::kU8, h, DType::kBF16, 2);
+  EXPECT_EQ(BF16ToF32(h[0]), 127.f);
+  EXPECT_EQ(BF16ToF32(h[1]), 255.f);
+  uint8_t copy[4] = {};
+  ConvertBuffer(bytes, DType::kU8, copy, DType::kU8, 4);
+  EXPECT_EQ(std::memcmp(copy, bytes, 4), 0);
+}
+
 TEST(DTypeTest, BF16AllPatternsRoundTripExactly) {
   for (uint32_t b = 0; b < 65536; ++b) {
     float f = BF16ToF32(uint16_t(b));

@@ -1,6 +1,8 @@
 #include "framework/status.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace shardema {
@@ -55,6 +57,14 @@ Status ErrnoToStatus(int err, const std::string& what) {
     default: return Status(StatusCode::kInternal, msg);
   }
 }
+
+namespace status_internal {
+void DieOnErrorAccess(const Status& s) {
+  std::fprintf(stderr, "StatusOr::value() on an error: %s\n", s.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace status_internal
 
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {

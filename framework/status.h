@@ -112,7 +112,14 @@ Status ErrnoToStatus(int err, const std::string& what);
 // 3 not found, 4 data loss, 1 anything else.
 int ExitCodeFor(const Status& s);
 
-// A value or an error. Accessing value() of an error asserts (use the macros below).
+namespace status_internal {
+// Prints "StatusOr::value() on an error: <status>" to stderr and aborts. In every build mode:
+// reading the value of an error is a programming error, never garbage.
+[[noreturn]] void DieOnErrorAccess(const Status& s);
+}  // namespace status_internal
+
+// A value or an error. value(), operator* and operator-> of an error print the status and abort
+// the process in every build mode (check ok() first, or use the macros below).
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
@@ -125,15 +132,28 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    CheckHasValue();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckHasValue();
+    return *value_;
+  }
+  T&& value() && {
+    CheckHasValue();
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
  private:
+  void CheckHasValue() const {
+    if (!ok()) status_internal::DieOnErrorAccess(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -53,5 +53,24 @@ TEST(StatusTest, ErrnoConversionAndExitCodes) {
   EXPECT_EQ(ExitCodeFor(Internal("x")), 1);
 }
 
+// Reading the value of an error prints the status and aborts, also with -DNDEBUG (the
+// status_ndebug_test target compiles this file with it).
+TEST(StatusOrDeathTest, ValueOfAnErrorAbortsWithTheStatus) {
+#ifdef NDEBUG
+  SCOPED_TRACE("NDEBUG build");
+#endif
+  StatusOr<int> e = NotFound("no file 'x'");
+  EXPECT_DEATH((void)e.value(), "StatusOr::value\\(\\) on an error: not_found: no file 'x'");
+  EXPECT_DEATH((void)*e, "not_found: no file 'x'");
+  const StatusOr<std::string> c = InvalidArgument("bad flag");
+  EXPECT_DEATH((void)c->size(), "invalid_argument: bad flag");
+  EXPECT_DEATH((void)*c, "invalid_argument: bad flag");
+  StatusOr<std::string> m = DataLoss("torn");
+  EXPECT_DEATH((void)std::move(m).value(), "data_loss: torn");
+  StatusOr<int> ok = 7;
+  EXPECT_EQ(*ok, 7);
+  EXPECT_EQ(ok.value(), 7);
+}
+
 }  // namespace
 }  // namespace shardema

@@ -14,9 +14,8 @@ namespace shardema {
 
 namespace {
 
-static_assert(sizeof(double) == 4 * DTypeSize(DType::kBF16), "double = four 16-bit words");
-// Elements of the bit-exact exchange of one double (four 16-bit words, no arithmetic in transit).
-constexpr size_t kWordsPerDouble = 4;
+// Elements of the bit-exact exchange of one double (its bytes, no arithmetic in transit).
+constexpr size_t kBytesPerDouble = sizeof(double);
 
 // sqrt of the partial sums added in rank order: identical on every rank.
 double NormFromPartials(const double* partials, int world_size) {
@@ -32,7 +31,7 @@ StatusOr<double> GlobalGradNorm(Communicator* comm, const float* grad, int64_t n
   if (grad == nullptr && n > 0) return InvalidArgument("GlobalGradNorm: gradient is null");
   const double local = n > 0 ? SumSquaresCpu(grad, n) : 0.0;
   std::vector<double> partial(size_t(comm->world_size()), 0.0);
-  Status st = comm->AllGather(&local, partial.data(), kWordsPerDouble, DType::kBF16);
+  Status st = comm->AllGather(&local, partial.data(), kBytesPerDouble, DType::kU8);
   if (!st.ok()) return st.WithContext("global gradient norm");
   return NormFromPartials(partial.data(), comm->world_size());
 }
@@ -78,7 +77,7 @@ StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, 
   if (!st.ok()) return st.WithContext("global gradient norm");
   CollectiveOptions opts;
   opts.stream = stream;
-  st = comm->AllGather(local, partials, kWordsPerDouble, DType::kBF16, opts);
+  st = comm->AllGather(local, partials, kBytesPerDouble, DType::kU8, opts);
   if (!st.ok()) return st.WithContext("global gradient norm");
   RETURN_IF_ERROR(CopyBytes(host_partials_.data(), Device::Cpu(), partials, device_,
                             size_t(world_size_) * sizeof(double), stream));

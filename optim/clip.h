@@ -2,7 +2,7 @@
 //
 // GlobalGradNorm: every rank computes the sum of squares of its gradient shard in double
 // (SumSquaresCpu; padding is zero so it adds nothing), then the partial sums are exchanged
-// bit-exactly with ONE all_gather of the 8-byte doubles (sent as four 16-bit words, so no
+// bit-exactly with ONE all_gather of the 8-byte doubles (sent as 8 u8 bytes, so no
 // arithmetic touches them in transit) and summed in rank order in double on every rank. Every
 // rank therefore gets the same norm to the last bit (the skip decision and the clipping
 // coefficient cannot diverge between ranks) with double accuracy. A NaN or Inf gradient on any

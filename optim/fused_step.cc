@@ -111,6 +111,8 @@ SHARDEMA_KERNEL void ComputeCopyBlock(DType t, int64_t n, const float* __restric
       for (int64_t i = 0; i < n; ++i) o[i] = F32ToF16(p[i]);
       return;
     }
+    case DType::kU8:
+      return;  // not a compute dtype: FsdpStore refuses it
   }
 }
 

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Runs every shardema test from a clean clone:
 #   1. tools/setup.sh (installs what is missing),
-#   2. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
+#   2. tools/check_layers.py --self-test and on the tree (each counts as one test),
+#   3. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
-#   3. tools/check_layers.py --self-test and on the tree (each counts as one test),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
-#      each target counts as one test; without clang++ they are reported as skipped.
+#      each target counts as one test; without clang++ they are reported as skipped,
+#   6. AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan) over ASAN_CI_PACKAGES, the
+#      packages CI can afford under asan on 2 cores (checkpoint, EMA, optimizer).
+# tools/test.sh --sanitize instead runs the sanitizer suites only: the whole CPU suite under
+# --config=asan and the tests tagged "threads" (async writer, background deleter, rank-file I/O
+# thread, EMA offloader, optimizer threads, progress watcher) under --config=tsan. Leak and race
+# reports from inside OpenMPI are suppressed by tools/sanitizers/*.supp (OpenMPI's libraries only).
 # A test target that skipped any test case (its gtest XML report says so: no GPU, too few ranks)
 # counts as skipped, never as passed (tools/test_results.sh); the skipped targets are listed.
 # Ends with one line "N passed, M failed, K skipped" and exits non-zero on any failure.
-# Extra arguments go to both bazel commands (e.g. --test_output=all).
+# Extra arguments go to every bazel command (e.g. --test_output=all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+sanitize=0
+if [ "${1:-}" = "--sanitize" ]; then
+  sanitize=1
+  shift
+fi
+ASAN_CI_PACKAGES=(//checkpoint/... //ema/... //optim/...)
 
 tools/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
@@ -21,6 +33,46 @@ BAZEL=(bazel)
 [ -n "${SHARDEMA_BAZEL_ROOT:-}" ] && BAZEL=(bazel "--output_user_root=$SHARDEMA_BAZEL_ROOT")
 log=$(mktemp /tmp/shardema-test.XXXXXX)
 source tools/test_results.sh  # count_results, with its counters passed, failed, skipped
+
+# The sanitizers' suppression files, by absolute path (tests run from their runfiles tree).
+supp="$(pwd)/tools/sanitizers"
+SAN_ENV=(--test_env="LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0"
+         --test_env="TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
+
+finish() {
+  rm -f "$log"
+  if [ "$skipped" -gt 0 ]; then
+    echo "== skipped (not counted as passed):"
+    printf '  %s\n' "${skipped_list[@]}"
+  fi
+  echo "$passed passed, $failed failed, $skipped skipped"
+  [ "$failed" = 0 ] && [ "$passed" -gt 0 ]
+  exit
+}
+
+# LABEL CONFIG_ARGS -- TEST_ARGS...: runs bazel test, counts its per-target results.
+run_tests() {
+  local label="$1" rc cfg=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do cfg+=("$1"); shift; done
+  shift
+  echo "== $label"
+  "${BAZEL[@]}" test --test_summary=short "${cfg[@]}" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_results "$log" "$("${BAZEL[@]}" info "${cfg[@]}" bazel-testlogs 2>/dev/null)"
+  if [ "$rc" != 0 ] && [ "$(grep -cE '^//' "$log")" = 0 ]; then
+    echo "$label: bazel test failed before running tests (build error above)"
+    failed=$((failed + 1))
+  fi
+}
+
+if [ "$sanitize" = 1 ]; then
+  run_tests "asan: bazel test --config=asan //... (AddressSanitizer + UBSan, CPU suite)" \
+    --config=asan -- "${SAN_ENV[@]}" //... "$@"
+  run_tests "tsan: bazel test --config=tsan of the tests tagged threads" \
+    --config=tsan -- "${SAN_ENV[@]}" --test_tag_filters=threads //... "$@"
+  finish
+fi
 
 echo "== layer order (tools/check_layers.py: includes against README's layer block)"
 for step in "--self-test" ""; do
@@ -31,23 +83,15 @@ for step in "--self-test" ""; do
   fi
 done
 
-echo "== bazel test //... (CPU build, multi-rank tests under mpirun)"
-"${BAZEL[@]}" test --test_summary=short //... "$@" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-count_results "$log" "$("${BAZEL[@]}" info bazel-testlogs 2>/dev/null)"
-if [ "$rc" != 0 ] && [ "$(grep -cE '^//' "$log")" = 0 ]; then
-  echo "bazel test failed before running tests (build error above)"
-  failed=$((failed + 1))
-fi
+run_tests "bazel test //... (CPU build, multi-rank tests under mpirun)" -- //... "$@"
 
 if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
   echo "== bazel build --config=cuda //... (CUDA path, sm_90)"
   if "${BAZEL[@]}" build --config=cuda //... "$@" 2>&1 | tee "$log"; then
     passed=$((passed + 1))
     echo "cuda build: PASSED"
-    echo "== GPU tests (--config=cuda; skip cleanly without a GPU)"
-    "${BAZEL[@]}" test --config=cuda --test_summary=short --test_tag_filters=gpu //... "$@" 2>&1 | tee "$log"
-    count_results "$log" "$("${BAZEL[@]}" info --config=cuda bazel-testlogs 2>/dev/null)"
+    run_tests "GPU tests (--config=cuda; skip cleanly without a GPU)" \
+      --config=cuda -- --test_tag_filters=gpu //... "$@"
   else
     failed=$((failed + 1))
     echo "cuda build: FAILED"
@@ -55,6 +99,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
 else
   echo "== no nvcc: skipping the CUDA build"
 fi
+
 echo "== fuzz: short run of the parser fuzz targets (tools/fuzz.sh)"
 tools/fuzz.sh "${SHARDEMA_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
 frc=${PIPESTATUS[0]}
@@ -69,10 +114,7 @@ else
   passed=$((passed + fp))
   failed=$((failed + ff))
 fi
-rm -f "$log"
-if [ "$skipped" -gt 0 ]; then
-  echo "== skipped (not counted as passed):"
-  printf '  %s\n' "${skipped_list[@]}"
-fi
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" = 0 ] && [ "$passed" -gt 0 ]
+
+run_tests "asan: bazel test --config=asan ${ASAN_CI_PACKAGES[*]}" \
+  --config=asan -- "${SAN_ENV[@]}" "${ASAN_CI_PACKAGES[@]}" "$@"
+finish

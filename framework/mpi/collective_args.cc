@@ -25,8 +25,8 @@ const char* KindNameOr(int64_t v) {
              : "unknown";
 }
 const char* DTypeNameOr(int64_t v) {
-  return (v >= 0 && v <= static_cast<int64_t>(DType::kF16)) ? DTypeName(static_cast<DType>(v))
-                                                             : "unknown";
+  return (v >= 0 && v <= static_cast<int64_t>(kLastDType)) ? DTypeName(static_cast<DType>(v))
+                                                           : "unknown";
 }
 const char* OpNameOr(int64_t v) {
   return (v >= 0 && v <= static_cast<int64_t>(ReduceOp::kAvg))
@@ -71,6 +71,14 @@ StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size,
                               size_t max_count) {
   const char* name = CollectiveName(c.kind);
   if (c.kind == CollectiveKind::kBarrier) return false;
+  if (static_cast<int>(c.dtype) > static_cast<int>(kLastDType)) {
+    return InvalidArgument(name, ": rank ", rank, ": unknown dtype ", static_cast<int>(c.dtype));
+  }
+  if (IsReduction(c.kind) && !IsFloatingDType(c.dtype)) {
+    return InvalidArgument(name, ": rank ", rank, ": dtype ", DTypeName(c.dtype),
+                           " cannot be reduced (reductions take f32, bf16 or f16; byte payloads "
+                           "move with all_gather and broadcast)");
+  }
   if (c.kind == CollectiveKind::kBroadcast && (c.root < 0 || c.root >= world_size)) {
     return InvalidArgument(name, ": rank ", rank, ": root ", c.root, " is not in [0, ",
                            world_size, ")");

@@ -65,7 +65,8 @@ CollectiveCall MakeCollectiveCall(CollectiveKind kind, const void* send, void* r
 // rank*count, ReduceScatter recv == send + rank*count, AllReduce send == recv; Broadcast always),
 // false for disjoint buffers. `max_count` is the backend's per-call element limit (MPI: INT_MAX).
 // Errors: kInvalidArgument "<op>: rank R: <what>" for null buffers with count > 0, root outside
-// [0, world), count > max_count, byte sizes that overflow size_t, and any other overlap.
+// [0, world), count > max_count, byte sizes that overflow size_t, any other overlap, an unknown
+// dtype, and a reduction of a dtype that is not floating (u8 only moves).
 StatusOr<bool> CheckLocalArgs(const CollectiveCall& call, int rank, int world_size,
                               size_t max_count);
 

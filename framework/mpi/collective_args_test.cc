@@ -181,6 +181,33 @@ TEST(CheckLocalArgsTest, CountLimitAndOverflow) {
   EXPECT_NE(s.status().message().find("overflows"), std::string::npos) << s.status();
 }
 
+TEST(CheckLocalArgsTest, BytesMoveButAreNotReduced) {
+  uint8_t send[8] = {}, recv[16] = {};
+  EXPECT_TRUE(CheckLocalArgs(Call(CollectiveKind::kAllGather, send, recv, 8, DType::kU8), 1, 2,
+                             kNoLimit)
+                  .ok());
+  EXPECT_TRUE(CheckLocalArgs(Call(CollectiveKind::kBroadcast, recv, recv, 16, DType::kU8), 0, 2,
+                             kNoLimit)
+                  .ok());
+  // In place at byte granularity: rank 1's slice starts 8 bytes in.
+  StatusOr<bool> ip = CheckLocalArgs(
+      Call(CollectiveKind::kAllGather, recv + 8, recv, 8, DType::kU8), 1, 2, kNoLimit);
+  ASSERT_TRUE(ip.ok()) << ip.status();
+  EXPECT_TRUE(*ip);
+  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter}) {
+    StatusOr<bool> s = CheckLocalArgs(Call(k, recv, send, 4, DType::kU8), 1, 2, kNoLimit);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.status().message(),
+              std::string(CollectiveName(k)) +
+                  ": rank 1: dtype u8 cannot be reduced (reductions take f32, bf16 or f16; byte "
+                  "payloads move with all_gather and broadcast)");
+  }
+  StatusOr<bool> unknown = CheckLocalArgs(
+      Call(CollectiveKind::kAllGather, send, recv, 1, static_cast<DType>(9)), 0, 2, kNoLimit);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(CheckLocalArgsTest, BarrierHasNoArguments) {
   auto s = CheckLocalArgs(Call(CollectiveKind::kBarrier, nullptr, nullptr, 7), 0, 2, kNoLimit);
   ASSERT_TRUE(s.ok());

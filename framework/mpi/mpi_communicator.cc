@@ -74,7 +74,16 @@ bool MpiFinalized() {
   return finalized != 0;
 }
 
-MPI_Datatype MoveType(DType t) { return t == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T; }
+// The MPI type that moves t bit for bit (reductions convert to f32 first; u8 is never reduced).
+MPI_Datatype MoveType(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kU8: return MPI_UINT8_T;
+    case DType::kBF16:
+    case DType::kF16: break;
+  }
+  return MPI_UINT16_T;
+}
 
 // Divides n floats by d in place (kAvg).
 void DivideBy(float* p, size_t n, int d) {

@@ -8,7 +8,7 @@
 //
 // Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
 // buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
-// (MPI_UINT16_T). bf16/f16 reductions convert the input to an f32 temporary when issued, reduce
+// (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert the input to an f32 temporary when issued, reduce
 // in f32 (MPI_FLOAT, MPI_SUM) and convert back with one rounding at Wait(). kAvg divides the f32
 // sum by world_size() at Wait() (f32: in the recv buffer; bf16/f16: before rounding).
 // In place follows NCCL (framework/communicator.h): AllGather -> MPI_IN_PLACE; AllReduce ->

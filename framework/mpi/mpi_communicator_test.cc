@@ -370,6 +370,36 @@ TEST(ErrorTest, DTypeMismatch) {
   ExpectStillInStep();
 }
 
+TEST(ByteTest, AllGatherAndBroadcastMoveEveryByteValue) {
+  // Every byte value from every rank, including the patterns a 16-bit float would alter.
+  std::vector<uint8_t> mine(256), all(256 * size_t(Size()));
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = uint8_t(i + size_t(Rank()) * 37);
+  ASSERT_TRUE(W()->AllGather(mine.data(), all.data(), mine.size(), DType::kU8).ok());
+  for (int r = 0; r < Size(); ++r) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      ASSERT_EQ(all[size_t(r) * 256 + i], uint8_t(i + size_t(r) * 37)) << "rank " << r << " byte " << i;
+    }
+  }
+  std::vector<uint8_t> buf(7);  // an odd length
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = Rank() == Size() - 1 ? uint8_t(250 + i) : 0;
+  CollectiveOptions opts;
+  opts.root = Size() - 1;
+  ASSERT_TRUE(W()->Broadcast(buf.data(), buf.size(), DType::kU8, opts).ok());
+  for (size_t i = 0; i < buf.size(); ++i) EXPECT_EQ(buf[i], uint8_t(250 + i));
+  ExpectStillInStep();
+}
+
+TEST(ByteTest, ReductionsOfBytesAreRefusedOnEveryRank) {
+  std::vector<uint8_t> send(4 * size_t(Size()), 1), recv(4 * size_t(Size()));
+  Status st = W()->AllReduce(send.data(), recv.data(), 4, DType::kU8);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "dtype u8 cannot be reduced")) << st;
+  st = W()->ReduceScatter(send.data(), recv.data(), 4, DType::kU8);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "reduce_scatter")) << st;
+  ExpectStillInStep();
+}
+
 TEST(ErrorTest, ReduceOpMismatch) {
   if (Size() < 2) GTEST_SKIP() << "needs two ranks";
   CollectiveOptions opts;

@@ -83,6 +83,7 @@ ncclDataType_t NcclType(DType t) {
     case DType::kF32: return ncclFloat32;
     case DType::kBF16: return ncclBfloat16;
     case DType::kF16: return ncclFloat16;
+    case DType::kU8: return ncclUint8;  // moved only: CheckLocalArgs refuses its reductions
   }
   return ncclFloat32;
 }

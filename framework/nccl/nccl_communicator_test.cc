@@ -344,6 +344,33 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, NcclDTypeTest,
                            return std::string(DTypeName(p.param));
                          });
 
+// Byte payloads (u8): all-gather and broadcast move every byte value; reductions are refused.
+TEST_F(NcclTest, BytesMoveBitForBitAndAreNotReduced) {
+  const size_t n = 1001;  // odd
+  auto pattern = [](int r, size_t n) {
+    Bytes b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = uint8_t(i * 13 + size_t(r) * 101);
+    return b;
+  };
+  Buffer send = OnDevice(n, pattern(rank(), n));
+  Buffer recv = OnDevice(n * world());
+  ASSERT_TRUE(comm_->AllGather(send.data(), recv.data(), n, DType::kU8, opts_).ok());
+  Bytes want;
+  for (int q = 0; q < world(); ++q) {
+    Bytes part = pattern(q, n);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(Read(recv.data(), n * world()), want);
+  CollectiveOptions o = opts_;
+  o.root = world() - 1;
+  Buffer buf = OnDevice(n, rank() == o.root ? pattern(o.root, n) : Bytes());
+  ASSERT_TRUE(comm_->Broadcast(buf.data(), n, DType::kU8, o).ok());
+  EXPECT_EQ(Read(buf.data(), n), pattern(o.root, n));
+  Status st = comm_->AllReduce(send.data(), recv.data(), n, DType::kU8, opts_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("dtype u8 cannot be reduced"), std::string::npos) << st;
+}
+
 TEST_F(NcclTest, ZeroCountsAndDefaultStream) {
   EXPECT_TRUE(comm_->AllReduce(nullptr, nullptr, 0, DType::kBF16, opts_).ok());
   EXPECT_TRUE(comm_->AllGather(nullptr, nullptr, 0, DType::kF32, opts_).ok());
