@@ -394,7 +394,8 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_flag("--allow-tf32", c.allow_tf32, "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
   app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
   app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
-  app.add_flag("!--no-comm-checks", c.comm_checks, "skip the per-collective argument agreement check");
+  app.add_flag("!--no-comm-checks", c.comm_checks,
+               "skip the collective argument agreement check (first use of each signature)");
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
   try {
