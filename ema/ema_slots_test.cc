@@ -97,7 +97,9 @@ TEST(EmaSlotsTest, SwapRoundTripsBitExactlyAndTheGatherSeesTheEma) {
   const std::string compute = Bytes(s.compute_shard(), n * 2);
   const std::string stats = Bytes(s.buffer("stats")->data, 16);
   const std::string ema = Bytes(rig.emas->shard(0), n * 4);
-  ASSERT_NE(master, ema);  // the swap is observable
+  // The swap is observable (on a rank that holds parameter elements; with shard alignment a
+  // rank may hold only padding, zero in both). EXPECT: every rank goes on to the collectives.
+  if (!s.layout().LocalPieces(s.rank()).empty()) EXPECT_NE(master, ema);
 
   ASSERT_TRUE(rig.emas->Swap("ema_a").ok());
   EXPECT_TRUE(rig.emas->swapped());
@@ -108,7 +110,7 @@ TEST(EmaSlotsTest, SwapRoundTripsBitExactlyAndTheGatherSeesTheEma) {
   }
   // A forward through the normal gather path sees the EMA weights (bf16-rounded).
   auto views = s.Gather(1);
-  ASSERT_TRUE(views.ok());
+  ASSERT_TRUE(views.ok()) << views.status();
   const int64_t shard = s.layout().units()[1].shard_numel;
   for (int64_t k = 0; k < shard && s.rank() * shard + k < 37; ++k) {
     EXPECT_EQ(LoadAsF32((*views)[0].data, DType::kBF16, size_t(s.rank() * shard + k)),
@@ -239,7 +241,9 @@ TEST(EmaSlotsTest, IntervalCorrectionKeepsTheHorizonOfEveryStepUpdates) {
     EXPECT_LT(MaxLocalError(s, rig.emas->shard(0), want), 1e-5) << step;
     EXPECT_LT(MaxLocalError(s, rig.emas->shard(1), want), 1e-5) << step;
     EXPECT_LT(MaxLocalError(s, rig.emas->shard(2), raw), 1e-5) << step;
-    EXPECT_GT(MaxLocalError(s, rig.emas->shard(2), want), 1e-2) << step;
+    if (!s.layout().LocalPieces(s.rank()).empty()) {  // a rank of padding only sees no difference
+      EXPECT_GT(MaxLocalError(s, rig.emas->shard(2), want), 1e-2) << step;
+    }
   }
   EXPECT_EQ(rig.emas->counters(1).num_updates, 3);
   EXPECT_EQ(rig.emas->counters(1).last_update_step, 12);

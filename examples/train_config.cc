@@ -539,7 +539,8 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   app.add_flag("--allow-tf32", c.allow_tf32, "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
   app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
   app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
-  app.add_flag("--no-comm-checks", raw.no_comm_checks, "skip the per-collective argument agreement check");
+  app.add_flag("--no-comm-checks", raw.no_comm_checks,
+               "skip the collective argument agreement check (first use of each signature)");
   app.add_option("--collective-timeout", c.collective_timeout,
                  "seconds a rank waits in a collective before it aborts the job (0: forever)")
       ->capture_default_str();

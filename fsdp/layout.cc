@@ -5,10 +5,13 @@
 
 namespace shardema {
 
-StatusOr<StoreLayout> StoreLayout::Build(const std::vector<UnitSpec>& units, int world_size) {
+StatusOr<StoreLayout> StoreLayout::Build(const std::vector<UnitSpec>& units, int world_size,
+                                         int64_t shard_align) {
   if (world_size < 1) return InvalidArgument("world size must be >= 1, got ", world_size);
+  if (shard_align < 1) return InvalidArgument("shard alignment must be >= 1, got ", shard_align);
   StoreLayout l;
   l.world_size_ = world_size;
+  l.shard_align_ = shard_align;
   std::set<std::string> unit_names, param_names;
   for (const UnitSpec& us : units) {
     if (us.name.empty()) return InvalidArgument("unit name is empty");
@@ -27,13 +30,18 @@ StatusOr<StoreLayout> StoreLayout::Build(const std::vector<UnitSpec>& units, int
       u.numel += p.numel;
       u.params.push_back(std::move(p));
     }
-    u.padded_numel = (u.numel + world_size - 1) / world_size * world_size;
-    u.shard_numel = u.padded_numel / world_size;
+    u.shard_numel = ShardNumel(u.numel, world_size, shard_align);
+    u.padded_numel = u.shard_numel * world_size;
     l.local_offsets_.push_back(l.local_numel_);
     l.local_numel_ += u.shard_numel;
     l.units_.push_back(std::move(u));
   }
   return l;
+}
+
+int64_t StoreLayout::ShardNumel(int64_t numel, int world_size, int64_t shard_align) {
+  const int64_t shard = (numel + world_size - 1) / world_size;
+  return (shard + shard_align - 1) / shard_align * shard_align;
 }
 
 int64_t StoreLayout::total_numel() const {
@@ -105,6 +113,7 @@ bool StoreLayout::SameModel(const StoreLayout& o) const {
 nlohmann::json StoreLayout::ToJson() const {
   nlohmann::json j;
   j["world_size"] = world_size_;
+  j["shard_align"] = shard_align_;
   j["units"] = nlohmann::json::array();
   for (const UnitLayout& u : units_) {
     nlohmann::json ju = {{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel},
@@ -120,8 +129,10 @@ nlohmann::json StoreLayout::ToJson() const {
 StatusOr<StoreLayout> StoreLayout::FromJson(const nlohmann::json& j) {
   std::vector<UnitSpec> specs;
   int world = 0;
+  int64_t align = 1;  // layouts written before the shard alignment
   try {
     world = j.at("world_size").get<int>();
+    if (j.contains("shard_align")) align = j.at("shard_align").get<int64_t>();
     for (const auto& ju : j.at("units")) {
       UnitSpec s{ju.at("name").get<std::string>(), {}};
       for (const auto& jp : ju.at("params")) {
@@ -132,7 +143,7 @@ StatusOr<StoreLayout> StoreLayout::FromJson(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     return DataLoss("store layout JSON is malformed: ", e.what());
   }
-  StatusOr<StoreLayout> l = Build(specs, world);
+  StatusOr<StoreLayout> l = Build(specs, world, align);
   if (!l.ok()) return DataLoss("store layout JSON is inconsistent: ", l.status().message());
   // The stored offsets and sizes must agree with what the specs imply.
   try {

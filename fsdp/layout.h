@@ -2,8 +2,12 @@
 //
 // Parameters are registered by name (PyTorch state_dict names) and shape, grouped into units
 // (one unit ~ one layer). Each unit is one flat buffer holding its parameters back to back in
-// registration order, padded at the end to a multiple of the world size W; rank r owns the r-th
-// contiguous slice [r*shard_numel, (r+1)*shard_numel). Padding elements are always zero.
+// registration order, padded at the end to W * shard_numel elements, where shard_numel is
+// ceil(numel / W) rounded up to a multiple of shard_align() (kShardAlign = 8 elements: 16 bytes
+// of a 16-bit dtype, 32 of f32), so every rank's slice of every unit, and every unit's start in
+// the slot arrays, is 16-byte aligned for kernels and NCCL. Rank r owns the r-th contiguous
+// slice [r*shard_numel, (r+1)*shard_numel). Padding elements are always zero. Layouts written
+// before the alignment (no "shard_align" in the JSON) read back with shard_align 1.
 //
 // Every sharded state slot of a rank (fp32 master, moments, EMA slots, gradient shard) is one
 // flat array of local_numel() elements: the rank's slices of all units, concatenated in unit
@@ -46,8 +50,8 @@ struct UnitLayout {
   std::string name;
   std::vector<ParamLayout> params;
   int64_t numel = 0;         // sum of the parameters' numel
-  int64_t padded_numel = 0;  // numel rounded up to a multiple of world_size
-  int64_t shard_numel = 0;   // padded_numel / world_size
+  int64_t padded_numel = 0;  // shard_numel * world_size (>= numel)
+  int64_t shard_numel = 0;   // ceil(numel / world_size) rounded up to a multiple of shard_align
 };
 
 // A contiguous piece of one unit owned by one rank: elements [begin, end) of the unit's flat
@@ -73,11 +77,18 @@ struct LocalParamPiece {
 
 class StoreLayout {
  public:
-  // Errors: kInvalidArgument for world_size < 1, an empty or duplicate parameter/unit name, or a
-  // negative dim (the message names the parameter and its shape).
-  static StatusOr<StoreLayout> Build(const std::vector<UnitSpec>& units, int world_size);
+  // Elements each rank's shard of a unit is a multiple of (see above).
+  static constexpr int64_t kShardAlign = 8;
+  // A unit's shard_numel: ceil(numel / world_size) rounded up to a multiple of shard_align.
+  static int64_t ShardNumel(int64_t numel, int world_size, int64_t shard_align = kShardAlign);
+
+  // Errors: kInvalidArgument for world_size < 1, shard_align < 1, an empty or duplicate
+  // parameter/unit name, or a negative dim (the message names the parameter and its shape).
+  static StatusOr<StoreLayout> Build(const std::vector<UnitSpec>& units, int world_size,
+                                     int64_t shard_align = kShardAlign);
 
   int world_size() const { return world_size_; }
+  int64_t shard_align() const { return shard_align_; }
   const std::vector<UnitLayout>& units() const { return units_; }
   // Total unpadded parameter count N.
   int64_t total_numel() const;
@@ -96,7 +107,7 @@ class StoreLayout {
   // Padding is not covered by any piece. rank must be in [0, world_size).
   std::vector<LocalParamPiece> LocalPieces(int rank) const;
 
-  // The same units at another world size (reshard target).
+  // The same units at another world size (reshard target), aligned by kShardAlign.
   StatusOr<StoreLayout> WithWorldSize(int world_size) const;
 
   // Same units, parameters, shapes and order (world size may differ).
@@ -108,6 +119,7 @@ class StoreLayout {
 
  private:
   int world_size_ = 1;
+  int64_t shard_align_ = kShardAlign;
   std::vector<UnitLayout> units_;
   std::vector<int64_t> local_offsets_;
   int64_t local_numel_ = 0;

@@ -12,7 +12,7 @@ std::vector<UnitSpec> Mlp() {
 }
 
 TEST(LayoutTest, PadsEachUnitToWorldSizeAndConcatenatesShards) {
-  auto l = StoreLayout::Build(Mlp(), 3);
+  auto l = StoreLayout::Build(Mlp(), 3, 1);
   ASSERT_TRUE(l.ok()) << l.status();
   const auto& u0 = l->units()[0];
   EXPECT_EQ(u0.numel, 20);
@@ -33,7 +33,7 @@ TEST(LayoutTest, PadsEachUnitToWorldSizeAndConcatenatesShards) {
 }
 
 TEST(LayoutTest, ShardRangeSplitsAcrossOwners) {
-  auto l = StoreLayout::Build(Mlp(), 3);
+  auto l = StoreLayout::Build(Mlp(), 3, 1);
   auto pieces = l->ShardRange(0, 5, 16);
   ASSERT_EQ(pieces.size(), 3u);
   EXPECT_EQ(pieces[0].rank, 0);
@@ -50,25 +50,26 @@ TEST(LayoutTest, ShardRangeSplitsAcrossOwners) {
 }
 
 TEST(LayoutTest, BadSpecsAreClearErrors) {
-  EXPECT_EQ(StoreLayout::Build(Mlp(), 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StoreLayout::Build(Mlp(), 0, 1).status().code(), StatusCode::kInvalidArgument);
   auto dup = Mlp();
   dup[1].params[0].name = "layers.0.weight";
-  auto s = StoreLayout::Build(dup, 2).status();
+  auto s = StoreLayout::Build(dup, 2, 1).status();
   EXPECT_NE(s.message().find("duplicate parameter name 'layers.0.weight'"), std::string::npos) << s;
   auto neg = Mlp();
   neg[0].params[0].shape = {-1, 3};
-  EXPECT_NE(StoreLayout::Build(neg, 2).status().message().find("[-1, 3]"), std::string::npos);
+  EXPECT_NE(StoreLayout::Build(neg, 2, 1).status().message().find("[-1, 3]"), std::string::npos);
 }
 
 TEST(LayoutTest, JsonRoundTripAndReshard) {
-  auto l = StoreLayout::Build(Mlp(), 4);
+  auto l = StoreLayout::Build(Mlp(), 4, 1);
   auto back = StoreLayout::FromJson(l->ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToJson(), l->ToJson());
   auto l5 = l->WithWorldSize(5);
   ASSERT_TRUE(l5.ok());
   EXPECT_TRUE(l5->SameModel(*l));
-  EXPECT_EQ(l5->units()[0].padded_numel, 20);
+  EXPECT_EQ(l5->shard_align(), StoreLayout::kShardAlign);  // a new layout: today's rule
+  EXPECT_EQ(l5->units()[0].padded_numel, 5 * 8);
   auto j = l->ToJson();
   j["units"][0]["params"][1]["offset"] = 14;
   EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
@@ -77,9 +78,54 @@ TEST(LayoutTest, JsonRoundTripAndReshard) {
   EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
 }
 
+TEST(LayoutTest, DefaultShardsAre16ByteAligned) {
+  for (int w : {1, 2, 3, 4, 7, 8}) {
+    auto l = StoreLayout::Build(Mlp(), w);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->shard_align(), 8);
+    for (size_t u = 0; u < l->units().size(); ++u) {
+      const UnitLayout& ul = l->units()[u];
+      EXPECT_EQ(ul.shard_numel % 8, 0) << "unit " << u << " world " << w;
+      EXPECT_GE(ul.shard_numel * w, ul.numel);
+      EXPECT_LT(ul.shard_numel, (ul.numel + w - 1) / w + 8);  // at most 7 padding per rank
+      EXPECT_EQ(ul.padded_numel, ul.shard_numel * w);
+      // 16 bytes for 16-bit slots: every unit's start in the slot arrays is aligned too.
+      EXPECT_EQ(l->local_offset(u) * 2 % 16, 0);
+    }
+  }
+  EXPECT_EQ(StoreLayout::ShardNumel(20, 3), 8);
+  EXPECT_EQ(StoreLayout::ShardNumel(17, 1), 24);
+  EXPECT_EQ(StoreLayout::ShardNumel(0, 4), 0);
+  EXPECT_EQ(StoreLayout::ShardNumel(20, 3, 1), 7);
+  auto l = StoreLayout::Build(Mlp(), 3);
+  EXPECT_EQ(l->units()[0].shard_numel, 8);  // ceil(20 / 3) = 7 -> 8
+  EXPECT_EQ(l->units()[1].shard_numel, 8);  // ceil(12 / 3) = 4 -> 8
+  EXPECT_EQ(l->units()[2].shard_numel, 0);  // an empty unit stays empty
+  EXPECT_EQ(StoreLayout::Build(Mlp(), 2, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(LayoutTest, JsonKeepsTheAlignmentAndOldLayoutsReadUnaligned) {
+  auto l = StoreLayout::Build(Mlp(), 3);
+  nlohmann::json j = l->ToJson();
+  EXPECT_EQ(j.at("shard_align"), 8);
+  auto back = StoreLayout::FromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->units()[0].shard_numel, 8);
+  // A layout written before the alignment has no "shard_align" and its sizes at alignment 1.
+  nlohmann::json old = StoreLayout::Build(Mlp(), 3, 1)->ToJson();
+  old.erase("shard_align");
+  auto read = StoreLayout::FromJson(old);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->shard_align(), 1);
+  EXPECT_EQ(read->units()[0].shard_numel, 7);
+  // Sizes that match neither the stored nor the implied alignment are refused.
+  j["shard_align"] = 1;
+  EXPECT_EQ(StoreLayout::FromJson(j).status().code(), StatusCode::kDataLoss);
+}
+
 TEST(LayoutTest, LocalPiecesCoverEveryParameterElementOnce) {
   // Mlp(): unit 0 = weight[15] bias[5] (padded 21 at W=3, shard 7); unit 1 = weight[10] bias[2].
-  auto l = StoreLayout::Build(Mlp(), 3);
+  auto l = StoreLayout::Build(Mlp(), 3, 1);
   ASSERT_TRUE(l.ok());
   auto r1 = l->LocalPieces(1);  // unit 0 elements [7, 14), unit 1 elements [4, 8)
   ASSERT_EQ(r1.size(), 2u);
@@ -105,7 +151,7 @@ TEST(LayoutTest, LocalPiecesCoverEveryParameterElementOnce) {
   EXPECT_EQ(r2[3].local_begin, 9);
   // Every element of every parameter is covered exactly once over all ranks.
   for (int w : {1, 2, 3, 4, 7}) {
-    auto lw = StoreLayout::Build(Mlp(), w);
+    auto lw = StoreLayout::Build(Mlp(), w, 1);
     int64_t covered = 0;
     for (int r = 0; r < w; ++r) {
       for (const auto& p : lw->LocalPieces(r)) covered += p.numel;

@@ -333,7 +333,8 @@ TEST(StoreTest, MemoryIsPerShardNeverFullModel) {
   ASSERT_NE(s, nullptr);
   const int w = s->world_size();
   int64_t local = 0;
-  for (int64_t n : {7, 13, 1000003, 0, 0}) local += (n + w - 1) / w;
+  auto shard = [w](int64_t n) { return StoreLayout::ShardNumel(n, w); };  // fsdp/layout.h
+  for (int64_t n : {7, 13, 1000003, 0, 0}) local += shard(n);
   EXPECT_EQ(s->layout().local_numel(), local);
   EXPECT_EQ(s->StateBytesPerRank(), 4 * local);  // master only: no optimizer yet
   int64_t compute = -1, grad = -1, buffers = -1;
@@ -352,7 +353,7 @@ TEST(StoreTest, MemoryIsPerShardNeverFullModel) {
   for (const SlotMemory& m : s->MemoryReport()) {
     if (m.kind == "unit_params") unit = m.bytes;
   }
-  EXPECT_EQ(unit, 2 * ((1000003 + w - 1) / w) * w);
+  EXPECT_EQ(unit, 2 * shard(1000003) * w);
   ASSERT_TRUE(s->Release(2).ok());
   // The peak of unit buffer bytes stays reported (the last entry) after the release.
   ASSERT_TRUE(s->Gather(0).ok());

@@ -216,7 +216,7 @@ EmaConfig Ema(const std::string& name, EmaScheduleKind kind, double decay, int64
 TEST(OptimizerTest, StateMemoryIsTheShardFormula) {
   const int w = World()->world_size();
   int64_t local = 0;
-  for (int64_t n : {7, 13, 106, 0}) local += (n + w - 1) / w;
+  for (int64_t n : {7, 13, 106, 0}) local += StoreLayout::ShardNumel(n, w);  // fsdp/layout.h
   for (int k : {0, 1, 3}) {
     std::vector<EmaConfig> emas;
     for (int i = 0; i < k; ++i)

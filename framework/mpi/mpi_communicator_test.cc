@@ -567,11 +567,29 @@ TEST(LifecycleTest, ShutdownCompletesPendingWorkThenRefusesCalls) {
   ExpectStillInStep();  // the shared communicator is unaffected
 }
 
+// A communicator of its own (collective), null (and a test failure) when creation failed.
+std::unique_ptr<MpiCommunicator> Fresh(const CommOptions& o) {
+  auto created = MpiCommunicator::Create(o);
+  EXPECT_TRUE(created.ok()) << created.status();
+  return created.ok() ? std::move(created).value() : nullptr;
+}
+
+CommOptions EveryCall() {
+  CommOptions o;
+  o.check_every_call = true;
+  return o;
+}
+
+CommOptions NoChecks() {
+  CommOptions o;
+  o.check_args = false;
+  return o;
+}
+
 // The default check (first use of each signature) on a fresh communicator.
 TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
-  auto created = MpiCommunicator::Create();
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  std::unique_ptr<MpiCommunicator> c = Fresh(CommOptions());
+  ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->options().check_args);
   EXPECT_FALSE(c->options().check_every_call);
   std::vector<float> send(6 * Size(), 1.f), recv(6 * Size());
@@ -601,11 +619,8 @@ TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
 // check_every_call (debug): every call is checked, so a rank repeating a signature that passed
 // before while another rank does not is caught too.
 TEST(ArgCheckTest, EveryCallCatchesAMismatchOnARepeatedSignature) {
-  CommOptions o;
-  o.check_every_call = true;
-  auto created = MpiCommunicator::Create(o);
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  std::unique_ptr<MpiCommunicator> c = Fresh(EveryCall());
+  ASSERT_NE(c, nullptr);
   std::vector<float> send(8 * Size(), 1.f), recv(8 * Size());
   EXPECT_TRUE(c->AllGather(send.data(), recv.data(), 8, DType::kF32).ok());
   EXPECT_TRUE(c->AllGather(send.data(), recv.data(), 8, DType::kF32).ok());
@@ -620,11 +635,8 @@ TEST(ArgCheckTest, EveryCallCatchesAMismatchOnARepeatedSignature) {
 }
 
 TEST(LifecycleTest, CheckArgsOff) {
-  CommOptions o;
-  o.check_args = false;
-  auto created = MpiCommunicator::Create(o);
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<MpiCommunicator> c = std::move(created).value();
+  std::unique_ptr<MpiCommunicator> c = Fresh(NoChecks());
+  ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->options().check_args);
   const size_t count = 77;
   Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "framework/cuda/convert_kernels.h"
 #include "framework/cuda_error.h"
@@ -23,9 +24,14 @@ namespace shardema {
 
 namespace nccl_internal {
 struct CommState {
+  static constexpr size_t kMaxSpareEvents = 64;
   ncclComm_t comm = nullptr;  // null once destroyed or aborted
   int rank = 0;
   Status broken;  // set when an asynchronous NCCL error aborted the communicator
+  // Completion events of finished Works, reused by later collectives (no event creation per
+  // call). A Work returns its event after Wait() has made the caller's stream wait on it, so a
+  // later re-record cannot affect that wait.
+  std::vector<CudaEvent> spare_events;
 };
 }  // namespace nccl_internal
 
@@ -141,6 +147,9 @@ NcclWork::NcclWork(std::shared_ptr<CommState> state, CollectiveKind kind, Stream
 
 NcclWork::~NcclWork() {
   if (!waited_) Wait().IgnoreError();
+  if (done_.valid() && state_->spare_events.size() < CommState::kMaxSpareEvents) {
+    state_->spare_events.push_back(std::move(done_));
+  }
 }
 
 Status NcclWork::Wait() {
@@ -350,6 +359,7 @@ Status NcclCommunicator::Release(bool finalize) {
     stream_.native = nullptr;
   }
   input_ready_ = CudaEvent();
+  if (state_ != nullptr) state_->spare_events.clear();
   if (pool_ != nullptr) {
     keep_first(CudaStatus(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_)), "cudaMemPoolDestroy"));
     pool_ = nullptr;
@@ -476,7 +486,13 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
                           std::to_string(world_size_));
   };
   Status st = SetCurrentDevice(device_);
-  StatusOr<CudaEvent> done = CudaEvent::Create(device_);
+  StatusOr<CudaEvent> done = CudaEvent();
+  if (state_->spare_events.empty()) {
+    done = CudaEvent::Create(device_);
+  } else {
+    done = std::move(state_->spare_events.back());
+    state_->spare_events.pop_back();
+  }
   if (st.ok()) st = done.status();
   // Order after the caller's stream, enqueue, and mark completion.
   if (st.ok()) st = input_ready_.Record(*caller);
