@@ -30,8 +30,7 @@ const char* ActivationName(Activation act) {
   return "?";
 }
 
-void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,
-                       int64_t n) {
+void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a, int64_t n) {
   ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
     switch (act) {
       case Activation::kRelu:
@@ -72,8 +71,8 @@ void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, c
         ArrC x(z + i0, i1 - i0);
         const Eigen::ArrayXf x2 = x * x;
         const Eigen::ArrayXf t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x2)).tanh();
-        const Eigen::ArrayXf d = 0.5f * (1.f + t) +
-                                 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
+        const Eigen::ArrayXf d = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
+                                                        (1.f + 3.f * kGeluCubic * x2);
         Arr(dz + i0, i1 - i0) = ArrC(da + i0, i1 - i0) * d;
         break;
       }

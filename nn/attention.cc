@@ -25,7 +25,9 @@ struct Pair {
 int64_t QkvOffset(const AttentionShape& s, Pair p, int which) {
   return p.b * s.seq * 3 * s.dim + which * s.dim + p.h * s.head_dim();
 }
-int64_t OutOffset(const AttentionShape& s, Pair p) { return p.b * s.seq * s.dim + p.h * s.head_dim(); }
+int64_t OutOffset(const AttentionShape& s, Pair p) {
+  return p.b * s.seq * s.dim + p.h * s.head_dim();
+}
 int64_t AttOffset(const AttentionShape& s, Pair p) { return (p.b * s.heads + p.h) * s.seq * s.seq; }
 
 // Runs fn(pair) for every (b, h) over the context's threads.

@@ -10,7 +10,8 @@ constexpr int64_t kChannelGrain = 16;
 }  // namespace
 
 Status CheckIds(const int64_t* ids, int64_t n, int64_t vocab) {
-  if (n < 0 || vocab < 0) return InvalidArgument("embedding: negative size (n ", n, ", V ", vocab, ")");
+  if (n < 0 || vocab < 0)
+    return InvalidArgument("embedding: negative size (n ", n, ", V ", vocab, ")");
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       return InvalidArgument("embedding: token id ", ids[i], " at position ", i,
@@ -45,7 +46,8 @@ Status EmbeddingBackward(const CpuContext& ctx, const int64_t* ids, int64_t n, c
   // Each chunk owns channels [c0, c1) of every row and walks the tokens in order.
   ctx.ParallelFor(dim, kChannelGrain, [&](int64_t c0, int64_t c1) {
     if (!accumulate) {
-      for (int64_t v = 0; v < vocab; ++v) std::fill(dtable + v * dim + c0, dtable + v * dim + c1, 0.f);
+      for (int64_t v = 0; v < vocab; ++v)
+        std::fill(dtable + v * dim + c0, dtable + v * dim + c1, 0.f);
     }
     for (int64_t i = 0; i < n; ++i) {
       float* dst = dtable + ids[i] * dim;

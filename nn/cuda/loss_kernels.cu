@@ -1,11 +1,10 @@
 // Kernels of nn/cuda/loss_kernels.h.
-#include "nn/cuda/loss_kernels.h"
-
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
 #include "framework/cuda/cuda_error.h"
 #include "nn/cuda/kernel_util.h"
+#include "nn/cuda/loss_kernels.h"
 
 namespace shardema::nn {
 namespace {
@@ -106,8 +105,8 @@ Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols,
 Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
                               int64_t classes, double norm, float* dlogits, double* scratch,
                               double* loss, void* stream) {
-  RETURN_IF_ERROR(CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets,
-                                scratch, loss));
+  RETURN_IF_ERROR(
+      CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets, scratch, loss));
   cudaStream_t s = AsStream(stream);
   if (rows > 0) {
     CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, s>>>(logits, targets, rows, classes,
