@@ -45,7 +45,9 @@ TEST(AttentionTest, CausalAndNormalised) {
       double sum = 0;
       for (int64_t j = 0; j < s.seq; ++j) {
         const float p = att[size_t((h * s.seq + i) * s.seq + j)];
-        if (j > i) EXPECT_EQ(p, 0.f);
+        if (j > i) {
+          EXPECT_EQ(p, 0.f);
+        }
         sum += p;
       }
       EXPECT_NEAR(sum, 1.0, 1e-6);

@@ -57,8 +57,8 @@ class CublasGemm {
   bool allow_tf32() const { return allow_tf32_; }
 
   // y[rows, out] = x[rows, in] w[out, in]^T; x and w of dtype `t`.
-  Status LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in,
-                       int64_t out, float* y);
+  Status LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in, int64_t out,
+                       float* y);
   // dw[out, in] (+)= dy[rows, out]^T x[rows, in]; dy and x of dtype `t`.
   Status LinearWeightGrad(const void* dy, const void* x, DType t, int64_t rows, int64_t in,
                           int64_t out, float* dw, bool accumulate = false);
