@@ -30,6 +30,20 @@ int64_t OutOffset(const AttentionShape& s, Pair p) {
 }
 int64_t AttOffset(const AttentionShape& s, Pair p) { return (p.b * s.heads + p.h) * s.seq * s.seq; }
 
+// The [T, hs] slices of q, k, v (M = StridedC) or of their gradients (M = Strided) of pair p
+// inside a [B, T, 3C] buffer.
+template <typename M>
+struct Qkv {
+  M q, k, v;
+};
+template <typename M, typename F>
+Qkv<M> QkvSlices(F* base, const AttentionShape& s, Pair p) {
+  auto at = [&](int which) {
+    return M(base + QkvOffset(s, p, which), s.seq, s.head_dim(), Eigen::OuterStride<>(3 * s.dim));
+  };
+  return {at(0), at(1), at(2)};
+}
+
 // Runs fn(pair) for every (b, h) over the context's threads.
 template <typename Fn>
 void ForEachPair(const CpuContext& ctx, const AttentionShape& s, Fn fn) {
@@ -45,13 +59,11 @@ Status AttentionForward(const CpuContext& ctx, const AttentionShape& s, const fl
   RETURN_IF_ERROR(CheckAttentionShape(s));
   const int64_t T = s.seq, hs = s.head_dim();
   const float scale = float(1.0 / std::sqrt(double(hs)));
-  const Eigen::OuterStride<> qkv_ld(3 * s.dim), out_ld(s.dim);
+  const Eigen::OuterStride<> out_ld(s.dim);
   ForEachPair(ctx, s, [&](Pair p) {
-    StridedC Q(qkv + QkvOffset(s, p, 0), T, hs, qkv_ld);
-    StridedC K(qkv + QkvOffset(s, p, 1), T, hs, qkv_ld);
-    StridedC V(qkv + QkvOffset(s, p, 2), T, hs, qkv_ld);
+    const Qkv<StridedC> in = QkvSlices<StridedC>(qkv, s, p);
     Map P(att + AttOffset(s, p), T, T);
-    P.noalias() = Q * K.transpose();
+    P.noalias() = in.q * in.k.transpose();
     for (int64_t i = 0; i < T; ++i) {
       // Row i: softmax of scale * S[i, 0..i], zeros after.
       auto row = P.row(i).head(i + 1).array();
@@ -60,7 +72,7 @@ Status AttentionForward(const CpuContext& ctx, const AttentionShape& s, const fl
       row /= row.sum();
       P.row(i).tail(T - i - 1).setZero();
     }
-    Strided(out + OutOffset(s, p), T, hs, out_ld).noalias() = P * V;
+    Strided(out + OutOffset(s, p), T, hs, out_ld).noalias() = P * in.v;
   });
   return Status::Ok();
 }
@@ -70,19 +82,15 @@ Status AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const f
   RETURN_IF_ERROR(CheckAttentionShape(s));
   const int64_t T = s.seq, hs = s.head_dim();
   const float scale = float(1.0 / std::sqrt(double(hs)));
-  const Eigen::OuterStride<> qkv_ld(3 * s.dim), out_ld(s.dim);
+  const Eigen::OuterStride<> out_ld(s.dim);
   ForEachPair(ctx, s, [&](Pair p) {
-    StridedC Q(qkv + QkvOffset(s, p, 0), T, hs, qkv_ld);
-    StridedC K(qkv + QkvOffset(s, p, 1), T, hs, qkv_ld);
-    StridedC V(qkv + QkvOffset(s, p, 2), T, hs, qkv_ld);
+    const Qkv<StridedC> in = QkvSlices<StridedC>(qkv, s, p);
+    Qkv<Strided> d = QkvSlices<Strided>(dqkv, s, p);
     MapC P(att + AttOffset(s, p), T, T);
     StridedC DY(dout + OutOffset(s, p), T, hs, out_ld);
-    Strided DQ(dqkv + QkvOffset(s, p, 0), T, hs, qkv_ld);
-    Strided DK(dqkv + QkvOffset(s, p, 1), T, hs, qkv_ld);
-    Strided DV(dqkv + QkvOffset(s, p, 2), T, hs, qkv_ld);
-    DV.noalias() = P.transpose() * DY;
+    d.v.noalias() = P.transpose() * DY;
     RowMat dS(T, T);
-    dS.noalias() = DY * V.transpose();  // dP
+    dS.noalias() = DY * in.v.transpose();  // dP
     for (int64_t i = 0; i < T; ++i) {
       auto dp = dS.row(i).head(i + 1).array();
       auto pr = P.row(i).head(i + 1).array();
@@ -90,8 +98,8 @@ Status AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const f
       dp = pr * (dp - dot);
       dS.row(i).tail(T - i - 1).setZero();
     }
-    DQ.noalias() = scale * (dS * K);
-    DK.noalias() = scale * (dS.transpose() * Q);
+    d.q.noalias() = scale * (dS * in.k);
+    d.k.noalias() = scale * (dS.transpose() * in.q);
   });
   return Status::Ok();
 }

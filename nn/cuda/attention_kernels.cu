@@ -9,12 +9,7 @@
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::kThreads;
-using cuda_util::StoreRounded;
-using cuda_util::WarpMax;
-using cuda_util::WarpSum;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 constexpr int kMaxChunks = 3;
 constexpr int kWarpsPerBlock = 8;

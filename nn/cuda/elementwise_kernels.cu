@@ -10,11 +10,7 @@
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::CheckSizes;
-using cuda_util::kThreads;
-using cuda_util::LoadWidened;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;

@@ -8,11 +8,7 @@
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::CheckSizes;
-using cuda_util::kThreads;
-using cuda_util::LoadWidened;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 __global__ void EmbeddingForwardKernel(const int64_t* ids, int64_t n, const void* table, DType t,
                                        int64_t vocab, int64_t dim, float* out, bool accumulate) {

@@ -8,10 +8,7 @@
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::CheckSizes;
-using cuda_util::LoadWidened;
-using cuda_util::WarpSum;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 constexpr int kWarpsPerBlock = 8;
 

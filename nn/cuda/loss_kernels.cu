@@ -9,10 +9,7 @@
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::CheckSizes;
-using cuda_util::kThreads;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 // One thread per row: the row's squared error (unnormalised) and its gradient.
 __global__ void MseRowsKernel(const float* y, const float* t, int64_t rows, int64_t cols,
