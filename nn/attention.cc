@@ -1,5 +1,6 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nn/eigen_maps.h"
@@ -15,6 +16,10 @@ Status CheckAttentionShape(const AttentionShape& s) {
 }
 
 namespace {
+
+// Queries per block: block [i0, i0 + rows) attends to keys [0, i0 + rows) only, so the work above
+// the causal diagonal is skipped except inside the diagonal blocks.
+constexpr int64_t kQueryBlock = 64;
 
 // Slices of one (b, h) pair: Q, K, V (or their gradients) inside a [B, T, 3C] buffer, Y inside
 // [B, T, C], P inside [B, nh, T, T].
@@ -63,16 +68,23 @@ Status AttentionForward(const CpuContext& ctx, const AttentionShape& s, const fl
   ForEachPair(ctx, s, [&](Pair p) {
     const Qkv<StridedC> in = QkvSlices<StridedC>(qkv, s, p);
     Map P(att + AttOffset(s, p), T, T);
-    P.noalias() = in.q * in.k.transpose();
-    for (int64_t i = 0; i < T; ++i) {
-      // Row i: softmax of scale * S[i, 0..i], zeros after.
-      auto row = P.row(i).head(i + 1).array();
-      const float mx = scale * row.maxCoeff();
-      row = (scale * row - mx).exp();
-      row /= row.sum();
-      P.row(i).tail(T - i - 1).setZero();
+    Strided Y(out + OutOffset(s, p), T, hs, out_ld);
+    for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, T - i0), keys = i0 + rows;
+      auto Pb = P.block(i0, 0, rows, keys);
+      Pb.noalias() = in.q.middleRows(i0, rows) * in.k.topRows(keys).transpose();
+      for (int64_t r = 0; r < rows; ++r) {
+        // Query i: softmax of scale * S[i, 0..i], zeros after.
+        const int64_t i = i0 + r;
+        auto row = Pb.row(r).head(i + 1).array();
+        const float mx = scale * row.maxCoeff();
+        row = (scale * row - mx).exp();
+        row /= row.sum();
+        Pb.row(r).tail(keys - i - 1).setZero();
+      }
+      P.block(i0, keys, rows, T - keys).setZero();
+      Y.middleRows(i0, rows).noalias() = Pb * in.v.topRows(keys);
     }
-    Strided(out + OutOffset(s, p), T, hs, out_ld).noalias() = P * in.v;
   });
   return Status::Ok();
 }
@@ -88,18 +100,27 @@ Status AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const f
     Qkv<Strided> d = QkvSlices<Strided>(dqkv, s, p);
     MapC P(att + AttOffset(s, p), T, T);
     StridedC DY(dout + OutOffset(s, p), T, hs, out_ld);
-    d.v.noalias() = P.transpose() * DY;
-    RowMat dS(T, T);
-    dS.noalias() = DY * in.v.transpose();  // dP
-    for (int64_t i = 0; i < T; ++i) {
-      auto dp = dS.row(i).head(i + 1).array();
-      auto pr = P.row(i).head(i + 1).array();
-      const float dot = (pr * dp).sum();
-      dp = pr * (dp - dot);
-      dS.row(i).tail(T - i - 1).setZero();
+    d.k.setZero();
+    d.v.setZero();
+    RowMat dS(std::min(kQueryBlock, T), T);
+    for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, T - i0), keys = i0 + rows;
+      const auto Pb = P.block(i0, 0, rows, keys);
+      const auto DYb = DY.middleRows(i0, rows);
+      d.v.topRows(keys).noalias() += Pb.transpose() * DYb;
+      auto dSb = dS.block(0, 0, rows, keys);
+      dSb.noalias() = DYb * in.v.topRows(keys).transpose();  // dP
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        auto dp = dSb.row(r).head(i + 1).array();
+        const auto pr = Pb.row(r).head(i + 1).array();
+        const float dot = (pr * dp).sum();
+        dp = pr * (dp - dot);
+        dSb.row(r).tail(keys - i - 1).setZero();
+      }
+      d.q.middleRows(i0, rows).noalias() = scale * (dSb * in.k.topRows(keys));
+      d.k.topRows(keys).noalias() += scale * (dSb.transpose() * in.q.middleRows(i0, rows));
     }
-    d.q.noalias() = scale * (dS * in.k);
-    d.k.noalias() = scale * (dS.transpose() * in.q);
   });
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -32,6 +33,81 @@ TEST(AttentionTest, GradientMatchesFiniteDifferences) {
     ASSERT_TRUE(AttentionBackward(ctx, s, qkv.data(), att.data(), r.data(), dqkv.data()).ok());
     ExpectGradient(loss, &qkv, dqkv, 1e-2f, 5e-4, 5e-3, "dqkv");
   }
+}
+
+// The formulas of nn/attention.h evaluated naively in double, for one (b, h) pair at a time.
+void ReferenceAttention(const AttentionShape& s, const std::vector<float>& qkv,
+                        const std::vector<float>& dout, std::vector<double>* out,
+                        std::vector<double>* dqkv) {
+  const int64_t T = s.seq, C = s.dim, hs = s.head_dim();
+  const double scale = 1.0 / std::sqrt(double(hs));
+  out->assign(size_t(s.out_numel()), 0.0);
+  dqkv->assign(size_t(s.qkv_numel()), 0.0);
+  auto at = [&](int64_t b, int64_t t, int which, int64_t h, int64_t d) {
+    return size_t((b * T + t) * 3 * C + which * C + h * hs + d);
+  };
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      std::vector<double> P(size_t(T * T), 0.0), dP(size_t(T * T), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hs; ++d)
+            dot += double(qkv[at(b, i, 0, h, d)]) * qkv[at(b, j, 1, h, d)];
+          P[size_t(i * T + j)] = scale * dot;
+          mx = std::max(mx, scale * dot);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j)
+          sum += (P[size_t(i * T + j)] = std::exp(P[size_t(i * T + j)] - mx));
+        for (int64_t j = 0; j <= i; ++j) P[size_t(i * T + j)] /= sum;
+        for (int64_t d = 0; d < hs; ++d) {
+          double y = 0;
+          for (int64_t j = 0; j <= i; ++j) y += P[size_t(i * T + j)] * qkv[at(b, j, 2, h, d)];
+          (*out)[size_t((b * T + i) * C + h * hs + d)] = y;
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        double rowdot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double g = 0;
+          for (int64_t d = 0; d < hs; ++d) {
+            const double dy = dout[size_t((b * T + i) * C + h * hs + d)];
+            g += dy * qkv[at(b, j, 2, h, d)];
+            (*dqkv)[at(b, j, 2, h, d)] += P[size_t(i * T + j)] * dy;  // dV
+          }
+          dP[size_t(i * T + j)] = g;
+          rowdot += P[size_t(i * T + j)] * g;
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = P[size_t(i * T + j)] * (dP[size_t(i * T + j)] - rowdot) * scale;
+          for (int64_t d = 0; d < hs; ++d) {
+            (*dqkv)[at(b, i, 0, h, d)] += ds * qkv[at(b, j, 1, h, d)];
+            (*dqkv)[at(b, j, 1, h, d)] += ds * qkv[at(b, i, 0, h, d)];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, BlockedMatchesNaiveDoubleReference) {
+  // T spans several 64-query blocks, the last one partial.
+  CpuContext ctx(2);
+  const AttentionShape s{2, 150, 8, 2};
+  auto qkv = Uniform(size_t(s.qkv_numel()), 56, -2.f, 2.f),
+       dout = Uniform(size_t(s.out_numel()), 57);
+  std::vector<float> out(size_t(s.out_numel())), att(size_t(s.att_numel()), NAN),
+      dqkv(size_t(s.qkv_numel()), NAN);
+  ASSERT_TRUE(AttentionForward(ctx, s, qkv.data(), out.data(), att.data()).ok());
+  ASSERT_TRUE(AttentionBackward(ctx, s, qkv.data(), att.data(), dout.data(), dqkv.data()).ok());
+  std::vector<double> want_out, want_dqkv;
+  ReferenceAttention(s, qkv, dout, &want_out, &want_dqkv);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want_out[i], 1e-5) << i;
+  for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_NEAR(dqkv[i], want_dqkv[i], 1e-5) << i;
+  for (float p : att)
+    ASSERT_FALSE(std::isnan(p));  // every entry written (zeros above the diagonal)
 }
 
 TEST(AttentionTest, CausalAndNormalised) {
