@@ -203,6 +203,22 @@ TEST_F(ElementwiseKernelsTest, ColumnSumsAccumulateAndResidualAdds) {
   EXPECT_EQ(Down(ga, a.size()), want);
 }
 
+TEST_F(ElementwiseKernelsTest, GemmsAccumulateWhenAsked) {
+  const int64_t rows = 9, in = 7, out = 5;
+  const auto x = Random(size_t(rows * in), 61), w = Random(size_t(out * in), 62),
+             dy = Random(size_t(rows * out), 63);
+  std::vector<float> dw(w.size(), 0.5f), dx(x.size());
+  LinearBackward(cpu, x.data(), w.data(), dy.data(), rows, in, out, dw.data(), nullptr, dx.data(),
+                 /*accumulate=*/true);
+  float *gx = Up(x), *gw = Up(w), *gdy = Up(dy);
+  float *gdw = Alloc<float>(dw.size(), 0.5f), *gdx = Alloc<float>(dx.size(), 2.f);
+  ASSERT_TRUE(gemm_->LinearWeightGrad(gdy, gx, DType::kF32, rows, in, out, gdw, true).ok());
+  ASSERT_TRUE(gemm_->LinearInputGrad(gdy, gw, DType::kF32, rows, in, out, gdx, true).ok());
+  EXPECT_LT(MaxRelError(Down(gdw, dw.size()), dw, 1.0), 1e-5);
+  for (float& v : dx) v += 2.f;  // the CPU overwrites dx; the GPU added onto 2s
+  EXPECT_LT(MaxRelError(Down(gdx, dx.size()), dx, 1.0), 1e-5);
+}
+
 TEST_F(ElementwiseKernelsTest, EmptyBatchesGiveZeros) {
   float* dw = Alloc<float>(12, NAN);
   float* db = Alloc<float>(4, NAN);

@@ -105,9 +105,9 @@ TEST_F(LayersCudaTest, EmbeddingsMatchTheCpuBitForBit) {
 }
 
 TEST_F(LayersCudaTest, AttentionMatchesTheCpu) {
-  for (DType t : {DType::kF32, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(DTypeName(t));
-    for (const AttentionShape &sh : {AttentionShape{2, 7, 12, 3}, AttentionShape{1, 64, 64, 4},
+    for (const AttentionShape& sh : {AttentionShape{2, 7, 12, 3}, AttentionShape{1, 64, 64, 4},
                                      AttentionShape{3, 33, 48, 2}}) {
       const auto qkv = Uniform(size_t(sh.qkv_numel()), 8, -2.f, 2.f),
                  dout = Uniform(size_t(sh.out_numel()), 9);
@@ -122,8 +122,8 @@ TEST_F(LayersCudaTest, AttentionMatchesTheCpu) {
             *gatt = Alloc<float>(att.size(), NAN), *gdqkv = Alloc<float>(dqkv.size(), NAN);
       ASSERT_TRUE((*a)->Forward(sh, gqkv, gout, gatt).ok());
       ASSERT_TRUE((*a)->Backward(sh, gqkv, gatt, gdout, gdqkv).ok());
-      // bf16 operands: ~3 significant digits (the CPU keeps f32).
-      const double tol = t == DType::kF32 ? 1e-5 : 3e-2;
+      // bf16 / f16 operands: ~3 / ~4 significant digits (the CPU keeps f32).
+      const double tol = t == DType::kF32 ? 1e-5 : t == DType::kBF16 ? 3e-2 : 5e-3;
       EXPECT_LT(MaxRelError(Down(gout, out.size()), out, 1.0), tol);
       EXPECT_LT(MaxRelError(Down(gatt, att.size()), att, 1.0), tol);
       EXPECT_LT(MaxRelError(Down(gdqkv, dqkv.size()), dqkv, 1.0), tol);
