@@ -136,7 +136,9 @@ TEST(GptTrainerTest, RecomputationIsBitIdentical) {
   ASSERT_TRUE(keep.ok() && recompute.ok());
   EXPECT_EQ(keep->summary.losses, recompute->summary.losses);
   const auto a = GatherState(*keep->trainer), b = GatherState(*recompute->trainer);
-  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(a, b));
+  if (World()->rank() == 0) {
+    EXPECT_TRUE(BitEqual(a, b));
+  }
 }
 
 // The W-rank run against a serial run of the same config on rank 0.
@@ -148,7 +150,9 @@ TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
   ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
   EXPECT_LT(MaxRelDiffGpt(runs->world_state, runs->serial_state), 1e-4);
-  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(runs->world_state, runs->serial_state));
+  if (World()->world_size() == 1) {
+    EXPECT_TRUE(BitEqual(runs->world_state, runs->serial_state));
+  }
   const std::vector<double>& serial_losses = runs->serial.summary.losses;
   ASSERT_EQ(runs->world.summary.losses.size(), serial_losses.size());
   for (size_t i = 0; i < serial_losses.size(); ++i) {
@@ -188,7 +192,9 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
     const std::vector<float> head = ReadF32(**f, "lm_head.weight");
     EXPECT_EQ(head, ReadF32(**f, "transformer.wte.weight"));
     for (const FullTensor& t : want[1]) {
-      if (t.name == "transformer.wte.weight") EXPECT_EQ(head, t.data);
+      if (t.name == "transformer.wte.weight") {
+        EXPECT_EQ(head, t.data);
+      }
     }
   }
   // Reshard: a step-4 checkpoint saved by the W ranks, resumed on one rank (rank 0, in-process):
@@ -208,7 +214,9 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
   }
   const auto resharded = GatherState(*one->trainer);
   EXPECT_LT(MaxRelDiffGpt(resharded, want), 1e-4);
-  if (World()->world_size() == 1) EXPECT_TRUE(BitEqual(resharded, want));
+  if (World()->world_size() == 1) {
+    EXPECT_TRUE(BitEqual(resharded, want));
+  }
 }
 
 TEST(GptTrainerTest, WeightDecayOnlyOnMatrices) {
@@ -238,7 +246,9 @@ TEST(GptTrainerTest, InitErrors) {
     tensors[t.name] = MakeRawTensor("F32", t.shape, v);
   }
   const std::string path = TestPath("gpt_bad_init.safetensors");
-  if (World()->rank() == 0) ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  }
   ASSERT_TRUE(World()->Barrier().ok());
   StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());
@@ -249,7 +259,9 @@ TEST(GptTrainerTest, InitErrors) {
   tensors["extra"] = MakeRawTensor("F32", {1}, std::vector<float>{0});
   tensors["transformer.wpe.weight"] = MakeRawTensor("F32", {4, 16}, std::vector<float>(64));
   ASSERT_TRUE(World()->Barrier().ok());
-  if (World()->rank() == 0) ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
+  }
   ASSERT_TRUE(World()->Barrier().ok());
   t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());

@@ -1,6 +1,7 @@
 #include "nn/activation.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 namespace shardema::nn {
@@ -16,6 +17,15 @@ constexpr int64_t kGrain = 1 << 14;
 using ArrC = Eigen::Map<const Eigen::ArrayXf>;
 using Arr = Eigen::Map<Eigen::ArrayXf>;
 
+// Calls fn(begin, length, scratch) over [i0, i1) in cache-sized blocks, with one scratch array
+// (the tanh values) reused across blocks.
+template <typename Fn>
+void ForEachBlock(int64_t i0, int64_t i1, Fn fn) {
+  constexpr int64_t kBlock = 4096;
+  Eigen::ArrayXf scratch;
+  for (int64_t b0 = i0; b0 < i1; b0 += kBlock) fn(b0, std::min(kBlock, i1 - b0), scratch);
+}
+
 }  // namespace
 
 const char* ActivationName(Activation act) {
@@ -30,8 +40,7 @@ const char* ActivationName(Activation act) {
   return "?";
 }
 
-void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,
-                       int64_t n) {
+void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a, int64_t n) {
   ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
     switch (act) {
       case Activation::kRelu:
@@ -43,12 +52,13 @@ void ActivationForward(const CpuContext& ctx, Activation act, const float* z, fl
           a[i] = float(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
         }
         break;
-      case Activation::kGeluTanh: {
-        ArrC x(z + i0, i1 - i0);
-        const Eigen::ArrayXf t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
-        Arr(a + i0, i1 - i0) = 0.5f * x * (1.f + t);
+      case Activation::kGeluTanh:
+        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& t) {
+          ArrC x(z + b0, len);
+          t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
+          Arr(a + b0, len) = 0.5f * x * (1.f + t);
+        });
         break;
-      }
     }
   });
 }
@@ -68,15 +78,15 @@ void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, c
           dz[i] = float(da[i] * (cdf + v * pdf));
         }
         break;
-      case Activation::kGeluTanh: {
-        ArrC x(z + i0, i1 - i0);
-        const Eigen::ArrayXf x2 = x * x;
-        const Eigen::ArrayXf t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x2)).tanh();
-        const Eigen::ArrayXf d = 0.5f * (1.f + t) +
-                                 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
-        Arr(dz + i0, i1 - i0) = ArrC(da + i0, i1 - i0) * d;
+      case Activation::kGeluTanh:
+        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& t) {
+          ArrC x(z + b0, len);
+          t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
+          Arr(dz + b0, len) =
+              ArrC(da + b0, len) * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
+                                                           (1.f + 3.f * kGeluCubic * x * x));
+        });
         break;
-      }
     }
   });
 }

@@ -8,10 +8,12 @@
 //   P = softmax over each row of S (f32, max-subtracted; masked entries exactly 0)
 //   Y = P V, written to out[b, :, h*hs:(h+1)*hs]      (out f32 [B, T, C], heads re-concatenated)
 // P is saved in `att` f32 [B, n_head, T, T] for the backward. Backward, given dY (dout slices):
-//   dV = P^T dY,  dP = dY V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = scale dS K,  dK = scale dS^T Q
+//   dV = P^T dY,  dP = dY V^T,  dS = P * (dP - rowsum(P * dP)),
+//   dQ = scale dS K,  dK = scale dS^T Q
 // written into dqkv f32 [B, T, 3C] in qkv's layout (overwritten).
-// Threads: the B * n_head (b, h) pairs are split over the pool (each pair's math is the same at
-// every thread count, so results are too).
+// Work: queries in blocks of 64 against the keys up to the block (about half the full T x T
+// products). Threads: the B * n_head (b, h) pairs are split over the pool (each pair's math is
+// the same at every thread count, so results are too).
 // Errors: kInvalidArgument for C not divisible by n_head, or non-positive sizes.
 #ifndef SHARDEMA_NN_ATTENTION_H_
 #define SHARDEMA_NN_ATTENTION_H_
@@ -24,10 +26,10 @@
 namespace shardema::nn {
 
 struct AttentionShape {
-  int64_t batch = 0;   // B
-  int64_t seq = 0;     // T
-  int64_t dim = 0;     // C (the model width; qkv rows are 3C wide)
-  int64_t heads = 0;   // n_head (divides C)
+  int64_t batch = 0;  // B
+  int64_t seq = 0;    // T
+  int64_t dim = 0;    // C (the model width; qkv rows are 3C wide)
+  int64_t heads = 0;  // n_head (divides C)
 
   int64_t head_dim() const { return heads > 0 ? dim / heads : 0; }
   // Elements of qkv, out and att.

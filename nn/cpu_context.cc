@@ -1,9 +1,8 @@
 #include "nn/cpu_context.h"
 
 #define EIGEN_USE_THREADS
-#include <unsupported/Eigen/CXX11/ThreadPool>
-
 #include <algorithm>
+#include <unsupported/Eigen/CXX11/ThreadPool>
 
 namespace shardema::nn {
 

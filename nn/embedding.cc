@@ -7,10 +7,21 @@ namespace shardema::nn {
 namespace {
 constexpr int64_t kTokenGrain = 16;
 constexpr int64_t kChannelGrain = 16;
+
+// dst[0, dim) = src (or += src).
+void CopyRow(const float* src, int64_t dim, bool accumulate, float* dst) {
+  if (accumulate) {
+    for (int64_t c = 0; c < dim; ++c) dst[c] += src[c];
+  } else {
+    std::memcpy(dst, src, size_t(dim) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 Status CheckIds(const int64_t* ids, int64_t n, int64_t vocab) {
-  if (n < 0 || vocab < 0) return InvalidArgument("embedding: negative size (n ", n, ", V ", vocab, ")");
+  if (n < 0 || vocab < 0)
+    return InvalidArgument("embedding: negative size (n ", n, ", V ", vocab, ")");
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       return InvalidArgument("embedding: token id ", ids[i], " at position ", i,
@@ -25,15 +36,7 @@ Status EmbeddingForward(const CpuContext& ctx, const int64_t* ids, int64_t n, co
   RETURN_IF_ERROR(CheckIds(ids, n, vocab));
   if (dim < 0) return InvalidArgument("EmbeddingForward: negative dim ", dim);
   ctx.ParallelFor(n, kTokenGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* src = table + ids[i] * dim;
-      float* dst = out + i * dim;
-      if (accumulate) {
-        for (int64_t c = 0; c < dim; ++c) dst[c] += src[c];
-      } else {
-        std::memcpy(dst, src, size_t(dim) * sizeof(float));
-      }
-    }
+    for (int64_t i = i0; i < i1; ++i) CopyRow(table + ids[i] * dim, dim, accumulate, out + i * dim);
   });
   return Status::Ok();
 }
@@ -45,7 +48,8 @@ Status EmbeddingBackward(const CpuContext& ctx, const int64_t* ids, int64_t n, c
   // Each chunk owns channels [c0, c1) of every row and walks the tokens in order.
   ctx.ParallelFor(dim, kChannelGrain, [&](int64_t c0, int64_t c1) {
     if (!accumulate) {
-      for (int64_t v = 0; v < vocab; ++v) std::fill(dtable + v * dim + c0, dtable + v * dim + c1, 0.f);
+      for (int64_t v = 0; v < vocab; ++v)
+        std::fill(dtable + v * dim + c0, dtable + v * dim + c1, 0.f);
     }
     for (int64_t i = 0; i < n; ++i) {
       float* dst = dtable + ids[i] * dim;
@@ -59,15 +63,7 @@ Status EmbeddingBackward(const CpuContext& ctx, const int64_t* ids, int64_t n, c
 void PositionEmbeddingForward(const CpuContext& ctx, const float* wpe, int64_t batch, int64_t t,
                               int64_t dim, float* out, bool accumulate) {
   ctx.ParallelFor(batch * t, kTokenGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* src = wpe + (i % t) * dim;
-      float* dst = out + i * dim;
-      if (accumulate) {
-        for (int64_t c = 0; c < dim; ++c) dst[c] += src[c];
-      } else {
-        std::memcpy(dst, src, size_t(dim) * sizeof(float));
-      }
-    }
+    for (int64_t i = i0; i < i1; ++i) CopyRow(wpe + (i % t) * dim, dim, accumulate, out + i * dim);
   });
 }
 

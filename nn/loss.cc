@@ -25,7 +25,8 @@ StatusOr<double> MseLoss(const CpuContext& ctx, const float* y, const float* t, 
 StatusOr<double> CrossEntropyLoss(const CpuContext& ctx, const float* logits,
                                   const int64_t* targets, int64_t rows, int64_t classes,
                                   double norm, float* dlogits) {
-  if (!(norm > 0)) return InvalidArgument("CrossEntropyLoss: normaliser ", norm, " is not positive");
+  if (!(norm > 0))
+    return InvalidArgument("CrossEntropyLoss: normaliser ", norm, " is not positive");
   if (rows > 0 && classes < 1) return InvalidArgument("CrossEntropyLoss: ", classes, " classes");
   for (int64_t r = 0; r < rows; ++r) {
     if (targets[r] < 0 || targets[r] >= classes) {

@@ -13,8 +13,9 @@
 // accumulation and outputs). Deterministic (no atomics).
 //
 // Memory: a device workspace owned by the object, grown on demand (the stream is synchronised
-// before a buffer is replaced): 3 B*T*C operands + B*T*C f32 + 2 B*nh*T*T (forward), and
-// 3 B*T*C f32 + B*T*C operands + 2 B*nh*T*T (backward) elements.
+// before a buffer is replaced): q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer (Y,
+// then dY), a B*nh*T*T GEMM-dtype copy of P (bf16/f16 only); the backward adds dQ, dK, dV
+// (3 B*T*C f32) and dP (B*nh*T*T f32). One object may serve every layer (buffers are reused).
 // Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape) or dtype; kUnavailable
 // without CUDA; CUDA/cuBLAS errors. Threading: one thread at a time (as the CublasGemm).
 #ifndef SHARDEMA_NN_CUDA_ATTENTION_H_

@@ -29,8 +29,8 @@ Status LaunchSplitHeads(const float* src, int64_t width, int64_t col0, int count
 Status LaunchMergeHeads(const float* const* src, int count, const AttentionShape& s, float* dst,
                         int64_t width, int64_t col0, void* stream);
 
-Status LaunchCausalSoftmax(float* s_inout, int64_t rows_total, int64_t t, void* low,
-                           DType low_type, void* stream);
+Status LaunchCausalSoftmax(float* s_inout, int64_t rows_total, int64_t t, void* low, DType low_type,
+                           void* stream);
 
 Status LaunchCausalSoftmaxBackward(const float* p, const float* dp, int64_t rows_total, int64_t t,
                                    void* ds, DType ds_type, void* stream);

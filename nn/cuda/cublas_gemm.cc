@@ -48,8 +48,8 @@ StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(Stream stream, bool all
                                "cublasSetStream"));
   // No tensor-core downconversion of f32 unless asked for (the compute type decides, below).
   RETURN_IF_ERROR(CublasStatus(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
-  RETURN_IF_ERROR(CublasStatus(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST),
-                               "cublasSetPointerMode"));
+  RETURN_IF_ERROR(
+      CublasStatus(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"));
   return l;
 }
 
@@ -84,13 +84,13 @@ Status CublasGemm::Gemm(const char* what, bool trans_a, bool trans_b, int64_t m,
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   // cuBLAS requires lda/ldb >= 1 even for empty operands.
   const int ilda = int(lda < 1 ? 1 : lda), ildb = int(ldb < 1 ? 1 : ldb), ildc = int(m);
-  const std::string op = std::string("cublasGemmEx (CublasGemm::") + what + ", m=" +
-                         std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                         ", " + DTypeName(t) + ")";
+  const std::string op = std::string("cublasGemmEx (CublasGemm::") + what +
+                         ", m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         " k=" + std::to_string(k) + ", " + DTypeName(t) + ")";
   return CublasStatus(
       cublasGemmEx(AsHandle(handle_), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k), &alpha, a, ab,
-                   ilda, b, ab, ildb, &beta, c, CUDA_R_32F, ildc, compute, CUBLAS_GEMM_DEFAULT),
+                   trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k), &alpha, a, ab, ilda,
+                   b, ab, ildb, &beta, c, CUDA_R_32F, ildc, compute, CUBLAS_GEMM_DEFAULT),
       op.c_str());
 }
 
@@ -102,12 +102,13 @@ Status CublasGemm::LinearForward(const void* x, const void* w, DType t, int64_t 
 
 Status CublasGemm::LinearWeightGrad(const void* dy, const void* x, DType t, int64_t rows,
                                     int64_t in, int64_t out, float* dw, bool accumulate) {
-  // dw^T [in, out] = x^T [in, rows] dy [rows, out]: B = dy storage (col-major [out, rows]) transposed.
+  // dw^T [in, out] = x^T [in, rows] dy [rows, out]: B = dy storage (col-major [out, rows])
+  // transposed.
   return Gemm("LinearWeightGrad", false, true, in, out, rows, x, in, dy, out, t, dw, accumulate);
 }
 
-Status CublasGemm::LinearInputGrad(const void* dy, const void* w, DType t, int64_t rows,
-                                   int64_t in, int64_t out, float* dx, bool accumulate) {
+Status CublasGemm::LinearInputGrad(const void* dy, const void* w, DType t, int64_t rows, int64_t in,
+                                   int64_t out, float* dx, bool accumulate) {
   // dx^T [in, rows] = W^T [in, out] dy^T [out, rows].
   return Gemm("LinearInputGrad", false, false, in, rows, out, w, in, dy, out, t, dx, accumulate);
 }
@@ -131,15 +132,15 @@ Status CublasGemm::BatchedRowMajor(const char* what, bool trans_a, bool trans_b,
       t == DType::kF32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS's A is our B.
   const std::string op = std::string("cublasGemmStridedBatchedEx (CublasGemm::") + what +
-                         ", m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                         std::to_string(k) + " batch=" + std::to_string(batch) + ", " +
+                         ", m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         " k=" + std::to_string(k) + " batch=" + std::to_string(batch) + ", " +
                          DTypeName(t) + ")";
   return CublasStatus(
-      cublasGemmStridedBatchedEx(
-          AsHandle(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-          int(n), int(m), int(k), &alpha, b.data, ab, int(b.ld), b.stride, a.data, ab, int(a.ld),
-          a.stride, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch), compute,
-          CUBLAS_GEMM_DEFAULT),
+      cublasGemmStridedBatchedEx(AsHandle(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
+                                 &alpha, b.data, ab, int(b.ld), b.stride, a.data, ab, int(a.ld),
+                                 a.stride, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch),
+                                 compute, CUBLAS_GEMM_DEFAULT),
       op.c_str());
 }
 
@@ -170,8 +171,8 @@ Status CublasGemm::LinearInputGrad(const void*, const void*, DType, int64_t, int
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::BatchedRowMajor(const char*, bool, bool, int64_t, int64_t, int64_t, float,
-                                   GemmOperand, GemmOperand, DType, float, float*, int64_t,
-                                   int64_t, int64_t) {
+                                   GemmOperand, GemmOperand, DType, float, float*, int64_t, int64_t,
+                                   int64_t) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 

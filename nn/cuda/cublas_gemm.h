@@ -57,8 +57,8 @@ class CublasGemm {
   bool allow_tf32() const { return allow_tf32_; }
 
   // y[rows, out] = x[rows, in] w[out, in]^T; x and w of dtype `t`.
-  Status LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in,
-                       int64_t out, float* y);
+  Status LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in, int64_t out,
+                       float* y);
   // dw[out, in] (+)= dy[rows, out]^T x[rows, in]; dy and x of dtype `t`.
   Status LinearWeightGrad(const void* dy, const void* x, DType t, int64_t rows, int64_t in,
                           int64_t out, float* dw, bool accumulate = false);
@@ -69,7 +69,7 @@ class CublasGemm {
   // For i in [0, batch): C_i[m, n] = alpha op(A_i) op(B_i) + beta C_i, all row-major, where
   // op(A_i) is [m, k] (A_i stored [m, k], or [k, m] with trans_a), op(B_i) is [k, n] (B_i stored
   // [k, n], or [n, k] with trans_b). A and B of dtype `t`; C f32 with row stride ldc and matrix
-  // stride stride_c. beta = 0 overwrites C (its contents may be NaN).
+  // stride stride_c. beta = 0 overwrites C (its contents may be NaN). k must be >= 1.
   Status BatchedRowMajor(const char* what, bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t k, float alpha, GemmOperand a, GemmOperand b, DType t, float beta,
                          float* c, int64_t ldc, int64_t stride_c, int64_t batch);

@@ -1,28 +1,23 @@
 // Kernels of nn/cuda/elementwise_kernels.h.
-#include "nn/cuda/elementwise_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "framework/cuda_error.h"
+#include "nn/cuda/elementwise_kernels.h"
 #include "nn/cuda/kernel_util.h"
 
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::CheckSizes;
-using cuda_util::kThreads;
-using cuda_util::LoadWidened;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCubic = 0.044715f;
 
-#define GRID_STRIDE(i, n)                                                  \
+#define GRID_STRIDE(i, n)                                                   \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
@@ -45,8 +40,8 @@ __global__ void ActivationForwardKernel(Activation act, const float* z, float* a
   }
 }
 
-__global__ void ActivationBackwardKernel(Activation act, const float* z, const float* da,
-                                         float* dz, int64_t n) {
+__global__ void ActivationBackwardKernel(Activation act, const float* z, const float* da, float* dz,
+                                         int64_t n) {
   GRID_STRIDE(i, n) {
     if (act == Activation::kRelu) {
       dz[i] = z[i] > 0.f ? da[i] : 0.f;
@@ -58,8 +53,8 @@ __global__ void ActivationBackwardKernel(Activation act, const float* z, const f
     } else {
       const float x = z[i], x2 = x * x;
       const float t = tanhf(kSqrt2OverPi * x * (1.f + kGeluCubic * x2));
-      const float d =
-          0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
+      const float d = 0.5f * (1.f + t) +
+                      0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x2);
       dz[i] = da[i] * d;
     }
   }
@@ -95,7 +90,8 @@ Status LaunchBiasAdd(float* z, const void* b, DType b_type, int64_t rows, int64_
                      void* stream) {
   RETURN_IF_ERROR(CheckSizes("LaunchBiasAdd", rows, out));
   if (!cuda_util::IsFloatType(b_type)) {
-    return InvalidArgument("LaunchBiasAdd: bias dtype ", DTypeName(b_type), " is not f32, bf16 or f16");
+    return InvalidArgument("LaunchBiasAdd: bias dtype ", DTypeName(b_type),
+                           " is not f32, bf16 or f16");
   }
   if (rows * out == 0) return Status::Ok();
   if (z == nullptr || b == nullptr) return InvalidArgument("LaunchBiasAdd: null buffer");
@@ -126,18 +122,20 @@ Status LaunchColumnSums(const float* dz, int64_t rows, int64_t out, float* db, v
                         bool accumulate) {
   RETURN_IF_ERROR(CheckSizes("LaunchColumnSums", rows, out));
   if (out == 0) return Status::Ok();
-  if (db == nullptr || (rows > 0 && dz == nullptr)) return InvalidArgument("LaunchColumnSums: null buffer");
+  if (db == nullptr || (rows > 0 && dz == nullptr))
+    return InvalidArgument("LaunchColumnSums: null buffer");
   const unsigned blocks = unsigned((out + kColX - 1) / kColX);
   if (blocks > 0x7fffffffu) return InvalidArgument("LaunchColumnSums: out ", out, " too large");
   ColumnSumsKernel<<<blocks, dim3(kColX, kColY), 0, AsStream(stream)>>>(dz, rows, out, db,
-                                                                       accumulate);
+                                                                        accumulate);
   return CudaLastErrorStatus("launching the column-sum kernel");
 }
 
 Status LaunchAdd(const float* a, const float* b, float* out, int64_t n, void* stream) {
   RETURN_IF_ERROR(CheckSizes("LaunchAdd", n));
   if (n == 0) return Status::Ok();
-  if (a == nullptr || b == nullptr || out == nullptr) return InvalidArgument("LaunchAdd: null buffer");
+  if (a == nullptr || b == nullptr || out == nullptr)
+    return InvalidArgument("LaunchAdd: null buffer");
   AddKernel<<<BlocksFor(n), kThreads, 0, AsStream(stream)>>>(a, b, out, n);
   return CudaLastErrorStatus("launching the add kernel");
 }

@@ -2,7 +2,8 @@
 //
 //   LaunchLayerNormForward   one warp per row: mean and rstd (f32 [rows], saved), y.
 //   LaunchLayerNormBackward  dx per row (one warp per row); dw/db as column sums over rows in a
-//                            fixed order (deterministic), overwritten unless accumulate.
+//                            fixed order in double (deterministic), overwritten unless
+//                            accumulate.
 // The weight and bias are f32, bf16 or f16 (`wb_type`, a gathered unit in the compute dtype),
 // widened to f32; x, y, dy, dx, dw, db, mean, rstd are f32. Row statistics use f32 warp
 // reductions (the CPU accumulates in double: results agree to f32 rounding). dx may be null;

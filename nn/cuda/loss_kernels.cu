@@ -1,19 +1,15 @@
 // Kernels of nn/cuda/loss_kernels.h.
-#include "nn/cuda/loss_kernels.h"
-
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
 #include "framework/cuda_error.h"
 #include "nn/cuda/kernel_util.h"
+#include "nn/cuda/loss_kernels.h"
 
 namespace shardema::nn {
 namespace {
 
-using cuda_util::AsStream;
-using cuda_util::BlocksFor;
-using cuda_util::CheckSizes;
-using cuda_util::kThreads;
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
 
 // One thread per row: the row's squared error (unnormalised) and its gradient.
 __global__ void MseRowsKernel(const float* y, const float* t, int64_t rows, int64_t cols,
@@ -106,8 +102,8 @@ Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols,
 Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
                               int64_t classes, double norm, float* dlogits, double* scratch,
                               double* loss, void* stream) {
-  RETURN_IF_ERROR(CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets,
-                                scratch, loss));
+  RETURN_IF_ERROR(
+      CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets, scratch, loss));
   cudaStream_t s = AsStream(stream);
   if (rows > 0) {
     CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, s>>>(logits, targets, rows, classes,

@@ -3,8 +3,9 @@
 //   LaunchMseLoss           loss = sum((y - t)^2) / norm, dy = 2 (y - t) / norm.
 //   LaunchCrossEntropyLoss  per row: logsumexp(y_r) - y_r[target_r] (double, max-subtracted);
 //                           loss = sum / norm, dy_r = (softmax(y_r) - onehot(target_r)) / norm.
-// Per-row terms are computed in double into `scratch` (rows doubles) and summed by one block in a fixed order (deterministic)
-// into *loss (one device double). dy may be null (loss only). An empty input gives 0.
+// Per-row terms are computed in double into `scratch` (rows doubles) and summed by one block in a
+// fixed order (deterministic) into *loss (one device double). dy may be null (loss only). An empty
+// input gives 0.
 //
 // Contract: device memory of the current device; `stream` a cudaStream_t. Targets (int64) must
 // lie in [0, classes): the caller checks them on the host (nn::CheckIds, nn/embedding.h) since a

@@ -1,0 +1,126 @@
+#include "nn/cuda/attention.h"
+
+#include <cmath>
+
+#if SHARDEMA_WITH_CUDA
+#include "framework/cuda/convert_kernels.h"
+#include "nn/cuda/attention_kernels.h"
+#endif
+
+namespace shardema::nn {
+
+#if SHARDEMA_WITH_CUDA
+
+StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm* gemm, DType gemm_dtype) {
+  if (gemm == nullptr) return InvalidArgument("CudaAttention::Create: null CublasGemm");
+  if (gemm_dtype != DType::kF32 && gemm_dtype != DType::kBF16 && gemm_dtype != DType::kF16) {
+    return InvalidArgument("CudaAttention::Create: GEMM dtype ", DTypeName(gemm_dtype),
+                           " is not f32, bf16 or f16");
+  }
+  return std::unique_ptr<CudaAttention>(new CudaAttention(gemm, gemm_dtype));
+}
+
+Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
+  if (b->size() >= bytes) return Status::Ok();
+  RETURN_IF_ERROR(SynchronizeStream(gemm_->stream()));  // queued work may still use it
+  *b = Buffer();
+  ASSIGN_OR_RETURN(*b, Buffer::Allocate(bytes, gemm_->stream().device));
+  return Status::Ok();
+}
+
+Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* att) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  if (qkv == nullptr || out == nullptr || att == nullptr) {
+    return InvalidArgument("CudaAttention::Forward: null buffer");
+  }
+  void* st = gemm_->stream().native;
+  const int64_t T = s.seq, hs = s.head_dim(), bh = s.batch * s.heads;
+  const size_t op_bytes = size_t(s.out_numel()) * DTypeSize(dtype_);
+  RETURN_IF_ERROR(Reserve(&q_, op_bytes));
+  RETURN_IF_ERROR(Reserve(&k_, op_bytes));
+  RETURN_IF_ERROR(Reserve(&v_, op_bytes));
+  RETURN_IF_ERROR(Reserve(&y_, size_t(s.out_numel()) * sizeof(float)));
+  const bool low = dtype_ != DType::kF32;
+  if (low) RETURN_IF_ERROR(Reserve(&p_low_, size_t(s.att_numel()) * DTypeSize(dtype_)));
+  void* qkv_dst[3] = {q_.data(), k_.data(), v_.data()};
+  RETURN_IF_ERROR(LaunchSplitHeads(qkv, 3 * s.dim, 0, 3, s, qkv_dst, dtype_, st));
+  const float scale = float(1.0 / std::sqrt(double(hs)));
+  // S = scale Q K^T into att, then softmax in place (and its GEMM-dtype copy).
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention S", false, true, T, T, hs, scale,
+                                         {q_.data(), hs, T * hs}, {k_.data(), hs, T * hs}, dtype_,
+                                         0.f, att, T, T * T, bh));
+  RETURN_IF_ERROR(LaunchCausalSoftmax(att, bh * T, T, low ? p_low_.data() : nullptr, dtype_, st));
+  const void* p = low ? p_low_.data() : static_cast<const void*>(att);
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention PV", false, false, T, hs, T, 1.f, {p, T, T * T},
+                                         {v_.data(), hs, T * hs}, dtype_, 0.f, y_.as<float>(), hs,
+                                         T * hs, bh));
+  const float* y = y_.as<const float>();
+  return LaunchMergeHeads(&y, 1, s, out, s.dim, 0, st);
+}
+
+Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const float* att,
+                               const float* dout, float* dqkv) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  if (qkv == nullptr || att == nullptr || dout == nullptr || dqkv == nullptr) {
+    return InvalidArgument("CudaAttention::Backward: null buffer");
+  }
+  void* st = gemm_->stream().native;
+  const int64_t T = s.seq, hs = s.head_dim(), bh = s.batch * s.heads;
+  const size_t op_bytes = size_t(s.out_numel()) * DTypeSize(dtype_);
+  const size_t f32_bytes = size_t(s.out_numel()) * sizeof(float);
+  for (Buffer* b : {&q_, &k_, &v_}) RETURN_IF_ERROR(Reserve(b, op_bytes));
+  for (Buffer* b : {&y_, &dq_, &dk_, &dv_}) RETURN_IF_ERROR(Reserve(b, f32_bytes));
+  RETURN_IF_ERROR(Reserve(&work_f32_, size_t(s.att_numel()) * sizeof(float)));
+  const bool low = dtype_ != DType::kF32;
+  if (low) RETURN_IF_ERROR(Reserve(&p_low_, size_t(s.att_numel()) * DTypeSize(dtype_)));
+  // Operands: q, k, v again (the buffers may have served another layer since), dY (in y_), P.
+  void* qkv_dst[3] = {q_.data(), k_.data(), v_.data()};
+  RETURN_IF_ERROR(LaunchSplitHeads(qkv, 3 * s.dim, 0, 3, s, qkv_dst, dtype_, st));
+  void* dy_dst[1] = {y_.data()};
+  RETURN_IF_ERROR(LaunchSplitHeads(dout, s.dim, 0, 1, s, dy_dst, dtype_, st));
+  const void* p = att;
+  if (low) {
+    RETURN_IF_ERROR(
+        LaunchConvert(att, DType::kF32, p_low_.data(), dtype_, size_t(s.att_numel()), st));
+    p = p_low_.data();
+  }
+  const GemmOperand dy{y_.data(), hs, T * hs};
+  float* dp = work_f32_.as<float>();
+  // dP = dY V^T, dV = P^T dY.
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention dP", false, true, T, T, hs, 1.f, dy,
+                                         {v_.data(), hs, T * hs}, dtype_, 0.f, dp, T, T * T, bh));
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention dV", true, false, T, hs, T, 1.f, {p, T, T * T},
+                                         dy, dtype_, 0.f, dv_.as<float>(), hs, T * hs, bh));
+  // dS (P is no longer needed as an operand: its low copy's buffer takes dS; f32 in place).
+  void* ds = low ? p_low_.data() : static_cast<void*>(dp);
+  RETURN_IF_ERROR(LaunchCausalSoftmaxBackward(att, dp, bh * T, T, ds, dtype_, st));
+  const float scale = float(1.0 / std::sqrt(double(hs)));
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention dQ", false, false, T, hs, T, scale,
+                                         {ds, T, T * T}, {k_.data(), hs, T * hs}, dtype_, 0.f,
+                                         dq_.as<float>(), hs, T * hs, bh));
+  RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention dK", true, false, T, hs, T, scale,
+                                         {ds, T, T * T}, {q_.data(), hs, T * hs}, dtype_, 0.f,
+                                         dk_.as<float>(), hs, T * hs, bh));
+  const float* grads[3] = {dq_.as<const float>(), dk_.as<const float>(), dv_.as<const float>()};
+  return LaunchMergeHeads(grads, 3, s, dqkv, 3 * s.dim, 0, st);
+}
+
+#else  // !SHARDEMA_WITH_CUDA
+
+StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm*, DType) {
+  return Unavailable("CudaAttention::Create: this binary was built without --config=cuda");
+}
+Status CudaAttention::Reserve(Buffer*, size_t) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::Forward(const AttentionShape&, const float*, float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::Backward(const AttentionShape&, const float*, const float*, const float*,
+                               float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+
+#endif  // SHARDEMA_WITH_CUDA
+
+}  // namespace shardema::nn

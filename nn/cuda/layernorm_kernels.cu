@@ -1,0 +1,138 @@
+// Kernels of nn/cuda/layernorm_kernels.h.
+#include <cuda_runtime.h>
+
+#include "framework/cuda_error.h"
+#include "nn/cuda/kernel_util.h"
+#include "nn/cuda/layernorm_kernels.h"
+
+namespace shardema::nn {
+namespace {
+
+using namespace cuda_util;  // NOLINT(build/namespaces): this file's helpers
+
+constexpr int kWarpsPerBlock = 8;
+
+unsigned RowBlocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+// One warp per row.
+__global__ void LayerNormForwardKernel(const float* x, const void* w, const void* b, DType t,
+                                       int64_t rows, int64_t c, float eps, float* y, float* mean,
+                                       float* rstd) {
+  const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const float* xr = x + r * c;
+  float s = 0;
+  for (int64_t i = lane; i < c; i += 32) s += xr[i];
+  const float m = WarpSum(s) / float(c);
+  float sq = 0;
+  for (int64_t i = lane; i < c; i += 32) sq += (xr[i] - m) * (xr[i] - m);
+  const float rs = rsqrtf(WarpSum(sq) / float(c) + eps);
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+  float* yr = y + r * c;
+  for (int64_t i = lane; i < c; i += 32) {
+    yr[i] = (xr[i] - m) * rs * LoadWidened(w, t, i) + LoadWidened(b, t, i);
+  }
+}
+
+// One warp per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
+__global__ void LayerNormInputGradKernel(const float* x, const void* w, DType t, const float* mean,
+                                         const float* rstd, const float* dy, int64_t rows,
+                                         int64_t c, float* dx) {
+  const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const float* xr = x + r * c;
+  const float* dyr = dy + r * c;
+  const float m = mean[r], s = rstd[r];
+  float sg = 0, sgx = 0;
+  for (int64_t i = lane; i < c; i += 32) {
+    const float g = dyr[i] * LoadWidened(w, t, i);
+    sg += g;
+    sgx += g * ((xr[i] - m) * s);
+  }
+  const float mg = WarpSum(sg) / float(c), mgx = WarpSum(sgx) / float(c);
+  float* dxr = dx + r * c;
+  for (int64_t i = lane; i < c; i += 32) {
+    const float xhat = (xr[i] - m) * s;
+    dxr[i] = s * (dyr[i] * LoadWidened(w, t, i) - mg - xhat * mgx);
+  }
+}
+
+// Blocks of 32 x 8 threads: x picks the column, y strides over rows; the 8 partial sums of a
+// column are added in a fixed order (double).
+constexpr int kColX = 32, kColY = 8;
+__global__ void LayerNormParamGradKernel(const float* x, const float* mean, const float* rstd,
+                                         const float* dy, int64_t rows, int64_t c, float* dw,
+                                         float* db, bool accumulate) {
+  __shared__ double pw[kColY][kColX], pb[kColY][kColX];
+  const int64_t col = blockIdx.x * int64_t(kColX) + threadIdx.x;
+  double sw = 0, sb = 0;
+  if (col < c) {
+    for (int64_t r = threadIdx.y; r < rows; r += kColY) {
+      const float g = dy[r * c + col];
+      sw += double(g) * ((x[r * c + col] - mean[r]) * rstd[r]);
+      sb += g;
+    }
+  }
+  pw[threadIdx.y][threadIdx.x] = sw;
+  pb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < c) {
+    double tw = accumulate && dw != nullptr ? double(dw[col]) : 0.0;
+    double tb = accumulate && db != nullptr ? double(db[col]) : 0.0;
+    for (int k = 0; k < kColY; ++k) {
+      tw += pw[k][threadIdx.x];
+      tb += pb[k][threadIdx.x];
+    }
+    if (dw != nullptr) dw[col] = float(tw);
+    if (db != nullptr) db[col] = float(tb);
+  }
+}
+
+}  // namespace
+
+Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DType wb_type,
+                              int64_t rows, int64_t c, float eps, float* y, float* mean,
+                              float* rstd, void* stream) {
+  RETURN_IF_ERROR(CheckSizes("LaunchLayerNormForward", rows, c));
+  if (!cuda_util::IsFloatType(wb_type)) {
+    return InvalidArgument("LaunchLayerNormForward: dtype ", DTypeName(wb_type), " unsupported");
+  }
+  if (rows == 0 || c == 0) return Status::Ok();
+  if (!x || !w || !b || !y || !mean || !rstd) {
+    return InvalidArgument("LaunchLayerNormForward: null buffer");
+  }
+  LayerNormForwardKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
+      x, w, b, wb_type, rows, c, eps, y, mean, rstd);
+  return CudaLastErrorStatus("launching the layernorm kernel");
+}
+
+Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
+                               const float* rstd, const float* dy, int64_t rows, int64_t c,
+                               float* dx, float* dw, float* db, bool accumulate, void* stream) {
+  RETURN_IF_ERROR(CheckSizes("LaunchLayerNormBackward", rows, c));
+  if (!cuda_util::IsFloatType(w_type)) {
+    return InvalidArgument("LaunchLayerNormBackward: dtype ", DTypeName(w_type), " unsupported");
+  }
+  if (c == 0) return Status::Ok();
+  if (rows > 0 && (!x || !mean || !rstd || !dy || (dx && !w))) {
+    return InvalidArgument("LaunchLayerNormBackward: null buffer");
+  }
+  cudaStream_t s = AsStream(stream);
+  if (dx != nullptr && rows > 0) {
+    LayerNormInputGradKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, s>>>(x, w, w_type, mean,
+                                                                             rstd, dy, rows, c, dx);
+    RETURN_IF_ERROR(CudaLastErrorStatus("launching the layernorm input-gradient kernel"));
+  }
+  if (dw == nullptr && db == nullptr) return Status::Ok();
+  const unsigned blocks = unsigned((c + kColX - 1) / kColX);
+  LayerNormParamGradKernel<<<blocks, dim3(kColX, kColY), 0, s>>>(x, mean, rstd, dy, rows, c, dw, db,
+                                                                 accumulate);
+  return CudaLastErrorStatus("launching the layernorm parameter-gradient kernel");
+}
+
+}  // namespace shardema::nn

@@ -1,0 +1,76 @@
+// Linear: backward against finite differences (with and without bias, accumulate), threaded
+// results against the single-thread ones, and a known value.
+#include "nn/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "nn/grad_check.h"
+
+namespace shardema::nn {
+namespace {
+
+using testing::Dot;
+using testing::ExpectGradient;
+using testing::MaxRelError;
+using testing::Uniform;
+
+TEST(LinearTest, GradientsMatchFiniteDifferences) {
+  for (int threads : {1, 3}) {
+    CpuContext ctx(threads);
+    const int64_t rows = 6, in = 5, out = 4;
+    auto x = Uniform(size_t(rows * in), 1), w = Uniform(size_t(out * in), 2),
+         b = Uniform(size_t(out), 3), r = Uniform(size_t(rows * out), 4);
+    std::vector<float> y(size_t(rows * out));
+    auto loss = [&] {
+      LinearForward(ctx, x.data(), w.data(), b.data(), rows, in, out, y.data());
+      return Dot(y, r);
+    };
+    std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+    LinearBackward(ctx, x.data(), w.data(), r.data(), rows, in, out, dw.data(), db.data(),
+                   dx.data());
+    ExpectGradient(loss, &w, dw, 1e-2f, 1e-3, 1e-3, "dW");
+    ExpectGradient(loss, &b, db, 1e-2f, 1e-3, 1e-3, "db");
+    ExpectGradient(loss, &x, dx, 1e-2f, 1e-3, 1e-3, "dx");
+  }
+}
+
+TEST(LinearTest, NoBiasAndAccumulate) {
+  CpuContext ctx;
+  const int64_t rows = 3, in = 2, out = 2;
+  // x = [[1, 2], [3, 4], [5, 6]], W = [[1, 0], [0, -1]]: y = [[1, -2], [3, -4], [5, -6]].
+  std::vector<float> x = {1, 2, 3, 4, 5, 6}, w = {1, 0, 0, -1}, y(6);
+  LinearForward(ctx, x.data(), w.data(), nullptr, rows, in, out, y.data());
+  EXPECT_EQ(y, (std::vector<float>{1, -2, 3, -4, 5, -6}));
+  // dy = ones: dW = dy^T x = [[9, 12], [9, 12]], db = [3, 3]; accumulate adds onto 1s.
+  std::vector<float> dy(6, 1.f), dw(4, 1.f), db(2, 1.f);
+  LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, in, out, dw.data(), db.data(), nullptr,
+                 /*accumulate=*/true);
+  EXPECT_EQ(dw, (std::vector<float>{10, 13, 10, 13}));
+  EXPECT_EQ(db, (std::vector<float>{4, 4}));
+  LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, in, out, dw.data(), nullptr, nullptr);
+  EXPECT_EQ(dw, (std::vector<float>{9, 12, 9, 12}));
+}
+
+TEST(LinearTest, ThreadedMatchesSerial) {
+  const int64_t rows = 70, in = 33, out = 41;
+  auto x = Uniform(size_t(rows * in), 5), w = Uniform(size_t(out * in), 6),
+       b = Uniform(size_t(out), 7), dy = Uniform(size_t(rows * out), 8);
+  std::vector<std::vector<float>> y(2, std::vector<float>(size_t(rows * out))),
+      dw(2, std::vector<float>(w.size())), db(2, std::vector<float>(b.size())),
+      dx(2, std::vector<float>(x.size()));
+  for (int k = 0; k < 2; ++k) {
+    CpuContext ctx(k == 0 ? 1 : 4);
+    LinearForward(ctx, x.data(), w.data(), b.data(), rows, in, out, y[k].data());
+    LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, in, out, dw[k].data(), db[k].data(),
+                   dx[k].data());
+  }
+  EXPECT_LT(MaxRelError(y[1], y[0], 1.0), 1e-5);
+  EXPECT_LT(MaxRelError(dw[1], dw[0], 1.0), 1e-5);
+  EXPECT_LT(MaxRelError(db[1], db[0], 1.0), 1e-5);
+  EXPECT_LT(MaxRelError(dx[1], dx[0], 1.0), 1e-5);
+}
+
+}  // namespace
+}  // namespace shardema::nn
