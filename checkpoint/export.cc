@@ -10,6 +10,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 
 namespace shardema {
 
@@ -143,12 +144,6 @@ std::string Stem(const std::string& out_path) {
   return base;
 }
 
-std::string ShardName(const std::string& stem, size_t i, size_t k) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", i + 1, k);
-  return stem + buf;
-}
-
 }  // namespace
 
 StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot, DType dtype,
@@ -188,36 +183,62 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
   ExportReport report;
   report.step = m.step;
   report.total_bytes = total;
+  const std::string index_path = JoinPath(dir, stem + ".safetensors.index.json");
+  if (k > 1) {
+    // Leftovers of an interrupted export to this name (shards no valid index names, temp files).
+    std::vector<std::string> published;
+    if (StatusOr<SafetensorsIndex> old = ReadSafetensorsIndex(index_path); old.ok()) published = old->files;
+    RETURN_IF_ERROR(RemoveUnindexedShards(dir, stem, published).status());
+  }
+  // Every file is written complete under a ".tmp" name first.
   json weight_map = json::object();
+  std::vector<std::string> finals;
+  auto abandon = [&](const Status& s, const std::string& path) {
+    for (const std::string& f : finals) RemoveTree(f + ".tmp").IgnoreError();
+    return s.WithContext("export of slot '" + slot + "' to '" + path + "'");
+  };
   for (size_t g = 0; g < k; ++g) {
-    const std::string path = k == 1 ? out_path : JoinPath(dir, ShardName(stem, g, k));
+    const std::string path = k == 1 ? out_path : JoinPath(dir, SafetensorsShardName(stem, g, k));
+    finals.push_back(path);
     std::vector<SafetensorsTensor> tensors;
     for (const Item& it : groups[g]) tensors.push_back(it.tensor);
     RETURN_IF_ERROR(AssignSafetensorsOffsets(tensors).status());
     ASSIGN_OR_RETURN(std::string header, BuildSafetensorsHeader(tensors, metadata));
-    const std::string tmp = path + ".tmp";
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, WritableFile::Create(tmp));
-    Status s = f->Append(header.data(), header.size());
+    StatusOr<std::unique_ptr<WritableFile>> f = WritableFile::Create(path + ".tmp");
+    if (!f.ok()) return abandon(f.status(), path);
+    Status s = (*f)->Append(header.data(), header.size());
     for (size_t i = 0; s.ok() && i < groups[g].size(); ++i) {
-      s = WriteItem(*reader, si, groups[g][i], dtype, src, dst, *f);
+      s = WriteItem(*reader, si, groups[g][i], dtype, src, dst, **f);
       weight_map[groups[g][i].tensor.name] = BaseName(path);
     }
-    if (s.ok() && options.fsync) s = f->Sync();
-    if (s.ok()) s = f->Close();
-    if (s.ok()) s = RenamePath(tmp, path);
-    if (!s.ok()) {
-      f.reset();
-      RemoveTree(tmp).IgnoreError();
-      return s.WithContext("export of slot '" + slot + "' to '" + path + "'");
-    }
-    report.files.push_back(path);
+    if (s.ok() && options.fsync) s = (*f)->Sync();
+    if (s.ok()) s = (*f)->Close();
+    if (!s.ok()) return abandon(s, path);
     report.num_tensors += groups[g].size();
   }
-  if (k > 1) {
-    report.index_file = JoinPath(dir, stem + ".safetensors.index.json");
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    RETURN_IF_ERROR(WriteFileAtomic(report.index_file, index.dump(2) + "\n", options.fsync));
+  if (k == 1) {
+    RETURN_IF_ERROR(RenamePath(out_path + ".tmp", out_path));
+    if (options.fsync) RETURN_IF_ERROR(SyncDir(dir));
+    report.files = finals;
+    return report;
   }
+  // Publication of a set: the index (complete, under its temp name) goes in last, after the old
+  // index is withdrawn and every shard is in place; leftovers are removed by the next export.
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  const std::string index_tmp = index_path + ".tmp";
+  Status s = WriteFileAtomic(index_tmp, index.dump(2) + "\n", options.fsync);
+  if (s.ok() && PathExists(index_path)) s = RemoveTree(index_path);
+  for (size_t g = 0; s.ok() && g < k; ++g) s = RenamePath(finals[g] + ".tmp", finals[g]);
+  if (s.ok() && options.fsync) s = SyncDir(dir);
+  if (s.ok()) s = RenamePath(index_tmp, index_path);
+  if (s.ok() && options.fsync) s = SyncDir(dir);
+  if (!s.ok()) {
+    RemoveTree(index_tmp).IgnoreError();
+    return abandon(s, index_path);
+  }
+  RETURN_IF_ERROR(RemoveUnindexedShards(dir, stem, finals).status());  // an older set's other shards
+  report.files = finals;
+  report.index_file = index_path;
   return report;
 }
 
