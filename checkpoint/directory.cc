@@ -117,6 +117,25 @@ StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
 
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path) { return ResolveDir(path, false); }
 
+StatusOr<std::vector<int64_t>> DiscardStepsAfter(const std::string& root, int64_t step) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
+  std::vector<int64_t> newer;
+  for (int64_t s : steps) {
+    if (s > step) newer.push_back(s);
+  }
+  if (newer.empty()) return newer;
+  StatusOr<std::string> latest = ReadLatest(root);
+  if (!latest.ok() || ParseStepDirName(*latest) > step) {
+    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(root, kLatestName), StepDirName(step) + "\n"));
+  }
+  for (int64_t s : newer) {
+    const std::string doomed = JoinPath(root, ".tmp_delete_" + StepDirName(s));
+    RETURN_IF_ERROR(RenamePath(JoinPath(root, StepDirName(s)), doomed));
+    RETURN_IF_ERROR(RemoveTree(doomed));
+  }
+  return newer;
+}
+
 StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root, std::optional<int64_t> step) {
   if (step) return CommittedStepDir(root, *step);
   return ResolveDir(root, true);

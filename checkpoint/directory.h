@@ -88,6 +88,12 @@ StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root, std::opti
 // naming the directory and listing the committed steps.
 StatusOr<std::string> CommittedStepDir(const std::string& root, int64_t step);
 
+// Deletes the committed checkpoints of ROOT newer than `step` (each first renamed to a ".tmp_"
+// name) and returns their steps; an explicit user choice (train_mlp --discard-newer-steps). If
+// `latest` named one of them it is pointed at step_<step> first. Errors: errno errors naming the
+// path.
+StatusOr<std::vector<int64_t>> DiscardStepsAfter(const std::string& root, int64_t step);
+
 // "100, 200, 300" ("none" for an empty list).
 std::string StepList(const std::vector<int64_t>& steps);
 

@@ -120,6 +120,7 @@ class Trainer {
   std::unique_ptr<EmaSlots> emas_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Model> model_;  // MlpModel or MlpModelCuda
+  std::unique_ptr<RootLock> ckpt_lock_;  // rank 0: --ckpt-dir's lock, held for the whole run
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;

@@ -8,6 +8,7 @@
 //     into a used --ckpt-dir, a corrupt latest checkpoint, a missing `latest`, a wrong --init
 //     shape, --device cuda without a GPU, a batch that does not split over the ranks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
+#include "checkpoint/root_lock.h"
 #include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
@@ -288,8 +290,50 @@ TEST(TrainerTest, CorruptOrUnresolvableLatestCheckpointIsAnError) {
   ASSERT_TRUE(World()->Barrier().ok());
   ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + dir, StatusCode::kDataLoss,
                     {"rank_00000.bin"});
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, StatusCode::kNotFound,
-                    {"latest", "step_00000002"});
+  // A committed step with no `latest` (a crash before the first `latest` update): found by scanning.
+  StatusOr<TrainRun> scanned = Train(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, World());
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  EXPECT_EQ(scanned->summary.start_step, 2);
+  EXPECT_EQ(scanned->summary.resume.dir, JoinPath(nolatest, "step_00000002"));
+}
+
+TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIsLocked) {
+  const std::string dir = TestPath("stale");
+  const std::string args = std::string(kResumeArgs) + " --save-every 2 --keep 5 --ckpt-dir " + dir;
+  ASSERT_TRUE(Train(args + " --steps 6", World()).ok());
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());  // a stale copy
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  // --resume notices the newer committed steps and asks which one.
+  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition,
+                    {"step_00000002", "4, 6", "--resume-step 6"});
+  // --resume-step 2: the run may not replace the committed step 4 it would save next.
+  StatusOr<TrainRun> from2 = Train(args + " --steps 8 --resume-step 2", World());
+  ASSERT_FALSE(from2.ok());
+  EXPECT_EQ(from2.status().code(), StatusCode::kAlreadyExists) << from2.status();
+  EXPECT_NE(from2.status().message().find("step_00000004"), std::string::npos) << from2.status();
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
+  // --resume-step 6 continues from the newest; retention never touches a step newer than a save.
+  StatusOr<TrainRun> from6 = Train(args + " --steps 8 --resume-step 6", World());
+  ASSERT_TRUE(from6.ok()) << from6.status();
+  EXPECT_EQ(from6->summary.start_step, 6);
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6, 8}));
+  // An explicit choice to roll back: --discard-newer-steps deletes the steps after 4.
+  StatusOr<TrainRun> back = Train(args + " --steps 6 --resume-step 4 --discard-newer-steps", World());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->summary.start_step, 4);
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
+  EXPECT_EQ(ReadLatest(dir).value(), "step_00000006");
+  // Another job holding --ckpt-dir's lock: refused, naming its host and pid.
+  StatusOr<std::unique_ptr<RootLock>> other = std::unique_ptr<RootLock>();
+  if (World()->rank() == 0) {
+    other = RootLock::Acquire(dir);
+    ASSERT_TRUE(other.ok()) << other.status();
+  }
+  std::vector<std::string> holder = {"locked by another job", "host=", "pid="};
+  if (World()->rank() == 0) holder.push_back("pid=" + std::to_string(::getpid()));
+  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition, holder);
 }
 
 TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
