@@ -185,14 +185,18 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   RETURN_IF_ERROR(f->ReadAt(0, 8, len));
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
-  if (n > kSafetensorsMaxHeaderBytes) {
-    return DataLoss(where, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes, "-byte limit");
-  }
-  if (8 + n > f->size()) {
-    return DataLoss(where, ": header length ", n, " runs past the end of the ", f->size(), "-byte file");
+  // A safetensors file starts with its header length (u64 LE), then the JSON header ('{').
+  const std::string not_st = ": not a safetensors file (a safetensors file starts with an 8-byte header length and "
+                             "a JSON header; ";
+  if (n > kSafetensorsMaxHeaderBytes || 8 + n > f->size()) {
+    return DataLoss(where, not_st, "here the first 8 bytes read as a header length of ", n, " bytes, more than ",
+                    n > kSafetensorsMaxHeaderBytes ? "the " + std::to_string(kSafetensorsMaxHeaderBytes) + "-byte limit"
+                                                   : "the " + std::to_string(f->size()) + "-byte file holds",
+                    "; a sharded export is loaded through its .safetensors.index.json)");
   }
   std::string text(size_t(n), '\0');
   RETURN_IF_ERROR(f->ReadAt(8, size_t(n), text.data()));
+
   ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(text, f->size() - 8 - n, where));
   return std::unique_ptr<SafetensorsFile>(new SafetensorsFile(std::move(f), std::move(h)));
 }

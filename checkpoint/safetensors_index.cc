@@ -67,6 +67,56 @@ StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
   return index;
 }
 
+StatusOr<std::unique_ptr<SafetensorsSet>> SafetensorsSet::Open(const std::string& path) {
+  auto set = std::unique_ptr<SafetensorsSet>(new SafetensorsSet());
+  set->path_ = path;
+  if (!IsSafetensorsIndexName(path)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(path));
+    set->files_.push_back(std::move(f));
+  } else {
+    ASSIGN_OR_RETURN(SafetensorsIndex index, ReadSafetensorsIndex(path));
+    for (const std::string& file : index.files) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(file));
+      set->files_.push_back(std::move(f));
+    }
+    for (const auto& [name, file] : index.weight_map) {
+      const auto it = std::find_if(set->files_.begin(), set->files_.end(),
+                                   [&](const std::unique_ptr<SafetensorsFile>& f) { return f->path() == file; });
+      if (it == set->files_.end() || (*it)->Find(name) == nullptr) {
+        return DataLoss("safetensors index '", path, "': tensor '", name, "' is not in '", file, "'");
+      }
+    }
+  }
+  for (const std::unique_ptr<SafetensorsFile>& f : set->files_) {
+    for (const SafetensorsTensor& t : f->header().tensors) {
+      if (!set->by_name_.emplace(t.name, f.get()).second) {
+        return DataLoss("safetensors set '", path, "': tensor '", t.name, "' is in both '",
+                        set->by_name_[t.name]->path(), "' and '", f->path(), "'");
+      }
+    }
+  }
+  return set;
+}
+
+std::vector<const SafetensorsTensor*> SafetensorsSet::tensors() const {
+  std::vector<const SafetensorsTensor*> out;
+  for (const std::unique_ptr<SafetensorsFile>& f : files_) {
+    for (const SafetensorsTensor& t : f->header().tensors) out.push_back(&t);
+  }
+  return out;
+}
+
+const SafetensorsTensor* SafetensorsSet::Find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second->Find(name);
+}
+
+Status SafetensorsSet::ReadTensor(const std::string& name, DType dtype, void* dst, int64_t dst_elems) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return NotFound("'", path_, "' has no tensor '", name, "'");
+  return it->second->ReadTensor(name, dtype, dst, dst_elems);
+}
+
 StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir, const std::string& stem,
                                                          const std::vector<std::string>& keep) {
   std::vector<std::string> removed;

@@ -14,9 +14,12 @@
 #define SHARDEMA_CHECKPOINT_SAFETENSORS_INDEX_H_
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
+#include "framework/dtype.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -37,6 +40,28 @@ std::string SafetensorsShardName(const std::string& stem, size_t i, size_t k);
 // file names (no '/', not "." or ".."). Errors: kNotFound for a missing file; kDataLoss naming
 // the file and what is wrong.
 StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path);
+
+// The tensors of a safetensors file or of a sharded set (its index): Open(path) takes either; a
+// path ending in ".safetensors.index.json" is read as an index and every shard it names is
+// opened and checked (SafetensorsFile::Open), each tensor must sit in the shard the index names
+// and appear once. Errors: those of ReadSafetensorsIndex and SafetensorsFile::Open; kDataLoss
+// naming the index and the tensor for a tensor missing from its shard, found in another shard,
+// or held twice. Immutable after Open; reads are thread-safe.
+class SafetensorsSet {
+ public:
+  static StatusOr<std::unique_ptr<SafetensorsSet>> Open(const std::string& path);
+  const std::string& path() const { return path_; }
+  // Every tensor, in shard order.
+  std::vector<const SafetensorsTensor*> tensors() const;
+  const SafetensorsTensor* Find(const std::string& name) const;
+  // SafetensorsFile::ReadTensor on the shard holding `name`.
+  Status ReadTensor(const std::string& name, DType dtype, void* dst, int64_t dst_elems) const;
+
+ private:
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> by_name_;
+};
 
 // Removes, in `dir`, the files "<stem>-NNNNN-of-NNNNN.safetensors" (and their ".tmp" names) that
 // `keep` does not name. Returns the removed paths. Errors: errno errors naming the path.

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 #include "examples/rng.h"
 
 namespace shardema::examples {
@@ -41,9 +42,9 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 }
 
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
-  StatusOr<std::unique_ptr<SafetensorsFile>> opened = SafetensorsFile::Open(path);
+  StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
-  const SafetensorsFile& f = **opened;
+  const SafetensorsSet& f = **opened;
   // Every problem at once, on every rank alike (the header is the same everywhere).
   std::string problems;
   std::map<std::string, bool> known;
@@ -61,9 +62,9 @@ Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
       }
     }
   }
-  for (const SafetensorsTensor& t : f.header().tensors) {
-    if (!known.count(t.name)) {
-      problems += "\n  tensor '" + t.name + "' is not a parameter of this model";
+  for (const SafetensorsTensor* t : f.tensors()) {
+    if (!known.count(t->name)) {
+      problems += "\n  tensor '" + t->name + "' is not a parameter of this model";
     }
   }
   if (!problems.empty()) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "checkpoint/directory.h"
+#include "checkpoint/export.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/root_lock.h"
@@ -334,6 +335,43 @@ TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIs
   std::vector<std::string> holder = {"locked by another job", "host=", "pid="};
   if (World()->rank() == 0) holder.push_back("pid=" + std::to_string(::getpid()));
   ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition, holder);
+}
+
+TEST(TrainerTest, InitFromAShardedExportReadsEveryShardAndOtherFilesAreNamed) {
+  const std::string dir = TestPath("init_src");
+  ASSERT_TRUE(Train(std::string(kResumeArgs) + " --steps 2 --ckpt-dir " + dir, World()).ok());
+  const std::string single = TestPath("init_single/model.safetensors");
+  const std::string sharded = TestPath("init_sharded/model.safetensors");
+  StatusOr<ExportReport> set = InvalidArgument("not rank 0");
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(MakeDirs(DirName(single)).ok() && MakeDirs(DirName(sharded)).ok());
+    ASSERT_TRUE(ExportSafetensors(dir, "params", DType::kF32, single).ok());
+    ExportOptions o;
+    o.max_file_size = 200;  // every tensor but the biases in a shard of its own
+    set = ExportSafetensors(dir, "params", DType::kF32, sharded, o);
+    ASSERT_TRUE(set.ok()) << set.status();
+    ASSERT_GT(set->files.size(), 1u);
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  const std::string index = TestPath("init_sharded/model.safetensors.index.json");
+  StatusOr<std::unique_ptr<Trainer>> a = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
+  StatusOr<std::unique_ptr<Trainer>> b = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  // The master weights (no EMA has started before the first step).
+  auto master = [](const Trainer& t) {
+    auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return std::vector<std::vector<FullTensor>>{m.ok() ? *m : std::vector<FullTensor>{}};
+  };
+  const auto sa = master(**a), sb = master(**b);
+  if (World()->rank() == 0) {
+    ASSERT_FALSE(sa[0].empty());
+    EXPECT_EQ(MaxRelDiff(sa, sb), 0.0);
+  }
+  // Not a safetensors file (here the training's metrics): said so, not a huge "header length".
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + JoinPath(dir, "metrics.jsonl"),
+                    StatusCode::kDataLoss, {"--init", "metrics.jsonl", "not a safetensors file"});
 }
 
 TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
