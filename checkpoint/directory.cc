@@ -105,7 +105,8 @@ StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
   if (refuse_newer) {
     return FailedPrecondition("'", latest_path, "' names ", name, " but newer committed checkpoints exist in '", path,
                               "': steps ", StepList(newer), " (a crash between a commit and its '", kLatestName,
-                              "' update, or a stale or edited '", kLatestName, "'); choose one explicitly: --resume-step ",
+                              "' update, or a stale or edited '", kLatestName,
+                              "'); choose one explicitly: --resume-step ",
                               steps.back(), " (the newest) or --resume-step ", named, " ('", kLatestName, "')");
   }
   const std::string newest = JoinPath(path, StepDirName(steps.back()));
@@ -216,12 +217,14 @@ Status AbandonStepDir(const std::string& root, int64_t step) {
 }
 
 namespace {
-// Removes (or defers the removal of) the oldest committed checkpoints so that keep_last remain,
-// only among those older than `keep` (a newer committed step is never deleted). Each is first renamed to a ".tmp_" name, so a crash never leaves a half-deleted
-// directory that looks committed.
+// Removes (or defers the removal of) the oldest committed checkpoints so that keep_last of those up
+// to `keep` remain; a committed step newer than `keep` is neither counted nor deleted. Each is
+// first renamed to a ".tmp_" name, so a crash never leaves a half-deleted directory that looks
+// committed.
 Status ApplyRetention(const std::string& root, int64_t keep, const CommitOptions& options) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
-  int64_t excess = int64_t(steps.size()) - std::max(options.keep_last, 1);
+  const auto upto = std::upper_bound(steps.begin(), steps.end(), keep);
+  int64_t excess = int64_t(upto - steps.begin()) - std::max(options.keep_last, 1);
   for (size_t i = 0; i < steps.size() && excess > 0 && steps[i] < keep; ++i) {
     const std::string doomed = ".tmp_delete_" + StepDirName(steps[i]);
     RETURN_IF_ERROR(RenamePath(JoinPath(root, StepDirName(steps[i])), JoinPath(root, doomed)));

@@ -52,9 +52,9 @@ StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, cons
 // After every rank file of `manifest` is durable in ROOT/.tmp_step_N: writes manifest.json then
 // manifest.xxh3 (each temp + fsync + rename), fsyncs the directory, renames it to ROOT/step_N,
 // fsyncs ROOT, points ROOT/latest at it, then removes the oldest committed checkpoints beyond
-// keep_last, only among those older than step_N: a committed step newer than the one saved is
-// never deleted (each is first renamed to a ".tmp_" name, so a crash never leaves a half-deleted
-// directory that looks committed). Returns ROOT/step_N.
+// keep_last among the steps up to step_N: a committed step newer than the one saved is neither
+// counted nor deleted (each is first renamed to a ".tmp_" name, so a crash never leaves a
+// half-deleted directory that looks committed). Returns ROOT/step_N.
 StatusOr<std::string> CommitStepDir(const std::string& root, const Manifest& manifest,
                                     const CommitOptions& options);
 

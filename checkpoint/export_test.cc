@@ -212,7 +212,8 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
   EXPECT_EQ(got, want);
 
   // Damaged sets are refused naming what is wrong.
-  ASSERT_TRUE(WriteFileAtomic(r2->index_file, "{\"weight_map\": {\"nope\": \"" + BaseName(r2->files[0]) + "\"}}", false).ok());
+  const std::string bad = "{\"weight_map\": {\"nope\": \"" + BaseName(r2->files[0]) + "\"}}";
+  ASSERT_TRUE(WriteFileAtomic(r2->index_file, bad, false).ok());
   Status s = SafetensorsSet::Open(r2->index_file).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
   EXPECT_NE(s.message().find("'nope'"), std::string::npos) << s;

@@ -88,7 +88,8 @@ StatusOr<std::string> AdoptExisting(const std::string& dst_root, const Manifest&
   ASSIGN_OR_RETURN(Manifest existing, ReadManifest(dir));
   if (WithoutFiles(existing) != WithoutFiles(plan)) {
     return AlreadyExists("reshard: '", dir, "' is already a committed checkpoint of another world size or content ",
-                         "(world size ", existing.world_size, ", wanted ", plan.world_size, "); choose another output root");
+                         "(world size ", existing.world_size, ", wanted ", plan.world_size,
+                         "); choose another output root");
   }
   ASSIGN_OR_RETURN(VerifiedCheckpoint v, VerifyCheckpoint(dir));
   StatusOr<std::string> latest = ReadLatest(dst_root);

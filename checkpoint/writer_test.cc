@@ -227,6 +227,20 @@ TEST_F(WriterTest, ManifestOrLatestWriteFailureKeepsThePreviousCheckpoint) {
   ExpectLoads(1, 0, 2);
 }
 
+TEST_F(WriterTest, RetentionNeverCountsOrDeletesStepsNewerThanTheSave) {
+  StoreLayout l = MakeLayout(TestModel(), 1);
+  for (int64_t step : {10, 20, 30}) {
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+    ASSERT_TRUE(CheckpointWriter(root_, nullptr, SaveOptions{100}).Save(st[0].state).ok());
+  }
+  // A run resumed from an older step saves 5 and 15 with keep_last 2.
+  for (int64_t step : {5, 15}) {
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+    ASSERT_TRUE(CheckpointWriter(root_, nullptr, SaveOptions{2}).Save(st[0].state).ok());
+  }
+  EXPECT_EQ(ListCommittedSteps(root_).value(), (std::vector<int64_t>{10, 15, 20, 30}));
+}
+
 TEST_F(WriterTest, SavingTheLatestStepAgainIsRefused) {
   StoreLayout l = MakeLayout(TestModel(), 1);
   std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 7);
