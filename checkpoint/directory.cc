@@ -55,28 +55,91 @@ StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& root) {
   return steps;
 }
 
-StatusOr<std::string> ResolveCheckpointDir(const std::string& path) {
+std::string StepList(const std::vector<int64_t>& steps) {
+  if (steps.empty()) return "none";
+  std::string s;
+  for (size_t i = 0; i < steps.size(); ++i) s += (i ? ", " : "") + std::to_string(steps[i]);
+  return s;
+}
+
+StatusOr<std::string> CommittedStepDir(const std::string& root, int64_t step) {
+  if (step < 0) return InvalidArgument("checkpoint step ", step, " is negative");
+  const std::string path = JoinPath(root, StepDirName(step));
+  if (PathExists(JoinPath(path, kManifestName))) return path;
+  if (!IsDirectory(root)) return NotFound("checkpoint root '", root, "' does not exist");
+  StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(root);
+  return NotFound("no committed checkpoint of step ", step, " in '", root, "' (", path, " has no ", kManifestName,
+                  "); committed steps: ", steps.ok() ? StepList(*steps) : steps.status().ToString());
+}
+
+namespace {
+// ResolveCheckpointDir / ResolveResumeCheckpoint on a directory; `refuse_newer`: committed steps
+// newer than `latest`'s are an error instead of the answer.
+StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
   if (!IsDirectory(path)) return NotFound("checkpoint path '", path, "' is not a directory");
   if (PathExists(JoinPath(path, kManifestName))) return path;
-  if (!PathExists(JoinPath(path, kLatestName))) {
-    std::string found;
-    StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(path);
-    if (steps.ok() && !steps->empty()) {
-      found = " (committed directories found: " + StepDirName(steps->front()) + " .. " +
-              StepDirName(steps->back()) + "; pass one of them explicitly)";
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(path));
+  const std::string latest_path = JoinPath(path, kLatestName);
+  if (!PathExists(latest_path)) {
+    if (steps.empty()) {
+      return NotFound("'", path, "' holds neither ", kManifestName, " (a checkpoint directory) nor '", kLatestName,
+                      "' or a committed step directory (a checkpoint root)");
     }
-    return NotFound("'", path, "' holds neither ", kManifestName, " (a checkpoint directory) nor '",
-                    kLatestName, "' (a checkpoint root)", found);
+    const std::string newest = JoinPath(path, StepDirName(steps.back()));
+    LOG_WARNING << "checkpoint: '" << latest_path << "' is missing; using the newest committed checkpoint '"
+                << newest << "' (committed steps: " << StepList(steps) << ")";
+    return newest;
   }
   ASSIGN_OR_RETURN(std::string name, ReadLatest(path));
   const std::string dir = JoinPath(path, name);
-  if (!IsDirectory(dir)) {
-    return NotFound("'", JoinPath(path, kLatestName), "' names '", name, "', which does not exist");
-  }
+  if (!IsDirectory(dir)) return NotFound("'", latest_path, "' names '", name, "', which does not exist");
   if (!PathExists(JoinPath(dir, kManifestName))) {
-    return NotFound("'", JoinPath(path, kLatestName), "' names '", name, "', which has no ", kManifestName);
+    return NotFound("'", latest_path, "' names '", name, "', which has no ", kManifestName);
   }
-  return dir;
+  const int64_t named = ParseStepDirName(name);
+  if (steps.empty() || steps.back() <= named) return dir;
+  std::vector<int64_t> newer;
+  for (int64_t s : steps) {
+    if (s > named) newer.push_back(s);
+  }
+  if (refuse_newer) {
+    return FailedPrecondition("'", latest_path, "' names ", name, " but newer committed checkpoints exist in '", path,
+                              "': steps ", StepList(newer), " (a crash between a commit and its '", kLatestName,
+                              "' update, or a stale or edited '", kLatestName,
+                              "'); choose one explicitly: --resume-step ",
+                              steps.back(), " (the newest) or --resume-step ", named, " ('", kLatestName, "')");
+  }
+  const std::string newest = JoinPath(path, StepDirName(steps.back()));
+  LOG_WARNING << "checkpoint: '" << latest_path << "' names " << name << ", but newer committed checkpoints exist"
+              << " (steps " << StepList(newer) << "); using the newest, '" << newest << "'";
+  return newest;
+}
+}  // namespace
+
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path) { return ResolveDir(path, false); }
+
+StatusOr<std::vector<int64_t>> DiscardStepsAfter(const std::string& root, int64_t step) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
+  std::vector<int64_t> newer;
+  for (int64_t s : steps) {
+    if (s > step) newer.push_back(s);
+  }
+  if (newer.empty()) return newer;
+  StatusOr<std::string> latest = ReadLatest(root);
+  if (!latest.ok() || ParseStepDirName(*latest) > step) {
+    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(root, kLatestName), StepDirName(step) + "\n"));
+  }
+  for (int64_t s : newer) {
+    const std::string doomed = JoinPath(root, ".tmp_delete_" + StepDirName(s));
+    RETURN_IF_ERROR(RenamePath(JoinPath(root, StepDirName(s)), doomed));
+    RETURN_IF_ERROR(RemoveTree(doomed));
+  }
+  return newer;
+}
+
+StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root, std::optional<int64_t> step) {
+  if (step) return CommittedStepDir(root, *step);
+  return ResolveDir(root, true);
 }
 
 StatusOr<Manifest> ReadManifest(const std::string& dir) {
@@ -124,11 +187,19 @@ StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, cons
   const std::string final_dir = JoinPath(root, name);
   if (PathExists(final_dir)) {
     StatusOr<std::string> latest = ReadLatest(root);
-    if (latest.ok() && *latest == name) {
+    const std::string named = latest.ok() ? "'" + *latest + "'" : "nothing (" + latest.status().ToString() + ")";
+    const bool committed = PathExists(JoinPath(final_dir, kManifestName));
+    if (committed && latest.ok() && *latest == name) {
       return AlreadyExists("checkpoint '", final_dir, "' exists and is the latest; refusing to overwrite it");
     }
-    LOG_WARNING << "checkpoint: '" << final_dir << "' exists but 'latest' does not name it; "
-                << "moving it aside to save step " << step << " again";
+    if (committed && !options.replace_committed) {
+      return AlreadyExists("checkpoint '", final_dir, "' is committed but '", kLatestName, "' names ", named,
+                           "; refusing to replace a committed checkpoint (resume from it, or choose explicitly "
+                           "to discard the newer steps)");
+    }
+    LOG_WARNING << "checkpoint: '" << final_dir << "' exists " << (committed ? "(committed)" : "(not committed)")
+                << " but '" << kLatestName << "' names " << named << "; moving it aside to save step " << step
+                << " again";
     const std::string aside = ".tmp_orphan_" + name;
     RETURN_IF_ERROR(RenamePath(final_dir, JoinPath(root, aside)));
     RETURN_IF_ERROR(RemoveOrDefer(root, aside, options));
@@ -144,14 +215,15 @@ Status AbandonStepDir(const std::string& root, int64_t step) {
 }
 
 namespace {
-// Removes (or defers the removal of) the oldest committed checkpoints so that keep_last remain;
-// never `keep`. Each is first renamed to a ".tmp_" name, so a crash never leaves a half-deleted
-// directory that looks committed.
+// Removes (or defers the removal of) the oldest committed checkpoints so that keep_last of those up
+// to `keep` remain; a committed step newer than `keep` is neither counted nor deleted. Each is
+// first renamed to a ".tmp_" name, so a crash never leaves a half-deleted directory that looks
+// committed.
 Status ApplyRetention(const std::string& root, int64_t keep, const CommitOptions& options) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
-  int64_t excess = int64_t(steps.size()) - std::max(options.keep_last, 1);
-  for (size_t i = 0; i < steps.size() && excess > 0; ++i) {
-    if (steps[i] == keep) continue;
+  const auto upto = std::upper_bound(steps.begin(), steps.end(), keep);
+  int64_t excess = int64_t(upto - steps.begin()) - std::max(options.keep_last, 1);
+  for (size_t i = 0; i < steps.size() && excess > 0 && steps[i] < keep; ++i) {
     const std::string doomed = ".tmp_delete_" + StepDirName(steps[i]);
     RETURN_IF_ERROR(RenamePath(JoinPath(root, StepDirName(steps[i])), JoinPath(root, doomed)));
     RETURN_IF_ERROR(RemoveOrDefer(root, doomed, options));

@@ -11,6 +11,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 #include "checkpoint/slot_meta.h"
 
 namespace shardema {
@@ -89,12 +90,6 @@ std::string Stem(const std::string& out_path) {
   return base;
 }
 
-std::string ShardName(const std::string& stem, size_t i, size_t k) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", i + 1, k);
-  return stem + buf;
-}
-
 // The part of tensor `t` (elements [*lo, *hi)) that `rank` of `world` writes: parameters by the
 // unit shard at that world size, buffers by rank 0.
 void OwnedRange(const ExportTensor& t, int rank, int world, int64_t* lo, int64_t* hi) {
@@ -136,8 +131,16 @@ Status RemoveTemporaries(const ExportPlan& plan) {
   return Status::Ok();
 }
 
-// Rank 0's part before the others write: every temporary file created with its header.
+// Rank 0's part before the others write: leftovers of an interrupted export to this name
+// removed (shards no valid index names), then every temporary file created with its header.
 Status CreateFiles(const ExportPlan& plan) {
+  if (!plan.index_file.empty()) {
+    std::vector<std::string> published;
+    if (StatusOr<SafetensorsIndex> old = ReadSafetensorsIndex(plan.index_file); old.ok()) {
+      published = old->files;
+    }
+    RETURN_IF_ERROR(RemoveUnindexedShards(DirName(plan.index_file), plan.stem, published).status());
+  }
   for (const ExportFilePlan& f : plan.files) {
     ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, WritableFile::Create(f.path + ".tmp"));
     RETURN_IF_ERROR(file->Append(f.header.data(), f.header.size()));
@@ -161,10 +164,30 @@ Status WriteOwnParts(const ExportPlan& plan, const ExportValueFn& values, int ra
   return Status::Ok();
 }
 
+// Publication (FORMAT.md "export"): a single file is renamed into place. A set: the index is
+// written complete under a temporary name, the old index is withdrawn, every shard is renamed
+// into place, then the index last; shards of an older set are removed afterwards. So whenever an
+// index exists, every shard it names is complete.
 Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
-  for (const ExportFilePlan& f : plan.files) RETURN_IF_ERROR(RenamePath(f.path + ".tmp", f.path));
-  if (!plan.index_file.empty()) RETURN_IF_ERROR(WriteFileAtomic(plan.index_file, plan.index_json, options.fsync));
-  return Status::Ok();
+  const std::string dir = DirName(plan.files.front().path);
+  if (plan.index_file.empty()) {
+    RETURN_IF_ERROR(RenamePath(plan.files.front().path + ".tmp", plan.files.front().path));
+    return options.fsync ? SyncDir(dir) : Status::Ok();
+  }
+  const std::string index_tmp = plan.index_file + ".tmp";
+  std::vector<std::string> finals;
+  for (const ExportFilePlan& f : plan.files) finals.push_back(f.path);
+  Status s = WriteFileAtomic(index_tmp, plan.index_json, options.fsync);
+  if (s.ok() && PathExists(plan.index_file)) s = RemoveTree(plan.index_file);
+  for (size_t g = 0; s.ok() && g < finals.size(); ++g) s = RenamePath(finals[g] + ".tmp", finals[g]);
+  if (s.ok() && options.fsync) s = SyncDir(dir);
+  if (s.ok()) s = RenamePath(index_tmp, plan.index_file);
+  if (s.ok() && options.fsync) s = SyncDir(dir);
+  if (!s.ok()) {
+    RemoveTree(index_tmp).IgnoreError();
+    return s;
+  }
+  return RemoveUnindexedShards(dir, plan.stem, finals).status();
 }
 
 }  // namespace
@@ -211,11 +234,12 @@ StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DTyp
     groups.back().push_back(std::move(it));
   }
   const std::string dir = DirName(out_path), stem = Stem(out_path);
+  plan.stem = stem;
   const size_t k = groups.size();
   json weight_map = json::object();
   for (size_t g = 0; g < k; ++g) {
     ExportFilePlan f;
-    f.path = k == 1 ? out_path : JoinPath(dir, ShardName(stem, g, k));
+    f.path = k == 1 ? out_path : JoinPath(dir, SafetensorsShardName(stem, g, k));
     std::vector<SafetensorsTensor> tensors;
     for (const ExportTensor& it : groups[g]) tensors.push_back(it.tensor);
     RETURN_IF_ERROR(AssignSafetensorsOffsets(tensors).status());

@@ -20,8 +20,13 @@
 // go greedily, in order, into files of at most max_file_size data bytes (a larger tensor gets a
 // file of its own), named "<stem>-00001-of-0000K.safetensors" beside out_path (stem = out_path's
 // name without ".safetensors", e.g. "model"), plus "<stem>.safetensors.index.json" =
-// {"metadata": {"total_size": <data bytes>}, "weight_map": {name: file}}. Each file is written to
-// a ".tmp" name and renamed when complete.
+// {"metadata": {"total_size": <data bytes>}, "weight_map": {name: file}}.
+// Atomicity: a single file is written to "<out>.tmp", fsynced and renamed. A set is published as
+// a whole: every shard and the index are first written complete under ".tmp" names; then the old
+// index (if any) is removed, the shards are renamed into place, and the index is renamed last. So
+// when the index exists, every shard it names is complete and from this export; shards without
+// an index (a kill during the renames) or not named by it (an older set) are removed by the start
+// and the end of the next export to the same name (safetensors_index.h).
 //
 // Memory: piece_bytes (source dtype) + the converted piece + cache_chunks * chunk_bytes of the
 // checkpoint: about 24 MiB with the defaults, whatever the model size. Single process.
@@ -101,6 +106,7 @@ struct ExportPlan {
   std::vector<ExportFilePlan> files;
   std::string index_file;  // "" for a single file
   std::string index_json;  // its contents
+  std::string stem;        // output name without ".safetensors" (shard names derive from it)
   uint64_t total_bytes = 0;
   size_t num_tensors = 0;
 };

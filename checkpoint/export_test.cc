@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 #include "checkpoint/test_util.h"
 #include "checkpoint/writer.h"
 
@@ -168,6 +172,59 @@ TEST_F(ExportTest, ShardedFilesWithIndex) {
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
   EXPECT_EQ(r->total_bytes, total);
   EXPECT_EQ(index["weight_map"].size(), mapped);
+}
+
+TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
+  const std::string dir = JoinPath(base_, "set");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string out = JoinPath(dir, "model.safetensors");
+  ExportOptions o;
+  o.max_file_size = 300;
+  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kF32, out, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  StatusOr<std::unique_ptr<SafetensorsSet>> set = SafetensorsSet::Open(r->index_file);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ((*set)->tensors().size(), r->num_tensors);
+  std::unique_ptr<SafetensorsFile> single = SafetensorsFile::Open(r->files[0]).value();
+  const SafetensorsTensor& t = single->header().tensors[0];
+  std::vector<float> a(size_t(t.end - t.begin) / 4), b(a.size());
+  ASSERT_TRUE(single->ReadTensor(t.name, DType::kF32, a.data(), int64_t(a.size())).ok());
+  ASSERT_TRUE((*set)->ReadTensor(t.name, DType::kF32, b.data(), int64_t(b.size())).ok());
+  EXPECT_EQ(a, b);
+
+  // Leftovers of a kill during publication (a shard of another set, a temp file) are removed by
+  // the next export; a set with fewer shards leaves none of the older set's behind.
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "model-00007-of-00009.safetensors"), "x", false).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "model-00001-of-00002.safetensors.tmp"), "x", false).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "other.safetensors"), "keep", false).ok());
+  o.max_file_size = 100000;
+  o.include_buffers = true;
+  StatusOr<ExportReport> r2 = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, out, o);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  std::vector<std::string> want = {"other.safetensors"};
+  if (r2->files.size() == 1) {
+    want.push_back("model.safetensors");
+  } else {
+    for (const std::string& f : r2->files) want.push_back(BaseName(f));
+    want.push_back("model.safetensors.index.json");
+  }
+  std::sort(want.begin(), want.end());
+  std::vector<std::string> got = ListDir(dir).value();
+  if (r2->files.size() == 1) {
+    // One file now: the old set (index and shards) stays as it was, complete.
+    EXPECT_TRUE(SafetensorsSet::Open(r->index_file).ok());
+    return;
+  }
+  EXPECT_EQ(got, want);
+
+  // Damaged sets are refused naming what is wrong.
+  const std::string bad = "{\"weight_map\": {\"nope\": \"" + BaseName(r2->files[0]) + "\"}}";
+  ASSERT_TRUE(WriteFileAtomic(r2->index_file, bad, false).ok());
+  Status s = SafetensorsSet::Open(r2->index_file).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("'nope'"), std::string::npos) << s;
+  ASSERT_TRUE(WriteFileAtomic(r2->index_file, "{\"weight_map\": {\"a\": \"../x\"}}", false).ok());
+  EXPECT_EQ(SafetensorsSet::Open(r2->index_file).status().code(), StatusCode::kDataLoss);
 }
 
 TEST_F(ExportTest, UnknownSlotListsTheSlots) {

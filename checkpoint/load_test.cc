@@ -167,9 +167,25 @@ TEST_F(LoadTest, PathResolution) {
   Status s = LoadCheckpoint(JoinPath(root_, "nope"), nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
   ASSERT_TRUE(RemoveTree(JoinPath(root_, "latest")).ok());
+  // `latest` is a hint: without it the newest committed step is found by scanning.
+  EXPECT_EQ(LoadCheckpoint(root_, nullptr, dest.state).value().step, 9);
+  // A `latest` naming an older step: readers take the newest; a resume refuses to choose.
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, "latest"), "step_00000005\n", false).ok());
+  EXPECT_EQ(ResolveCheckpointDir(root_).value(), JoinPath(root_, "step_00000009"));
+  s = ResolveResumeCheckpoint(root_, std::nullopt).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("--resume-step 9"), std::string::npos) << s;
+  EXPECT_EQ(ResolveResumeCheckpoint(root_, 5).value(), JoinPath(root_, "step_00000005"));
+  EXPECT_EQ(ResolveResumeCheckpoint(root_, 7).status().code(), StatusCode::kNotFound);
+  // A `latest` naming a step that is not committed is an error, never a fallback.
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, "latest"), "step_00000012\n", false).ok());
+  EXPECT_EQ(ResolveCheckpointDir(root_).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(RemoveTree(JoinPath(root_, "step_00000005")).ok());
+  ASSERT_TRUE(RemoveTree(JoinPath(root_, "step_00000009")).ok());
+  ASSERT_TRUE(RemoveTree(JoinPath(root_, "latest")).ok());
   s = LoadCheckpoint(root_, nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
-  EXPECT_NE(s.message().find("step_00000005 .. step_00000009"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("holds neither"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -150,6 +153,32 @@ bool PathExists(const std::string& path) {
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+StatusOr<std::string> CanonicalPath(const std::string& path) {
+  std::string head = path.empty() ? "." : path;
+  std::string tail;
+  for (;;) {
+    char buf[PATH_MAX];
+    if (::realpath(head.c_str(), buf) != nullptr) return tail.empty() ? std::string(buf) : JoinPath(buf, tail);
+    if (errno != ENOENT) return ErrnoToStatus(errno, "realpath of '" + head + "'");
+    const std::string base = BaseName(head);
+    const std::string parent = DirName(head);
+    if (base.empty() || base == "." || base == ".." || parent == head) {
+      return ErrnoToStatus(ENOENT, "realpath of '" + path + "'");
+    }
+    tail = tail.empty() ? base : JoinPath(base, tail);
+    head = parent;
+  }
+}
+
+bool PathsOverlap(const std::string& a, const std::string& b) {
+  auto inside = [](const std::string& x, const std::string& dir) {
+    if (x == dir) return true;
+    const std::string prefix = dir.size() > 1 && dir.back() == '/' ? dir : dir + "/";
+    return dir == "/" || x.compare(0, prefix.size(), prefix) == 0;
+  };
+  return inside(a, b) || inside(b, a);
 }
 
 Status MakeDirs(const std::string& path) {

@@ -96,6 +96,12 @@ std::string DirName(const std::string& path);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 
+// The absolute path with symlinks, "." and ".." resolved (realpath(3)); for a path that does not
+// exist yet, its longest existing prefix is resolved and the rest appended. Errors: errno values.
+StatusOr<std::string> CanonicalPath(const std::string& path);
+// True when canonical paths `a` and `b` are equal or one is inside the other (component-wise).
+bool PathsOverlap(const std::string& a, const std::string& b);
+
 // mkdir -p. Errors: errno values naming the component that failed.
 Status MakeDirs(const std::string& path);
 // fsync of a directory (makes renames and creations in it durable).

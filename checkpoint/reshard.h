@@ -9,9 +9,20 @@
 // The result is bit-exact per slot: loading either checkpoint at any world size gives the same
 // values.
 //
-// Errors: the reader's (kNotFound, kDataLoss, ...), kInvalidArgument for new_world < 1,
-// kAlreadyExists when dst_root's latest is already this step (pick another dst_root), write
-// errors (kResourceExhausted for ENOSPC). On error nothing is committed in dst_root.
+// Commit: the rank files are written into dst_root/.tmp_step_N and committed with the writer's
+// protocol (manifest last, fsyncs, rename, `latest`), under dst_root's RootLock. A kill at any
+// point leaves either no step_N (a .tmp_ directory the next run removes) or a complete one. A
+// re-run finding a committed step_N equal to its plan verifies it, points `latest` at it if
+// needed and returns it without writing. Nothing committed in dst_root is ever deleted or
+// replaced, and nothing is ever written to the source.
+//
+// Errors: the reader's (kNotFound, kDataLoss, ...); kInvalidArgument for new_world < 1, for
+// new_world larger than the element count of the checkpoint's largest unit (the stated bound:
+// every new rank must hold at least one element of every unit's largest), and for a dst_root
+// that is, contains or is inside the source (canonical paths, symlinks resolved; both named);
+// kAlreadyExists when dst_root holds a different committed checkpoint of this step;
+// kFailedPrecondition when another process holds dst_root's lock; write errors
+// (kResourceExhausted for ENOSPC). On error nothing is committed in dst_root.
 // Memory: piece_bytes + cache_chunks * chunk_bytes + one write buffer (save.io_bytes).
 // Threading: thread-safe for distinct roots.
 #ifndef SHARDEMA_CHECKPOINT_RESHARD_H_
@@ -30,6 +41,11 @@ struct ReshardOptions {
   uint64_t piece_bytes = uint64_t(8) << 20;  // largest read-and-append piece
   size_t cache_chunks = 2;
 };
+
+// kInvalidArgument naming both paths when dst_root is, contains or is inside `source` (canonical
+// paths, symlinks resolved). Callers that resolved a root to one of its checkpoints check the
+// root they were given too (ReshardCheckpoint checks `src` and its checkpoint directory).
+Status CheckReshardOutput(const std::string& source, const std::string& dst_root);
 
 // Returns the committed directory dst_root/step_N.
 StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world, const std::string& dst_root,

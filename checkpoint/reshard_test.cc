@@ -1,6 +1,7 @@
 #include "checkpoint/reshard.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/load.h"
@@ -79,8 +80,22 @@ TEST_F(ReshardTest, ErrorsLeaveNothingCommitted) {
   std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 1);
   ASSERT_TRUE(SaveAllRanks(src, StatesOf(st)).ok());
   EXPECT_EQ(ReshardCheckpoint(src, 0, JoinPath(base_, "out")).status().code(), StatusCode::kInvalidArgument);
-  // Same root: its latest is this step already.
-  EXPECT_EQ(ReshardCheckpoint(src, 3, src).status().code(), StatusCode::kAlreadyExists);
+  // An output that is, contains or is inside the source is refused before anything is written,
+  // also through a symlink; the source stays intact.
+  ASSERT_EQ(::symlink(src.c_str(), JoinPath(base_, "alias").c_str()), 0);
+  for (const std::string& dst : {src, JoinPath(src, "sub"), base_, JoinPath(base_, "alias"),
+                                 JoinPath(JoinPath(src, "step_00000001"), "x")}) {
+    Status s = ReshardCheckpoint(src, 3, dst).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << dst << ": " << s;
+    EXPECT_NE(s.message().find("overlaps the source"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(VerifyCheckpoint(src).ok());
+  EXPECT_EQ(ListDir(src).value(), (std::vector<std::string>{"latest", "step_00000001"}));
+  // World sizes beyond the largest unit's element count are refused, naming the bound.
+  Status big = ReshardCheckpoint(src, 1000000, JoinPath(base_, "big")).status();
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument) << big;
+  EXPECT_NE(big.message().find("largest unit"), std::string::npos) << big;
+  EXPECT_FALSE(PathExists(JoinPath(base_, "big")));
   ReshardOptions o;
   o.save.fault_hook = [](const std::string& p, uint64_t, size_t) {
     return p.find("rank_00001.bin") != std::string::npos ? 28 /*ENOSPC*/ : 0;
@@ -89,7 +104,25 @@ TEST_F(ReshardTest, ErrorsLeaveNothingCommitted) {
   Status s = ReshardCheckpoint(src, 3, out, o).status();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("new rank 1"), std::string::npos) << s;
-  EXPECT_EQ(ListDir(out).value(), std::vector<std::string>{});
+  EXPECT_EQ(ListDir(out).value(), std::vector<std::string>{".lock"});
+}
+
+TEST_F(ReshardTest, ReRunAfterAnInterruptedCommitAdoptsTheVerifiedCheckpoint) {
+  const std::string src = JoinPath(base_, "src");
+  std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 4);
+  ASSERT_TRUE(SaveAllRanks(src, StatesOf(st)).ok());
+  const std::string out = JoinPath(base_, "out");
+  ASSERT_TRUE(ReshardCheckpoint(src, 3, out).ok());
+  // A kill between the commit rename and the `latest` update.
+  ASSERT_TRUE(RemoveTree(JoinPath(out, "latest")).ok());
+  StatusOr<std::string> again = ReshardCheckpoint(src, 3, out);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ReadLatest(out).value(), "step_00000004");
+  // Another world size for the same step is a different checkpoint: refused, nothing replaced.
+  Status other = ReshardCheckpoint(src, 1, out).status();
+  EXPECT_EQ(other.code(), StatusCode::kAlreadyExists) << other;
+  EXPECT_TRUE(VerifyCheckpoint(out).ok());
+  EXPECT_EQ(ReadManifest(*again).value().world_size, 3);
 }
 
 }  // namespace

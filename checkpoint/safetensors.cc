@@ -153,12 +153,17 @@ StatusOr<uint64_t> DecodeSafetensorsHeaderLength(const std::string& first8, uint
   }
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(first8[size_t(i)])) << (8 * i);
+  // A safetensors file starts with its header length (u64 LE), then the JSON header ('{').
+  const char* what_it_is =
+      " (a safetensors file starts with an 8-byte header length and a JSON header; a sharded "
+      "export is loaded through its .safetensors.index.json)";
   if (n > kSafetensorsMaxHeaderBytes) {
-    return DataLoss(where, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes,
-                    "-byte limit (not a safetensors file?)");
+    return DataLoss(where, ": not a safetensors file: header length ", n, " exceeds the ",
+                    kSafetensorsMaxHeaderBytes, "-byte limit", what_it_is);
   }
   if (n > file_size - 8) {
-    return DataLoss(where, ": header length ", n, " runs past the end of the ", file_size, "-byte file");
+    return DataLoss(where, ": not a safetensors file: header length ", n,
+                    " runs past the end of the ", file_size, "-byte file", what_it_is);
   }
   return n;
 }
@@ -177,6 +182,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   ASSIGN_OR_RETURN(const uint64_t n, DecodeSafetensorsHeaderLength(std::string(len, 8), f->size(), where));
   std::string text(size_t(n), '\0');
   RETURN_IF_ERROR(f->ReadAt(8, size_t(n), text.data()));
+
   ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(text, f->size() - 8 - n, where));
   return std::unique_ptr<SafetensorsFile>(new SafetensorsFile(std::move(f), std::move(h)));
 }

@@ -36,8 +36,12 @@ StatusOr<SlotMeta> FindSlotMeta(const json& meta, const std::string& slot,
   if (!root.IsObject()) return out;
   ASSIGN_OR_RETURN(auto sections, root.Members());
   for (const auto& [key, section] : sections) {
-    if (out.config.is_null()) ASSIGN_OR_RETURN(out.config, Entry(section, "config", slot));
-    if (out.progress.is_null()) ASSIGN_OR_RETURN(out.progress, Entry(section, "progress", slot));
+    if (out.config.is_null()) {
+      ASSIGN_OR_RETURN(out.config, Entry(section, "config", slot));
+    }
+    if (out.progress.is_null()) {
+      ASSIGN_OR_RETURN(out.progress, Entry(section, "progress", slot));
+    }
   }
   return out;
 }

@@ -89,6 +89,7 @@ CommitOptions CommitOpts(const SaveOptions& o, std::vector<std::string>* deferre
   c.fsync = o.fsync;
   c.fault_hook = o.fault_hook;
   c.deferred_removals = deferred;
+  c.replace_committed = o.replace_committed;
   return c;
 }
 }  // namespace

@@ -72,6 +72,8 @@ struct SaveOptions {
   // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);
   // 0 = min(4, hardware threads).
   int snapshot_threads = 0;
+  // A save may replace a committed step_N that `latest` does not name (CommitOptions).
+  bool replace_committed = false;
 };
 
 // The outcome of a save's commit: rank 0 decides it and broadcasts it, so every rank returns the

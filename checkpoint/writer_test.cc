@@ -234,12 +234,34 @@ TEST_F(WriterTest, ManifestOrLatestWriteFailureKeepsThePreviousCheckpoint) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << target << ": " << s;
     EXPECT_NE(s.message().find(target), std::string::npos) << s;
     EXPECT_EQ(ReadLatest(root_).value(), "step_00000001") << target;
-    ExpectLoads(1, 0, 1);
+    // A failed `latest` update leaves step_2 committed: `latest` is a hint, readers take it.
+    ExpectLoads(1, 0, std::string(target) == "latest" ? 2 : 1);
   }
-  // The orphan step_2 left by the failed `latest` update is replaced by the next save of step 2.
+  // The committed step_2 that `latest` does not name is not replaced by another save of step 2
+  // unless replace_committed says so.
   std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 2);
-  ASSERT_TRUE(CheckpointWriter(root_, nullptr).Save(st[0].state).ok());
+  Status again = CheckpointWriter(root_, nullptr).Save(st[0].state);
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again;
+  EXPECT_NE(again.message().find("step_00000002"), std::string::npos) << again;
+  SaveOptions replace;
+  replace.replace_committed = true;
+  ASSERT_TRUE(CheckpointWriter(root_, nullptr, replace).Save(st[0].state).ok());
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000002");
   ExpectLoads(1, 0, 2);
+}
+
+TEST_F(WriterTest, RetentionNeverCountsOrDeletesStepsNewerThanTheSave) {
+  StoreLayout l = MakeLayout(TestModel(), 1);
+  for (int64_t step : {10, 20, 30}) {
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+    ASSERT_TRUE(CheckpointWriter(root_, nullptr, SaveOptions{100}).Save(st[0].state).ok());
+  }
+  // A run resumed from an older step saves 5 and 15 with keep_last 2.
+  for (int64_t step : {5, 15}) {
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+    ASSERT_TRUE(CheckpointWriter(root_, nullptr, SaveOptions{2}).Save(st[0].state).ok());
+  }
+  EXPECT_EQ(ListCommittedSteps(root_).value(), (std::vector<int64_t>{10, 15, 20, 30}));
 }
 
 TEST_F(WriterTest, SavingTheLatestStepAgainIsRefused) {

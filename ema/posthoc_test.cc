@@ -271,7 +271,7 @@ void Train(TrainingRig& rig, int64_t steps, const std::function<void(int64_t)>& 
       return theta[n][size_t(i)] - c + 0.5 * Noise(s, i + 1000 * int64_t(n.size()));
     };
     ASSERT_TRUE(
-        ::shardema::testing::FeedGrads(rig.store.get(), [&](int, const std::string& n, int64_t i) {
+        ::shardema::testing::FeedGrads(rig.store, [&](int, const std::string& n, int64_t i) {
           return float(grad(n, i));
         }).ok());
     for (auto& [n, v] : theta) {

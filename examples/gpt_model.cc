@@ -100,9 +100,9 @@ Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t
 }
 
 Status InitGptFromFile(ShardedParameterStore* store, const std::string& path) {
-  StatusOr<std::unique_ptr<SafetensorsFile>> opened = SafetensorsFile::Open(path);
+  StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
-  const SafetensorsFile& f = **opened;
+  const SafetensorsSet& f = **opened;
   RETURN_IF_ERROR(CheckInitFile(f, store->layout(), {kLmHead},
                                 "--n-layer/--n-head/--n-embd/--block-size"));
   if (const SafetensorsTensor* head = f.Find(kLmHead)) {

@@ -7,7 +7,7 @@ bool FloatDType(const std::string& d) { return d == "F32" || d == "BF16" || d ==
 
 }  // namespace
 
-Status CheckInitFile(const SafetensorsFile& f, const StoreLayout& layout,
+Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
                      const std::set<std::string>& optional, const std::string& model_flags) {
   std::string problems;
   std::set<std::string> known = optional;
@@ -25,11 +25,11 @@ Status CheckInitFile(const SafetensorsFile& f, const StoreLayout& layout,
       }
     }
   }
-  for (const SafetensorsTensor& t : f.header().tensors) {
-    if (!known.count(t.name)) {
-      problems += "\n  tensor '" + t.name + "' is not a parameter of this model";
-    } else if (optional.count(t.name) && !FloatDType(t.dtype)) {
-      problems += "\n  tensor '" + t.name + "': expected dtype F32, BF16 or F16, found " + t.dtype;
+  for (const SafetensorsTensor* t : f.tensors()) {
+    if (!known.count(t->name)) {
+      problems += "\n  tensor '" + t->name + "' is not a parameter of this model";
+    } else if (optional.count(t->name) && !FloatDType(t->dtype)) {
+      problems += "\n  tensor '" + t->name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
     }
   }
   if (!problems.empty()) {

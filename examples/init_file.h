@@ -1,4 +1,4 @@
-// Checking an --init safetensors file against the store's parameters (train_mlp, train_gpt).
+// Checking an --init safetensors file (or a sharded export through its index) against the store's parameters (train_mlp, train_gpt).
 //
 // CheckInitFile lists every problem at once (the header is the same on every rank, so all ranks
 // fail alike): a parameter missing (with its expected shape), a shape or dtype (not F32/BF16/F16)
@@ -11,13 +11,13 @@
 #include <set>
 #include <string>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 #include "framework/status.h"
 #include "fsdp/layout.h"
 
 namespace shardema::examples {
 
-Status CheckInitFile(const SafetensorsFile& f, const StoreLayout& layout,
+Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
                      const std::set<std::string>& optional, const std::string& model_flags);
 
 }  // namespace shardema::examples

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_index.h"
 #include "examples/init_file.h"
 #include "examples/rng.h"
 #include "nn/linear.h"
@@ -43,9 +44,9 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 }
 
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
-  StatusOr<std::unique_ptr<SafetensorsFile>> opened = SafetensorsFile::Open(path);
+  StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
-  const SafetensorsFile& f = **opened;
+  const SafetensorsSet& f = **opened;
   RETURN_IF_ERROR(CheckInitFile(f, store->layout(), {}, "--layers"));
   return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
     return f.ReadTensor(p.name, DType::kF32, out, p.numel);

@@ -48,7 +48,9 @@ std::vector<UnitSpec> MlpUnits(const std::vector<int64_t>& layers);
 Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>& layers,
                        uint64_t seed);
 
-// Initialises from a safetensors file holding exactly the store's parameters (F32/BF16/F16).
+// Initialises from a safetensors file holding exactly the store's parameters (F32/BF16/F16), or
+// from a sharded set given by its "<stem>.safetensors.index.json" (every shard it names is read;
+// SafetensorsSet). A file that is not safetensors is kDataLoss saying so.
 // Errors: kNotFound naming a missing tensor; kInvalidArgument naming the tensor with expected vs
 // found shape or dtype, or listing tensors that are not parameters of the model; kDataLoss for a
 // corrupt file.

@@ -195,6 +195,10 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   const bool ckpt = !c.ckpt_dir.empty();
   if (c.save_every < 0) return InvalidArgument("--save-every ", c.save_every, " < 0");
   if (c.keep < 1) return InvalidArgument("--keep ", c.keep, " < 1");
+  if (c.resume_step >= 0) c.resume = true;
+  if (c.discard_newer_steps && c.resume_step < 0) {
+    return InvalidArgument("--discard-newer-steps needs --resume-step S (the step to continue from)");
+  }
   if (!ckpt && (c.resume || c.async_save || c.save_every > 0)) {
     return InvalidArgument(c.resume ? "--resume" : c.async_save ? "--async-save" : "--save-every",
                            " needs --ckpt-dir");
@@ -526,7 +530,14 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
                  "every K steps snapshot the power-function EMA slots into CKPT_DIR/ema_snapshots for "
                  "`ckpt posthoc` (0: never)")
       ->capture_default_str();
-  app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --ckpt-dir (fresh if none)");
+  app.add_flag("--resume", c.resume,
+               "continue from the newest committed checkpoint in --ckpt-dir (fresh if none; refused when "
+               "committed steps newer than 'latest' exist: then pass --resume-step)");
+  app.add_option("--resume-step", c.resume_step,
+                 "continue from committed step S of --ckpt-dir (implies --resume); saves never replace or "
+                 "delete the committed steps after S unless --discard-newer-steps");
+  app.add_flag("--discard-newer-steps", c.discard_newer_steps,
+               "with --resume-step S: delete the committed checkpoints after step S before training");
   app.add_flag("--override-hparams", c.override_hparams,
                "resume even when hyperparameters differ from the checkpoint's (this run's win)");
   // Evaluation, logging, runtime.

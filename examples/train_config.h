@@ -86,6 +86,8 @@ struct TrainConfig {
   int keep = 2;
   bool async_save = false;
   bool resume = false;
+  int64_t resume_step = -1;          // --resume-step: this committed step (implies resume); -1 = none
+  bool discard_newer_steps = false;  // with --resume-step: delete committed steps after it
   bool override_hparams = false;
   // Post-hoc EMA: every K steps a snapshot of every power-function EMA slot into
   // ckpt_dir/ema_snapshots (ema/snapshot.h); 0 = none.

@@ -157,6 +157,7 @@ Status Trainer::Setup() {
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
+    ASSIGN_OR_RETURN(ckpt_lock_, LockCheckpointDir(c, comm_));
     if (c.resume) {
       ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, state_.get(), data_));
     } else {
@@ -477,6 +478,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }
+  ckpt_lock_.reset();  // this run writes nothing more to --ckpt-dir
   // Median step time of this rank, then the slowest rank's.
   s.timed_steps = int64_t(times_ms.size());
   std::vector<float> all(size_t(comm_->world_size()));

@@ -139,6 +139,7 @@ class Trainer {
   std::unique_ptr<SequenceOrder> order_;  // train_gpt
   std::unique_ptr<TrainState> state_;     // store + EMA slots + optimizer
   std::unique_ptr<Model> model_;  // MlpModel or MlpModelCuda
+  std::unique_ptr<RootLock> ckpt_lock_;  // rank 0: --ckpt-dir's lock, held for the whole run
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;

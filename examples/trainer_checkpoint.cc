@@ -9,6 +9,7 @@
 #include "checkpoint/hparams.h"
 #include "checkpoint/load.h"
 #include "checkpoint/posix_file.h"
+#include "checkpoint/root_lock.h"
 #include "framework/logging.h"
 
 namespace shardema::examples {
@@ -65,6 +66,13 @@ nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, i
   return meta;
 }
 
+StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config, Communicator* comm) {
+  StatusOr<std::unique_ptr<RootLock>> lock = std::unique_ptr<RootLock>();
+  if (RankOf(comm) == 0) lock = RootLock::Acquire(config.ckpt_dir);
+  RETURN_IF_ERROR(AgreeOnStatus(comm, lock.status(), "--ckpt-dir '" + config.ckpt_dir + "' lock"));
+  return lock;
+}
+
 Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) {
   ASSIGN_OR_RETURN(DirState state, AgreeOnRoot(config.ckpt_dir, comm));
   if (state == DirState::kHasCheckpoints) {
@@ -81,6 +89,11 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   ResumeInfo info;
   const std::string& root = config.ckpt_dir;
   ASSIGN_OR_RETURN(DirState dir_state, AgreeOnRoot(root, comm));
+  const std::optional<int64_t> step =
+      config.resume_step >= 0 ? std::optional<int64_t>(config.resume_step) : std::nullopt;
+  if (dir_state == DirState::kEmpty && step) {
+    return NotFound("--resume-step ", *step, ": --ckpt-dir '", root, "' holds no committed checkpoint");
+  }
   if (dir_state == DirState::kEmpty) {
     Status made = RankOf(comm) == 0 ? MakeDirs(root) : Status::Ok();
     RETURN_IF_ERROR(AgreeOnStatus(comm, made, "create --ckpt-dir '" + root + "'"));
@@ -88,8 +101,11 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   }
   // The manifest first (every rank reads it: it is small and verified against its checksum), so
   // differing hyperparameters are reported before any slot is read.
+  // `latest` is a hint (directory.h): the newest committed step, refusing to pick one when steps
+  // newer than `latest`'s exist, unless --resume-step names it.
+  std::string dir;
   StatusOr<Manifest> manifest = [&]() -> StatusOr<Manifest> {
-    ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(root));
+    ASSIGN_OR_RETURN(dir, ResolveResumeCheckpoint(root, step));
     return ReadManifest(dir);
   }();
   RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), "--resume from '" + root + "'"));
@@ -122,12 +138,21 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   LoadOptions lo;
   lo.hparams.allow_override = config.override_hparams;
   lo.unrequested = config.override_hparams ? UnrequestedPolicy::kIgnore : UnrequestedPolicy::kError;
-  ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(root, comm, dest, lo));
+  ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(dir, comm, dest, lo));
   Status restored = state->FinishRestore(dest.meta, config.override_hparams);
   RETURN_IF_ERROR(AgreeOnStatus(comm, restored, "--resume from '" + report.dir + "'"));
   if (state->step() != report.step) {
     return DataLoss("checkpoint '", report.dir, "': manifest step ", report.step,
                     " but optimizer state step ", state->step());
+  }
+  if (config.discard_newer_steps) {
+    StatusOr<std::vector<int64_t>> gone = std::vector<int64_t>();
+    if (RankOf(comm) == 0) gone = DiscardStepsAfter(root, report.step);
+    RETURN_IF_ERROR(AgreeOnStatus(comm, gone.status(), "--discard-newer-steps in '" + root + "'"));
+    if (RankOf(comm) == 0 && !gone->empty()) {
+      LOG_WARNING << "--discard-newer-steps: deleted the committed checkpoints of steps " << StepList(*gone)
+                  << " in '" << root << "'";
+    }
   }
   info.resumed = true;
   info.step = report.step;

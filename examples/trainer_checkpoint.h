@@ -15,8 +15,11 @@
 // the seed is the whole RNG state; it is recorded and compared on resume.
 //
 // Resume (collective): rank 0 looks at --ckpt-dir and broadcasts what it found. No directory, or
-// one with neither `latest` nor a committed step directory: a fresh start. Otherwise the latest
-// checkpoint is loaded, and any failure — a corrupt or missing file, a manifest checksum
+// one with neither `latest` nor a committed step directory: a fresh start. Otherwise the
+// checkpoint ResolveResumeCheckpoint picks is loaded (--resume-step S: step S; else the newest
+// committed step, `latest` being a hint; committed steps newer than `latest`'s are refused,
+// naming them, until --resume-step says which one), and with --discard-newer-steps rank 0 then
+// deletes the committed steps after it (logged). Any failure and any failure — a corrupt or missing file, a manifest checksum
 // mismatch, another model — is an error naming the file (never a silent fresh start or an
 // older checkpoint). Before reading slots, every section's "config" is compared with this run's
 // (checkpoint/hparams.h, the one check): differences fail, listing each one, unless
@@ -35,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/root_lock.h"
 #include "checkpoint/writer.h"
 #include "examples/dataset.h"
 #include "examples/train_config.h"
@@ -62,6 +66,11 @@ struct ResumeInfo {
 // checkpoint in config.ckpt_dir (see above), or reports a fresh start.
 StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
                                       TrainState* state, const Dataset& data);
+
+// Collective. Rank 0 takes --ckpt-dir's RootLock (creating the directory) for as long as the
+// returned object lives (null on other ranks). Errors (agreed by all ranks): kFailedPrecondition
+// naming the holder's host and pid when another job holds it.
+StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config, Communicator* comm);
 
 // Collective. For a run without --resume: kAlreadyExists when config.ckpt_dir holds a committed
 // checkpoint or a `latest` file; creates the directory otherwise.

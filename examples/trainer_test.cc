@@ -8,6 +8,7 @@
 //     into a used --ckpt-dir, a corrupt latest checkpoint, a missing `latest`, a wrong --init
 //     shape, --device cuda without a GPU, a batch that does not split over the ranks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,9 +20,11 @@
 #include <vector>
 
 #include "checkpoint/directory.h"
+#include "checkpoint/export.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "ema/snapshot.h"
+#include "checkpoint/root_lock.h"
 #include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
@@ -299,8 +302,87 @@ TEST(TrainerTest, CorruptOrUnresolvableLatestCheckpointIsAnError) {
   ASSERT_TRUE(World()->Barrier().ok());
   ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + dir, StatusCode::kDataLoss,
                     {"rank_00000.bin"});
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, StatusCode::kNotFound,
-                    {"latest", "step_00000002"});
+  // A committed step with no `latest` (a crash before the first `latest` update): found by scanning.
+  StatusOr<TrainRun> scanned = Train(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, World());
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  EXPECT_EQ(scanned->summary.start_step, 2);
+  EXPECT_EQ(scanned->summary.resume.dir, JoinPath(nolatest, "step_00000002"));
+}
+
+TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIsLocked) {
+  const std::string dir = TestPath("stale");
+  const std::string args = std::string(kResumeArgs) + " --save-every 2 --keep 5 --ckpt-dir " + dir;
+  ASSERT_TRUE(Train(args + " --steps 6", World()).ok());
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());  // a stale copy
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  // --resume notices the newer committed steps and asks which one.
+  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition,
+                    {"step_00000002", "4, 6", "--resume-step 6"});
+  // --resume-step 2: the run may not replace the committed step 4 it would save next.
+  StatusOr<TrainRun> from2 = Train(args + " --steps 8 --resume-step 2", World());
+  ASSERT_FALSE(from2.ok());
+  EXPECT_EQ(from2.status().code(), StatusCode::kAlreadyExists) << from2.status();
+  EXPECT_NE(from2.status().message().find("step_00000004"), std::string::npos) << from2.status();
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
+  // --resume-step 6 continues from the newest; retention never touches a step newer than a save.
+  StatusOr<TrainRun> from6 = Train(args + " --steps 8 --resume-step 6", World());
+  ASSERT_TRUE(from6.ok()) << from6.status();
+  EXPECT_EQ(from6->summary.start_step, 6);
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6, 8}));
+  // An explicit choice to roll back: --discard-newer-steps deletes the steps after 4.
+  StatusOr<TrainRun> back = Train(args + " --steps 6 --resume-step 4 --discard-newer-steps", World());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->summary.start_step, 4);
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
+  EXPECT_EQ(ReadLatest(dir).value(), "step_00000006");
+  // Another job holding --ckpt-dir's lock: refused, naming its host and pid.
+  StatusOr<std::unique_ptr<RootLock>> other = std::unique_ptr<RootLock>();
+  if (World()->rank() == 0) {
+    other = RootLock::Acquire(dir);
+    ASSERT_TRUE(other.ok()) << other.status();
+  }
+  std::vector<std::string> holder = {"locked by another job", "host=", "pid="};
+  if (World()->rank() == 0) holder.push_back("pid=" + std::to_string(::getpid()));
+  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition, holder);
+}
+
+TEST(TrainerTest, InitFromAShardedExportReadsEveryShardAndOtherFilesAreNamed) {
+  const std::string dir = TestPath("init_src");
+  ASSERT_TRUE(Train(std::string(kResumeArgs) + " --steps 2 --ckpt-dir " + dir, World()).ok());
+  const std::string single = TestPath("init_single/model.safetensors");
+  const std::string sharded = TestPath("init_sharded/model.safetensors");
+  StatusOr<ExportReport> set = InvalidArgument("not rank 0");
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(MakeDirs(DirName(single)).ok() && MakeDirs(DirName(sharded)).ok());
+    ASSERT_TRUE(ExportSafetensors(dir, "params", DType::kF32, single).ok());
+    ExportOptions o;
+    o.max_file_size = 200;  // every tensor but the biases in a shard of its own
+    set = ExportSafetensors(dir, "params", DType::kF32, sharded, o);
+    ASSERT_TRUE(set.ok()) << set.status();
+    ASSERT_GT(set->files.size(), 1u);
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  const std::string index = TestPath("init_sharded/model.safetensors.index.json");
+  StatusOr<std::unique_ptr<Trainer>> a = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
+  StatusOr<std::unique_ptr<Trainer>> b = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  // The master weights (no EMA has started before the first step).
+  auto master = [](const Trainer& t) {
+    auto m = t.store()->GatherSlotToRank(t.store()->master(), 0);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return std::vector<std::vector<FullTensor>>{m.ok() ? *m : std::vector<FullTensor>{}};
+  };
+  const auto sa = master(**a), sb = master(**b);
+  if (World()->rank() == 0) {
+    ASSERT_FALSE(sa[0].empty());
+    EXPECT_EQ(MaxRelDiff(sa, sb), 0.0);
+  }
+  // Not a safetensors file (here the training's metrics): said so, not a huge "header length".
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + JoinPath(dir, "metrics.jsonl"),
+                    StatusCode::kDataLoss, {"--init", "metrics.jsonl", "not a safetensors file"});
 }
 
 TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {

@@ -1,6 +1,7 @@
 #include "tools/checkpoint_diff.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -127,11 +128,27 @@ std::string Presence(bool in_a, bool in_b) { return in_a ? (in_b ? "" : "only in
 
 }  // namespace
 
+bool IsRunLocationKey(const std::string& path) {
+  const size_t dot = path.find_last_of('.');
+  std::string key = dot == std::string::npos ? path : path.substr(dot + 1);
+  for (char& ch : key) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* k : {"ckpt_dir", "data", "eval_data", "init", "source", "metrics"}) {
+    if (key == k) return true;
+  }
+  auto ends_with = [&](const char* suffix) {
+    const std::string sfx(suffix);
+    return key.size() >= sfx.size() && key.compare(key.size() - sfx.size(), sfx.size(), sfx) == 0;
+  };
+  return ends_with("dir") || ends_with("path") || ends_with("file");
+}
+
 bool CheckpointComparison::identical() const {
-  if (step_a != step_b || !model_differences.empty() || !meta_differences.empty()) return false;
+  if (!model_differences.empty()) return false;
   for (const SlotComparison& s : slots) {
     if (!s.identical()) return false;
   }
+  if (slots_only) return true;
+  if (step_a != step_b || !meta_differences.empty()) return false;
   for (const BufferComparison& b : buffers) {
     if (!b.identical()) return false;
   }
@@ -197,8 +214,10 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
     c.buffers.push_back(bc);
   }
 
+  c.slots_only = options.slots_only;
   for (const JsonDifference& d : JsonDiff(ma.meta, mb.meta, "meta")) {
-    c.meta_differences.push_back(FormatDifference(d, "a", "b"));
+    const bool location = d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path);
+    (location ? c.notes : c.meta_differences).push_back(FormatDifference(d, "a", "b"));
   }
   return c;
 }
@@ -260,21 +279,26 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
     }
   }
 
+  if (!c.notes.empty()) {
+    o << "\nnotes (run locations, not differences; " << c.notes.size() << "):\n";
+    for (size_t i = 0; i < c.notes.size() && i < max_meta_lines; ++i) o << "  " << c.notes[i] << "\n";
+  }
+
   if (c.identical()) {
-    o << "\nidentical";
+    o << "\nidentical" << (c.slots_only ? " slot values" : "");
     if (c.world_a != c.world_b) o << " (world sizes " << c.world_a << " and " << c.world_b << ")";
     o << "\n";
     return o.str();
   }
   std::vector<std::string> what;
-  if (c.step_a != c.step_b) what.push_back("step");
+  if (c.step_a != c.step_b && !c.slots_only) what.push_back("step");
   if (!c.model_differences.empty()) what.push_back("model");
   size_t slots = 0, buffers = 0;
   for (const SlotComparison& s : c.slots) slots += s.identical() ? 0 : 1;
-  for (const BufferComparison& b : c.buffers) buffers += b.identical() ? 0 : 1;
+  for (const BufferComparison& b : c.buffers) buffers += b.identical() || c.slots_only ? 0 : 1;
   if (slots) what.push_back(std::to_string(slots) + (slots == 1 ? " slot" : " slots"));
   if (buffers) what.push_back(std::to_string(buffers) + (buffers == 1 ? " buffer" : " buffers"));
-  if (!c.meta_differences.empty()) what.push_back("meta");
+  if (!c.meta_differences.empty() && !c.slots_only) what.push_back("meta");
   o << "\ndifferent:";
   for (size_t i = 0; i < what.size(); ++i) o << (i ? ", " : " ") << what[i];
   o << "\n";

@@ -13,7 +13,13 @@
 // difference. An element "differs" when its bits differ (slots of the same dtype; so -0 vs +0
 // differs with abs 0) or its values differ (slots of different dtypes). The two checkpoints are
 // identical when steps, models, slot names, dtypes and every element, buffers and meta are equal;
-// the world size alone is not a difference.
+// the world size alone is not a difference. With slots_only: when models, slot names, dtypes and
+// every slot element are equal (step, buffer and meta differences are reported but do not count).
+//
+// Run-location fields are notes, not differences: a meta difference whose two values are strings
+// and whose key names a location (ckpt_dir, data, eval_data, init, source, metrics, or any key
+// ending in "dir", "path" or "file"), so two bit-identical runs written to different folders
+// compare identical and the exit code of `ckpt diff` is a bit-exactness check.
 //
 // Errors: the reader's (kNotFound, kDataLoss naming the file and chunk). Single thread.
 #ifndef SHARDEMA_TOOLS_CHECKPOINT_DIFF_H_
@@ -68,6 +74,8 @@ struct CheckpointComparison {
   std::vector<SlotComparison> slots;            // a's slots in order, then those only in b
   std::vector<BufferComparison> buffers;
   std::vector<std::string> meta_differences;   // "path: <a> (a) vs <b> (b)"
+  std::vector<std::string> notes;              // run-location fields that differ (same format)
+  bool slots_only = false;                     // CompareOptions::slots_only
   bool identical() const;
 };
 
@@ -75,7 +83,11 @@ struct CompareOptions {
   int64_t piece_elements = int64_t(1) << 20;  // elements read per side per step (>= 1)
   // Called after every piece with the elements compared so far and the total to compare.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  bool slots_only = false;  // see above
 };
+
+// True when the meta key path (e.g. "meta.trainer.config.ckpt_dir") names a run location.
+bool IsRunLocationKey(const std::string& path);
 
 // `a`, `b`: checkpoint directories or roots (their `latest`).
 StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const std::string& b,

@@ -159,6 +159,61 @@ TEST_F(CheckpointDiffTest, StepMetaAndMissingSlotsAreDifferences) {
   EXPECT_NE(text.find("only in b"), std::string::npos) << text;
 }
 
+TEST_F(CheckpointDiffTest, RunLocationsAreNotesAndSlotsOnlyIgnoresMetaStepAndBuffers) {
+  std::vector<OwnedState> a = States(2);
+  std::vector<OwnedState> b = States(2);
+  for (OwnedState& o : a) o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/a"}, {"data", "/x/d.bin"}}}};
+  for (OwnedState& o : b) o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/b"}, {"data", "/y/d.bin"}}}};
+  Save("a", a);
+  Save("b", b);
+  StatusOr<CheckpointComparison> c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->identical()) << FormatComparison(*c);
+  EXPECT_TRUE(c->meta_differences.empty());
+  ASSERT_EQ(c->notes.size(), 2u);
+  EXPECT_EQ(c->notes[0], "meta.trainer.config.ckpt_dir: \"/runs/a\" (a) vs \"/runs/b\" (b)");
+  EXPECT_NE(FormatComparison(*c).find("notes (run locations"), std::string::npos);
+  // A location key whose value is not a string is a difference.
+  for (OwnedState& o : b) o.state.meta["trainer"]["config"]["ckpt_dir"] = 5;
+  Save("b2", b);
+  c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b2"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->identical());
+
+  // --slots-only: a meta, step and buffer difference does not count; a slot element does.
+  std::vector<OwnedState> d = States(3);
+  for (OwnedState& o : d) {
+    o.state.step = kStep + 1;
+    o.state.meta["rng"]["seed"] = 7;
+    o.buffer_data[0][0] += 1.f;
+  }
+  Save("d", d);
+  CompareOptions slots_only;
+  slots_only.slots_only = true;
+  c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "d"), slots_only);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->identical()) << FormatComparison(*c);
+  c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "d"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->identical());
+  SetElement(d, 0, 1, 5, 123.f);
+  Save("d2", d);
+  c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "d2"), slots_only);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->identical());
+  EXPECT_NE(FormatComparison(*c).find("different: 1 slot"), std::string::npos) << FormatComparison(*c);
+}
+
+TEST(RunLocationKeyTest, PathLikeKeysOnly) {
+  for (const char* k : {"meta.trainer.config.ckpt_dir", "meta.trainer.data.source", "meta.hparams.init",
+                        "meta.x.output_path", "meta.x.log_file", "meta.x.workdir"}) {
+    EXPECT_TRUE(IsRunLocationKey(k)) << k;
+  }
+  for (const char* k : {"meta.hparams.lr", "meta.rng.seed", "meta.trainer.config.layers"}) {
+    EXPECT_FALSE(IsRunLocationKey(k)) << k;
+  }
+}
+
 TEST_F(CheckpointDiffTest, DifferentDtypesCompareByValue) {
   std::vector<OwnedState> a = MakeStates(MakeLayout(TestModel(), 3), {{"params", DType::kF32}}, kStep, false);
   std::vector<OwnedState> b = MakeStates(MakeLayout(TestModel(), 1), {{"params", DType::kBF16}}, kStep, false);

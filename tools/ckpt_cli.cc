@@ -26,10 +26,18 @@ constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff, posthoc
 
 struct Raw {
   std::string dir, dir_b, slot = "params", dtype = "f32", out, max_file_size = "0", sigma_rel;
-  int64_t step = -1, step_max = -1;
+  int64_t step = -1, step1 = -1, step2 = -1, step_max = -1;
   int world = 0;
-  bool json = false, all = false, no_buffers = false, no_progress = false, print_coefficients = false;
+  bool json = false, all = false, no_buffers = false, no_progress = false, slots_only = false;
+  bool print_coefficients = false;
 };
+
+constexpr char kNoProgressHelp[] =
+    "(global, accepted anywhere) never draw the progress bar (drawn on stderr when it is a terminal)";
+
+// The global flags, on the main command and on every subcommand, so they are accepted before or
+// after the subcommand name and listed in every --help.
+void AddGlobalFlags(CLI::App* app, Raw& raw) { app->add_flag("--no-progress", raw.no_progress, kNoProgressHelp); }
 
 CLI::Option* AddStep(CLI::App* sub, Raw& raw) {
   return sub->add_option("--step", raw.step, "under a root DIR: the checkpoint of step S instead of the latest");
@@ -90,7 +98,7 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
                "ckpt");
   app.require_subcommand(1);
   app.footer(kExitCodes);
-  app.add_flag("--no-progress", raw.no_progress, "never draw the progress bar (drawn on stderr when it is a terminal)");
+  AddGlobalFlags(&app, raw);
 
   CLI::App* inspect = app.add_subcommand(
       "inspect", "step, world size, units, tensors and shapes, slots with dtypes, EMA hyperparameters and counters, "
@@ -124,8 +132,15 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   CLI::App* reshard = app.add_subcommand(
       "reshard", "write a copy of the checkpoint at another world size into a new root (bit-exact per slot)");
   reshard->add_option("DIR", raw.dir, kDirHelp)->required();
-  reshard->add_option("--world", raw.world, "the new world size M (>= 1)")->required();
-  reshard->add_option("-o,--output", raw.out, "the new root DIR2 (gets step_N/ and latest)")->required();
+  reshard->add_option("--world", raw.world,
+                      "the new world size M: 1 <= M <= the element count of the checkpoint's largest unit "
+                      "(ckpt inspect lists the units)")
+      ->required();
+  reshard->add_option("-o,--output", raw.out,
+                      "the new root DIR2 (gets step_N/ and latest; must not be, contain or be inside DIR; "
+                      "written under a temporary name and committed like a save: an interrupted run leaves "
+                      "nothing committed and a re-run completes it)")
+      ->required();
   CLI::Option* reshard_step = AddStep(reshard, raw);
   reshard->footer(kExitCodes);
 
@@ -134,9 +149,18 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
               "world sizes), step, buffer and meta differences");
   diff->add_option("DIR1", raw.dir, kDirHelp)->required();
   diff->add_option("DIR2", raw.dir_b, kDirHelp)->required();
+  CLI::Option* diff_step = diff->add_option("--step", raw.step, "under root DIRs: step S on both sides");
+  CLI::Option* diff_step1 = diff->add_option("--step1", raw.step1, "under a root DIR1: its step S (overrides --step)");
+  CLI::Option* diff_step2 = diff->add_option("--step2", raw.step2, "under a root DIR2: its step S (overrides --step)");
   diff->add_flag("--json", raw.json, "print the report as one JSON object");
-  diff->footer(std::string("Exit codes: 0 identical, 1 different, 2 usage error or invalid argument, 3 not "
-                           "found, 4 data loss (corrupt or truncated files)."));
+  diff->add_flag("--slots-only", raw.slots_only,
+                 "decide identical/different by the slot values alone (step, buffers and meta are still "
+                 "reported, as notes)");
+  diff->footer(std::string("Run-location fields of the meta (paths such as trainer.config.ckpt_dir, data, "
+                           "init) are listed as notes, not differences, so two bit-identical runs in different "
+                           "folders compare identical.\nExit codes: 0 identical, 1 different, 2 usage error or "
+                           "invalid argument, 3 not found, 4 data loss (corrupt or truncated files)."));
+  for (CLI::App* sub : {inspect, verify, exp, reshard, diff}) AddGlobalFlags(sub, raw);
 
   CLI::App* posthoc = app.add_subcommand(
       "posthoc", "post-hoc EMA (EDM2): the EMA of any sigma_rel as a least-squares combination of the run's "
@@ -203,7 +227,12 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   } else if (name == "reshard") {
     st = Reshard(ReshardCommandOptions{raw.dir, step_of(reshard_step), raw.world, raw.out}, io);
   } else {
-    StatusOr<bool> identical = Diff(DiffCommandOptions{raw.dir, raw.dir_b, raw.json}, io);
+    auto side = [&](CLI::Option* own, int64_t value) {
+      return own->count() ? std::optional<int64_t>(value) : step_of(diff_step);
+    };
+    DiffCommandOptions o{raw.dir, raw.dir_b, raw.json, raw.slots_only, side(diff_step1, raw.step1),
+                         side(diff_step2, raw.step2)};
+    StatusOr<bool> identical = Diff(o, io);
     st = identical.status();
     if (identical.ok() && !*identical) ok_code = 1;
   }

@@ -57,6 +57,34 @@ expect 0 "model-00004-of-00004.safetensors" -- \
 expect 0 "from 3 to 2 ranks" -- reshard "$TMP/a" --world 2 -o "$TMP/b"
 expect 0 "identical \(world sizes 3 and 2\)" -- diff "$TMP/a" "$TMP/b"
 expect 1 "different: step, 4 slots, 2 buffers" -- diff "$TMP/a" "$TMP/c"
+# Global flags anywhere on the line, and listed in every subcommand's help.
+expect 0 "OK  $TMP/a/step_00000042" -- verify "$TMP/a" --no-progress
+expect 0 "OK  $TMP/a/step_00000042" -- --no-progress verify "$TMP/a"
+for sub in inspect verify export reshard diff; do
+  expect 0 "--no-progress .*global" -- "$sub" --help
+done
+# diff --step on both sides, --step1/--step2 per side.
+"$MAKE" "$TMP/d" 2 42 >/dev/null && "$MAKE" "$TMP/d" 2 50 >/dev/null || { echo "FAIL: make_test_checkpoint"; exit 1; }
+expect 0 "--step1" -- diff --help
+expect 0 "identical \(world sizes 3 and 2\)" -- diff "$TMP/a" "$TMP/d" --step 42
+expect 0 "identical" -- diff "$TMP/c" "$TMP/d" --step2 50
+expect 1 "different: step" -- diff "$TMP/d" "$TMP/d" --step1 42
+expect 3 "no committed checkpoint of step 7" -- diff "$TMP/a" "$TMP/d" --step 7
+# Reshard: never into (or around) its source; world size bounded by the largest unit.
+expect 2 "overlaps the source" -- reshard "$TMP/a" --world 1 -o "$TMP/a"
+expect 2 "overlaps the source" -- reshard "$TMP/a" --world 1 -o "$TMP/a/inner"
+expect 2 "overlaps the source" -- reshard "$TMP/a/step_00000042" --world 1 -o "$TMP"
+ln -s "$TMP/a" "$TMP/alias"
+expect 2 "overlaps the source" -- reshard "$TMP/a" --world 1 -o "$TMP/alias"
+expect 0 "OK  $TMP/a/step_00000042" -- verify "$TMP/a"
+expect 2 "exceeds the checkpoint's largest unit" -- reshard "$TMP/a" --world 1000000 -o "$TMP/big"
+[ ! -e "$TMP/big/step_00000042" ] || { echo "FAIL: reshard --world 1000000 wrote"; failures=$((failures + 1)); }
+# A re-run of a finished reshard verifies and keeps it.
+expect 0 "from 3 to 2 ranks" -- reshard "$TMP/a" --world 2 -o "$TMP/b"
+# A missing `latest` (a crash before its first update): the newest committed step is found.
+mkdir -p "$TMP/nolatest" && cp -r "$TMP/d/step_00000042" "$TMP/d/step_00000050" "$TMP/nolatest/"
+expect 0 "is missing; using the newest committed .*step_00000050.*step +50" -- inspect "$TMP/nolatest"
+
 # Not a terminal: no progress bar, stderr stays empty.
 err=$("$CKPT" verify "$TMP/a" 2>&1 >/dev/null)
 [ -z "$err" ] || { echo "FAIL: stderr not empty without a terminal: $err"; failures=$((failures + 1)); }

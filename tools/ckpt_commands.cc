@@ -25,13 +25,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string StepList(const std::vector<int64_t>& steps) {
-  if (steps.empty()) return "none";
-  std::string s;
-  for (size_t i = 0; i < steps.size(); ++i) s += (i ? ", " : "") + std::to_string(steps[i]);
-  return s;
-}
-
 // Bytes of tensor data an export of `slot` writes (parameters and the buffers it would include).
 uint64_t ExportBytes(const Manifest& m, const std::string& slot, DType dtype, bool include_buffers) {
   uint64_t bytes = uint64_t(m.layout.total_numel()) * DTypeSize(dtype);
@@ -70,7 +63,8 @@ json ComparisonJson(const CheckpointComparison& c) {
   json j = {{"identical", c.identical()}, {"a", c.dir_a},           {"b", c.dir_b},
             {"step_a", c.step_a},         {"step_b", c.step_b},     {"world_a", c.world_a},
             {"world_b", c.world_b},       {"model_differences", c.model_differences},
-            {"meta_differences", c.meta_differences}};
+            {"meta_differences", c.meta_differences}, {"notes", c.notes},
+            {"slots_only", c.slots_only}};
   j["slots"] = json::array();
   for (const SlotComparison& s : c.slots) {
     json e = {{"name", s.name}, {"in_a", s.in_a}, {"in_b", s.in_b}, {"identical", s.identical()}};
@@ -110,12 +104,7 @@ Status VerifyOne(const std::string& dir, const CommandIo& io) {
 StatusOr<std::string> ResolveCheckpointArg(const std::string& dir, std::optional<int64_t> step) {
   if (!step) return ResolveCheckpointDir(dir);
   if (*step < 0) return InvalidArgument("--step ", *step, " is negative");
-  const std::string path = JoinPath(dir, StepDirName(*step));
-  if (PathExists(JoinPath(path, kManifestName))) return path;
-  if (!IsDirectory(dir)) return NotFound("checkpoint root '", dir, "' does not exist");
-  StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(dir);
-  return NotFound("no committed checkpoint of step ", *step, " in '", dir, "' (", path,
-                  " has no manifest.json); committed steps: ", steps.ok() ? StepList(*steps) : steps.status().ToString());
+  return CommittedStepDir(dir, *step);
 }
 
 Status Inspect(const InspectOptions& options, const CommandIo& io) {
@@ -191,6 +180,7 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
 Status Reshard(const ReshardCommandOptions& options, const CommandIo& io) {
   if (options.world < 1) return InvalidArgument("reshard: --world must be >= 1, got ", options.world);
   if (options.out.empty()) return InvalidArgument("reshard: no output root (-o DIR2)");
+  RETURN_IF_ERROR(CheckReshardOutput(options.dir, options.out));
   ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointArg(options.dir, options.step));
   ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
   ProgressBar bar("reshard", ReshardBytes(m, options.world), io.err, io.progress);
@@ -211,7 +201,10 @@ StatusOr<bool> Diff(const DiffCommandOptions& options, const CommandIo& io) {
     if (!elements_bar) elements_bar = std::make_unique<ProgressBar>("diff", total, io.err, io.progress, /*bytes=*/false);
     elements_bar->Update(done);
   };
-  StatusOr<CheckpointComparison> c = CompareCheckpoints(options.a, options.b, co);
+  co.slots_only = options.slots_only;
+  ASSIGN_OR_RETURN(std::string a, ResolveCheckpointArg(options.a, options.step_a));
+  ASSIGN_OR_RETURN(std::string b, ResolveCheckpointArg(options.b, options.step_b));
+  StatusOr<CheckpointComparison> c = CompareCheckpoints(a, b, co);
   if (elements_bar) elements_bar->Finish();
   if (!c.ok()) return c.status();
   if (options.json) {

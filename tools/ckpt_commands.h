@@ -12,7 +12,9 @@
 //            checkpoint of a root. OK lines go to `out`; the failure is the returned status, whose
 //            message lists every problem naming the file.
 //   Export   one slot as safetensors (ExportSafetensors); prints the files written.
-//   Reshard  a copy at another world size in a new root (ReshardCheckpoint).
+//   Reshard  a copy at another world size in a new root (ReshardCheckpoint: refused when the new
+//            root overlaps the source or the world size exceeds the largest unit's elements;
+//            committed like a save, so an interrupted run is completed by a re-run).
 //   Posthoc  post-hoc EMA: the EMA of other sigma_rel values from a run's power-function EMA
 //            snapshots (ema/posthoc.h ReconstructPosthocEma), one output per value; collective
 //            over `comm` when given (rank 0 prints), else one process.
@@ -100,9 +102,13 @@ StatusOr<std::vector<double>> ParseSigmaRelList(const std::string& text);
 struct DiffCommandOptions {
   std::string a;
   std::string b;
-  bool json = false;  // print a JSON report instead of text
+  bool json = false;        // print a JSON report instead of text
+  bool slots_only = false;  // identical = the slot values are (CompareOptions::slots_only)
+  std::optional<int64_t> step_a;  // under a root `a`: this step instead of the latest
+  std::optional<int64_t> step_b;
 };
-// True when the checkpoints are identical (see checkpoint_diff.h).
+// True when the checkpoints are identical (see checkpoint_diff.h; run-location fields of the
+// meta are notes, not differences).
 StatusOr<bool> Diff(const DiffCommandOptions& options, const CommandIo& io);
 
 }  // namespace shardema::tools

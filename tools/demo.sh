@@ -4,7 +4,8 @@
 #   1. tools/setup.sh installs what is missing;
 #   2. bazel build //examples:train_mlp //tools:ckpt;
 #   3. trains a 1.25M-parameter MLP on 4 ranks (mpirun) with two sharded EMA slots and
-#      asynchronous checkpoints, and kills the job with kill -9 of mpirun's process group once a
+#      asynchronous checkpoints, and kills the job (kill -9 of mpirun and of every rank by pid,
+#      waiting until none is left) once a
 #      checkpoint at a mid step is committed;
 #   4. resumes once on 3 ranks (the checkpoint is resharded 4 -> 3 while loading) to the end;
 #   5. picks the EMA slot with the lowest final eval loss (metrics.jsonl) and exports it to
@@ -55,6 +56,30 @@ latest_step() {
   esac
 }
 
+# PID and all its descendants (by the parent pid, field 4 of /proc/PID/stat).
+descendants() {
+  local all=" $1 " changed=1 d p ppid
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for d in /proc/[0-9]*; do
+      p="${d#/proc/}"
+      case "$all" in *" $p "*) continue ;; esac
+      ppid="$(sed -E 's/^.*\) [A-Za-z] ([0-9]+) .*/\1/' "$d/stat" 2>/dev/null)" || continue
+      case "$all" in *" $ppid "*) all="$all$p "; changed=1 ;; esac
+    done
+  done
+  echo $all
+}
+
+# The given pids that still run (exist and are not zombies).
+alive() {
+  local p state
+  for p in "$@"; do
+    state="$(sed -E 's/^.*\) ([A-Za-z]) .*/\1/' "/proc/$p/stat" 2>/dev/null)" || continue
+    [ -n "$state" ] && [ "$state" != Z ] && echo "$p"
+  done
+}
+
 # Pids of processes whose command line mentions the checkpoint folder (this demo's ranks).
 demo_pids() {
   local d
@@ -89,7 +114,7 @@ echo "model: Linear layers $LAYERS, $params parameters"
 ###############################################################################################
 stage "3/9 train on 4 ranks (async checkpoints every 40 steps); kill -9 once step >= $KILL_AT is committed"
 rm -rf "$CKPT" "$OUT"/model_*.safetensors
-# setsid: mpirun and its ranks get a process group of their own, which is what we kill.
+# setsid: mpirun gets a session of its own (its ranks may still leave it: see the kill below).
 setsid tests/mpi_run.sh 4 "$TRAIN" "${TRAIN_ARGS[@]}" > "$OUT/train_4ranks.log" 2>&1 < /dev/null &
 job=$!
 deadline=$(( $(date +%s) + 300 ))
@@ -105,18 +130,25 @@ $(tail -15 "$OUT/train_4ranks.log")"
   fi
   sleep 0.2
 done
-# The process group of the job (field 5 of /proc/PID/stat, after "pid (comm) state ppid").
-pgid="$(sed -E 's/^.*\) [A-Za-z] [0-9]+ ([0-9]+) .*/\1/' "/proc/$job/stat" 2>/dev/null)"
-[ -n "$pgid" ] || fail "the 4-rank job (pid $job) ended before it could be killed"
 committed="$(latest_step)"
-kill -9 -- "-$pgid"
+# Under OpenMPI 4.1 every rank runs in a process group of its own, so killing mpirun's group is not
+# enough: collect the whole job (mpirun's descendants, and every process whose command line names
+# this checkpoint folder), kill each by pid, and wait until none is left before resuming (the
+# resumed run would otherwise meet the old ranks still saving, or their --ckpt-dir lock).
+job_pids="$(descendants "$job") $(demo_pids)"
+kill -9 -- "-$job" 2>/dev/null
+kill -9 $job_pids 2>/dev/null
+deadline=$(( $(date +%s) + 60 ))
+while :; do
+  left="$(alive $job_pids $(demo_pids))"
+  [ -z "$left" ] && break
+  [ "$(date +%s)" -gt "$deadline" ] && fail "processes of the killed job are still running after 60 s: $left"
+  kill -9 $left 2>/dev/null
+  sleep 0.2
+done
 wait "$job" 2>/dev/null
-# Ranks that left the process group (none expected): kill them by pid.
-for p in $(demo_pids); do kill -9 "$p" 2>/dev/null; done
-sleep 0.5
-[ -z "$(demo_pids)" ] || fail "processes of the killed job are still running: $(demo_pids)"
 last_logged="$(grep -oE 'step [0-9]+/'"$STEPS" "$OUT/train_4ranks.log" | tail -1 | grep -oE '[0-9]+' | head -1)"
-echo "killed the 4-rank job (kill -9 of process group $pgid) after the checkpoint of step $committed was committed"
+echo "killed the 4-rank job (kill -9 of pids $(echo $job_pids | tr -s ' ')) after the checkpoint of step $committed was committed"
 echo "(the 4-rank run had logged up to step ${last_logged:-none}; the resume redoes every step after $committed)"
 echo "checkpoint root now: $(ls -A "$CKPT" | tr '\n' ' ')"
 [ "$committed" -lt "$STEPS" ] || fail "the run reached the last step before it was killed"

@@ -27,6 +27,20 @@ ProgressBar::ProgressBar(std::string label, uint64_t total, std::ostream* out, b
 
 ProgressBar::~ProgressBar() { Finish(); }
 
+std::string FormatDuration(double seconds) {
+  const int64_t s = int64_t(seconds + 0.5);
+  char buf[48];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60));
+  }
+  return buf;
+}
+
 std::string ProgressBar::Render(const std::string& label, uint64_t done, uint64_t total, bool bytes,
                                 double elapsed_s, int width) {
   char secs[32];
@@ -41,7 +55,12 @@ std::string ProgressBar::Render(const std::string& label, uint64_t done, uint64_
   line += pct;
   line += bytes ? FormatBytes(done) + " / " + FormatBytes(total)
                 : std::to_string(done) + " / " + std::to_string(total);
-  return line + "  " + secs;
+  line += std::string("  ") + secs;
+  // ETA at the average rate so far, once there is a rate to extrapolate.
+  if (done > 0 && done < total && elapsed_s > 0.0) {
+    line += "  ETA " + FormatDuration(elapsed_s * double(total - done) / double(done));
+  }
+  return line;
 }
 
 void ProgressBar::Draw(uint64_t done) {

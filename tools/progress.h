@@ -28,6 +28,9 @@
 
 namespace shardema::tools {
 
+// "42s", "3m05s", "2h07m" (rounded to seconds).
+std::string FormatDuration(double seconds);
+
 // isatty(STDERR_FILENO).
 bool StderrIsTerminal();
 
@@ -45,8 +48,10 @@ class ProgressBar {
   // Draws the final state and ends the line. Idempotent.
   void Finish();
 
-  // The text of one bar line, e.g. "verify [#########...........]  45%  1.80 GiB / 4.00 GiB  3s".
-  // `done` > total is shown as total; total == 0 shows the elapsed time only.
+  // The text of one bar line, e.g.
+  // "verify [#########...........]  45%  1.80 GiB / 4.00 GiB  3s  ETA 4s": elapsed time, then the
+  // time left at the average rate so far (elapsed * (total - done) / done; shown while
+  // 0 < done < total). `done` > total is shown as total; total == 0 shows the elapsed time only.
   static std::string Render(const std::string& label, uint64_t done, uint64_t total, bool bytes,
                             double elapsed_s, int width = 30);
 

@@ -14,12 +14,23 @@ namespace {
 
 TEST(ProgressTest, RenderShowsBarPercentAndSizes) {
   EXPECT_EQ(ProgressBar::Render("verify", 512, 1024, true, 3.2, 10),
-            "verify [#####.....]  50%  512 B / 1.00 KiB  3s");
+            "verify [#####.....]  50%  512 B / 1.00 KiB  3s  ETA 3s");
+  // ETA = elapsed * left / done: a quarter done after 60 s leaves 3 minutes.
+  EXPECT_EQ(ProgressBar::Render("r", 25, 100, false, 60.0, 4), "r [#...]  25%  25 / 100  60s  ETA 3m00s");
+  // Nothing done yet: no rate, no ETA.
+  EXPECT_EQ(ProgressBar::Render("r", 0, 100, false, 5.0, 4), "r [....]   0%  0 / 100  5s");
   EXPECT_EQ(ProgressBar::Render("diff", 7, 7, false, 0.0, 4), "diff [####] 100%  7 / 7  0s");
   // More than the total (estimates) is shown as the total.
   EXPECT_EQ(ProgressBar::Render("x", 20, 10, false, 1.0, 2), "x [##] 100%  10 / 10  1s");
   // Unknown total: elapsed time only.
   EXPECT_EQ(ProgressBar::Render("export", 5, 0, true, 12.0), "export  12s");
+}
+
+TEST(ProgressTest, FormatDuration) {
+  EXPECT_EQ(FormatDuration(0.2), "0s");
+  EXPECT_EQ(FormatDuration(59.4), "59s");
+  EXPECT_EQ(FormatDuration(185), "3m05s");
+  EXPECT_EQ(FormatDuration(7620), "2h07m");
 }
 
 TEST(ProgressTest, DisabledBarPrintsNothing) {
