@@ -258,6 +258,12 @@ StatusOr<DType> ReadDType(const JsonField& parent) {
 // equal to those the shapes imply.
 StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
   ASSIGN_OR_RETURN(const int64_t world, jl.GetInt("world_size", 1, std::numeric_limits<int32_t>::max()));
+  // Per-rank shards are rounded up to a multiple of shard_align elements (fsdp/layout.h); layouts
+  // written before the alignment have no "shard_align" and read as 1.
+  int64_t align = 1;
+  if (jl.Has("shard_align")) {
+    ASSIGN_OR_RETURN(align, jl.GetInt("shard_align", 1, 1 << 20));
+  }
   ASSIGN_OR_RETURN(std::vector<JsonField> units, jl.GetArray("units"));
   std::vector<UnitSpec> specs;
   int64_t local = 0, total = 0;
@@ -277,11 +283,12 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
       if (!CheckedAdd(numel, n, &numel)) return ju.Invalid("the unit holds more than 2^63 - 1 elements");
       spec.params.push_back(std::move(ps));
     }
-    int64_t padded = 0;
-    if (!CheckedAdd<int64_t>(numel, world - 1, &padded)) {
+    int64_t shard = 0, padded = 0;
+    if (!CheckedAdd<int64_t>(numel, world - 1, &shard) ||
+        !CheckedAdd<int64_t>(shard / world, align - 1, &shard) ||
+        !CheckedMul<int64_t>(shard / align * align, world, &padded)) {
       return ju.Invalid("the unit's padded size exceeds 2^63 - 1 elements");
     }
-    padded = padded / world * world;
     RETURN_IF_ERROR(ExpectInt(ju, "numel", numel));
     RETURN_IF_ERROR(ExpectInt(ju, "padded_numel", padded));
     RETURN_IF_ERROR(ExpectInt(ju, "shard_numel", padded / world));
@@ -290,7 +297,7 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
     }
     specs.push_back(std::move(spec));
   }
-  StatusOr<StoreLayout> layout = StoreLayout::Build(specs, int(world));
+  StatusOr<StoreLayout> layout = StoreLayout::Build(specs, int(world), align);
   if (!layout.ok()) return jl.Invalid(layout.status().message());
   return layout;
 }

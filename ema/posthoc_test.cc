@@ -277,7 +277,7 @@ void Train(TrainingRig& rig, int64_t steps, const std::function<void(int64_t)>& 
     for (auto& [n, v] : theta) {
       for (size_t i = 0; i < v.size(); ++i) v[i] -= lr * grad(n, int64_t(i));
     }
-    ASSERT_TRUE(rig.opt->Step().ok());
+    ASSERT_TRUE(rig.state->Step().ok());
     after_step(s);
   }
 }

@@ -61,9 +61,10 @@ Status MetricsLog::WriteLine(const std::string& line) {
   return Status::Ok();
 }
 
-Status MetricsLog::LogStep(int64_t step, double loss, double lr, double grad_norm) {
+Status MetricsLog::LogStep(int64_t step, double loss, double lr, double grad_norm, bool skipped) {
   if (file_ == nullptr) return Status::Ok();
   nlohmann::ordered_json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}};
+  if (skipped) j["skipped"] = true;
   return WriteLine(j.dump());
 }
 

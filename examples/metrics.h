@@ -43,7 +43,9 @@ class MetricsLog {
 
   bool enabled() const { return file_ != nullptr; }
   const std::string& path() const { return path_; }
-  Status LogStep(int64_t step, double loss, double lr, double grad_norm);
+  // {"step", "loss", "lr", "grad_norm"} plus "skipped": true for a step skipped for a non-finite
+  // gradient (it is still a step: the data position advanced).
+  Status LogStep(int64_t step, double loss, double lr, double grad_norm, bool skipped = false);
   Status LogEval(const EvalLosses& eval);
 
  private:

@@ -420,7 +420,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   const bool lead = comm_->rank() == 0;
   TrainSummary s;
   s.resume = resume_;
-  s.start_step = optimizer()->step();
+  s.start_step = state_->step();  // skipped steps included: one step counter
   s.num_params = store()->layout().total_numel();
   s.state_bytes_per_rank = store()->StateBytesPerRank();
   std::vector<double> times_ms;
@@ -446,7 +446,7 @@ StatusOr<TrainSummary> Trainer::Run() {
                << " " << ms << " ms eta " << FormatEta(run_start, done - s.start_step,
                                                        c.steps - done);
     }
-    RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm));
+    RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm, r.skipped));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
       ASSIGN_OR_RETURN(EvalLosses e, Evaluate(done));
       RETURN_IF_ERROR(metrics_.LogEval(e));
@@ -467,7 +467,7 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
   }
-  s.final_step = optimizer()->step();
+  s.final_step = state_->step();
   ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
   ASSIGN_OR_RETURN(s.samples, Samples());

@@ -59,7 +59,7 @@ namespace shardema::examples {
 
 struct TrainSummary {
   int64_t start_step = 0;        // 0, or the step restored by --resume
-  int64_t final_step = 0;        // completed optimizer steps at the end
+  int64_t final_step = 0;        // completed training steps at the end (skipped ones included)
   std::vector<double> losses;    // global mean loss of each step run here (start_step+1 ...)
   std::vector<double> grad_norms;
   EvalLosses final_eval;

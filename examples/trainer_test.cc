@@ -143,6 +143,31 @@ TEST(TrainerTest, SyntheticTaskLearns) {
   EXPECT_LT(run->summary.final_eval.losses[0].second, 0.5 * before->losses[0].second);
 }
 
+// A step skipped for a non-finite gradient is a step: the run ends at --steps, checkpoints are
+// named by the training step, metrics.jsonl has one line per step (marked skipped).
+TEST(TrainerTest, SkippedStepsAreStepsOfTheOneStepCounter) {
+  const std::string root = TestPath("skipped_steps");
+  // SGD with lr 1e38 overflows the weights after the first update; every later gradient is
+  // non-finite, so steps 2..6 are skipped.
+  StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 6 --optim sgd --lr 1e38 "
+                                 "--save-every 2 --ckpt-dir " + root, World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->summary.final_step, 6);
+  if (World()->rank() != 0) return;
+  for (const char* d : {"step_00000002", "step_00000004", "step_00000006"}) {
+    EXPECT_TRUE(PathExists(JoinPath(root, d))) << d;
+  }
+  std::ifstream in(JoinPath(root, "metrics.jsonl"));
+  std::string line;
+  int steps = 0, skipped = 0;
+  while (std::getline(in, line)) {
+    steps += line.find("\"loss\"") != std::string::npos;
+    skipped += line.find("\"skipped\":true") != std::string::npos;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_GE(skipped, 4);
+}
+
 TEST(TrainerTest, MetricsFileWithoutCheckpointDir) {
   const std::string path = TestPath("metrics_only.jsonl");
   StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 3 --ema 0.9 --metrics " + path,

@@ -196,19 +196,16 @@ TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
     std::function<void(json&)> edit;
     std::string needle;
   };
+  // Slot lists live in <section>.config.slots / <section>.progress.slots (FORMAT.md "meta").
   const std::vector<Case> cases = {
-      {"string where the slot's config object is expected", [](json& j) { j["meta"]["ema"]["ema_0.999"] = "0.5"; },
-       "key 'meta.ema.ema_0.999': expected an object, found string \"0.5\""},
-      {"number where ema is expected", [](json& j) { j["meta"]["ema"] = 0.999; },
-       "key 'meta.ema': expected an object or an array, found 0.999"},
-      {"number as a name", [](json& j) { j["meta"]["ema"] = json::array({{{"name", 5}, {"decay", 0.9}}}); },
-       "key 'meta.ema[0].name': expected a string, found 5"},
-      {"string as the slots list", [](json& j) { j["meta"]["ema"] = {{"slots", "ema_0.999"}}; },
-       "key 'meta.ema.slots': expected an array"},
-      {"number as a config", [](json& j) { j["meta"]["ema"] = {{"slots", {{{"config", 1}}}}}; },
-       "key 'meta.ema.slots[0].config': expected an object, found 1"},
-      {"string as counters", [](json& j) { j["meta"]["counters"] = "17"; },
-       "key 'meta.counters': expected an object keyed by slot name"},
+      {"string as the config slots list", [](json& j) { j["meta"]["ema"] = {{"config", {{"slots", "ema_0.999"}}}}; },
+       "key 'meta.ema.config.slots': expected an array"},
+      {"number as a name",
+       [](json& j) { j["meta"]["ema"] = {{"config", {{"slots", json::array({{{"name", 5}, {"decay", 0.9}}})}}}}; },
+       "key 'meta.ema.config.slots[0].name': expected a string, found 5"},
+      {"string as the progress slots list",
+       [](json& j) { j["meta"]["averages"] = {{"progress", {{"slots", "17"}}}}; },
+       "key 'meta.averages.progress.slots': expected an array"},
   };
   for (const Case& c : cases) {
     WriteEdited(c.edit);
@@ -222,7 +219,9 @@ TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
     }
   }
   // A config value of an unexpected type (a string where a number is usual) is exported as text.
-  WriteEdited([](json& j) { j["meta"]["ema"]["ema_0.999"]["decay"] = "abc"; });
+  WriteEdited([](json& j) {
+    j["meta"]["ema"] = {{"config", {{"slots", json::array({{{"name", "ema_0.999"}, {"decay", "abc"}}})}}}};
+  });
   const Outcome o = RunReaders();
   EXPECT_TRUE(o.inspect.ok()) << o.inspect;
   EXPECT_TRUE(o.exported.ok()) << o.exported;

@@ -8,8 +8,8 @@
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
 #      each target counts as one test; without clang++ they are reported as skipped,
-#   6. AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan) over ASAN_CI_PACKAGES, the
-#      packages CI can afford under asan on 2 cores (checkpoint, EMA, optimizer).
+#   6. with SHARDEMA_CI_ASAN=1: AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan) over
+#      ASAN_CI_PACKAGES (checkpoint, EMA, optimizer).
 # tools/test.sh --sanitize instead runs the sanitizer suites only: the whole CPU suite under
 # --config=asan and the tests tagged "threads" (async writer, background deleter, rank-file I/O
 # thread, EMA offloader, optimizer threads, progress watcher) under --config=tsan. Leak and race
@@ -115,6 +115,10 @@ else
   failed=$((failed + ff))
 fi
 
-run_tests "asan: bazel test --config=asan ${ASAN_CI_PACKAGES[*]}" \
-  --config=asan -- "${SAN_ENV[@]}" "${ASAN_CI_PACKAGES[@]}" "$@"
+# The sanitizer run of ASAN_CI_PACKAGES is opt-in (SHARDEMA_CI_ASAN=1) until its run time and a
+# clean result have been measured on an idle CI machine.
+if [ "${SHARDEMA_CI_ASAN:-0}" = 1 ]; then
+  run_tests "asan: bazel test --config=asan ${ASAN_CI_PACKAGES[*]}" \
+    --config=asan -- "${SAN_ENV[@]}" "${ASAN_CI_PACKAGES[@]}" "$@"
+fi
 finish

@@ -103,7 +103,7 @@ StatusOr<StagedCheckpoint> TrainState::StageCheckpoint(const nlohmann::json& ext
   ASSIGN_OR_RETURN(StagedSlots staged, staging_->StageToHost(store_->stream(), std::move(fence)));
   StagedCheckpoint out;
   CheckpointState& s = out.state;
-  s.step = optimizer_->step();
+  s.step = step();
   s.rank = store_->rank();
   s.layout = store_->layout();
   s.slots = std::move(staged.slots);

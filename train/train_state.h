@@ -83,7 +83,10 @@ class TrainState {
   ShardedParameterStore* store() const { return store_.get(); }
   Optimizer* optimizer() const { return optimizer_.get(); }
   EmaSlots* emas() const { return emas_.get(); }  // null without EMA slots
-  int64_t step() const { return optimizer_->step(); }
+  // Completed training steps: optimizer updates plus steps skipped for a non-finite gradient (a
+  // skipped step is a step: the data position advances, the update count does not). Checkpoints
+  // are numbered by it. The update count alone: optimizer()->step().
+  int64_t step() const { return optimizer_->step() + optimizer_->skipped_steps(); }
 
   // One optimizer step (see above). Collective.
   StatusOr<StepResult> Step();

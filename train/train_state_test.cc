@@ -184,6 +184,12 @@ TEST_F(TrainStateTest, MetaHasOneSectionPerComponentAndRejectsClashingExtras) {
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_TRUE(res->skipped);
   EXPECT_TRUE(Bytes(a) == before);
+  // One step counter: the skipped step counts as a training step, not as an update.
+  EXPECT_EQ(a.state->step(), 2);
+  EXPECT_EQ(a.state->optimizer()->step(), 1);
+  auto view = a.state->CheckpointView();
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->step, 2);
 }
 
 }  // namespace
