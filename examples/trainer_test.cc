@@ -150,7 +150,7 @@ TEST(TrainerTest, SkippedStepsAreStepsOfTheOneStepCounter) {
   // SGD with lr 1e38 overflows the weights after the first update; every later gradient is
   // non-finite, so steps 2..6 are skipped.
   StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 6 --optim sgd --lr 1e38 "
-                                 "--save-every 2 --ckpt-dir " + root, World());
+                                 "--save-every 2 --keep 3 --ckpt-dir " + root, World());
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->summary.final_step, 6);
   if (World()->rank() != 0) return;
