@@ -56,7 +56,8 @@ void AddOutputFormat(CLI::App* sub, Raw& raw) {
       ->capture_default_str();
   sub->add_option("--max-file-size", raw.max_file_size,
                   "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
-                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024); 0 = one file")
+                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB and K, M, G (x1024); "
+                  "0 = one file")
       ->capture_default_str();
 }
 
