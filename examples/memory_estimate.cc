@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "framework/checked_math.h"
 #include "framework/dtype.h"
 
 namespace shardema::examples {
@@ -15,7 +16,7 @@ namespace {
 // a * b + c, or an error naming `what` when it overflows int64 (inputs must be >= 0).
 StatusOr<int64_t> MulAdd(int64_t a, int64_t b, int64_t c, const std::string& what) {
   int64_t p = 0, s = 0;
-  if (__builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(p, c, &s)) {
+  if (!CheckedMul(a, b, &p) || !CheckedAdd(p, c, &s)) {
     return InvalidArgument(what, ": the size overflows a 64-bit integer (", a, " x ", b, " + ", c,
                            ")");
   }
@@ -126,7 +127,7 @@ Status CheckFitsInMemory(const RankMemoryEstimate& e, int ranks_on_node, int64_t
   if (available < 0) return Status::Ok();
   const int64_t n = std::max(1, ranks_on_node);
   int64_t need = 0;
-  if (__builtin_mul_overflow(e.total_bytes, n, &need) || need > available) {
+  if (!CheckedMul(e.total_bytes, n, &need) || need > available) {
     return ResourceExhausted("the run needs about ", e.ToString(), "; ", n,
                              " rank(s) on this machine need ", Bytes(e.total_bytes), " x ", n,
                              " but only ", Bytes(available),

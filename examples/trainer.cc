@@ -12,6 +12,7 @@
 #include "examples/cuda/mlp_model_cuda.h"
 #include "examples/memory_estimate.h"
 #include "examples/gpt_model.h"
+#include "framework/duration.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 
@@ -379,22 +380,12 @@ StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
 
 namespace {
 
-// "1m23s": the remaining steps at the mean time per step of this run so far (eval and saves
-// included).
+// The remaining steps at the mean time per step of this run so far (eval and saves included).
 std::string FormatEta(std::chrono::steady_clock::time_point start, int64_t steps_done,
                       int64_t steps_left) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t secs =
-      steps_done > 0 ? int64_t(std::llround(elapsed / double(steps_done) * double(steps_left))) : 0;
-  char buf[48];
-  if (secs >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(secs / 3600),
-                  (long long)(secs / 60 % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(secs / 60), (long long)(secs % 60));
-  }
-  return buf;
+  return FormatDuration(steps_done > 0 ? elapsed / double(steps_done) * double(steps_left) : 0.0);
 }
 
 }  // namespace

@@ -27,20 +27,6 @@ ProgressBar::ProgressBar(std::string label, uint64_t total, std::ostream* out, b
 
 ProgressBar::~ProgressBar() { Finish(); }
 
-std::string FormatDuration(double seconds) {
-  const int64_t s = int64_t(seconds + 0.5);
-  char buf[48];
-  if (s < 60) {
-    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(s));
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60));
-  }
-  return buf;
-}
-
 std::string ProgressBar::Render(const std::string& label, uint64_t done, uint64_t total, bool bytes,
                                 double elapsed_s, int width) {
   char secs[32];

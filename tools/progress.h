@@ -24,12 +24,10 @@
 #include <ostream>
 #include <string>
 
+#include "framework/duration.h"
 #include "framework/status.h"
 
 namespace shardema::tools {
-
-// "42s", "3m05s", "2h07m" (rounded to seconds).
-std::string FormatDuration(double seconds);
 
 // isatty(STDERR_FILENO).
 bool StderrIsTerminal();
