@@ -63,11 +63,12 @@ TEST(EmaStorageSlotsTest, StochasticRoundingMatchesAFullTensorReferenceAtAnyWorl
   TrainingRig rig = MakeRig({c});
   ASSERT_NE(rig.opt, nullptr);
   const size_t nparams = 3;
+  TrainStep(rig, 1);  // starts the slot
   auto prev = rig.emas->CopyTo("ema_sr", 0);
   ASSERT_TRUE(prev.ok()) << prev.status();
   const EmaScalars s = MakeEmaScalars(0.9);
   int64_t rounded_up = 0, rounded_down = 0;
-  for (int step = 1; step <= 4; ++step) {
+  for (int step = 2; step <= 5; ++step) {
     TrainStep(rig, step);
     auto master = rig.store->GatherSlotToRank(rig.store->master(), 0);
     auto slot = rig.emas->CopyTo("ema_sr", 0);
