@@ -27,7 +27,7 @@ std::string Save(const std::string& tag, const std::vector<SlotSpec>& slots,
     list.push_back({{"name", name}, {"kind", "constant"}, {"decay", 0.9}, {"storage", storage}});
   }
   for (OwnedState& o : st) o.state.meta["ema"]["config"]["slots"] = list;
-  Status s = SaveAllRanks(dir, StatesOf(st), SaveOptions{});
+  Status s = SaveAllRanks(dir, StatesOf(st), SaveOptions{}).status();
   EXPECT_TRUE(s.ok()) << s;
   return dir;
 }
