@@ -58,6 +58,18 @@ Status UnitRunner::AtUse(Status st, const char* phase, size_t use) const {
                         store_->layout().units()[u].name + "')");
 }
 
+std::function<void()> UnitRunner::Progress() const {
+  ShardedParameterStore* store = store_;
+  return [store] { store->ProgressCollectives(); };
+}
+
+Status UnitRunner::RunCallback(const std::function<Status()>& callback) {
+  store_->ProgressCollectives();
+  Status st = callback();
+  store_->ProgressCollectives();
+  return st;
+}
+
 Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train) {
   const size_t n = num_uses();
   RETURN_IF_ERROR(store_->GatherAsync(schedule_.units[0]).status());
@@ -77,8 +89,9 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
     call.micro_batch = micro_batch;
     call.mode = !train ? ForwardMode::kEval
                        : (recompute(i) ? ForwardMode::kForwardNoSave : ForwardMode::kTrain);
+    call.progress = Progress();
     Trace("forward", i);
-    RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "forward", i));
+    RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "forward", i));
     // The last use stays gathered for the backward.
     if (i + 1 < n || !train) {
       RETURN_IF_ERROR(AtUse(store_->ReleaseAfterForward(u), "release", i));
@@ -105,10 +118,11 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.use = i;
     call.unit = u;
     call.micro_batch = micro_batch;
+    call.progress = Progress();
     if (recompute(i)) {
       call.mode = ForwardMode::kRecompute;
       Trace("recompute", i);
-      RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "recompute", i));
+      RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "recompute", i));
     }
     StatusOr<std::vector<TensorView>> grads = store_->UnitGrads(u);
     RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
@@ -116,7 +130,8 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.accumulate = written[u];
     written[u] = true;
     Trace("backward", i);
-    RETURN_IF_ERROR(AtUse(cb.backward(call, *views, *grads), "backward", i));
+    RETURN_IF_ERROR(
+        AtUse(RunCallback([&] { return cb.backward(call, *views, *grads); }), "backward", i));
     RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
     Trace("release", u);
     if (!last_bwd_use_[i]) continue;  // an earlier use of the unit still adds to its gradient
