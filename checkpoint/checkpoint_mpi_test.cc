@@ -60,6 +60,17 @@ class CheckpointMpiTest : public ::testing::Test {
     EXPECT_EQ(dest.state.meta, TestMeta(0.999));
   }
 
+  // Commits step 1 (the checkpoint a failed save must leave as the latest), then returns options
+  // for a save in many small writes with Poll agreeing every `agree_every` calls.
+  SaveOptions SaveStepOneThenSmallWrites(int agree_every) {
+    OwnedState first = MyState(1);
+    EXPECT_TRUE(CheckpointWriter(root_, comm_).Save(first.state).ok());
+    SaveOptions o;
+    o.io_bytes = 4096;
+    o.agree_every = agree_every;
+    return o;
+  }
+
   const std::vector<UnitSpec> model_ = TestModelWithBig(50021);
   Communicator* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
@@ -191,12 +202,8 @@ std::vector<float> Gathered(Communicator* comm, float v) {
 }
 
 TEST_F(CheckpointMpiTest, AsyncCommitHappensAtTheSamePollCallOnEveryRank) {
-  OwnedState first = MyState(1);
-  EXPECT_TRUE(CheckpointWriter(root_, comm_).Save(first.state).ok());
+  SaveOptions o = SaveStepOneThenSmallWrites(3);
   const int slow = world_ - 1;
-  SaveOptions o;
-  o.io_bytes = 4096;
-  o.agree_every = 3;
   if (rank_ == slow) {  // the last rank writes slowly: the others are done long before it
     o.fault_hook = [](const std::string&, uint64_t, size_t) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -236,12 +243,8 @@ TEST_F(CheckpointMpiTest, AsyncCommitHappensAtTheSamePollCallOnEveryRank) {
 }
 
 TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsThePollOnEveryRank) {
-  OwnedState first = MyState(1);
-  EXPECT_TRUE(CheckpointWriter(root_, comm_).Save(first.state).ok());
+  SaveOptions o = SaveStepOneThenSmallWrites(2);
   const int bad = world_ - 1;
-  SaveOptions o;
-  o.io_bytes = 4096;
-  o.agree_every = 2;
   if (rank_ == bad) {
     o.fault_hook = [](const std::string& path, uint64_t off, size_t) {
       return path.find(".bin") != std::string::npos && off > 8192 ? ENOSPC : 0;

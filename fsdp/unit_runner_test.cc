@@ -217,6 +217,15 @@ Status HandWritten(ShardedParameterStore* s, Chain* chain) {
   return Status::Ok();
 }
 
+// The gradient shard of the hand-written protocol on `s` (micro-batch 0, from zero).
+std::vector<float> HandWrittenGrads(ShardedParameterStore* s) {
+  Chain a = LocalChain(kUnits);
+  a.SetMicroBatch(0);
+  EXPECT_TRUE(s->ZeroGrad().ok());
+  EXPECT_TRUE(HandWritten(s, &a).ok());
+  return GradShard(*s);
+}
+
 UnitSchedule Sequential() { return SequentialSchedule(kUnits); }
 UnitSchedule Tied() { return {{0, 1, 2, 0}, {}}; }
 
@@ -321,12 +330,9 @@ TEST(UnitRunnerTest, CollectivesInFlightCompleteThroughProgressCalls) {
   ASSERT_TRUE(ring.ok()) << ring.status();
   auto s = MakeStore(true, ring->get());
   ASSERT_NE(s, nullptr);
-  Chain a = LocalChain(kUnits), b = LocalChain(kUnits);
-  a.SetMicroBatch(0);
+  const std::vector<float> want = HandWrittenGrads(s.get());
+  Chain b = LocalChain(kUnits);
   b.SetMicroBatch(0);
-  ASSERT_TRUE(s->ZeroGrad().ok());
-  ASSERT_TRUE(HandWritten(s.get(), &a).ok());
-  const std::vector<float> want = GradShard(*s);
   UnitRunner runner = MakeRunner(s.get(), Sequential());
   UnitCallbacks cb = b.Callbacks();
   const auto backward = cb.backward;
