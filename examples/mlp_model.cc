@@ -77,8 +77,12 @@ Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
 }
 
 MlpModel::MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers,
-                   mlp::Activation activation, mlp::Loss loss)
-    : store_(store), layers_(std::move(layers)), activation_(activation), loss_(loss) {
+                   mlp::Activation activation, mlp::Loss loss, int compute_threads)
+    : store_(store),
+      layers_(std::move(layers)),
+      activation_(activation),
+      loss_(loss),
+      ctx_(compute_threads) {
   a_.resize(num_layers());
   z_.resize(num_layers());
 }
@@ -95,9 +99,15 @@ StatusOr<std::pair<const float*, const float*>> MlpModel::Weights(
 Status MlpModel::Forward(const Batch& batch, bool keep_last) {
   rows_ = batch.rows;
   const size_t L = num_layers();
+  // Timed only inside ForwardBackward (keep_last), not for evaluation.
+  PhaseTimes* phases = keep_last ? phases_ : nullptr;
+  ScopedPhase total(phases, Phase::kForward);
+  double waits = 0;
   ASSIGN_OR_RETURN(GatherHandle next, store_->GatherAsync(0));
   for (size_t i = 0; i < L; ++i) {
+    ScopedPhase wait(phases, Phase::kGatherWait);
     ASSIGN_OR_RETURN(std::vector<TensorView> views, next.Wait());
+    waits += wait.Stop();
     if (i + 1 < L) {
       ASSIGN_OR_RETURN(next, store_->GatherAsync(i + 1));  // prefetch
     }
@@ -112,6 +122,7 @@ Status MlpModel::Forward(const Batch& batch, bool keep_last) {
     }
     if (i + 1 < L || !keep_last) RETURN_IF_ERROR(store_->ReleaseAfterForward(i));
   }
+  if (phases != nullptr) phases->Add(Phase::kForward, -waits);  // compute only
   return Status::Ok();
 }
 
@@ -127,9 +138,13 @@ StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
   }
   // dy_ holds d(loss)/d(z of the current layer) as we walk down.
   std::optional<ReduceScatterHandle> pending;
+  ScopedPhase total(phases_, Phase::kBackward);
+  double waits = 0;
   for (size_t k = L; k-- > 0;) {
     // Unit k is gathered: the last one kept from the forward, the others prefetched below.
+    ScopedPhase wait(phases_, Phase::kGatherWait);
     ASSIGN_OR_RETURN(std::vector<TensorView> views, store_->WaitGather(k));
+    waits += wait.Stop();
     if (k > 0) RETURN_IF_ERROR(store_->GatherAsync(k - 1).status());
     ASSIGN_OR_RETURN(auto wb, Weights(k, views));
     ASSIGN_OR_RETURN(std::vector<TensorView> grads, store_->UnitGrads(k));
@@ -150,10 +165,15 @@ StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
                               int64_t(dx_.size()));
     }
     // The previous (upper) layer's reduce-scatter overlapped this layer's compute.
+    ScopedPhase rs_wait(phases_, Phase::kReduceScatterWait);
     if (pending) RETURN_IF_ERROR(pending->Wait());
+    waits += rs_wait.Stop();
     pending = rs;
   }
+  ScopedPhase rs_wait(phases_, Phase::kReduceScatterWait);
   if (pending) RETURN_IF_ERROR(pending->Wait());
+  waits += rs_wait.Stop();
+  if (phases_ != nullptr) phases_->Add(Phase::kBackward, -waits);  // compute only
   return loss;
 }
 

@@ -182,6 +182,7 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
                            c.bench_warmup, ")");
   }
   if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
+  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
   c.device = *dev;
@@ -397,6 +398,10 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
   app.add_flag("!--no-comm-checks", c.comm_checks, "skip the per-collective argument agreement check");
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
+  app.add_option("--compute-threads", c.compute_threads,
+                 "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
+      ->capture_default_str();
+  app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -89,6 +89,8 @@ struct TrainConfig {
   int64_t bench_warmup = 3;  // steps excluded from the timing
   bool comm_checks = true;   // CommOptions::check_args
   int optimizer_threads = 1;
+  int compute_threads = 1;   // --compute-threads: nn::CpuContext of the CPU model (>= 1)
+  bool profile = false;      // --profile: per-phase time breakdown at the end (rank 0)
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;

@@ -21,6 +21,7 @@
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
+#include "nn/cpu_isa.h"
 
 namespace shardema::examples {
 namespace {
@@ -82,9 +83,19 @@ int Main(int argc, char** argv) {
   if (rank0) {
     std::cout << FormatEvalTable(summary->final_eval);
     if (!summary->last_checkpoint.empty()) std::cout << "checkpoint: " << summary->last_checkpoint << "\n";
+    if (config.profile) {
+      std::cout << "profile (rank 0, " << summary->final_step - summary->start_step
+                << " steps; waits are time blocked in a collective):\n"
+                << summary->phases.Format(summary->final_step - summary->start_step,
+                                          summary->run_ms);
+    }
     if (config.bench_json) {
       nlohmann::json j = {{"world", (*comm)->world_size()},
                           {"step_ms", summary->median_step_ms},
+                          {"cpu_ms", summary->median_step_cpu_ms},
+                          {"peak_rss_mib", summary->peak_rss_mib},
+                          {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
+                          {"compute_threads", config.compute_threads},
                           {"timed_steps", summary->timed_steps},
                           {"state_bytes_per_rank", summary->state_bytes_per_rank},
                           {"params", summary->num_params},

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+
+#include <sys/resource.h>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "examples/cuda/mlp_model_cuda.h"
 #include "framework/logging.h"
+#include "nn/cpu_isa.h"
 
 namespace shardema::examples {
 namespace {
@@ -17,6 +21,20 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// CPU time of the whole process (all threads), in ms.
+double ProcessCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// The process's peak resident set size so far, in MiB.
+double PeakRssMib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
@@ -76,6 +94,7 @@ Status Trainer::Setup() {
   const int rank = comm_->rank(), world = comm_->world_size();
   RETURN_IF_ERROR(c.CheckForWorld(world));
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
+  RETURN_IF_ERROR(AgreeOnCpuIsa());
 
   // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
   {
@@ -120,8 +139,10 @@ Status Trainer::Setup() {
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
     model_ = std::move(m).value();
   } else {
-    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss);
+    model_ = std::make_unique<MlpModel>(store_.get(), c.layers, c.activation, c.loss,
+                                        c.compute_threads);
   }
+  if (c.profile) model_->SetPhaseTimes(&phases_);
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
@@ -157,6 +178,22 @@ Status Trainer::Setup() {
   return Status::Ok();
 }
 
+Status Trainer::AgreeOnCpuIsa() {
+  StatusOr<nn::CpuIsa> mine = nn::CpuIsaFromEnv();
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, mine.status(), "CPU kernels"));
+  std::vector<float> all(size_t(comm_->world_size()));
+  const float v = float(static_cast<int>(*mine));
+  RETURN_IF_ERROR(comm_->AllGather(&v, all.data(), 1, DType::kF32));
+  const auto isa = static_cast<nn::CpuIsa>(int(*std::min_element(all.begin(), all.end())));
+  RETURN_IF_ERROR(nn::SetCpuIsa(isa));
+  if (comm_->rank() == 0) {
+    LOG_INFO << "CPU kernels: x86-64-" << nn::CpuIsaName(isa)
+             << (isa != *mine ? " (the lowest any rank supports)" : "") << ", "
+             << config_.compute_threads << " compute thread(s) per rank";
+  }
+  return Status::Ok();
+}
+
 Status Trainer::CheckDevice() const {
   const Device want = config_.device;
   RETURN_IF_ERROR(CheckTrainDevice(want));
@@ -184,7 +221,11 @@ Status Trainer::CheckDevice() const {
 
 StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   const TrainConfig& c = config_;
-  RETURN_IF_ERROR(store_->ZeroGrad());
+  PhaseTimes* ph = c.profile ? &phases_ : nullptr;
+  {
+    ScopedPhase zero(ph, Phase::kZeroGrad);
+    RETURN_IF_ERROR(store_->ZeroGrad());
+  }
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
@@ -193,8 +234,14 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
     loss_sum += loss;
   }
   // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
-  if (saver_ != nullptr) saver_->WaitSnapshot();
+  if (saver_ != nullptr) {
+    ScopedPhase save(ph, Phase::kSave);
+    saver_->WaitSnapshot();
+  }
+  ScopedPhase opt(ph, Phase::kOptimizer);
   ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
+  opt.Stop();
+  ScopedPhase loss_reduce(ph, Phase::kLossAllReduce);
   // Equal local batches: the global mean is the mean of the ranks' means.
   float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
   CollectiveOptions avg;
@@ -253,10 +300,13 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.start_step = optimizer_->step();
   s.num_params = store_->layout().total_numel();
   s.state_bytes_per_rank = store_->StateBytesPerRank();
-  std::vector<double> times_ms;
+  std::vector<double> times_ms, cpu_ms;
+  PhaseTimes* ph = c.profile ? &phases_ : nullptr;
+  const auto run_t0 = std::chrono::steady_clock::now();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuMs();
     ASSIGN_OR_RETURN(auto outcome, TrainStep(step));
     // GPU: the step's queued work (the optimizer pass) belongs to its time (CPU: no-op).
     if (c.bench_json) RETURN_IF_ERROR(store_->Synchronize());
@@ -264,7 +314,10 @@ StatusOr<TrainSummary> Trainer::Run() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
     const StepResult& r = outcome.second;
-    if (done - s.start_step > c.bench_warmup) times_ms.push_back(ms);
+    if (done - s.start_step > c.bench_warmup) {
+      times_ms.push_back(ms);
+      cpu_ms.push_back(ProcessCpuMs() - cpu0);
+    }
     s.losses.push_back(outcome.first);
     s.grad_norms.push_back(r.grad_norm);
     if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
@@ -274,6 +327,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
     RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
+      ScopedPhase eval(ph, Phase::kEval);
       ASSIGN_OR_RETURN(EvalLosses e, Evaluate(done));
       RETURN_IF_ERROR(metrics_.LogEval(e));
       if (lead) {
@@ -283,6 +337,7 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
     if (saver_ != nullptr) {
+      ScopedPhase save(ph, Phase::kSave);
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
         RETURN_IF_ERROR(saver_->Save(*optimizer_, data_, done));
       } else {
@@ -291,8 +346,12 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
   }
   s.final_step = optimizer_->step();
-  ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
+  {
+    ScopedPhase eval(ph, Phase::kEval);
+    ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
+  }
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
+  ScopedPhase save(ph, Phase::kSave);
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
@@ -300,12 +359,21 @@ StatusOr<TrainSummary> Trainer::Run() {
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }
-  // Median step time of this rank, then the slowest rank's.
+  save.Stop();
+  s.run_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_t0).count();
+  s.phases = phases_;
+  // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());
-  std::vector<float> all(size_t(comm_->world_size()));
-  const float mine = float(Median(times_ms));
-  RETURN_IF_ERROR(comm_->AllGather(&mine, all.data(), 1, DType::kF32));
-  s.median_step_ms = *std::max_element(all.begin(), all.end());
+  const int world = comm_->world_size();
+  std::vector<float> all(size_t(3 * world));
+  const float mine[3] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib())};
+  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 3, DType::kF32));
+  for (int r = 0; r < world; ++r) {
+    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(3 * r)]));
+    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(3 * r + 1)]));
+    s.peak_rss_mib.push_back(all[size_t(3 * r + 2)]);
+  }
   return s;
 }
 

@@ -45,6 +45,7 @@
 #include "examples/metrics.h"
 #include "examples/mlp_model.h"
 #include "examples/model.h"
+#include "examples/phase_times.h"
 #include "examples/train_config.h"
 #include "examples/trainer_checkpoint.h"
 #include "framework/communicator.h"
@@ -65,7 +66,12 @@ struct TrainSummary {
   // Timing (the same on every rank): median over the steps after --bench-warmup of this rank's
   // step wall time, max over ranks (0 when too few steps ran).
   double median_step_ms = 0;
+  double median_step_cpu_ms = 0;     // the same for the process CPU time (all threads)
   int64_t timed_steps = 0;
+  std::vector<double> peak_rss_mib;  // per rank: getrusage's maximum resident set size
+  // --profile: rank 0's time per phase over the whole run, and that run's wall time.
+  PhaseTimes phases;
+  double run_ms = 0;
   int64_t state_bytes_per_rank = 0;  // master + moments + EMA slots (store StateBytesPerRank)
   int64_t num_params = 0;
 };
@@ -105,6 +111,9 @@ class Trainer {
   Status Setup();
   // CheckTrainDevice and the device communicator's checks (local).
   Status CheckDevice() const;
+  // Reads SHARDEMA_CPU_ISA on every rank and makes the lowest choice of all ranks the variant of
+  // the CPU layers (nn/cpu_isa.h), so all ranks compute the same bits.
+  Status AgreeOnCpuIsa();
   // One optimizer step (step = completed steps before it): the global mean loss and the
   // optimizer's result.
   StatusOr<std::pair<double, StepResult>> TrainStep(int64_t step);
@@ -120,6 +129,7 @@ class Trainer {
   std::unique_ptr<EmaSlots> emas_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Model> model_;  // MlpModel or MlpModelCuda
+  PhaseTimes phases_;             // --profile
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;
