@@ -79,23 +79,24 @@ print(max(v) if isinstance(v, list) else v)' "$1" "$2" 2>/dev/null || echo na
 median() { printf '%s\n' "$@" | grep -v '^na$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "na"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 fmt() { [ "$1" = na ] && echo na || printf '%.1f' "$1"; }
 div() { if [ "$1" = na ] || [ "$2" = na ]; then echo na; else awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; fi; }
-json_line() { sed 's/^\[[0-9,]*\]<stdout>://' | grep '^{' | tail -1; }
+# The last JSON line of a run's output ('{}' when the run failed: its columns read na).
+json_line() { sed 's/^\[[0-9,]*\]<stdout>://' | { grep '^{' || echo '{}'; } | tail -1; }
 
 ours() {  # world -> one JSON line
   "${mpirun_[@]}" -np "$1" "$train" --layers "$layers" --batch "$batch" --activation gelu \
     --loss mse --optim adamw --ema 0.999,0.9999 --steps $((steps + warmup)) \
     --bench-warmup "$warmup" --bench-json --log-every 0 --no-comm-checks \
-    --compute-threads "$threads" --optimizer-threads "$threads" 2>/dev/null | json_line
+    --compute-threads "$threads" --optimizer-threads "$threads" 2>/dev/null | json_line || true
 }
 theirs() {  # world -> one JSON line
   [ "$have_torch" = 1 ] || { echo '{}'; return; }
   "$python" "$peer" --world "$1" --layers "$layers" --batch "$batch" --steps "$steps" \
     --warmup "$warmup" --ema 2 --threads "$threads" --port $((29500 + RANDOM % 2000)) \
-    2>/dev/null | json_line
+    2>/dev/null | json_line || true
 }
 bound() {  # world -> one JSON line
   "${mpirun_[@]}" -np "$1" "$roofline" --layers "$layers" --batch "$batch" \
-    --threads "$threads" --repeats 10 2>/dev/null | json_line
+    --threads "$threads" --repeats 10 2>/dev/null | json_line || true
 }
 
 echo "# step_bench: MLP $layers, global batch $batch, gelu, mse, AdamW, 2 EMA slots; $steps timed steps after $warmup; $repeats interleaved repeats; $threads thread(s) per rank; $cores cores; torch ${torch_info:-na}"

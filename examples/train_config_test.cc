@@ -139,6 +139,7 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--ema-spec", ":decay=0.9"}, {"--ema-spec", "slot name"});
   ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
   ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
+  ExpectError({"--layers", "4,3", "--compute-threads", "0"}, {"--compute-threads", "0"});
   ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});
 }
 
