@@ -54,6 +54,7 @@ struct RawFlags {
   int64_t ema_start_step = 0, ema_interval = 1;
   bool ema_no_interval_correction = false;
   bool no_comm_checks = false;
+  std::string reduce_scatter;
 };
 
 Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
@@ -109,7 +110,6 @@ Status FinishGpt(const RawFlags& raw, TrainConfig& c) {
   ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(raw.data_order));
   if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
   RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
-  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   return Status::Ok();
 }
 
@@ -221,6 +221,7 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   }
   RETURN_IF_ERROR(RequireFinite("--collective-timeout", c.collective_timeout, /*positive=*/true));
   if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
+  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
   c.device = *dev;
@@ -401,7 +402,10 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["bench_warmup"] = bench_warmup;
   j["comm_checks"] = comm_checks;
   j["collective_timeout"] = collective_timeout;
+  j["reduce_scatter"] = reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi";
   j["optimizer_threads"] = optimizer_threads;
+  j["compute_threads"] = compute_threads;
+  j["profile"] = profile;
   return j;
 }
 
@@ -476,7 +480,6 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
         ->capture_default_str();
     app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")->capture_default_str();
     app.add_flag("--recompute", c.recompute, "recompute each block's activations in the backward");
-    app.add_option("--compute-threads", c.compute_threads, "threads of the CPU layers")->capture_default_str();
   } else {
     app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
     app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
@@ -558,6 +561,14 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
       ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
+  app.add_option("--reduce-scatter", raw.reduce_scatter,
+                 "mpi (MPI_Reduce_scatter_block) | ring (ours over point-to-point); default: " +
+                     std::string(c.reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi"))
+      ->check(CLI::IsMember({"mpi", "ring"}));
+  app.add_option("--compute-threads", c.compute_threads,
+                 "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
+      ->capture_default_str();
+  app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -568,6 +579,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
     return InvalidArgument(e.what());
   }
   c.comm_checks = !raw.no_comm_checks;
+  if (!raw.reduce_scatter.empty()) {
+    c.reduce_scatter = raw.reduce_scatter == "ring" ? ReduceScatterAlgorithm::kRing
+                                                    : ReduceScatterAlgorithm::kMpi;
+  }
   RETURN_IF_ERROR(Finish(raw, c));
   out.warnings = EmaHorizonWarnings(c);
   return out;

@@ -147,6 +147,7 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--ema-snapshot-every", "-1"}, {"--ema-snapshot-every -1"});
   ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
   ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
+  ExpectError({"--layers", "4,3", "--compute-threads", "0"}, {"--compute-threads", "0"});
   ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});
 }
 
@@ -213,6 +214,20 @@ TEST(TrainConfigTest, NoCommChecksFlag) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->config.comm_checks);
   EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
+}
+
+TEST(TrainConfigTest, ReduceScatterFlag) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--reduce-scatter", "ring"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.reduce_scatter, ReduceScatterAlgorithm::kRing);
+  EXPECT_EQ(p->config.AgreementJson().at("reduce_scatter").get<std::string>(), "ring");
+  p = Parse({"--layers", "4,3", "--reduce-scatter", "mpi"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.reduce_scatter, ReduceScatterAlgorithm::kMpi);
+  p = Parse({"--layers", "4,3", "--reduce-scatter", "tree"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("tree"), std::string::npos) << p.status();
 }
 
 TEST(TrainConfigTest, WarnsWhenConstantEmaHorizonIsLongNextToTheRun) {

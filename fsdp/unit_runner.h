@@ -27,6 +27,11 @@
 // examples (the averaging contract of store.h).
 // Forward(...) runs the forward alone (evaluation: mode kEval, every unit released at the end).
 //
+// Progress: on MPI a non-blocking collective moves only while the rank calls into MPI, so the
+// runner calls store->ProgressCollectives() (Work::Test) before and after every callback: the
+// reduce-scatter of unit u and the prefetch gather advance at the boundaries of the next
+// units' computation, and a callback may call UnitCall::progress in between.
+//
 // Recomputation: with recompute[i] the first forward(i) is called with mode kForwardNoSave: the
 // callback computes the use's output (the next use's input) but need not keep what its backward
 // needs; before backward(i) the runner calls forward(i) again with mode kRecompute, with the same
@@ -50,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/phase_times.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
 #include "fsdp/store.h"
@@ -81,6 +87,11 @@ struct UnitCall {
   // Backward only: true when a later use of the same unit (earlier in the backward) already
   // wrote its gradient into `grads`; the callback must then add to it instead of overwriting.
   bool accumulate = false;
+  // Advances the collectives in flight (the prefetch gather, the previous unit's reduce-scatter)
+  // without blocking: ShardedParameterStore::ProgressCollectives. A callback may call it between
+  // pieces of its compute (e.g. between GEMMs); the runner itself calls it at every unit
+  // boundary (before and after each callback). Never null inside a callback.
+  std::function<void()> progress;
 };
 
 struct UnitCallbacks {
@@ -130,15 +141,28 @@ class UnitRunner {
   // "release_fwd 3", "release 3", "rs 3", "rs_wait 3", "forward 2", "recompute 2", "backward 2"
   // with the USE index for callbacks and the UNIT index for store calls). For tests; null = off.
   void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
+  // Optional profile of ForwardBackward (not of Forward): adds the forward callbacks and the loss
+  // callback under Phase::kForward, recomputations and backward callbacks under kBackward, the
+  // time blocked in WaitGather under kGatherWait and in a reduce-scatter's Wait under
+  // kReduceScatterWait. On a CUDA store these are host times (callbacks only queue work). Null =
+  // off; `times` must outlive its use.
+  void set_phase_times(PhaseTimes* times) { times_ = times; }
 
  private:
   UnitRunner(ShardedParameterStore* store, UnitSchedule schedule);
   Status RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train);
+  // times_ while a training pass runs, else null (evaluation is not profiled here).
+  PhaseTimes* Timing(bool train) const { return train ? times_ : nullptr; }
   Status RunBackward(const UnitCallbacks& cb, int64_t micro_batch);
+  Status WaitReduceScatter(ReduceScatterHandle* h);
   bool recompute(size_t use) const {
     return !schedule_.recompute.empty() && schedule_.recompute[use];
   }
   void Trace(const char* what, size_t index);
+  // UnitCall::progress for this runner's store.
+  std::function<void()> Progress() const;
+  // Progresses the collectives in flight, runs the callback, progresses them again.
+  Status RunCallback(const std::function<Status()>& callback);
   // Prefixes a failure with the use and unit.
   Status AtUse(Status st, const char* phase, size_t use) const;
 
@@ -147,6 +171,7 @@ class UnitRunner {
   // last_bwd_use_[i]: use i is its unit's last backward use (= first forward use).
   std::vector<bool> last_bwd_use_;
   std::vector<std::string>* trace_ = nullptr;
+  PhaseTimes* times_ = nullptr;
 };
 
 }  // namespace shardema
