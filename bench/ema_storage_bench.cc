@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char* kDecays[] = {"0.99", "0.999", "0.9999"};
 constexpr EmaStorage kStorages[] = {EmaStorage::kF32, EmaStorage::kBF16, EmaStorage::kBF16Sr,
-                                    EmaStorage::kDeltaBF16};
+                                    EmaStorage::kDeltaBF16, EmaStorage::kDeltaBF16Sr};
 
 std::string SlotName(const std::string& decay, EmaStorage s) {
   return "ema_" + decay + "_" + EmaStorageName(s);
@@ -106,7 +106,7 @@ int Main(int argc, char** argv) {
               "state bytes per rank %lld, eval loss live %.9g\n",
               static_cast<long long>(steps), layers.c_str(), (*comm)->world_size(), master.size(),
               static_cast<long long>(t.store()->StateBytesPerRank()), eval["live"]);
-  std::printf("%-8s %-11s %12s %12s %14s %12s\n", "decay", "storage", "rel_l2", "rel_lag",
+  std::printf("%-8s %-13s %12s %12s %14s %12s\n", "decay", "storage", "rel_l2", "rel_lag",
               "eval loss", "bytes/rank");
   std::string summary_line = "summary: steps=" + std::to_string(steps);
   char buf[160];
@@ -117,7 +117,7 @@ int Main(int argc, char** argv) {
     for (EmaStorage s : kStorages) {
       const std::string name = SlotName(d, s);
       const double err = Norm(values[name], ref);
-      std::printf("%-8s %-11s %12.3e %12.3e %14.9g %12lld\n", d, EmaStorageName(s),
+      std::printf("%-8s %-13s %12.3e %12.3e %14.9g %12lld\n", d, EmaStorageName(s),
                   err / ref_norm, err / lag, eval[name], static_cast<long long>(bytes[name]));
       if (s == EmaStorage::kF32) continue;
       std::snprintf(buf, sizeof(buf), " rel_l2_%s_%s=%.3e", d, EmaStorageName(s), err / ref_norm);

@@ -220,6 +220,8 @@ int Main(int argc, char** argv) {
       add("fused adamw+1 ema bf16_sr", 32, n, [&] { fused_storage(EmaStorage::kBF16Sr); });
   const size_t st_delta =
       add("fused adamw+1 ema delta_bf16", 32, n, [&] { fused_storage(EmaStorage::kDeltaBF16); });
+  const size_t st_delta_sr = add("fused adamw+1 ema delta_bf16_sr", 32, n,
+                                 [&] { fused_storage(EmaStorage::kDeltaBF16Sr); });
   const size_t sep = add("adamw, then ema pass", 28 + 12, n, [&] {
     fused(0, false, threads);
     ParallelFor(n, threads, [&](int64_t b, int64_t e) {
@@ -295,12 +297,12 @@ int Main(int argc, char** argv) {
       (fused1.Median() - fused0.Median()) * fused1.GBps() * 1e6 / static_cast<double>(n);
   std::printf("summary: fused_vs_triad=%.3f fused_vs_separate=%.3f ema_slot_bytes=%.2f "
               "fused_ema1_GBps=%.2f triad_GBps=%.2f fused0_ms=%.3f fused_fp32_ms=%.3f "
-              "fused_bf16_ms=%.3f fused_bf16_sr_ms=%.3f fused_delta_bf16_ms=%.3f threads=%d "
-              "numel=%lld\n",
+              "fused_bf16_ms=%.3f fused_bf16_sr_ms=%.3f fused_delta_bf16_ms=%.3f "
+              "fused_delta_bf16_sr_ms=%.3f threads=%d numel=%lld\n",
               fused1.GBps() / triad.GBps(), variants[sep].Median() / fused1.Median(), slot_bytes,
               fused1.GBps(), triad.GBps(), fused0.Median(), fused1.Median(),
               variants[st_bf16].Median(), variants[st_sr].Median(), variants[st_delta].Median(),
-              threads, static_cast<long long>(n));
+              variants[st_delta_sr].Median(), threads, static_cast<long long>(n));
   return 0;
 }
 

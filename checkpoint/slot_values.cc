@@ -35,7 +35,7 @@ Status ReadUnitRangeF32(CheckpointReader& reader, int slot, EmaStorage storage, 
   }
   std::vector<char> raw(n * DTypeSize(t));
   RETURN_IF_ERROR(reader.ReadUnitRange(slot, unit, begin, end, raw.data()));
-  if (storage != EmaStorage::kDeltaBF16) {
+  if (!IsDeltaStorage(storage)) {
     ConvertBuffer(raw.data(), t, out, DType::kF32, n);
     return Status::Ok();
   }
@@ -43,7 +43,8 @@ Status ReadUnitRangeF32(CheckpointReader& reader, int slot, EmaStorage storage, 
   if (params < 0) {
     return DataLoss("checkpoint '", reader.dir(), "': slot '",
                     reader.manifest().slots[size_t(slot)].name,
-                    "' is delta_bf16 (ema - params) but the checkpoint has no 'params' slot");
+                    "' is ", EmaStorageName(storage),
+                    " (ema - params) but the checkpoint has no 'params' slot");
   }
   std::vector<float> master(n);
   RETURN_IF_ERROR(reader.ReadUnitRange(params, unit, begin, end, master.data()));

@@ -133,7 +133,7 @@ StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
                             raw.size() * sizeof(uint16_t), store_->stream()));
   RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
   std::vector<float> master;
-  if (kind == EmaStorage::kDeltaBF16) {
+  if (IsDeltaStorage(kind)) {
     ASSIGN_OR_RETURN(master, store_->LocalToHost(store_->master(), store_->device()));
   }
   std::vector<float> out(static_cast<size_t>(n));
@@ -156,7 +156,7 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
     RETURN_IF_ERROR(
         offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
     RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
-  } else if (c.storage == EmaStorage::kDeltaBF16) {  // d = 0: the EMA equals the master
+  } else if (IsDeltaStorage(c.storage)) {  // d = 0: the EMA equals the master
     RETURN_IF_ERROR(FillZero(store_->stream(), SlotRaw(i),
                              size_t(reg.local_numel()) * sizeof(uint16_t)));
   } else {  // f32 copy, or bf16 rounded to nearest even (bf16_sr too: the start is a copy)
@@ -181,7 +181,7 @@ StatusOr<EmaStep> EmaSlots::PlanStep(int64_t step) {
     if (offloaded(p.slot)) continue;
     const EmaConfig& c = configs_[p.slot];
     EmaTarget t{SlotRaw(p.slot), p.beta, c.storage};
-    if (c.storage == EmaStorage::kBF16Sr) {
+    if (IsStochasticStorage(c.storage)) {
       t.sr_key = SrKey(uint64_t(c.sr_seed), SlotNameHash(c.name), uint64_t(s.next_step));
     }
     s.targets.push_back(t);
@@ -214,7 +214,7 @@ std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
       plan.push_back(EmaStepPlan{i, 0.0, true});
     } else if (counters_[i].started() && EmaDue(c, next_step)) {
       plan.push_back(EmaStepPlan{i, EmaDecay(c, next_step), false});
-    } else if (counters_[i].started() && c.storage == EmaStorage::kDeltaBF16) {
+    } else if (counters_[i].started() && IsDeltaStorage(c.storage)) {
       plan.push_back(EmaStepPlan{i, 1.0, false, /*track_only=*/true});  // d follows the master
     }
   }

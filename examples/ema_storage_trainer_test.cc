@@ -1,5 +1,6 @@
-// EMA slot storages (fp32, bf16, bf16_sr, delta_bf16) through the trainer at 1-4 ranks (one
-// mpi_test per world size; the model's units, 70 and 55 elements, do not divide by 3 or 4):
+// EMA slot storages (fp32, bf16, bf16_sr, delta_bf16, delta_bf16_sr) through the trainer at 1-4
+// ranks (one mpi_test per world size; the model's units, 70 and 55 elements, do not divide by 3
+// or 4):
 //   * resume is bit-exact: 8 steps straight vs 4 + --resume to 8 give the same stored bits on
 //     every rank and the same gathered (reconstructed) values;
 //   * reshard is bit-exact both ways: a W-rank checkpoint resumed by one rank, and a one-rank
@@ -29,7 +30,8 @@ constexpr char kArgs[] =
     "--ema-spec e_bf16:decay=0.9,storage=bf16 "
     "--ema-spec e_sr:decay=0.9,storage=bf16_sr,sr_seed=3,interval=2 "
     "--ema-spec e_delta:decay=0.95,storage=delta_bf16,interval=3 "
-    "--ema-spec e_delta_late:decay=0.8,storage=delta_bf16,start_step=5";
+    "--ema-spec e_delta_late:decay=0.8,storage=delta_bf16,start_step=5 "
+    "--ema-spec e_delta_sr:decay=0.97,storage=delta_bf16_sr,sr_seed=4,interval=2";
 
 StatusOr<TrainRun> Train(const std::string& extra, Communicator* comm) {
   return RunTrainer(ParseTestConfig(std::string(kArgs) + " " + extra), comm);
@@ -55,7 +57,7 @@ TEST(EmaStorageTrainerTest, ResumeIsBitExactForEveryStorage) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->summary.start_step, 4);
   EXPECT_EQ(RawShards(*second->trainer), RawShards(*straight->trainer));
-  for (size_t i = 0; i < 5; ++i) {
+  for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(second->trainer->emas()->counters(i), straight->trainer->emas()->counters(i)) << i;
   }
   const auto want = GatherState(*straight->trainer), got = GatherState(*second->trainer);
@@ -88,7 +90,7 @@ void ExpectReshardBitExact(const std::string& dir, bool world_first) {
   }
   ASSERT_TRUE(World()->Barrier().ok());
   if (World()->rank() != 0) return;
-  ASSERT_EQ(saved.size(), 6u);  // master + 5 EMA slots
+  ASSERT_EQ(saved.size(), 7u);  // master + 6 EMA slots
   EXPECT_TRUE(BitEqual(resumed, saved)) << (world_first ? "W -> 1" : "1 -> W");
 }
 

@@ -6,7 +6,7 @@ namespace shardema {
 
 namespace {
 constexpr EmaStorage kAllStorages[] = {EmaStorage::kF32, EmaStorage::kBF16, EmaStorage::kBF16Sr,
-                                       EmaStorage::kDeltaBF16};
+                                       EmaStorage::kDeltaBF16, EmaStorage::kDeltaBF16Sr};
 }  // namespace
 
 const char* EmaStorageName(EmaStorage s) {
@@ -15,6 +15,7 @@ const char* EmaStorageName(EmaStorage s) {
     case EmaStorage::kBF16: return "bf16";
     case EmaStorage::kBF16Sr: return "bf16_sr";
     case EmaStorage::kDeltaBF16: return "delta_bf16";
+    case EmaStorage::kDeltaBF16Sr: return "delta_bf16_sr";
   }
   return "?";
 }
@@ -24,7 +25,7 @@ StatusOr<EmaStorage> ParseEmaStorage(const std::string& name) {
     if (name == EmaStorageName(s)) return s;
   }
   return InvalidArgument("unknown EMA storage '", name,
-                         "' (expected fp32, bf16, bf16_sr or delta_bf16)");
+                         "' (expected fp32, bf16, bf16_sr, delta_bf16 or delta_bf16_sr)");
 }
 
 uint32_t SlotNameHash(const std::string& name) {
@@ -43,7 +44,7 @@ void EmaStorageToF32(EmaStorage storage, const void* slot, const float* master, 
     return;
   }
   const uint16_t* s = static_cast<const uint16_t*>(slot);
-  if (storage == EmaStorage::kDeltaBF16) {
+  if (IsDeltaStorage(storage)) {
     for (int64_t i = 0; i < n; ++i) out[i] = DeltaToF32(master[i], s[i]);
     return;
   }
@@ -56,7 +57,7 @@ void EmaStorageFromF32(EmaStorage storage, const float* values, void* slot, int6
     return;
   }
   uint16_t* s = static_cast<uint16_t*>(slot);
-  if (storage == EmaStorage::kDeltaBF16) {
+  if (IsDeltaStorage(storage)) {
     std::memset(s, 0, size_t(n) * sizeof(uint16_t));
     return;
   }

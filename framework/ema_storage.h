@@ -11,6 +11,10 @@
 //   kDeltaBF16  "delta_bf16"  2 bytes: d = ema - master in bf16 (nearest even); the EMA is
 //                             master + d (DeltaToF32). ema/README.md derives the update
 //                             d <- beta * (d - delta), delta = master change of the step.
+//   kDeltaBF16Sr "delta_bf16_sr" 2 bytes: as delta_bf16, but d is rounded stochastically with
+//                             the bits of bf16_sr (SrBits(key, i), same key rule); the
+//                             (1 - beta) * d shrink is then kept on average even where it is
+//                             below half a bf16 ulp of d (ema/README.md)
 //
 // Stochastic rounding: with u the f32 bit pattern and r 16 uniform random bits, the bf16 result is
 // (u + r) >> 16 (NaN stays a quiet NaN, Inf stays Inf): it rounds up with probability equal to the
@@ -32,15 +36,30 @@
 
 namespace shardema {
 
-enum class EmaStorage : uint8_t { kF32 = 0, kBF16 = 1, kBF16Sr = 2, kDeltaBF16 = 3 };
+enum class EmaStorage : uint8_t {
+  kF32 = 0,
+  kBF16 = 1,
+  kBF16Sr = 2,
+  kDeltaBF16 = 3,
+  kDeltaBF16Sr = 4
+};
 
-// "fp32", "bf16", "bf16_sr", "delta_bf16".
+// "fp32", "bf16", "bf16_sr", "delta_bf16", "delta_bf16_sr".
 const char* EmaStorageName(EmaStorage s);
 // Inverse of EmaStorageName; kInvalidArgument naming the value and the known kinds otherwise.
 StatusOr<EmaStorage> ParseEmaStorage(const std::string& name);
 // The element type the slot is stored in: f32 for kF32, bf16 for the others.
 constexpr DType EmaStorageDType(EmaStorage s) {
   return s == EmaStorage::kF32 ? DType::kF32 : DType::kBF16;
+}
+
+// A delta slot (delta_bf16, delta_bf16_sr): stores d = ema - master, moves at every pass.
+SHARDEMA_HD constexpr bool IsDeltaStorage(EmaStorage s) {
+  return s == EmaStorage::kDeltaBF16 || s == EmaStorage::kDeltaBF16Sr;
+}
+// Rounds with the stochastic bits SrBits(sr_key, i) (bf16_sr, delta_bf16_sr).
+SHARDEMA_HD constexpr bool IsStochasticStorage(EmaStorage s) {
+  return s == EmaStorage::kBF16Sr || s == EmaStorage::kDeltaBF16Sr;
 }
 
 SHARDEMA_HD uint32_t Mix32(uint32_t x) {
@@ -52,7 +71,8 @@ SHARDEMA_HD uint32_t Mix32(uint32_t x) {
   return x;
 }
 
-// The per-update key of a bf16_sr slot: `slot_hash` identifies the slot (SlotNameHash), `update`
+// The per-update key of a stochastic slot (IsStochasticStorage): `slot_hash` identifies the
+// slot (SlotNameHash), `update`
 // the update (the completed step it belongs to).
 SHARDEMA_HD uint32_t SrKey(uint64_t seed, uint32_t slot_hash, uint64_t update) {
   uint32_t h = Mix32(uint32_t(seed) ^ 0x9e3779b9u);
@@ -67,12 +87,15 @@ SHARDEMA_HD uint32_t SrBits(uint32_t key, uint64_t index) {
 }
 
 // f32 -> bf16 rounded stochastically with the low 16 bits of `bits`.
+// Branch-free (selects only), so that loops over it vectorise.
 SHARDEMA_HD uint16_t F32ToBF16Stochastic(float f, uint32_t bits) {
   const uint32_t u = F32Bits(f);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
-  if (a == 0x7f800000u) return uint16_t(u >> 16);              // +-Inf
-  return uint16_t((u + (bits & 0xffffu)) >> 16);  // may carry into the exponent (and to Inf)
+  // NaN and Inf add nothing (a NaN is made quiet); finite values may carry into the exponent
+  // (and to Inf).
+  const uint32_t r = a >= 0x7f800000u ? 0u : (bits & 0xffffu);
+  const uint32_t quiet = a > 0x7f800000u ? 0x0040u : 0u;
+  return uint16_t(((u + r) >> 16) | quiet);
 }
 
 // The EMA value of a delta slot element: master + d, one f32 addition.
@@ -86,7 +109,7 @@ uint32_t SlotNameHash(const std::string& name);
 //   EmaStorageToF32    out = the EMA values: the f32 slot, bf16 widened, or master + d (delta;
 //                      `master` may be null for the other kinds)
 //   EmaStorageFromF32  slot := values (start copy): f32 copy, bf16 nearest even (bf16 and
-//                      bf16_sr), d = 0 (delta: the EMA starts equal to the master)
+//                      bf16_sr), d = 0 (delta kinds: the EMA starts equal to the master)
 void EmaStorageToF32(EmaStorage storage, const void* slot, const float* master, float* out,
                      int64_t n);
 void EmaStorageFromF32(EmaStorage storage, const float* values, void* slot, int64_t n);

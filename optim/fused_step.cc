@@ -94,32 +94,45 @@ SHARDEMA_KERNEL void EmaBlockF32(const EmaScalars& s, int64_t n, float* __restri
 }
 
 // bf16 and bf16_sr: the f32 line on the widened value, rounded back. kSr: stochastic rounding
-// with the bits of global element g + i.
-template <bool kSr>
-SHARDEMA_KERNEL void EmaBlockBf16(const EmaScalars& s, int64_t n, uint16_t* __restrict e,
-                                  const float* __restrict p, int64_t g) {
-  if (s.mode == EmaMode::kSkip) return;
+// with the bits of global element g + i. One loop per mode (no branch in the loop: it vectorises).
+template <bool kSr, EmaMode kMode>
+SHARDEMA_KERNEL void EmaBlockBf16Mode(const EmaScalars& s, int64_t n, uint16_t* __restrict e,
+                                      const float* __restrict p, int64_t g) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) {
     const float ei = BF16ToF32(e[i]);
     float r = p[i];
-    if (s.mode == EmaMode::kLerpLow) r = std::fma(p[i] - ei, s.weight, ei);
-    if (s.mode == EmaMode::kLerpHigh) r = std::fma(-(p[i] - ei), s.one_minus_weight, p[i]);
+    if (kMode == EmaMode::kLerpLow) r = std::fma(p[i] - ei, s.weight, ei);
+    if (kMode == EmaMode::kLerpHigh) r = std::fma(-(p[i] - ei), s.one_minus_weight, p[i]);
     e[i] = kSr ? F32ToBF16Stochastic(r, SrBits(s.sr_key, uint64_t(g + i))) : F32ToBF16(r);
   }
 }
 
-// delta_bf16: d = bf16(beta * (d - (p_new - p_old))), 0 for the copy.
+template <bool kSr>
+SHARDEMA_KERNEL void EmaBlockBf16(const EmaScalars& s, int64_t n, uint16_t* e, const float* p,
+                                  int64_t g) {
+  switch (s.mode) {
+    case EmaMode::kSkip: return;
+    case EmaMode::kCopy: return EmaBlockBf16Mode<kSr, EmaMode::kCopy>(s, n, e, p, g);
+    case EmaMode::kLerpLow: return EmaBlockBf16Mode<kSr, EmaMode::kLerpLow>(s, n, e, p, g);
+    case EmaMode::kLerpHigh: return EmaBlockBf16Mode<kSr, EmaMode::kLerpHigh>(s, n, e, p, g);
+  }
+}
+
+// delta_bf16 / delta_bf16_sr: d = bf16(beta * (d - (p_new - p_old))), 0 for the copy; kSr:
+// stochastic rounding with the bits of global element g + i.
+template <bool kSr>
 SHARDEMA_KERNEL void EmaBlockDelta(const EmaScalars& s, int64_t n, uint16_t* __restrict d,
-                                   const float* __restrict p, const float* __restrict p_old) {
+                                   const float* __restrict p, const float* __restrict p_old,
+                                   int64_t g) {
   if (s.mode == EmaMode::kCopy) {
     std::memset(d, 0, static_cast<size_t>(n) * sizeof(uint16_t));
     return;
   }
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) {
-    const float t = BF16ToF32(d[i]) - (p[i] - p_old[i]);
-    d[i] = F32ToBF16(t * s.beta_f);
+    const float t = (BF16ToF32(d[i]) - (p[i] - p_old[i])) * s.beta_f;
+    d[i] = kSr ? F32ToBF16Stochastic(t, SrBits(s.sr_key, uint64_t(g + i))) : F32ToBF16(t);
   }
 }
 
@@ -132,7 +145,9 @@ SHARDEMA_KERNEL void EmaBlock(const EmaScalars& s, int64_t n, void* e, const flo
     case EmaStorage::kBF16: return EmaBlockBf16<false>(s, n, static_cast<uint16_t*>(e), p, g);
     case EmaStorage::kBF16Sr: return EmaBlockBf16<true>(s, n, static_cast<uint16_t*>(e), p, g);
     case EmaStorage::kDeltaBF16:
-      return EmaBlockDelta(s, n, static_cast<uint16_t*>(e), p, p_old);
+      return EmaBlockDelta<false>(s, n, static_cast<uint16_t*>(e), p, p_old, g);
+    case EmaStorage::kDeltaBF16Sr:
+      return EmaBlockDelta<true>(s, n, static_cast<uint16_t*>(e), p, p_old, g);
   }
 }
 
@@ -170,7 +185,7 @@ struct Plan {
   const FusedStepArgs* args;
   AdamWScalars adamw;
   SgdScalars sgd;
-  bool any_delta;  // a delta_bf16 slot needs the block's master before the update
+  bool any_delta;  // a delta slot needs the block's master before the update
 };
 
 // Elements [begin, end) of one call, block by block.
@@ -251,7 +266,7 @@ void FusedStepCpu(const FusedStepArgs& args) {
   plan.args = &args;
   plan.any_delta = false;
   for (int k = 0; k < args.num_emas; ++k) {
-    plan.any_delta = plan.any_delta || args.emas[k].storage == EmaStorage::kDeltaBF16;
+    plan.any_delta = plan.any_delta || IsDeltaStorage(args.emas[k].storage);
   }
   if (args.kind == OptimizerKind::kAdamW) {
     plan.adamw = MakeAdamWScalars(args);

@@ -32,7 +32,8 @@
 //   Slot storages (framework/ema_storage.h): fp32 as above; bf16 and bf16_sr widen e to f32, run
 //   the same line, and round the result (and the beta-0 copy) to bf16, to nearest even (bf16) or
 //   stochastically with SrBits(sr_key, global_begin + i) (bf16_sr); delta_bf16 computes, in f32,
-//   t = f32(d) - (p_new - p_old), then d = bf16_rne(t * f(beta)), 0 for beta 0. A delta slot is
+//   t = f32(d) - (p_new - p_old), then d = bf16_rne(t * f(beta)), 0 for beta 0 (delta_bf16_sr:
+//   t * f(beta) rounded stochastically with SrBits(sr_key, global_begin + i)). A delta slot is
 //   NOT skipped at beta 1: d = d - (p_new - p_old) keeps the EMA value where it was while the
 //   master moves, so a delta slot must be a target of every pass once it has started.
 //
@@ -58,7 +59,7 @@ struct EmaTarget {
   void* ema = nullptr;  // n elements of EmaStorageDType(storage)
   double beta = 0.0;    // decay for this update (interval correction already applied)
   EmaStorage storage = EmaStorage::kF32;
-  uint32_t sr_key = 0;  // bf16_sr: SrKey(seed, slot, update) of this update
+  uint32_t sr_key = 0;  // bf16_sr, delta_bf16_sr: SrKey(seed, slot, update) of this update
 };
 
 struct FusedStepArgs {
@@ -75,7 +76,7 @@ struct FusedStepArgs {
   const EmaTarget* emas = nullptr;
   int num_emas = 0;
   // Global element index (framework/ema_storage.h SrBits) of element 0 of this call: element i
-  // is global element global_begin + i. Only bf16_sr slots read it.
+  // is global element global_begin + i. Only stochastic slots (bf16_sr, delta_bf16_sr) read it.
   int64_t global_begin = 0;
 
   double lr = 0.0;

@@ -40,11 +40,11 @@ struct EmaScalars {
   EmaMode mode;
   float weight;            // w = f32(1 - beta); 0 for kSkip and kCopy
   float one_minus_weight;  // 1 - w in f32; 1 for kSkip and kCopy
-  // Storage (framework/ema_storage.h). A delta_bf16 slot at beta 1 is kLerpLow with beta_f 1
+  // Storage (framework/ema_storage.h). A delta slot at beta 1 is kLerpLow with beta_f 1
   // (never kSkip: d moves with the master); its update reads only beta_f.
   EmaStorage storage;
-  float beta_f;     // f32(beta): the delta_bf16 factor
-  uint32_t sr_key;  // bf16_sr
+  float beta_f;     // f32(beta): the delta factor
+  uint32_t sr_key;  // bf16_sr, delta_bf16_sr
 };
 
 inline AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
@@ -82,7 +82,7 @@ inline EmaScalars MakeEmaScalars(double beta, EmaStorage storage = EmaStorage::k
                                  uint32_t sr_key = 0) {
   EmaScalars s{EmaMode::kSkip, 0.f, 1.f, storage, static_cast<float>(beta), sr_key};
   if (beta == 1.0) {
-    if (storage == EmaStorage::kDeltaBF16) s.mode = EmaMode::kLerpLow;
+    if (IsDeltaStorage(storage)) s.mode = EmaMode::kLerpLow;
     return s;
   }
   if (beta == 0.0) {

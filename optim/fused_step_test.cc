@@ -362,10 +362,12 @@ TEST(FusedStepTest, SumSquaresInDouble) {
   EXPECT_TRUE(std::isnan(SumSquaresCpu(x.data(), 33)));
 }
 
-// ---- bf16 EMA storages (framework/ema_storage.h): delta_bf16 against a double reference of the
-// fp32 EMA within bf16 bounds, its not-updating branch (beta 1) and start copy, bf16 and bf16_sr
-// against the reference, bf16_sr independent of how the range is split (the world-size
-// invariance of the global element index), and both ISA paths giving the same bits. ----
+// ---- bf16 EMA storages (framework/ema_storage.h): delta_bf16 and delta_bf16_sr against a double
+// reference of the fp32 EMA within bf16 bounds, their not-updating branch (beta 1) and start copy,
+// bf16 and bf16_sr against the reference, stochastic rounding unbiased where round-to-nearest
+// loses the update (bf16_sr and delta_bf16_sr), the stochastic kinds independent of how the range
+// is split (the world-size invariance of the global element index), and both ISA paths giving
+// the same bits. ----
 
 constexpr double kHalfBf16Ulp = 1.0 / 256;  // relative: 2^-8 >= half an ulp of an 8-bit mantissa
 
@@ -391,49 +393,96 @@ std::vector<uint16_t> Bf16Of(const std::vector<float>& v) {
   return out;
 }
 
+constexpr EmaStorage kDeltaKinds[] = {EmaStorage::kDeltaBF16, EmaStorage::kDeltaBF16Sr};
+
+// Rounding error bound of one bf16 result, in half ulps: 1 to nearest, 2 (one ulp) stochastic.
+double HalfUlps(EmaStorage kind) { return IsStochasticStorage(kind) ? 2 : 1; }
+
 TEST(FusedStepStorageTest, DeltaUpdateMatchesFp32ReferenceWithinBf16) {
   const int64_t n = 5003;
-  for (double beta : {0.9, 0.999, 0.6}) {
-    Sgd s(n, 3);
-    const std::vector<float> old = s.master;
-    // d = ema - master: an EMA that lags the master by up to 0.05.
-    const std::vector<uint16_t> d0 = Bf16Of(Random(n, 9, -0.05f, 0.05f));
-    std::vector<uint16_t> d = d0;
-    const EmaTarget t{d.data(), beta, EmaStorage::kDeltaBF16};
-    FusedStepCpu(s.Args(&t, 1));
-    for (int64_t i = 0; i < n; ++i) {
-      const double ema_old = double(old[i]) + double(BF16ToF32(d0[i]));
-      const double want = beta * ema_old + (1 - beta) * double(s.master[i]);
-      const double got = DeltaToF32(s.master[i], d[i]);
-      const double dnew = std::fabs(double(BF16ToF32(d[i])));
-      ASSERT_LE(std::fabs(got - want), kHalfBf16Ulp * dnew + 4e-7 * (1 + std::fabs(want)))
-          << "beta " << beta << " element " << i;
+  for (EmaStorage kind : kDeltaKinds) {
+    for (double beta : {0.9, 0.999, 0.6}) {
+      Sgd s(n, 3);
+      const std::vector<float> old = s.master;
+      // d = ema - master: an EMA that lags the master by up to 0.05.
+      const std::vector<uint16_t> d0 = Bf16Of(Random(n, 9, -0.05f, 0.05f));
+      std::vector<uint16_t> d = d0;
+      const EmaTarget t{d.data(), beta, kind, SrKey(1, 2, 3)};
+      FusedStepCpu(s.Args(&t, 1));
+      for (int64_t i = 0; i < n; ++i) {
+        const double ema_old = double(old[i]) + double(BF16ToF32(d0[i]));
+        const double want = beta * ema_old + (1 - beta) * double(s.master[i]);
+        const double got = DeltaToF32(s.master[i], d[i]);
+        const double dnew = std::fabs(double(BF16ToF32(d[i])));
+        ASSERT_LE(std::fabs(got - want),
+                  HalfUlps(kind) * kHalfBf16Ulp * dnew + 4e-7 * (1 + std::fabs(want)))
+            << EmaStorageName(kind) << " beta " << beta << " element " << i;
+      }
     }
   }
 }
 
 TEST(FusedStepStorageTest, DeltaNotUpdatingKeepsTheEmaWhileTheMasterMoves) {
   const int64_t n = 3001;
-  Sgd s(n, 5);
-  const std::vector<float> old = s.master;
-  const std::vector<uint16_t> d0 = Bf16Of(Random(n, 11, -0.5f, 0.5f));
-  std::vector<uint16_t> d = d0;
-  const EmaTarget t{d.data(), 1.0, EmaStorage::kDeltaBF16};  // not due: d <- d - delta
-  FusedStepCpu(s.Args(&t, 1));
-  int64_t moved = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double before = DeltaToF32(old[i], d0[i]);
-    const double after = DeltaToF32(s.master[i], d[i]);
-    moved += d[i] != d0[i];
-    ASSERT_LE(std::fabs(after - before),
-              kHalfBf16Ulp * std::fabs(double(BF16ToF32(d[i]))) + 4e-7 * (1 + std::fabs(before)))
-        << i;
+  for (EmaStorage kind : kDeltaKinds) {
+    Sgd s(n, 5);
+    const std::vector<float> old = s.master;
+    const std::vector<uint16_t> d0 = Bf16Of(Random(n, 11, -0.5f, 0.5f));
+    std::vector<uint16_t> d = d0;
+    const EmaTarget t{d.data(), 1.0, kind, SrKey(4, 5, 6)};  // not due: d <- d - delta
+    FusedStepCpu(s.Args(&t, 1));
+    int64_t moved = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double before = DeltaToF32(old[i], d0[i]);
+      const double after = DeltaToF32(s.master[i], d[i]);
+      moved += d[i] != d0[i];
+      ASSERT_LE(std::fabs(after - before),
+                HalfUlps(kind) * kHalfBf16Ulp * std::fabs(double(BF16ToF32(d[i]))) +
+                    4e-7 * (1 + std::fabs(before)))
+          << EmaStorageName(kind) << " " << i;
+    }
+    EXPECT_GT(moved, n / 2);  // d did follow the master
+    // Starting (beta 0) sets d = 0: the EMA equals the new master.
+    const EmaTarget start{d.data(), 0.0, kind, 7};
+    FusedStepCpu(s.Args(&start, 1));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 0) << i;
   }
-  EXPECT_GT(moved, n / 2);  // d did follow the master
-  // Starting (beta 0) sets d = 0: the EMA equals the new master.
-  const EmaTarget start{d.data(), 0.0, EmaStorage::kDeltaBF16};
-  FusedStepCpu(s.Args(&start, 1));
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 0) << i;
+}
+
+TEST(FusedStepStorageTest, DeltaShrinkBelowHalfAnUlpIsKeptOnAverageOnlyByStochasticRounding) {
+  // A fixed master 1 below the EMA (d = 1) and beta 0.999: each update shrinks d by 1e-3, below
+  // half an ulp of 1 (2^-8), so round-to-nearest keeps d = 1 for ever; stochastic rounding keeps
+  // E[d] = f32(beta)^k (per element within a few ulps: a random walk contracted by beta).
+  const int64_t n = 1 << 14;
+  const int steps = 300;
+  std::vector<float> grad(n, 0.f), master(n, 2.0f);
+  std::vector<uint16_t> rne(n, F32ToBF16(1.0f)), sr(n, F32ToBF16(1.0f));
+  for (int step = 1; step <= steps; ++step) {
+    const EmaTarget t[2] = {
+        {rne.data(), 0.999, EmaStorage::kDeltaBF16},
+        {sr.data(), 0.999, EmaStorage::kDeltaBF16Sr, SrKey(0, 2, uint64_t(step))}};
+    FusedStepArgs a;
+    a.n = n;
+    a.kind = OptimizerKind::kSgd;
+    a.grad = grad.data();
+    a.master = master.data();
+    a.lr = 0.0;
+    a.emas = t;
+    a.num_emas = 2;
+    FusedStepCpu(a);
+  }
+  const double want = std::pow(double(0.999f), steps);  // 0.7407
+  double mean = 0, max_err = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(BF16ToF32(rne[i]), 1.0f) << i;
+    mean += BF16ToF32(sr[i]);
+    max_err = std::max(max_err, std::fabs(BF16ToF32(sr[i]) - want));
+  }
+  mean /= double(n);
+  // Per element: stationary std ~ ulp / sqrt(6 * (1 - beta^2)) ~ 0.03; the mean of 16384: ~3e-4.
+  EXPECT_NEAR(mean, want, 1.5e-3);
+  EXPECT_LT(max_err, 0.25);
+  EXPECT_GT(max_err, 1.0 / 256);  // it is stochastic: elements spread over several ulps
 }
 
 TEST(FusedStepStorageTest, Bf16KindsMatchReferenceAndSkipAtBetaOne) {
@@ -487,33 +536,35 @@ TEST(FusedStepStorageTest, Bf16DropsSmallUpdatesWhileStochasticRoundingKeepsThem
 
 TEST(FusedStepStorageTest, StochasticRoundingDependsOnGlobalIndexNotOnTheSplit) {
   const int64_t n = 6007, cut = 1234;
-  Sgd whole(n, 31), split(n, 31);
-  std::vector<uint16_t> a = Bf16Of(Random(n, 33, -1, 1)), b = a;
-  const uint32_t key = SrKey(5, SlotNameHash("ema"), 42);
-  const EmaTarget ta{a.data(), 0.9, EmaStorage::kBF16Sr, key};
-  FusedStepArgs fa = whole.Args(&ta, 1);
-  fa.global_begin = 1000;
-  FusedStepCpu(fa);
-  // The same elements as two calls (as two ranks would see them).
-  for (int part = 0; part < 2; ++part) {
-    const int64_t begin = part == 0 ? 0 : cut, end = part == 0 ? cut : n;
-    const EmaTarget tb{b.data() + begin, 0.9, EmaStorage::kBF16Sr, key};
-    FusedStepArgs fb = split.Args(&tb, 1);
-    fb.n = end - begin;
-    fb.grad += begin;
-    fb.master += begin;
-    fb.global_begin = 1000 + begin;
-    FusedStepCpu(fb);
+  for (EmaStorage kind : {EmaStorage::kBF16Sr, EmaStorage::kDeltaBF16Sr}) {
+    Sgd whole(n, 31), split(n, 31);
+    std::vector<uint16_t> a = Bf16Of(Random(n, 33, -1, 1)), b = a;
+    const uint32_t key = SrKey(5, SlotNameHash("ema"), 42);
+    const EmaTarget ta{a.data(), 0.9, kind, key};
+    FusedStepArgs fa = whole.Args(&ta, 1);
+    fa.global_begin = 1000;
+    FusedStepCpu(fa);
+    // The same elements as two calls (as two ranks would see them).
+    for (int part = 0; part < 2; ++part) {
+      const int64_t begin = part == 0 ? 0 : cut, end = part == 0 ? cut : n;
+      const EmaTarget tb{b.data() + begin, 0.9, kind, key};
+      FusedStepArgs fb = split.Args(&tb, 1);
+      fb.n = end - begin;
+      fb.grad += begin;
+      fb.master += begin;
+      fb.global_begin = 1000 + begin;
+      FusedStepCpu(fb);
+    }
+    EXPECT_EQ(a, b) << EmaStorageName(kind);
+    // Another global offset draws other bits.
+    Sgd shifted(n, 31);
+    std::vector<uint16_t> c = Bf16Of(Random(n, 33, -1, 1));
+    const EmaTarget tc{c.data(), 0.9, kind, key};
+    FusedStepArgs fc = shifted.Args(&tc, 1);
+    fc.global_begin = 0;
+    FusedStepCpu(fc);
+    EXPECT_NE(a, c) << EmaStorageName(kind);
   }
-  EXPECT_EQ(a, b);
-  // Another global offset draws other bits.
-  Sgd shifted(n, 31);
-  std::vector<uint16_t> c = Bf16Of(Random(n, 33, -1, 1));
-  const EmaTarget tc{c.data(), 0.9, EmaStorage::kBF16Sr, key};
-  FusedStepArgs fc = shifted.Args(&tc, 1);
-  fc.global_begin = 0;
-  FusedStepCpu(fc);
-  EXPECT_NE(a, c);
 }
 
 TEST(FusedStepStorageTest, PortablePathComputesTheSameBits) {
@@ -524,12 +575,13 @@ TEST(FusedStepStorageTest, PortablePathComputesTheSameBits) {
     SetFusedStepPortableForTesting(portable == 1);
     Sgd s(n, 41);
     std::vector<uint16_t> d = Bf16Of(Random(n, 43, -0.1f, 0.1f)), e = Bf16Of(Random(n, 44, -1, 1)),
-                          r = e;
-    const EmaTarget t[3] = {{d.data(), 0.99, EmaStorage::kDeltaBF16},
+                          r = e, ds = d;
+    const EmaTarget t[4] = {{d.data(), 0.99, EmaStorage::kDeltaBF16},
                             {e.data(), 0.7, EmaStorage::kBF16Sr, 9},
-                            {r.data(), 0.3, EmaStorage::kBF16}};
-    FusedStepCpu(s.Args(t, 3));
-    out[portable] = {d, e, r};
+                            {r.data(), 0.3, EmaStorage::kBF16},
+                            {ds.data(), 0.999, EmaStorage::kDeltaBF16Sr, 10}};
+    FusedStepCpu(s.Args(t, 4));
+    out[portable] = {d, e, r, ds};
     masters[portable] = s.master;
   }
   SetFusedStepPortableForTesting(false);

@@ -37,7 +37,7 @@ EmaSlot MakeEmaSlot(const EmaTarget& t) {
 }
 
 // Reaches the device: beta != 1, or a delta slot (which moves with the master at beta 1).
-bool Due(const EmaTarget& t) { return t.beta != 1.0 || t.storage == EmaStorage::kDeltaBF16; }
+bool Due(const EmaTarget& t) { return t.beta != 1.0 || IsDeltaStorage(t.storage); }
 
 size_t SlotBytes(EmaStorage storage) { return DTypeSize(EmaStorageDType(storage)); }
 
@@ -82,7 +82,7 @@ __device__ __forceinline__ Lanes<W> LoadSlot(const EmaSlot& s, int64_t i) {
 // The slot's new f32 value, rounded to its storage and stored at elements [i, i + W) (the CPU
 // kernel's order): f32 / bf16 / bf16_sr: r = copy or lerp of (e, p); delta: r = f(beta) *
 // (d - (p - p_old)), 0 for the copy; then bf16 nearest even, or stochastic with the bits of
-// global element g + i + k (g: the call's global_begin).
+// global element g + i + k (g: the call's global_begin) for bf16_sr and delta_bf16_sr.
 template <int W>
 __device__ __forceinline__ void UpdateSlot(const EmaSlot& s, const Lanes<W>& e, const Lanes<W>& p,
                                            const Lanes<W>& p_old, int64_t i, int64_t g) {
@@ -90,7 +90,7 @@ __device__ __forceinline__ void UpdateSlot(const EmaSlot& s, const Lanes<W>& e, 
   Lanes<W> r;
 #pragma unroll
   for (int k = 0; k < W; ++k) {
-    if (c.storage == EmaStorage::kDeltaBF16) {
+    if (IsDeltaStorage(c.storage)) {
       r.v[k] = c.mode == EmaMode::kCopy
                    ? 0.f
                    : __fmul_rn(__fsub_rn(e.v[k], __fsub_rn(p.v[k], p_old.v[k])), c.beta_f);
@@ -102,7 +102,7 @@ __device__ __forceinline__ void UpdateSlot(const EmaSlot& s, const Lanes<W>& e, 
   cuda_internal::Bits16<W> b;
 #pragma unroll
   for (int k = 0; k < W; ++k) {
-    b.v[k] = c.storage == EmaStorage::kBF16Sr
+    b.v[k] = IsStochasticStorage(c.storage)
                  ? F32ToBF16Stochastic(r.v[k], SrBits(c.sr_key, uint64_t(g + i + k)))
                  : F32ToBF16(r.v[k]);
   }
@@ -126,7 +126,7 @@ struct StepParams {
   SgdScalars sgd;
   int num_emas;
   EmaSlot emas[kCudaEmaSlotsPerLaunch];
-  int64_t global_begin;  // FusedStepArgs::global_begin (bf16_sr slots)
+  int64_t global_begin;  // FusedStepArgs::global_begin (stochastic slots)
 };
 
 // kSlots: compile-time bound on num_emas, so the slots' values stay in registers and all loads
@@ -320,14 +320,14 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   std::vector<EmaSlot> due;
   for (int pass = 0; pass < 2; ++pass) {
     for (int k = 0; k < args.num_emas; ++k) {
-      const bool delta = args.emas[k].storage == EmaStorage::kDeltaBF16;
+      const bool delta = IsDeltaStorage(args.emas[k].storage);
       if (Due(args.emas[k]) && delta == (pass == 0)) due.push_back(MakeEmaSlot(args.emas[k]));
     }
   }
   if (due.size() > size_t(kCudaEmaSlotsPerLaunch) &&
-      due[kCudaEmaSlotsPerLaunch].scalars.storage == EmaStorage::kDeltaBF16) {
+      IsDeltaStorage(due[kCudaEmaSlotsPerLaunch].scalars.storage)) {
     return InvalidArgument(what, ": more than ", kCudaEmaSlotsPerLaunch,
-                           " delta_bf16 EMA slots (they must all be in the optimizer's launch)");
+                           " delta EMA slots (they must all be in the optimizer's launch)");
   }
   StepParams p{};
   p.plan.n = args.n;

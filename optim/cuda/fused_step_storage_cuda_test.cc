@@ -1,7 +1,7 @@
-// FusedStepCuda with bf16 EMA storages (bf16, bf16_sr, delta_bf16) on a GPU: bit for bit against
-// FusedStepCpu for AdamW and SGD, odd sizes and offsets (vector and scalar paths), a nonzero
-// global_begin, beta 1 (a delta slot still moves, a bf16 slot does not), beta 0 and more slots
-// than one launch takes (the delta slots are put in the optimizer's launch). Skips without CUDA.
+// FusedStepCuda with bf16 EMA storages (bf16, bf16_sr, delta_bf16, delta_bf16_sr) on a GPU: bit
+// for bit against FusedStepCpu for AdamW and SGD, odd sizes and offsets (vector and scalar
+// paths), a nonzero global_begin, beta 1 (a delta slot still moves, a bf16 slot does not), beta 0
+// and more slots than one launch takes (the delta slots are put in the optimizer's launch). Skips without CUDA.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -94,7 +94,9 @@ TEST_F(FusedStepStorageCudaTest, EveryStorageMatchesCpuBitForBit) {
                                    {EmaStorage::kDeltaBF16, 1.0},
                                    {EmaStorage::kBF16, 1.0},
                                    {EmaStorage::kBF16Sr, 0.0},
-                                   {EmaStorage::kDeltaBF16, 0.0}};
+                                   {EmaStorage::kDeltaBF16, 0.0},
+                                   {EmaStorage::kDeltaBF16Sr, 0.999},
+                                   {EmaStorage::kDeltaBF16Sr, 1.0}};
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
     for (int64_t n : {1, 3, 8, 1000, 4099}) {
       for (size_t offset : {0, 1, 3}) ExpectMatchesCpu(kind, n, offset, slots);
@@ -105,7 +107,9 @@ TEST_F(FusedStepStorageCudaTest, EveryStorageMatchesCpuBitForBit) {
 TEST_F(FusedStepStorageCudaTest, DeltaSlotsGoInTheOptimizersLaunch) {
   std::vector<Slot> slots;
   for (int k = 0; k < 5; ++k) slots.push_back({EmaStorage::kBF16Sr, 0.9});
-  for (int k = 0; k < 7; ++k) slots.push_back({EmaStorage::kDeltaBF16, 0.95});
+  for (int k = 0; k < 7; ++k) {
+    slots.push_back({k % 2 ? EmaStorage::kDeltaBF16Sr : EmaStorage::kDeltaBF16, 0.95});
+  }
   ExpectMatchesCpu(OptimizerKind::kAdamW, 4099, 0, slots);  // 12 slots, the delta ones last
 }
 
