@@ -449,6 +449,20 @@ TEST(FusedStepStorageTest, DeltaNotUpdatingKeepsTheEmaWhileTheMasterMoves) {
   }
 }
 
+// An SGD pass with lr 0 (the master stays put) over `t[0..k)`.
+FusedStepArgs FixedMasterArgs(const std::vector<float>& grad, std::vector<float>& master,
+                              const EmaTarget* t, int k) {
+  FusedStepArgs a;
+  a.n = int64_t(master.size());
+  a.kind = OptimizerKind::kSgd;
+  a.grad = grad.data();
+  a.master = master.data();
+  a.lr = 0.0;
+  a.emas = t;
+  a.num_emas = k;
+  return a;
+}
+
 TEST(FusedStepStorageTest, DeltaShrinkBelowHalfAnUlpIsKeptOnAverageOnlyByStochasticRounding) {
   // A fixed master 1 below the EMA (d = 1) and beta 0.999: each update shrinks d by 1e-3, below
   // half an ulp of 1 (2^-8), so round-to-nearest keeps d = 1 for ever; stochastic rounding keeps
@@ -461,15 +475,7 @@ TEST(FusedStepStorageTest, DeltaShrinkBelowHalfAnUlpIsKeptOnAverageOnlyByStochas
     const EmaTarget t[2] = {
         {rne.data(), 0.999, EmaStorage::kDeltaBF16},
         {sr.data(), 0.999, EmaStorage::kDeltaBF16Sr, SrKey(0, 2, uint64_t(step))}};
-    FusedStepArgs a;
-    a.n = n;
-    a.kind = OptimizerKind::kSgd;
-    a.grad = grad.data();
-    a.master = master.data();
-    a.lr = 0.0;
-    a.emas = t;
-    a.num_emas = 2;
-    FusedStepCpu(a);
+    FusedStepCpu(FixedMasterArgs(grad, master, t, 2));
   }
   const double want = std::pow(double(0.999f), steps);  // 0.7407
   double mean = 0, max_err = 0;
@@ -513,15 +519,7 @@ TEST(FusedStepStorageTest, Bf16DropsSmallUpdatesWhileStochasticRoundingKeepsThem
   for (int step = 1; step <= 200; ++step) {
     const EmaTarget t[2] = {{rne.data(), 0.999, EmaStorage::kBF16},
                             {sr.data(), 0.999, EmaStorage::kBF16Sr, SrKey(0, 1, uint64_t(step))}};
-    FusedStepArgs a;
-    a.n = n;
-    a.kind = OptimizerKind::kSgd;
-    a.grad = grad.data();
-    a.master = master.data();
-    a.lr = 0.0;
-    a.emas = t;
-    a.num_emas = 2;
-    FusedStepCpu(a);
+    FusedStepCpu(FixedMasterArgs(grad, master, t, 2));
   }
   double mean_sr = 0;
   for (int64_t i = 0; i < n; ++i) {
