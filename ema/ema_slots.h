@@ -5,8 +5,8 @@
 // memory per rank is 4 * local_numel bytes per fp32 slot, never O(N). EmaConfig::storage
 // (framework/ema_storage.h) picks 2 bytes instead: bf16 (stops moving once updates round to
 // zero), bf16_sr (stochastic rounding) or delta_bf16 / delta_bf16_sr (d = ema - master, moved by
-// the fused pass at EVERY step once started: a not-due step is a "track_only" plan entry with beta 1). Everything
-// that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the reconstructed f32 values;
+// the fused pass at EVERY step once started: a not-due step is a "track_only" plan entry with
+// beta 1). Everything that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the reconstructed f32 values;
 // checkpoints save the stored bits (bf16 slot; the config's "storage" says how to read them). Every replicated buffer "b"
 // of the store gets a per-slot copy "<slot>/b", kept by BufferModeFor(config, b): kCopy (the
 // current value) or kAverage (an EMA with the slot's beta).
