@@ -1,10 +1,11 @@
 // SlotRegistry: every piece of per-rank training state, by name.
 //
 // Two families:
-//   * Sharded slots: f32 arrays of layout.local_numel() elements laid out like the fp32 master
+//   * Sharded slots: arrays of layout.local_numel() elements laid out like the fp32 master
 //     (fsdp/layout.h: this rank's slices of every unit, concatenated, padding included). Each has
 //     a name, a kind (master, moment, ema, grad), whether checkpoints save it, and JSON
-//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson().
+//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson(). They
+//     are f32 unless added with another dtype by AddSlotOf (a bf16 EMA slot: 2 bytes/element).
 //     Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq", "momentum_buffer",
 //     "grad" (not persistent), and each EMA slot by its config name.
 //   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
@@ -67,6 +68,7 @@ struct SlotInfo {
   SlotKind kind = SlotKind::kMaster;
   bool persistent = true;
   nlohmann::json hyper = nlohmann::json::object();
+  DType dtype = DType::kF32;  // element type of the slot's memory
 };
 
 class SlotRegistry {
@@ -88,10 +90,17 @@ class SlotRegistry {
   StatusOr<float*> AddSlot(const std::string& name, SlotKind kind, bool persistent,
                            nlohmann::json hyper = nlohmann::json::object(),
                            SlotPlacement placement = SlotPlacement::kDevice);
+  // The same for a slot of any floating dtype (local_numel() elements of `dtype`).
+  // Errors: as AddSlot; kInvalidArgument for a non-floating dtype.
+  StatusOr<void*> AddSlotOf(DType dtype, const std::string& name, SlotKind kind, bool persistent,
+                            nlohmann::json hyper = nlohmann::json::object(),
+                            SlotPlacement placement = SlotPlacement::kDevice);
   bool HasSlot(const std::string& name) const { return slot_index_.count(name) != 0; }
   // The slot's memory (local_numel() floats). Errors: kNotFound naming the slot and listing the
-  // registered ones.
+  // registered ones; kFailedPrecondition for a slot that is not f32 (use RawData).
   StatusOr<float*> Data(const std::string& name) const;
+  // The slot's memory whatever its dtype (SlotInfo::dtype). Errors: kNotFound.
+  StatusOr<void*> RawData(const std::string& name) const;
   // Registered slots in registration order.
   std::vector<SlotInfo> Slots() const;
   StatusOr<SlotInfo> Info(const std::string& name) const;
@@ -103,7 +112,8 @@ class SlotRegistry {
   StatusOr<SlotPlacement> Placement(const std::string& name) const;
   // Exchanges the memory of two slots: O(1) when both are in the same memory. A device slot and
   // a host slot exchange contents instead, with copies queued on `stream` (a stream of device())
-  // and waited for before returning. Errors: kNotFound; copy errors.
+  // and waited for before returning. Errors: kNotFound; kInvalidArgument when the dtypes differ;
+  // copy errors.
   Status SwapSlots(const std::string& a, const std::string& b, Stream stream = Stream{});
 
   // Adds a zero-filled replicated buffer. Errors: kInvalidArgument for an empty name or a
