@@ -371,18 +371,26 @@ TEST(FusedStepTest, SumSquaresInDouble) {
 
 constexpr double kHalfBf16Ulp = 1.0 / 256;  // relative: 2^-8 >= half an ulp of an 8-bit mantissa
 
+// An SGD pass with lr 0 (the master stays put) over `t[0..k)`.
+FusedStepArgs FixedMasterArgs(const std::vector<float>& grad, std::vector<float>& master,
+                              const EmaTarget* t, int k) {
+  FusedStepArgs a;
+  a.n = int64_t(master.size());
+  a.kind = OptimizerKind::kSgd;
+  a.grad = grad.data();
+  a.master = master.data();
+  a.lr = 0.0;
+  a.emas = t;
+  a.num_emas = k;
+  return a;
+}
+
 struct Sgd {
   std::vector<float> grad, master;
   Sgd(int64_t n, uint32_t seed) : grad(Random(n, seed, -1, 1)), master(Random(n, seed + 1, -2, 2)) {}
   FusedStepArgs Args(const EmaTarget* t, int k) {
-    FusedStepArgs a;
-    a.n = int64_t(master.size());
-    a.kind = OptimizerKind::kSgd;
-    a.grad = grad.data();
-    a.master = master.data();
+    FusedStepArgs a = FixedMasterArgs(grad, master, t, k);
     a.lr = 0.05;
-    a.emas = t;
-    a.num_emas = k;
     return a;
   }
 };
@@ -447,20 +455,6 @@ TEST(FusedStepStorageTest, DeltaNotUpdatingKeepsTheEmaWhileTheMasterMoves) {
     FusedStepCpu(s.Args(&start, 1));
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 0) << i;
   }
-}
-
-// An SGD pass with lr 0 (the master stays put) over `t[0..k)`.
-FusedStepArgs FixedMasterArgs(const std::vector<float>& grad, std::vector<float>& master,
-                              const EmaTarget* t, int k) {
-  FusedStepArgs a;
-  a.n = int64_t(master.size());
-  a.kind = OptimizerKind::kSgd;
-  a.grad = grad.data();
-  a.master = master.data();
-  a.lr = 0.0;
-  a.emas = t;
-  a.num_emas = k;
-  return a;
 }
 
 TEST(FusedStepStorageTest, DeltaShrinkBelowHalfAnUlpIsKeptOnAverageOnlyByStochasticRounding) {
