@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/fault_injection.h"
 #include "fsdp/device_ops.h"
 
 namespace shardema {
@@ -362,6 +363,8 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
   if (s.params == UnitState::Params::kReleased) {
     const UnitLayout& u = layout_.units()[unit];
     const size_t esize = DTypeSize(options_.compute_dtype);
+    Status injected = InjectedFault("store.gather");
+    if (!injected.ok()) return injected.WithContext("gather of unit '" + u.name + "'");
     ASSIGN_OR_RETURN(s.param_buf, cache_.Acquire(size_t(u.padded_numel) * esize));
     const char* send =
         static_cast<const char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
@@ -456,6 +459,8 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit) 
                               "' has a reduce-scatter in flight: wait for it first");
   }
   if (!s.grad_live) {
+    Status injected = InjectedFault("store.unit_grads");
+    if (!injected.ok()) return injected.WithContext("gradient buffer of unit '" + u.name + "'");
     ASSIGN_OR_RETURN(s.grad_buf,
                      ZeroedBuffer(cache_, stream_,
                                   size_t(u.padded_numel) * DTypeSize(options_.reduce_dtype),
