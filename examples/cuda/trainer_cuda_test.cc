@@ -4,7 +4,7 @@
 //   * PyTorch parity setup (examples/parity_test.cc): per-step losses, final parameters, both EMA
 //     slots and the final eval losses within 1e-5 relative of the CPU run and of the golden file;
 //   * cross-entropy, relu, --grad-accum 2 and chunked evaluation within 1e-4;
-//   * bf16 compute: trains, and tracks the CPU bf16 run to bf16 rounding;
+//   * bf16 and fp16 compute: train, and track the CPU run to 16-bit rounding;
 //   * cross-device resume: saved on CUDA (async saves) -> resumed on the CPU, and saved on the
 //     CPU -> resumed on CUDA, both continuing like a straight CPU run;
 //   * train_gpt --device cuda (GptModelCuda) against the CPU GptModel at f32, fp16 and with
@@ -193,19 +193,24 @@ TEST_F(CudaTrainerTest, CrossEntropyReluGradAccumAndChunkedEval) {
   }
 }
 
-TEST_F(CudaTrainerTest, Bf16TrainsAndTracksTheCpu) {
-  const std::string args = std::string(kParityArgs) + " --steps 12 --precision bf16";
-  StatusOr<TrainedRun> cpu = Train(args, false);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  StatusOr<TrainedRun> gpu = Train(args, true);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  ASSERT_EQ(gpu->summary.losses.size(), 12u);
-  EXPECT_LT(gpu->summary.losses.back(), gpu->summary.losses.front());
-  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 3e-2);
-  if (World()->rank() == 0) {
-    const double err = StateErr(*gpu, *cpu);
-    EXPECT_LT(err, 3e-2);
-    std::printf("bf16 cuda vs cpu: params+EMA %.3g\n", err);
+// bf16 and fp16 compute train and track the CPU run to 16-bit rounding. fp16: the GPU backward
+// keeps dz and x f32 and widens the weight (the CPU's rule), so small gradients cannot underflow.
+TEST_F(CudaTrainerTest, HalfPrecisionTrainsAndTracksTheCpu) {
+  for (const char* precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::string args = std::string(kParityArgs) + " --steps 12 --precision " + precision;
+    StatusOr<TrainedRun> cpu = Train(args, false);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    StatusOr<TrainedRun> gpu = Train(args, true);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    ASSERT_EQ(gpu->summary.losses.size(), 12u);
+    EXPECT_LT(gpu->summary.losses.back(), gpu->summary.losses.front());
+    EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 3e-2);
+    if (World()->rank() == 0) {
+      const double err = StateErr(*gpu, *cpu);
+      EXPECT_LT(err, 3e-2);
+      std::printf("%s cuda vs cpu: params+EMA %.3g\n", precision, err);
+    }
   }
 }
 
