@@ -81,7 +81,8 @@ ours() {  # world -> one JSON line
     --n-layer "$n_layer" --n-head "$n_head" --n-embd "$n_embd" --block-size "$block" \
     --batch "$batch" --steps $((steps + warmup)) --bench-warmup "$warmup" --bench-json \
     --optim adamw --betas 0.9,0.95 --weight-decay 0.1 --lr 3e-4 --ema 0.999,0.9999 \
-    --compute-threads "$threads" --log-every 0 --eval-batch 64 2>/dev/null |
+    --compute-threads "$threads" --optimizer-threads "$threads" --log-every 0 --eval-batch 64 \
+    2>/dev/null |
     grep '"step_ms"' | tail -1 || true
 }
 

@@ -121,6 +121,8 @@ class GptModel final : public GptLm, private UnitModule {
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   // Forward only: the sum over the rows of each row's mean cross-entropy (collective).
   StatusOr<double> LossSum(const Batch& batch) override;
+  void SetPhaseTimes(PhaseTimes* times) override { runner_.set_phase_times(times); }
+
  private:
   struct BlockActs {
     std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;

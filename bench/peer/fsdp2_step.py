@@ -12,8 +12,9 @@ step does besides the model, the same for every peer:
     torch._foreach_lerp_ (decay 0.999);
   - timing: after a barrier, wall and process CPU time of each step; the median over the timed
     steps, the slowest rank's;
-  - one JSON line from rank 0: {"world", "step_ms", "cpu_ms", "peak_rss_mib" (per rank),
-    "state_bytes_per_rank" (parameter + AdamW + EMA shards), "params", "torch", "blas", "adamw",
+  - one JSON line from rank 0: {"world", "step_ms", "cpu_ms", "peak_rss_mib" (per rank,
+    getrusage maxrss), "base_rss_mib" (per rank, after `import torch` and the process group,
+    before the model), "state_bytes_per_rank" (parameter + AdamW + EMA shards), "params", "torch", "blas", "adamw",
     "wrap"} plus the peer's own fields.
 Falls back to DDP (full replicas) when fully_shard is missing or fails on this build ("wrap":
 "ddp").
@@ -54,11 +55,21 @@ def spawn(worker, args):
     mp.spawn(_entry, args=(worker, args), nprocs=args.world, join=True)
 
 
+_base_rss_mib = 0.0
+
+
+def current_rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2.0**20
+
+
 def _entry(rank, worker, args):
+    global _base_rss_mib
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     torch.set_num_threads(max(1, args.threads))
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    _base_rss_mib = current_rss_mib()
     try:
         worker(rank, args)
     finally:
@@ -116,15 +127,17 @@ def train_loop(rank, args, model, params, opt, local_loss, extra):
             cpus.append(c)
     med = torch.tensor([statistics.median(walls), statistics.median(cpus)])
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
-    rss = torch.zeros(args.world)
-    rss[rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss = torch.zeros(2, args.world)
+    rss[0, rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss[1, rank] = _base_rss_mib
     dist.all_reduce(rss)
     # Unique parameters (a tied weight counts once, as params() lists it once).
     n = sum(p.numel() for p in params)
     local_n = sum(s.numel() for s in shards)
     if rank == 0:
         out = {"world": args.world, "step_ms": med[0].item() * 1e3, "cpu_ms": med[1].item() * 1e3,
-               "peak_rss_mib": [round(v, 1) for v in rss.tolist()],
+               "peak_rss_mib": [round(v, 1) for v in rss[0].tolist()],
+               "base_rss_mib": [round(v, 1) for v in rss[1].tolist()],
                "state_bytes_per_rank": 4 * local_n * (3 + args.ema), "params": n,
                "torch": torch.__version__, "blas": blas_name()}
         out.update(extra)

@@ -59,6 +59,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
 
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   StatusOr<double> LossSum(const Batch& batch) override;
+  void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
 
  private:
   // A block's saved activations (device, f32).
