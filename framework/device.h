@@ -50,7 +50,9 @@ Status SetCurrentDevice(Device device);
 // Creates a non-blocking stream on `device` (CPU: an empty stream). Destroy with DestroyStream.
 StatusOr<Stream> CreateStream(Device device);
 Status DestroyStream(Stream stream);
-// Blocks until all work queued on `stream` is done (CPU: returns at once).
+// Blocks until all work queued on `stream` is done (CPU: returns at once). While a device
+// communicator is registered (framework/host_wait.h) it polls that communicator's asynchronous
+// errors and honours its timeout instead of blocking without limit.
 Status SynchronizeStream(Stream stream);
 
 enum class MemoryKind : uint8_t {
