@@ -5,13 +5,10 @@
 #include <utility>
 
 #include "fsdp/device_ops.h"
+#include "fsdp/slot_names.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
-
-namespace {
-constexpr char kMasterSlot[] = "params";
-}  // namespace
 
 nlohmann::json EmaCounters::ToJson() const {
   return {{"num_updates", num_updates},
@@ -51,9 +48,9 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
       return AlreadyExists("EMA slot '", c.name, "' clashes with an existing state slot");
     }
     for (const ParamSpec& b : store->buffer_specs()) {
-      if (reg.HasBuffer(BufferCopyName(c.name, b.name))) {
+      if (reg.HasBuffer(SlotBufferName(c.name, b.name))) {
         return AlreadyExists("EMA slot '", c.name, "': buffer copy '",
-                             BufferCopyName(c.name, b.name), "' already exists");
+                             SlotBufferName(c.name, b.name), "' already exists");
       }
     }
   }
@@ -62,8 +59,10 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
   for (const EmaConfig& c : e->configs_) {
     const SlotPlacement where = c.offload ? SlotPlacement::kHost : SlotPlacement::kDevice;
     RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson(), where).status());
+    ASSIGN_OR_RETURN(SlotHandle h, reg.FindSlot(c.name));
+    e->handles_.push_back(h);
     for (const ParamSpec& b : store->buffer_specs()) {
-      RETURN_IF_ERROR(reg.AddBuffer(BufferCopyName(c.name, b.name), b.shape).status());
+      RETURN_IF_ERROR(reg.AddBuffer(SlotBufferName(c.name, b.name), b.shape).status());
     }
     any_offload = any_offload || c.offload;
   }
@@ -91,7 +90,7 @@ StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
                   ")");
 }
 
-float* EmaSlots::SlotData(size_t i) const { return *store_->registry().Data(configs_[i].name); }
+float* EmaSlots::SlotData(size_t i) const { return store_->registry().Data(handles_[i]); }
 
 float* EmaSlots::shard(size_t i) const {
   if (offloaded(i)) Fence().IgnoreError();  // kept by the offloader: Fence() reports it again
@@ -133,7 +132,7 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
   }
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
-    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
+    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(SlotBufferName(c.name, b.name)));
     std::memcpy(dst.data, src.data, src.nbytes());
   }
   counters_[i] = EmaCounters{0, step, step};
@@ -196,7 +195,7 @@ Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step)
     const EmaConfig& c = configs_[p.slot];
     for (const ParamSpec& b : store_->buffer_specs()) {
       ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
-      ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
+      ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(SlotBufferName(c.name, b.name)));
       if (p.starts || BufferModeFor(c, b.name) == BufferMode::kCopy) {
         std::memcpy(dst.data, src.data, src.nbytes());
       } else {
@@ -219,7 +218,7 @@ Status EmaSlots::SwapStorage(const std::string& name) {
   RETURN_IF_ERROR(Fence());  // an offloaded slot may still be written by the update thread
   RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name, store_->stream()));
   for (const ParamSpec& b : store_->buffer_specs()) {
-    RETURN_IF_ERROR(reg.SwapBuffers(b.name, BufferCopyName(name, b.name)));
+    RETURN_IF_ERROR(reg.SwapBuffers(b.name, SlotBufferName(name, b.name)));
   }
   return store_->RefreshComputeCopy();
 }
@@ -261,7 +260,7 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   if (store_->rank() != root) return out;
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView t,
-                     reg.BufferTensor(in_master ? b.name : BufferCopyName(name, b.name)));
+                     reg.BufferTensor(in_master ? b.name : SlotBufferName(name, b.name)));
     const float* d = t.as<float>();
     out.push_back(FullTensor{b.name, b.shape, std::vector<float>(d, d + t.numel())});
   }

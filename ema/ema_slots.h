@@ -168,9 +168,6 @@ class EmaSlots {
 
  private:
   EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs);
-  static std::string BufferCopyName(const std::string& slot, const std::string& buffer) {
-    return slot + "/" + buffer;
-  }
   Status CheckStarted(size_t i, const char* what) const;
   // The slot's memory without waiting for offloaded updates.
   float* SlotData(size_t i) const;
@@ -181,6 +178,7 @@ class EmaSlots {
   ShardedParameterStore* store_;
   std::vector<EmaConfig> configs_;
   std::vector<EmaCounters> counters_;
+  std::vector<SlotHandle> handles_;  // registry slot of configs_[i], resolved once
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
   ShardedParameterStore::GuardToken guard_;  // store shard-update guard (offloader)
