@@ -1,109 +1,134 @@
 #!/usr/bin/env bash
-# step_bench: one training step of the same MLP, shardema (train_mlp --bench-json: sharded store,
-# fused AdamW + EMA slots, MPI) vs PyTorch DDP over gloo (bench/peer/torch_ddp_mlp.py: full
-# replicas, AdamW foreach, EMA foreach lerp), at several world sizes, in the same run.
+# step_bench: one training step of the same MLP, shardema (train_mlp: sharded store, fused AdamW
+# + 2 EMA slots, MPI) vs PyTorch FSDP2 (bench/peer/torch_fsdp2_mlp.py: fully_shard per Linear over
+# gloo, fused AdamW, 2 EMA copies of the shards via _foreach_lerp_, grad norm, loss all-reduce),
+# at several world sizes, interleaved, on the CPU.
 #
-#   bazel run //bench:step_bench -- [--layers 1024,1024,1024,1024,1024] [--batch 64]
-#       [--activation gelu] [--steps 30] [--warmup 5] [--worlds "2 4"] [--repeats 3]
-#   (or bench/step_bench.sh TRAIN_MLP TORCH_PEER MPI_RUN_SH [flags] outside Bazel)
+#   bazel run //bench:step_bench -- [--layers 256,1024,768,256,16] [--batch 48] [--steps 20]
+#       [--warmup 5] [--worlds "1 2 4"] [--repeats 3] [--threads 1]
+#   (or bench/step_bench.sh TRAIN_MLP FSDP2_PEER STEP_ROOFLINE [flags] outside Bazel)
 #
-# Both sides: AdamW, 2 EMA slots updated every step, the same layer sizes, global batch and
-# activation (all layers but the last), one compute thread per rank (Eigen is single-threaded in
-# this build; torch.set_num_threads(1) and OMP_NUM_THREADS=1). Step time = median over the timed
-# steps of each rank's step wall time (after a barrier), max over ranks; each side runs --repeats
-# times alternately and the median of those is reported. Our ranks run with
-# OMPI_MCA_mpi_yield_when_idle=1 (unless set): a rank waiting in MPI yields its core instead of
-# spinning, as gloo's blocking sockets do — which matters with more ranks than cores, or on a
-# machine shared with other work.
-# State memory per rank = parameters + optimizer moments + EMA copies (ours: the store's
-# StateBytesPerRank, a 1/W shard each; torch: full replicas).
-# Prints a table and ends with `summary: step_ratio_w2=... step_ratio_w4=... state_mem_ratio=...`
-# (ours/torch; state_mem_ratio at the largest world size, per world as state_mem_ratio_wN).
-# Without a working `import torch` the torch columns read "na" and the ratios are skipped.
+# Both sides: the same layer sizes, global batch, GELU (exact erf) after all layers but the last,
+# MSE loss, AdamW, 2 EMA copies per step, --threads compute threads per rank (ours
+# --compute-threads/--optimizer-threads, torch.set_num_threads) and OMP/MKL threads alike.
+# Ranks start with mpirun directly (not tests/mpi_run.sh, which turns off OpenMPI's single-copy
+# shared-memory transport), --bind-to none like torch's spawned processes.
+# Step time: each rank's median over the timed steps (after a barrier), max over ranks; per world
+# size the two sides alternate --repeats times and the medians of those runs are reported: wall
+# ms, process CPU ms (all threads), ratio ours/torch, and peak RSS per rank (max over ranks; torch's
+# includes its ~0.3-0.7 GB of libraries, "torch_base" is its RSS before the model).
+# Roofline (STEP_ROOFLINE, bench/step_roofline.cc): the same GEMM shapes through the same nn
+# code, the step's collectives and the optimizer pass, each alone; bound = max(compute, comm) +
+# optimizer; step_efficiency = bound / our step time.
+# PyTorch: $PYTHON, else bench/peer/.venv/bin/python, created with `python3 -m venv` and
+# `pip install torch numpy safetensors` when missing (the test suite never needs it); without a
+# working `import torch` the torch columns read na.
+# Ends with `summary: ours_ms_wN=... torch_ms_wN=... step_ratio_wN=... step_efficiency_wN=...
+# ours_rss_mib_wN=... torch_rss_mib_wN=...` for each world size.
 set -euo pipefail
 
-train="${1:?usage: step_bench.sh TRAIN_MLP TORCH_PEER MPI_RUN_SH [flags]}"
+train="${1:?usage: step_bench.sh TRAIN_MLP FSDP2_PEER STEP_ROOFLINE [flags]}"
 peer="${2:?}"
-mpi_run="${3:?}"
+roofline="${3:?}"
 shift 3
-layers=1024,1024,1024,1024,1024
-batch=64
-activation=gelu
-steps=30
+layers=256,1024,768,256,16
+batch=48
+steps=20
 warmup=5
-worlds="2 4"
+worlds="1 2 4"
 repeats=3
+threads=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --layers) layers="$2"; shift 2 ;;
     --batch) batch="$2"; shift 2 ;;
-    --activation) activation="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --worlds) worlds="$2"; shift 2 ;;
     --repeats) repeats="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
     *) echo "step_bench: unknown flag $1" >&2; exit 2 ;;
   esac
 done
-python="${PYTHON:-/usr/bin/python3}"
-cores="$(nproc --all)"  # before OMP_NUM_THREADS, which nproc honours
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+cores="$(nproc --all)"
+export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
+# A rank waiting in MPI yields its core instead of spinning (as gloo's blocking sockets do):
+# this matters with more ranks than cores or on a shared machine.
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
+mpirun_=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpirun_+=(--allow-run-as-root)
 
-# One JSON field of a one-line JSON object.
-field() { "$python" -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2" 2>/dev/null || echo na; }
-median() { printf '%s\n' "$@" | grep -v '^na$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "na"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-
-have_torch=1
-if ! "$python" -c 'import torch' 2>/dev/null; then
-  have_torch=0
-  echo "# torch: skipped ('$python -c \"import torch\"' failed); PyTorch columns read na"
+# PyTorch: an explicit $PYTHON, or the peer's own venv (created on first use).
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$(dirname "$0")/.." && pwd)}"
+venv="$root/bench/peer/.venv"
+python="${PYTHON:-$venv/bin/python}"
+if [ -z "${PYTHON:-}" ] && [ ! -x "$python" ]; then
+  echo "# creating $venv (pip install torch numpy safetensors)"
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q torch numpy safetensors >&2 || true
 fi
+have_torch=1
+torch_info="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)" || have_torch=0
+[ "$have_torch" = 1 ] || echo "# torch: '$python -c \"import torch\"' failed; PyTorch columns read na"
+
+# One JSON field (a list: its maximum) of a one-line JSON object; na when missing.
+field() {
+  python3 -c 'import json,sys
+v = json.loads(sys.argv[1]).get(sys.argv[2], "na")
+print(max(v) if isinstance(v, list) else v)' "$1" "$2" 2>/dev/null || echo na
+}
+median() { printf '%s\n' "$@" | grep -v '^na$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "na"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+fmt() { [ "$1" = na ] && echo na || printf '%.1f' "$1"; }
+div() { if [ "$1" = na ] || [ "$2" = na ]; then echo na; else awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; fi; }
+# The last JSON line of a run's output ('{}' when the run failed: its columns read na).
+json_line() { sed 's/^\[[0-9,]*\]<stdout>://' | { grep '^{' || echo '{}'; } | tail -1; }
 
 ours() {  # world -> one JSON line
-  local w="$1"
-  OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" "$mpi_run" "$w" "$train" --layers "$layers" --batch "$batch" \
-    --activation "$activation" --optim adamw --ema 0.999,0.9999 --steps $((steps + warmup)) \
-    --bench-warmup "$warmup" --bench-json --log-every 0 --no-comm-checks 2>/dev/null \
-    | sed 's/^\[[0-9,]*\]<stdout>://' | grep '"step_ms"' | tail -1
+  "${mpirun_[@]}" -np "$1" "$train" --layers "$layers" --batch "$batch" --activation gelu \
+    --loss mse --optim adamw --ema 0.999,0.9999 --steps $((steps + warmup)) \
+    --bench-warmup "$warmup" --bench-json --log-every 0 --no-comm-checks \
+    --compute-threads "$threads" --optimizer-threads "$threads" 2>/dev/null | json_line || true
 }
-
-torch_peer() {  # world -> one JSON line
-  local w="$1"
+theirs() {  # world -> one JSON line
   [ "$have_torch" = 1 ] || { echo '{}'; return; }
-  "$python" "$peer" --world "$w" --layers "$layers" --batch "$batch" --steps "$steps" \
-    --warmup "$warmup" --ema 2 --threads 1 --port $((29500 + RANDOM % 2000)) 2>/dev/null | tail -1
+  "$python" "$peer" --world "$1" --layers "$layers" --batch "$batch" --steps "$steps" \
+    --warmup "$warmup" --ema 2 --threads "$threads" --port $((29500 + RANDOM % 2000)) \
+    2>/dev/null | json_line || true
+}
+bound() {  # world -> one JSON line
+  "${mpirun_[@]}" -np "$1" "$roofline" --layers "$layers" --batch "$batch" \
+    --threads "$threads" --repeats 10 2>/dev/null | json_line || true
 }
 
-echo "# step_bench: MLP $layers, global batch $batch, $activation, AdamW, 2 EMA slots; $steps timed steps after $warmup; $repeats repeats; 1 thread per rank; $cores cores"
-[ "$activation" = gelu ] || echo "# note: the PyTorch peer always uses GELU"
-printf '%7s %10s %10s %8s %18s %18s %9s\n' world ours_ms torch_ms ratio ours_state_B/rank torch_state_B/rank mem_ratio
+echo "# step_bench: MLP $layers, global batch $batch, gelu, mse, AdamW, 2 EMA slots; $steps timed steps after $warmup; $repeats interleaved repeats; $threads thread(s) per rank; $cores cores; torch ${torch_info:-na}"
+echo "# load before: $(uptime | sed 's/.*load/load/')"
+printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %8s\n' world ours_ms torch_ms ratio ours_cpu torch_cpu ours_rss torch_rss torch_base bound_ms eff isa
 summary=""
-last_mem="na"
 for w in $worlds; do
   if [ $((batch % w)) -ne 0 ]; then
     echo "step_bench: --batch $batch is not divisible by world $w" >&2
     exit 2
   fi
-  ours_ms=() torch_ms=()
-  ours_state=na torch_state=na
+  om=() tm=() oc=() tc=() orss=() trss=() tbase=() bm=()
+  isa=na
   for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
-    ours_ms+=("$(field "$j" step_ms)")
-    ours_state="$(field "$j" state_bytes_per_rank)"
-    j="$(torch_peer "$w")"
-    torch_ms+=("$(field "$j" step_ms)")
-    torch_state="$(field "$j" state_bytes_per_rank)"
+    om+=("$(field "$j" step_ms)"); oc+=("$(field "$j" cpu_ms)"); orss+=("$(field "$j" peak_rss_mib)")
+    isa="$(field "$j" cpu_isa)"
+    j="$(theirs "$w")"
+    tm+=("$(field "$j" step_ms)"); tc+=("$(field "$j" cpu_ms)"); trss+=("$(field "$j" peak_rss_mib)")
+    tbase+=("$(field "$j" base_rss_mib)")
+    j="$(bound "$w")"
+    bm+=("$(field "$j" bound_ms)")
   done
-  o="$(median "${ours_ms[@]}")"
-  t="$(median "${torch_ms[@]}")"
-  ratio=na mem=na
-  if [ "$t" != na ] && [ "$o" != na ]; then ratio="$(awk -v a="$o" -v b="$t" 'BEGIN{printf "%.3f", a/b}')"; fi
-  if [ "$torch_state" != na ] && [ "$ours_state" != na ]; then mem="$(awk -v a="$ours_state" -v b="$torch_state" 'BEGIN{printf "%.3f", a/b}')"; fi
-  o2="$( [ "$o" = na ] && echo na || printf '%.2f' "$o")"
-  t2="$( [ "$t" = na ] && echo na || printf '%.2f' "$t")"
-  printf '%7s %10s %10s %8s %18s %18s %9s\n' "$w" "$o2" "$t2" "$ratio" "$ours_state" "$torch_state" "$mem"
-  echo "#   runs (ms): ours $(printf '%.1f ' "${ours_ms[@]}")| torch $(printf '%s ' "${torch_ms[@]}" | awk '{for(i=1;i<=NF;i++) printf ($i=="na"?"na ":"%.1f "), $i}')"
-  summary+=" step_ratio_w${w}=${ratio} ours_ms_w${w}=${o2} torch_ms_w${w}=${t2} state_mem_ratio_w${w}=${mem}"
-  last_mem="$mem"
+  o="$(median "${om[@]}")" t="$(median "${tm[@]}")" b="$(median "${bm[@]}")"
+  ratio="$(div "$o" "$t")" eff="$(div "$b" "$o")"
+  ors="$(median "${orss[@]}")" trs="$(median "${trss[@]}")"
+  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %8s\n' "$w" "$(fmt "$o")" "$(fmt "$t")" \
+    "$ratio" "$(fmt "$(median "${oc[@]}")")" "$(fmt "$(median "${tc[@]}")")" "$(fmt "$ors")" \
+    "$(fmt "$trs")" "$(fmt "$(median "${tbase[@]}")")" "$(fmt "$b")" "$eff" "$isa"
+  echo "#   runs (wall ms): ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
+  summary+=" ours_ms_w${w}=$(fmt "$o") torch_ms_w${w}=$(fmt "$t") step_ratio_w${w}=${ratio}"
+  summary+=" step_efficiency_w${w}=${eff} ours_rss_mib_w${w}=$(fmt "$ors") torch_rss_mib_w${w}=$(fmt "$trs")"
 done
-echo "summary:${summary} state_mem_ratio=${last_mem}"
+echo "# load after: $(uptime | sed 's/.*load/load/')"
+echo "summary:${summary}"

@@ -97,6 +97,8 @@ class GptModel final : public Model, private UnitModule {
   StatusOr<std::vector<int64_t>> Sample(std::vector<int64_t> prompt, int64_t n, double temperature,
                                         uint64_t seed, const std::string& stream);
 
+  void SetPhaseTimes(PhaseTimes* times) override { runner_.set_phase_times(times); }
+
   const GptShape& shape() const { return shape_; }
 
  private:

@@ -2,7 +2,7 @@
 //   * PyTorch parity: 12 steps of a 2-layer model against testdata/gpt_parity_golden.safetensors
 //     (testdata/gen_gpt_golden.py): per-step losses, final parameters and the EMA slot; also with
 //     --grad-accum 2 and --recompute (the same mathematics);
-//   * recomputation is bit-identical to keeping the activations;
+//   * recomputation is bit-identical to keeping the activations (and --profile times phases);
 //   * the shuffled order is world-size invariant: the W-rank run equals a serial run in-process;
 //   * bit-exact resume on the same world size, and a resume resharded onto one rank that
 //     continues the same data order (losses and weights agree with a straight run);
@@ -132,9 +132,14 @@ TEST(GptTrainerTest, MatchesPyTorchWithAccumulationAndRecompute) {
 TEST(GptTrainerTest, RecomputationIsBitIdentical) {
   const std::string args = ParityArgs() + " --steps 4 --seed 3";
   StatusOr<TrainRun> keep = Train(args, World());
-  StatusOr<TrainRun> recompute = Train(args + " --recompute", World());
+  // --profile times the runner's phases and changes nothing in the mathematics.
+  StatusOr<TrainRun> recompute = Train(args + " --recompute --profile", World());
   ASSERT_TRUE(keep.ok() && recompute.ok());
   EXPECT_EQ(keep->summary.losses, recompute->summary.losses);
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kEval}) {
+    EXPECT_GT(recompute->summary.phases.ms(p), 0.0) << PhaseName(p);
+    EXPECT_EQ(keep->summary.phases.ms(p), 0.0) << PhaseName(p) << " without --profile";
+  }
   const auto a = GatherState(*keep->trainer), b = GatherState(*recompute->trainer);
   if (World()->rank() == 0) {
     EXPECT_TRUE(BitEqual(a, b));
@@ -149,7 +154,9 @@ TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
   StatusOr<WorldAndSerial> runs = RunWorldAndSerial(GptConfig(args), World());
   ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
-  EXPECT_LT(MaxRelDiffGpt(runs->world_state, runs->serial_state), 1e-4);
+  // Other row splits sum in other orders; 20 Adam steps amplify that to ~1e-4 with the FMA
+  // (x86-64-v3) GEMMs.
+  EXPECT_LT(MaxRelDiffGpt(runs->world_state, runs->serial_state), 3e-4);
   if (World()->world_size() == 1) {
     EXPECT_TRUE(BitEqual(runs->world_state, runs->serial_state));
   }

@@ -54,11 +54,12 @@ Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
 }
 
 MlpModel::MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers,
-                   mlp::Activation activation, mlp::Loss loss)
+                   mlp::Activation activation, mlp::Loss loss, int compute_threads)
     : store_(store),
       layers_(std::move(layers)),
       activation_(activation),
       loss_(loss),
+      ctx_(compute_threads),
       runner_(UnitRunner::Create(store, SequentialSchedule(layers_.size() - 1))) {
   a_.resize(num_layers());
   z_.resize(num_layers());

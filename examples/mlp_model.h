@@ -19,7 +19,8 @@
 // are f32 (the store's reduce dtype).
 //
 // Errors: store/communicator errors pass through with the unit named; kInvalidArgument from the
-// loss (a label outside the classes). Threading: one thread (the store's).
+// loss (a label outside the classes). Threading: one calling thread (the store's); the layers
+// use compute_threads.
 // Memory: the activations of one micro-batch (sum over layers of rows * D(i+1) * 2 floats) and at
 // most two gathered units at a time.
 #ifndef SHARDEMA_EXAMPLES_MLP_MODEL_H_
@@ -58,13 +59,17 @@ Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
 
 class MlpModel final : public Model, private UnitModule {
  public:
+  // compute_threads: the nn::CpuContext the layers run on (--compute-threads).
   MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,
-           mlp::Loss loss);
+           mlp::Loss loss, int compute_threads = 1);
 
   // One micro-batch (see above); returns the mean loss over the local rows (0 for no rows).
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   // Sum over the batch rows of the per-row loss; forward only.
   StatusOr<double> LossSum(const Batch& batch) override;
+  void SetPhaseTimes(PhaseTimes* times) override {
+    if (runner_.ok()) runner_->set_phase_times(times);
+  }
 
   const std::vector<int64_t>& layers() const { return layers_; }
   size_t num_layers() const { return layers_.size() - 1; }
@@ -85,7 +90,7 @@ class MlpModel final : public Model, private UnitModule {
   // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
   std::vector<std::vector<float>> a_, z_;
   std::vector<float> dy_, dx_, widened_w_, widened_b_;
-  const nn::CpuContext ctx_;  // one thread
+  const nn::CpuContext ctx_;
   int64_t rows_ = 0;
   const Batch* batch_ = nullptr;  // the batch of the current call
   StatusOr<UnitRunner> runner_;

@@ -7,6 +7,7 @@
 #define SHARDEMA_EXAMPLES_MODEL_H_
 
 #include "examples/dataset.h"
+#include "framework/phase_times.h"
 #include "framework/status.h"
 
 namespace shardema::examples {
@@ -20,6 +21,9 @@ class Model {
   virtual StatusOr<double> ForwardBackward(const Batch& batch) = 0;
   // Collective. Forward only: the sum over the batch rows of the per-row loss.
   virtual StatusOr<double> LossSum(const Batch& batch) = 0;
+  // --profile: ForwardBackward adds its forward and backward compute and its waits for gathers
+  // and reduce-scatters to `times` (UnitRunner::set_phase_times; null: off; must outlive its use).
+  virtual void SetPhaseTimes(PhaseTimes* times) = 0;
 };
 
 }  // namespace shardema::examples

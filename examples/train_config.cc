@@ -109,7 +109,6 @@ Status FinishGpt(const RawFlags& raw, TrainConfig& c) {
   ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(raw.data_order));
   if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
   RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
-  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   return Status::Ok();
 }
 
@@ -221,6 +220,7 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   }
   RETURN_IF_ERROR(RequireFinite("--collective-timeout", c.collective_timeout, /*positive=*/true));
   if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
+  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
   c.device = *dev;
@@ -401,6 +401,8 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["comm_checks"] = comm_checks;
   j["collective_timeout"] = collective_timeout;
   j["optimizer_threads"] = optimizer_threads;
+  j["compute_threads"] = compute_threads;
+  j["profile"] = profile;
   return j;
 }
 
@@ -475,7 +477,6 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
         ->capture_default_str();
     app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")->capture_default_str();
     app.add_flag("--recompute", c.recompute, "recompute each block's activations in the backward");
-    app.add_option("--compute-threads", c.compute_threads, "threads of the CPU layers")->capture_default_str();
   } else {
     app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
     app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
@@ -557,6 +558,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
       ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
+  app.add_option("--compute-threads", c.compute_threads,
+                 "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
+      ->capture_default_str();
+  app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -109,7 +109,8 @@ struct TrainConfig {
   bool comm_checks = true;   // CommOptions::check_args
   double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
   int optimizer_threads = 1;
-  int compute_threads = 1;   // --compute-threads: threads of the CPU layers (train_gpt)
+  int compute_threads = 1;   // --compute-threads: threads of the CPU layers per rank (>= 1)
+  bool profile = false;      // --profile: per-phase time breakdown at the end (rank 0)
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;
@@ -141,7 +142,7 @@ StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv);
 // The same from a vector of arguments (without the program name); for tests and tools.
 StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args);
 // train_gpt's flags: the model flags (--n-layer, --n-head, --n-embd, --block-size, --data-order,
-// --sample, --temperature, --recompute, --compute-threads) replace train_mlp's (--layers,
+// --sample, --temperature, --recompute) replace train_mlp's (--layers,
 // --activation, --loss, --synthetic-rows); everything else is shared, with nanoGPT's defaults
 // for --weight-decay 0.1, --betas 0.9,0.95 and --clip-norm 1. --data is required.
 StatusOr<ParsedArgs> ParseGptConfig(int argc, const char* const* argv);

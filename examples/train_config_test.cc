@@ -147,6 +147,7 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--ema-snapshot-every", "-1"}, {"--ema-snapshot-every -1"});
   ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
   ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
+  ExpectError({"--layers", "4,3", "--compute-threads", "0"}, {"--compute-threads", "0"});
   ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});
 }
 

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+
+#include <sys/resource.h>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
@@ -15,6 +18,7 @@
 #include "framework/duration.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
+#include "nn/cpu_isa.h"
 
 namespace shardema::examples {
 namespace {
@@ -24,6 +28,20 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// CPU time of the whole process (all threads), in ms.
+double ProcessCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// The process's peak resident set size so far, in MiB.
+double PeakRssMib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 const char* ProgramName(const TrainConfig& c) {
@@ -119,6 +137,7 @@ Status Trainer::Setup() {
     RETURN_IF_ERROR(AgreeOnStatus(comm_, fits, "memory"));
   }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
+  RETURN_IF_ERROR(AgreeOnCpuIsa());
 
   // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
   RETURN_IF_ERROR(LoadData());
@@ -155,6 +174,7 @@ Status Trainer::Setup() {
     }
   }
   RETURN_IF_ERROR(CreateModel());
+  if (c.profile) model_->SetPhaseTimes(&phases_);
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
@@ -253,7 +273,8 @@ Status Trainer::CreateModel() {
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
     model_ = std::move(m).value();
   } else {
-    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss);
+    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss,
+                                        c.compute_threads);
   }
   return Status::Ok();
 }
@@ -308,9 +329,29 @@ Status Trainer::CheckDevice() const {
   return Status::Ok();
 }
 
+Status Trainer::AgreeOnCpuIsa() {
+  StatusOr<nn::CpuIsa> mine = nn::CpuIsaFromEnv();
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, mine.status(), "CPU kernels"));
+  std::vector<float> all(size_t(comm_->world_size()));
+  const float v = float(static_cast<int>(*mine));
+  RETURN_IF_ERROR(comm_->AllGather(&v, all.data(), 1, DType::kF32));
+  const auto isa = static_cast<nn::CpuIsa>(int(*std::min_element(all.begin(), all.end())));
+  RETURN_IF_ERROR(nn::SetCpuIsa(isa));
+  if (comm_->rank() == 0) {
+    LOG_INFO << "CPU kernels: x86-64-" << nn::CpuIsaName(isa)
+             << (isa != *mine ? " (the lowest any rank supports)" : "") << ", "
+             << config_.compute_threads << " compute thread(s) per rank";
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   const TrainConfig& c = config_;
-  RETURN_IF_ERROR(store()->ZeroGrad());
+  PhaseTimes* ph = c.profile ? &phases_ : nullptr;
+  {
+    ScopedPhase zero(ph, Phase::kZeroGrad);
+    RETURN_IF_ERROR(store()->ZeroGrad());
+  }
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
@@ -319,8 +360,14 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
     loss_sum += loss;
   }
   // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
-  if (saver_ != nullptr) saver_->WaitSnapshot();
+  if (saver_ != nullptr) {
+    ScopedPhase save(ph, Phase::kSave);
+    saver_->WaitSnapshot();
+  }
+  ScopedPhase opt(ph, Phase::kOptimizer);
   ASSIGN_OR_RETURN(StepResult result, state_->Step());
+  opt.Stop();
+  ScopedPhase loss_reduce(ph, Phase::kLossAllReduce);
   // Equal local batches: the global mean is the mean of the ranks' means.
   float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
   CollectiveOptions avg;
@@ -414,11 +461,13 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.start_step = state_->step();  // skipped steps included: one step counter
   s.num_params = store()->layout().total_numel();
   s.state_bytes_per_rank = store()->StateBytesPerRank();
-  std::vector<double> times_ms;
+  std::vector<double> times_ms, cpu_ms;
+  PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuMs();
     auto stepped = TrainStep(step);
     if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));
     auto outcome = *std::move(stepped);
@@ -428,7 +477,10 @@ StatusOr<TrainSummary> Trainer::Run() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
     const StepResult& r = outcome.second;
-    if (done - s.start_step > c.bench_warmup) times_ms.push_back(ms);
+    if (done - s.start_step > c.bench_warmup) {
+      times_ms.push_back(ms);
+      cpu_ms.push_back(ProcessCpuMs() - cpu0);
+    }
     s.losses.push_back(outcome.first);
     s.grad_norms.push_back(r.grad_norm);
     if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
@@ -439,6 +491,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
     RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm, r.skipped));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
+      ScopedPhase eval(ph, Phase::kEval);
       ASSIGN_OR_RETURN(EvalLosses e, Evaluate(done));
       RETURN_IF_ERROR(metrics_.LogEval(e));
       if (lead) {
@@ -451,6 +504,7 @@ StatusOr<TrainSummary> Trainer::Run() {
       RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas(), done).status());
     }
     if (saver_ != nullptr) {
+      ScopedPhase save(ph, Phase::kSave);
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
         RETURN_IF_ERROR(saver_->Save(*state_, data_, done));
       } else {
@@ -459,9 +513,13 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
   }
   s.final_step = state_->step();
-  ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
+  {
+    ScopedPhase eval(ph, Phase::kEval);
+    ASSIGN_OR_RETURN(s.final_eval, Evaluate(s.final_step));
+  }
   RETURN_IF_ERROR(metrics_.LogEval(s.final_eval));
   ASSIGN_OR_RETURN(s.samples, Samples());
+  ScopedPhase save(ph, Phase::kSave);
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
@@ -470,12 +528,21 @@ StatusOr<TrainSummary> Trainer::Run() {
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }
   ckpt_lock_.reset();  // this run writes nothing more to --ckpt-dir
-  // Median step time of this rank, then the slowest rank's.
+  save.Stop();
+  s.run_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start).count();
+  s.phases = phases_;
+  // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());
-  std::vector<float> all(size_t(comm_->world_size()));
-  const float mine = float(Median(times_ms));
-  RETURN_IF_ERROR(comm_->AllGather(&mine, all.data(), 1, DType::kF32));
-  s.median_step_ms = *std::max_element(all.begin(), all.end());
+  const int world = comm_->world_size();
+  std::vector<float> all(size_t(3 * world));
+  const float mine[3] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib())};
+  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 3, DType::kF32));
+  for (int r = 0; r < world; ++r) {
+    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(3 * r)]));
+    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(3 * r + 1)]));
+    s.peak_rss_mib.push_back(all[size_t(3 * r + 2)]);
+  }
   return s;
 }
 

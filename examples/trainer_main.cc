@@ -14,6 +14,7 @@
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
+#include "nn/cpu_isa.h"
 
 namespace shardema::examples {
 namespace {
@@ -97,9 +98,19 @@ int TrainerMain(int argc, char** argv, const char* program,
       std::cout << "---- sample (" << sample.first << ") ----\n" << Printable(sample.second) << "\n";
     }
     if (!summary->last_checkpoint.empty()) std::cout << "checkpoint: " << summary->last_checkpoint << "\n";
+    if (config.profile) {
+      const int64_t steps = summary->final_step - summary->start_step;
+      std::cout << "profile (rank 0, " << steps
+                << " steps; waits are time blocked in a collective):\n"
+                << summary->phases.Format(steps, summary->run_ms);
+    }
     if (config.bench_json) {
       nlohmann::json j = {{"world", (*comm)->world_size()},
                           {"step_ms", summary->median_step_ms},
+                          {"cpu_ms", summary->median_step_cpu_ms},
+                          {"peak_rss_mib", summary->peak_rss_mib},
+                          {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
+                          {"compute_threads", config.compute_threads},
                           {"timed_steps", summary->timed_steps},
                           {"state_bytes_per_rank", summary->state_bytes_per_rank},
                           {"params", summary->num_params},

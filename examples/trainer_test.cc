@@ -90,6 +90,33 @@ TEST(TrainerTest, WorldSizeInvariantSgdMomentumBf16Compute) {
       1e-4);
 }
 
+TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
+  const std::string args =
+      "--layers 6,40,33,3 --activation gelu --loss mse --batch 24 --steps 4 --ema 0.9 --seed 3 "
+      "--synthetic-rows 40 --eval-every 2";
+  StatusOr<TrainRun> one = Train(args, World());
+  ASSERT_TRUE(one.ok()) << one.status();
+  StatusOr<TrainRun> three = Train(args + " --compute-threads 3 --profile", World());
+  ASSERT_TRUE(three.ok()) << three.status();
+  // Split GEMMs may round differently; the training is the same.
+  ASSERT_EQ(one->summary.losses.size(), three->summary.losses.size());
+  for (size_t i = 0; i < one->summary.losses.size(); ++i) {
+    EXPECT_NEAR(three->summary.losses[i], one->summary.losses[i], 1e-5 * one->summary.losses[i]);
+  }
+  double sum = 0;
+  for (int p = 0; p < int(Phase::kCount); ++p) {
+    EXPECT_EQ(one->summary.phases.ms(Phase(p)), 0.0) << PhaseName(Phase(p)) << " without --profile";
+    EXPECT_GE(three->summary.phases.ms(Phase(p)), 0.0) << PhaseName(Phase(p));
+    sum += three->summary.phases.ms(Phase(p));
+  }
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kEval}) {
+    EXPECT_GT(three->summary.phases.ms(p), 0.0) << PhaseName(p);
+  }
+  EXPECT_LE(sum, three->summary.run_ms * 1.001);
+  ASSERT_EQ(three->summary.peak_rss_mib.size(), size_t(World()->world_size()));
+  for (double mib : three->summary.peak_rss_mib) EXPECT_GT(mib, 1.0);
+}
+
 TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
   const std::string args =
       "--layers 4,6,3 --activation gelu --loss mse --batch 12 --steps 6 --lr 0.05 --ema 0.7 "

@@ -60,11 +60,14 @@ Status UnitRunner::AtUse(Status st, const char* phase, size_t use) const {
 
 Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train) {
   const size_t n = num_uses();
+  PhaseTimes* times = Timing(train);
   RETURN_IF_ERROR(store_->GatherAsync(schedule_.units[0]).status());
   Trace("gather", schedule_.units[0]);
   for (size_t i = 0; i < n; ++i) {
     const size_t u = schedule_.units[i];
+    ScopedPhase wait(times, Phase::kGatherWait);
     StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
+    wait.Stop();
     RETURN_IF_ERROR(AtUse(views.status(), "gather", i));
     Trace("wait", u);
     if (i + 1 < n) {
@@ -78,7 +81,9 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
     call.mode = !train ? ForwardMode::kEval
                        : (recompute(i) ? ForwardMode::kForwardNoSave : ForwardMode::kTrain);
     Trace("forward", i);
+    ScopedPhase compute(times, Phase::kForward);
     RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "forward", i));
+    compute.Stop();
     // The last use stays gathered for the backward.
     if (i + 1 < n || !train) {
       RETURN_IF_ERROR(AtUse(store_->ReleaseAfterForward(u), "release", i));
@@ -94,7 +99,9 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
   for (size_t i = num_uses(); i-- > 0;) {
     const size_t u = schedule_.units[i];
     // Gathered: the last use kept from the forward, the others prefetched below.
+    ScopedPhase wait(times_, Phase::kGatherWait);
     StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
+    wait.Stop();
     RETURN_IF_ERROR(AtUse(views.status(), "backward gather", i));
     Trace("wait", u);
     if (i > 0) {
@@ -105,6 +112,7 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.use = i;
     call.unit = u;
     call.micro_batch = micro_batch;
+    ScopedPhase compute(times_, Phase::kBackward);
     if (recompute(i)) {
       call.mode = ForwardMode::kRecompute;
       Trace("recompute", i);
@@ -117,6 +125,7 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     written[u] = true;
     Trace("backward", i);
     RETURN_IF_ERROR(AtUse(cb.backward(call, *views, *grads), "backward", i));
+    compute.Stop();
     RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
     Trace("release", u);
     if (!last_bwd_use_[i]) continue;  // an earlier use of the unit still adds to its gradient
@@ -124,16 +133,17 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     RETURN_IF_ERROR(AtUse(rs.status(), "reduce-scatter", i));
     Trace("rs", u);
     // The previous reduce-scatter overlapped this use's backward compute.
-    if (pending) {
-      RETURN_IF_ERROR(pending->Wait());
-      Trace("rs_wait", pending->unit());
-    }
+    if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
     pending = *rs;
   }
-  if (pending) {
-    RETURN_IF_ERROR(pending->Wait());
-    Trace("rs_wait", pending->unit());
-  }
+  if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+  return Status::Ok();
+}
+
+Status UnitRunner::WaitReduceScatter(ReduceScatterHandle* h) {
+  ScopedPhase wait(times_, Phase::kReduceScatterWait);
+  RETURN_IF_ERROR(h->Wait());
+  Trace("rs_wait", h->unit());
   return Status::Ok();
 }
 
@@ -142,7 +152,10 @@ Status UnitRunner::ForwardBackward(const UnitCallbacks& cb, int64_t micro_batch)
     return InvalidArgument("UnitRunner::ForwardBackward: forward and backward callbacks needed");
   }
   RETURN_IF_ERROR(RunForward(cb, micro_batch, /*train=*/true));
-  if (cb.loss) RETURN_IF_ERROR(cb.loss(micro_batch).WithContext("loss"));
+  if (cb.loss) {
+    ScopedPhase loss(times_, Phase::kForward);
+    RETURN_IF_ERROR(cb.loss(micro_batch).WithContext("loss"));
+  }
   return RunBackward(cb, micro_batch);
 }
 

@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/phase_times.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
 #include "fsdp/store.h"
@@ -130,11 +131,20 @@ class UnitRunner {
   // "release_fwd 3", "release 3", "rs 3", "rs_wait 3", "forward 2", "recompute 2", "backward 2"
   // with the USE index for callbacks and the UNIT index for store calls). For tests; null = off.
   void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
+  // Optional profile of ForwardBackward (not of Forward): adds the forward callbacks and the loss
+  // callback under Phase::kForward, recomputations and backward callbacks under kBackward, the
+  // time blocked in WaitGather under kGatherWait and in a reduce-scatter's Wait under
+  // kReduceScatterWait. On a CUDA store these are host times (callbacks only queue work). Null =
+  // off; `times` must outlive its use.
+  void set_phase_times(PhaseTimes* times) { times_ = times; }
 
  private:
   UnitRunner(ShardedParameterStore* store, UnitSchedule schedule);
   Status RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train);
+  // times_ while a training pass runs, else null (evaluation is not profiled here).
+  PhaseTimes* Timing(bool train) const { return train ? times_ : nullptr; }
   Status RunBackward(const UnitCallbacks& cb, int64_t micro_batch);
+  Status WaitReduceScatter(ReduceScatterHandle* h);
   bool recompute(size_t use) const {
     return !schedule_.recompute.empty() && schedule_.recompute[use];
   }
@@ -147,6 +157,7 @@ class UnitRunner {
   // last_bwd_use_[i]: use i is its unit's last backward use (= first forward use).
   std::vector<bool> last_bwd_use_;
   std::vector<std::string>* trace_ = nullptr;
+  PhaseTimes* times_ = nullptr;
 };
 
 }  // namespace shardema

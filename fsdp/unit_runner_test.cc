@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "tests/test_world.h"
 
@@ -469,6 +470,38 @@ TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
   EXPECT_NE(r.status().message().find("1 entries for 2 uses"), std::string::npos) << r.status();
   EXPECT_FALSE(UnitRunner::Create(s.get(), {}).ok());
   EXPECT_FALSE(UnitRunner::Create(nullptr, Sequential()).ok());
+}
+
+TEST(UnitRunnerTest, PhaseTimesCountCallbacksAndWaitsOfTrainingOnly) {
+  auto s = MakeStore(true);
+  ASSERT_NE(s, nullptr);
+  UnitRunner runner = MakeRunner(s.get(), {{0, 1, 2}, {false, true, false}});
+  PhaseTimes times;
+  runner.set_phase_times(&times);
+  // Each callback sleeps 1 ms, so each phase's share is bounded below by its callback count.
+  const auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+  UnitCallbacks cb;
+  cb.forward = [&](const UnitCall&, const std::vector<TensorView>&) {
+    nap();
+    return Status::Ok();
+  };
+  cb.backward = [&](const UnitCall&, const std::vector<TensorView>&,
+                    const std::vector<TensorView>&) {
+    nap();
+    return Status::Ok();
+  };
+  cb.loss = [&](int64_t) {
+    nap();
+    return Status::Ok();
+  };
+  ASSERT_TRUE(runner.Forward(cb).ok());  // evaluation: not profiled
+  for (int p = 0; p < int(Phase::kCount); ++p) EXPECT_EQ(times.ms(Phase(p)), 0.0) << p;
+  ASSERT_TRUE(runner.Step(1, nullptr, cb).ok());
+  EXPECT_GE(times.ms(Phase::kForward), 4.0);   // 3 forwards + the loss
+  EXPECT_GE(times.ms(Phase::kBackward), 4.0);  // 3 backwards + 1 recomputation
+  EXPECT_GT(times.ms(Phase::kGatherWait), 0.0);
+  EXPECT_GT(times.ms(Phase::kReduceScatterWait), 0.0);
+  EXPECT_EQ(times.ms(Phase::kOptimizer), 0.0);
 }
 
 TEST(UnitRunnerTest, CallbackErrorNamesTheUse) {

@@ -17,8 +17,8 @@ CpuContext::CpuContext(int threads) : threads_(std::max(threads, 1)) {
 
 CpuContext::~CpuContext() = default;
 
-void CpuContext::ParallelFor(int64_t count, int64_t grain,
-                             const std::function<void(int64_t, int64_t)>& fn) const {
+void CpuContext::ParallelForRaw(int64_t count, int64_t grain, ChunkFn chunk, void* arg) const {
+  auto fn = [chunk, arg](int64_t begin, int64_t end) { chunk(arg, begin, end); };
   if (count <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t chunks = std::min<int64_t>(threads_, std::max<int64_t>(count / grain, 1));

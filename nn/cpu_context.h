@@ -19,8 +19,8 @@
 #define SHARDEMA_NN_CPU_CONTEXT_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <type_traits>
 
 namespace shardema::nn {
 
@@ -37,8 +37,20 @@ class CpuContext {
   // Calls fn(begin, end) for consecutive chunks covering [0, count), at most threads() chunks of
   // at least `grain` items each (the last chunk takes the remainder), concurrently, and returns
   // when all are done. count <= 0 calls nothing; one chunk runs inline on the calling thread.
-  void ParallelFor(int64_t count, int64_t grain,
-                   const std::function<void(int64_t begin, int64_t end)>& fn) const;
+  // fn: any callable as fn(int64_t begin, int64_t end).
+  template <typename Fn>
+  void ParallelFor(int64_t count, int64_t grain, Fn&& fn) const {
+    using F = std::remove_reference_t<Fn>;
+    ParallelForRaw(
+        count, grain,
+        [](void* f, int64_t begin, int64_t end) { (*static_cast<F*>(f))(begin, end); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // The same with a plain function pointer: calls chunk(arg, begin, end). (No std::function:
+  // the ISA-specific kernels of nn/ must not instantiate shared library templates.)
+  using ChunkFn = void (*)(void* arg, int64_t begin, int64_t end);
+  void ParallelForRaw(int64_t count, int64_t grain, ChunkFn chunk, void* arg) const;
 
  private:
   struct Pool;  // an Eigen::ThreadPool

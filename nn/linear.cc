@@ -1,61 +1,19 @@
 #include "nn/linear.h"
 
-#include "nn/eigen_maps.h"
+#include "nn/cpu_isa.h"
+#include "nn/isa_kernels.h"
 
 namespace shardema::nn {
-namespace {
-// Rows (or output features) per chunk below which splitting a GEMM is not worth a thread.
-constexpr int64_t kGrain = 8;
-}  // namespace
 
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
                    int64_t rows, int64_t in, int64_t out, float* y) {
-  MapC W(w, out, in);
-  ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
-    Map Y(y + r0 * out, r1 - r0, out);
-    Y.noalias() = MapC(x + r0 * in, r1 - r0, in) * W.transpose();
-    if (b != nullptr) Y.rowwise() += RowVecMapC(b, out);
-  });
+  SHARDEMA_NN_DISPATCH(LinearForward, ctx, x, w, b, rows, in, out, y);
 }
 
 void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,
                     int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
                     bool accumulate) {
-  MapC X(x, rows, in);
-  // dW rows [o0, o1) and db[o0, o1) from the dy columns [o0, o1) (DY: that block of dy).
-  auto weight_grads = [&](const auto& DY, int64_t o0, int64_t o1) {
-    if (dw != nullptr) {
-      Map DW(dw + o0 * in, o1 - o0, in);
-      if (accumulate) {
-        DW.noalias() += DY.transpose() * X;
-      } else {
-        DW.noalias() = DY.transpose() * X;
-      }
-    }
-    if (db != nullptr) {
-      RowVecMap DB(db + o0, o1 - o0);
-      if (accumulate) {
-        DB += DY.colwise().sum();
-      } else {
-        DB = DY.colwise().sum();
-      }
-    }
-  };
-  if (dw != nullptr || db != nullptr) {
-    ctx.ParallelFor(out, kGrain, [&](int64_t o0, int64_t o1) {
-      if (o1 - o0 == out) {
-        weight_grads(MapC(dy, rows, out), o0, o1);
-      } else {
-        weight_grads(StridedC(dy + o0, rows, o1 - o0, Eigen::OuterStride<>(out)), o0, o1);
-      }
-    });
-  }
-  if (dx != nullptr) {
-    MapC W(w, out, in);
-    ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
-      Map(dx + r0 * in, r1 - r0, in).noalias() = MapC(dy + r0 * out, r1 - r0, out) * W;
-    });
-  }
+  SHARDEMA_NN_DISPATCH(LinearBackward, ctx, x, w, dy, rows, in, out, dw, db, dx, accumulate);
 }
 
 }  // namespace shardema::nn

@@ -64,6 +64,7 @@ class MlpModelCuda final : public Model, private UnitModule {
 
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   StatusOr<double> LossSum(const Batch& batch) override;
+  void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
 
   const std::vector<int64_t>& layers() const { return layers_; }
   size_t num_layers() const { return layers_.size() - 1; }

@@ -1,0 +1,198 @@
+// step_roofline: the parts of one train_mlp step, each alone, for bench/step_bench's
+// step_efficiency = bound / step time.
+//
+//   mpirun -np W bazel-bin/bench/step_roofline --layers 256,1024,768,256,16 --batch 48
+//       [--threads 1] [--repeats 10]
+//
+// compute  the MLP's forward and backward of batch/W rows through the same nn code (LinearForward,
+//          ActivationForward gelu, LinearBackward, ActivationBackward) and CPU ISA as train_mlp;
+// comm     the step's collectives through the same MpiCommunicator: each unit's parameters
+//          all-gathered for the forward and (but the last) again for the backward, each unit's
+//          gradient reduce-scattered, and two scalar all-reduces (loss, gradient norm); 0 at W = 1
+//          (a single rank needs no communication);
+// optim    the fused AdamW + 2 EMA pass (optim/fused_step.h) over the rank's 1/W shard.
+// bound = max(compute, comm) + optim: a step that overlaps all communication with compute.
+// Each part: median over --repeats runs (after one warm-up), max over ranks. Rank 0 prints one
+// JSON line {"world", "compute_ms", "comm_ms", "optim_ms", "bound_ms", "cpu_isa"}.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "framework/mpi/mpi_communicator.h"
+#include "framework/status.h"
+#include "nn/activation.h"
+#include "nn/cpu_context.h"
+#include "nn/cpu_isa.h"
+#include "nn/linear.h"
+#include "optim/fused_step.h"
+
+namespace shardema {
+namespace {
+
+double TimeMs(const std::function<Status()>& fn, Status* st) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = fn();
+  if (!s.ok() && st->ok()) *st = s;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"step_roofline: one train_mlp step's compute, collectives and optimizer alone"};
+  std::string layers_s = "256,1024,768,256,16";
+  int64_t batch = 48;
+  int threads = 1, repeats = 10;
+  app.add_option("--layers", layers_s, "D0,D1,...,DL")->capture_default_str();
+  app.add_option("--batch", batch, "global batch")->capture_default_str();
+  app.add_option("--threads", threads, "compute threads per rank")->capture_default_str();
+  app.add_option("--repeats", repeats, "timed runs of each part")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::vector<int64_t> d;
+  std::stringstream ss(layers_s);
+  for (std::string tok; std::getline(ss, tok, ',');) d.push_back(std::stoll(tok));
+  if (d.size() < 2 || batch < 1 || repeats < 1 || threads < 1) {
+    std::fprintf(stderr, "step_roofline: need >= 2 layer sizes, positive --batch/--repeats/--threads\n");
+    return 2;
+  }
+  StatusOr<nn::CpuIsa> isa = nn::CpuIsaFromEnv();
+  if (!isa.ok() || !nn::SetCpuIsa(*isa).ok()) {
+    std::fprintf(stderr, "step_roofline: %s\n", isa.status().ToString().c_str());
+    return 2;
+  }
+  CommOptions co;
+  co.check_args = false;  // as train_mlp --no-comm-checks in step_bench
+  StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "step_roofline: %s\n", comm.status().ToString().c_str());
+    return 1;
+  }
+  Communicator& c = **comm;
+  const int world = c.world_size();
+  const int64_t rows = batch / world, L = int64_t(d.size()) - 1;
+  const nn::CpuContext ctx(threads);
+  const nn::Activation act = nn::Activation::kGelu;
+
+  // Buffers: parameters, gradients, activations.
+  std::vector<std::vector<float>> w(L), b(L), dw(L), db(L), z(L), a(L + 1);
+  int64_t total = 0;
+  std::vector<int64_t> unit_numel(L);
+  for (int64_t i = 0; i < L; ++i) {
+    w[i].assign(size_t(d[i + 1] * d[i]), 0.01f);
+    b[i].assign(size_t(d[i + 1]), 0.f);
+    dw[i].resize(w[i].size());
+    db[i].resize(b[i].size());
+    z[i].resize(size_t(rows * d[i + 1]));
+    a[i].assign(size_t(rows * d[i]), 0.5f);
+    unit_numel[i] = int64_t(w[i].size() + b[i].size());
+    total += unit_numel[i];
+  }
+  std::vector<float> dy, dx;
+  auto compute = [&]() -> Status {
+    for (int64_t i = 0; i < L; ++i) {
+      nn::LinearForward(ctx, a[i].data(), w[i].data(), b[i].data(), rows, d[i], d[i + 1],
+                        z[i].data());
+      if (i + 1 < L) nn::ActivationForward(ctx, act, z[i].data(), a[i + 1].data(), int64_t(z[i].size()));
+    }
+    dy = z[L - 1];
+    for (int64_t k = L - 1; k >= 0; --k) {
+      dx.resize(size_t(rows * d[k]));
+      nn::LinearBackward(ctx, a[k].data(), w[k].data(), dy.data(), rows, d[k], d[k + 1],
+                         dw[k].data(), db[k].data(), k > 0 ? dx.data() : nullptr);
+      if (k > 0) {
+        dy.resize(dx.size());
+        nn::ActivationBackward(ctx, act, z[k - 1].data(), dx.data(), dy.data(), int64_t(dx.size()));
+      }
+    }
+    return Status::Ok();
+  };
+
+  // Collectives on per-unit flat buffers padded to a multiple of the world size.
+  std::vector<std::vector<float>> full(L), shard(L);
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t per = (unit_numel[i] + world - 1) / world;
+    full[i].assign(size_t(per * world), 1.f);
+    shard[i].assign(size_t(per), 0.f);
+  }
+  auto comms = [&]() -> Status {
+    if (world == 1) return Status::Ok();
+    for (int64_t i = 0; i < L; ++i) {
+      RETURN_IF_ERROR(c.AllGather(shard[i].data(), full[i].data(), shard[i].size(), DType::kF32));
+    }
+    for (int64_t k = L - 1; k >= 0; --k) {
+      if (k < L - 1) {
+        RETURN_IF_ERROR(c.AllGather(shard[k].data(), full[k].data(), shard[k].size(), DType::kF32));
+      }
+      RETURN_IF_ERROR(c.ReduceScatter(full[k].data(), shard[k].data(), shard[k].size(), DType::kF32));
+    }
+    float s = 1.f, r = 0.f;
+    RETURN_IF_ERROR(c.AllReduce(&s, &r, 1, DType::kF32));
+    return c.AllReduce(&s, &r, 1, DType::kF32);
+  };
+
+  // The fused AdamW + 2 EMA pass over this rank's shard.
+  const int64_t n = (total + world - 1) / world;
+  const size_t un = static_cast<size_t>(n);
+  std::vector<float> g(un, 1e-3f), m(un, 0.1f), ea(un, 0.f), eas(un, 0.f), e1(un, 0.f), e2(un, 0.f);
+  const EmaTarget targets[2] = {{e1.data(), 0.999}, {e2.data(), 0.9999}};
+  int64_t step = 0;
+  auto optim = [&]() -> Status {
+    FusedStepArgs f;
+    f.n = n;
+    f.kind = OptimizerKind::kAdamW;
+    f.grad = g.data();
+    f.master = m.data();
+    f.exp_avg = ea.data();
+    f.exp_avg_sq = eas.data();
+    f.emas = targets;
+    f.num_emas = 2;
+    f.lr = 1e-3;
+    f.weight_decay = 0.01;
+    f.step = ++step;
+    f.num_threads = threads;
+    FusedStepCpu(f);
+    return Status::Ok();
+  };
+
+  // Each part: one warm-up, then --repeats runs after a barrier; median, max over ranks.
+  Status st;
+  std::vector<float> med(3);
+  const std::function<Status()> parts[3] = {compute, comms, optim};
+  for (int p = 0; p < 3; ++p) {
+    std::vector<double> t;
+    for (int r = 0; r <= repeats; ++r) {
+      if (!c.Barrier().ok()) return 1;
+      const double ms = TimeMs(parts[p], &st);
+      if (r > 0) t.push_back(ms);
+    }
+    med[size_t(p)] = float(bench::Median(t));
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "step_roofline: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::vector<float> all(size_t(3 * world));
+  if (!c.AllGather(med.data(), all.data(), 3, DType::kF32).ok()) return 1;
+  float worst[3] = {0, 0, 0};
+  for (int r = 0; r < world; ++r) {
+    for (int p = 0; p < 3; ++p) worst[p] = std::max(worst[p], all[size_t(3 * r + p)]);
+  }
+  if (c.rank() == 0) {
+    const double bound = std::max(worst[0], worst[1]) + worst[2];
+    std::printf("{\"world\": %d, \"compute_ms\": %.4f, \"comm_ms\": %.4f, \"optim_ms\": %.4f, "
+                "\"bound_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
+                world, worst[0], worst[1], worst[2], bound, nn::CpuIsaName(*isa));
+  }
+  comm->reset();
+  return MpiCommunicator::FinalizeMpi().ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace shardema
+
+int main(int argc, char** argv) { return shardema::Main(argc, argv); }

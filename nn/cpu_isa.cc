@@ -1,0 +1,77 @@
+#include "nn/cpu_isa.h"
+
+#include <atomic>
+#include <cstdlib>
+
+namespace shardema::nn {
+namespace {
+
+// 0: not chosen yet; otherwise the CpuIsa value.
+std::atomic<uint8_t> g_active{0};
+
+bool HasV3() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe") &&
+           __builtin_cpu_supports("lzcnt");
+  }();
+  return has;
+}
+
+}  // namespace
+
+const char* CpuIsaName(CpuIsa isa) { return isa == CpuIsa::kV3 ? "v3" : "v2"; }
+
+bool CpuSupports(CpuIsa isa) { return isa == CpuIsa::kV2 || HasV3(); }
+
+CpuIsa BestCpuIsa() { return HasV3() ? CpuIsa::kV3 : CpuIsa::kV2; }
+
+StatusOr<CpuIsa> ParseCpuIsa(const std::string& value) {
+  if (value.empty() || value == "auto") return BestCpuIsa();
+  CpuIsa isa;
+  if (value == "v2") {
+    isa = CpuIsa::kV2;
+  } else if (value == "v3") {
+    isa = CpuIsa::kV3;
+  } else {
+    return InvalidArgument("CPU ISA '", value, "' is not one of auto, v2, v3");
+  }
+  if (!CpuSupports(isa)) {
+    return FailedPrecondition("CPU ISA ", CpuIsaName(isa),
+                              " requested but this CPU lacks it (x86-64-v3 needs AVX2, FMA, BMI1/2, "
+                              "F16C, LZCNT, MOVBE); use v2 or auto");
+  }
+  return isa;
+}
+
+StatusOr<CpuIsa> CpuIsaFromEnv() {
+  const char* v = std::getenv("SHARDEMA_CPU_ISA");
+  StatusOr<CpuIsa> isa = ParseCpuIsa(v == nullptr ? "" : v);
+  if (!isa.ok()) return isa.status().WithContext("SHARDEMA_CPU_ISA");
+  return isa;
+}
+
+Status SetCpuIsa(CpuIsa isa) {
+  if (!CpuSupports(isa)) {
+    return FailedPrecondition("SetCpuIsa: this CPU cannot run ", CpuIsaName(isa));
+  }
+  g_active.store(static_cast<uint8_t>(isa), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+CpuIsa ActiveCpuIsa() {
+  uint8_t v = g_active.load(std::memory_order_relaxed);
+  if (v == 0) {
+    StatusOr<CpuIsa> from_env = CpuIsaFromEnv();
+    uint8_t expected = 0;
+    const uint8_t chosen = static_cast<uint8_t>(from_env.ok() ? *from_env : CpuIsa::kV2);
+    // The first caller decides; a concurrent first call reads the same environment anyway.
+    g_active.compare_exchange_strong(expected, chosen, std::memory_order_relaxed);
+    v = g_active.load(std::memory_order_relaxed);
+  }
+  return static_cast<CpuIsa>(v);
+}
+
+}  // namespace shardema::nn
