@@ -61,9 +61,14 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
     RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson(), where).status());
     ASSIGN_OR_RETURN(SlotHandle h, reg.FindSlot(c.name));
     e->handles_.push_back(h);
+    std::vector<BufferCopy> copies;
     for (const ParamSpec& b : store->buffer_specs()) {
       RETURN_IF_ERROR(reg.AddBuffer(SlotBufferName(c.name, b.name), b.shape).status());
+      ASSIGN_OR_RETURN(BufferHandle src, reg.FindBuffer(b.name));
+      ASSIGN_OR_RETURN(BufferHandle dst, reg.FindBuffer(SlotBufferName(c.name, b.name)));
+      copies.push_back(BufferCopy{src, dst, BufferModeFor(c, b.name)});
     }
+    e->buffer_copies_.push_back(std::move(copies));
     any_offload = any_offload || c.offload;
   }
   if (any_offload) {
@@ -192,11 +197,10 @@ Status EmaSlots::SubmitOffloaded(const std::vector<EmaStepPlan>& plan) {
 Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step) {
   SlotRegistry& reg = store_->registry();
   for (const EmaStepPlan& p : plan) {
-    const EmaConfig& c = configs_[p.slot];
-    for (const ParamSpec& b : store_->buffer_specs()) {
-      ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
-      ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(SlotBufferName(c.name, b.name)));
-      if (p.starts || BufferModeFor(c, b.name) == BufferMode::kCopy) {
+    for (const BufferCopy& b : buffer_copies_[p.slot]) {
+      const TensorView src = reg.BufferTensor(b.src);
+      const TensorView dst = reg.BufferTensor(b.dst);
+      if (p.starts || b.mode == BufferMode::kCopy) {
         std::memcpy(dst.data, src.data, src.nbytes());
       } else {
         EmaUpdateCpu(dst.as<float>(), src.as<float>(), src.numel(), p.beta);

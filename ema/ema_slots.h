@@ -179,6 +179,13 @@ class EmaSlots {
   std::vector<EmaConfig> configs_;
   std::vector<EmaCounters> counters_;
   std::vector<SlotHandle> handles_;  // registry slot of configs_[i], resolved once
+  // Slot i's buffer copies: the model's buffer, the slot's copy ("<slot>/<buffer>"), the mode.
+  struct BufferCopy {
+    BufferHandle src;
+    BufferHandle dst;
+    BufferMode mode;
+  };
+  std::vector<std::vector<BufferCopy>> buffer_copies_;
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
   ShardedParameterStore::GuardToken guard_;  // store shard-update guard (offloader)
