@@ -11,11 +11,14 @@
 //   seqwrite     each rank writes its share to one file in 16 MiB write(2)s, then fsync
 //   save_sync    CheckpointWriter::Save (rank files, checksums, fsync, manifest, commit)
 //   stall_sync   = save_sync: the training thread is blocked for the whole save
-//   stall_async  time inside SaveAsync (snapshot copy) + inside every Poll() of the training
-//                steps (--step-ms of compute each) until the save is committed; best of the
-//                second and third asynchronous saves, whose staging memory is already allocated
-//                (the first one, which also allocates it, is shown as stall_async_first);
-//                --steps-between training steps separate the saves
+//   stall_async  the extra time the training steps take while an asynchronous save is in flight:
+//                a step is a FIXED amount of real CPU work (f32 GEMM loops calibrated to --step-ms,
+//                then a 64 KiB all-reduce that couples the ranks like a gradient reduction), so CPU
+//                the writer thread takes from the ranks shows; stall = time from SaveAsync to the
+//                Poll that committed - (steps in it) x (median step time of the --steps-between
+//                plain steps before the save). Best of the second and third asynchronous saves,
+//                whose staging memory is already allocated (the first one, which also allocates
+//                it, is shown as stall_async_first)
 //   stall_async_bg   the same with SaveOptions::snapshot_in_background: the snapshot copy overlaps
 //                the step's compute; WaitSnapshot() before the (simulated) optimizer step
 //   async_to_commit  wall time from SaveAsync to the Poll that committed (last save)
@@ -91,7 +94,7 @@ struct Flags {
   std::string dir = "/tmp";
   int reps = 3;
   int step_ms = 50;
-  int steps_between = 5;
+  int steps_between = 10;
   std::string export_child, export_out, result;
 };
 
@@ -146,12 +149,57 @@ Status SequentialWrite(const std::string& path, const char* src, size_t src_byte
   return f->Close();
 }
 
-// Spins for `ms` milliseconds touching memory (a stand-in for a training step).
-void TrainStep(std::vector<float>& buf, int ms) {
-  Clock::time_point t = Clock::now();
-  while (Since(t) * 1000 < ms) {
-    for (size_t i = 0; i < buf.size(); i += 16) buf[i] = buf[i] * 0.999f + 1e-3f;
+// A stand-in for a training step that does a FIXED amount of real CPU work, so CPU taken by the
+// checkpoint writer thread shows as a longer step: `reps` products of two kGemm x kGemm f32
+// matrices (a GEMM-like i-k-j loop over memory), then a 64 KiB sum all-reduce, which couples the
+// ranks as a gradient reduction does (a rank slowed by its writer slows every rank).
+constexpr size_t kGemm = 128;
+struct FakeStep {
+  std::vector<float> a, b, c, grad, summed;
+  int reps = 1;
+  FakeStep() : a(kGemm * kGemm), b(kGemm * kGemm), c(kGemm * kGemm), grad(16384), summed(16384) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = float(i % 97) * 1e-2f;
+      b[i] = float(i % 89) * 1e-2f;
+    }
   }
+  Status Run(Communicator* comm) {
+    for (int r = 0; r < reps; ++r) {
+      std::fill(c.begin(), c.end(), 0.f);
+      for (size_t i = 0; i < kGemm; ++i) {
+        for (size_t k = 0; k < kGemm; ++k) {
+          const float aik = a[i * kGemm + k];
+          const float* brow = &b[k * kGemm];
+          float* crow = &c[i * kGemm];
+          for (size_t j = 0; j < kGemm; ++j) crow[j] += aik * brow[j];
+        }
+      }
+      a[(size_t(r) * 31) % a.size()] += c[(size_t(r) * 17) % c.size()] * 1e-9f;  // a dependency
+    }
+    grad[0] = c[0];
+    return comm->AllReduce(grad.data(), summed.data(), grad.size(), DType::kF32);
+  }
+};
+
+// Sets step->reps so one step takes about `ms` on every rank (rank 0's calibration, broadcast).
+Status Calibrate(Communicator* comm, FakeStep* step, int ms) {
+  step->reps = 1;
+  double per = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    Clock::time_point t = Clock::now();
+    RETURN_IF_ERROR(step->Run(comm));
+    per = std::min(per, Since(t));
+  }
+  float reps = float(std::max(1.0, std::round(double(ms) / 1000.0 / per)));
+  RETURN_IF_ERROR(comm->Broadcast(&reps, 1, DType::kF32));
+  step->reps = int(reps);
+  return Status::Ok();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 struct Row {
@@ -173,6 +221,9 @@ Status Run(const Flags& f) {
 
   std::vector<Row> rows;
   double seq = 1e30, save = 1e30, stall_async = 0, stall_async_first = 0, stall_overlap = 0, async_total = 0;
+  double step_baseline = 0;
+  int gemm_reps = 0;
+  int64_t async_steps = 0;
   uint64_t state_bytes = 0;
   {
     ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(Model(total_bytes / 16), world));
@@ -182,7 +233,6 @@ Status Run(const Flags& f) {
     SaveOptions so;
     CheckpointWriter writer(JoinPath(root, "ckpt"), comm, so);
     int64_t step = 1;
-    std::vector<float> work(size_t(4) << 20);
     auto seq_write = [&]() -> Status {
       RETURN_IF_ERROR(comm->Barrier());
       Clock::time_point t = Clock::now();
@@ -208,33 +258,44 @@ Status Run(const Flags& f) {
       RETURN_IF_ERROR(rep % 2 == 0 ? seq_write() : sync_save());
       RETURN_IF_ERROR(rep % 2 == 0 ? sync_save() : seq_write());
     }
-    // Asynchronous saves: the training thread's blocked time. Between saves, a few plain training
-    // steps (a real run saves every many steps). Returns {first, best of the later ones}.
+    // Asynchronous saves: how much longer the training steps take while a save is in flight.
+    // Before each save --steps-between plain steps give the baseline (their median step time);
+    // then SaveAsync and steps (compute, [WaitSnapshot], Poll) until the save is committed:
+    // stall = their total time - (number of those steps) x baseline. Returns {first, best of the
+    // later ones}, slowest rank.
+    FakeStep fake;
+    RETURN_IF_ERROR(Calibrate(comm, &fake, f.step_ms));
+    gemm_reps = fake.reps;
     auto async_saves = [&](CheckpointWriter& w, bool overlap) -> StatusOr<std::pair<double, double>> {
       std::pair<double, double> out{0, 1e30};
       for (int a = 0; a < 3; ++a) {
-        for (int i = 0; i < f.steps_between; ++i) TrainStep(work, f.step_ms);
+        std::vector<double> plain;
+        for (int i = 0; i < f.steps_between; ++i) {
+          Clock::time_point t = Clock::now();
+          RETURN_IF_ERROR(fake.Run(comm));
+          plain.push_back(Since(t));
+        }
+        ASSIGN_OR_RETURN(const double baseline, MaxOverRanks(comm, Median(plain)));
         st.state.step = step++;
         RETURN_IF_ERROR(comm->Barrier());
         Clock::time_point start = Clock::now();
-        Clock::time_point t = Clock::now();
         RETURN_IF_ERROR(w.SaveAsync(st.state));
-        double blocked = Since(t);
-        for (bool done = false; !done;) {
-          TrainStep(work, f.step_ms);  // forward/backward: the state is not modified
-          t = Clock::now();
+        int64_t steps = 0;
+        for (bool done = false; !done; ++steps) {
+          RETURN_IF_ERROR(fake.Run(comm));  // forward/backward: the state is not modified
           if (overlap) w.WaitSnapshot();  // before the optimizer step modifies the state
           ASSIGN_OR_RETURN(done, w.Poll());
-          blocked += Since(t);
         }
-        ASSIGN_OR_RETURN(double tb, MaxOverRanks(comm, blocked));
-        ASSIGN_OR_RETURN(double tt, MaxOverRanks(comm, Since(start)));
+        const double total = Since(start);
+        ASSIGN_OR_RETURN(double tb, MaxOverRanks(comm, std::max(0.0, total - double(steps) * baseline)));
         if (a == 0) {
           out.first = tb;
         } else {
           out.second = std::min(out.second, tb);
         }
-        async_total = tt;
+        ASSIGN_OR_RETURN(async_total, MaxOverRanks(comm, total));
+        async_steps = steps;
+        step_baseline = baseline;
       }
       return out;
     };
@@ -293,7 +354,9 @@ Status Run(const Flags& f) {
   if (rank == 0) {
     std::printf("# ckpt_bench: %d ranks, state %.1f MiB (4 f32 slots, 64 units), dir %s, best of %d reps\n", world,
                 double(state_bytes) / 1048576.0, f.dir.c_str(), f.reps);
-    std::printf("# time = slowest rank; GB/s = bytes / time; stall = time the training thread is blocked\n");
+    std::printf("# time = slowest rank; GB/s = bytes / time; stall = extra step time while saving\n");
+    std::printf("# fake step: %d GEMM reps, baseline %.1f ms; last async save spanned %lld steps\n",
+                gemm_reps, step_baseline * 1e3, static_cast<long long>(async_steps));
     std::printf("# %-18s %12s %10s %9s\n", "what", "bytes", "time_s", "GB/s");
     for (const Row& r : rows) {
       std::printf("  %-18s %12llu %10.4f %9.3f\n", r.what.c_str(), static_cast<unsigned long long>(r.bytes), r.secs,

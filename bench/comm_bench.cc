@@ -2,7 +2,7 @@
 // the raw MPI calls it makes, in the same run and on the same buffers. nccl-tests style table
 // from rank 0, then one `summary:` line.
 //
-//   tests/mpi_run.sh 4 bazel-bin/bench/comm_bench [--min-bytes 4K] [--max-bytes 64M]
+//   mpirun -np 4 bazel-bin/bench/comm_bench [--min-bytes 4K] [--max-bytes 64M]
 //       [--step-factor 2] [--iters 20] [--warmup 5]
 //
 // Implementations (rows):
@@ -10,6 +10,8 @@
 //   nocheck   the same with CommOptions::check_args = false
 //   mpi-nb    MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce + MPI_Wait (what ours calls)
 //   mpi       MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce (blocking)
+//   ring      ours with CommOptions::reduce_scatter_algorithm = kRing (our ring over
+//             MPI_Isend/Irecv, ring_reduce_scatter.h); the same as `ours` for the other ops
 // Timing: per iteration every implementation runs once, in a rotating order; each run is
 // preceded by MPI_Barrier and timed alone; the run's time is the maximum over ranks; the table
 // shows the median over iterations. size S is the full array (all_gather: recv, reduce_scatter:
@@ -21,7 +23,10 @@
 // median over iterations of t(mpi-nb) / t(ours) from the same iteration: adjacent runs on a
 // shared or busy machine see the same load, so the paired ratio is steadier than the ratio of
 // the two medians in the table. Also <op>_vs_blocking (ours / mpi, paired the same way),
-// <op>_busbw_gbs (ours, from the table) and wrong = total #wrong.
+// <op>_busbw_gbs (ours, from the table) and wrong = total #wrong; rs_ring_vs_mpi = ring / mpi-nb
+// reduce-scatter busbw (paired) and rs_ring_busbw_gbs.
+// Run it under plain mpirun, not tests/mpi_run.sh (which turns off OpenMPI's shared-memory
+// single copy and slows large collectives).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -139,6 +144,7 @@ struct Flags {
   int step_factor = 2;
   int iters = 20;
   int warmup = 5;
+  size_t ring_chunk = size_t(1) << 20;
 };
 
 struct Row {
@@ -158,13 +164,15 @@ double PairedRatio(const Row& ours, const Row& base) {
 
 class Bench {
  public:
-  Bench(MpiCommunicator* ours, MpiCommunicator* nocheck, MPI_Comm raw, const Flags& f)
+  Bench(MpiCommunicator* ours, MpiCommunicator* nocheck, MpiCommunicator* ring, MPI_Comm raw,
+        const Flags& f)
       : rank_(ours->rank()), n_(ours->world_size()), raw_(raw), flags_(f) {
     impls_ = {
         {"ours", [ours](Op op, const float* s, float* r, size_t c) { return RunOurs(ours, op, s, r, c); }},
         {"nocheck", [nocheck](Op op, const float* s, float* r, size_t c) { return RunOurs(nocheck, op, s, r, c); }},
         {"mpi-nb", [raw](Op op, const float* s, float* r, size_t c) { return RunRaw(raw, true, op, s, r, c); }},
         {"mpi", [raw](Op op, const float* s, float* r, size_t c) { return RunRaw(raw, false, op, s, r, c); }},
+        {"ring", [ring](Op op, const float* s, float* r, size_t c) { return RunOurs(ring, op, s, r, c); }},
     };
   }
 
@@ -243,12 +251,16 @@ Status Run(const Flags& f) {
   CommOptions off;
   off.check_args = false;
   ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> nocheck, MpiCommunicator::Create(off));
+  CommOptions ring_options;
+  ring_options.reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
+  ring_options.ring_chunk_bytes = f.ring_chunk;
+  ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> ring, MpiCommunicator::Create(ring_options));
   MPI_Comm raw = MPI_COMM_NULL;
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &raw), "MPI_Comm_dup", ours->rank()));
   MPI_Comm_set_errhandler(raw, MPI_ERRORS_RETURN);
   const int rank = ours->rank(), n = ours->world_size();
 
-  Bench bench(ours.get(), nocheck.get(), raw, f);
+  Bench bench(ours.get(), nocheck.get(), ring.get(), raw, f);
   Status st = bench.Allocate(max_bytes);
   if (rank == 0) {
     std::printf("# comm_bench: MPI backend, %d ranks, f32 sum, iters %d, warmup %d\n", n, f.iters,
@@ -281,17 +293,19 @@ Status Run(const Flags& f) {
     if (!st.ok()) break;
   }
   if (st.ok() && rank == 0) {
-    // impls: 0 ours, 1 nocheck, 2 mpi-nb, 3 mpi.
+    // impls: 0 ours, 1 nocheck, 2 mpi-nb, 3 mpi, 4 ring.
     auto ratio = [&](Op op, size_t base) { return PairedRatio(largest[op][0], largest[op][base]); };
+    const double ring_vs_mpi =
+        PairedRatio(largest[Op::kReduceScatter][4], largest[Op::kReduceScatter][2]);
     std::printf("summary: rs_busbw_ratio=%.3f ag_busbw_ratio=%.3f ar_busbw_ratio=%.3f "
                 "rs_vs_blocking=%.3f ag_vs_blocking=%.3f ar_vs_blocking=%.3f "
                 "rs_busbw_gbs=%.3f ag_busbw_gbs=%.3f ar_busbw_gbs=%.3f wrong=%lld ranks=%d "
-                "max_bytes=%zu\n",
+                "max_bytes=%zu rs_ring_vs_mpi=%.3f rs_ring_busbw_gbs=%.3f\n",
                 ratio(Op::kReduceScatter, 2), ratio(Op::kAllGather, 2), ratio(Op::kAllReduce, 2),
                 ratio(Op::kReduceScatter, 3), ratio(Op::kAllGather, 3), ratio(Op::kAllReduce, 3),
                 largest[Op::kReduceScatter][0].busbw, largest[Op::kAllGather][0].busbw,
                 largest[Op::kAllReduce][0].busbw, static_cast<long long>(total_wrong), n,
-                max_bytes);
+                max_bytes, ring_vs_mpi, largest[Op::kReduceScatter][4].busbw);
   }
   std::fflush(stdout);
   MPI_Comm_free(&raw);
@@ -311,6 +325,7 @@ int main(int argc, char** argv) {
   app.add_option("--step-factor", f.step_factor, "size multiplier between rows (2 or 4)");
   app.add_option("--iters", f.iters, "timed iterations per size");
   app.add_option("--warmup", f.warmup, "untimed iterations per size");
+  app.add_option("--ring-chunk", f.ring_chunk, "ring reduce-scatter chunk in bytes");
   CLI11_PARSE(app, argc, argv);
   const shardema::Status st = shardema::Run(f);
   const shardema::Status fin = shardema::MpiCommunicator::FinalizeMpi();

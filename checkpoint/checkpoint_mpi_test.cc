@@ -60,6 +60,17 @@ class CheckpointMpiTest : public ::testing::Test {
     EXPECT_EQ(dest.state.meta, TestMeta(0.999));
   }
 
+  // Commits step 1 (the checkpoint a failed save must leave as the latest), then returns options
+  // for a save in many small writes with Poll agreeing every `agree_every` calls.
+  SaveOptions SaveStepOneThenSmallWrites(int agree_every) {
+    OwnedState first = MyState(1);
+    EXPECT_TRUE(CheckpointWriter(root_, comm_).Save(first.state).ok());
+    SaveOptions o;
+    o.io_bytes = 4096;
+    o.agree_every = agree_every;
+    return o;
+  }
+
   const std::vector<UnitSpec> model_ = TestModelWithBig(50021);
   Communicator* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
@@ -181,6 +192,108 @@ TEST_F(CheckpointMpiTest, OneRanksLoadFailureFailsTheLoadOnEveryRank) {
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of "), std::string::npos) << s;
   EXPECT_NE(s.message().find(RankFileName(bad) + "' is missing"), std::string::npos) << s;
+}
+
+// Every rank's value of `v`, by rank.
+std::vector<float> Gathered(Communicator* comm, float v) {
+  std::vector<float> all(size_t(comm->world_size()));
+  EXPECT_TRUE(comm->AllGather(&v, all.data(), 1, DType::kF32).ok());
+  return all;
+}
+
+TEST_F(CheckpointMpiTest, AsyncCommitHappensAtTheSamePollCallOnEveryRank) {
+  SaveOptions o = SaveStepOneThenSmallWrites(3);
+  const int slow = world_ - 1;
+  if (rank_ == slow) {  // the last rank writes slowly: the others are done long before it
+    o.fault_hook = [](const std::string&, uint64_t, size_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return 0;
+    };
+  }
+  CheckpointWriter w(root_, comm_, o);
+  OwnedState st = MyState(2);
+  ASSERT_TRUE(w.SaveAsync(st.state).ok());
+  bool done = false;
+  int calls = 0;
+  for (; calls < 20000 && !done; ++calls) {
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    done = *p;
+    if (calls == 0 && world_ > 1) {
+      EXPECT_FALSE(done) << "the first Poll only starts the agreement";
+    }
+    // Same answer on every rank at every call: nobody commits alone.
+    for (float d : Gathered(comm_, done ? 1.f : 0.f)) ASSERT_EQ(d, done ? 1.f : 0.f) << "call " << calls;
+    if (!done && rank_ == 0) {
+      EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(done);
+  if (world_ > 1) {
+    EXPECT_GT(calls, 1);
+  }
+  EXPECT_EQ(w.last_committed_step(), 2);
+  EXPECT_TRUE(w.Finish().ok());
+  if (rank_ == 0) {
+    StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(root_);
+    EXPECT_TRUE(v.ok()) << v.status();
+  }
+  ExpectLoads(root_, 2);
+}
+
+TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsThePollOnEveryRank) {
+  SaveOptions o = SaveStepOneThenSmallWrites(2);
+  const int bad = world_ - 1;
+  if (rank_ == bad) {
+    o.fault_hook = [](const std::string& path, uint64_t off, size_t) {
+      return path.find(".bin") != std::string::npos && off > 8192 ? ENOSPC : 0;
+    };
+  }
+  CheckpointWriter w(root_, comm_, o);
+  OwnedState st = MyState(2);
+  ASSERT_TRUE(w.SaveAsync(st.state).ok());
+  Status failure;
+  int calls = 0;
+  for (bool done = false; calls < 20000 && !done && failure.ok(); ++calls) {
+    StatusOr<bool> p = w.Poll();
+    if (p.ok()) {
+      done = *p;
+    } else {
+      failure = p.status();
+    }
+    EXPECT_FALSE(done) << "a failed write must not commit";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(failure.code(), StatusCode::kResourceExhausted) << failure;
+  EXPECT_NE(failure.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)),
+            std::string::npos) << failure;
+  for (float c : Gathered(comm_, float(calls))) EXPECT_EQ(c, float(calls)) << "failed at another Poll call";
+  EXPECT_FALSE(w.pending());
+  EXPECT_TRUE(comm_->Barrier().ok());
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+  EXPECT_EQ(ListDir(root_).value(), (std::vector<std::string>{"latest", "step_00000001"}));
+  ExpectLoads(root_, 1);
+}
+
+TEST_F(CheckpointMpiTest, BytesLongerThanTheInlineFrameArriveWhole) {
+  auto text = [](int r, size_t n) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = char('a' + (i * 7 + size_t(r)) % 26);
+    return s;
+  };
+  // Lengths around the inline size, different on every rank (rank 0: empty).
+  auto length = [](int r) { return r == 0 ? size_t(0) : kCollectiveBytesInline - 2 + size_t(r) * 1500; };
+  StatusOr<std::vector<std::string>> all = AllGatherBytes(comm_, text(rank_, length(rank_)));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), size_t(world_));
+  for (int r = 0; r < world_; ++r) EXPECT_EQ((*all)[size_t(r)], text(r, length(r))) << "rank " << r;
+  for (size_t n : {size_t(0), size_t(17), kCollectiveBytesInline, kCollectiveBytesInline + 1, size_t(20000)}) {
+    const int root = world_ - 1;
+    StatusOr<std::string> b = BroadcastBytes(comm_, rank_ == root ? text(root, n) : "ignored", root);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(*b, text(root, n)) << n;
+  }
 }
 
 }  // namespace

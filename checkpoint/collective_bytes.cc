@@ -32,23 +32,51 @@ uint64_t GetU64(const LengthBytes& l) {
   std::memcpy(&v, l.b, sizeof(v));
   return v;
 }
+constexpr size_t kInlineBytes = kCollectiveBytesInline;
+constexpr size_t kFrameBytes = sizeof(LengthBytes) + kInlineBytes;
+
+// A frame: the 64-bit length, then the first kInlineBytes bytes of the string (zero padded). A
+// fixed size, so every save's exchange has the same collective signature (checked once).
+std::string Frame(const std::string& s) {
+  std::string f(kFrameBytes, '\0');
+  const LengthBytes len = PutU64(s.size());
+  std::memcpy(&f[0], len.b, sizeof(len.b));
+  std::memcpy(&f[sizeof(len.b)], s.data(), std::min(s.size(), kInlineBytes));
+  return f;
+}
+uint64_t FrameLength(const char* frame) {
+  LengthBytes l;
+  std::memcpy(l.b, frame, sizeof(l.b));
+  return GetU64(l);
+}
 }  // namespace
 
 StatusOr<std::vector<std::string>> AllGatherBytes(Communicator* comm, const std::string& mine) {
   if (WorldSizeOf(comm) == 1) return std::vector<std::string>{mine};
   RETURN_IF_ERROR(CheckHostComm(comm));
   const size_t world = size_t(comm->world_size());
-  const LengthBytes my_len = PutU64(mine.size());
-  std::vector<LengthBytes> lens(world);
-  RETURN_IF_ERROR(comm->AllGather(my_len.b, lens.data(), sizeof(my_len.b), DType::kU8));
-  uint64_t longest = 0;
-  for (const LengthBytes& l : lens) longest = std::max(longest, GetU64(l));
-  const size_t bytes = size_t(longest);
-  std::string send(bytes, '\0'), recv(bytes * world, '\0');
-  std::memcpy(&send[0], mine.data(), mine.size());
-  RETURN_IF_ERROR(comm->AllGather(send.data(), &recv[0], bytes, DType::kU8));
+  const std::string frame = Frame(mine);
+  std::string frames(kFrameBytes * world, '\0');
+  RETURN_IF_ERROR(comm->AllGather(frame.data(), &frames[0], kFrameBytes, DType::kU8));
   std::vector<std::string> out(world);
-  for (size_t r = 0; r < world; ++r) out[r] = recv.substr(bytes * r, size_t(GetU64(lens[r])));
+  uint64_t longest_rest = 0;  // bytes beyond the inline part, longest over ranks
+  for (size_t r = 0; r < world; ++r) {
+    const char* f = frames.data() + kFrameBytes * r;
+    const uint64_t len = FrameLength(f);
+    out[r].assign(f + sizeof(LengthBytes), size_t(std::min<uint64_t>(len, kInlineBytes)));
+    if (len > kInlineBytes) longest_rest = std::max(longest_rest, len - kInlineBytes);
+  }
+  if (longest_rest == 0) return out;
+  const size_t rest = size_t(longest_rest);
+  std::string send(rest, '\0'), recv(rest * world, '\0');
+  if (mine.size() > kInlineBytes) {
+    std::memcpy(&send[0], mine.data() + kInlineBytes, mine.size() - kInlineBytes);
+  }
+  RETURN_IF_ERROR(comm->AllGather(send.data(), &recv[0], rest, DType::kU8));
+  for (size_t r = 0; r < world; ++r) {
+    const uint64_t len = FrameLength(frames.data() + kFrameBytes * r);
+    if (len > kInlineBytes) out[r].append(recv, rest * r, size_t(len - kInlineBytes));
+  }
   return out;
 }
 
@@ -56,13 +84,15 @@ StatusOr<std::string> BroadcastBytes(Communicator* comm, const std::string& valu
   if (WorldSizeOf(comm) == 1) return value;
   RETURN_IF_ERROR(CheckHostComm(comm));
   const bool is_root = comm->rank() == root;
-  LengthBytes len = PutU64(is_root ? value.size() : 0);
+  std::string frame = is_root ? Frame(value) : std::string(kFrameBytes, '\0');
   CollectiveOptions opts;
   opts.root = root;
-  RETURN_IF_ERROR(comm->Broadcast(len.b, sizeof(len.b), DType::kU8, opts));
-  std::string buf = is_root ? value : std::string(size_t(GetU64(len)), '\0');
-  RETURN_IF_ERROR(comm->Broadcast(&buf[0], buf.size(), DType::kU8, opts));
-  return buf;
+  RETURN_IF_ERROR(comm->Broadcast(&frame[0], kFrameBytes, DType::kU8, opts));
+  const uint64_t len = FrameLength(frame.data());
+  if (len <= kInlineBytes) return frame.substr(sizeof(LengthBytes), size_t(len));
+  std::string rest = is_root ? value.substr(kInlineBytes) : std::string(size_t(len - kInlineBytes), '\0');
+  RETURN_IF_ERROR(comm->Broadcast(&rest[0], rest.size(), DType::kU8, opts));
+  return frame.substr(sizeof(LengthBytes), kInlineBytes) + rest;
 }
 
 std::string EncodeStatus(const Status& s) {

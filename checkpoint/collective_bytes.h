@@ -20,11 +20,16 @@ namespace shardema {
 int RankOf(const Communicator* comm);       // 0 when null
 int WorldSizeOf(const Communicator* comm);  // 1 when null
 
-// Every rank gets every rank's string, indexed by rank. Two all-gathers (lengths, then data
-// padded to the longest).
+// Strings up to this many bytes travel in ONE fixed-size collective (length + inline bytes);
+// longer ones take a second collective for the rest, padded to the longest.
+constexpr size_t kCollectiveBytesInline = 4096;
+
+// Every rank gets every rank's string, indexed by rank. One all-gather of fixed-size frames when
+// every string fits kCollectiveBytesInline, else a second one for the rest.
 StatusOr<std::vector<std::string>> AllGatherBytes(Communicator* comm, const std::string& mine);
 
-// Every rank gets `root`'s string (the value passed on other ranks is ignored).
+// Every rank gets `root`'s string (the value passed on other ranks is ignored). One broadcast
+// when it fits kCollectiveBytesInline, else two.
 StatusOr<std::string> BroadcastBytes(Communicator* comm, const std::string& value, int root = 0);
 
 // Agrees on an outcome: OK on every rank when `local` is OK on every rank, otherwise every rank

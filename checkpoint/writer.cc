@@ -11,6 +11,7 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/rank_file.h"
 #include "framework/logging.h"
+#include "framework/thread_priority.h"
 
 namespace shardema {
 
@@ -136,14 +137,23 @@ struct CheckpointWriter::Pending {
   std::thread thread;
   std::atomic<bool> done{false};
   StatusOr<FileEntry> result = Status(StatusCode::kAborted, "rank file not written");
+  // Poll's agreement: calls so far, and the all-reduce in flight (its operands live here).
+  int64_t polls = 0;
+  std::unique_ptr<Work> agreement;
+  float agree_mine = 0.f, agree_sum = 0.f;
 
-  void Write(int rank, const SaveOptions& options) {
+  // Runs on the background thread of an asynchronous save (or the caller's, for Save).
+  void Write(int rank, const SaveOptions& options, bool background) {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
     {
       std::lock_guard<std::mutex> l(mu);
       snapshot_taken = true;
     }
     cv.notify_all();
+    if (background && options.writer_nice > 0) {
+      Status st = LowerThisThreadPriority(options.writer_nice);
+      if (!st.ok()) LOG_WARNING << "checkpoint writer thread keeps its priority: " << st;
+    }
     try {
       result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs, buffer_ptrs,
                              RankOptions(options));
@@ -273,6 +283,16 @@ StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes) {
 
 Status CheckpointWriter::Commit() {
   Pending& p = *pending_;
+  if (p.agreement != nullptr) {
+    // Every rank issued it at the same Poll call: complete it before the commit's collectives.
+    Status st = p.agreement->Wait();
+    p.agreement.reset();
+    if (!st.ok()) {
+      if (p.thread.joinable()) p.thread.join();
+      pending_.reset();
+      return st.WithContext("save of step " + std::to_string(p.plan.step) + ": agreement");
+    }
+  }
   if (p.thread.joinable()) p.thread.join();
   const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
   const int64_t step = p.plan.step;
@@ -334,7 +354,7 @@ Status CheckpointWriter::Save(const CheckpointState& state) {
   ASSIGN_OR_RETURN(pending_, Begin(state));
   pending_->slot_ptrs = SlotPointers(state);
   pending_->buffer_ptrs = BufferPointers(state);
-  pending_->Write(RankOf(comm_), options_);
+  pending_->Write(RankOf(comm_), options_, /*background=*/false);
   return Commit();
 }
 
@@ -380,21 +400,49 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   }
   Pending* raw = &p;
   const SaveOptions* opts = &options_;
-  p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts); });
+  p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
   return Status::Ok();
 }
 
 StatusOr<bool> CheckpointWriter::Poll() {
   if (pending_ == nullptr) return true;
-  float done = pending_->done.load(std::memory_order_acquire) ? 1.f : 0.f;
-  if (comm_ != nullptr && comm_->world_size() > 1) {
-    float sum = 0.f;
-    RETURN_IF_ERROR(comm_->AllReduce(&done, &sum, 1, DType::kF32));
-    done = sum == float(comm_->world_size()) ? 1.f : 0.f;
+  Pending& p = *pending_;
+  const bool local_done = p.done.load(std::memory_order_acquire);
+  if (WorldSizeOf(comm_) == 1) {
+    if (!local_done) return false;
+    RETURN_IF_ERROR(Commit());
+    return true;
   }
-  if (done != 1.f) return false;
-  RETURN_IF_ERROR(Commit());
-  return true;
+  ++p.polls;
+  if (p.agreement != nullptr) {
+    // Issued one Poll call ago on every rank: normally complete by now.
+    Status st = p.agreement->Wait();
+    p.agreement.reset();
+    if (!st.ok()) {
+      if (p.thread.joinable()) p.thread.join();
+      const int64_t step = p.plan.step;
+      pending_.reset();
+      return st.WithContext("save of step " + std::to_string(step) + ": agreement");
+    }
+    if (p.agree_sum == float(comm_->world_size())) {
+      RETURN_IF_ERROR(Commit());
+      return true;
+    }
+  }
+  if (p.polls % std::max(1, options_.agree_every) == 0 || p.polls == 1) {
+    p.agree_mine = local_done ? 1.f : 0.f;
+    p.agree_sum = 0.f;
+    StatusOr<std::unique_ptr<Work>> w =
+        comm_->AllReduceAsync(&p.agree_mine, &p.agree_sum, 1, DType::kF32);
+    if (!w.ok()) {
+      if (p.thread.joinable()) p.thread.join();
+      const int64_t step = p.plan.step;
+      pending_.reset();
+      return w.status().WithContext("save of step " + std::to_string(step) + ": agreement");
+    }
+    p.agreement = std::move(w).value();
+  }
+  return false;
 }
 
 void CheckpointWriter::WaitSnapshot() {

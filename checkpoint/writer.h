@@ -21,13 +21,22 @@
 //                     do not modify the state); the caller must then call WaitSnapshot() before it
 //                     modifies any slot or buffer (e.g. before the optimizer step).
 //   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory.
-//   Poll()            one small all-reduce: when every rank's background write is done, commits
-//                     and returns true; otherwise returns false at once (call it e.g. every step).
+//   Poll()            never blocks on a collective while the save is in flight (call it e.g. every
+//                     step). It looks at this rank's writer locally; every
+//                     SaveOptions::agree_every-th Poll call of a save it starts a non-blocking
+//                     one-float all-reduce of "my write is done" (every rank starts it at the same
+//                     call), and the next Poll call collects its result, which the ranks issued a
+//                     call earlier, so it is normally complete. When it says every rank is done,
+//                     that Poll commits and returns true on every rank; otherwise Poll returns
+//                     false. So every rank commits at the same Poll call (a rank that finished
+//                     early never commits alone), and the first Poll of a save returns false.
 //   Wait()/Finish()   blocks until the pending write is done and commits it.
-// "begin" is: an all-gather of each rank's validation result and plan fingerprint (slot names and
+// "begin" is ONE all-gather of each rank's validation result and plan fingerprint (slot names and
 // dtypes, buffers, step and layout must match on every rank), after rank 0 has prepared the
-// temp directory. "commit" is: an all-gather of the file reports, rank 0's commit, and a broadcast
-// of its outcome.
+// temp directory. "commit" is ONE all-gather of the file reports, rank 0's commit, and ONE
+// broadcast of its outcome (collective_bytes.h: reports up to 4 KiB take one collective each).
+// The background thread lowers its own priority to SaveOptions::writer_nice once the snapshot is
+// taken, so the file writing and checksums yield the cores to the training threads.
 //
 // Errors are never silent and are the same on every rank: a validation error or a rank's write
 // failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) is returned by the call
@@ -74,6 +83,12 @@ struct SaveOptions {
   int snapshot_threads = 0;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
+  // Poll: every agree_every-th call of a save starts the ranks' non-blocking agreement on "all
+  // writes done" (see Poll above); >= 1. Larger: fewer collectives, a later commit.
+  int agree_every = 4;
+  // Nice value of the background writer thread after its snapshot copy ([0, 19]; 0 keeps the
+  // caller's priority). See framework/thread_priority.h.
+  int writer_nice = 10;
 };
 
 // The outcome of a save's commit: rank 0 decides it and broadcasts it, so every rank returns the

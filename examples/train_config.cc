@@ -54,6 +54,7 @@ struct RawFlags {
   int64_t ema_start_step = 0, ema_interval = 1;
   bool ema_no_interval_correction = false;
   bool no_comm_checks = false;
+  std::string reduce_scatter;
 };
 
 Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
@@ -400,6 +401,7 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["bench_warmup"] = bench_warmup;
   j["comm_checks"] = comm_checks;
   j["collective_timeout"] = collective_timeout;
+  j["reduce_scatter"] = reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi";
   j["optimizer_threads"] = optimizer_threads;
   j["compute_threads"] = compute_threads;
   j["profile"] = profile;
@@ -558,6 +560,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
       ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
+  app.add_option("--reduce-scatter", raw.reduce_scatter,
+                 "mpi (MPI_Reduce_scatter_block) | ring (ours over point-to-point); default: " +
+                     std::string(c.reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi"))
+      ->check(CLI::IsMember({"mpi", "ring"}));
   app.add_option("--compute-threads", c.compute_threads,
                  "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
       ->capture_default_str();
@@ -572,6 +578,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
     return InvalidArgument(e.what());
   }
   c.comm_checks = !raw.no_comm_checks;
+  if (!raw.reduce_scatter.empty()) {
+    c.reduce_scatter = raw.reduce_scatter == "ring" ? ReduceScatterAlgorithm::kRing
+                                                    : ReduceScatterAlgorithm::kMpi;
+  }
   RETURN_IF_ERROR(Finish(raw, c));
   out.warnings = EmaHorizonWarnings(c);
   return out;

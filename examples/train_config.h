@@ -27,6 +27,7 @@
 #include "ema/schedule.h"
 #include "examples/gpt_data.h"
 #include "examples/mlp_math.h"
+#include "framework/communicator.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
@@ -108,6 +109,8 @@ struct TrainConfig {
   int64_t bench_warmup = 3;  // steps excluded from the timing
   bool comm_checks = true;   // CommOptions::check_args
   double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
+  // --reduce-scatter mpi|ring: CommOptions::reduce_scatter_algorithm of the host communicator.
+  ReduceScatterAlgorithm reduce_scatter = CommOptions().reduce_scatter_algorithm;
   int optimizer_threads = 1;
   int compute_threads = 1;   // --compute-threads: threads of the CPU layers per rank (>= 1)
   bool profile = false;      // --profile: per-phase time breakdown at the end (rank 0)

@@ -216,6 +216,20 @@ TEST(TrainConfigTest, NoCommChecksFlag) {
   EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
 }
 
+TEST(TrainConfigTest, ReduceScatterFlag) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--reduce-scatter", "ring"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.reduce_scatter, ReduceScatterAlgorithm::kRing);
+  EXPECT_EQ(p->config.AgreementJson().at("reduce_scatter").get<std::string>(), "ring");
+  p = Parse({"--layers", "4,3", "--reduce-scatter", "mpi"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.reduce_scatter, ReduceScatterAlgorithm::kMpi);
+  p = Parse({"--layers", "4,3", "--reduce-scatter", "tree"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("tree"), std::string::npos) << p.status();
+}
+
 TEST(TrainConfigTest, WarnsWhenConstantEmaHorizonIsLongNextToTheRun) {
   StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999,0.9"});
   ASSERT_TRUE(p.ok()) << p.status();

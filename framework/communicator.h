@@ -54,6 +54,12 @@ struct CollectiveOptions {
   Stream stream;
 };
 
+// How the MPI backend reduce-scatters (the NCCL backend ignores it).
+enum class ReduceScatterAlgorithm : uint8_t {
+  kMpi = 0,   // MPI_Ireduce_scatter_block (the MPI library's choice)
+  kRing = 1,  // our ring over point-to-point messages (framework/mpi/ring_reduce_scatter.h)
+};
+
 // Per-communicator options.
 struct CommOptions {
   // The collective argument check (framework/mpi/collective_args.h): one small host all-reduce
@@ -79,6 +85,10 @@ struct CommOptions {
   // to an f32 device temporary of count·world·4 bytes, reduces in f32 and rounds once. The MPI
   // backend always accumulates in f32 and ignores it.
   bool widen_half_reductions = false;
+  // MPI backend: the reduce-scatter algorithm, and the ring's chunk (bytes of f32 per message).
+  // bench/comm_bench compares the two; kRing is the default where it measured faster.
+  ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kMpi;
+  size_t ring_chunk_bytes = size_t(1) << 20;
 };
 
 // A pending collective.
@@ -88,6 +98,12 @@ class Work {
   // Completes the operation (see the backend's contract) and returns its status. Idempotent:
   // later calls return the same status.
   virtual Status Wait() = 0;
+  // Drives the operation's progress without blocking (MPI: MPI_Test, one ring step) and returns
+  // true when it is complete, after which Wait() returns at once. Callers that compute while
+  // collectives are in flight call it between pieces of work (fsdp's unit boundaries) so the
+  // transfers advance. The default (backends that progress on their own, e.g. NCCL) returns
+  // false and does nothing. Errors are kept for Wait(); Test() then returns true.
+  virtual bool Test() { return false; }
 };
 
 class Communicator {

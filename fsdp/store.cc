@@ -512,6 +512,19 @@ Status ShardedParameterStore::ReduceScatterGrads(size_t unit) {
   return WaitReduceScatter(unit);
 }
 
+int ShardedParameterStore::ProgressCollectives() {
+  int in_flight = 0;
+  for (auto& s : units_) {
+    if (s->params == UnitState::Params::kInFlight && s->gather_work != nullptr) {
+      in_flight += s->gather_work->Test() ? 0 : 1;
+    }
+    if (s->reduce_pending && s->reduce_work != nullptr) {
+      in_flight += s->reduce_work->Test() ? 0 : 1;
+    }
+  }
+  return in_flight;
+}
+
 Status ShardedParameterStore::ZeroGrad() {
   for (size_t u = 0; u < units_.size(); ++u) {
     if (units_[u]->reduce_pending) {

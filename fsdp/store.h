@@ -251,6 +251,13 @@ class ShardedParameterStore {
   StatusOr<ReduceScatterHandle> ReduceScatterGradsAsync(size_t unit);
   Status WaitReduceScatter(size_t unit);
   Status ReduceScatterGrads(size_t unit);  // async + wait
+  // Drives every in-flight gather and reduce-scatter without blocking (Work::Test: on MPI an
+  // MPI_Test, or the next steps of a ring reduce-scatter) and returns how many are still in
+  // flight. Local; changes no state (WaitGather / WaitReduceScatter still complete them). The
+  // UnitRunner calls it at unit boundaries; a model may call it (UnitCall::progress) between
+  // pieces of its compute so transfers advance while it computes. NCCL collectives progress on
+  // their own: there it only counts.
+  int ProgressCollectives();
   // Zeroes the gradient shard and the micro-batch counts, discards unreduced unit gradient
   // buffers. Errors: kFailedPrecondition while a reduce-scatter is pending.
   Status ZeroGrad();

@@ -58,6 +58,18 @@ Status UnitRunner::AtUse(Status st, const char* phase, size_t use) const {
                         store_->layout().units()[u].name + "')");
 }
 
+std::function<void()> UnitRunner::Progress() const {
+  ShardedParameterStore* store = store_;
+  return [store] { store->ProgressCollectives(); };
+}
+
+Status UnitRunner::RunCallback(const std::function<Status()>& callback) {
+  store_->ProgressCollectives();
+  Status st = callback();
+  store_->ProgressCollectives();
+  return st;
+}
+
 Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train) {
   const size_t n = num_uses();
   PhaseTimes* times = Timing(train);
@@ -80,9 +92,10 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
     call.micro_batch = micro_batch;
     call.mode = !train ? ForwardMode::kEval
                        : (recompute(i) ? ForwardMode::kForwardNoSave : ForwardMode::kTrain);
+    call.progress = Progress();
     Trace("forward", i);
     ScopedPhase compute(times, Phase::kForward);
-    RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "forward", i));
+    RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "forward", i));
     compute.Stop();
     // The last use stays gathered for the backward.
     if (i + 1 < n || !train) {
@@ -112,11 +125,12 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.use = i;
     call.unit = u;
     call.micro_batch = micro_batch;
+    call.progress = Progress();
     ScopedPhase compute(times_, Phase::kBackward);
     if (recompute(i)) {
       call.mode = ForwardMode::kRecompute;
       Trace("recompute", i);
-      RETURN_IF_ERROR(AtUse(cb.forward(call, *views), "recompute", i));
+      RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "recompute", i));
     }
     StatusOr<std::vector<TensorView>> grads = store_->UnitGrads(u);
     RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
@@ -124,7 +138,8 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.accumulate = written[u];
     written[u] = true;
     Trace("backward", i);
-    RETURN_IF_ERROR(AtUse(cb.backward(call, *views, *grads), "backward", i));
+    RETURN_IF_ERROR(
+        AtUse(RunCallback([&] { return cb.backward(call, *views, *grads); }), "backward", i));
     compute.Stop();
     RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
     Trace("release", u);

@@ -27,6 +27,11 @@
 // examples (the averaging contract of store.h).
 // Forward(...) runs the forward alone (evaluation: mode kEval, every unit released at the end).
 //
+// Progress: on MPI a non-blocking collective moves only while the rank calls into MPI, so the
+// runner calls store->ProgressCollectives() (Work::Test) before and after every callback: the
+// reduce-scatter of unit u and the prefetch gather advance at the boundaries of the next
+// units' computation, and a callback may call UnitCall::progress in between.
+//
 // Recomputation: with recompute[i] the first forward(i) is called with mode kForwardNoSave: the
 // callback computes the use's output (the next use's input) but need not keep what its backward
 // needs; before backward(i) the runner calls forward(i) again with mode kRecompute, with the same
@@ -82,6 +87,11 @@ struct UnitCall {
   // Backward only: true when a later use of the same unit (earlier in the backward) already
   // wrote its gradient into `grads`; the callback must then add to it instead of overwriting.
   bool accumulate = false;
+  // Advances the collectives in flight (the prefetch gather, the previous unit's reduce-scatter)
+  // without blocking: ShardedParameterStore::ProgressCollectives. A callback may call it between
+  // pieces of its compute (e.g. between GEMMs); the runner itself calls it at every unit
+  // boundary (before and after each callback). Never null inside a callback.
+  std::function<void()> progress;
 };
 
 struct UnitCallbacks {
@@ -149,6 +159,10 @@ class UnitRunner {
     return !schedule_.recompute.empty() && schedule_.recompute[use];
   }
   void Trace(const char* what, size_t index);
+  // UnitCall::progress for this runner's store.
+  std::function<void()> Progress() const;
+  // Progresses the collectives in flight, runs the callback, progresses them again.
+  Status RunCallback(const std::function<Status()>& callback);
   // Prefixes a failure with the use and unit.
   Status AtUse(Status st, const char* phase, size_t use) const;
 

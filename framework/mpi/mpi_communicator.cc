@@ -13,6 +13,7 @@
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/mpi/mpi_wait.h"
+#include "framework/mpi/ring_reduce_scatter.h"
 
 namespace shardema {
 namespace mpi_internal {
@@ -29,14 +30,49 @@ struct PendingOp {
   bool done = false;
   Status status;
 
+  std::unique_ptr<RingReduceScatter> ring;  // instead of `request` (kRing reduce-scatter)
+
   Status Complete() {
     if (done) return status;
     done = true;
-    status = WaitRequest(&request, timeout_s, name, rank);
+    if (ring != nullptr) {
+      status = WaitUntilDone([this] { return ring->Progress(); }, timeout_s, name, rank);
+    } else {
+      status = WaitRequest(&request, timeout_s, name, rank);
+    }
+    ring.reset();
     if (status.ok() && finish) finish();
     finish = nullptr;
     temp = Buffer();
     return status;
+  }
+
+  // One non-blocking progress attempt; completes the operation (Complete) once it is finished
+  // or failed.
+  bool Test() {
+    if (done) return true;
+    if (ring != nullptr) {
+      StatusOr<bool> p = ring->Progress();
+      if (!p.ok()) return Fail(p.status());
+      if (!*p) return false;
+    } else {
+      int flag = 0;
+      const int rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return Fail(MpiStatus(rc, name, rank));
+      if (!flag) return false;
+    }
+    Complete().IgnoreError();  // finished: returns at once; Wait() reports the status
+    return true;
+  }
+
+ private:
+  bool Fail(Status s) {
+    done = true;
+    status = std::move(s);
+    finish = nullptr;
+    ring.reset();
+    temp = Buffer();
+    return true;
   }
 };
 
@@ -61,6 +97,7 @@ class MpiWork final : public Work {
   explicit MpiWork(std::shared_ptr<PendingOp> op) : op_(std::move(op)) {}
   ~MpiWork() override { op_->Complete().IgnoreError(); }
   Status Wait() override { return op_->Complete(); }
+  bool Test() override { return op_->Test(); }
 
  private:
   std::shared_ptr<PendingOp> op_;
@@ -111,10 +148,15 @@ Status CheckHostStream(const char* name, int rank, const Stream& stream) {
   return Status::Ok();
 }
 
-// Number of f32 elements of temporary an operation needs (0: none).
-size_t TempElems(const CollectiveCall& c, bool in_place, int world) {
+// Number of f32 elements of temporary an operation needs (0: none). Ring reduce-scatter: the
+// ring's receive buffers, after the f32 copy of a bf16/f16 input.
+size_t TempElems(const CollectiveCall& c, bool in_place, int world, bool ring) {
   if (c.count == 0) return 0;
   if (c.kind == CollectiveKind::kAllReduce) return c.dtype == DType::kF32 ? 0 : c.count;
+  if (c.kind == CollectiveKind::kReduceScatter && ring) {
+    return (c.dtype == DType::kF32 ? 0 : c.count * size_t(world)) +
+           RingReduceScatter::TempElems(c.count, world);
+  }
   if (c.kind == CollectiveKind::kReduceScatter) {
     if (c.dtype != DType::kF32) return c.count * size_t(world);
     return in_place ? c.count : 0;
@@ -270,7 +312,9 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       local = ip.status();
     }
   }
-  const size_t temp_elems = local.ok() ? TempElems(c, in_place, world_size_) : 0;
+  const bool ring = c.kind == CollectiveKind::kReduceScatter &&
+                    options_.reduce_scatter_algorithm == ReduceScatterAlgorithm::kRing;
+  const size_t temp_elems = local.ok() ? TempElems(c, in_place, world_size_, ring) : 0;
   if (temp_elems > 0) {
     StatusOr<Buffer> temp = Buffer::Allocate(temp_elems * sizeof(float), Device::Cpu());
     if (temp.ok()) {
@@ -317,7 +361,14 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       }
       break;
     case CollectiveKind::kReduceScatter:
-      if (dtype == DType::kF32 && !in_place) {
+      if (ring) {
+        StatusOr<std::unique_ptr<RingReduceScatter>> r = StartRing(c, op.get());
+        if (!r.ok()) {
+          op->done = true;
+          return r.status();
+        }
+        op->ring = std::move(r).value();
+      } else if (dtype == DType::kF32 && !in_place) {
         rc = MPI_Ireduce_scatter_block(c.send, recv, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
         if (avg) op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
       } else {
@@ -352,6 +403,32 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   still.push_back(op);
   pending_ = std::move(still);
   return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+}
+
+StatusOr<std::unique_ptr<RingReduceScatter>> MpiCommunicator::StartRing(
+    const CollectiveCall& c, mpi_internal::PendingOp* op) {
+  const size_t count = c.count, world = size_t(world_size_);
+  const DType dtype = c.dtype;
+  float* temp = op->temp.as<float>();
+  const float* in = static_cast<const float*>(c.send);
+  float* out = static_cast<float*>(c.recv);  // f32: straight into recv (in place is fine)
+  float* ring_temp = temp;
+  if (dtype != DType::kF32) {
+    // Reduce an f32 copy of the input in place (this rank's block) and round once at Wait().
+    ConvertBuffer(c.send, dtype, temp, DType::kF32, count * world);
+    in = temp;
+    out = temp + size_t(rank_) * count;
+    ring_temp = temp + count * world;
+    void* recv = c.recv;
+    op->finish = [out, recv, count, dtype] { ConvertBuffer(out, DType::kF32, recv, dtype, count); };
+  }
+  const size_t chunk = std::max<size_t>(1, options_.ring_chunk_bytes / sizeof(float));
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
+  const int tag = RingReduceScatter::FirstTag(ring_ops_++, found && tag_ub ? *tag_ub : 32767);
+  return RingReduceScatter::Start(comm_, rank_, world_size_, in, out, ring_temp, count,
+                                  c.op == ReduceOp::kAvg, tag, chunk);
 }
 
 Status MpiCommunicator::Barrier() {

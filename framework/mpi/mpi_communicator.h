@@ -6,6 +6,12 @@
 // may be outstanding and be waited in any order (MPI matches them by issue order, which the
 // Communicator contract makes the same on every rank).
 //
+// Reduce-scatter algorithm (CommOptions::reduce_scatter_algorithm): kMpi calls
+// MPI_Ireduce_scatter_block as below; kRing runs RingReduceScatter (ring_reduce_scatter.h: W-1
+// steps of chunked MPI_Isend/MPI_Irecv to the next rank, the additions done here in f32, the same
+// dtype handling, kAvg and in-place rules; it progresses only inside Work::Test() and Wait(), so
+// a caller computing meanwhile calls Test() between pieces of work).
+//
 // Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
 // buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
 // (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert the input to an f32 temporary when issued, reduce
@@ -62,6 +68,7 @@
 #include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
+#include "framework/mpi/ring_reduce_scatter.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
 
@@ -116,6 +123,9 @@ class MpiCommunicator final : public CallCommunicator {
   // Local checks, then (check_args) the collective signature check, then the MPI call.
   StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
                                         const CollectiveOptions& opts) override;
+  // Starts a kRing reduce-scatter of `call` into op (whose temp is allocated).
+  StatusOr<std::unique_ptr<RingReduceScatter>> StartRing(const CollectiveCall& call,
+                                                         mpi_internal::PendingOp* op);
   // Fails with kFailedPrecondition "<op>: rank R: ..." after Shutdown().
   Status CheckNotShutDown(const char* op) const;
 
@@ -126,6 +136,7 @@ class MpiCommunicator final : public CallCommunicator {
   CommOptions options_;
   ArgCheckPolicy arg_checks_;
   bool shut_down_ = false;
+  uint64_t ring_ops_ = 0;  // ring reduce-scatters issued: their message tags
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
 };

@@ -7,18 +7,24 @@
 //    stopped, dead or waiting in another collective"
 // The caller must then abort the job (train_mlp calls MPI_Abort): the request is left pending.
 // timeout_s <= 0 waits forever (plain MPI_Wait). MPI errors become kInternal (mpi_error.h).
+// WaitUntilDone polls `test` (which drives progress, e.g. MPI_Test calls) until it returns true
+// or an error, with the same timeout and error (multi-request operations such as the ring
+// reduce-scatter of ring_reduce_scatter.h).
 // Threading: as MPI (the calling thread must be allowed to make MPI calls).
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 #include "framework/status.h"
 
 namespace shardema {
 
+Status WaitUntilDone(const std::function<StatusOr<bool>()>& test, double timeout_s,
+                     const std::string& name, int rank);
 Status WaitRequest(MPI_Request* request, double timeout_s, const std::string& name, int rank);
 
 }  // namespace shardema

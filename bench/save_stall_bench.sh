@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# save_stall_bench: what a checkpoint save costs the real trainer, synchronous vs asynchronous.
+#
+#   bazel run //bench:save_stall_bench -- [--layers 1024,2048,2048,1024] [--batch 64] [--world 2]
+#       [--steps 40] [--save-every 4] [--repeats 3]
+#   (or bench/save_stall_bench.sh TRAIN_MLP [flags] outside Bazel)
+#
+# Runs train_mlp (AdamW, 2 EMA slots, the same seed) under plain mpirun (not tests/mpi_run.sh,
+# which turns off OpenMPI's shared-memory single copy) three ways, alternately, --repeats times:
+#   none    --ckpt-dir with only the final save (every mode makes that one)
+#   sync    + --save-every K (blocking saves)
+#   async   + --save-every K --async-save (background writer; the trainer Polls every step)
+# and takes each mode's median whole-run wall time. Per mid-run save (S = saves in the run):
+#   sync_cost_s  = (sync - none) / S      the steps a sync save blocks
+#   async_cost_s = (async - none) / S     the step-time increase an async save causes (snapshot,
+#                                         writer CPU taken from the ranks, agreement, commit)
+# Ranks run with OMPI_MCA_mpi_yield_when_idle=1 (unless set), as in step_bench.
+# Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10) ...`.
+set -euo pipefail
+
+train="${1:?usage: save_stall_bench.sh TRAIN_MLP [flags]}"
+shift
+layers=1024,2048,2048,1024
+batch=64
+world=2
+steps=40
+save_every=4
+repeats=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --layers) layers="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --world) world="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --save-every) save_every="$2"; shift 2 ;;
+    --repeats) repeats="$2"; shift 2 ;;
+    *) echo "save_stall_bench: unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+if [ "$save_every" -lt 1 ] || [ "$steps" -le "$save_every" ]; then
+  echo "save_stall_bench: need 1 <= --save-every < --steps" >&2
+  exit 2
+fi
+saves=$(( (steps - 1) / save_every ))  # mid-run saves (the final one is common to every mode)
+work="$(mktemp -d "${TMPDIR:-/tmp}/save_stall_bench.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+
+run() {  # mode -> wall seconds
+  local mode="$1" extra=()
+  case "$mode" in
+    sync) extra=(--save-every "$save_every") ;;
+    async) extra=(--save-every "$save_every" --async-save) ;;
+  esac
+  rm -rf "$work/ckpt"
+  local t0 t1
+  t0="$(date +%s.%N)"
+  OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" \
+    mpirun --allow-run-as-root --oversubscribe -np "$world" "$train" --layers "$layers" \
+    --batch "$batch" --optim adamw --ema 0.999,0.9999 --steps "$steps" --log-every 0 \
+    --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
+    || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
+  t1="$(date +%s.%N)"
+  awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
+none=() sync=() async=()
+for _ in $(seq "$repeats"); do
+  none+=("$(run none)")
+  sync+=("$(run sync)")
+  async+=("$(run async)")
+done
+echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]}"
+n="$(median "${none[@]}")"
+s="$(median "${sync[@]}")"
+a="$(median "${async[@]}")"
+awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" 'BEGIN {
+  sc = (s - n) / k; ac = (a - n) / k;
+  printf "%8s %10s %14s\n", "mode", "wall_s", "per_save_s";
+  printf "%8s %10.3f %14s\n", "none", n, "-";
+  printf "%8s %10.3f %14.4f\n", "sync", s, sc;
+  printf "%8s %10.3f %14.4f\n", "async", a, ac;
+  printf "summary: async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f\n",
+         (sc > 0 ? ac / sc : 0), sc, ac, n }'
