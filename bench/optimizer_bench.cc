@@ -186,6 +186,17 @@ int Main(int argc, char** argv) {
     a.num_threads = nthreads;
     FusedStepCpu(a);
   };
+  // AdamW + one EMA slot (beta 0.999) of a 2-byte storage, kept in the bf16 array (no compute
+  // copy in these variants).
+  auto fused_storage = [&](EmaStorage storage) {
+    ++step;
+    const EmaTarget t{s.bf16.data(), 0.999, storage, SrKey(0, 1, uint64_t(step))};
+    FusedStepArgs a = adamw.Args(0, false, step);
+    a.emas = &t;
+    a.num_emas = 1;
+    a.num_threads = threads;
+    FusedStepCpu(a);
+  };
 
   std::printf("# optimizer_bench: numel %lld (%.1f MiB per f32 array), threads %d, iters %d "
               "(median, variants timed round-robin), per-tensor baseline %d tensors\n",
@@ -202,6 +213,13 @@ int Main(int argc, char** argv) {
   const size_t f1 = add("fused adamw+1 ema", 36, n, [&] { fused(1, false, threads); });
   add("fused adamw+2 ema", 44, n, [&] { fused(2, false, threads); });
   add("fused adamw+1 ema+bf16 copy", 38, n, [&] { fused(1, true, threads); });
+  // 2-byte EMA storages: 28 + 2 read + 2 written per element.
+  const size_t st_bf16 =
+      add("fused adamw+1 ema bf16", 32, n, [&] { fused_storage(EmaStorage::kBF16); });
+  const size_t st_sr =
+      add("fused adamw+1 ema bf16_sr", 32, n, [&] { fused_storage(EmaStorage::kBF16Sr); });
+  const size_t st_delta =
+      add("fused adamw+1 ema delta_bf16", 32, n, [&] { fused_storage(EmaStorage::kDeltaBF16); });
   const size_t sep = add("adamw, then ema pass", 28 + 12, n, [&] {
     fused(0, false, threads);
     ParallelFor(n, threads, [&](int64_t b, int64_t e) {
@@ -276,9 +294,13 @@ int Main(int argc, char** argv) {
   const double slot_bytes =
       (fused1.Median() - fused0.Median()) * fused1.GBps() * 1e6 / static_cast<double>(n);
   std::printf("summary: fused_vs_triad=%.3f fused_vs_separate=%.3f ema_slot_bytes=%.2f "
-              "fused_ema1_GBps=%.2f triad_GBps=%.2f threads=%d numel=%lld\n",
+              "fused_ema1_GBps=%.2f triad_GBps=%.2f fused0_ms=%.3f fused_fp32_ms=%.3f "
+              "fused_bf16_ms=%.3f fused_bf16_sr_ms=%.3f fused_delta_bf16_ms=%.3f threads=%d "
+              "numel=%lld\n",
               fused1.GBps() / triad.GBps(), variants[sep].Median() / fused1.Median(), slot_bytes,
-              fused1.GBps(), triad.GBps(), threads, static_cast<long long>(n));
+              fused1.GBps(), triad.GBps(), fused0.Median(), fused1.Median(),
+              variants[st_bf16].Median(), variants[st_sr].Median(), variants[st_delta].Median(),
+              threads, static_cast<long long>(n));
   return 0;
 }
 

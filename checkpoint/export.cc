@@ -13,6 +13,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_index.h"
 #include "checkpoint/slot_meta.h"
+#include "checkpoint/slot_values.h"
 #include "fsdp/slot_names.h"
 
 namespace shardema {
@@ -298,12 +299,18 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
                    ExportMetadata(m.meta, slot, m.step,
                                   "manifest '" + JoinPath(reader->dir(), kManifestName) + "'"));
   ASSIGN_OR_RETURN(ExportPlan plan, PlanExport(m, slot, dtype, out_path, metadata, options));
+  ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(*reader, slot));
   ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst, DType* type) -> Status {
     if (t.buffer >= 0) {
       const BufferEntry& e = m.buffers[size_t(t.buffer)];
       *type = e.dtype;
       const size_t ss = DTypeSize(e.dtype);
       return reader->ReadFileRange(0, e.offset + uint64_t(b) * ss, uint64_t(n) * ss, dst);
+    }
+    if (storage != EmaStorage::kF32) {  // the EMA values (params + d for delta_bf16)
+      *type = DType::kF32;
+      return ReadUnitRangeF32(*reader, si, storage, t.unit, t.offset + b, t.offset + b + n,
+                              static_cast<float*>(dst));
     }
     *type = m.slots[size_t(si)].dtype;
     return reader->ReadUnitRange(si, t.unit, t.offset + b, t.offset + b + n, dst);

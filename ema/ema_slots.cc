@@ -58,7 +58,9 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
   bool any_offload = false;
   for (const EmaConfig& c : e->configs_) {
     const SlotPlacement where = c.offload ? SlotPlacement::kHost : SlotPlacement::kDevice;
-    RETURN_IF_ERROR(reg.AddSlot(c.name, SlotKind::kEma, true, c.ToJson(), where).status());
+    RETURN_IF_ERROR(
+        reg.AddSlotOf(EmaStorageDType(c.storage), c.name, SlotKind::kEma, true, c.ToJson(), where)
+            .status());
     ASSIGN_OR_RETURN(SlotHandle h, reg.FindSlot(c.name));
     e->handles_.push_back(h);
     std::vector<BufferCopy> copies;
@@ -95,11 +97,19 @@ StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
                   ")");
 }
 
-float* EmaSlots::SlotData(size_t i) const { return store_->registry().Data(handles_[i]); }
+void* EmaSlots::SlotRaw(size_t i) const { return store_->registry().RawData(handles_[i]); }
+
+float* EmaSlots::SlotData(size_t i) const { return static_cast<float*>(SlotRaw(i)); }
 
 float* EmaSlots::shard(size_t i) const {
+  if (storage(i) != EmaStorage::kF32) return nullptr;
   if (offloaded(i)) Fence().IgnoreError();  // kept by the offloader: Fence() reports it again
   return SlotData(i);
+}
+
+void* EmaSlots::raw_shard(size_t i) const {
+  if (offloaded(i)) Fence().IgnoreError();
+  return SlotRaw(i);
 }
 
 Device EmaSlots::shard_device(size_t i) const {
@@ -113,7 +123,26 @@ Status EmaSlots::Fence() const {
 StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
   if (i >= configs_.size()) return InvalidArgument("ShardToHost: slot index ", i, " out of range");
   RETURN_IF_ERROR(Fence());
-  return store_->LocalToHost(SlotData(i), shard_device(i));
+  const EmaStorage kind = storage(i);
+  if (kind == EmaStorage::kF32) return store_->LocalToHost(SlotData(i), shard_device(i));
+  if (swapped_ == configs_[i].name) return store_->LocalToHost(store_->master(), store_->device());
+  if (swapped()) {
+    return FailedPrecondition("ShardToHost of EMA slot '", configs_[i].name, "' (storage ",
+                              EmaStorageName(kind), ") while slot '", swapped_,
+                              "' is swapped in: swap it back first");
+  }
+  const int64_t n = store_->layout().local_numel();
+  std::vector<uint16_t> raw(static_cast<size_t>(n));
+  RETURN_IF_ERROR(CopyBytes(raw.data(), Device::Cpu(), SlotRaw(i), shard_device(i),
+                            raw.size() * sizeof(uint16_t), store_->stream()));
+  RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
+  std::vector<float> master;
+  if (kind == EmaStorage::kDeltaBF16) {
+    ASSIGN_OR_RETURN(master, store_->LocalToHost(store_->master(), store_->device()));
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  EmaStorageToF32(kind, raw.data(), master.data(), out.data(), n);
+  return out;
 }
 
 Status EmaSlots::CheckStarted(size_t i, const char* what) const {
@@ -131,9 +160,12 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
     RETURN_IF_ERROR(
         offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
     RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
-  } else {
-    RETURN_IF_ERROR(CopyBytes(SlotData(i), store_->device(), store_->master(), store_->device(),
-                              size_t(reg.local_numel()) * sizeof(float), store_->stream()));
+  } else if (c.storage == EmaStorage::kDeltaBF16) {  // d = 0: the EMA equals the master
+    RETURN_IF_ERROR(FillZero(store_->stream(), SlotRaw(i),
+                             size_t(reg.local_numel()) * sizeof(uint16_t)));
+  } else {  // f32 copy, or bf16 rounded to nearest even (bf16_sr too: the start is a copy)
+    RETURN_IF_ERROR(ConvertOn(store_->stream(), store_->master(), DType::kF32, SlotRaw(i),
+                              EmaStorageDType(c.storage), reg.local_numel()));
   }
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
@@ -150,7 +182,13 @@ StatusOr<EmaStep> EmaSlots::PlanStep(int64_t step) {
   s.next_step = step + 1;
   s.plan = Plan(s.next_step);
   for (const EmaStepPlan& p : s.plan) {
-    if (!offloaded(p.slot)) s.targets.push_back(EmaTarget{SlotData(p.slot), p.beta});
+    if (offloaded(p.slot)) continue;
+    const EmaConfig& c = configs_[p.slot];
+    EmaTarget t{SlotRaw(p.slot), p.beta, c.storage};
+    if (c.storage == EmaStorage::kBF16Sr) {
+      t.sr_key = SrKey(uint64_t(c.sr_seed), SlotNameHash(c.name), uint64_t(s.next_step));
+    }
+    s.targets.push_back(t);
   }
   return s;
 }
@@ -180,6 +218,8 @@ std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
       plan.push_back(EmaStepPlan{i, 0.0, true});
     } else if (counters_[i].started() && EmaDue(c, next_step)) {
       plan.push_back(EmaStepPlan{i, EmaDecay(c, next_step), false});
+    } else if (counters_[i].started() && c.storage == EmaStorage::kDeltaBF16) {
+      plan.push_back(EmaStepPlan{i, 1.0, false, /*track_only=*/true});  // d follows the master
     }
   }
   return plan;
@@ -188,7 +228,7 @@ std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
 Status EmaSlots::SubmitOffloaded(const std::vector<EmaStepPlan>& plan) {
   std::vector<EmaOffloader::Target> targets;
   for (const EmaStepPlan& p : plan) {
-    if (offloaded(p.slot)) targets.push_back(EmaOffloader::Target{SlotData(p.slot), p.beta});
+    if (offloaded(p.slot) && !p.track_only) targets.push_back(EmaOffloader::Target{SlotData(p.slot), p.beta});
   }
   if (targets.empty()) return Status::Ok();
   return offloader_->Submit(store_->master(), std::move(targets));
@@ -197,6 +237,7 @@ Status EmaSlots::SubmitOffloaded(const std::vector<EmaStepPlan>& plan) {
 Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step) {
   SlotRegistry& reg = store_->registry();
   for (const EmaStepPlan& p : plan) {
+    if (p.track_only) continue;
     for (const BufferCopy& b : buffer_copies_[p.slot]) {
       const TensorView src = reg.BufferTensor(b.src);
       const TensorView dst = reg.BufferTensor(b.dst);
@@ -220,11 +261,38 @@ Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step)
 Status EmaSlots::SwapStorage(const std::string& name) {
   SlotRegistry& reg = store_->registry();
   RETURN_IF_ERROR(Fence());  // an offloaded slot may still be written by the update thread
-  RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name, store_->stream()));
+  ASSIGN_OR_RETURN(size_t i, Find(name));
+  if (storage(i) == EmaStorage::kF32) {
+    RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name, store_->stream()));
+  } else {
+    RETURN_IF_ERROR(SwapReconstructed(i));
+  }
   for (const ParamSpec& b : store_->buffer_specs()) {
     RETURN_IF_ERROR(reg.SwapBuffers(b.name, SlotBufferName(name, b.name)));
   }
   return store_->RefreshComputeCopy();
+}
+
+Status EmaSlots::SwapReconstructed(size_t i) {
+  const size_t bytes = size_t(store_->layout().local_numel()) * sizeof(float);
+  if (swap_backup_.data() != nullptr || bytes == 0) {  // swapping back: the master returns
+    if (bytes > 0) {
+      RETURN_IF_ERROR(CopyBytes(store_->master(), store_->device(), swap_backup_.data(),
+                                store_->device(), bytes, store_->stream()));
+      RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
+    }
+    swap_backup_ = Buffer();
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(std::vector<float> values, ShardToHost(i));
+  ASSIGN_OR_RETURN(Buffer backup, Buffer::Allocate(bytes, store_->device()));
+  RETURN_IF_ERROR(CopyBytes(backup.data(), store_->device(), store_->master(), store_->device(),
+                            bytes, store_->stream()));
+  RETURN_IF_ERROR(CopyBytes(store_->master(), store_->device(), values.data(), Device::Cpu(),
+                            bytes, store_->stream()));
+  RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
+  swap_backup_ = std::move(backup);
+  return Status::Ok();
 }
 
 Status EmaSlots::Swap(const std::string& name) {
@@ -257,9 +325,20 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   RETURN_IF_ERROR(Fence());
   // While swapped in, the slot's values sit in the master's (and the buffers') storage.
   const bool in_master = swapped_ == name;
+  if (!in_master && storage(i) != EmaStorage::kF32) {  // gathered from the reconstructed values
+    ASSIGN_OR_RETURN(std::vector<float> values, ShardToHost(i));
+    return GatherWithBuffers(name, values.data(), Device::Cpu(), root, false);
+  }
   const std::string holder = in_master ? std::string(kMasterSlot) : name;
   ASSIGN_OR_RETURN(float* values, reg.Data(holder));
   ASSIGN_OR_RETURN(Device where, reg.SlotDevice(holder));
+  return GatherWithBuffers(name, values, where, root, in_master);
+}
+
+StatusOr<std::vector<FullTensor>> EmaSlots::GatherWithBuffers(const std::string& name,
+                                                              const float* values, Device where,
+                                                              int root, bool in_master) {
+  SlotRegistry& reg = store_->registry();
   ASSIGN_OR_RETURN(std::vector<FullTensor> out, store_->GatherSlotToRank(values, where, root));
   if (store_->rank() != root) return out;
   for (const ParamSpec& b : store_->buffer_specs()) {

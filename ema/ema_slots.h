@@ -1,9 +1,13 @@
 // EmaSlots: several EMAs of the fp32 master weights, each a sharded optimizer-state slot.
 //
-// Every EmaConfig (ema/schedule.h) becomes one f32 slot in the store's SlotRegistry, named by
-// the config and sharded exactly like the master (layout.local_numel() elements, padding zero),
-// so memory per rank is 4 * local_numel bytes per slot, never O(N). Slots stay fp32 whatever the
-// compute dtype (bf16 EMAs stop moving once updates round to zero). Every replicated buffer "b"
+// Every EmaConfig (ema/schedule.h) becomes one slot in the store's SlotRegistry, named by the
+// config and sharded exactly like the master (layout.local_numel() elements, padding zero), so
+// memory per rank is 4 * local_numel bytes per fp32 slot, never O(N). EmaConfig::storage
+// (framework/ema_storage.h) picks 2 bytes instead: bf16 (stops moving once updates round to
+// zero), bf16_sr (stochastic rounding) or delta_bf16 (d = ema - master, moved by the fused pass at
+// EVERY step once started: a not-due step is a "track_only" plan entry with beta 1). Everything
+// that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the reconstructed f32 values;
+// checkpoints save the stored bits (bf16 slot; the config's "storage" says how to read them). Every replicated buffer "b"
 // of the store gets a per-slot copy "<slot>/b", kept by BufferModeFor(config, b): kCopy (the
 // current value) or kAverage (an EMA with the slot's beta).
 //
@@ -32,6 +36,9 @@
 //                 compute copy, so a forward through the normal gather path sees the EMA
 //                 weights. Swap(slot) again (or SwapBack()) restores master, compute copy and
 //                 buffers bit-exactly. While swapped, optimizer steps and checkpoints are refused.
+//                 A slot that is not fp32 is swapped by value instead: the master is saved to a
+//                 temporary copy (4 bytes/element while swapped) and overwritten with the
+//                 reconstructed EMA; swapping back copies it back.
 //   CopyTo(slot, root)  the slot as a full, unsharded f32 model (parameters then buffers, by
 //                 their model names) on rank `root`; one all_gather per unit; other ranks get an
 //                 empty vector. Collective.
@@ -97,6 +104,9 @@ struct EmaStepPlan {
   size_t slot = 0;
   double beta = 0.0;  // 0 when the slot starts (exact copy)
   bool starts = false;
+  // A delta_bf16 slot that is not updated this step (beta 1): the pass moves d with the master so
+  // the EMA value stays put; not an update (Commit skips it).
+  bool track_only = false;
 };
 
 // One optimizer step's EMA work: the plan and the fused pass's targets.
@@ -122,15 +132,22 @@ class EmaSlots {
   const std::vector<EmaConfig>& configs() const { return configs_; }
   const EmaCounters& counters(size_t i) const { return counters_[i]; }
   StatusOr<size_t> Find(const std::string& name) const;
-  // The slot's shard (local_numel floats; device memory on a CUDA store unless offloaded). While
+  // The slot's shard of an fp32-storage slot (local_numel floats; device memory on a CUDA store
+  // unless offloaded); nullptr for the other storages (raw_shard, ShardToHost). While
   // the slot is swapped in, its values live in the master's storage and this returns the
   // master's former values. For an offloaded slot this first waits for its pending host updates
   // (an update error is kept for Fence() and the next step).
   float* shard(size_t i) const;
+  // The slot's memory as stored: local_numel elements of EmaStorageDType(storage(i)) (the bf16
+  // value, or d = ema - master for delta_bf16).
+  void* raw_shard(size_t i) const;
+  EmaStorage storage(size_t i) const { return configs_[i].storage; }
   bool offloaded(size_t i) const { return configs_[i].offload; }
   // Where shard(i) lives: the store's device, or the CPU for an offloaded slot.
   Device shard_device(size_t i) const;
-  // The slot's shard copied to the host (after pending device work and host updates). Local.
+  // The slot's shard copied to the host (after pending device work and host updates) as f32 EMA
+  // values: reconstructed for the bf16 storages (widened; master + d for delta_bf16). Local.
+  // Errors: kFailedPrecondition for a non-fp32 slot while another slot is swapped in.
   StatusOr<std::vector<float>> ShardToHost(size_t i) const;
   // Blocks until every offloaded update submitted so far is applied; returns the first error of
   // the update thread. OK at once without offloaded slots.
@@ -171,6 +188,14 @@ class EmaSlots {
   Status CheckStarted(size_t i, const char* what) const;
   // The slot's memory without waiting for offloaded updates.
   float* SlotData(size_t i) const;
+  void* SlotRaw(size_t i) const;
+  // Swap of a slot that is not fp32: the master is saved to swap_backup_ and overwritten with the
+  // reconstructed values; called again (swap_backup_ set), the master is restored bit-exactly.
+  Status SwapReconstructed(size_t i);
+  // The f32 local `values` gathered to `root` with the slot's buffer copies (the live buffers
+  // when `in_master`: the slot is swapped in).
+  StatusOr<std::vector<FullTensor>> GatherWithBuffers(const std::string& name, const float* values,
+                                                      Device where, int root, bool in_master);
   // Slot i := master, buffer copies := buffers; counters record the start after `step`.
   Status StartFromMaster(size_t i, int64_t step);
   Status SwapStorage(const std::string& name);
@@ -188,6 +213,7 @@ class EmaSlots {
   std::vector<std::vector<BufferCopy>> buffer_copies_;
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
+  Buffer swap_backup_;  // the master while a non-fp32 slot is swapped in
   ShardedParameterStore::GuardToken guard_;  // store shard-update guard (offloader)
 };
 

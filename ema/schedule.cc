@@ -146,6 +146,10 @@ Status ReadValue(const nlohmann::json& v, const std::string& field, BufferMode* 
   return ReadName(v, field, ParseBufferMode, out);
 }
 
+Status ReadValue(const nlohmann::json& v, const std::string& field, EmaStorage* out) {
+  return ReadName(v, field, ParseEmaStorage, out);
+}
+
 Status ReadValue(const nlohmann::json& v, const std::string& field,
                  std::vector<BufferRule>* out) {
   if (!v.is_array()) return TypeError(field, "an array", v);
@@ -175,6 +179,7 @@ nlohmann::json JsonValue(const T& v) {
   return v;
 }
 nlohmann::json JsonValue(EmaScheduleKind k) { return EmaScheduleName(k); }
+nlohmann::json JsonValue(EmaStorage k) { return EmaStorageName(k); }
 nlohmann::json JsonValue(const std::vector<BufferRule>& rules) {
   nlohmann::json a = nlohmann::json::array();
   for (const BufferRule& r : rules) {
@@ -188,6 +193,7 @@ std::string Text(int64_t v) { return std::to_string(v); }
 std::string Text(bool v) { return v ? "true" : "false"; }
 std::string Text(const std::string& v) { return v; }
 std::string Text(EmaScheduleKind k) { return EmaScheduleName(k); }
+std::string Text(EmaStorage k) { return EmaStorageName(k); }
 std::string Text(const std::vector<BufferRule>& rules) { return FormatRules(rules); }
 
 template <typename T>
@@ -215,6 +221,13 @@ Status CheckKind(const EmaConfig& c) {
   }
   return InvalidArgument("EMA slot '", c.name, "': kind ", static_cast<int>(c.kind),
                          " is not a known schedule");
+}
+
+Status CheckStorage(const EmaConfig& c) {
+  if (!c.offload || c.storage == EmaStorage::kF32) return Status::Ok();
+  return InvalidArgument("EMA slot '", c.name, "': storage ", EmaStorageName(c.storage),
+                         " cannot be offloaded (the offloaded update keeps fp32 slots only); use "
+                         "storage=fp32 or drop offload");
 }
 
 Status CheckRules(const EmaConfig& c) {
@@ -249,7 +262,7 @@ struct Range {
 
 using Member = std::variant<std::string EmaConfig::*, EmaScheduleKind EmaConfig::*,
                             double EmaConfig::*, int64_t EmaConfig::*, bool EmaConfig::*,
-                            std::vector<BufferRule> EmaConfig::*>;
+                            std::vector<BufferRule> EmaConfig::*, EmaStorage EmaConfig::*>;
 
 struct Field {
   const char* key;
@@ -259,6 +272,9 @@ struct Field {
   // Placement, not semantics: written only when it differs from the default, not compared by
   // Diff (configs and checkpoints without the key read as the default).
   bool placement = false;
+  // Written only when it differs from the default (older configs and checkpoints lack the key
+  // and read as the default), but compared by Diff.
+  bool omit_default = false;
 };
 
 const std::vector<Field>& Fields() {
@@ -295,6 +311,13 @@ const std::vector<Field>& Fields() {
       {"correct_interval", &EmaConfig::correct_interval},
       {"buffer_rules", &EmaConfig::buffer_rules, {}, CheckRules},
       {"offload", &EmaConfig::offload, {}, nullptr, /*placement=*/true},
+      {"storage", &EmaConfig::storage, {}, CheckStorage, false, /*omit_default=*/true},
+      {"sr_seed",
+       &EmaConfig::sr_seed,
+       {{kEveryKind, 0, false, kInf, false, ""}},
+       nullptr,
+       false,
+       /*omit_default=*/true},
   };
   return *fields;
 }
@@ -374,7 +397,7 @@ nlohmann::json EmaConfig::ToJson() const {
   for (const Field& f : Fields()) {
     std::visit(
         [&](auto m) {
-          if (f.placement && Same(this->*m, kDefault.*m)) return;
+          if ((f.placement || f.omit_default) && Same(this->*m, kDefault.*m)) return;
           j[f.key] = JsonValue(this->*m);
         },
         f.member);

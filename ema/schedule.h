@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/ema_storage.h"
 #include "framework/glob.h"
 #include "framework/status.h"
 
@@ -78,6 +79,13 @@ struct EmaConfig {
   // read as false) and Diff ignores it (a run may resume with it toggled). On a CPU store the
   // memory does not move; the update still runs on the host thread.
   bool offload = false;
+  // How the slot keeps its values (framework/ema_storage.h): fp32 (default), bf16, bf16_sr or
+  // delta_bf16 (2 bytes per parameter). Written by ToJson only when not fp32 (configs and
+  // checkpoints without it read as fp32); compared by Diff (resuming with another storage is a
+  // config difference). Not with offload (refused by Validate).
+  EmaStorage storage = EmaStorage::kF32;
+  // bf16_sr: the seed of the stochastic rounding bits (SrKey). Written only when not 0.
+  int64_t sr_seed = 0;
 
   // Every field is listed once in the field table in schedule.cc, which drives Validate, ToJson,
   // FromJson and Diff: a new field is one entry there (plus the member above).
@@ -85,7 +93,8 @@ struct EmaConfig {
   // Validates ranges: decay in (0, 1) for constant, warmup and power_warmup (in [0, 1], unused,
   // for the others), min_decay in [0, decay], inv_gamma, power, gamma, half_life_steps > 0,
   // rampup, update_after_step, start_step >= 0, interval >= 1, a known kind, non-empty buffer
-  // rule patterns, a slot name of [A-Za-z0-9_.-]. Errors (kInvalidArgument) name the slot, the
+  // rule patterns, a slot name of [A-Za-z0-9_.-], sr_seed >= 0, storage fp32 when offloaded.
+  // Errors (kInvalidArgument) name the slot, the
   // field, its value and the allowed range.
   Status Validate() const;
   // Every field, with kind and buffer modes as names ("power_function", "average"); "offload"

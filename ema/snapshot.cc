@@ -126,7 +126,10 @@ StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicato
     sj["num_updates"] = k.num_updates;
     sj["interval"] = emas.config(i).interval;
     slots.push_back(sj);
-    configs.push_back(emas.config(i).ToJson());
+    json cj = emas.config(i).ToJson();
+    cj.erase("storage");  // a snapshot holds the reconstructed fp32 values of any storage
+    cj.erase("sr_seed");
+    configs.push_back(std::move(cj));
   }
   if (shards.empty()) return std::string();
   for (size_t i = 0, j = 0; i < emas.size(); ++i) {

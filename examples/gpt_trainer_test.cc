@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "checkpoint/export.h"
+#include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
+#include "ema/snapshot.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
 #include "examples/trainer.h"
@@ -223,6 +225,37 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
   EXPECT_LT(MaxRelDiffGpt(resharded, want), 1e-4);
   if (World()->world_size() == 1) {
     EXPECT_TRUE(BitEqual(resharded, want));
+  }
+}
+
+// --ema-snapshot-every (the trainer's code shared with train_mlp): snapshots of the GPT's
+// power-function slots; a fresh run into a root that holds snapshots of another run is refused.
+TEST(GptTrainerTest, EmaSnapshotsAndNoMixingWithAnotherRunsSnapshots) {
+  const std::string args =
+      "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch 6 --lr 5e-3 --seed 4 "
+      "--ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2 --data " + std::string(kData);
+  const std::string d = TestPath("gpt_snapshots");
+  StatusOr<TrainRun> run = Train(args + " --steps 4 --ckpt-dir " + d, World());
+  ASSERT_TRUE(run.ok()) << run.status();
+  StatusOr<std::vector<EmaSnapshotInfo>> list = ListEmaSnapshots(d);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].step, 2);
+  EXPECT_EQ((*list)[1].step, 4);
+  EXPECT_EQ((*list)[1].slots.size(), 2u);
+  // Only snapshots left in a root (no checkpoint): neither a fresh run nor --resume mixes in.
+  const std::string only = TestPath("gpt_only_snapshots");
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(MakeDirs(JoinPath(JoinPath(only, "ema_snapshots"), "step_00000002")).ok());
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  for (const char* mode : {"", " --resume"}) {
+    StatusOr<TrainRun> fresh = Train(args + " --steps 2 --ckpt-dir " + only + mode, World());
+    ASSERT_FALSE(fresh.ok()) << mode;
+    EXPECT_EQ(fresh.status().code(), StatusCode::kAlreadyExists) << fresh.status();
+    EXPECT_NE(fresh.status().message().find(JoinPath(only, "ema_snapshots")), std::string::npos)
+        << fresh.status();
+    EXPECT_NE(fresh.status().message().find("another --ckpt-dir"), std::string::npos);
   }
 }
 

@@ -99,7 +99,9 @@ StatusOr<RankMemoryEstimate> EstimateRankMemory(const TrainConfig& c, int world_
   }
   const int64_t dtype = int64_t(DTypeSize(c.precision));
   const int64_t moments = c.optim == OptimizerKind::kAdamW ? 8 : 4;
-  const int64_t per_elem = 4 + 4 + dtype + moments + 4 * int64_t(c.emas.size());
+  int64_t ema_bytes = 0;  // 4 per fp32 slot, 2 per bf16 storage (framework/ema_storage.h)
+  for (const EmaConfig& ema : c.emas) ema_bytes += int64_t(DTypeSize(EmaStorageDType(ema.storage)));
+  const int64_t per_elem = 4 + 4 + dtype + moments + ema_bytes;
   ASSIGN_OR_RETURN(e.state_bytes, MulAdd(local, per_elem, 0, layers_flag));
   ASSIGN_OR_RETURN(e.unit_bytes, MulAdd(largest_unit, 2 * dtype + 4, 0, layers_flag));
   const int64_t split = std::max<int64_t>(1, c.grad_accum) * world_size;

@@ -30,6 +30,17 @@ TEST(EstimateRankMemory, SmallMlpByHand) {
   EXPECT_TRUE(CheckFitsInMemory(*e, 2, -1).ok());  // unknown: not refused
 }
 
+TEST(EstimateRankMemory, Bf16EmaStoragesTakeTwoBytes) {
+  TrainConfig c = Config({6, 9, 3});
+  c.emas.resize(4);
+  c.emas[1].storage = EmaStorage::kBF16;
+  c.emas[2].storage = EmaStorage::kBF16Sr;
+  c.emas[3].storage = EmaStorage::kDeltaBF16;
+  StatusOr<RankMemoryEstimate> e = EstimateRankMemory(c, /*world_size=*/2);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->state_bytes, 47 * (4 + 4 + 4 + 8 + 4 + 3 * 2));
+}
+
 TEST(EstimateRankMemory, ShrinksWithWorldSize) {
   TrainConfig c = Config({1024, 1024, 1024});
   StatusOr<RankMemoryEstimate> one = EstimateRankMemory(c, 1), four = EstimateRankMemory(c, 4);

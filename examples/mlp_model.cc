@@ -78,12 +78,17 @@ Status MlpModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
   const size_t i = call.use, L = num_layers();
   ASSIGN_OR_RETURN(auto wb, Weights(i, views));
   const int64_t in = layers_[i], out = layers_[i + 1];
-  const float* x = i == 0 ? batch_->x.data() : a_[i].data();
-  z_[i].resize(size_t(rows_ * out));
-  nn::LinearForward(ctx_, x, wb.first, wb.second, rows_, in, out, z_[i].data());
+  // Evaluation keeps nothing for a backward: eval_a_ (input) and eval_z_ (output) serve every
+  // layer, so its (often larger) batches do not grow the training activations.
+  const bool eval = call.mode == ForwardMode::kEval;
+  std::vector<float>& z = eval ? eval_z_ : z_[i];
+  const float* x = i == 0 ? batch_->x.data() : eval ? eval_a_.data() : a_[i].data();
+  z.resize(size_t(rows_ * out));
+  nn::LinearForward(ctx_, x, wb.first, wb.second, rows_, in, out, z.data());
   if (i + 1 < L) {
-    a_[i + 1].resize(z_[i].size());
-    nn::ActivationForward(ctx_, activation_, z_[i].data(), a_[i + 1].data(), int64_t(z_[i].size()));
+    std::vector<float>& a = eval ? eval_a_ : a_[i + 1];
+    a.resize(z.size());
+    nn::ActivationForward(ctx_, activation_, z.data(), a.data(), int64_t(z.size()));
   }
   return Status::Ok();
 }
@@ -116,6 +121,7 @@ StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
   rows_ = batch.rows;
   double loss = 0;
   UnitCallbacks cb = Callbacks();
+  cb.backward_overwrites = true;  // LinearBackward assigns dW and db
   cb.loss = [&](int64_t) -> Status {
     const int64_t out_dim = layers_.back();
     dy_.resize(size_t(rows_ * out_dim));
@@ -137,8 +143,8 @@ StatusOr<double> MlpModel::LossSum(const Batch& batch) {
   const int64_t out_dim = layers_.back();
   dy_.resize(size_t(rows_ * out_dim));
   // Normaliser 1: the sum of per-row losses (mse: each row's mean over outputs).
-  return mlp::LossForward(loss_, z_[num_layers() - 1].data(), batch.y.data(), batch.labels.data(),
-                         rows_, out_dim, 1, dy_.data());
+  return mlp::LossForward(loss_, eval_z_.data(), batch.y.data(), batch.labels.data(), rows_,
+                         out_dim, 1, dy_.data());
 }
 
 }  // namespace shardema::examples

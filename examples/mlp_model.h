@@ -21,8 +21,8 @@
 // Errors: store/communicator errors pass through with the unit named; kInvalidArgument from the
 // loss (a label outside the classes). Threading: one calling thread (the store's); the layers
 // use compute_threads.
-// Memory: the activations of one micro-batch (sum over layers of rows * D(i+1) * 2 floats) and at
-// most two gathered units at a time.
+// Memory: the activations of one micro-batch (sum over layers of rows * D(i+1) * 2 floats), for
+// evaluation two buffers of rows * max D(i+1) floats, and at most two gathered units at a time.
 #ifndef SHARDEMA_EXAMPLES_MLP_MODEL_H_
 #define SHARDEMA_EXAMPLES_MLP_MODEL_H_
 
@@ -89,6 +89,7 @@ class MlpModel final : public Model, private UnitModule {
   mlp::Loss loss_;
   // a_[i] is the input of layer i ([rows, Di]; a_[0] is the batch), z_[i] its output.
   std::vector<std::vector<float>> a_, z_;
+  std::vector<float> eval_a_, eval_z_;  // evaluation: the current layer's input and output
   std::vector<float> dy_, dx_, widened_w_, widened_b_;
   const nn::CpuContext ctx_;
   int64_t rows_ = 0;

@@ -263,7 +263,8 @@ const char* kGptDescription =
     "per epoch, of the windows k*T (the same at every world size). Without --init, nanoGPT's\n"
     "init (N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm 1/0) from\n"
     "an RNG seeded by (--seed, parameter name). Weight decay applies to >= 2-D parameters only.\n"
-    "EMA flags as train_mlp (--ema, --ema-sigma-rel, --ema-half-life, --ema-spec).\n"
+    "EMA flags as train_mlp (--ema, --ema-sigma-rel, --ema-half-life, --ema-spec,\n"
+    "--ema-snapshot-every).\n"
     "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
 
 const char* kDescription =

@@ -10,20 +10,23 @@
 #include "checkpoint/load.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/root_lock.h"
+#include "ema/snapshot.h"
 #include "framework/logging.h"
 
 namespace shardema::examples {
 namespace {
 
-// What rank 0 finds in --ckpt-dir.
-enum class DirState : int { kEmpty = 0, kHasCheckpoints = 1 };
+// What rank 0 finds in --ckpt-dir: nothing of a run, committed checkpoints, or only EMA
+// snapshots (ema/snapshot.h) of an earlier run that left no checkpoint.
+enum class DirState : int { kEmpty = 0, kHasCheckpoints = 1, kOnlySnapshots = 2 };
 
 StatusOr<DirState> InspectRoot(const std::string& root) {
   if (!PathExists(root)) return DirState::kEmpty;
   if (!IsDirectory(root)) return InvalidArgument("--ckpt-dir '", root, "' is not a directory");
   if (PathExists(JoinPath(root, kLatestName))) return DirState::kHasCheckpoints;
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
-  return steps.empty() ? DirState::kEmpty : DirState::kHasCheckpoints;
+  if (!steps.empty()) return DirState::kHasCheckpoints;
+  return PathExists(EmaSnapshotRoot(root)) ? DirState::kOnlySnapshots : DirState::kEmpty;
 }
 
 // Rank 0 inspects the root; every rank gets its answer (or its error).
@@ -33,7 +36,18 @@ StatusOr<DirState> AgreeOnRoot(const std::string& root, Communicator* comm) {
   const std::string mine = local.ok() ? std::to_string(int(*local)) : std::string();
   RETURN_IF_ERROR(AgreeOnStatus(comm, local.status(), "--ckpt-dir '" + root + "'"));
   ASSIGN_OR_RETURN(std::string got, BroadcastBytes(comm, mine, 0));
-  return got == "1" ? DirState::kHasCheckpoints : DirState::kEmpty;
+  if (got == "1") return DirState::kHasCheckpoints;
+  return got == "2" ? DirState::kOnlySnapshots : DirState::kEmpty;
+}
+
+// A run starting afresh would add its snapshots beside those of another run (and `ckpt posthoc`
+// would combine both).
+Status SnapshotsOfAnotherRun(const std::string& root) {
+  return AlreadyExists("--ckpt-dir '", root, "' holds EMA snapshots of an earlier run in '",
+                       EmaSnapshotRoot(root),
+                       "' but no checkpoint to continue it from: a fresh run would mix its "
+                       "snapshots with those; use another --ckpt-dir or remove '",
+                       EmaSnapshotRoot(root), "' (--resume continues a run only from a checkpoint)");
 }
 
 }  // namespace
@@ -80,6 +94,7 @@ Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) 
                          "' already holds checkpoints: pass --resume to continue that run, or use "
                          "another directory");
   }
+  if (state == DirState::kOnlySnapshots) return SnapshotsOfAnotherRun(config.ckpt_dir);
   Status made = RankOf(comm) == 0 ? MakeDirs(config.ckpt_dir) : Status::Ok();
   return AgreeOnStatus(comm, made, "create --ckpt-dir '" + config.ckpt_dir + "'");
 }
@@ -91,6 +106,7 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   ASSIGN_OR_RETURN(DirState dir_state, AgreeOnRoot(root, comm));
   const std::optional<int64_t> step =
       config.resume_step >= 0 ? std::optional<int64_t>(config.resume_step) : std::nullopt;
+  if (dir_state == DirState::kOnlySnapshots) return SnapshotsOfAnotherRun(root);
   if (dir_state == DirState::kEmpty && step) {
     return NotFound("--resume-step ", *step, ": --ckpt-dir '", root, "' holds no committed checkpoint");
   }

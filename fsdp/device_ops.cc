@@ -51,12 +51,14 @@ Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DTyp
 }
 
 Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n,
-                  int64_t count) {
-  if (n < 0 || count < 1) {
-    return InvalidArgument("FoldMeanOn: n = ", n, ", count = ", count, " (need n >= 0, count >= 1)");
+                  int64_t count, int divisor) {
+  if (n < 0 || count < 1 || divisor < 1) {
+    return InvalidArgument("FoldMeanOn: n = ", n, ", count = ", count, ", divisor = ", divisor,
+                           " (need n >= 0, count >= 1, divisor >= 1)");
   }
   if (n == 0) return Status::Ok();
   if (stream.device.is_cuda()) {
+    if (divisor != 1) return InvalidArgument("FoldMeanOn: divisor ", divisor, " on CUDA (need 1)");
     RETURN_IF_ERROR(EnterDevice(stream, "FoldMeanOn"));
 #if SHARDEMA_WITH_CUDA
     return LaunchFoldMean(mean, x, x_type, n, count, stream.native);
@@ -72,11 +74,18 @@ Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64
     ConvertBuffer(x, x_type, widened.data(), DType::kF32, size_t(n));
     xf = widened.data();
   }
-  if (count == 1) {
+  // x / divisor rounds exactly like the MPI layer's ReduceOp::kAvg (a float division).
+  const float d = float(divisor);
+  if (count == 1 && divisor == 1) {
     std::memcpy(mean, xf, size_t(n) * sizeof(float));
-  } else {
+  } else if (count == 1) {
+    for (int64_t i = 0; i < n; ++i) mean[i] = xf[i] / d;
+  } else if (divisor == 1) {
     const float inv_k = 1.f / float(count);
     for (int64_t i = 0; i < n; ++i) mean[i] += (xf[i] - mean[i]) * inv_k;
+  } else {
+    const float inv_k = 1.f / float(count);
+    for (int64_t i = 0; i < n; ++i) mean[i] += (xf[i] / d - mean[i]) * inv_k;
   }
   return Status::Ok();
 }

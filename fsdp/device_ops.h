@@ -13,14 +13,17 @@
 //
 //   FillZero(s, dst, bytes)                  dst[0..bytes) = 0
 //   ConvertOn(s, src, st, dst, dt, n)        dst = src rounded to dt (framework/dtype.h rounding)
-//   FoldMeanOn(s, mean, x, xt, n, count)     running mean over micro-batches: count == 1 copies
-//                                            f32(x); else mean += (f32(x) - mean) * f32(1/count)
+//   FoldMeanOn(s, mean, x, xt, n, count, d)  running mean over micro-batches of y = f32(x) / d
+//                                            (d = divisor: the world size when x is a sum over
+//                                            ranks; CUDA: d must be 1): count == 1 copies y; else
+//                                            mean += (y - mean) * f32(1/count). y rounds exactly as
+//                                            an averaging reduce-scatter's x / d did.
 //   EnterDevice(s, what)                     makes s.device current for CUDA work (errors name
 //                                            `what`); kUnavailable without CUDA
 //
 // Contract: the arrays are memory of stream.device (CUDA: memory that device can address) and
 // stay alive until the work is done on the stream; preconditions as the underlying kernels.
-// Errors: kInvalidArgument for n < 0 or count < 1 (FoldMeanOn); on CUDA the kernels' argument
+// Errors: kInvalidArgument for n < 0, count < 1 or divisor < 1 (on CUDA: != 1) (FoldMeanOn); on CUDA the kernels' argument
 // errors and launch failures; kUnavailable for a CUDA stream in a build without --config=cuda or
 // without a GPU.
 // Threading: calls on distinct arrays are independent; CPU calls block the caller.
@@ -42,7 +45,7 @@ Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DTyp
                  size_t n);
 
 Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n,
-                  int64_t count);
+                  int64_t count, int divisor = 1);
 
 // Makes the stream's CUDA device current before queuing CUDA work on it, or explains why CUDA
 // work cannot run (kUnavailable in a build without --config=cuda).

@@ -28,6 +28,24 @@ TEST(DeviceOpsTest, FoldMeanIsTheRunningMean) {
   }
 }
 
+TEST(DeviceOpsTest, FoldMeanOfSumsDividesLikeAnAverage) {
+  // Sums over 3 ranks folded with divisor 3 give the bits of averaging first (x / 3.f), then
+  // folding: the store's CPU reduce-scatter sums and leaves the division to the fold.
+  const std::vector<std::vector<float>> sums = {{1.f, -2.f, 0.7f}, {3.1f, 5.f, -1.3f}};
+  std::vector<float> got(3, 9.f), want(3, 9.f);
+  for (size_t k = 0; k < sums.size(); ++k) {
+    std::vector<float> avg = sums[k];
+    for (float& v : avg) v /= 3.f;
+    ASSERT_TRUE(FoldMeanOn(kCpu, want.data(), avg.data(), DType::kF32, 3, int64_t(k + 1)).ok());
+    ASSERT_TRUE(
+        FoldMeanOn(kCpu, got.data(), sums[k].data(), DType::kF32, 3, int64_t(k + 1), 3).ok());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), 3 * sizeof(float)), 0) << k;
+  }
+  EXPECT_NE(got[0], 9.f);
+  float x = 0;
+  EXPECT_EQ(FoldMeanOn(kCpu, &x, &x, DType::kF32, 1, 1, 0).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(DeviceOpsTest, FoldMeanWidensSixteenBitInputs) {
   const std::vector<float> values = {1.5f, -0.25f, 96.f, 3.f};
   for (DType t : {DType::kBF16, DType::kF16}) {

@@ -24,20 +24,19 @@ const char* SlotKindName(SlotKind kind) {
 
 namespace {
 
-StatusOr<Buffer> ZeroedHostFloats(int64_t n, const std::string& what) {
-  StatusOr<Buffer> b = Buffer::Allocate(size_t(n) * sizeof(float), Device::Cpu());
+StatusOr<Buffer> ZeroedHostBytes(size_t bytes, const std::string& what) {
+  StatusOr<Buffer> b = Buffer::Allocate(bytes, Device::Cpu());
   if (!b.ok()) return b.status().WithContext(what);
   std::memset(b->data(), 0, b->size());
   return b;
 }
 
-// n zeroed floats where a slot of `placement` lives on a registry of `device`. Host slots of a
-// CUDA registry are pinned (asynchronous copies to and from the device need it). The device
+// `bytes` zeroed bytes where a slot of `placement` lives on a registry of `device`. Host slots of
+// a CUDA registry are pinned (asynchronous copies to and from the device need it). The device
 // zeroing runs on the legacy stream and is waited for, so any stream sees zeros afterwards.
-StatusOr<Buffer> ZeroedSlotMemory(int64_t n, Device device, SlotPlacement placement,
+StatusOr<Buffer> ZeroedSlotMemory(size_t bytes, Device device, SlotPlacement placement,
                                   const std::string& what) {
-  if (device.is_cpu()) return ZeroedHostFloats(n, what);
-  const size_t bytes = size_t(n) * sizeof(float);
+  if (device.is_cpu()) return ZeroedHostBytes(bytes, what);
   if (placement == SlotPlacement::kHost) {
     StatusOr<Buffer> b = Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost);
     if (!b.ok()) return b.status().WithContext(what);
@@ -82,20 +81,41 @@ StatusOr<size_t> SlotRegistry::BufferIndex(const std::string& name) const {
 
 StatusOr<float*> SlotRegistry::AddSlot(const std::string& name, SlotKind kind, bool persistent,
                                        nlohmann::json hyper, SlotPlacement placement) {
+  ASSIGN_OR_RETURN(void* data,
+                   AddSlotOf(DType::kF32, name, kind, persistent, std::move(hyper), placement));
+  return static_cast<float*>(data);
+}
+
+StatusOr<void*> SlotRegistry::AddSlotOf(DType dtype, const std::string& name, SlotKind kind,
+                                        bool persistent, nlohmann::json hyper,
+                                        SlotPlacement placement) {
   RETURN_IF_ERROR(CheckSlotName(name, "state slot"));
+  if (!IsFloatingDType(dtype)) {
+    return InvalidArgument("state slot '", name, "': dtype ", DTypeName(dtype),
+                           " is not a floating type");
+  }
   if (HasSlot(name)) return AlreadyExists("state slot '", name, "' is already registered");
-  ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(local_numel_, device_, placement,
-                                                "state slot '" + name + "'"));
-  float* data = mem.as<float>();
+  ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(size_t(local_numel_) * DTypeSize(dtype), device_,
+                                                placement, "state slot '" + name + "'"));
+  void* data = mem.data();
   slot_index_[name] = slots_.size();
-  slots_.push_back(
-      SlotEntry{SlotInfo{name, kind, persistent, std::move(hyper)}, std::move(mem), placement});
+  slots_.push_back(SlotEntry{SlotInfo{name, kind, persistent, std::move(hyper), dtype},
+                             std::move(mem), placement});
   return data;
 }
 
 StatusOr<float*> SlotRegistry::Data(const std::string& name) const {
   ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
+  if (slots_[i].info.dtype != DType::kF32) {
+    return FailedPrecondition("state slot '", name, "' holds ", DTypeName(slots_[i].info.dtype),
+                              ", not f32");
+  }
   return slots_[i].mem.as<float>();
+}
+
+StatusOr<void*> SlotRegistry::RawData(const std::string& name) const {
+  ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
+  return slots_[i].mem.data();
 }
 
 std::vector<SlotInfo> SlotRegistry::Slots() const {
@@ -131,7 +151,7 @@ Status SlotRegistry::ExchangeContents(SlotEntry& dev, SlotEntry& host, Stream st
                            ") and '", host.info.name, "' (host) needs a stream of ",
                            device_.ToString(), ", got one of ", stream.device.ToString());
   }
-  const size_t bytes = size_t(local_numel_) * sizeof(float);
+  const size_t bytes = dev.mem.size();
   ASSIGN_OR_RETURN(Buffer tmp, Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost));
   // Stream order: the device slot is read into tmp before it is overwritten with the host slot.
   RETURN_IF_ERROR(CopyBytes(tmp.data(), Device::Cpu(), dev.mem.data(), device_, bytes, stream));
@@ -146,6 +166,10 @@ Status SlotRegistry::SwapSlots(const std::string& a, const std::string& b, Strea
   ASSIGN_OR_RETURN(size_t ib, SlotIndex(b));
   SlotEntry& ea = slots_[ia];
   SlotEntry& eb = slots_[ib];
+  if (ea.info.dtype != eb.info.dtype) {
+    return InvalidArgument("cannot swap state slots '", a, "' (", DTypeName(ea.info.dtype),
+                           ") and '", b, "' (", DTypeName(eb.info.dtype), "): dtypes differ");
+  }
   if (MemoryDevice(ea) == MemoryDevice(eb)) {
     std::swap(ea.mem, eb.mem);
     return Status::Ok();
@@ -165,7 +189,8 @@ StatusOr<float*> SlotRegistry::AddBuffer(const std::string& name, const Shape& s
   }
   if (HasBuffer(name)) return AlreadyExists("replicated buffer '", name, "' is already registered");
   ASSIGN_OR_RETURN(Buffer mem,
-                   ZeroedHostFloats(NumElements(shape), "replicated buffer '" + name + "'"));
+                   ZeroedHostBytes(size_t(NumElements(shape)) * sizeof(float),
+                                   "replicated buffer '" + name + "'"));
   float* data = mem.as<float>();
   buffer_index_[name] = buffers_.size();
   buffers_.push_back(BufferEntry{name, shape, std::move(mem)});
@@ -250,6 +275,7 @@ nlohmann::json SlotRegistry::ToJson() const {
                           {"kind", SlotKindName(e.info.kind)},
                           {"persistent", e.info.persistent},
                           {"hyper", e.info.hyper}});
+    if (e.info.dtype != DType::kF32) j["slots"].back()["dtype"] = DTypeName(e.info.dtype);
   }
   j["buffers"] = nlohmann::json::array();
   for (const BufferEntry& e : buffers_) {

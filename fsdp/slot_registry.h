@@ -1,14 +1,16 @@
 // SlotRegistry: every piece of per-rank training state, by name.
 //
 // Two families:
-//   * Sharded slots: f32 arrays of layout.local_numel() elements laid out like the fp32 master
+//   * Sharded slots: arrays of layout.local_numel() elements laid out like the fp32 master
 //     (fsdp/layout.h: this rank's slices of every unit, concatenated, padding included). Each has
 //     a name, a kind (master, moment, ema, grad), whether checkpoints save it, and JSON
-//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson().
+//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson(). They
+//     are f32 unless added with another dtype by AddSlotOf (a bf16 EMA slot: 2 bytes/element).
 //     Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq", "momentum_buffer",
 //     "grad" (not persistent), and each EMA slot by its config name (fsdp/slot_names.h).
 //   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
-//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b", fsdp/slot_names.h).
+//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b",
+//     fsdp/slot_names.h).
 //
 // Placement. A registry has a device (the store's). Sharded slots live in that device's memory
 // (SlotPlacement::kDevice: host memory on CPU, cudaMalloc'd memory on CUDA) unless created with
@@ -25,7 +27,8 @@
 // Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
 // is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
 // then point at the other entry's values: fetch pointers again after a swap (Data() is a map
-// lookup, cheap; a SlotHandle reads the entry's current memory with none). Two slots in different memories (a device slot and a kHost slot) exchange
+// lookup, cheap; a SlotHandle reads the entry's current memory with none). Two slots in
+// different memories (a device slot and a kHost slot) exchange
 // their contents instead (two copies through a temporary host buffer; pointers stay put).
 //
 // Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
@@ -67,6 +70,7 @@ struct SlotInfo {
   SlotKind kind = SlotKind::kMaster;
   bool persistent = true;
   nlohmann::json hyper = nlohmann::json::object();
+  DType dtype = DType::kF32;  // element type of the slot's memory
 };
 
 // A slot or buffer resolved once by name (SlotRegistry::FindSlot / FindBuffer): reading through it
@@ -101,19 +105,32 @@ class SlotRegistry {
   Device device() const { return device_; }
 
   // Adds a zero-filled sharded slot and returns its memory (see Placement).
-  // Errors: kInvalidArgument for an empty name or one containing '/' (fsdp/slot_names.h); kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation);
+  // Errors: kInvalidArgument for an empty name or one containing '/' (fsdp/slot_names.h);
+  // kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation);
   // kUnavailable / kInternal from CUDA.
   StatusOr<float*> AddSlot(const std::string& name, SlotKind kind, bool persistent,
                            nlohmann::json hyper = nlohmann::json::object(),
                            SlotPlacement placement = SlotPlacement::kDevice);
+  // The same for a slot of any floating dtype (local_numel() elements of `dtype`).
+  // Errors: as AddSlot; kInvalidArgument for a non-floating dtype.
+  StatusOr<void*> AddSlotOf(DType dtype, const std::string& name, SlotKind kind, bool persistent,
+                            nlohmann::json hyper = nlohmann::json::object(),
+                            SlotPlacement placement = SlotPlacement::kDevice);
   bool HasSlot(const std::string& name) const { return slot_index_.count(name) != 0; }
   // The slot's memory (local_numel() floats). Errors: kNotFound naming the slot and listing the
-  // registered ones.
+  // registered ones; kFailedPrecondition for a slot that is not f32 (use RawData).
   StatusOr<float*> Data(const std::string& name) const;
+  // The slot's memory whatever its dtype (SlotInfo::dtype). Errors: kNotFound.
+  StatusOr<void*> RawData(const std::string& name) const;
   // Resolves a slot once (see RegistryHandle). Errors: kNotFound as Data().
   StatusOr<SlotHandle> FindSlot(const std::string& name) const;
   // The memory of a resolved slot (no lookup). `h` must be a valid handle of this registry.
-  float* Data(SlotHandle h) const { return slots_[h.index_].mem.as<float>(); }
+  // Data: nullptr for a slot that is not f32 (use RawData); RawData: whatever the dtype.
+  float* Data(SlotHandle h) const {
+    const SlotEntry& e = slots_[h.index_];
+    return e.info.dtype == DType::kF32 ? e.mem.as<float>() : nullptr;
+  }
+  void* RawData(SlotHandle h) const { return slots_[h.index_].mem.data(); }
   const SlotInfo& Info(SlotHandle h) const { return slots_[h.index_].info; }
   // Every slot's handle, in registration order.
   std::vector<SlotHandle> SlotHandles() const;
@@ -128,11 +145,13 @@ class SlotRegistry {
   StatusOr<SlotPlacement> Placement(const std::string& name) const;
   // Exchanges the memory of two slots: O(1) when both are in the same memory. A device slot and
   // a host slot exchange contents instead, with copies queued on `stream` (a stream of device())
-  // and waited for before returning. Errors: kNotFound; copy errors.
+  // and waited for before returning. Errors: kNotFound; kInvalidArgument when the dtypes differ;
+  // copy errors.
   Status SwapSlots(const std::string& a, const std::string& b, Stream stream = Stream{});
 
   // Adds a zero-filled replicated buffer. Its name may be "<slot>/<buffer>" (a slot's copy,
-  // fsdp/slot_names.h). Errors: kInvalidArgument for an empty name or a negative dim; kAlreadyExists; kResourceExhausted.
+  // fsdp/slot_names.h). Errors: kInvalidArgument for an empty name or a negative dim;
+  // kAlreadyExists; kResourceExhausted.
   StatusOr<float*> AddBuffer(const std::string& name, const Shape& shape);
   bool HasBuffer(const std::string& name) const { return buffer_index_.count(name) != 0; }
   // An f32 host view of the buffer. Errors: kNotFound.

@@ -16,6 +16,7 @@ struct ShardedParameterStore::UnitState {
   Params params = Params::kReleased;
   int refs = 0;
   Buffer param_buf;
+  void* param_data = nullptr;  // param_buf, or the compute shard itself (DirectUnits)
   std::unique_ptr<Work> gather_work;
 
   bool grad_live = false;
@@ -29,12 +30,13 @@ namespace {
 
 bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
-// A zeroed buffer of `bytes` from `cache` (zeroing queued on `stream` on CUDA).
+// A buffer of `bytes` from `cache` whose bytes [zero_from, bytes) are zeroed (zeroing queued on
+// `stream` on CUDA).
 StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes,
-                              const std::string& what) {
+                              size_t zero_from, const std::string& what) {
   StatusOr<Buffer> b = cache.Acquire(bytes);
   if (!b.ok()) return b.status().WithContext(what);
-  Status st = FillZero(stream, b->data(), b->size());
+  Status st = FillZero(stream, b->as<char>() + zero_from, bytes - std::min(zero_from, bytes));
   if (!st.ok()) {
     cache.Release(std::move(b).value());
     return st.WithContext(what);
@@ -69,6 +71,7 @@ UnitBufferCache::Options CacheOptions(const StoreLayout& layout, const StoreOpti
   int64_t largest = 0;
   for (const UnitLayout& u : layout.units()) largest = std::max(largest, u.padded_numel);
   UnitBufferCache::Options o;
+  o.keep = UnitBufferCache::Options::Keep::kYes;  // CPU too: no per-step allocation and faults
   o.max_cached_bytes =
       2 * largest * int64_t(DTypeSize(options.compute_dtype) + DTypeSize(options.reduce_dtype));
   return o;
@@ -343,6 +346,7 @@ void ShardedParameterStore::FreeUnitParams(UnitState& s) {
   s.gather_work.reset();
   cache_.Release(std::move(s.param_buf));
   s.param_buf = Buffer();
+  s.param_data = nullptr;
   s.params = UnitState::Params::kReleased;
 }
 
@@ -358,9 +362,16 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
   if (s.params == UnitState::Params::kReleased) {
     const UnitLayout& u = layout_.units()[unit];
     const size_t esize = DTypeSize(options_.compute_dtype);
+    char* shard = static_cast<char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
+    if (DirectUnits()) {  // the shard is the whole unit: no copy
+      s.param_data = shard;
+      s.params = UnitState::Params::kReady;
+      ++s.refs;
+      return GatherHandle(this, unit);
+    }
     ASSIGN_OR_RETURN(s.param_buf, cache_.Acquire(size_t(u.padded_numel) * esize));
-    const char* send =
-        static_cast<const char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
+    s.param_data = s.param_buf.data();
+    const char* send = shard;
     StatusOr<std::unique_ptr<Work>> w = comm_->AllGatherAsync(
         send, s.param_buf.data(), size_t(u.shard_numel), options_.compute_dtype, CollOpts());
     if (!w.ok()) {
@@ -392,7 +403,7 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::WaitGather(size_t unit)
     }
     s.params = UnitState::Params::kReady;
   }
-  return UnitViews(unit, s.param_buf.data(), options_.compute_dtype);
+  return UnitViews(unit, s.param_data, options_.compute_dtype);
 }
 
 StatusOr<std::vector<TensorView>> ShardedParameterStore::Gather(size_t unit) {
@@ -443,7 +454,7 @@ bool ShardedParameterStore::unit_buffer_live(size_t unit) const {
 
 // ---- Gradients ----
 
-StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit) {
+StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit, bool zeroed) {
   RETURN_IF_ERROR(CheckUnit(unit, "UnitGrads"));
   UnitState& s = *units_[unit];
   const UnitLayout& u = layout_.units()[unit];
@@ -452,9 +463,10 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit) 
                               "' has a reduce-scatter in flight: wait for it first");
   }
   if (!s.grad_live) {
+    const size_t esize = DTypeSize(options_.reduce_dtype);
     ASSIGN_OR_RETURN(s.grad_buf,
-                     ZeroedBuffer(cache_, stream_,
-                                  size_t(u.padded_numel) * DTypeSize(options_.reduce_dtype),
+                     ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
+                                  zeroed ? 0 : size_t(u.numel) * esize,
                                   "gradient buffer of unit '" + u.name + "'"));
     s.grad_live = true;
   }
@@ -473,12 +485,14 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
   if (!s.grad_live) RETURN_IF_ERROR(UnitGrads(unit).status());
   const size_t esize = DTypeSize(options_.reduce_dtype);
   char* base = s.grad_buf.as<char>();
-  StatusOr<std::unique_ptr<Work>> w =
-      comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
-                                size_t(u.shard_numel), options_.reduce_dtype,
-                                CollOpts(ReduceOp::kAvg));
-  if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
-  s.reduce_work = std::move(w).value();
+  if (!DirectUnits()) {  // one rank: its slice is the whole buffer, nothing to reduce
+    StatusOr<std::unique_ptr<Work>> w =
+        comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
+                                  size_t(u.shard_numel), options_.reduce_dtype,
+                                  CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg));
+    if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
+    s.reduce_work = std::move(w).value();
+  }
   s.reduce_pending = true;
   return ReduceScatterHandle(this, unit);
 }
@@ -488,7 +502,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   UnitState& s = *units_[unit];
   const UnitLayout& u = layout_.units()[unit];
   if (!s.reduce_pending) return Status::Ok();  // already folded in
-  Status st = s.reduce_work->Wait();
+  Status st = s.reduce_work != nullptr ? s.reduce_work->Wait() : Status::Ok();
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
@@ -502,7 +516,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   const size_t esize = DTypeSize(options_.reduce_dtype);
   const char* mine = s.grad_buf.as<char>() + size_t(rank()) * n * esize;
   st = FoldMeanOn(stream_, grad_shard() + layout_.local_offset(unit), mine,
-                  options_.reduce_dtype, int64_t(n), k);
+                  options_.reduce_dtype, int64_t(n), k, FoldDivisor());
   FreeUnitGrads(s);
   return st.ok() ? st : st.WithContext("gradient fold of unit '" + u.name + "'");
 }

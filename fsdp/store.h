@@ -18,18 +18,24 @@
 //                                the parameters' PyTorch shapes. Gathers are reference counted:
 //                                gathering a unit that is gathered, in flight or cached adds a
 //                                reference and does not communicate. Prefetch: GatherAsync(u+1)
-//                                while unit u computes, then handle.Wait().
+//                                while unit u computes, then handle.Wait(). One rank on the CPU:
+//                                no buffer and no copy, the views point into the compute shard
+//                                (which holds the whole unit).
 //   Release(u)                   drops a reference; at zero the unit buffer is freed.
 //   ReleaseAfterForward(u)       as Release, except that with reshard_after_forward == false the
 //                                buffer is kept (cached) at zero references so the backward's
 //                                Gather(u) costs nothing; ReshardAll() frees cached buffers.
 //   UnitGrads(u)                 a zeroed, full-size gradient buffer for the unit (reduce_dtype;
 //                                views per parameter). The caller writes (or sums into) it.
-//   ReduceScatterGradsAsync(u)   reduce-scatters it with ReduceOp::kAvg (mean over ranks) and,
-//                                at Wait(), folds the rank's slice into the fp32 gradient shard as
-//                                a running mean over micro-batches: after k reduce-scatters since
-//                                ZeroGrad() the shard holds (1/k) * sum of the k world averages.
-//                                The unit gradient buffer is then freed. A rank that never
+//                                UnitGrads(u, false) skips zeroing what the caller overwrites.
+//   ReduceScatterGradsAsync(u)   reduce-scatters it (mean over ranks) and, at Wait(), folds the
+//                                rank's slice into the fp32 gradient shard as a running mean over
+//                                micro-batches: after k reduce-scatters since ZeroGrad() the
+//                                shard holds (1/k) * sum of the k world averages. On the CPU with
+//                                f32 gradients the collective sums and the fold divides by W (one
+//                                pass; the bits of ReduceOp::kAvg); elsewhere ReduceOp::kAvg. One
+//                                rank on the CPU: no collective, the fold reads the buffer.
+//                                The unit gradient buffer is then released. A rank that never
 //                                asked for UnitGrads(u) takes part with zeros.
 // Averaging contract: if each rank writes the gradient of the MEAN loss over its local
 // micro-batch, and all micro-batches (over ranks and accumulation steps) have the same size, the
@@ -59,10 +65,10 @@
 //     step): the wait orders the stream and queues the fold (LaunchFoldMean), it never blocks;
 //   * gradient zeroing (LaunchFillZero) and the compute-copy refresh (LaunchConvert) are queued
 //     on the stream; InitFromFull/InitFromFunction stage through host memory and copy up.
-// Unit buffers come from a UnitBufferCache (fsdp/buffer_cache.h), which on CUDA keeps released
-// buffers (best fit, at most two of the largest unit's parameter + gradient buffers) for reuse
-// in stream order instead of freeing them. On the CPU every call completes
-// before returning, as it always did.
+// Unit buffers come from a UnitBufferCache (fsdp/buffer_cache.h), which keeps released buffers
+// (best fit, at most two of the largest unit's parameter + gradient buffers) for reuse instead of
+// freeing them: on CUDA in stream order, on the CPU so that a step neither allocates nor
+// page-faults its unit buffers again. On the CPU every call completes before returning.
 //
 // Shard-update guards: work that reads the state asynchronously (a device->host snapshot of the
 // master for an offloaded EMA, a checkpoint staging copy) registers a guard; BeginShardUpdate()
@@ -247,7 +253,10 @@ class ShardedParameterStore {
   bool unit_buffer_live(size_t unit) const;  // gathered, in flight or cached
 
   // ---- Gradients ----
-  StatusOr<std::vector<TensorView>> UnitGrads(size_t unit);
+  // zeroed == false (a caller that overwrites every element): only the padding after the
+  // parameters is zeroed; the rest holds whatever the reused buffer held. Ignored when the
+  // unit's gradient buffer is already live (it is returned as is).
+  StatusOr<std::vector<TensorView>> UnitGrads(size_t unit, bool zeroed = true);
   StatusOr<ReduceScatterHandle> ReduceScatterGradsAsync(size_t unit);
   Status WaitReduceScatter(size_t unit);
   Status ReduceScatterGrads(size_t unit);  // async + wait
@@ -287,7 +296,7 @@ class ShardedParameterStore {
 
   // ---- Memory ----
   // Bytes per rank per entry: every registry slot and buffer, the compute copy (when separate),
-  // live unit parameter / gradient buffers, and (CUDA) the unit buffer cache ("unit_cache",
+  // live unit parameter / gradient buffers, and the unit buffer cache ("unit_cache",
   // bounded by two of the largest unit's parameter + gradient buffers). The last entry, kind
   // "unit_peak", is not current memory: the high-water mark of unit buffer bytes (live +
   // cached) since the store was created; do not add it to the others.
@@ -303,6 +312,14 @@ class ShardedParameterStore {
   ShardedParameterStore(StoreLayout layout, std::vector<ParamSpec> buffers, Communicator* comm,
                         const StoreOptions& options);
   Status CheckUnit(size_t unit, const char* what) const;
+  // One rank on the CPU: a unit's shard is the whole unit, so gathers hand out views of the
+  // compute shard and reduce-scatters are no-ops (the fold reads the unit gradient buffer).
+  bool DirectUnits() const { return world_size() == 1 && device().is_cpu(); }
+  // CPU with f32 gradients: the reduce-scatter sums and the fold divides by the world size (one
+  // pass instead of two, the same bits as averaging first); elsewhere the collective averages.
+  int FoldDivisor() const {
+    return device().is_cpu() && options_.reduce_dtype == DType::kF32 ? world_size() : 1;
+  }
   std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
   void FreeUnitParams(UnitState& s);
   void FreeUnitGrads(UnitState& s);

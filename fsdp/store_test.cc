@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -347,21 +348,49 @@ TEST(StoreTest, MemoryIsPerShardNeverFullModel) {
   EXPECT_EQ(compute, 2 * local);
   EXPECT_EQ(grad, 4 * local);
   EXPECT_EQ(buffers, 40);
-  // A gathered unit shows up (full padded unit in bf16) until released.
+  // A gathered unit shows up (full padded unit in bf16) until released; with one rank the views
+  // point into the compute shard and no buffer is needed.
   ASSERT_TRUE(s->Gather(2).ok());
-  int64_t unit = 0;
+  int64_t unit = -1;
   for (const SlotMemory& m : s->MemoryReport()) {
     if (m.kind == "unit_params") unit = m.bytes;
   }
-  EXPECT_EQ(unit, 2 * shard(1000003) * w);
+  EXPECT_EQ(unit, w == 1 ? 0 : 2 * shard(1000003) * w);
   ASSERT_TRUE(s->Release(2).ok());
-  // The peak of unit buffer bytes stays reported (the last entry) after the release.
+  // Released, the buffer stays cached for reuse (bounded), and the peak of unit buffer bytes
+  // (the last entry) stays reported. The small unit is not served by the large cached buffer
+  // (best fit within 2x), so the peak is both.
   ASSERT_TRUE(s->Gather(0).ok());
   ASSERT_TRUE(s->Release(0).ok());
   const std::vector<SlotMemory> after = s->MemoryReport();
+  int64_t cached = -1;
+  for (const SlotMemory& m : after) {
+    if (m.kind == "unit_cache") cached = m.bytes;
+  }
+  const int64_t small = w == 1 ? 0 : 2 * shard(7) * w;
+  EXPECT_EQ(cached, w == 1 ? -1 : unit + small);
   ASSERT_FALSE(after.empty());
   EXPECT_EQ(after.back().kind, "unit_peak");
-  EXPECT_EQ(after.back().bytes, unit);  // one unit at a time: the largest
+  EXPECT_EQ(after.back().bytes, unit + small);
+  // Gradient buffers (f32: twice the bf16 unit) come from the same cache: a second step reuses
+  // the first one's buffer, and without zeroing only the padding after the parameters is zeroed.
+  if (w > 1) {
+    StatusOr<std::vector<TensorView>> g = s->UnitGrads(2, /*zeroed=*/false);
+    ASSERT_TRUE(g.ok());
+    float* first = (*g)[0].as<float>();
+    const int64_t numel = (*g)[0].numel(), padded = shard(1000003) * w;
+    std::fill(first, first + padded, 7.f);  // the whole buffer, padding included
+    ASSERT_TRUE(s->ZeroGrad().ok());        // releases it into the cache
+    const int64_t peak = s->MemoryReport().back().bytes;
+    EXPECT_EQ(peak, unit + small + 2 * unit);
+    g = s->UnitGrads(2, /*zeroed=*/false);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ((*g)[0].as<float>(), first);  // the same buffer again
+    EXPECT_EQ(first[0], 7.f);               // not zeroed
+    for (int64_t i = numel; i < padded; ++i) ASSERT_EQ(first[i], 0.f) << i;
+    EXPECT_EQ(s->MemoryReport().back().bytes, peak);  // nothing new allocated
+    ASSERT_TRUE(s->ZeroGrad().ok());
+  }
 }
 
 TEST(StoreTest, GatherSlotToRankReturnsFullTensorsOnRootOnly) {

@@ -132,7 +132,8 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
       Trace("recompute", i);
       RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "recompute", i));
     }
-    StatusOr<std::vector<TensorView>> grads = store_->UnitGrads(u);
+    StatusOr<std::vector<TensorView>> grads =
+        store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);
     RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
     call.mode = ForwardMode::kTrain;
     call.accumulate = written[u];

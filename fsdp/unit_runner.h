@@ -14,7 +14,8 @@
 //   backward  uses in reverse: wait the (re)gather of units[i] (the last use's is the kept one),
 //             GatherAsync(units[i-1]) (prefetch), with recompute[i] call forward(i) again (mode
 //             kRecompute) to rebuild its activations, backward(i) with the unit's gradient buffer
-//             (UnitGrads: zeroed at its first backward use in this micro-batch; a later use of the
+//             (UnitGrads: zeroed at its first backward use in this micro-batch unless the
+//             callbacks say backward_overwrites; a later use of the
 //             same unit finds the earlier use's gradient there and must ADD to it, see
 //             UnitCall::accumulate), Release(units[i]); after the unit's LAST backward use (its
 //             first forward use) ReduceScatterGradsAsync(units[i]); the previous reduce-scatter
@@ -105,6 +106,10 @@ struct UnitCallbacks {
   // Optional: called between the last forward and the first backward of a micro-batch (the loss
   // and the gradient that seeds the backward).
   std::function<Status(int64_t micro_batch)> loss;
+  // True when backward with accumulate == false writes every element of every gradient view
+  // (e.g. a GEMM that assigns dW): the runner then asks for the unit's gradient buffer without
+  // zeroing it first (UnitGrads(u, false)).
+  bool backward_overwrites = false;
 };
 
 // A model written as a class: its per-use forward and backward as methods. Callbacks() binds

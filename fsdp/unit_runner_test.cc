@@ -508,6 +508,30 @@ TEST(UnitRunnerTest, StepAccumulatesMicroBatches) {
   EXPECT_FALSE(runner.Step(0, nullptr, chain.Callbacks()).ok());
 }
 
+TEST(UnitRunnerTest, OverwritingBackwardSkipsZeroingWithTheSameGradients) {
+  for (const UnitSchedule& sched : {Sequential(), Tied()}) {
+    auto s = MakeStore(true);
+    ASSERT_NE(s, nullptr);
+    Chain chain = LocalChain(sched.units.size());
+    UnitRunner runner = MakeRunner(s.get(), sched);
+    const auto prepare = [&](int64_t m) {
+      chain.SetMicroBatch(m);
+      return Status::Ok();
+    };
+    UnitCallbacks cb = chain.Callbacks();
+    ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
+    const std::vector<float> want = GradShard(*s);  // padding included
+    // The same step again: its unit gradient buffers are the first step's, reused unzeroed (the
+    // chain assigns its first use's gradient, tied uses add), padding zeroed by the store.
+    cb.backward_overwrites = true;
+    ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
+    const std::vector<float> got = GradShard(*s);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << sched.units.size() << " uses";
+  }
+}
+
 TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
   auto s = MakeStore(true);
   ASSERT_NE(s, nullptr);

@@ -74,8 +74,8 @@ SHARDEMA_KERNEL void SgdBlock(const SgdScalars& s, int64_t n, const float* g, fl
   return SgdBlockWd<false>(s, n, g, p, buf);
 }
 
-SHARDEMA_KERNEL void EmaBlock(const EmaScalars& s, int64_t n, float* __restrict e,
-                              const float* __restrict p) {
+SHARDEMA_KERNEL void EmaBlockF32(const EmaScalars& s, int64_t n, float* __restrict e,
+                                 const float* __restrict p) {
   switch (s.mode) {
     case EmaMode::kSkip:
       return;
@@ -91,6 +91,54 @@ SHARDEMA_KERNEL void EmaBlock(const EmaScalars& s, int64_t n, float* __restrict 
       for (int64_t i = 0; i < n; ++i) e[i] = std::fma(-(p[i] - e[i]), s.one_minus_weight, p[i]);
       return;
   }
+}
+
+// bf16 and bf16_sr: the f32 line on the widened value, rounded back. kSr: stochastic rounding
+// with the bits of global element g + i.
+template <bool kSr>
+SHARDEMA_KERNEL void EmaBlockBf16(const EmaScalars& s, int64_t n, uint16_t* __restrict e,
+                                  const float* __restrict p, int64_t g) {
+  if (s.mode == EmaMode::kSkip) return;
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const float ei = BF16ToF32(e[i]);
+    float r = p[i];
+    if (s.mode == EmaMode::kLerpLow) r = std::fma(p[i] - ei, s.weight, ei);
+    if (s.mode == EmaMode::kLerpHigh) r = std::fma(-(p[i] - ei), s.one_minus_weight, p[i]);
+    e[i] = kSr ? F32ToBF16Stochastic(r, SrBits(s.sr_key, uint64_t(g + i))) : F32ToBF16(r);
+  }
+}
+
+// delta_bf16: d = bf16(beta * (d - (p_new - p_old))), 0 for the copy.
+SHARDEMA_KERNEL void EmaBlockDelta(const EmaScalars& s, int64_t n, uint16_t* __restrict d,
+                                   const float* __restrict p, const float* __restrict p_old) {
+  if (s.mode == EmaMode::kCopy) {
+    std::memset(d, 0, static_cast<size_t>(n) * sizeof(uint16_t));
+    return;
+  }
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = BF16ToF32(d[i]) - (p[i] - p_old[i]);
+    d[i] = F32ToBF16(t * s.beta_f);
+  }
+}
+
+// One slot over a block: `e` is the slot's block start, `p_old` the block's master before the
+// optimizer update (delta slots only), `g` the global index of the block's first element.
+SHARDEMA_KERNEL void EmaBlock(const EmaScalars& s, int64_t n, void* e, const float* p,
+                              const float* p_old, int64_t g) {
+  switch (s.storage) {
+    case EmaStorage::kF32: return EmaBlockF32(s, n, static_cast<float*>(e), p);
+    case EmaStorage::kBF16: return EmaBlockBf16<false>(s, n, static_cast<uint16_t*>(e), p, g);
+    case EmaStorage::kBF16Sr: return EmaBlockBf16<true>(s, n, static_cast<uint16_t*>(e), p, g);
+    case EmaStorage::kDeltaBF16:
+      return EmaBlockDelta(s, n, static_cast<uint16_t*>(e), p, p_old);
+  }
+}
+
+// Element `b` of a slot of `storage`.
+inline void* SlotAt(void* base, EmaStorage storage, int64_t b) {
+  return static_cast<char*>(base) + static_cast<size_t>(b) * DTypeSize(EmaStorageDType(storage));
 }
 
 SHARDEMA_KERNEL void ComputeCopyBlock(DType t, int64_t n, const float* __restrict p,
@@ -122,14 +170,17 @@ struct Plan {
   const FusedStepArgs* args;
   AdamWScalars adamw;
   SgdScalars sgd;
+  bool any_delta;  // a delta_bf16 slot needs the block's master before the update
 };
 
 // Elements [begin, end) of one call, block by block.
 SHARDEMA_KERNEL void RunRange(const Plan& plan, int64_t begin, int64_t end) {
   const FusedStepArgs& a = *plan.args;
   const size_t csize = DTypeSize(a.compute_dtype);
+  alignas(64) float old[kBlock];
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t len = std::min(kBlock, end - b);
+    if (plan.any_delta) std::memcpy(old, a.master + b, static_cast<size_t>(len) * sizeof(float));
     if (a.kind == OptimizerKind::kAdamW) {
       AdamWBlock(plan.adamw, len, a.grad + b, a.master + b, a.exp_avg + b, a.exp_avg_sq + b);
     } else {
@@ -141,7 +192,9 @@ SHARDEMA_KERNEL void RunRange(const Plan& plan, int64_t begin, int64_t end) {
                        static_cast<char*>(a.compute) + static_cast<size_t>(b) * csize);
     }
     for (int k = 0; k < a.num_emas; ++k) {
-      EmaBlock(MakeEmaScalars(a.emas[k].beta), len, a.emas[k].ema + b, a.master + b);
+      const EmaTarget& t = a.emas[k];
+      EmaBlock(MakeEmaScalars(t.beta, t.storage, t.sr_key), len, SlotAt(t.ema, t.storage, b),
+               a.master + b, old, a.global_begin + b);
     }
   }
 }
@@ -157,11 +210,11 @@ __attribute__((flatten)) void RunRangePortable(const Plan& plan, int64_t begin, 
 }
 __attribute__((target("avx2,fma"), flatten)) void EmaAvx2(const EmaScalars& s, int64_t n,
                                                            float* e, const float* p) {
-  EmaBlock(s, n, e, p);
+  EmaBlockF32(s, n, e, p);
 }
 __attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float* e,
                                           const float* p) {
-  EmaBlock(s, n, e, p);
+  EmaBlockF32(s, n, e, p);
 }
 
 std::atomic<bool> g_force_portable{false};
@@ -196,6 +249,10 @@ void FusedStepCpu(const FusedStepArgs& args) {
   if (n <= 0) return;
   Plan plan;
   plan.args = &args;
+  plan.any_delta = false;
+  for (int k = 0; k < args.num_emas; ++k) {
+    plan.any_delta = plan.any_delta || args.emas[k].storage == EmaStorage::kDeltaBF16;
+  }
   if (args.kind == OptimizerKind::kAdamW) {
     plan.adamw = MakeAdamWScalars(args);
   } else {

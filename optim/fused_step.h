@@ -10,6 +10,7 @@
 //   SGD (torch.optim.SGD): g += wd*p; if momentum: buf = first ? g : mom*buf + (1-damp)*g;
 //          g = nesterov ? g + mom*buf : buf; p -= lr*g
 //   EMA:   e = beta*e + (1-beta)*p_new   (beta = 0 copies p_new exactly)
+//   delta EMA (storage delta_bf16, d = e - p): d = beta*(d - (p_new - p_old))  (beta = 0: d = 0)
 //
 // g is grad[i] * grad_scale (grad_scale carries the clipping coefficient). Ranges of different
 // parameter groups (e.g. no weight decay for biases) are separate calls.
@@ -28,6 +29,12 @@
 //   EMA    torch `ema.lerp_(p, w)` with w = f(1-beta): w < 0.5 ? fma(p-e, w, e)
 //          : fma(-(p-e), 1-w, p). beta == 0 stores p (even over a NaN/Inf ema) and beta == 1
 //          leaves the slot untouched (its memory is not even read).
+//   Slot storages (framework/ema_storage.h): fp32 as above; bf16 and bf16_sr widen e to f32, run
+//   the same line, and round the result (and the beta-0 copy) to bf16, to nearest even (bf16) or
+//   stochastically with SrBits(sr_key, global_begin + i) (bf16_sr); delta_bf16 computes, in f32,
+//   t = f32(d) - (p_new - p_old), then d = bf16_rne(t * f(beta)), 0 for beta 0. A delta slot is
+//   NOT skipped at beta 1: d = d - (p_new - p_old) keeps the EMA value where it was while the
+//   master moves, so a delta slot must be a target of every pass once it has started.
 //
 // The results do not depend on the CPU: machines without AVX2/FMA run a portable path that uses
 // the C library's correctly rounded fmaf (slower, same bits), and do not depend on num_threads.
@@ -41,14 +48,17 @@
 #include <cstdint>
 
 #include "framework/dtype.h"
+#include "framework/ema_storage.h"
 
 namespace shardema {
 
 enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1 };
 
 struct EmaTarget {
-  float* ema = nullptr;  // n elements
-  double beta = 0.0;     // decay for this update (interval correction already applied)
+  void* ema = nullptr;  // n elements of EmaStorageDType(storage)
+  double beta = 0.0;    // decay for this update (interval correction already applied)
+  EmaStorage storage = EmaStorage::kF32;
+  uint32_t sr_key = 0;  // bf16_sr: SrKey(seed, slot, update) of this update
 };
 
 struct FusedStepArgs {
@@ -64,6 +74,9 @@ struct FusedStepArgs {
   DType compute_dtype = DType::kF32;
   const EmaTarget* emas = nullptr;
   int num_emas = 0;
+  // Global element index (framework/ema_storage.h SrBits) of element 0 of this call: element i
+  // is global element global_begin + i. Only bf16_sr slots read it.
+  int64_t global_begin = 0;
 
   double lr = 0.0;
   double weight_decay = 0.0;

@@ -7,7 +7,7 @@
 //   AdamW  f(1-lr*wd), f(b1), f(1-b1), f(b2), f(1-b2), f(-lr/(1-b1^t)), f(sqrt(1-b2^t)), f(eps)
 //   SGD    f(wd), f(mom), f(1-damp), f(-lr), and the flags that select the update's form
 //   EMA    w = f(1-beta), 1-w in f32 (as torch's lerp forms it), and the mode (skip, copy, or
-//          which lerp formula: torch picks it on |w| < 0.5)
+//          which lerp formula: torch picks it on |w| < 0.5); f(beta) and the storage's key
 // grad_scale is already f32 and is carried as is.
 //
 // Plain structs (CUDA kernels take them by value) and inline host functions; no preconditions
@@ -40,6 +40,11 @@ struct EmaScalars {
   EmaMode mode;
   float weight;            // w = f32(1 - beta); 0 for kSkip and kCopy
   float one_minus_weight;  // 1 - w in f32; 1 for kSkip and kCopy
+  // Storage (framework/ema_storage.h). A delta_bf16 slot at beta 1 is kLerpLow with beta_f 1
+  // (never kSkip: d moves with the master); its update reads only beta_f.
+  EmaStorage storage;
+  float beta_f;     // f32(beta): the delta_bf16 factor
+  uint32_t sr_key;  // bf16_sr
 };
 
 inline AdamWScalars MakeAdamWScalars(const FusedStepArgs& a) {
@@ -73,9 +78,13 @@ inline SgdScalars MakeSgdScalars(const FusedStepArgs& a) {
   return s;
 }
 
-inline EmaScalars MakeEmaScalars(double beta) {
-  EmaScalars s{EmaMode::kSkip, 0.f, 1.f};
-  if (beta == 1.0) return s;
+inline EmaScalars MakeEmaScalars(double beta, EmaStorage storage = EmaStorage::kF32,
+                                 uint32_t sr_key = 0) {
+  EmaScalars s{EmaMode::kSkip, 0.f, 1.f, storage, static_cast<float>(beta), sr_key};
+  if (beta == 1.0) {
+    if (storage == EmaStorage::kDeltaBF16) s.mode = EmaMode::kLerpLow;
+    return s;
+  }
   if (beta == 0.0) {
     s.mode = EmaMode::kCopy;
     return s;

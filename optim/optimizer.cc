@@ -143,18 +143,26 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
     }
   }
 
-  // Ranges: this rank's parameter pieces, merged while contiguous and in the same group.
+  // Ranges: this rank's parameter pieces, merged while contiguous (locally and in the global
+  // element order of the unpadded model: units, then parameters) and in the same group.
   const StoreLayout& layout = store->layout();
+  std::vector<int64_t> unit_global(layout.units().size(), 0);
+  for (size_t u = 1; u < unit_global.size(); ++u) {
+    unit_global[u] = unit_global[u - 1] + layout.units()[u - 1].numel;
+  }
   for (const LocalParamPiece& pc : layout.LocalPieces(store->rank())) {
-    const int g = o->GroupOf(layout.units()[pc.unit].params[pc.param].name);
+    const ParamLayout& pl = layout.units()[pc.unit].params[pc.param];
+    const int g = o->GroupOf(pl.name);
+    const int64_t global = unit_global[pc.unit] + pl.offset + pc.param_begin;
     if (!o->ranges_.empty()) {
       Range& last = o->ranges_.back();
-      if (last.group == g && last.local_begin + last.n == pc.local_begin) {
+      if (last.group == g && last.local_begin + last.n == pc.local_begin &&
+          last.global_begin + last.n == global) {
         last.n += pc.numel;
         continue;
       }
     }
-    o->ranges_.push_back(Range{pc.local_begin, pc.numel, g});
+    o->ranges_.push_back(Range{pc.local_begin, pc.numel, g, global});
   }
   if (store->device().is_cuda()) {
     ASSIGN_OR_RETURN(DeviceGradNorm norm,
@@ -241,7 +249,9 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
   for (const Range& r : ranges_) {
     const OptimizerHyper& h = group_hyper(r.group);
     for (size_t i = 0; i < targets.size(); ++i) {
-      targets[i] = EmaTarget{emas[i].ema + r.local_begin, emas[i].beta};
+      targets[i] = emas[i];
+      targets[i].ema = static_cast<char*>(emas[i].ema) +
+                       size_t(r.local_begin) * DTypeSize(EmaStorageDType(emas[i].storage));
     }
     FusedStepArgs a;
     a.n = r.n;
@@ -257,6 +267,7 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
     a.compute_dtype = store_->options().compute_dtype;
     a.emas = targets.data();
     a.num_emas = int(targets.size());
+    a.global_begin = r.global_begin;
     a.lr = res.lr * h.lr_scale;
     a.weight_decay = h.weight_decay;
     a.beta1 = h.beta1;

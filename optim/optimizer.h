@@ -151,6 +151,7 @@ class Optimizer {
     int64_t local_begin = 0;
     int64_t n = 0;
     int group = -1;
+    int64_t global_begin = 0;  // global element index of local_begin (FusedStepArgs)
   };
   Optimizer(ShardedParameterStore* store, OptimizerOptions options);
   Status CheckReady() const;

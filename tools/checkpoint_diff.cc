@@ -11,6 +11,7 @@
 #include "checkpoint/json_diff.h"
 #include "checkpoint/load.h"
 #include "checkpoint/reader.h"
+#include "checkpoint/slot_values.h"
 #include "tools/checkpoint_summary.h"
 
 namespace shardema::tools {
@@ -71,7 +72,12 @@ std::string ElementName(const UnitLayout& u, int64_t g) {
 
 Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb, const CompareOptions& options,
                    uint64_t total, uint64_t& done, SlotComparison& out) {
-  const DType ta = ra.manifest().slots[size_t(sa)].dtype, tb = rb.manifest().slots[size_t(sb)].dtype;
+  // EMA slots stored as bf16 or as a delta are compared by their f32 EMA values.
+  ASSIGN_OR_RETURN(const EmaStorage ka, SlotStorage(ra, ra.manifest().slots[size_t(sa)].name));
+  ASSIGN_OR_RETURN(const EmaStorage kb, SlotStorage(rb, rb.manifest().slots[size_t(sb)].name));
+  const bool as_values = ka != EmaStorage::kF32 || kb != EmaStorage::kF32;
+  const DType ta = as_values ? DType::kF32 : ra.manifest().slots[size_t(sa)].dtype;
+  const DType tb = as_values ? DType::kF32 : rb.manifest().slots[size_t(sb)].dtype;
   const std::vector<UnitLayout>& units = ra.manifest().layout.units();
   std::vector<char> raw_a, raw_b;
   std::vector<float> fa, fb;
@@ -81,8 +87,15 @@ Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb, c
       const size_t n = size_t(end - begin);
       raw_a.resize(n * DTypeSize(ta));
       raw_b.resize(n * DTypeSize(tb));
-      RETURN_IF_ERROR(ra.ReadUnitRange(sa, u, begin, end, raw_a.data()));
-      RETURN_IF_ERROR(rb.ReadUnitRange(sb, u, begin, end, raw_b.data()));
+      if (as_values) {
+        RETURN_IF_ERROR(ReadUnitRangeF32(ra, sa, ka, u, begin, end,
+                                         reinterpret_cast<float*>(raw_a.data())));
+        RETURN_IF_ERROR(ReadUnitRangeF32(rb, sb, kb, u, begin, end,
+                                         reinterpret_cast<float*>(raw_b.data())));
+      } else {
+        RETURN_IF_ERROR(ra.ReadUnitRange(sa, u, begin, end, raw_a.data()));
+        RETURN_IF_ERROR(rb.ReadUnitRange(sb, u, begin, end, raw_b.data()));
+      }
       Accumulate(raw_a, ta, raw_b, tb, n, fa, fb, out.values,
                  [&](size_t i) { return ElementName(units[u], begin + int64_t(i)); });
       done += n;

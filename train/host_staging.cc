@@ -33,7 +33,7 @@ std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry) {
   std::vector<SlotView> out;
   for (SlotHandle h : registry.SlotHandles()) {
     const SlotInfo& info = registry.Info(h);
-    if (info.persistent) out.push_back(SlotView{info.name, DType::kF32, registry.Data(h)});
+    if (info.persistent) out.push_back(SlotView{info.name, info.dtype, registry.RawData(h)});
   }
   return out;
 }
@@ -72,8 +72,8 @@ StatusOr<StagedSlots> HostStaging::StageToHost(Stream after, std::function<Statu
   ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create(device));
   RETURN_IF_ERROR(ready.Record(after));
   RETURN_IF_ERROR(ready.MakeStreamWait(side_));
-  const size_t bytes = size_t(registry_->local_numel()) * sizeof(float);
   for (SlotView& v : views) {
+    const size_t bytes = size_t(registry_->local_numel()) * DTypeSize(v.dtype);
     ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));
     if (where.is_cpu()) continue;  // offloaded: already host memory
     Buffer& h = host_[v.name];
@@ -104,8 +104,8 @@ Status HostStaging::UploadToDevice(Stream stream) {
                            stream.device.ToString());
   }
   if (copies_ != nullptr) RETURN_IF_ERROR(copies_->Synchronize());
-  const size_t bytes = size_t(registry_->local_numel()) * sizeof(float);
   for (const SlotView& v : PersistentSlotViews(*registry_)) {
+    const size_t bytes = size_t(registry_->local_numel()) * DTypeSize(v.dtype);
     auto it = host_.find(v.name);
     if (it == host_.end()) continue;  // host slot (filled in place) or never staged
     ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));

@@ -28,12 +28,18 @@ using cuda_internal::VectorPlan;
 // are optim/fused_step_scalars.h's, formed on the host exactly as the CPU kernel forms them;
 // fused_step_cuda_test checks the bits agree.
 struct EmaSlot {
-  float* ema;
+  void* ema;  // f32, or bf16 for the other storages
   EmaScalars scalars;
 };
 
-// beta in [0, 1).
-EmaSlot MakeEmaSlot(float* ema, double beta) { return EmaSlot{ema, MakeEmaScalars(beta)}; }
+EmaSlot MakeEmaSlot(const EmaTarget& t) {
+  return EmaSlot{t.ema, MakeEmaScalars(t.beta, t.storage, t.sr_key)};
+}
+
+// Reaches the device: beta != 1, or a delta slot (which moves with the master at beta 1).
+bool Due(const EmaTarget& t) { return t.beta != 1.0 || t.storage == EmaStorage::kDeltaBF16; }
+
+size_t SlotBytes(EmaStorage storage) { return DTypeSize(EmaStorageDType(storage)); }
 
 // ---- Per-element arithmetic: the CPU kernel's operations, in its order, as round-to-nearest
 // intrinsics (never contracted into FMAs nor approximated by nvcc). ----
@@ -66,6 +72,43 @@ __device__ __forceinline__ float EmaElement(const EmaScalars& s, float e, float 
              : __fmaf_rn(-diff, s.one_minus_weight, p);  // end - (end-self)*(1-w)
 }
 
+// A slot's f32 view: the value itself (f32), widened (bf16, bf16_sr) or d (delta).
+template <int W>
+__device__ __forceinline__ Lanes<W> LoadSlot(const EmaSlot& s, int64_t i) {
+  if (s.scalars.storage == EmaStorage::kF32) return LoadF32<W>(static_cast<const float*>(s.ema), i);
+  return cuda_internal::LoadAsF32<DType::kBF16, W>(s.ema, i);
+}
+
+// The slot's new f32 value, rounded to its storage and stored at elements [i, i + W) (the CPU
+// kernel's order): f32 / bf16 / bf16_sr: r = copy or lerp of (e, p); delta: r = f(beta) *
+// (d - (p - p_old)), 0 for the copy; then bf16 nearest even, or stochastic with the bits of
+// global element g + i + k (g: the call's global_begin).
+template <int W>
+__device__ __forceinline__ void UpdateSlot(const EmaSlot& s, const Lanes<W>& e, const Lanes<W>& p,
+                                           const Lanes<W>& p_old, int64_t i, int64_t g) {
+  const EmaScalars& c = s.scalars;
+  Lanes<W> r;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    if (c.storage == EmaStorage::kDeltaBF16) {
+      r.v[k] = c.mode == EmaMode::kCopy
+                   ? 0.f
+                   : __fmul_rn(__fsub_rn(e.v[k], __fsub_rn(p.v[k], p_old.v[k])), c.beta_f);
+    } else {
+      r.v[k] = c.mode == EmaMode::kCopy ? p.v[k] : EmaElement(c, e.v[k], p.v[k]);
+    }
+  }
+  if (c.storage == EmaStorage::kF32) return StoreF32<W>(static_cast<float*>(s.ema), i, r);
+  cuda_internal::Bits16<W> b;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    b.v[k] = c.storage == EmaStorage::kBF16Sr
+                 ? F32ToBF16Stochastic(r.v[k], SrBits(c.sr_key, uint64_t(g + i + k)))
+                 : F32ToBF16(r.v[k]);
+  }
+  cuda_internal::Store16<W>(static_cast<uint16_t*>(s.ema), i, b);
+}
+
 // ---- The kernel ----
 
 enum class Op : uint8_t { kAdamW, kSgd, kEmaOnly };
@@ -83,6 +126,7 @@ struct StepParams {
   SgdScalars sgd;
   int num_emas;
   EmaSlot emas[kCudaEmaSlotsPerLaunch];
+  int64_t global_begin;  // FusedStepArgs::global_begin (bf16_sr slots)
 };
 
 // kSlots: compile-time bound on num_emas, so the slots' values stay in registers and all loads
@@ -96,6 +140,7 @@ struct StepBody {
     // Loads first: grad, master, moments, then every slot that is lerped (copy slots are
     // write-only).
     Lanes<W> g{}, p = LoadF32<W>(a.master, i), m{}, v{};
+    const Lanes<W> p_old = p;  // delta slots: the master before the update
     if constexpr (kOp != Op::kEmaOnly) g = LoadF32<W>(a.grad, i);
     if constexpr (kOp == Op::kAdamW) {
       m = LoadF32<W>(a.exp_avg, i);
@@ -108,7 +153,7 @@ struct StepBody {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
       if (s < a.num_emas && a.emas[s].scalars.mode != EmaMode::kCopy) {
-        e[s] = LoadF32<W>(a.emas[s].ema, i);
+        e[s] = LoadSlot<W>(a.emas[s], i);
       }
     }
 
@@ -134,14 +179,7 @@ struct StepBody {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
       if (s >= a.num_emas) break;
-      const EmaSlot& slot = a.emas[s];
-      if (slot.scalars.mode == EmaMode::kCopy) {
-        StoreF32<W>(slot.ema, i, p);
-      } else {
-#pragma unroll
-        for (int k = 0; k < W; ++k) e[s].v[k] = EmaElement(slot.scalars, e[s].v[k], p.v[k]);
-        StoreF32<W>(slot.ema, i, e[s]);
-      }
+      UpdateSlot<W>(a.emas[s], e[s], p, p_old, i, a.global_begin);
     }
   }
 };
@@ -169,6 +207,8 @@ Status LaunchWithSlots(const StepParams& params, cudaStream_t stream) {
   return CudaLastErrorStatus("launching the fused step kernel");
 }
 
+ArrayRef SlotRef(const EmaSlot& s) { return ArrayRef{s.ema, SlotBytes(s.scalars.storage)}; }
+
 // Launches the kernel instance whose slot bound is the smallest of {0, 1, 2, 4, 8} that fits.
 template <Op kOp>
 Status Launch(StepParams params, const EmaSlot* slots, int num_slots, cudaStream_t stream) {
@@ -180,10 +220,9 @@ Status Launch(StepParams params, const EmaSlot* slots, int num_slots, cudaStream
       {ArrayRef{params.grad, 4}, ArrayRef{params.master, 4}, ArrayRef{params.exp_avg, 4},
        ArrayRef{params.exp_avg_sq, 4},
        ArrayRef{params.compute, params.compute != nullptr ? DTypeSize(params.compute_dtype) : 4},
-       ArrayRef{params.emas[0].ema, 4}, ArrayRef{params.emas[1].ema, 4},
-       ArrayRef{params.emas[2].ema, 4}, ArrayRef{params.emas[3].ema, 4},
-       ArrayRef{params.emas[4].ema, 4}, ArrayRef{params.emas[5].ema, 4},
-       ArrayRef{params.emas[6].ema, 4}, ArrayRef{params.emas[7].ema, 4}});
+       SlotRef(params.emas[0]), SlotRef(params.emas[1]), SlotRef(params.emas[2]),
+       SlotRef(params.emas[3]), SlotRef(params.emas[4]), SlotRef(params.emas[5]),
+       SlotRef(params.emas[6]), SlotRef(params.emas[7])});
   static_assert(kCudaEmaSlotsPerLaunch == 8, "PlanVector above lists 8 slots");
   if constexpr (kOp != Op::kEmaOnly) {
     if (num_slots == 0) return LaunchWithSlots<kOp, 0>(params, stream);
@@ -252,7 +291,9 @@ Status CheckArgs(const FusedStepArgs& a) {
   if (adamw) arrays.push_back({"exp_avg_sq", -1, a.exp_avg_sq, bytes});
   if (adamw && a.step < 1) return InvalidArgument("AdamW step ", a.step, " < 1");
   for (int k = 0; k < a.num_emas; ++k) {
-    if (a.emas[k].beta != 1.0) arrays.push_back({"ema", k, a.emas[k].ema, bytes});
+    if (Due(a.emas[k])) {
+      arrays.push_back({"ema", k, a.emas[k].ema, size_t(a.n) * SlotBytes(a.emas[k].storage)});
+    }
   }
   for (const Extent& e : arrays) {
     if (e.ptr == nullptr) return InvalidArgument(ExtentName(e), " is null for n = ", a.n);
@@ -274,9 +315,19 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   if (!st.ok()) return st.WithContext(what);
   if (args.n == 0) return Status::Ok();
 
+  // Delta slots first: they need the master before the update, which only the first launch
+  // (the optimizer's) has.
   std::vector<EmaSlot> due;
-  for (int k = 0; k < args.num_emas; ++k) {
-    if (args.emas[k].beta != 1.0) due.push_back(MakeEmaSlot(args.emas[k].ema, args.emas[k].beta));
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int k = 0; k < args.num_emas; ++k) {
+      const bool delta = args.emas[k].storage == EmaStorage::kDeltaBF16;
+      if (Due(args.emas[k]) && delta == (pass == 0)) due.push_back(MakeEmaSlot(args.emas[k]));
+    }
+  }
+  if (due.size() > size_t(kCudaEmaSlotsPerLaunch) &&
+      due[kCudaEmaSlotsPerLaunch].scalars.storage == EmaStorage::kDeltaBF16) {
+    return InvalidArgument(what, ": more than ", kCudaEmaSlotsPerLaunch,
+                           " delta_bf16 EMA slots (they must all be in the optimizer's launch)");
   }
   StepParams p{};
   p.plan.n = args.n;
@@ -286,6 +337,7 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   p.exp_avg_sq = adamw ? args.exp_avg_sq : nullptr;
   p.compute = args.compute;
   p.compute_dtype = args.compute_dtype;
+  p.global_begin = args.global_begin;
   if (adamw) {
     p.adamw = MakeAdamWScalars(args);
   } else {
@@ -301,6 +353,7 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   StepParams ema_only{};
   ema_only.plan.n = args.n;
   ema_only.master = args.master;
+  ema_only.global_begin = args.global_begin;
   for (size_t s = size_t(first); s < due.size(); s += kCudaEmaSlotsPerLaunch) {
     const int count = std::min<int>(int(due.size() - s), kCudaEmaSlotsPerLaunch);
     st = Launch<Op::kEmaOnly>(ema_only, due.data() + s, count, cs);
@@ -325,7 +378,7 @@ Status EmaUpdateCuda(float* ema, const float* master, int64_t n, double beta, vo
   StepParams p{};
   p.plan.n = n;
   p.master = const_cast<float*>(master);  // read-only in the EMA-only kernel
-  const EmaSlot slot = MakeEmaSlot(ema, beta);
+  const EmaSlot slot = MakeEmaSlot(EmaTarget{ema, beta});
   st = Launch<Op::kEmaOnly>(p, &slot, 1, static_cast<cudaStream_t>(stream));
   return st.ok() ? st : st.WithContext(what);
 }

@@ -1,0 +1,138 @@
+// EmaSlots with bf16 storages at 1, 2, 3 and 4 ranks (mpi_test):
+//   * bf16_sr does not depend on the sharding: after every step the gathered slot equals a
+//     reference computed here on FULL tensors (global index = position in the unsharded model)
+//     from the gathered master and the previous gathered slot, bit for bit;
+//   * delta_bf16: CopyTo and ShardToHost give master + d; Swap puts those values in the master
+//     and swapping back restores the master's bits; the slot memory is 2 bytes per element;
+//   * a delta slot not due (interval 3) keeps its EMA value while the master moves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "ema/ema_slots.h"
+#include "optim/fused_step_scalars.h"
+#include "tests/test_world.h"
+#include "tests/training_rig.h"
+
+namespace shardema {
+namespace {
+
+using ::shardema::testing::MakeEma;
+using ::shardema::testing::TrainingRig;
+using ::shardema::testing::World;
+
+std::vector<UnitSpec> Units() {
+  return {{"l0", {{"l0.weight", {5, 3}}, {"l0.bias", {5}}}}, {"l1", {{"l1.weight", {37}}}}};
+}
+
+TrainingRig MakeRig(std::vector<EmaConfig> emas) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kSgd;
+  o.lr.base_lr = 0.1;
+  o.defaults.weight_decay = 0.0;
+  auto init = [](const std::string& name, int64_t i) {
+    return float(std::cos(0.3 * double(i) + double(name.size())));
+  };
+  ::shardema::testing::RigSpec spec{Units(), {}, StoreOptions{}, init, emas, o};
+  auto rig = ::shardema::testing::MakeTrainingRig(spec, World());
+  EXPECT_TRUE(rig.ok()) << rig.status();
+  return rig.ok() ? std::move(rig).value() : TrainingRig{};
+}
+
+void TrainStep(TrainingRig& rig, int s) {
+  Status st = ::shardema::testing::FeedGrads(rig.store, [s](int r, const std::string& n, int64_t i) {
+    return float(std::sin(0.5 * double(i) + 0.9 * s + 0.4 * r + double(n.size())));
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  auto res = rig.state->Step();
+  ASSERT_TRUE(res.ok()) << res.status();
+}
+
+// The tensors of a gathered model flattened in model order (= global element order).
+std::vector<float> Flat(const std::vector<FullTensor>& t, size_t count) {
+  std::vector<float> out;
+  for (size_t i = 0; i < count; ++i) out.insert(out.end(), t[i].data.begin(), t[i].data.end());
+  return out;
+}
+
+TEST(EmaStorageSlotsTest, StochasticRoundingMatchesAFullTensorReferenceAtAnyWorldSize) {
+  EmaConfig c = MakeEma("ema_sr", EmaScheduleKind::kConstant, 0.9);
+  c.storage = EmaStorage::kBF16Sr;
+  c.sr_seed = 12;
+  TrainingRig rig = MakeRig({c});
+  ASSERT_NE(rig.opt, nullptr);
+  const size_t nparams = 3;
+  TrainStep(rig, 1);  // starts the slot
+  auto prev = rig.emas->CopyTo("ema_sr", 0);
+  ASSERT_TRUE(prev.ok()) << prev.status();
+  const EmaScalars s = MakeEmaScalars(0.9);
+  int64_t rounded_up = 0, rounded_down = 0;
+  for (int step = 2; step <= 5; ++step) {
+    TrainStep(rig, step);
+    auto master = rig.store->GatherSlotToRank(rig.store->master(), 0);
+    auto slot = rig.emas->CopyTo("ema_sr", 0);
+    ASSERT_TRUE(master.ok() && slot.ok());
+    if (World()->rank() == 0) {
+      const std::vector<float> p = Flat(*master, nparams), e = Flat(*prev, nparams),
+                               got = Flat(*slot, nparams);
+      ASSERT_EQ(p.size(), 57u);
+      const uint32_t key = SrKey(12, SlotNameHash("ema_sr"), uint64_t(step));
+      for (size_t i = 0; i < p.size(); ++i) {
+        const float r = std::fma(p[i] - e[i], s.weight, e[i]);  // the fused pass's lerp (w < 0.5)
+        const float want = BF16ToF32(F32ToBF16Stochastic(r, SrBits(key, i)));
+        ASSERT_EQ(F32Bits(got[i]), F32Bits(want)) << "step " << step << " element " << i;
+        rounded_up += want > r;
+        rounded_down += want < r;
+      }
+    }
+    prev = std::move(slot);
+  }
+  if (World()->rank() == 0) EXPECT_GT(std::min(rounded_up, rounded_down), 20);  // both ways
+}
+
+TEST(EmaStorageSlotsTest, DeltaSlotReconstructsSwapsAndHoldsStillWhenNotDue) {
+  EmaConfig d = MakeEma("ema_d", EmaScheduleKind::kConstant, 0.8, 0, /*interval=*/3);
+  d.storage = EmaStorage::kDeltaBF16;
+  TrainingRig rig = MakeRig({d});
+  ASSERT_NE(rig.opt, nullptr);
+  ShardedParameterStore& s = *rig.store;
+  const size_t n = size_t(s.layout().local_numel());
+  EXPECT_EQ(rig.emas->shard(0), nullptr);  // not an f32 slot
+  const std::vector<SlotMemory> mem = s.registry().MemoryReport();
+  for (const SlotMemory& m : mem) {
+    if (m.name == "ema_d") EXPECT_EQ(m.bytes, int64_t(n * 2));
+  }
+  std::vector<float> ema;
+  for (int step = 1; step <= 5; ++step) {
+    TrainStep(rig, step);
+    auto host = rig.emas->ShardToHost(0);
+    ASSERT_TRUE(host.ok()) << host.status();
+    const uint16_t* raw = static_cast<const uint16_t*>(rig.emas->raw_shard(0));
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ((*host)[i], DeltaToF32(s.master()[i], raw[i])) << i;
+    if (step == 4 || step == 5) {  // steps 4, 5 are not due (interval 3): the EMA holds still
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_NEAR((*host)[i], ema[i], 1.0 / 128 * std::fabs(BF16ToF32(raw[i])) + 1e-6) << i;
+      }
+    }
+    ema = *host;
+  }
+  // Swap: the master holds master + d; swapping back restores the master's bits.
+  const std::string master(reinterpret_cast<const char*>(s.master()), n * 4);
+  ASSERT_TRUE(rig.emas->Swap("ema_d").ok());
+  EXPECT_EQ(std::memcmp(s.master(), ema.data(), n * 4), 0);
+  auto gathered = rig.emas->CopyTo("ema_d", 0);  // while swapped: the master's values
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_EQ(rig.state->Step().status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rig.emas->SwapBack().ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(s.master()), n * 4), master);
+  auto again = rig.emas->CopyTo("ema_d", 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  if (World()->rank() == 0) {
+    ASSERT_EQ(again->size(), gathered->size());
+    for (size_t t = 0; t < again->size(); ++t) EXPECT_EQ((*again)[t].data, (*gathered)[t].data);
+  }
+}
+
+}  // namespace
+}  // namespace shardema
