@@ -147,8 +147,8 @@ StatusOr<std::unique_ptr<GptModel>> GptModel::Create(ShardedParameterStore* stor
 
 GptModel::GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads,
                    bool recompute, UnitRunner runner)
-    : store_(store),
-      shape_(shape),
+    : GptLm(shape),
+      store_(store),
       ctx_(compute_threads),
       recompute_(recompute),
       runner_(std::move(runner)) {
@@ -156,25 +156,35 @@ GptModel::GptModel(ShardedParameterStore* store, const GptShape& shape, int comp
   if (!recompute_) acts_.resize(size_t(shape_.n_layer));
 }
 
-Status GptModel::SetBatch(const Batch& batch) {
-  rows_ = batch.rows;
-  seq_ = rows_ > 0 ? int64_t(batch.tokens.size()) / rows_ - 1 : 0;
-  if (rows_ > 0 && (seq_ < 1 || seq_ > shape_.block_size ||
-                    int64_t(batch.tokens.size()) != rows_ * (seq_ + 1))) {
-    return InvalidArgument("GPT batch: ", batch.tokens.size(), " tokens for ", rows_,
+Status SplitGptBatch(const Batch& batch, const GptShape& shape, GptTokens* out) {
+  const int64_t rows = batch.rows;
+  const int64_t seq = rows > 0 ? int64_t(batch.tokens.size()) / rows - 1 : 0;
+  if (rows > 0 && (seq < 1 || seq > shape.block_size ||
+                   int64_t(batch.tokens.size()) != rows * (seq + 1))) {
+    return InvalidArgument("GPT batch: ", batch.tokens.size(), " tokens for ", rows,
                            " sequences: expected rows * (t + 1) with 1 <= t <= --block-size ",
-                           shape_.block_size);
+                           shape.block_size);
   }
-  n_ = rows_ * seq_;
-  ids_.resize(size_t(n_));
-  targets_.resize(size_t(n_));
-  for (int64_t r = 0; r < rows_; ++r) {
-    const int64_t* row = batch.tokens.data() + r * (seq_ + 1);
-    std::copy(row, row + seq_, ids_.begin() + r * seq_);
-    std::copy(row + 1, row + seq_ + 1, targets_.begin() + r * seq_);
+  out->rows = rows;
+  out->seq = seq;
+  out->n = rows * seq;
+  out->ids.resize(size_t(out->n));
+  out->targets.resize(size_t(out->n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t* row = batch.tokens.data() + r * (seq + 1);
+    std::copy(row, row + seq, out->ids.begin() + r * seq);
+    std::copy(row + 1, row + seq + 1, out->targets.begin() + r * seq);
   }
-  RETURN_IF_ERROR(nn::CheckIds(ids_.data(), n_, shape_.vocab));
-  return nn::CheckIds(targets_.data(), n_, shape_.vocab);
+  RETURN_IF_ERROR(nn::CheckIds(out->ids.data(), out->n, shape.vocab));
+  return nn::CheckIds(out->targets.data(), out->n, shape.vocab);
+}
+
+Status GptModel::SetBatch(const Batch& batch) {
+  RETURN_IF_ERROR(SplitGptBatch(batch, shape_, &tok_));
+  rows_ = tok_.rows;
+  seq_ = tok_.seq;
+  n_ = tok_.n;
+  return Status::Ok();
 }
 
 std::vector<const float*> GptModel::Params(const std::vector<TensorView>& views) {
@@ -258,7 +268,7 @@ Status GptModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
   std::vector<const float*> p = Params(views);
   if (use == 0) {  // token + position embeddings
     xs_[1].resize(size_t(n * C));
-    RETURN_IF_ERROR(nn::EmbeddingForward(ctx_, ids_.data(), n, p[0], V, C, xs_[1].data()));
+    RETURN_IF_ERROR(nn::EmbeddingForward(ctx_, tok_.ids.data(), n, p[0], V, C, xs_[1].data()));
     nn::PositionEmbeddingForward(ctx_, p[1], rows_, seq_, C, xs_[1].data(), /*accumulate=*/true);
   } else if (use <= size_t(L)) {
     const size_t b = use - 1;
@@ -309,7 +319,7 @@ Status GptModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>
                                   recompute_ ? scratch_acts_ : acts_[b]));
   } else {
     RETURN_IF_ERROR(
-        nn::EmbeddingBackward(ctx_, ids_.data(), n, dy_.data(), V, C, g[0], call.accumulate));
+        nn::EmbeddingBackward(ctx_, tok_.ids.data(), n, dy_.data(), V, C, g[0], call.accumulate));
     nn::PositionEmbeddingBackward(ctx_, dy_.data(), rows_, seq_, C, g[1], call.accumulate);
   }
   return Status::Ok();
@@ -322,7 +332,7 @@ StatusOr<double> GptModel::ForwardBackward(const Batch& batch) {
   cb.loss = [&](int64_t) -> Status {
     if (n_ == 0) return Status::Ok();
     dlogits_.resize(logits_.size());
-    ASSIGN_OR_RETURN(loss, nn::CrossEntropyLoss(ctx_, logits_.data(), targets_.data(), n_,
+    ASSIGN_OR_RETURN(loss, nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_,
                                                 shape_.vocab, double(n_), dlogits_.data()));
     return Status::Ok();
   };
@@ -335,13 +345,20 @@ StatusOr<double> GptModel::LossSum(const Batch& batch) {
   RETURN_IF_ERROR(runner_.Forward(Callbacks()));
   if (n_ == 0) return 0.0;
   // Normaliser t: each row's mean over its targets, summed over rows.
-  return nn::CrossEntropyLoss(ctx_, logits_.data(), targets_.data(), n_, shape_.vocab,
+  return nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_, shape_.vocab,
                               double(seq_), nullptr);
 }
 
-StatusOr<std::vector<int64_t>> GptModel::Sample(std::vector<int64_t> prompt, int64_t n,
-                                                double temperature, uint64_t seed,
-                                                const std::string& stream) {
+StatusOr<const float*> GptModel::LastLogits(const Batch& batch) {
+  RETURN_IF_ERROR(SetBatch(batch));
+  if (n_ == 0) return InvalidArgument("LastLogits: an empty batch");
+  RETURN_IF_ERROR(runner_.Forward(Callbacks()));
+  return logits_.data() + (n_ - 1) * shape_.vocab;
+}
+
+StatusOr<std::vector<int64_t>> GptLm::Sample(std::vector<int64_t> prompt, int64_t n,
+                                             double temperature, uint64_t seed,
+                                             const std::string& stream) {
   if (prompt.empty()) return InvalidArgument("Sample: empty prompt");
   SeededRng rng(seed, stream);
   std::vector<int64_t> out;
@@ -353,9 +370,7 @@ StatusOr<std::vector<int64_t>> GptModel::Sample(std::vector<int64_t> prompt, int
     b.rows = 1;
     b.tokens.assign(prompt.end() - t, prompt.end());
     b.tokens.push_back(0);  // a target, unused
-    RETURN_IF_ERROR(SetBatch(b));
-    RETURN_IF_ERROR(runner_.Forward(Callbacks()));
-    const float* last = logits_.data() + (t - 1) * V;
+    ASSIGN_OR_RETURN(const float* last, LastLogits(b));
     int64_t next = int64_t(std::max_element(last, last + V) - last);
     if (temperature > 0) {
       const double mx = double(last[next]);

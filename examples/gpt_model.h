@@ -79,7 +79,38 @@ Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t
 // wte with the first differing index), kDataLoss for a corrupt file.
 Status InitGptFromFile(ShardedParameterStore* store, const std::string& path);
 
-class GptModel final : public Model, private UnitModule {
+// The inputs and targets of a GPT batch: Batch::tokens [rows, t+1] split into ids (the first t
+// of each row) and targets (the last t), n = rows * t.
+struct GptTokens {
+  int64_t rows = 0, seq = 0, n = 0;
+  std::vector<int64_t> ids, targets;
+};
+// kInvalidArgument for a token count that is not rows * (t + 1) with 1 <= t <= T, or a token
+// outside the vocabulary.
+Status SplitGptBatch(const Batch& batch, const GptShape& shape, GptTokens* out);
+
+// What a GPT language model (GptModel on the CPU, GptModelCuda on a GPU) shares: its shape and
+// sampling on top of a forward that yields the last position's logits.
+class GptLm : public Model {
+ public:
+  const GptShape& shape() const { return shape_; }
+  // Generates `n` tokens after `prompt` (collective: every rank runs the same forwards and draws
+  // the same tokens). Each token: one forward over the last <= T tokens, then a draw from
+  // softmax(logits / temperature) of the last position with SeededRng(seed, stream) (temperature
+  // 0: the argmax).
+  StatusOr<std::vector<int64_t>> Sample(std::vector<int64_t> prompt, int64_t n, double temperature,
+                                        uint64_t seed, const std::string& stream);
+
+ protected:
+  explicit GptLm(const GptShape& shape) : shape_(shape) {}
+  // Collective. Forward of `batch` (rows >= 1); the f32 logits [V] of the last position of its
+  // last row, in host memory valid until the next call.
+  virtual StatusOr<const float*> LastLogits(const Batch& batch) = 0;
+
+  GptShape shape_;
+};
+
+class GptModel final : public GptLm, private UnitModule {
  public:
   // `store` must hold GptUnits(shape). Errors: kInvalidArgument for a bad shape or schedule.
   static StatusOr<std::unique_ptr<GptModel>> Create(ShardedParameterStore* store,
@@ -90,16 +121,7 @@ class GptModel final : public Model, private UnitModule {
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   // Forward only: the sum over the rows of each row's mean cross-entropy (collective).
   StatusOr<double> LossSum(const Batch& batch) override;
-  // Generates `n` tokens after `prompt` (collective: every rank runs the same forwards and draws
-  // the same tokens). Each token: one forward over the last <= T tokens, then a draw from
-  // softmax(logits / temperature) of the last position with SeededRng(seed, stream) (temperature
-  // 0: the argmax).
-  StatusOr<std::vector<int64_t>> Sample(std::vector<int64_t> prompt, int64_t n, double temperature,
-                                        uint64_t seed, const std::string& stream);
-
   void SetPhaseTimes(PhaseTimes* times) override { runner_.set_phase_times(times); }
-
-  const GptShape& shape() const { return shape_; }
 
  private:
   struct BlockActs {
@@ -108,6 +130,7 @@ class GptModel final : public Model, private UnitModule {
   GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads,
            bool recompute, UnitRunner runner);
   Status SetBatch(const Batch& batch);
+  StatusOr<const float*> LastLogits(const Batch& batch) override;
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                      const std::vector<TensorView>& grads) override;
@@ -118,12 +141,11 @@ class GptModel final : public Model, private UnitModule {
   std::vector<const float*> Params(const std::vector<TensorView>& views);
 
   ShardedParameterStore* store_;
-  GptShape shape_;
   nn::CpuContext ctx_;
   bool recompute_;
   UnitRunner runner_;
-  int64_t rows_ = 0, seq_ = 0, n_ = 0;  // sequences, tokens per sequence, rows * seq
-  std::vector<int64_t> ids_, targets_;
+  GptTokens tok_;
+  int64_t rows_ = 0, seq_ = 0, n_ = 0;  // tok_'s sizes
   // xs_[i]: input of use i (i >= 1; the residual stream), xs_[L+2]: ln_f output.
   std::vector<std::vector<float>> xs_;
   std::vector<BlockActs> acts_;  // per block (empty with recompute)

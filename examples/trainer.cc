@@ -12,6 +12,7 @@
 #include "checkpoint/posix_file.h"
 #include "examples/config_agreement.h"
 #include "ema/snapshot.h"
+#include "examples/cuda/gpt_model_cuda.h"
 #include "examples/cuda/mlp_model_cuda.h"
 #include "examples/memory_estimate.h"
 #include "examples/gpt_model.h"
@@ -260,8 +261,11 @@ Status Trainer::CreateModel() {
   const TrainConfig& c = config_;
   if (c.model == ModelKind::kGpt) {
     if (store()->device().is_cuda()) {
-      return AgreeOnStatus(comm_, Unimplemented("train_gpt --device cuda: the GPU model is not "
-                                                "implemented yet; use --device cpu"), "GPU model");
+      StatusOr<std::unique_ptr<GptModelCuda>> m =
+          GptModelCuda::Create(store(), GptShapeOf(c), c.recompute, c.allow_tf32);
+      RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU GPT model"));
+      model_ = std::move(m).value();
+      return Status::Ok();
     }
     StatusOr<std::unique_ptr<GptModel>> m =
         GptModel::Create(store(), GptShapeOf(c), c.compute_threads, c.recompute);
@@ -439,7 +443,7 @@ std::string FormatEta(std::chrono::steady_clock::time_point start, int64_t steps
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> Trainer::Samples() {
   std::vector<std::pair<std::string, std::string>> out;
-  auto* gpt = dynamic_cast<GptModel*>(model_.get());
+  auto* gpt = dynamic_cast<GptLm*>(model_.get());
   if (gpt == nullptr || config_.sample == 0) return out;
   RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
     ASSIGN_OR_RETURN(std::vector<int64_t> toks,

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "framework/host_wait.h"
+
 #if SHARDEMA_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -111,8 +113,16 @@ Status OwnedStream::Reset() {
 Status SynchronizeStream(Stream stream) {
   if (stream.device.is_cpu()) return Status::Ok();
 #if SHARDEMA_WITH_CUDA
-  return CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.native)),
-                    "cudaStreamSynchronize");
+  cudaStream_t s = static_cast<cudaStream_t>(stream.native);
+  return WaitPolling(
+      [s]() -> StatusOr<bool> {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaErrorNotReady) return false;
+        RETURN_IF_ERROR(CudaStatus(e, "cudaStreamQuery"));
+        return true;
+      },
+      [s] { return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize"); },
+      "stream synchronize");
 #else
   return NoCuda(stream.device);
 #endif

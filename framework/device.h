@@ -76,7 +76,9 @@ class OwnedStream {
  private:
   Stream stream_;
 };
-// Blocks until all work queued on `stream` is done (CPU: returns at once).
+// Blocks until all work queued on `stream` is done (CPU: returns at once). While a device
+// communicator is registered (framework/host_wait.h) it polls that communicator's asynchronous
+// errors and honours its timeout instead of blocking without limit.
 Status SynchronizeStream(Stream stream);
 
 enum class MemoryKind : uint8_t {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/fault_injection.h"
 #include "fsdp/device_ops.h"
 #include "fsdp/slot_names.h"
 
@@ -362,6 +363,8 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
   if (s.params == UnitState::Params::kReleased) {
     const UnitLayout& u = layout_.units()[unit];
     const size_t esize = DTypeSize(options_.compute_dtype);
+    Status injected = InjectedFault("store.gather");
+    if (!injected.ok()) return injected.WithContext("gather of unit '" + u.name + "'");
     char* shard = static_cast<char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
     if (DirectUnits()) {  // the shard is the whole unit: no copy
       s.param_data = shard;
@@ -464,6 +467,8 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit, 
   }
   if (!s.grad_live) {
     const size_t esize = DTypeSize(options_.reduce_dtype);
+    Status injected = InjectedFault("store.unit_grads");
+    if (!injected.ok()) return injected.WithContext("gradient buffer of unit '" + u.name + "'");
     ASSIGN_OR_RETURN(s.grad_buf,
                      ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
                                   zeroed ? 0 : size_t(u.numel) * esize,

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "framework/fault_injection.h"
 #include "optim/fused_step.h"
 
 #if SHARDEMA_WITH_CUDA
@@ -17,10 +20,35 @@ namespace {
 // Elements of the bit-exact exchange of one double (its bytes, no arithmetic in transit).
 constexpr size_t kBytesPerDouble = sizeof(double);
 
-// sqrt of the partial sums added in rank order: identical on every rank.
-double NormFromPartials(const double* partials, int world_size) {
+// The partial a rank sends when its local sum of squares failed: a NaN with a payload no
+// arithmetic produces, recognised bit for bit (the exchange moves bytes).
+constexpr uint64_t kFailedPartialBits = 0x7FF4'6661'696C'6564ULL;
+
+double FailedPartial() {
+  double d;
+  std::memcpy(&d, &kFailedPartialBits, sizeof(d));
+  return d;
+}
+
+bool IsFailedPartial(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits == kFailedPartialBits;
+}
+
+// sqrt of the partial sums added in rank order: identical on every rank. `local` is this rank's
+// own failure (returned as is); otherwise a failed partial from another rank becomes an error
+// naming it, on every rank.
+StatusOr<double> NormFromPartials(const double* partials, int world_size, const Status& local) {
+  if (!local.ok()) return local.WithContext("global gradient norm");
   double total = 0.0;
-  for (int r = 0; r < world_size; ++r) total += partials[r];
+  for (int r = 0; r < world_size; ++r) {
+    if (IsFailedPartial(partials[r])) {
+      return Internal("global gradient norm: rank ", r, " failed computing its sum of squares ",
+                      "before the all-gather (its log names the error)");
+    }
+    total += partials[r];
+  }
   return std::sqrt(total);
 }
 
@@ -29,11 +57,13 @@ double NormFromPartials(const double* partials, int world_size) {
 StatusOr<double> GlobalGradNorm(Communicator* comm, const float* grad, int64_t n) {
   if (comm == nullptr) return InvalidArgument("GlobalGradNorm: communicator is null");
   if (grad == nullptr && n > 0) return InvalidArgument("GlobalGradNorm: gradient is null");
-  const double local = n > 0 ? SumSquaresCpu(grad, n) : 0.0;
+  // A local failure is folded into the exchange (FailedPartial) so no peer waits for this rank.
+  const Status local_st = InjectedFault("clip.sum_of_squares");
+  const double local = !local_st.ok() ? FailedPartial() : n > 0 ? SumSquaresCpu(grad, n) : 0.0;
   std::vector<double> partial(size_t(comm->world_size()), 0.0);
   Status st = comm->AllGather(&local, partial.data(), kBytesPerDouble, DType::kU8);
   if (!st.ok()) return st.WithContext("global gradient norm");
-  return NormFromPartials(partial.data(), comm->world_size());
+  return NormFromPartials(partial.data(), comm->world_size(), local_st);
 }
 
 StatusOr<DeviceGradNorm> DeviceGradNorm::Create(Device device, int world_size) {
@@ -73,16 +103,24 @@ StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, 
   double* workspace = device_scratch_.as<double>();
   double* local = workspace + kSumSquaresWorkspaceDoubles;
   double* partials = local + 1;
-  Status st = SumSquaresCuda(grad, n, workspace, local, /*accumulate=*/false, stream.native);
-  if (!st.ok()) return st.WithContext("global gradient norm");
+  // A local failure (the launch, or an injected fault) is folded into the exchange: this rank
+  // sends FailedPartial and still joins the all-gather, so no peer waits for it.
+  Status local_st = InjectedFault("clip.sum_of_squares");
+  if (local_st.ok()) {
+    local_st = SumSquaresCuda(grad, n, workspace, local, /*accumulate=*/false, stream.native);
+  }
+  if (!local_st.ok()) {
+    static const double failed = FailedPartial();
+    RETURN_IF_ERROR(CopyBytes(local, device_, &failed, Device::Cpu(), sizeof(double), stream));
+  }
   CollectiveOptions opts;
   opts.stream = stream;
-  st = comm->AllGather(local, partials, kBytesPerDouble, DType::kU8, opts);
+  Status st = comm->AllGather(local, partials, kBytesPerDouble, DType::kU8, opts);
   if (!st.ok()) return st.WithContext("global gradient norm");
   RETURN_IF_ERROR(CopyBytes(host_partials_.data(), Device::Cpu(), partials, device_,
                             size_t(world_size_) * sizeof(double), stream));
   RETURN_IF_ERROR(SynchronizeStream(stream));
-  return NormFromPartials(host_partials_.as<double>(), world_size_);
+  return NormFromPartials(host_partials_.as<double>(), world_size_, local_st);
 #else
   return Unavailable("DeviceGradNorm: this binary was built without --config=cuda");
 #endif

@@ -7,6 +7,10 @@
 // rank therefore gets the same norm to the last bit (the skip decision and the clipping
 // coefficient cannot diverge between ranks) with double accuracy. A NaN or Inf gradient on any
 // rank makes the norm non-finite on every rank.
+// A rank whose local sum of squares fails (a kernel launch error, or the test-only fault site
+// "clip.sum_of_squares" of framework/fault_injection.h) still joins the all-gather, sending a
+// marker partial (a NaN with a fixed payload) instead of its sum: it returns its own error, and
+// every other rank returns kInternal naming that rank — no rank waits for one that left.
 //
 // DeviceGradNorm: the same for a gradient shard in CUDA memory, over a device communicator
 // (NCCL): ONE SumSquaresCuda pass over the shard into a device double (deterministic; it differs

@@ -80,6 +80,14 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
   ASSIGN_OR_RETURN(m->loss_host_, Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
+  // fp16: the f32 copy of a layer's weight for the backward GEMMs.
+  if (m->compute_dtype_ == DType::kF16) {
+    int64_t most = 0;
+    for (size_t i = 0; i + 1 < m->layers_.size(); ++i) {
+      most = std::max(most, m->layers_[i + 1] * m->layers_[i]);
+    }
+    ASSIGN_OR_RETURN(m->widened_w_, Buffer::Allocate(size_t(most) * sizeof(float), m->dev_));
+  }
   // The gradient scratch of a layer when the reduce dtype is not f32: its weight plus bias.
   if (store->options().reduce_dtype != DType::kF32) {
     int64_t most = 0;
@@ -144,10 +152,10 @@ Status MlpModelCuda::Upload(const Batch& batch) {
   return staged_.Record(stream_);
 }
 
-StatusOr<const void*> MlpModelCuda::GemmOperand(const float* src, int64_t n, Buffer* scratch) {
-  if (compute_dtype_ == DType::kF32) return static_cast<const void*>(src);
-  RETURN_IF_ERROR(LaunchConvert(src, DType::kF32, scratch->data(), compute_dtype_, size_t(n),
-                                stream_.native));
+StatusOr<const void*> MlpModelCuda::GemmOperand(const float* src, int64_t n, Buffer* scratch,
+                                                DType t) {
+  if (t == DType::kF32) return static_cast<const void*>(src);
+  RETURN_IF_ERROR(LaunchConvert(src, DType::kF32, scratch->data(), t, size_t(n), stream_.native));
   return static_cast<const void*>(scratch->data());
 }
 
@@ -159,7 +167,7 @@ Status MlpModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   const int64_t in = layers_[i], out = layers_[i + 1];
   const float* x = i == 0 ? x_.as<const float>() : a_[i].as<const float>();
   float* z = z_[i].as<float>();
-  ASSIGN_OR_RETURN(const void* xin, GemmOperand(x, rows_ * in, &lowp_b_));
+  ASSIGN_OR_RETURN(const void* xin, GemmOperand(x, rows_ * in, &lowp_b_, compute_dtype_));
   Status st = gemm_->LinearForward(xin, views[0].data, views[0].dtype, rows_, in, out, z);
   if (st.ok()) st = nn::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
   if (st.ok() && i + 1 < L) {
@@ -180,13 +188,21 @@ Status MlpModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   const bool direct = grads[0].dtype == DType::kF32;
   float* dw = direct ? grads[0].as<float>() : grad_scratch_.as<float>();
   float* db = direct ? grads[1].as<float>() : grad_scratch_.as<float>() + out * in;
-  StatusOr<const void*> dz = GemmOperand(dy_.as<const float>(), rows_ * out, &lowp_a_);
-  StatusOr<const void*> xin = dz.ok() ? GemmOperand(x, rows_ * in, &lowp_b_) : dz;
+  // fp16: dz rounded to f16 would underflow (no loss scaling), so the backward GEMMs run in f32
+  // with the weight widened (the CPU MlpModel's rule): CPU and CUDA agree. bf16 has f32's range.
+  const DType t = compute_dtype_ == DType::kF16 ? DType::kF32 : compute_dtype_;
+  StatusOr<const void*> dz = GemmOperand(dy_.as<const float>(), rows_ * out, &lowp_a_, t);
+  StatusOr<const void*> xin = dz.ok() ? GemmOperand(x, rows_ * in, &lowp_b_, t) : dz;
   Status st = xin.status();
-  if (st.ok()) st = gemm_->LinearWeightGrad(*dz, *xin, compute_dtype_, rows_, in, out, dw);
+  const void* w = views[0].data;
+  if (st.ok() && views[0].dtype != t) {
+    st = LaunchConvert(w, views[0].dtype, widened_w_.data(), t, size_t(out * in), s);
+    w = widened_w_.data();
+  }
+  if (st.ok()) st = gemm_->LinearWeightGrad(*dz, *xin, t, rows_, in, out, dw);
   if (st.ok()) st = nn::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
   if (st.ok() && k > 0) {
-    st = gemm_->LinearInputGrad(*dz, views[0].data, views[0].dtype, rows_, in, out, dx_.as<float>());
+    st = gemm_->LinearInputGrad(*dz, w, t, rows_, in, out, dx_.as<float>());
   }
   if (st.ok() && !direct) {
     st = LaunchConvert(dw, DType::kF32, grads[0].data, grads[0].dtype, size_t(out * in), s);

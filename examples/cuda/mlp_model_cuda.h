@@ -20,11 +20,12 @@
 //             not f32), dx = dz W, then act' of the layer below;
 //   return    the host blocks only for the loss value (after the forward and the loss kernel).
 // Precision: with f32 compute every GEMM is f32 (TF32 off unless allow_tf32). With a bf16 / f16
-// compute dtype the gathered weights are used as they are and the other GEMM operand (layer
-// input x, or dz) is rounded to the same dtype (framework/cuda/convert_kernels.h) — bf16 inputs,
-// f32 accumulation and f32 outputs; activations, bias adds, losses and gradients stay f32. (The
-// CPU MlpModel widens the weights instead and keeps x and dz in f32, so bf16 runs agree only to
-// bf16 rounding.)
+// compute dtype the forward uses the gathered weights as they are and rounds the layer input x
+// to the same dtype (framework/cuda/convert_kernels.h) — 16-bit inputs, f32 accumulation and f32
+// outputs; bf16 does the same in the backward (dz rounded to bf16). fp16's backward instead keeps
+// dz and x f32 and widens the weight to f32 (f16's range would flush small gradients to zero
+// without loss scaling). Activations, bias adds, losses and gradients stay f32. (The CPU MlpModel
+// widens the weights and keeps x and dz in f32, so 16-bit runs agree to 16-bit rounding.)
 //
 // Errors: Create: kInvalidArgument for a store that is not on a CUDA device or layers that do not
 // match it, kUnavailable without CUDA or a GPU, cuBLAS/CUDA errors. ForwardBackward/LossSum:
@@ -83,9 +84,9 @@ class MlpModelCuda final : public Model, private UnitModule {
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                      const std::vector<TensorView>& grads) override;
-  // `src` (n f32) as a GEMM operand of the compute dtype: src itself for f32, else converted
-  // into `scratch`.
-  StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch);
+  // `src` (n f32) as a GEMM operand of dtype t: src itself for f32, else converted into
+  // `scratch`.
+  StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch, DType t);
   // Queues the loss (normaliser `global_rows`) and its copy to the host; returns nothing yet.
   Status QueueLoss(int64_t global_rows);
   // Waits for the loss copy and returns it.
@@ -106,6 +107,7 @@ class MlpModelCuda final : public Model, private UnitModule {
   Buffer x_, targets_, labels_;
   std::vector<Buffer> z_, a_;
   Buffer dy_, dx_, lowp_a_, lowp_b_, grad_scratch_, row_loss_, loss_dev_;
+  Buffer widened_w_;  // fp16: a layer's weight widened to f32 for the backward GEMMs
   // Pinned host: the batch staging and the loss.
   Buffer staging_, loss_host_;
   CudaEvent staged_, loss_ready_;

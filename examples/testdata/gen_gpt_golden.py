@@ -8,7 +8,7 @@ It writes, next to this script:
                                   (the --init file; lm_head.weight included, equal to wte)
   gpt_parity_golden.safetensors   losses F32 [STEPS] (the training loss of each step), and after
                                   STEPS steps params/<name> and ema_0.9/<name> for every parameter
-The run: a nanoGPT-shaped GPT (written out below: pre-LN blocks, LayerNorm eps 1e-5, tanh GELU,
+The run: a nanoGPT-shaped GPT (gpt_torch.py: pre-LN blocks, LayerNorm eps 1e-5, tanh GELU,
 causal attention with q, k, v the three C-wide chunks of c_attn, heads of C/n_head consecutive
 columns, lm_head tied to wte, no dropout) with n_layer 2, n_head 2, n_embd 16, block size 8,
 vocab 256; --batch 12 sequences per step in the sequential order: sequence j of step s starts at
@@ -23,9 +23,9 @@ import math
 import os
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
+from gpt_torch import GPT
 from safetensors_io import save_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,67 +44,6 @@ TEXT = (
 )
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(N_EMBD, eps=1e-5)
-        self.attn = nn.Module()
-        self.attn.c_attn = nn.Linear(N_EMBD, 3 * N_EMBD)
-        self.attn.c_proj = nn.Linear(N_EMBD, N_EMBD)
-        self.ln_2 = nn.LayerNorm(N_EMBD, eps=1e-5)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(N_EMBD, 4 * N_EMBD)
-        self.mlp.c_proj = nn.Linear(4 * N_EMBD, N_EMBD)
-
-    def attention(self, x):
-        b, t, c = x.shape
-        q, k, v = self.attn.c_attn(x).split(N_EMBD, dim=2)
-        hs = c // N_HEAD
-        q = q.view(b, t, N_HEAD, hs).transpose(1, 2)
-        k = k.view(b, t, N_HEAD, hs).transpose(1, 2)
-        v = v.view(b, t, N_HEAD, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        return self.attn.c_proj(y)
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(V, N_EMBD),
-            wpe=nn.Embedding(T, N_EMBD),
-            h=nn.ModuleList([Block() for _ in range(N_LAYER)]),
-            ln_f=nn.LayerNorm(N_EMBD, eps=1e-5),
-        ))
-        self.lm_head = nn.Linear(N_EMBD, V, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied
-        # nanoGPT's init (drawn by torch's RNG here; train_gpt only reads it via --init).
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * N_LAYER))
-            elif p.dim() >= 2:
-                nn.init.normal_(p, 0.0, 0.02)
-            elif "ln_" in name and name.endswith(".weight"):
-                nn.init.ones_(p)
-            else:
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        t = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
-
-
 def lr_at(s):
     """optim/lr_schedule.h, 1-based step s."""
     if s <= WARMUP:
@@ -117,7 +56,7 @@ def main():
     torch.manual_seed(1234)
     tokens = torch.tensor(list(TEXT.encode()), dtype=torch.int64)
     n = len(tokens)
-    model = GPT()
+    model = GPT(N_LAYER, N_HEAD, N_EMBD, T, V)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     named = list(model.named_parameters())  # unique parameters: lm_head.weight is wte
     decay = [p for _, p in named if p.dim() >= 2]
@@ -133,7 +72,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(s + 1)
         opt.zero_grad()
-        loss = model(idx, tgt)
+        loss = F.cross_entropy(model(idx).view(-1, V), tgt.view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()

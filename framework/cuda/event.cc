@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "framework/host_wait.h"
+
 #if SHARDEMA_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -102,7 +104,12 @@ StatusOr<bool> CudaEvent::Query() const {
 Status CudaEvent::Synchronize() const {
   if (!valid()) return FailedPrecondition("CudaEvent::Synchronize on an empty event");
 #if SHARDEMA_WITH_CUDA
-  return CudaStatus(cudaEventSynchronize(Native(native_)), "cudaEventSynchronize");
+  return WaitPolling([this] { return Query(); },
+                     [this] {
+                       return CudaStatus(cudaEventSynchronize(Native(native_)),
+                                         "cudaEventSynchronize");
+                     },
+                     "event synchronize");
 #else
   return FailedPrecondition("CudaEvent without CUDA");
 #endif

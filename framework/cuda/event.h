@@ -42,7 +42,8 @@ class CudaEvent {
   Status MakeStreamWait(Stream stream) const;
   // True when the captured work is done (or nothing was recorded); never blocks.
   StatusOr<bool> Query() const;
-  // Blocks the calling thread until the captured work is done.
+  // Blocks the calling thread until the captured work is done; while a device communicator is
+  // registered it polls its asynchronous errors with its timeout (framework/host_wait.h).
   Status Synchronize() const;
 
  private:

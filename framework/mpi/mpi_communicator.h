@@ -1,7 +1,8 @@
 // MpiCommunicator: the Communicator (framework/communicator.h) over MPI, for host memory.
 //
 // Each collective is one real non-blocking MPI call on a private duplicate of MPI_COMM_WORLD:
-// MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce, MPI_Ibcast (Barrier: see below).
+// MPI_Iallgather, MPI_Ireduce_scatter_block (or, with the default kRing algorithm, our ring of
+// MPI_Isend/MPI_Irecv below), MPI_Iallreduce, MPI_Ibcast (Barrier: see below).
 // The returned Work's Wait() is MPI_Wait plus the post-processing below, so several operations
 // may be outstanding and be waited in any order (MPI matches them by issue order, which the
 // Communicator contract makes the same on every rank).

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "framework/cuda/convert_kernels.h"
 #include "framework/cuda_error.h"
+#include "framework/host_wait.h"
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/nccl/nccl_error.h"
@@ -25,6 +27,9 @@ namespace shardema {
 namespace nccl_internal {
 struct CommState {
   static constexpr size_t kMaxSpareEvents = 64;
+  // Guards comm and broken in CheckAsyncError: host waits of other threads poll them
+  // (framework/host_wait.h).
+  std::mutex mu;
   ncclComm_t comm = nullptr;  // null once destroyed or aborted
   int rank = 0;
   Status broken;  // set when an asynchronous NCCL error aborted the communicator
@@ -56,6 +61,7 @@ Status AgreeAll(MPI_Comm comm, int rank, const Status& local, const char* step) 
 // Polls NCCL's asynchronous error state; on an error, aborts the communicator (so that nothing
 // waits on it forever) and remembers the error.
 Status CheckAsyncError(CommState& state, const char* op) {
+  std::lock_guard<std::mutex> lock(state.mu);
   if (!state.broken.ok()) return state.broken;
   if (state.comm == nullptr) return Status::Ok();  // shut down: nothing left to fail
   ncclResult_t async = ncclSuccess;
@@ -296,6 +302,10 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
     c->Abandon();
     return agreed;
   }
+  // Every host wait of the process now polls this communicator's asynchronous errors.
+  c->poll_id_ = AddHostWaitPoll(
+      [state = c->state_] { return CheckAsyncError(*state, "host wait on GPU work"); },
+      options.timeout_seconds);
   return c;
 }
 
@@ -330,6 +340,10 @@ Status NcclCommunicator::Release(bool finalize) {
   auto keep_first = [&result](Status st) {
     if (result.ok() && !st.ok()) result = st;
   };
+  if (poll_id_ != 0) {  // no poll runs once this returns
+    RemoveHostWaitPoll(poll_id_);
+    poll_id_ = 0;
+  }
   if (device_.is_cuda() && device_.index < CudaDeviceCount()) keep_first(SetCurrentDevice(device_));
   if (state_ != nullptr && state_->comm != nullptr) {
     if (finalize) {

@@ -50,7 +50,11 @@
 //   kInternal: a NCCL failure (framework/nccl/nccl_error.h) or CUDA failure, naming the
 //     operation and the rank; kResourceExhausted when an f32 temporary cannot be allocated.
 // Asynchronous NCCL errors are noticed by Wait()/WaitHost()/Barrier(); WaitHost and Barrier poll
-// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang.
+// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang. From
+// Create to Shutdown the communicator is also registered with framework/host_wait.h: every host
+// wait of the process on GPU work (SynchronizeStream, CudaEvent::Synchronize: the store, the
+// gradient norm, the models, the checkpoint staging) polls its asynchronous errors and gives up
+// after CommOptions::timeout_seconds (kAborted), instead of blocking forever on a dead peer.
 //
 // Memory. Widened bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
 // communicator's own CUDA memory pool, which keeps the largest one reserved for reuse until
@@ -194,6 +198,7 @@ class NcclCommunicator final : public CallCommunicator {
   void* pool_ = nullptr;   // cudaMemPool_t of the widened reductions' f32 temporaries
   void* scratch_ = nullptr;  // one f32 on the device, for Barrier
   bool shut_down_ = false;
+  int poll_id_ = 0;  // framework/host_wait.h registration, while the NCCL comm exists
 };
 
 }  // namespace shardema

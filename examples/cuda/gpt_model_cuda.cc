@@ -1,0 +1,365 @@
+#include "examples/cuda/gpt_model_cuda.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#if SHARDEMA_WITH_CUDA
+#include "framework/cuda/convert_kernels.h"
+#include "nn/cuda/elementwise_kernels.h"
+#include "nn/cuda/embedding_kernels.h"
+#include "nn/cuda/layernorm_kernels.h"
+#include "nn/cuda/loss_kernels.h"
+#endif
+
+namespace shardema::examples {
+
+GptModelCuda::GptModelCuda(ShardedParameterStore* store, const GptShape& shape, bool recompute)
+    : GptLm(shape), store_(store), recompute_(recompute) {}
+
+GptModelCuda::~GptModelCuda() {
+  if (store_ != nullptr && stream_.device.is_cuda()) (void)SynchronizeStream(stream_);
+}
+
+#if SHARDEMA_WITH_CUDA
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// Parameter indices inside a block unit (the order of GptUnits).
+enum BlockParam {
+  kLn1W, kLn1B, kAttnW, kAttnB, kAProjW, kAProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB,
+  kBlockParams
+};
+
+Status Grow(Buffer* b, int64_t elems, size_t elem_size, Device dev) {
+  *b = Buffer();
+  ASSIGN_OR_RETURN(*b, Buffer::Allocate(size_t(std::max<int64_t>(elems, 1)) * elem_size, dev));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterStore* store,
+                                                             const GptShape& shape, bool recompute,
+                                                             bool allow_tf32) {
+  RETURN_IF_ERROR(shape.Check());
+  if (store == nullptr) return InvalidArgument("GptModelCuda::Create: null store");
+  if (!store->device().is_cuda()) {
+    return InvalidArgument("GptModelCuda::Create: the store is on ", store->device().ToString(),
+                           ", not a CUDA device (use GptModel)");
+  }
+  if (store->num_units() != size_t(shape.n_layer) + 2) {
+    return InvalidArgument("GptModelCuda::Create: the store has ", store->num_units(),
+                           " units, expected ", shape.n_layer + 2, " for --n-layer ", shape.n_layer);
+  }
+  if (store->options().reduce_dtype != DType::kF32) {
+    return InvalidArgument("GptModelCuda::Create: gradient buffers must be f32, the store's are ",
+                           DTypeName(store->options().reduce_dtype));
+  }
+  std::unique_ptr<GptModelCuda> m(new GptModelCuda(store, shape, recompute));
+  ASSIGN_OR_RETURN(UnitRunner runner, UnitRunner::Create(store, GptSchedule(shape, recompute)));
+  m->runner_.emplace(std::move(runner));
+  m->dev_ = store->device();
+  m->stream_ = store->stream();
+  m->xs_.resize(size_t(shape.n_layer) + 3);
+  m->acts_.resize(recompute ? 1 : size_t(shape.n_layer));
+  ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
+  ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), DType::kF32));
+  ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
+  ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
+  ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
+  ASSIGN_OR_RETURN(m->loss_host_,
+                   Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
+  ASSIGN_OR_RETURN(m->logits_host_, Buffer::Allocate(size_t(shape.vocab) * sizeof(float),
+                                                     Device::Cpu(), MemoryKind::kPinnedHost));
+  if (store->options().compute_dtype != DType::kF32) {
+    int64_t most = 0;
+    for (const UnitSpec& u : GptUnits(shape)) {
+      int64_t numel = 0;
+      for (const auto& p : u.params) numel += NumElements(p.shape);
+      most = std::max(most, numel);
+    }
+    RETURN_IF_ERROR(Grow(&m->widened_, most, sizeof(float), m->dev_));
+  }
+  return m;
+}
+
+Status GptModelCuda::Reserve(int64_t n, int64_t att_numel) {
+  if (n <= n_cap_ && att_numel <= att_cap_) return Status::Ok();
+  RETURN_IF_ERROR(SynchronizeStream(stream_));  // queued work may still read the old buffers
+  const int64_t cap = std::max(n, 2 * n_cap_), att = std::max(att_numel, att_cap_);
+  const int64_t C = shape_.n_embd, V = shape_.vocab;
+  const Device d = dev_;
+  RETURN_IF_ERROR(Grow(&ids_, cap, sizeof(int64_t), d));
+  RETURN_IF_ERROR(Grow(&targets_, cap, sizeof(int64_t), d));
+  for (Buffer& x : xs_) RETURN_IF_ERROR(Grow(&x, cap * C, sizeof(float), d));
+  for (BlockActs& a : acts_) {
+    for (Buffer* b : {&a.ln1, &a.atty, &a.x1, &a.ln2}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
+    for (Buffer* b : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
+    RETURN_IF_ERROR(Grow(&a.qkv, cap * 3 * C, 4, d));
+    RETURN_IF_ERROR(Grow(&a.h, cap * 4 * C, 4, d));
+    RETURN_IF_ERROR(Grow(&a.g, cap * 4 * C, 4, d));
+    RETURN_IF_ERROR(Grow(&a.att, att, 4, d));
+  }
+  for (Buffer* b : {&lnf_mean_, &lnf_rstd_}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
+  for (Buffer* b : {&logits_, &dlogits_}) RETURN_IF_ERROR(Grow(b, cap * V, 4, d));
+  RETURN_IF_ERROR(Grow(&row_loss_, cap, sizeof(double), d));
+  for (Buffer* b : {&dy_, &dtmp_, &dln_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
+  RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
+  RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
+  n_cap_ = cap;
+  att_cap_ = att;
+  return Status::Ok();
+}
+
+Status GptModelCuda::Upload(const Batch& batch) {
+  RETURN_IF_ERROR(SetCurrentDevice(dev_));
+  RETURN_IF_ERROR(SplitGptBatch(batch, shape_, &tok_));
+  const nn::AttentionShape as{tok_.rows, tok_.seq, shape_.n_embd, shape_.n_head};
+  RETURN_IF_ERROR(Reserve(tok_.n, as.att_numel()));
+  if (tok_.n == 0) return Status::Ok();
+  const size_t bytes = size_t(tok_.n) * sizeof(int64_t);
+  RETURN_IF_ERROR(staged_.Synchronize());  // the previous upload is done reading the staging
+  if (staging_.size() < 2 * bytes) {
+    staging_ = Buffer();
+    ASSIGN_OR_RETURN(staging_, Buffer::Allocate(4 * bytes, Device::Cpu(), MemoryKind::kPinnedHost));
+  }
+  char* host = staging_.as<char>();
+  std::memcpy(host, tok_.ids.data(), bytes);
+  std::memcpy(host + bytes, tok_.targets.data(), bytes);
+  RETURN_IF_ERROR(CopyBytes(ids_.data(), dev_, host, Device::Cpu(), bytes, stream_));
+  RETURN_IF_ERROR(CopyBytes(targets_.data(), dev_, host + bytes, Device::Cpu(), bytes, stream_));
+  return staged_.Record(stream_);
+}
+
+StatusOr<std::vector<const float*>> GptModelCuda::Params(const std::vector<TensorView>& views) {
+  std::vector<const float*> p(views.size());
+  size_t offset = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].dtype == DType::kF32) {
+      p[i] = views[i].as<const float>();
+      continue;
+    }
+    float* dst = widened_.as<float>() + offset;
+    RETURN_IF_ERROR(LaunchConvert(views[i].data, views[i].dtype, dst, DType::kF32,
+                                  size_t(views[i].numel()), stream_.native));
+    p[i] = dst;
+    offset += size_t(views[i].numel());
+  }
+  return p;
+}
+
+Status GptModelCuda::Linear(const float* x, const float* w, const float* b, int64_t in,
+                            int64_t out, float* y) {
+  RETURN_IF_ERROR(gemm_->LinearForward(x, w, DType::kF32, tok_.n, in, out, y));
+  if (b == nullptr) return Status::Ok();
+  return nn::LaunchBiasAdd(y, b, DType::kF32, tok_.n, out, stream_.native);
+}
+
+Status GptModelCuda::LinearBackward(const float* x, const float* w, const float* dy, int64_t in,
+                                    int64_t out, float* dw, float* db, float* dx,
+                                    bool accumulate) {
+  const int64_t n = tok_.n;
+  RETURN_IF_ERROR(gemm_->LinearWeightGrad(dy, x, DType::kF32, n, in, out, dw, accumulate));
+  if (db != nullptr) RETURN_IF_ERROR(nn::LaunchColumnSums(dy, n, out, db, stream_.native, accumulate));
+  if (dx == nullptr) return Status::Ok();
+  return gemm_->LinearInputGrad(dy, w, DType::kF32, n, in, out, dx);
+}
+
+Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockActs* a, float* y) {
+  const int64_t C = shape_.n_embd, n = tok_.n;
+  void* s = stream_.native;
+  const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
+  RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], DType::kF32, n, C,
+                                             kLayerNormEps, a->ln1.as<float>(),
+                                             a->mean1.as<float>(), a->rstd1.as<float>(), s));
+  RETURN_IF_ERROR(Linear(a->ln1.as<float>(), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
+  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->att.as<float>()));
+  RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], p[kAProjB], C, C, y));
+  RETURN_IF_ERROR(nn::LaunchAdd(x, y, a->x1.as<float>(), n * C, s));
+  RETURN_IF_ERROR(nn::LaunchLayerNormForward(a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32,
+                                             n, C, kLayerNormEps, a->ln2.as<float>(),
+                                             a->mean2.as<float>(), a->rstd2.as<float>(), s));
+  RETURN_IF_ERROR(Linear(a->ln2.as<float>(), p[kFcW], p[kFcB], C, 4 * C, a->h.as<float>()));
+  RETURN_IF_ERROR(nn::LaunchActivationForward(nn::Activation::kGeluTanh, a->h.as<float>(),
+                                              a->g.as<float>(), n * 4 * C, s));
+  RETURN_IF_ERROR(Linear(a->g.as<float>(), p[kMProjW], p[kMProjB], 4 * C, C, y));
+  return nn::LaunchAdd(a->x1.as<float>(), y, y, n * C, s);
+}
+
+// dy_ holds dL/d(block output); on return dL/d(block input).
+Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool accumulate,
+                                   const float* x, const BlockActs& a) {
+  const int64_t C = shape_.n_embd, n = tok_.n;
+  void* s = stream_.native;
+  const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
+  float* dy = dy_.as<float>();
+  float* dtmp = dtmp_.as<float>();
+  float* dln = dln_.as<float>();
+  float* dbig = dbig_.as<float>();
+  // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
+  RETURN_IF_ERROR(LinearBackward(a.g.as<float>(), p[kMProjW], dy, 4 * C, C, g[kMProjW],
+                                 g[kMProjB], dbig, accumulate));
+  RETURN_IF_ERROR(nn::LaunchActivationBackward(nn::Activation::kGeluTanh, a.h.as<float>(), dbig,
+                                               dbig, n * 4 * C, s));
+  RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB],
+                                 dtmp, accumulate));
+  RETURN_IF_ERROR(nn::LaunchLayerNormBackward(a.x1.as<float>(), p[kLn2W], DType::kF32,
+                                              a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n, C,
+                                              dln, g[kLn2W], g[kLn2B], accumulate, s));
+  RETURN_IF_ERROR(nn::LaunchAddInPlace(dy, dln, n * C, s));  // dL/dx1
+  // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW],
+                                 g[kAProjB], dtmp, accumulate));
+  RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.att.as<float>(), dtmp,
+                                  dqkv_.as<float>()));
+  RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
+                                 g[kAttnW], g[kAttnB], dtmp, accumulate));
+  RETURN_IF_ERROR(nn::LaunchLayerNormBackward(x, p[kLn1W], DType::kF32, a.mean1.as<float>(),
+                                              a.rstd1.as<float>(), dtmp, n, C, dln, g[kLn1W],
+                                              g[kLn1B], accumulate, s));
+  return nn::LaunchAddInPlace(dy, dln, n * C, s);  // dL/dx
+}
+
+Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
+  if (tok_.n == 0) return Status::Ok();  // a rank without rows still takes part in the gathers
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = tok_.n;
+  const size_t use = call.use;
+  void* s = stream_.native;
+  ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
+  if (use == 0) {  // token + position embeddings
+    RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], DType::kF32, V,
+                                               C, xs_[1].as<float>(), false, s));
+    return nn::LaunchPositionEmbeddingForward(p[1], DType::kF32, tok_.rows, tok_.seq, C,
+                                              xs_[1].as<float>(), /*accumulate=*/true, s);
+  }
+  if (use <= size_t(L)) {
+    BlockActs* a = &acts_[recompute_ ? 0 : use - 1];
+    return BlockForward(p.data(), xs_[use].as<float>(), a, xs_[use + 1].as<float>());
+  }
+  if (use == size_t(L) + 1) {  // ln_f
+    return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], DType::kF32, n, C,
+                                      kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
+                                      lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
+  }
+  return Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>());
+}
+
+Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                                 const std::vector<TensorView>& grads) {
+  if (tok_.n == 0) return Status::Ok();  // the store's zeroed buffer is the gradient
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = tok_.n;
+  const size_t use = call.use;
+  void* s = stream_.native;
+  ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
+  std::vector<float*> g(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].dtype != DType::kF32) {
+      return Internal("GptModelCuda: gradient buffers must be f32, found ",
+                      DTypeName(grads[i].dtype));
+    }
+    g[i] = grads[i].as<float>();
+  }
+  if (use == size_t(L) + 2) {  // lm_head: seeds dy_ from the loss gradient
+    return LinearBackward(xs_[size_t(L) + 2].as<float>(), p[0], dlogits_.as<float>(), C, V, g[0],
+                          nullptr, dy_.as<float>(), call.accumulate);
+  }
+  if (use == size_t(L) + 1) {
+    RETURN_IF_ERROR(nn::LaunchLayerNormBackward(xs_[use].as<float>(), p[0], DType::kF32,
+                                                lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
+                                                dy_.as<float>(), n, C, dtmp_.as<float>(), g[0],
+                                                g[1], call.accumulate, s));
+    std::swap(dy_, dtmp_);
+    return Status::Ok();
+  }
+  if (use >= 1) {
+    return BlockBackward(p.data(), g.data(), call.accumulate, xs_[use].as<float>(),
+                         acts_[recompute_ ? 0 : use - 1]);
+  }
+  RETURN_IF_ERROR(nn::LaunchEmbeddingBackward(ids_.as<const int64_t>(), n, dy_.as<float>(), V, C,
+                                              g[0], call.accumulate, s));
+  return nn::LaunchPositionEmbeddingBackward(dy_.as<float>(), tok_.rows, tok_.seq, C, g[1],
+                                             call.accumulate, s);
+}
+
+Status GptModelCuda::QueueLoss(double norm) {
+  RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(logits_.as<const float>(),
+                                             targets_.as<const int64_t>(), tok_.n, shape_.vocab,
+                                             norm, dlogits_.as<float>(), row_loss_.as<double>(),
+                                             loss_dev_.as<double>(), stream_.native));
+  RETURN_IF_ERROR(CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_,
+                            sizeof(double), stream_));
+  return loss_ready_.Record(stream_);
+}
+
+StatusOr<double> GptModelCuda::ReadLoss() {
+  RETURN_IF_ERROR(loss_ready_.Synchronize());
+  return *loss_host_.as<const double>();
+}
+
+StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
+  RETURN_IF_ERROR(Upload(batch));
+  UnitCallbacks cb = Callbacks();
+  cb.loss = [this](int64_t) { return tok_.n > 0 ? QueueLoss(double(tok_.n)) : Status::Ok(); };
+  RETURN_IF_ERROR(runner_->ForwardBackward(cb));
+  if (tok_.n == 0) return 0.0;
+  return ReadLoss();
+}
+
+StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {
+  RETURN_IF_ERROR(Upload(batch));
+  RETURN_IF_ERROR(runner_->Forward(Callbacks()));
+  if (tok_.n == 0) return 0.0;
+  // Normaliser t: each row's mean over its targets, summed over rows.
+  RETURN_IF_ERROR(QueueLoss(double(tok_.seq)));
+  return ReadLoss();
+}
+
+StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
+  RETURN_IF_ERROR(Upload(batch));
+  if (tok_.n == 0) return InvalidArgument("LastLogits: an empty batch");
+  RETURN_IF_ERROR(runner_->Forward(Callbacks()));
+  const int64_t V = shape_.vocab;
+  RETURN_IF_ERROR(CopyBytes(logits_host_.data(), Device::Cpu(),
+                            logits_.as<const float>() + (tok_.n - 1) * V, dev_,
+                            size_t(V) * sizeof(float), stream_));
+  RETURN_IF_ERROR(loss_ready_.Record(stream_));
+  RETURN_IF_ERROR(loss_ready_.Synchronize());
+  return logits_host_.as<const float>();
+}
+
+#else  // !SHARDEMA_WITH_CUDA
+
+StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterStore* store,
+                                                             const GptShape&, bool, bool) {
+  return Unavailable("GptModelCuda::Create",
+                     store != nullptr ? " on " + store->device().ToString() : std::string(),
+                     ": this binary was built without --config=cuda");
+}
+
+StatusOr<double> GptModelCuda::ForwardBackward(const Batch&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+StatusOr<double> GptModelCuda::LossSum(const Batch&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+StatusOr<const float*> GptModelCuda::LastLogits(const Batch&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+Status GptModelCuda::ForwardUse(const UnitCall&, const std::vector<TensorView>&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+Status GptModelCuda::BackwardUse(const UnitCall&, const std::vector<TensorView>&,
+                                 const std::vector<TensorView>&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+#endif  // SHARDEMA_WITH_CUDA
+
+}  // namespace shardema::examples

@@ -1,0 +1,111 @@
+// GptModelCuda: train_gpt's transformer on a CUDA GPU, the twin of the CPU GptModel
+// (examples/gpt_model.h: the same parameters, units, schedule, math, loss semantics, sampling).
+//
+// The store must be on a CUDA device (fsdp/store.h) with f32 gradient buffers; everything is
+// queued on its compute stream store->stream(), to which the cuBLAS handle is bound, and the
+// UnitRunner (fsdp/unit_runner.h) orders the gathers and reduce-scatters with it by the store's
+// events, as MlpModelCuda does (examples/cuda/mlp_model_cuda.h):
+//   upload    the token ids and targets (checked on the host first) through pinned staging;
+//   forward   per use, with the layer kit of nn/cuda: embeddings; per block LayerNorm, c_attn
+//             (cuBLAS GEMM + bias), CudaAttention, c_proj, residual add, LayerNorm, c_fc, tanh
+//             GELU, c_proj, residual add; ln_f; logits = ln_f(x) wte^T;
+//   loss      the cross-entropy kernel: the gradient of the mean over the LOCAL targets and the
+//             loss into a device double, copied to pinned host memory behind an event;
+//   backward  the same uses in reverse, gradients straight into the unit gradient buffers
+//             (written, or added to for the tied wte's second use), the embedding backward
+//             without atomics (deterministic);
+//   return    the host blocks only for the loss value.
+// Precision: every GEMM is f32 (TF32 only with allow_tf32). With a bf16 / f16 compute dtype the
+// gathered weights are widened to f32 device scratch before use (framework/cuda/convert_kernels.h)
+// and activations and gradients stay f32 — the CPU GptModel's rule (nn/precision.h), so both
+// devices agree to f32 rounding at every precision and f16 gradients cannot underflow.
+// Recomputation: as the CPU model (one block's activations with recompute).
+//
+// Errors: Create: kInvalidArgument for a store that is not on a CUDA device or does not hold
+// GptUnits(shape), or a bad shape; kUnavailable without CUDA or a GPU; cuBLAS/CUDA errors.
+// ForwardBackward/LossSum/Sample: kInvalidArgument for a bad batch (host check, before anything
+// is queued); store/communicator/CUDA/cuBLAS errors with the use named.
+// Threading: one thread (the store's). Memory (device): per micro-batch of n tokens about
+// n * (4 + 17 C + 2 V) floats (residual stream per block, per-block activations, logits and
+// their gradient) plus rows * n_head * t^2 per block for the attention probabilities (one
+// block's with recompute), and a widened copy of the largest unit for bf16/f16; pinned host: the
+// tokens, the loss and one row of logits.
+#ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
+#define SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "examples/dataset.h"
+#include "examples/gpt_model.h"
+#include "framework/cuda/event.h"
+#include "framework/device.h"
+#include "framework/status.h"
+#include "fsdp/store.h"
+#include "fsdp/unit_runner.h"
+#include "nn/cuda/attention.h"
+#include "nn/cuda/cublas_gemm.h"
+
+namespace shardema::examples {
+
+class GptModelCuda final : public GptLm, private UnitModule {
+ public:
+  static StatusOr<std::unique_ptr<GptModelCuda>> Create(ShardedParameterStore* store,
+                                                        const GptShape& shape, bool recompute,
+                                                        bool allow_tf32 = false);
+  ~GptModelCuda() override;  // waits for the work queued on the stream (ignoring its status)
+
+  StatusOr<double> ForwardBackward(const Batch& batch) override;
+  StatusOr<double> LossSum(const Batch& batch) override;
+  void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
+
+ private:
+  // A block's saved activations (device, f32).
+  struct BlockActs {
+    Buffer ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
+  };
+  GptModelCuda(ShardedParameterStore* store, const GptShape& shape, bool recompute);
+  StatusOr<const float*> LastLogits(const Batch& batch) override;
+  // Host checks, device buffers grown for the batch, ids and targets copied up.
+  Status Upload(const Batch& batch);
+  Status Reserve(int64_t n, int64_t att_numel);
+  Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
+  Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
+                     const std::vector<TensorView>& grads) override;
+  Status BlockForward(const float* const* p, const float* x, BlockActs* a, float* y);
+  Status BlockBackward(const float* const* p, float* const* g, bool accumulate, const float* x,
+                       const BlockActs& a);
+  // y[n, out] = x W^T + b (b may be null).
+  Status Linear(const float* x, const float* w, const float* b, int64_t in, int64_t out, float* y);
+  // dW (+)= dy^T x, db (+)= column sums of dy (db may be null), dx = dy W (dx may be null).
+  Status LinearBackward(const float* x, const float* w, const float* dy, int64_t in, int64_t out,
+                        float* dw, float* db, float* dx, bool accumulate);
+  // f32 device pointers to a use's parameters (widened into widened_ for bf16/f16).
+  StatusOr<std::vector<const float*>> Params(const std::vector<TensorView>& views);
+  Status QueueLoss(double norm);
+  StatusOr<double> ReadLoss();
+
+  ShardedParameterStore* store_;
+  bool recompute_;
+  Device dev_;
+  Stream stream_;
+  std::unique_ptr<nn::CublasGemm> gemm_;
+  std::unique_ptr<nn::CudaAttention> attn_;
+  std::optional<UnitRunner> runner_;
+  GptTokens tok_;
+  int64_t n_cap_ = 0, att_cap_ = 0;  // capacity of the device buffers (tokens, att elements)
+  Buffer ids_, targets_;
+  std::vector<Buffer> xs_;        // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output
+  std::vector<BlockActs> acts_;   // per block, or one with recompute
+  Buffer lnf_mean_, lnf_rstd_, logits_, dlogits_, row_loss_, loss_dev_;
+  Buffer dy_, dtmp_, dln_, dbig_, dqkv_;
+  Buffer widened_;                // bf16/f16: the use's parameters widened to f32
+  Buffer staging_, loss_host_, logits_host_;  // pinned host
+  CudaEvent staged_, loss_ready_;
+};
+
+}  // namespace shardema::examples
+
+#endif  // SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_

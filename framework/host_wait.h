@@ -1,0 +1,41 @@
+// Host waits on GPU work that cannot hang on a dead peer: the one helper behind every blocking
+// wait of the library (SynchronizeStream in framework/device.h, CudaEvent::Synchronize in
+// framework/cuda/event.h), so the store, the optimizer's norm, the models, the device passes and
+// the checkpoint staging all wait the same way.
+//
+// A device communicator with asynchronous errors (NCCL) registers a poll for its lifetime
+// (AddHostWaitPoll). While at least one poll is registered, a host wait spins on its completion
+// query (yielding, then sleeping 50 us between queries) and runs every registered poll between
+// queries; the first poll error ends the wait with that error (the NCCL poll names the rank and
+// aborts its communicator), and a wait longer than the smallest registered timeout (> 0) ends
+// with kAborted naming the wait and the timeout. With no poll registered (CPU runs, GPU work
+// without NCCL) a wait blocks in the CUDA call as before (no spinning).
+// Threading: thread-safe; polls run under the registry's mutex, so RemoveHostWaitPoll returns
+// only when no call of that poll is running (a poll never runs after its owner is gone).
+#ifndef SHARDEMA_FRAMEWORK_HOST_WAIT_H_
+#define SHARDEMA_FRAMEWORK_HOST_WAIT_H_
+
+#include <functional>
+
+#include "framework/status.h"
+
+namespace shardema {
+
+using HostWaitPoll = std::function<Status()>;
+
+// Registers `poll`; timeout_seconds <= 0: no limit from this poll. Returns an id for
+// RemoveHostWaitPoll.
+int AddHostWaitPoll(HostWaitPoll poll, double timeout_seconds);
+void RemoveHostWaitPoll(int id);
+// True while any poll is registered.
+bool HostWaitPolling();
+
+// Waits until query() returns true (see above). `what` names the wait in errors. query()'s own
+// errors end the wait. Without registered polls it calls block() instead (the blocking CUDA
+// call), when given.
+Status WaitPolling(const std::function<StatusOr<bool>()>& query,
+                   const std::function<Status()>& block, const char* what);
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_HOST_WAIT_H_

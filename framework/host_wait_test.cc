@@ -1,0 +1,61 @@
+#include "framework/host_wait.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace shardema {
+namespace {
+
+TEST(HostWaitTest, WithoutPollsBlocks) {
+  int blocked = 0, queried = 0;
+  Status st = WaitPolling([&]() -> StatusOr<bool> { return ++queried > 3; },
+                          [&] { ++blocked; return Status::Ok(); }, "wait");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(blocked, 1);
+  EXPECT_EQ(queried, 0);
+}
+
+TEST(HostWaitTest, PollsRunWhileWaitingAndTheirErrorEndsTheWait) {
+  int polls = 0;
+  const int id = AddHostWaitPoll(
+      [&]() -> Status {
+        return ++polls == 5 ? Internal("peer failure on rank 3") : Status::Ok();
+      },
+      0);
+  EXPECT_TRUE(HostWaitPolling());
+  int queried = 0;
+  Status st = WaitPolling([&]() -> StatusOr<bool> { return ++queried > 2; }, nullptr, "w1");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(queried, 3);
+  EXPECT_EQ(polls, 2);
+  st = WaitPolling([]() -> StatusOr<bool> { return false; }, [] { return Status::Ok(); },
+                   "the loss copy");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.ToString(), "internal: the loss copy: peer failure on rank 3");
+  RemoveHostWaitPoll(id);
+  EXPECT_FALSE(HostWaitPolling());
+}
+
+TEST(HostWaitTest, TheSmallestTimeoutEndsANeverCompletingWait) {
+  const int a = AddHostWaitPoll([] { return Status::Ok(); }, 0.05);
+  const int b = AddHostWaitPoll([] { return Status::Ok(); }, 0);
+  Status st = WaitPolling([]() -> StatusOr<bool> { return false; }, nullptr, "store sync");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_NE(st.message().find("store sync: GPU work not complete after"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("limit 0.05 s"), std::string::npos) << st;
+  RemoveHostWaitPoll(a);
+  RemoveHostWaitPoll(b);
+}
+
+TEST(HostWaitTest, QueryErrorsEndTheWait) {
+  const int id = AddHostWaitPoll([] { return Status::Ok(); }, 0);
+  Status st = WaitPolling([]() -> StatusOr<bool> { return Internal("cudaEventQuery failed"); },
+                          nullptr, "w");
+  EXPECT_EQ(st.ToString(), "internal: cudaEventQuery failed");
+  RemoveHostWaitPoll(id);
+}
+
+}  // namespace
+}  // namespace shardema
