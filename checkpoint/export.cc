@@ -14,6 +14,7 @@
 #include "checkpoint/safetensors_index.h"
 #include "checkpoint/slot_meta.h"
 #include "checkpoint/slot_values.h"
+#include "fsdp/slot_names.h"
 
 namespace shardema {
 
@@ -37,14 +38,13 @@ StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std:
     }
   }
   if (include_buffers) {
-    const std::string prefix = slot + "/";
     std::map<std::string, int> chosen;
     for (size_t i = 0; i < m.buffers.size(); ++i) {
-      const std::string& n = m.buffers[i].name;
-      if (n.compare(0, prefix.size(), prefix) == 0) {
-        chosen[n.substr(prefix.size())] = int(i);  // the slot's own copy wins
-      } else if (n.find('/') == std::string::npos && chosen.find(n) == chosen.end()) {
-        chosen[n] = int(i);
+      const BufferName n = ParseBufferName(m.buffers[i].name);
+      if (n.slot == slot) {
+        chosen[n.buffer] = int(i);  // the slot's own copy wins
+      } else if (n.slot.empty() && chosen.find(n.buffer) == chosen.end()) {
+        chosen[n.buffer] = int(i);
       }
     }
     for (const auto& [name, i] : chosen) {

@@ -1,6 +1,7 @@
-// safetensors files (huggingface/safetensors): header building for writers, and a strict reader.
+// safetensors files (the Hugging Face tensor format): header building for writers, and a strict
+// reader. The sharded-export layout (index file) is in checkpoint/FORMAT.md "safetensors export".
 //
-// Format (shared/reference/NOTES.md "safetensors rules"): 8 bytes little-endian u64 N, N bytes of
+// Format (every rule the code relies on): 8 bytes little-endian u64 N, N bytes of
 // UTF-8 JSON (the header), then the data buffer. The header maps each tensor name to
 // {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the data buffer, end
 // exclusive, little-endian row-major data), plus an optional "__metadata__" object of string

@@ -5,13 +5,10 @@
 #include <utility>
 
 #include "fsdp/device_ops.h"
+#include "fsdp/slot_names.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
-
-namespace {
-constexpr char kMasterSlot[] = "params";
-}  // namespace
 
 nlohmann::json EmaCounters::ToJson() const {
   return {{"num_updates", num_updates},
@@ -51,9 +48,9 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
       return AlreadyExists("EMA slot '", c.name, "' clashes with an existing state slot");
     }
     for (const ParamSpec& b : store->buffer_specs()) {
-      if (reg.HasBuffer(BufferCopyName(c.name, b.name))) {
+      if (reg.HasBuffer(SlotBufferName(c.name, b.name))) {
         return AlreadyExists("EMA slot '", c.name, "': buffer copy '",
-                             BufferCopyName(c.name, b.name), "' already exists");
+                             SlotBufferName(c.name, b.name), "' already exists");
       }
     }
   }
@@ -64,9 +61,16 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
     RETURN_IF_ERROR(
         reg.AddSlotOf(EmaStorageDType(c.storage), c.name, SlotKind::kEma, true, c.ToJson(), where)
             .status());
+    ASSIGN_OR_RETURN(SlotHandle h, reg.FindSlot(c.name));
+    e->handles_.push_back(h);
+    std::vector<BufferCopy> copies;
     for (const ParamSpec& b : store->buffer_specs()) {
-      RETURN_IF_ERROR(reg.AddBuffer(BufferCopyName(c.name, b.name), b.shape).status());
+      RETURN_IF_ERROR(reg.AddBuffer(SlotBufferName(c.name, b.name), b.shape).status());
+      ASSIGN_OR_RETURN(BufferHandle src, reg.FindBuffer(b.name));
+      ASSIGN_OR_RETURN(BufferHandle dst, reg.FindBuffer(SlotBufferName(c.name, b.name)));
+      copies.push_back(BufferCopy{src, dst, BufferModeFor(c, b.name)});
     }
+    e->buffer_copies_.push_back(std::move(copies));
     any_offload = any_offload || c.offload;
   }
   if (any_offload) {
@@ -93,7 +97,7 @@ StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
                   ")");
 }
 
-void* EmaSlots::SlotRaw(size_t i) const { return *store_->registry().RawData(configs_[i].name); }
+void* EmaSlots::SlotRaw(size_t i) const { return store_->registry().RawData(handles_[i]); }
 
 float* EmaSlots::SlotData(size_t i) const { return static_cast<float*>(SlotRaw(i)); }
 
@@ -165,7 +169,7 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
   }
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
-    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
+    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(SlotBufferName(c.name, b.name)));
     std::memcpy(dst.data, src.data, src.nbytes());
   }
   counters_[i] = EmaCounters{0, step, step};
@@ -234,11 +238,10 @@ Status EmaSlots::Commit(const std::vector<EmaStepPlan>& plan, int64_t next_step)
   SlotRegistry& reg = store_->registry();
   for (const EmaStepPlan& p : plan) {
     if (p.track_only) continue;
-    const EmaConfig& c = configs_[p.slot];
-    for (const ParamSpec& b : store_->buffer_specs()) {
-      ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(b.name));
-      ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(BufferCopyName(c.name, b.name)));
-      if (p.starts || BufferModeFor(c, b.name) == BufferMode::kCopy) {
+    for (const BufferCopy& b : buffer_copies_[p.slot]) {
+      const TensorView src = reg.BufferTensor(b.src);
+      const TensorView dst = reg.BufferTensor(b.dst);
+      if (p.starts || b.mode == BufferMode::kCopy) {
         std::memcpy(dst.data, src.data, src.nbytes());
       } else {
         EmaUpdateCpu(dst.as<float>(), src.as<float>(), src.numel(), p.beta);
@@ -265,7 +268,7 @@ Status EmaSlots::SwapStorage(const std::string& name) {
     RETURN_IF_ERROR(SwapReconstructed(i));
   }
   for (const ParamSpec& b : store_->buffer_specs()) {
-    RETURN_IF_ERROR(reg.SwapBuffers(b.name, BufferCopyName(name, b.name)));
+    RETURN_IF_ERROR(reg.SwapBuffers(b.name, SlotBufferName(name, b.name)));
   }
   return store_->RefreshComputeCopy();
 }
@@ -340,7 +343,7 @@ StatusOr<std::vector<FullTensor>> EmaSlots::GatherWithBuffers(const std::string&
   if (store_->rank() != root) return out;
   for (const ParamSpec& b : store_->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView t,
-                     reg.BufferTensor(in_master ? b.name : BufferCopyName(name, b.name)));
+                     reg.BufferTensor(in_master ? b.name : SlotBufferName(name, b.name)));
     const float* d = t.as<float>();
     out.push_back(FullTensor{b.name, b.shape, std::vector<float>(d, d + t.numel())});
   }

@@ -185,9 +185,6 @@ class EmaSlots {
 
  private:
   EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs);
-  static std::string BufferCopyName(const std::string& slot, const std::string& buffer) {
-    return slot + "/" + buffer;
-  }
   Status CheckStarted(size_t i, const char* what) const;
   // The slot's memory without waiting for offloaded updates.
   float* SlotData(size_t i) const;
@@ -206,6 +203,14 @@ class EmaSlots {
   ShardedParameterStore* store_;
   std::vector<EmaConfig> configs_;
   std::vector<EmaCounters> counters_;
+  std::vector<SlotHandle> handles_;  // registry slot of configs_[i], resolved once
+  // Slot i's buffer copies: the model's buffer, the slot's copy ("<slot>/<buffer>"), the mode.
+  struct BufferCopy {
+    BufferHandle src;
+    BufferHandle dst;
+    BufferMode mode;
+  };
+  std::vector<std::vector<BufferCopy>> buffer_copies_;
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
   Buffer swap_backup_;  // the master while a non-fp32 slot is swapped in

@@ -99,7 +99,9 @@ TEST(EmaSlotsTest, SwapRoundTripsBitExactlyAndTheGatherSeesTheEma) {
   const std::string ema = Bytes(rig.emas->shard(0), n * 4);
   // The swap is observable (on a rank that holds parameter elements; with shard alignment a
   // rank may hold only padding, zero in both). EXPECT: every rank goes on to the collectives.
-  if (!s.layout().LocalPieces(s.rank()).empty()) EXPECT_NE(master, ema);
+  if (!s.layout().LocalPieces(s.rank()).empty()) {
+    EXPECT_NE(master, ema);
+  }
 
   ASSERT_TRUE(rig.emas->Swap("ema_a").ok());
   EXPECT_TRUE(rig.emas->swapped());

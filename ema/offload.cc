@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<EmaOffloader>> EmaOffloader::Create(Device device, int6
     b = std::move(s).value();
   }
   if (device.is_cuda()) {
-    ASSIGN_OR_RETURN(o->side_, CreateStream(device));
+    ASSIGN_OR_RETURN(o->side_, OwnedStream::Create(device));
     ASSIGN_OR_RETURN(o->master_ready_, CudaEvent::Create(device));
     for (CudaEvent& e : o->copied_) {
       ASSIGN_OR_RETURN(e, CudaEvent::Create(device));
@@ -40,11 +40,8 @@ EmaOffloader::~EmaOffloader() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (side_.native != nullptr) {
-    // Copies of dropped tasks (after an error) may still be writing the snapshot buffers.
-    SynchronizeStream(side_).IgnoreError();
-    DestroyStream(side_).IgnoreError();
-  }
+  // Copies of dropped tasks (after an error) may still be writing the snapshot buffers.
+  if (side_.owns()) SynchronizeStream(side_).IgnoreError();
 }
 
 void EmaOffloader::Run() {

@@ -93,7 +93,7 @@ class EmaOffloader {
   Device device_;
   int64_t n_ = 0;
   Stream compute_;
-  Stream side_;  // CUDA only
+  OwnedStream side_;  // CUDA only
   Buffer snapshot_[kBuffers];
   CudaEvent master_ready_;        // CUDA only
   CudaEvent copied_[kBuffers];    // CUDA only

@@ -11,6 +11,7 @@
 #include "framework/device.h"
 #include "fsdp/device_ops.h"
 #include "optim/fused_step.h"
+#include "tests/same_bits.h"
 
 namespace shardema {
 namespace {
@@ -21,11 +22,7 @@ std::vector<float> Pattern(int64_t n, int seed) {
   return v;
 }
 
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  // memcmp must not see the null data() of an empty vector, even with a zero length (UBSan).
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
+using ::shardema::testing::SameBits;
 
 // Betas of the updates of one run: a start copy, ordinary decays, a no-op and a re-copy.
 const std::vector<std::vector<double>>& Schedule() {

@@ -1,5 +1,5 @@
-// Post-hoc EMA reconstruction (EDM2, Karras et al. 2024): from the power-function EMA snapshots of
-// a run (ema/snapshot.h), the EMA of any other sigma_rel as a safetensors state_dict.
+// Post-hoc EMA reconstruction (ema/README.md "The formulas"): from the power-function EMA
+// snapshots of a run (ema/snapshot.h), the EMA of any other sigma_rel as a safetensors state_dict.
 //
 //   1. Plan (PlanPosthoc): list the committed snapshots (ListEmaSnapshots) up to step_max; the
 //      target time is the newest of them (step S, t = S - start_step); every snapshotted slot of

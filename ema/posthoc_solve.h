@@ -1,4 +1,4 @@
-// Post-hoc EMA coefficients (EDM2, Karras et al. 2024): the least-squares combination of
+// Post-hoc EMA coefficients (ema/README.md "The formulas"): the least-squares combination of
 // power-function EMA snapshots that best approximates another power-function EMA profile.
 //
 // Profiles (ema/README.md "Post-hoc EMA" has the derivation and our per-step time axis). A

@@ -39,14 +39,13 @@ double PowerWarmupDecay(const EmaConfig& c, int64_t t) {
   return std::max(std::min(d, c.decay), c.min_decay);
 }
 
-// EDM2 (Karras et al. 2024, "Analyzing and Improving the Training Dynamics of Diffusion
-// Models"), training/phema.py power_function_beta(std, t_next, t_delta) with t_delta = 1 step:
+// EDM2's power-function EMA with one step as the time unit (ema/README.md "Decay schedules"):
 // (1 - 1/t)^(gamma + 1); 0 at t = 1, so the first update copies.
 double PowerFunctionDecay(const EmaConfig& c, int64_t t) {
   return std::pow(1.0 - 1.0 / static_cast<double>(t), c.gamma + 1.0);
 }
 
-// EDM2 training/training_loop.py traditional EMA, counted in steps instead of images:
+// EDM2's traditional EMA, counted in steps instead of images (ema/README.md "Decay schedules"):
 // h = min(half_life, t * rampup) when rampup > 0; beta = 0.5^(1 / max(h, 1e-8)).
 double HalfLifeDecay(const EmaConfig& c, int64_t t) {
   double h = c.half_life_steps;
@@ -472,7 +471,7 @@ double EmaDecay(const EmaConfig& c, int64_t step) {
 }
 
 double GammaToSigmaRel(double gamma) {
-  // EDM2 training/phema.py exp_to_std: sqrt((g+1) / ((g+2)^2 (g+3))).
+  // sigma_rel(g) = sqrt((g+1) / ((g+2)^2 (g+3))) (ema/README.md "The formulas").
   return std::sqrt((gamma + 1.0) / ((gamma + 2.0) * (gamma + 2.0) * (gamma + 3.0)));
 }
 
@@ -481,7 +480,7 @@ StatusOr<double> SigmaRelToGamma(double sigma_rel) {
     return InvalidArgument("sigma_rel ", FormatDouble(sigma_rel), " is outside (0, ",
                            FormatDouble(kMaxSigmaRel), ")");
   }
-  // EDM2 std_to_exp: the largest real root of g^3 + 7g^2 + (16 - s^-2) g + (12 - s^-2). The cubic
+  // The inverse: the largest real root of g^3 + 7g^2 + (16 - s^-2) g + (12 - s^-2). The cubic
   // is negative at g = 0 (12 < s^-2) and has exactly one root in g > 0, where sigma_rel(g) is
   // decreasing: bracket it by doubling, then bisect down to adjacent doubles.
   const double q = 1.0 / (sigma_rel * sigma_rel);

@@ -4,7 +4,7 @@
 // start_step: it is (re)initialised from the fp32 master weights when step == start_step
 // (start_step 0 = from the initial weights, before the first step). After that it is updated
 // after steps where (step - start_step) % interval == 0, with t = step - start_step in the
-// formulas below (Formulas: shared/reference/NOTES.md, sources cited in schedule.cc):
+// formulas below (ema/README.md "Decay schedules" gives them with the behaviour each reproduces):
 //
 //   kConstant        beta = d
 //   kWarmup          beta = min(d, (1+t)/(10+t))                      (TF / Praxis / diffusers)
@@ -16,7 +16,7 @@
 //
 // Interval correction: with interval k > 1 the applied decay is the product of the per-step
 // decays of the k steps since the previous update, beta(t-k+1) * ... * beta(t) (= beta^k for a
-// constant schedule), so the averaging horizon in steps does not depend on k (OneTrainer #543):
+// constant schedule), so the averaging horizon in steps does not depend on k:
 // on a signal that is constant between updates the k-interval EMA equals the every-step EMA.
 // correct_interval = false applies beta(t) as is (timm/diffusers/NeMo behaviour, for
 // compatibility).
@@ -117,7 +117,7 @@ bool EmaStarts(const EmaConfig& c, int64_t step);
 // 0 (a copy) for step <= start_step.
 double EmaDecay(const EmaConfig& c, int64_t step);
 
-// EDM2: sigma_rel of a power-function EMA with exponent gamma, and the inverse (largest real root
+// sigma_rel of a power-function EMA with exponent gamma, and the inverse (largest real root
 // of gamma^3 + 7 gamma^2 + (16 - s^-2) gamma + (12 - s^-2)). sigma_rel must be in (0, 0.2887).
 double GammaToSigmaRel(double gamma);
 StatusOr<double> SigmaRelToGamma(double sigma_rel);

@@ -63,7 +63,7 @@ TEST(EmaScheduleTest, HandComputedDecays) {
   c.power = 2.0 / 3.0;
   EXPECT_EQ(EmaDecay(c, 1), 0.0);                                  // timm: s = 0 copies
   EXPECT_DOUBLE_EQ(EmaDecay(c, 2), 1 - std::pow(2.0, -2.0 / 3.0));  // s = 1
-  // Reaches 0.999 near 31.6K steps with power 2/3 (NOTES.md).
+  // Reaches 0.999 near 31.6K steps with power 2/3 (ema/README.md).
   EXPECT_LT(EmaDecay(c, 31000), 0.999);
   EXPECT_GT(EmaDecay(c, 32000), 0.999);
   EXPECT_EQ(EmaDecay(c, 0), 0.0);  // step <= start_step

@@ -89,6 +89,27 @@ Status DestroyStream(Stream stream) {
 #endif
 }
 
+StatusOr<OwnedStream> OwnedStream::Create(Device device) {
+  OwnedStream o;
+  ASSIGN_OR_RETURN(o.stream_, CreateStream(device));
+  return o;
+}
+
+OwnedStream& OwnedStream::operator=(OwnedStream&& o) noexcept {
+  if (this != &o) {
+    Reset().IgnoreError();
+    stream_ = o.stream_;
+    o.stream_.native = nullptr;
+  }
+  return *this;
+}
+
+Status OwnedStream::Reset() {
+  const Stream s = stream_;
+  stream_.native = nullptr;
+  return DestroyStream(s);
+}
+
 Status SynchronizeStream(Stream stream) {
   if (stream.device.is_cpu()) return Status::Ok();
 #if SHARDEMA_WITH_CUDA

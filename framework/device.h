@@ -47,9 +47,35 @@ bool BuiltWithCuda();
 int CudaDeviceCount();
 // Makes `device` current for the calling thread (no-op on CPU).
 Status SetCurrentDevice(Device device);
-// Creates a non-blocking stream on `device` (CPU: an empty stream). Destroy with DestroyStream.
+// Creates a non-blocking stream on `device` (CPU: an empty stream). Destroy with DestroyStream,
+// or let an OwnedStream do it.
 StatusOr<Stream> CreateStream(Device device);
 Status DestroyStream(Stream stream);
+
+// Owns one stream from CreateStream and destroys it when destroyed (errors ignored: call Reset()
+// first to see them). Move-only; usable wherever a Stream is expected. It does not synchronise:
+// the owner waits for queued work before the stream goes away.
+class OwnedStream {
+ public:
+  OwnedStream() = default;
+  // Errors: as CreateStream.
+  static StatusOr<OwnedStream> Create(Device device);
+  ~OwnedStream() { Reset().IgnoreError(); }
+  OwnedStream(OwnedStream&& o) noexcept : stream_(o.stream_) { o.stream_.native = nullptr; }
+  OwnedStream& operator=(OwnedStream&& o) noexcept;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+
+  Stream get() const { return stream_; }
+  operator Stream() const { return stream_; }  // NOLINT(google-explicit-constructor)
+  // True while it holds a CUDA stream (a CPU stream owns nothing).
+  bool owns() const { return stream_.native != nullptr; }
+  // Destroys the stream now (no-op when empty). Errors: from cudaStreamDestroy.
+  Status Reset();
+
+ private:
+  Stream stream_;
+};
 // Blocks until all work queued on `stream` is done (CPU: returns at once). While a device
 // communicator is registered (framework/host_wait.h) it polls that communicator's asynchronous
 // errors and honours its timeout instead of blocking without limit.

@@ -41,6 +41,38 @@ TEST(DeviceTest, CpuStreamsAreTrivial) {
   EXPECT_TRUE(DestroyStream(*s).ok());
 }
 
+TEST(DeviceTest, OwnedStreamOnCpuOwnsNothing) {
+  StatusOr<OwnedStream> s = OwnedStream::Create(Device::Cpu());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->owns());
+  const Stream view = *s;
+  EXPECT_TRUE(view.device.is_cpu());
+  EXPECT_TRUE(SynchronizeStream(*s).ok());
+  EXPECT_TRUE(s->Reset().ok());
+}
+
+// The CUDA half (moves hand the stream over, Reset destroys it once) needs a GPU.
+TEST(DeviceTest, OwnedStreamMovesOwnership) {
+  if (CudaDeviceCount() == 0) {
+    EXPECT_EQ(OwnedStream::Create(Device::Cuda(0)).status().code(), StatusCode::kUnavailable);
+    GTEST_SKIP() << "no GPU";
+  }
+  StatusOr<OwnedStream> a = OwnedStream::Create(Device::Cuda(0));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->owns());
+  const void* native = a->get().native;
+  OwnedStream b = std::move(*a);
+  EXPECT_FALSE(a->owns());
+  EXPECT_EQ(b.get().native, native);
+  OwnedStream c;
+  c = std::move(b);
+  EXPECT_FALSE(b.owns());
+  EXPECT_TRUE(SynchronizeStream(c).ok());
+  EXPECT_TRUE(c.Reset().ok());
+  EXPECT_FALSE(c.owns());
+  EXPECT_TRUE(c.Reset().ok());  // a second Reset is a no-op
+}
+
 TEST(DeviceTest, CudaWithoutGpuIsUnavailableNotACrash) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible; covered by the GPU tests";
   auto b = Buffer::Allocate(16, Device::Cuda(0));

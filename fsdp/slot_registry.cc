@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "fsdp/device_ops.h"
+#include "fsdp/slot_names.h"
 
 namespace shardema {
 
@@ -88,13 +89,10 @@ StatusOr<float*> SlotRegistry::AddSlot(const std::string& name, SlotKind kind, b
 StatusOr<void*> SlotRegistry::AddSlotOf(DType dtype, const std::string& name, SlotKind kind,
                                         bool persistent, nlohmann::json hyper,
                                         SlotPlacement placement) {
-  if (name.empty()) return InvalidArgument("state slot name is empty");
+  RETURN_IF_ERROR(CheckSlotName(name, "state slot"));
   if (!IsFloatingDType(dtype)) {
     return InvalidArgument("state slot '", name, "': dtype ", DTypeName(dtype),
                            " is not a floating type");
-  }
-  if (name.find('/') != std::string::npos) {
-    return InvalidArgument("state slot name '", name, "' contains '/' (reserved for buffers)");
   }
   if (HasSlot(name)) return AlreadyExists("state slot '", name, "' is already registered");
   ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(size_t(local_numel_) * DTypeSize(dtype), device_,
@@ -201,8 +199,34 @@ StatusOr<float*> SlotRegistry::AddBuffer(const std::string& name, const Shape& s
 
 StatusOr<TensorView> SlotRegistry::BufferTensor(const std::string& name) const {
   ASSIGN_OR_RETURN(size_t i, BufferIndex(name));
-  const BufferEntry& e = buffers_[i];
+  return BufferTensor(BufferHandle(i));
+}
+
+TensorView SlotRegistry::BufferTensor(BufferHandle h) const {
+  const BufferEntry& e = buffers_[h.index_];
   return TensorView{e.mem.data(), e.shape, DType::kF32, Device::Cpu()};
+}
+
+StatusOr<SlotHandle> SlotRegistry::FindSlot(const std::string& name) const {
+  ASSIGN_OR_RETURN(size_t i, SlotIndex(name));
+  return SlotHandle(i);
+}
+
+StatusOr<BufferHandle> SlotRegistry::FindBuffer(const std::string& name) const {
+  ASSIGN_OR_RETURN(size_t i, BufferIndex(name));
+  return BufferHandle(i);
+}
+
+std::vector<SlotHandle> SlotRegistry::SlotHandles() const {
+  std::vector<SlotHandle> out;
+  for (size_t i = 0; i < slots_.size(); ++i) out.push_back(SlotHandle(i));
+  return out;
+}
+
+std::vector<BufferHandle> SlotRegistry::BufferHandles() const {
+  std::vector<BufferHandle> out;
+  for (size_t i = 0; i < buffers_.size(); ++i) out.push_back(BufferHandle(i));
+  return out;
 }
 
 std::vector<std::string> SlotRegistry::BufferNames() const {

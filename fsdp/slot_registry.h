@@ -7,9 +7,10 @@
 //     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson(). They
 //     are f32 unless added with another dtype by AddSlotOf (a bf16 EMA slot: 2 bytes/element).
 //     Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq", "momentum_buffer",
-//     "grad" (not persistent), and each EMA slot by its config name.
+//     "grad" (not persistent), and each EMA slot by its config name (fsdp/slot_names.h).
 //   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
-//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b").
+//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b",
+//     fsdp/slot_names.h).
 //
 // Placement. A registry has a device (the store's). Sharded slots live in that device's memory
 // (SlotPlacement::kDevice: host memory on CPU, cudaMalloc'd memory on CUDA) unless created with
@@ -26,7 +27,8 @@
 // Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
 // is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
 // then point at the other entry's values: fetch pointers again after a swap (Data() is a map
-// lookup, cheap). Two slots in different memories (a device slot and a kHost slot) exchange
+// lookup, cheap; a SlotHandle reads the entry's current memory with none). Two slots in
+// different memories (a device slot and a kHost slot) exchange
 // their contents instead (two copies through a temporary host buffer; pointers stay put).
 //
 // Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
@@ -71,6 +73,25 @@ struct SlotInfo {
   DType dtype = DType::kF32;  // element type of the slot's memory
 };
 
+// A slot or buffer resolved once by name (SlotRegistry::FindSlot / FindBuffer): reading through it
+// is an index, no name lookup. Entries are never removed, so a handle stays valid for its
+// registry's life (moves included) and, after a swap, reads the entry's new memory. Only the
+// registry that issued a handle may read through it.
+template <typename Tag>
+class RegistryHandle {
+ public:
+  RegistryHandle() = default;
+  bool valid() const { return index_ != kNone; }
+
+ private:
+  friend class SlotRegistry;
+  static constexpr size_t kNone = ~size_t{0};
+  explicit RegistryHandle(size_t i) : index_(i) {}
+  size_t index_ = kNone;
+};
+using SlotHandle = RegistryHandle<struct SlotHandleTag>;
+using BufferHandle = RegistryHandle<struct BufferHandleTag>;
+
 class SlotRegistry {
  public:
   // `local_numel`: elements of every sharded slot (StoreLayout::local_numel()); `device`: where
@@ -84,8 +105,8 @@ class SlotRegistry {
   Device device() const { return device_; }
 
   // Adds a zero-filled sharded slot and returns its memory (see Placement).
-  // Errors: kInvalidArgument for an empty name or one containing '/' (reserved for buffer
-  // copies); kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation);
+  // Errors: kInvalidArgument for an empty name or one containing '/' (fsdp/slot_names.h);
+  // kAlreadyExists when a slot of that name exists; kResourceExhausted (allocation);
   // kUnavailable / kInternal from CUDA.
   StatusOr<float*> AddSlot(const std::string& name, SlotKind kind, bool persistent,
                            nlohmann::json hyper = nlohmann::json::object(),
@@ -101,6 +122,18 @@ class SlotRegistry {
   StatusOr<float*> Data(const std::string& name) const;
   // The slot's memory whatever its dtype (SlotInfo::dtype). Errors: kNotFound.
   StatusOr<void*> RawData(const std::string& name) const;
+  // Resolves a slot once (see RegistryHandle). Errors: kNotFound as Data().
+  StatusOr<SlotHandle> FindSlot(const std::string& name) const;
+  // The memory of a resolved slot (no lookup). `h` must be a valid handle of this registry.
+  // Data: nullptr for a slot that is not f32 (use RawData); RawData: whatever the dtype.
+  float* Data(SlotHandle h) const {
+    const SlotEntry& e = slots_[h.index_];
+    return e.info.dtype == DType::kF32 ? e.mem.as<float>() : nullptr;
+  }
+  void* RawData(SlotHandle h) const { return slots_[h.index_].mem.data(); }
+  const SlotInfo& Info(SlotHandle h) const { return slots_[h.index_].info; }
+  // Every slot's handle, in registration order.
+  std::vector<SlotHandle> SlotHandles() const;
   // Registered slots in registration order.
   std::vector<SlotInfo> Slots() const;
   StatusOr<SlotInfo> Info(const std::string& name) const;
@@ -116,12 +149,19 @@ class SlotRegistry {
   // copy errors.
   Status SwapSlots(const std::string& a, const std::string& b, Stream stream = Stream{});
 
-  // Adds a zero-filled replicated buffer. Errors: kInvalidArgument for an empty name or a
-  // negative dim; kAlreadyExists; kResourceExhausted.
+  // Adds a zero-filled replicated buffer. Its name may be "<slot>/<buffer>" (a slot's copy,
+  // fsdp/slot_names.h). Errors: kInvalidArgument for an empty name or a negative dim;
+  // kAlreadyExists; kResourceExhausted.
   StatusOr<float*> AddBuffer(const std::string& name, const Shape& shape);
   bool HasBuffer(const std::string& name) const { return buffer_index_.count(name) != 0; }
   // An f32 host view of the buffer. Errors: kNotFound.
   StatusOr<TensorView> BufferTensor(const std::string& name) const;
+  StatusOr<BufferHandle> FindBuffer(const std::string& name) const;
+  // The view of a resolved buffer (no lookup); `h` must be a valid handle of this registry.
+  TensorView BufferTensor(BufferHandle h) const;
+  const std::string& BufferName(BufferHandle h) const { return buffers_[h.index_].name; }
+  // Every buffer's handle, in registration order.
+  std::vector<BufferHandle> BufferHandles() const;
   // Buffer names in registration order.
   std::vector<std::string> BufferNames() const;
   // Exchanges the memory of two buffers of the same shape. Errors: kNotFound; kInvalidArgument

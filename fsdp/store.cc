@@ -8,6 +8,7 @@
 
 #include "framework/fault_injection.h"
 #include "fsdp/device_ops.h"
+#include "fsdp/slot_names.h"
 
 namespace shardema {
 
@@ -27,9 +28,6 @@ struct ShardedParameterStore::UnitState {
 };
 
 namespace {
-
-constexpr char kMasterSlot[] = "params";
-constexpr char kGradSlot[] = "grad";
 
 bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
@@ -108,7 +106,7 @@ ShardedParameterStore::~ShardedParameterStore() {
     SynchronizeStream(stream_).IgnoreError();
     units_.clear();
     cache_.Clear();
-    if (owns_stream_) DestroyStream(stream_).IgnoreError();
+    owned_stream_.Reset().IgnoreError();
   }
 }
 
@@ -126,11 +124,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     for (const ParamLayout& p : u.params) names.insert(p.name);
   }
   for (const ParamSpec& b : buffers) {
-    if (b.name.empty()) return InvalidArgument("replicated buffer name is empty");
-    if (b.name.find('/') != std::string::npos) {
-      return InvalidArgument("replicated buffer name '", b.name, "' contains '/' (reserved for ",
-                             "EMA slot copies)");
-    }
+    RETURN_IF_ERROR(CheckSlotName(b.name, "replicated buffer"));
     if (!names.insert(b.name).second) {
       return InvalidArgument("replicated buffer '", b.name,
                              "' duplicates a parameter or buffer name");
@@ -142,12 +136,14 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     if (options.stream.device == options.device) {
       s->stream_ = options.stream;
     } else {
-      ASSIGN_OR_RETURN(s->stream_, CreateStream(options.device));
-      s->owns_stream_ = true;
+      ASSIGN_OR_RETURN(s->owned_stream_, OwnedStream::Create(options.device));
+      s->stream_ = s->owned_stream_;
     }
   }
   RETURN_IF_ERROR(s->registry_.AddSlot(kMasterSlot, SlotKind::kMaster, true).status());
   RETURN_IF_ERROR(s->registry_.AddSlot(kGradSlot, SlotKind::kGrad, false).status());
+  ASSIGN_OR_RETURN(s->master_slot_, s->registry_.FindSlot(kMasterSlot));
+  ASSIGN_OR_RETURN(s->grad_slot_, s->registry_.FindSlot(kGradSlot));
   for (const ParamSpec& b : buffers)
     RETURN_IF_ERROR(s->registry_.AddBuffer(b.name, b.shape).status());
   if (!s->compute_aliases_master()) {
@@ -266,8 +262,8 @@ Status ShardedParameterStore::WriteMasterFromHost(const std::function<Status(flo
 
 // ---- Shards ----
 
-float* ShardedParameterStore::master() const { return *registry_.Data(kMasterSlot); }
-float* ShardedParameterStore::grad_shard() const { return *registry_.Data(kGradSlot); }
+float* ShardedParameterStore::master() const { return registry_.Data(master_slot_); }
+float* ShardedParameterStore::grad_shard() const { return registry_.Data(grad_slot_); }
 
 void* ShardedParameterStore::compute_shard() const {
   return compute_aliases_master() ? static_cast<void*>(master()) : compute_.data();

@@ -15,6 +15,7 @@
 #include "framework/dtype.h"
 #include "framework/ema_storage.h"
 #include "optim/fused_step_scalars.h"
+#include "tests/same_bits.h"
 
 namespace shardema {
 namespace {
@@ -27,9 +28,7 @@ std::vector<float> Random(int64_t n, uint32_t seed, float lo, float hi) {
   return v;
 }
 
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using ::shardema::testing::SameBits;
 
 // All state of one optimizer + EMA run.
 struct State {
@@ -116,7 +115,7 @@ TEST(FusedStepTest, SgdMatchesDoubleReference) {
                            {0.9, 0.3, 0.01, false, false}, {0.8, 0, 0.01, true, false},
                            {0.8, 0, 0.01, true, true}};
   for (const SgdCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << "momentum " << c.momentum << " dampening " << c.dampening
+    SCOPED_TRACE(::testing::Message() << "momentum " << c.momentum << " dampening " << c.dampening
                                     << " wd " << c.weight_decay << " nesterov " << c.nesterov
                                     << " first " << c.first);
     const int64_t n = 2053;

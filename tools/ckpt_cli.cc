@@ -25,7 +25,7 @@ constexpr char kDirHelp[] =
 constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff, posthoc";
 
 struct Raw {
-  std::string dir, dir_b, slot = "params", dtype = "f32", out, max_file_size = "0", sigma_rel;
+  std::string dir, dir_b, slot = kMasterSlot, dtype = "f32", out, max_file_size = "0", sigma_rel;
   int64_t step = -1, step1 = -1, step2 = -1, step_max = -1;
   int world = 0;
   bool json = false, all = false, no_buffers = false, no_progress = false, slots_only = false;

@@ -16,6 +16,7 @@
 #include "checkpoint/verify.h"
 #include "ema/posthoc.h"
 #include "framework/byte_size.h"
+#include "fsdp/slot_names.h"
 #include "tools/checkpoint_diff.h"
 #include "tools/checkpoint_summary.h"
 #include "tools/progress.h"
@@ -30,8 +31,7 @@ uint64_t ExportBytes(const Manifest& m, const std::string& slot, DType dtype, bo
   uint64_t bytes = uint64_t(m.layout.total_numel()) * DTypeSize(dtype);
   if (!include_buffers) return bytes;
   for (const BufferEntry& b : m.buffers) {
-    const size_t slash = b.name.find('/');
-    if (slash == std::string::npos || b.name.substr(0, slash) == slot) {
+    if (BufferBelongsTo(b.name, "") || BufferBelongsTo(b.name, slot)) {
       bytes += b.bytes / DTypeSize(b.dtype) * DTypeSize(dtype);
     }
   }

@@ -35,6 +35,7 @@
 #include "framework/communicator.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
+#include "fsdp/slot_names.h"
 
 namespace shardema::tools {
 
@@ -67,7 +68,7 @@ Status Verify(const VerifyOptions& options, const CommandIo& io);
 struct ExportCommandOptions {
   std::string dir;
   std::optional<int64_t> step;
-  std::string slot = "params";
+  std::string slot = kMasterSlot;
   DType dtype = DType::kF32;
   std::string out;             // OUT.safetensors
   uint64_t max_file_size = 0;  // 0: one file

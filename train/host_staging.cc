@@ -20,31 +20,29 @@ StatusOr<bool> StagingHandle::CopiesDone() const {
 
 HostStaging::~HostStaging() {
   if (copies_ != nullptr) copies_->Synchronize().IgnoreError();
-  if (owns_side_) DestroyStream(side_).IgnoreError();
+  side_.Reset().IgnoreError();
 }
 
 Status HostStaging::EnsureSideStream() {
-  if (owns_side_) return Status::Ok();
-  ASSIGN_OR_RETURN(side_, CreateStream(registry_->device()));
-  owns_side_ = true;
+  if (side_.owns()) return Status::Ok();
+  ASSIGN_OR_RETURN(side_, OwnedStream::Create(registry_->device()));
   return Status::Ok();
 }
 
 std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry) {
   std::vector<SlotView> out;
-  for (const SlotInfo& info : registry.Slots()) {
-    if (info.persistent) {
-      out.push_back(SlotView{info.name, info.dtype, *registry.RawData(info.name)});
-    }
+  for (SlotHandle h : registry.SlotHandles()) {
+    const SlotInfo& info = registry.Info(h);
+    if (info.persistent) out.push_back(SlotView{info.name, info.dtype, registry.RawData(h)});
   }
   return out;
 }
 
 std::vector<BufferView> BufferViews(const SlotRegistry& registry) {
   std::vector<BufferView> out;
-  for (const std::string& name : registry.BufferNames()) {
-    const TensorView t = *registry.BufferTensor(name);
-    out.push_back(BufferView{name, t.shape, DType::kF32, t.data});
+  for (BufferHandle h : registry.BufferHandles()) {
+    const TensorView t = registry.BufferTensor(h);
+    out.push_back(BufferView{registry.BufferName(h), t.shape, DType::kF32, t.data});
   }
   return out;
 }

@@ -2,19 +2,20 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 namespace shardema {
 namespace cuda_test {
 
 void CudaTest::SetUp() {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  StatusOr<Stream> s = CreateStream(dev_);
+  StatusOr<OwnedStream> s = OwnedStream::Create(dev_);
   ASSERT_TRUE(s.ok()) << s.status();
-  stream_ = *s;
+  stream_ = std::move(s).value();
 }
 
 void CudaTest::TearDown() {
-  if (stream_.native != nullptr) DestroyStream(stream_).IgnoreError();
+  EXPECT_TRUE(stream_.Reset().ok());
 }
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {

@@ -66,10 +66,10 @@ class CudaTest : public ::testing::Test {
   }
 
   void Sync() { Check(SynchronizeStream(stream_), "SynchronizeStream"); }
-  void* stream() const { return stream_.native; }
+  void* stream() const { return stream_.get().native; }
 
   const Device dev_ = Device::Cuda(0);
-  Stream stream_;
+  OwnedStream stream_;
 
  private:
   static void Check(const Status& s, const char* what) { EXPECT_TRUE(s.ok()) << what << ": " << s; }

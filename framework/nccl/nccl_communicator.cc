@@ -311,7 +311,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
 
 Status NcclCommunicator::SetUpLocal() {
   RETURN_IF_ERROR(SetCurrentDevice(device_));
-  ASSIGN_OR_RETURN(stream_, CreateStream(device_));
+  ASSIGN_OR_RETURN(stream_, OwnedStream::Create(device_));
   ASSIGN_OR_RETURN(input_ready_, CudaEvent::Create(device_));
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
@@ -348,7 +348,7 @@ Status NcclCommunicator::Release(bool finalize) {
   if (state_ != nullptr && state_->comm != nullptr) {
     if (finalize) {
       // Completes everything enqueued (polling asynchronous errors), then a clean finalize.
-      if (stream_.native != nullptr) {
+      if (stream_.owns()) {
         StatusOr<CudaEvent> drained = CudaEvent::Create(device_);
         Status st = drained.status();
         if (st.ok()) st = drained->Record(stream_);
@@ -367,10 +367,9 @@ Status NcclCommunicator::Release(bool finalize) {
       state_->comm = nullptr;
     }
   }
-  if (stream_.native != nullptr) {
+  if (stream_.owns()) {
     keep_first(SynchronizeStream(stream_));
-    keep_first(DestroyStream(stream_));
-    stream_.native = nullptr;
+    keep_first(stream_.Reset());
   }
   input_ready_ = CudaEvent();
   if (state_ != nullptr) state_->spare_events.clear();

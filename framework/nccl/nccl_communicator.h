@@ -193,7 +193,7 @@ class NcclCommunicator final : public CallCommunicator {
   CommOptions options_;
   ArgCheckPolicy arg_checks_;
   std::shared_ptr<nccl_internal::CommState> state_;
-  Stream stream_;
+  OwnedStream stream_;
   CudaEvent input_ready_;  // re-recorded on the caller's stream by every call
   void* pool_ = nullptr;   // cudaMemPool_t of the widened reductions' f32 temporaries
   void* scratch_ = nullptr;  // one f32 on the device, for Barrier

@@ -1,0 +1,31 @@
+"""cc_module: one concept = one cc_library `name` (name.cc, name.h) and its cc_test next to it.
+
+cc_module(name = "foo", deps = [...], test_deps = [...]) defines
+  foo       cc_library(srcs = ["foo.cc"], hdrs = ["foo.h"], deps = deps)
+            (header_only = True: no srcs)
+  foo_test  cc_test(srcs = ["foo_test.cc"], deps = [":foo", gtest_main] + test_deps)
+Everything else a target needs (copts, local_defines, data, ...) goes to the library through
+**kwargs; test_size, test_tags and test_copts go to the test. A library with several tests or a
+multi-rank test (tests/mpi_test.bzl) is written out instead.
+"""
+
+_GTEST_MAIN = "@system_usr//:gtest_main"
+
+def cc_module(name, deps = [], test_deps = [], header_only = False, test_size = None,
+              test_tags = [], test_copts = [], **kwargs):
+    native.cc_library(
+        name = name,
+        srcs = [] if header_only else [name + ".cc"],
+        hdrs = [name + ".h"],
+        deps = deps,
+        **kwargs
+    )
+    test_kwargs = {"size": test_size} if test_size else {}
+    native.cc_test(
+        name = name + "_test",
+        srcs = [name + "_test.cc"],
+        deps = [":" + name, _GTEST_MAIN] + test_deps,
+        tags = test_tags,
+        copts = test_copts,
+        **test_kwargs
+    )
