@@ -60,7 +60,9 @@ namespace shardema {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Peak and current resident memory of this process (KiB), from /proc/self/status.
 uint64_t StatusKib(const char* key) {
@@ -111,7 +113,8 @@ std::vector<UnitSpec> Model(uint64_t numel) {
   const int n = 64;
   for (int u = 0; u < n; ++u) {
     const int64_t e = int64_t(numel / n) + (u < int(numel % n) ? 1 : 0);
-    units.push_back({"layers." + std::to_string(u), {{"layers." + std::to_string(u) + ".weight", {e}}}});
+    units.push_back(
+        {"layers." + std::to_string(u), {{"layers." + std::to_string(u) + ".weight", {e}}}});
   }
   return units;
 }
@@ -130,7 +133,8 @@ OwnedSlots MakeState(const StoreLayout& layout, int rank, int64_t step) {
   for (const char* name : {"params", "exp_avg", "exp_avg_sq", "ema"}) {
     o.data.emplace_back(size_t(layout.local_numel()));
     std::vector<float>& d = o.data.back();
-    for (size_t i = 0; i < d.size(); ++i) d[i] = float((i * 2654435761u + size_t(rank)) % 1000003) * 1e-3f;
+    for (size_t i = 0; i < d.size(); ++i)
+      d[i] = float((i * 2654435761u + size_t(rank)) % 1000003) * 1e-3f;
     o.state.slots.push_back(SlotView{name, DType::kF32, d.data()});
   }
   return o;
@@ -220,7 +224,8 @@ Status Run(const Flags& f) {
   RETURN_IF_ERROR(comm->Barrier());
 
   std::vector<Row> rows;
-  double seq = 1e30, save = 1e30, stall_async = 0, stall_async_first = 0, stall_overlap = 0, async_total = 0;
+  double seq = 1e30, save = 1e30, stall_async = 0, stall_async_first = 0, stall_overlap = 0,
+         async_total = 0;
   double step_baseline = 0;
   int gemm_reps = 0;
   int64_t async_steps = 0;
@@ -237,8 +242,8 @@ Status Run(const Flags& f) {
       RETURN_IF_ERROR(comm->Barrier());
       Clock::time_point t = Clock::now();
       const std::string path = JoinPath(root, "seq_" + std::to_string(rank) + ".bin");
-      Status s = SequentialWrite(path, reinterpret_cast<const char*>(st.data[0].data()), st.data[0].size() * 4,
-                                 local_bytes);
+      Status s = SequentialWrite(path, reinterpret_cast<const char*>(st.data[0].data()),
+                                 st.data[0].size() * 4, local_bytes);
       RETURN_IF_ERROR(AgreeOnStatus(comm, s, "seqwrite"));
       ASSIGN_OR_RETURN(double ts, MaxOverRanks(comm, Since(t)));
       seq = std::min(seq, ts);
@@ -266,7 +271,8 @@ Status Run(const Flags& f) {
     FakeStep fake;
     RETURN_IF_ERROR(Calibrate(comm, &fake, f.step_ms));
     gemm_reps = fake.reps;
-    auto async_saves = [&](CheckpointWriter& w, bool overlap) -> StatusOr<std::pair<double, double>> {
+    auto async_saves = [&](CheckpointWriter& w,
+                           bool overlap) -> StatusOr<std::pair<double, double>> {
       std::pair<double, double> out{0, 1e30};
       for (int a = 0; a < 3; ++a) {
         std::vector<double> plain;
@@ -283,11 +289,12 @@ Status Run(const Flags& f) {
         int64_t steps = 0;
         for (bool done = false; !done; ++steps) {
           RETURN_IF_ERROR(fake.Run(comm));  // forward/backward: the state is not modified
-          if (overlap) w.WaitSnapshot();  // before the optimizer step modifies the state
+          if (overlap) w.WaitSnapshot();    // before the optimizer step modifies the state
           ASSIGN_OR_RETURN(done, w.Poll());
         }
         const double total = Since(start);
-        ASSIGN_OR_RETURN(double tb, MaxOverRanks(comm, std::max(0.0, total - double(steps) * baseline)));
+        ASSIGN_OR_RETURN(double tb,
+                         MaxOverRanks(comm, std::max(0.0, total - double(steps) * baseline)));
         if (a == 0) {
           out.first = tb;
         } else {
@@ -329,12 +336,15 @@ Status Run(const Flags& f) {
       std::vector<CheckpointState> states(4);
       for (int r = 0; r < 4; ++r) {
         data[size_t(r)].assign(size_t(l4.local_numel()), 0.5f + float(r));
-        states[size_t(r)] = CheckpointState{7, r, l4, {SlotView{"ema", DType::kF32, data[size_t(r)].data()}}, {}, {}};
+        states[size_t(r)] = CheckpointState{
+            7, r, l4, {SlotView{"ema", DType::kF32, data[size_t(r)].data()}}, {}, {}};
       }
       RETURN_IF_ERROR(SaveAllRanks(ckpt, states).status());
     }
-    const std::string out = JoinPath(root, "model.safetensors"), result = JoinPath(root, "export_result.txt");
-    std::vector<std::string> args = {"/proc/self/exe", "--export-child", ckpt, "--export-out", out, "--result", result};
+    const std::string out = JoinPath(root, "model.safetensors"),
+                      result = JoinPath(root, "export_result.txt");
+    std::vector<std::string> args = {
+        "/proc/self/exe", "--export-child", ckpt, "--export-out", out, "--result", result};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -344,7 +354,8 @@ Status Run(const Flags& f) {
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return Internal("the export child failed (status ", status, ")");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return Internal("the export child failed (status ", status, ")");
     std::ifstream in(result);
     uint64_t before = 0, after = 0;
     in >> before >> after >> export_secs >> exported;
@@ -352,22 +363,26 @@ Status Run(const Flags& f) {
   }
 
   if (rank == 0) {
-    std::printf("# ckpt_bench: %d ranks, state %.1f MiB (4 f32 slots, 64 units), dir %s, best of %d reps\n", world,
-                double(state_bytes) / 1048576.0, f.dir.c_str(), f.reps);
-    std::printf("# time = slowest rank; GB/s = bytes / time; stall = extra step time while saving\n");
+    std::printf(
+        "# ckpt_bench: %d ranks, state %.1f MiB (4 f32 slots, 64 units), dir %s, best of %d reps\n",
+        world, double(state_bytes) / 1048576.0, f.dir.c_str(), f.reps);
+    std::printf(
+        "# time = slowest rank; GB/s = bytes / time; stall = extra step time while saving\n");
     std::printf("# fake step: %d GEMM reps, baseline %.1f ms; last async save spanned %lld steps\n",
                 gemm_reps, step_baseline * 1e3, static_cast<long long>(async_steps));
     std::printf("# %-18s %12s %10s %9s\n", "what", "bytes", "time_s", "GB/s");
     for (const Row& r : rows) {
-      std::printf("  %-18s %12llu %10.4f %9.3f\n", r.what.c_str(), static_cast<unsigned long long>(r.bytes), r.secs,
+      std::printf("  %-18s %12llu %10.4f %9.3f\n", r.what.c_str(),
+                  static_cast<unsigned long long>(r.bytes), r.secs,
                   r.secs > 0 ? double(r.bytes) / r.secs / 1e9 : 0.0);
     }
-    std::printf("  %-18s %12llu %10.4f %9.3f   extra peak memory %.1f MiB (bound 64)\n", "export_bf16",
-                static_cast<unsigned long long>(exported), export_secs,
+    std::printf("  %-18s %12llu %10.4f %9.3f   extra peak memory %.1f MiB (bound 64)\n",
+                "export_bf16", static_cast<unsigned long long>(exported), export_secs,
                 export_secs > 0 ? double(exported) / export_secs / 1e9 : 0.0, export_peak_mib);
-    std::printf("summary: save_vs_seqwrite=%.3f async_stall_ratio=%.4f async_inline_stall_ratio=%.4f "
-                "export_peak_mib=%.1f\n",
-                seq / save, stall_overlap / save, stall_async / save, export_peak_mib);
+    std::printf(
+        "summary: save_vs_seqwrite=%.3f async_stall_ratio=%.4f async_inline_stall_ratio=%.4f "
+        "export_peak_mib=%.1f\n",
+        seq / save, stall_overlap / save, stall_async / save, export_peak_mib);
   }
   RETURN_IF_ERROR(comm->Barrier());
   if (rank == 0) RETURN_IF_ERROR(RemoveTree(root));
@@ -385,8 +400,10 @@ int main(int argc, char** argv) {
   app.add_option("--dir", f.dir, "directory for the files (a temporary directory is made in it)");
   app.add_option("--reps", f.reps, "repetitions of seqwrite/save (best is reported)");
   app.add_option("--step-ms", f.step_ms, "compute time of one simulated training step");
-  app.add_option("--steps-between", f.steps_between, "training steps between two asynchronous saves");
-  app.add_option("--export-child", f.export_child, "internal: run the export measurement on this checkpoint");
+  app.add_option("--steps-between", f.steps_between,
+                 "training steps between two asynchronous saves");
+  app.add_option("--export-child", f.export_child,
+                 "internal: run the export measurement on this checkpoint");
   app.add_option("--export-out", f.export_out, "internal");
   app.add_option("--result", f.result, "internal");
   CLI11_PARSE(app, argc, argv);

@@ -8,7 +8,7 @@
 // Implementations (rows):
 //   ours      Communicator::AllGather/ReduceScatter/AllReduce, check_args on (the default)
 //   nocheck   the same with CommOptions::check_args = false
-//   mpi-nb    MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce + MPI_Wait (what ours calls)
+//   mpi-nb    MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce + MPI_Wait (ours)
 //   mpi       MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce (blocking)
 //   ring      ours with CommOptions::reduce_scatter_algorithm = kRing (our ring over
 //             MPI_Isend/Irecv, ring_reduce_scatter.h); the same as `ours` for the other ops
@@ -54,7 +54,9 @@ using bench::Median;
 
 enum class Op { kAllGather, kReduceScatter, kAllReduce };
 const char* OpName(Op op) {
-  return op == Op::kAllGather ? "all_gather" : op == Op::kReduceScatter ? "reduce_scatter" : "all_reduce";
+  return op == Op::kAllGather       ? "all_gather"
+         : op == Op::kReduceScatter ? "reduce_scatter"
+                                    : "all_reduce";
 }
 
 // nccl-tests bus bandwidth factor.
@@ -168,11 +170,16 @@ class Bench {
         const Flags& f)
       : rank_(ours->rank()), n_(ours->world_size()), raw_(raw), flags_(f) {
     impls_ = {
-        {"ours", [ours](Op op, const float* s, float* r, size_t c) { return RunOurs(ours, op, s, r, c); }},
-        {"nocheck", [nocheck](Op op, const float* s, float* r, size_t c) { return RunOurs(nocheck, op, s, r, c); }},
-        {"mpi-nb", [raw](Op op, const float* s, float* r, size_t c) { return RunRaw(raw, true, op, s, r, c); }},
-        {"mpi", [raw](Op op, const float* s, float* r, size_t c) { return RunRaw(raw, false, op, s, r, c); }},
-        {"ring", [ring](Op op, const float* s, float* r, size_t c) { return RunOurs(ring, op, s, r, c); }},
+        {"ours",
+         [ours](Op op, const float* s, float* r, size_t c) { return RunOurs(ours, op, s, r, c); }},
+        {"nocheck", [nocheck](Op op, const float* s, float* r,
+                              size_t c) { return RunOurs(nocheck, op, s, r, c); }},
+        {"mpi-nb", [raw](Op op, const float* s, float* r,
+                         size_t c) { return RunRaw(raw, true, op, s, r, c); }},
+        {"mpi", [raw](Op op, const float* s, float* r,
+                      size_t c) { return RunRaw(raw, false, op, s, r, c); }},
+        {"ring",
+         [ring](Op op, const float* s, float* r, size_t c) { return RunOurs(ring, op, s, r, c); }},
     };
   }
 
@@ -265,16 +272,16 @@ Status Run(const Flags& f) {
   if (rank == 0) {
     std::printf("# comm_bench: MPI backend, %d ranks, f32 sum, iters %d, warmup %d\n", n, f.iters,
                 f.warmup);
-    std::printf("# time = median over iterations of the slowest rank; size = full array; "
-                "busbw per nccl-tests\n");
+    std::printf(
+        "# time = median over iterations of the slowest rank; size = full array; "
+        "busbw per nccl-tests\n");
     std::printf("# %-14s %10s %12s %5s %-8s %11s %11s %11s %7s\n", "op", "size", "count", "type",
                 "impl", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
   std::map<Op, std::vector<Row>> largest;
   int64_t total_wrong = 0;
   for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce}) {
-    for (size_t bytes = min_bytes; st.ok() && bytes <= max_bytes;
-         bytes *= size_t(f.step_factor)) {
+    for (size_t bytes = min_bytes; st.ok() && bytes <= max_bytes; bytes *= size_t(f.step_factor)) {
       std::vector<Row> rows;
       st = bench.Measure(op, bytes, &rows);
       if (!st.ok()) break;
@@ -297,21 +304,21 @@ Status Run(const Flags& f) {
     auto ratio = [&](Op op, size_t base) { return PairedRatio(largest[op][0], largest[op][base]); };
     const double ring_vs_mpi =
         PairedRatio(largest[Op::kReduceScatter][4], largest[Op::kReduceScatter][2]);
-    std::printf("summary: rs_busbw_ratio=%.3f ag_busbw_ratio=%.3f ar_busbw_ratio=%.3f "
-                "rs_vs_blocking=%.3f ag_vs_blocking=%.3f ar_vs_blocking=%.3f "
-                "rs_busbw_gbs=%.3f ag_busbw_gbs=%.3f ar_busbw_gbs=%.3f wrong=%lld ranks=%d "
-                "max_bytes=%zu rs_ring_vs_mpi=%.3f rs_ring_busbw_gbs=%.3f\n",
-                ratio(Op::kReduceScatter, 2), ratio(Op::kAllGather, 2), ratio(Op::kAllReduce, 2),
-                ratio(Op::kReduceScatter, 3), ratio(Op::kAllGather, 3), ratio(Op::kAllReduce, 3),
-                largest[Op::kReduceScatter][0].busbw, largest[Op::kAllGather][0].busbw,
-                largest[Op::kAllReduce][0].busbw, static_cast<long long>(total_wrong), n,
-                max_bytes, ring_vs_mpi, largest[Op::kReduceScatter][4].busbw);
+    std::printf(
+        "summary: rs_busbw_ratio=%.3f ag_busbw_ratio=%.3f ar_busbw_ratio=%.3f "
+        "rs_vs_blocking=%.3f ag_vs_blocking=%.3f ar_vs_blocking=%.3f "
+        "rs_busbw_gbs=%.3f ag_busbw_gbs=%.3f ar_busbw_gbs=%.3f wrong=%lld ranks=%d "
+        "max_bytes=%zu rs_ring_vs_mpi=%.3f rs_ring_busbw_gbs=%.3f\n",
+        ratio(Op::kReduceScatter, 2), ratio(Op::kAllGather, 2), ratio(Op::kAllReduce, 2),
+        ratio(Op::kReduceScatter, 3), ratio(Op::kAllGather, 3), ratio(Op::kAllReduce, 3),
+        largest[Op::kReduceScatter][0].busbw, largest[Op::kAllGather][0].busbw,
+        largest[Op::kAllReduce][0].busbw, static_cast<long long>(total_wrong), n, max_bytes,
+        ring_vs_mpi, largest[Op::kReduceScatter][4].busbw);
   }
   std::fflush(stdout);
   MPI_Comm_free(&raw);
   RETURN_IF_ERROR(st);
-  return total_wrong == 0 ? Status::Ok()
-                          : DataLoss("comm_bench: ", total_wrong, " wrong elements");
+  return total_wrong == 0 ? Status::Ok() : DataLoss("comm_bench: ", total_wrong, " wrong elements");
 }
 
 }  // namespace

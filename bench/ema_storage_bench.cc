@@ -35,7 +35,8 @@ std::string SlotName(const std::string& decay, EmaStorage s) {
 // Parameters of a gathered model, flattened (buffers excluded).
 std::vector<double> Flat(const std::vector<FullTensor>& t, size_t nparams) {
   std::vector<double> out;
-  for (size_t i = 0; i < nparams && i < t.size(); ++i) out.insert(out.end(), t[i].data.begin(), t[i].data.end());
+  for (size_t i = 0; i < nparams && i < t.size(); ++i)
+    out.insert(out.end(), t[i].data.begin(), t[i].data.end());
   return out;
 }
 
@@ -55,9 +56,20 @@ int Main(int argc, char** argv) {
   app.add_option("extra", extra, "further trainer flags (after --)");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<std::string> args = {"--layers", layers, "--loss", "mse", "--batch", "64",
-                                   "--lr", "3e-3", "--steps", std::to_string(steps),
-                                   "--log-every", "0", "--synthetic-rows", "4096"};
+  std::vector<std::string> args = {"--layers",
+                                   layers,
+                                   "--loss",
+                                   "mse",
+                                   "--batch",
+                                   "64",
+                                   "--lr",
+                                   "3e-3",
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--log-every",
+                                   "0",
+                                   "--synthetic-rows",
+                                   "4096"};
   for (const char* d : kDecays) {
     for (EmaStorage s : kStorages) {
       args.push_back("--ema-spec");
@@ -102,10 +114,11 @@ int Main(int argc, char** argv) {
   std::map<std::string, double> eval;
   for (const auto& [name, loss] : summary->final_eval.losses) eval[name] = loss;
   const std::vector<double> master = Flat(*master_full, nparams);
-  std::printf("# ema_storage_bench: %lld steps, layers %s, %d rank(s), %zu parameters, "
-              "state bytes per rank %lld, eval loss live %.9g\n",
-              static_cast<long long>(steps), layers.c_str(), (*comm)->world_size(), master.size(),
-              static_cast<long long>(t.store()->StateBytesPerRank()), eval["live"]);
+  std::printf(
+      "# ema_storage_bench: %lld steps, layers %s, %d rank(s), %zu parameters, "
+      "state bytes per rank %lld, eval loss live %.9g\n",
+      static_cast<long long>(steps), layers.c_str(), (*comm)->world_size(), master.size(),
+      static_cast<long long>(t.store()->StateBytesPerRank()), eval["live"]);
   std::printf("%-8s %-13s %12s %12s %14s %12s\n", "decay", "storage", "rel_l2", "rel_lag",
               "eval loss", "bytes/rank");
   std::string summary_line = "summary: steps=" + std::to_string(steps);
@@ -117,8 +130,8 @@ int Main(int argc, char** argv) {
     for (EmaStorage s : kStorages) {
       const std::string name = SlotName(d, s);
       const double err = Norm(values[name], ref);
-      std::printf("%-8s %-13s %12.3e %12.3e %14.9g %12lld\n", d, EmaStorageName(s),
-                  err / ref_norm, err / lag, eval[name], static_cast<long long>(bytes[name]));
+      std::printf("%-8s %-13s %12.3e %12.3e %14.9g %12lld\n", d, EmaStorageName(s), err / ref_norm,
+                  err / lag, eval[name], static_cast<long long>(bytes[name]));
       if (s == EmaStorage::kF32) continue;
       std::snprintf(buf, sizeof(buf), " rel_l2_%s_%s=%.3e", d, EmaStorageName(s), err / ref_norm);
       summary_line += buf;

@@ -176,9 +176,9 @@ Status Run(const Options& o, const TorchTimes& torch) {
       RETURN_IF_ERROR(Fill(arrays[a].as<float>(), n, values[a], host, stream));
     }
   }
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(copy_src.data(), 0, max_copy,
-                                             static_cast<cudaStream_t>(stream.native)),
-                             "cudaMemsetAsync"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(copy_src.data(), 0, max_copy, static_cast<cudaStream_t>(stream.native)),
+      "cudaMemsetAsync"));
 
   int64_t step = 0;
   const bench::AdamWBenchStep adamw(n, arrays[kGrad].as<float>(), arrays[kMaster].as<float>(),
@@ -188,43 +188,50 @@ Status Run(const Options& o, const TorchTimes& torch) {
     return FusedStepCuda(adamw.Args(slots, with_bf16, ++step), stream.native);
   };
   auto copy = [&](size_t copy_bytes) {
-    return CudaStatus(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy_bytes,
-                                      cudaMemcpyDeviceToDevice,
-                                      static_cast<cudaStream_t>(stream.native)),
-                      "cudaMemcpyAsync");
+    return CudaStatus(
+        cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy_bytes, cudaMemcpyDeviceToDevice,
+                        static_cast<cudaStream_t>(stream.native)),
+        "cudaMemcpyAsync");
   };
 
   std::vector<Variant> v;
   size_t fused_idx[kMaxSlots + 1], copy_idx[kMaxSlots + 1];
   for (int k = 0; k <= kMaxSlots; ++k) {
     fused_idx[k] = v.size();
-    v.push_back({"fused adamw+" + std::to_string(k) + " ema", 28.0 + 8 * k,
-                 [&fused, k] { return fused(k, false); }, {}});
+    v.push_back({"fused adamw+" + std::to_string(k) + " ema",
+                 28.0 + 8 * k,
+                 [&fused, k] { return fused(k, false); },
+                 {}});
   }
   v.push_back({"fused adamw+1 ema+bf16 copy", 38, [&fused] { return fused(1, true); }, {}});
-  v.push_back({"adamw, then ema pass", 28 + 12, [&] {
+  v.push_back({"adamw, then ema pass",
+               28 + 12,
+               [&] {
                  RETURN_IF_ERROR(fused(0, false));
                  return EmaUpdateCuda(arrays[kE0].as<float>(), arrays[kMaster].as<float>(), n,
                                       0.999, stream.native);
-               }, {}});
+               },
+               {}});
   for (int k = 0; k <= kMaxSlots; ++k) {
     copy_idx[k] = v.size();
     const double per_elem = 28.0 + 8 * k;
     const size_t copy_bytes = size_t(n) * size_t(per_elem) / 2;
-    v.push_back({"copy, bytes of fused+" + std::to_string(k), per_elem,
-                 [&copy, copy_bytes] { return copy(copy_bytes); }, {}});
+    v.push_back({"copy, bytes of fused+" + std::to_string(k),
+                 per_elem,
+                 [&copy, copy_bytes] { return copy(copy_bytes); },
+                 {}});
   }
 
-  std::printf("# gpu_optimizer_bench: %s (%d SMs), numel %lld (%.0f MiB per f32 array), "
-              "iters %d (median of CUDA-event times, variants round-robin)\n",
-              prop.name, prop.multiProcessorCount, static_cast<long long>(n),
-              double(bytes) / (1 << 20), o.iters);
+  std::printf(
+      "# gpu_optimizer_bench: %s (%d SMs), numel %lld (%.0f MiB per f32 array), "
+      "iters %d (median of CUDA-event times, variants round-robin)\n",
+      prop.name, prop.multiProcessorCount, static_cast<long long>(n), double(bytes) / (1 << 20),
+      o.iters);
   RETURN_IF_ERROR(TimeRoundRobin(v, o.iters, stream));
   RETURN_IF_ERROR(SynchronizeStream(stream));
   RETURN_IF_ERROR(DestroyStream(stream));
 
-  std::printf("%-32s %10s %10s %10s %12s\n", "variant", "bytes/elem", "time ms", "GB/s",
-              "vs copy");
+  std::printf("%-32s %10s %10s %10s %12s\n", "variant", "bytes/elem", "time ms", "GB/s", "vs copy");
   for (size_t i = 0; i < v.size(); ++i) {
     int k = -1;
     for (int s = 0; s <= kMaxSlots; ++s) k = i == fused_idx[s] ? s : k;
@@ -257,11 +264,12 @@ Status Run(const Options& o, const TorchTimes& torch) {
                   torch.device.c_str(), prop.name);
     }
   }
-  std::printf("summary: fused_vs_copy=%.3f fused_vs_torch=%s%s fused_ema1_GBps=%.1f "
-              "copy_GBps=%.1f numel=%lld device=%s\n",
-              min_vs_copy, torch.present ? std::to_string(vs_torch).c_str() : "na",
-              per_k.c_str(), v[fused_idx[1]].GBps(n), v[copy_idx[1]].GBps(n),
-              static_cast<long long>(n), NoSpaces(prop.name).c_str());
+  std::printf(
+      "summary: fused_vs_copy=%.3f fused_vs_torch=%s%s fused_ema1_GBps=%.1f "
+      "copy_GBps=%.1f numel=%lld device=%s\n",
+      min_vs_copy, torch.present ? std::to_string(vs_torch).c_str() : "na", per_k.c_str(),
+      v[fused_idx[1]].GBps(n), v[copy_idx[1]].GBps(n), static_cast<long long>(n),
+      NoSpaces(prop.name).c_str());
   return Status::Ok();
 }
 
@@ -280,9 +288,9 @@ int Main(int argc, char** argv) {
   if (!torch.ok()) return bench::ExitWith("gpu_optimizer_bench", torch.status());
   if (!BuiltWithCuda() || CudaDeviceCount() == 0) {
     const bool built = BuiltWithCuda();
-    std::printf("# gpu_optimizer_bench needs --config=cuda and a GPU: %s\n",
-                built ? "no CUDA device is visible"
-                      : "this binary was built without --config=cuda");
+    std::printf(
+        "# gpu_optimizer_bench needs --config=cuda and a GPU: %s\n",
+        built ? "no CUDA device is visible" : "this binary was built without --config=cuda");
     std::printf("summary: skipped=1 reason=%s\n", built ? "no_cuda_device" : "built_without_cuda");
     return 0;
   }

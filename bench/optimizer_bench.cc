@@ -98,15 +98,15 @@ BENCH_CLONES void DivScalar(float* __restrict x, int64_t n, float d) {
 BENCH_CLONES void AddScalar(float* __restrict x, int64_t n, float a) {
   for (int64_t i = 0; i < n; ++i) x[i] += a;
 }
-BENCH_CLONES void AddCDiv(float* __restrict y, const float* __restrict a,
-                          const float* __restrict b, int64_t n, float s) {
+BENCH_CLONES void AddCDiv(float* __restrict y, const float* __restrict a, const float* __restrict b,
+                          int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) y[i] += s * a[i] / b[i];
 }
 BENCH_CLONES void Lerp(float* __restrict e, const float* __restrict p, int64_t n, float w) {
   for (int64_t i = 0; i < n; ++i) e[i] += w * (p[i] - e[i]);
 }
-BENCH_CLONES void Triad(float* __restrict a, const float* __restrict b,
-                        const float* __restrict c, int64_t n, float s) {
+BENCH_CLONES void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c,
+                        int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
 }
 // STREAM triad with non-temporal stores: `a` is not read for ownership, so the counted bytes are
@@ -198,9 +198,10 @@ int Main(int argc, char** argv) {
     FusedStepCpu(a);
   };
 
-  std::printf("# optimizer_bench: numel %lld (%.1f MiB per f32 array), threads %d, iters %d "
-              "(median, variants timed round-robin), per-tensor baseline %d tensors\n",
-              static_cast<long long>(n), n * 4.0 / (1 << 20), threads, iters, tensors);
+  std::printf(
+      "# optimizer_bench: numel %lld (%.1f MiB per f32 array), threads %d, iters %d "
+      "(median, variants timed round-robin), per-tensor baseline %d tensors\n",
+      static_cast<long long>(n), n * 4.0 / (1 << 20), threads, iters, tensors);
 
   std::vector<Variant> variants;
   // Returns the variant's index (the vector may reallocate while variants are added).
@@ -295,14 +296,15 @@ int Main(int argc, char** argv) {
   const Variant &fused0 = variants[f0], &fused1 = variants[f1];
   const double slot_bytes =
       (fused1.Median() - fused0.Median()) * fused1.GBps() * 1e6 / static_cast<double>(n);
-  std::printf("summary: fused_vs_triad=%.3f fused_vs_separate=%.3f ema_slot_bytes=%.2f "
-              "fused_ema1_GBps=%.2f triad_GBps=%.2f fused0_ms=%.3f fused_fp32_ms=%.3f "
-              "fused_bf16_ms=%.3f fused_bf16_sr_ms=%.3f fused_delta_bf16_ms=%.3f "
-              "fused_delta_bf16_sr_ms=%.3f threads=%d numel=%lld\n",
-              fused1.GBps() / triad.GBps(), variants[sep].Median() / fused1.Median(), slot_bytes,
-              fused1.GBps(), triad.GBps(), fused0.Median(), fused1.Median(),
-              variants[st_bf16].Median(), variants[st_sr].Median(), variants[st_delta].Median(),
-              variants[st_delta_sr].Median(), threads, static_cast<long long>(n));
+  std::printf(
+      "summary: fused_vs_triad=%.3f fused_vs_separate=%.3f ema_slot_bytes=%.2f "
+      "fused_ema1_GBps=%.2f triad_GBps=%.2f fused0_ms=%.3f fused_fp32_ms=%.3f "
+      "fused_bf16_ms=%.3f fused_bf16_sr_ms=%.3f fused_delta_bf16_ms=%.3f "
+      "fused_delta_bf16_sr_ms=%.3f threads=%d numel=%lld\n",
+      fused1.GBps() / triad.GBps(), variants[sep].Median() / fused1.Median(), slot_bytes,
+      fused1.GBps(), triad.GBps(), fused0.Median(), fused1.Median(), variants[st_bf16].Median(),
+      variants[st_sr].Median(), variants[st_delta].Median(), variants[st_delta_sr].Median(),
+      threads, static_cast<long long>(n));
   return 0;
 }
 

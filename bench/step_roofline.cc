@@ -57,7 +57,8 @@ int Main(int argc, char** argv) {
   std::stringstream ss(layers_s);
   for (std::string tok; std::getline(ss, tok, ',');) d.push_back(std::stoll(tok));
   if (d.size() < 2 || batch < 1 || repeats < 1 || threads < 1) {
-    std::fprintf(stderr, "step_roofline: need >= 2 layer sizes, positive --batch/--repeats/--threads\n");
+    std::fprintf(stderr,
+                 "step_roofline: need >= 2 layer sizes, positive --batch/--repeats/--threads\n");
     return 2;
   }
   StatusOr<nn::CpuIsa> isa = nn::CpuIsaFromEnv();
@@ -97,7 +98,8 @@ int Main(int argc, char** argv) {
     for (int64_t i = 0; i < L; ++i) {
       nn::LinearForward(ctx, a[i].data(), w[i].data(), b[i].data(), rows, d[i], d[i + 1],
                         z[i].data());
-      if (i + 1 < L) nn::ActivationForward(ctx, act, z[i].data(), a[i + 1].data(), int64_t(z[i].size()));
+      if (i + 1 < L)
+        nn::ActivationForward(ctx, act, z[i].data(), a[i + 1].data(), int64_t(z[i].size()));
     }
     dy = z[L - 1];
     for (int64_t k = L - 1; k >= 0; --k) {
@@ -128,7 +130,8 @@ int Main(int argc, char** argv) {
       if (k < L - 1) {
         RETURN_IF_ERROR(c.AllGather(shard[k].data(), full[k].data(), shard[k].size(), DType::kF32));
       }
-      RETURN_IF_ERROR(c.ReduceScatter(full[k].data(), shard[k].data(), shard[k].size(), DType::kF32));
+      RETURN_IF_ERROR(
+          c.ReduceScatter(full[k].data(), shard[k].data(), shard[k].size(), DType::kF32));
     }
     float s = 1.f, r = 0.f;
     RETURN_IF_ERROR(c.AllReduce(&s, &r, 1, DType::kF32));
@@ -184,9 +187,10 @@ int Main(int argc, char** argv) {
   }
   if (c.rank() == 0) {
     const double bound = std::max(worst[0], worst[1]) + worst[2];
-    std::printf("{\"world\": %d, \"compute_ms\": %.4f, \"comm_ms\": %.4f, \"optim_ms\": %.4f, "
-                "\"bound_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
-                world, worst[0], worst[1], worst[2], bound, nn::CpuIsaName(*isa));
+    std::printf(
+        "{\"world\": %d, \"compute_ms\": %.4f, \"comm_ms\": %.4f, \"optim_ms\": %.4f, "
+        "\"bound_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
+        world, worst[0], worst[1], worst[2], bound, nn::CpuIsaName(*isa));
   }
   comm->reset();
   return MpiCommunicator::FinalizeMpi().ok() ? 0 : 1;

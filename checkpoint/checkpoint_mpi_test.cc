@@ -153,7 +153,9 @@ TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsTheSaveOnEveryRank) {
       s = w.Wait();
     }
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
-    EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)), std::string::npos) << s;
+    EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)),
+              std::string::npos)
+        << s;
     EXPECT_NE(s.message().find(RankFileName(bad)), std::string::npos) << s;
     EXPECT_TRUE(comm_->Barrier().ok());
     EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
@@ -223,7 +225,8 @@ TEST_F(CheckpointMpiTest, AsyncCommitHappensAtTheSamePollCallOnEveryRank) {
       EXPECT_FALSE(done) << "the first Poll only starts the agreement";
     }
     // Same answer on every rank at every call: nobody commits alone.
-    for (float d : Gathered(comm_, done ? 1.f : 0.f)) ASSERT_EQ(d, done ? 1.f : 0.f) << "call " << calls;
+    for (float d : Gathered(comm_, done ? 1.f : 0.f))
+      ASSERT_EQ(d, done ? 1.f : 0.f) << "call " << calls;
     if (!done && rank_ == 0) {
       EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
     }
@@ -267,8 +270,10 @@ TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsThePollOnEveryRank) {
   }
   EXPECT_EQ(failure.code(), StatusCode::kResourceExhausted) << failure;
   EXPECT_NE(failure.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)),
-            std::string::npos) << failure;
-  for (float c : Gathered(comm_, float(calls))) EXPECT_EQ(c, float(calls)) << "failed at another Poll call";
+            std::string::npos)
+      << failure;
+  for (float c : Gathered(comm_, float(calls)))
+    EXPECT_EQ(c, float(calls)) << "failed at another Poll call";
   EXPECT_FALSE(w.pending());
   EXPECT_TRUE(comm_->Barrier().ok());
   EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
@@ -283,14 +288,18 @@ TEST_F(CheckpointMpiTest, BytesLongerThanTheInlineFrameArriveWhole) {
     return s;
   };
   // Lengths around the inline size, different on every rank (rank 0: empty).
-  auto length = [](int r) { return r == 0 ? size_t(0) : kCollectiveBytesInline - 2 + size_t(r) * 1500; };
+  auto length = [](int r) {
+    return r == 0 ? size_t(0) : kCollectiveBytesInline - 2 + size_t(r) * 1500;
+  };
   StatusOr<std::vector<std::string>> all = AllGatherBytes(comm_, text(rank_, length(rank_)));
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), size_t(world_));
   for (int r = 0; r < world_; ++r) EXPECT_EQ((*all)[size_t(r)], text(r, length(r))) << "rank " << r;
-  for (size_t n : {size_t(0), size_t(17), kCollectiveBytesInline, kCollectiveBytesInline + 1, size_t(20000)}) {
+  for (size_t n :
+       {size_t(0), size_t(17), kCollectiveBytesInline, kCollectiveBytesInline + 1, size_t(20000)}) {
     const int root = world_ - 1;
-    StatusOr<std::string> b = BroadcastBytes(comm_, rank_ == root ? text(root, n) : "ignored", root);
+    StatusOr<std::string> b =
+        BroadcastBytes(comm_, rank_ == root ? text(root, n) : "ignored", root);
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(*b, text(root, n)) << n;
   }

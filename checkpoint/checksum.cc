@@ -60,7 +60,8 @@ StatusOr<std::vector<uint64_t>> DecodeHashList(const std::string& text, size_t e
   std::vector<uint64_t> out(expected_count);
   for (size_t i = 0; i < expected_count; ++i) {
     if (!ParseHex16(text.data() + 16 * i, &out[i])) {
-      return DataLoss(what, ": digest ", i, " is not 16 hex digits: '", text.substr(16 * i, 16), "'");
+      return DataLoss(what, ": digest ", i, " is not 16 hex digits: '", text.substr(16 * i, 16),
+                      "'");
     }
   }
   return out;
@@ -74,7 +75,8 @@ uint64_t NumChunks(uint64_t file_bytes, uint64_t chunk_bytes) {
 uint64_t DigestOfChunks(const std::vector<uint64_t>& chunk_digests) {
   std::vector<unsigned char> bytes(chunk_digests.size() * 8);
   for (size_t i = 0; i < chunk_digests.size(); ++i) {
-    for (int b = 0; b < 8; ++b) bytes[8 * i + size_t(b)] = static_cast<unsigned char>(chunk_digests[i] >> (8 * b));
+    for (int b = 0; b < 8; ++b)
+      bytes[8 * i + size_t(b)] = static_cast<unsigned char>(chunk_digests[i] >> (8 * b));
   }
   return Xxh3(bytes.data(), bytes.size());
 }

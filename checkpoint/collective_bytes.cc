@@ -90,7 +90,8 @@ StatusOr<std::string> BroadcastBytes(Communicator* comm, const std::string& valu
   RETURN_IF_ERROR(comm->Broadcast(&frame[0], kFrameBytes, DType::kU8, opts));
   const uint64_t len = FrameLength(frame.data());
   if (len <= kInlineBytes) return frame.substr(sizeof(LengthBytes), size_t(len));
-  std::string rest = is_root ? value.substr(kInlineBytes) : std::string(size_t(len - kInlineBytes), '\0');
+  std::string rest =
+      is_root ? value.substr(kInlineBytes) : std::string(size_t(len - kInlineBytes), '\0');
   RETURN_IF_ERROR(comm->Broadcast(&rest[0], rest.size(), DType::kU8, opts));
   return frame.substr(sizeof(LengthBytes), kInlineBytes) + rest;
 }
@@ -112,8 +113,8 @@ Status AgreeOnStatus(Communicator* comm, const Status& local, const std::string&
   for (int r = 0; r < world; ++r) {
     Status s = DecodeStatus(all[size_t(r)]);
     if (!s.ok()) {
-      return Status(s.code(), what + ": rank " + std::to_string(r) + " of " + std::to_string(world) +
-                                  ": " + s.message());
+      return Status(s.code(), what + ": rank " + std::to_string(r) + " of " +
+                                  std::to_string(world) + ": " + s.message());
     }
   }
   return Status::Ok();

@@ -53,14 +53,18 @@ class CorruptionTest : public ::testing::Test {
   }
   void WriteManifestText(const std::string& text) {
     ASSERT_TRUE(WriteFileAtomic(File(kManifestName), text, false).ok());
-    ASSERT_TRUE(WriteFileAtomic(File(kManifestChecksumName), HashToHex(Xxh3(text.data(), text.size())) + "\n", false).ok());
+    ASSERT_TRUE(WriteFileAtomic(File(kManifestChecksumName),
+                                HashToHex(Xxh3(text.data(), text.size())) + "\n", false)
+                    .ok());
   }
 
   // Both the verifier and a load of `rank` of `world` fail with `code` and every `needles`.
-  void ExpectDetected(StatusCode code, const std::vector<std::string>& needles, int rank = -1, int world = 3) {
+  void ExpectDetected(StatusCode code, const std::vector<std::string>& needles, int rank = -1,
+                      int world = 3) {
     Status v = VerifyCheckpoint(root_).status();
     EXPECT_EQ(v.code(), code) << v;
-    for (const std::string& n : needles) EXPECT_NE(v.message().find(n), std::string::npos) << "verify: " << v;
+    for (const std::string& n : needles)
+      EXPECT_NE(v.message().find(n), std::string::npos) << "verify: " << v;
     std::vector<int> ranks;
     if (rank >= 0) {
       ranks = {rank};
@@ -72,7 +76,8 @@ class CorruptionTest : public ::testing::Test {
       OwnedState dest = MakeDest(l, r, DefaultSlots());
       Status s = LoadCheckpoint(root_, nullptr, dest.state).status();
       EXPECT_EQ(s.code(), code) << "load rank " << r << ": " << s;
-      for (const std::string& n : needles) EXPECT_NE(s.message().find(n), std::string::npos) << "load: " << s;
+      for (const std::string& n : needles)
+        EXPECT_NE(s.message().find(n), std::string::npos) << "load: " << s;
     }
     // The previous checkpoint is untouched.
     EXPECT_TRUE(VerifyCheckpoint(JoinPath(root_, "step_00000001")).ok());
@@ -87,8 +92,8 @@ TEST_F(CorruptionTest, TruncatedRankFile) {
   const uint64_t size = ReadFileToString(f).value().size();
   ASSERT_EQ(::truncate(f.c_str(), off_t(size - 100)), 0);
   ExpectDetected(StatusCode::kDataLoss,
-                 {"rank_00001.bin' is " + std::to_string(size - 100) + " bytes, the manifest says " +
-                  std::to_string(size) + " (truncated)"},
+                 {"rank_00001.bin' is " + std::to_string(size - 100) +
+                  " bytes, the manifest says " + std::to_string(size) + " (truncated)"},
                  1);
 }
 
@@ -119,7 +124,8 @@ TEST_F(CorruptionTest, FlippedPaddingByteIsCaughtByTheVerifier) {
 
 TEST_F(CorruptionTest, MissingRankFile) {
   ASSERT_EQ(::unlink(File("rank_00002.bin").c_str()), 0);
-  ExpectDetected(StatusCode::kNotFound, {"rank_00002.bin' is missing (the manifest lists 3 rank files)"}, 2);
+  ExpectDetected(StatusCode::kNotFound,
+                 {"rank_00002.bin' is missing (the manifest lists 3 rank files)"}, 2);
   StoreLayout l = MakeLayout(model_, 2);
   OwnedState dest = MakeDest(l, 1, DefaultSlots());
   EXPECT_EQ(LoadCheckpoint(root_, nullptr, dest.state).status().code(), StatusCode::kNotFound);
@@ -127,7 +133,8 @@ TEST_F(CorruptionTest, MissingRankFile) {
 
 TEST_F(CorruptionTest, WrongMagic) {
   Patch("rank_00000.bin", 0, "NOTACKPT");
-  ExpectDetected(StatusCode::kDataLoss, {"rank_00000.bin", "bad magic: expected 'SHEMACKP', found 'NOTACKPT'"}, 0);
+  ExpectDetected(StatusCode::kDataLoss,
+                 {"rank_00000.bin", "bad magic: expected 'SHEMACKP', found 'NOTACKPT'"}, 0);
 }
 
 TEST_F(CorruptionTest, FlippedVersionIsDataLoss) {
@@ -147,7 +154,8 @@ TEST_F(CorruptionTest, WellFormedHeaderOfAnotherVersion) {
 TEST_F(CorruptionTest, FileFromAnotherRankOrStep) {
   const std::string r1 = ReadFileToString(File("rank_00001.bin")).value();
   ASSERT_TRUE(WriteFileAtomic(File("rank_00002.bin"), r1, false).ok());
-  ExpectDetected(StatusCode::kDataLoss, {"rank_00002.bin': header says rank 1 of 3", "expects rank 2 of 3"}, 2);
+  ExpectDetected(StatusCode::kDataLoss,
+                 {"rank_00002.bin': header says rank 1 of 3", "expects rank 2 of 3"}, 2);
 
   const std::string old = ReadFileToString(JoinPath(root_, "step_00000001/rank_00002.bin")).value();
   ASSERT_TRUE(WriteFileAtomic(File("rank_00002.bin"), old, false).ok());
@@ -156,7 +164,9 @@ TEST_F(CorruptionTest, FileFromAnotherRankOrStep) {
 
 TEST_F(CorruptionTest, ManifestThatDoesNotMatchTheFiles) {
   const std::string original = ReadFileToString(File(kManifestName)).value();
-  EditManifest([](nlohmann::json& j) { j["files"][1]["bytes"] = j["files"][1]["bytes"].get<uint64_t>() + 4096; });
+  EditManifest([](nlohmann::json& j) {
+    j["files"][1]["bytes"] = j["files"][1]["bytes"].get<uint64_t>() + 4096;
+  });
   ExpectDetected(StatusCode::kDataLoss, {"manifest.json", "key 'files[1].bytes': is"});
   WriteManifestText(original);
 
@@ -170,16 +180,19 @@ TEST_F(CorruptionTest, ManifestThatDoesNotMatchTheFiles) {
   o.chunk_bytes = 4096;
   ASSERT_TRUE(SaveAllRanks(other, StatesOf(st), o).ok());
   WriteManifestText(ReadFileToString(JoinPath(other, "step_00000002/manifest.json")).value());
-  ExpectDetected(StatusCode::kDataLoss, {".bin' is 32", "bytes, the manifest says 49", "(truncated)"});
+  ExpectDetected(StatusCode::kDataLoss,
+                 {".bin' is 32", "bytes, the manifest says 49", "(truncated)"});
 
   WriteManifestText(original);
   ASSERT_TRUE(VerifyCheckpoint(root_).ok());
   // A consistent manifest whose chunk checksum was changed (chunk 1: the first data chunk).
   WriteManifestText(original);
   EditManifest([](nlohmann::json& j) {
-    j["files"][0]["chunk_xxh3"] = std::string(j["files"][0]["chunk_xxh3"]).replace(16, 16, "0123456789abcdef");
+    j["files"][0]["chunk_xxh3"] =
+        std::string(j["files"][0]["chunk_xxh3"]).replace(16, 16, "0123456789abcdef");
   });
-  ExpectDetected(StatusCode::kDataLoss, {"rank_00000.bin", "chunk 1 ", "the manifest says 0123456789abcdef"}, 0);
+  ExpectDetected(StatusCode::kDataLoss,
+                 {"rank_00000.bin", "chunk 1 ", "the manifest says 0123456789abcdef"}, 0);
 }
 
 TEST_F(CorruptionTest, CorruptManifestJson) {
@@ -201,7 +214,8 @@ TEST_F(CorruptionTest, LatestPointsNowhereOrIsGarbage) {
   ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, "latest"), "step_00000077\n", false).ok());
   Status s = VerifyCheckpoint(root_).status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
-  EXPECT_NE(s.message().find("names 'step_00000077', which does not exist"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("names 'step_00000077', which does not exist"), std::string::npos)
+      << s;
   ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, "latest"), "../../etc\n", false).ok());
   s = VerifyCheckpoint(root_).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;

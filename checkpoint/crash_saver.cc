@@ -31,9 +31,11 @@ int Run(const std::string& root, bool async) {
   CheckpointWriter writer(root, nullptr, SaveOptions{3, 64 << 10});
   for (;; ++step) {
     std::vector<OwnedState> st = MakeStates(MakeLayout(model, async ? 1 : 2), DefaultSlots(), step);
-    Status s = async ? writer.SaveAsync(st[0].state) : SaveAllRanks(root, StatesOf(st), SaveOptions{3, 64 << 10}).status();
+    Status s = async ? writer.SaveAsync(st[0].state)
+                     : SaveAllRanks(root, StatesOf(st), SaveOptions{3, 64 << 10}).status();
     if (!s.ok()) {
-      std::fprintf(stderr, "crash_saver: step %lld: %s\n", static_cast<long long>(step), s.ToString().c_str());
+      std::fprintf(stderr, "crash_saver: step %lld: %s\n", static_cast<long long>(step),
+                   s.ToString().c_str());
       return 1;
     }
   }

@@ -54,25 +54,28 @@ TEST(CrashTest, KillNineAtRandomMomentsLeavesAVerifiableLatest) {
       ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "saver exited early with status " << status;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(1, 400)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(1, 400)(rng)));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "round " << round << ": the saver was not killed but exited (" << status << ")";
+    ASSERT_TRUE(WIFSIGNALED(status))
+        << "round " << round << ": the saver was not killed but exited (" << status << ")";
 
     StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(root);
     ASSERT_TRUE(v.ok()) << "round " << round << " (" << mode << "): " << v.status();
     EXPECT_GT(v->step, last_step) << "round " << round << " made no progress";
     last_step = v->step;
-    std::printf("round %d (%s): latest = step %lld (world %d)\n", round, mode, static_cast<long long>(v->step),
-                v->world_size);
+    std::printf("round %d (%s): latest = step %lld (world %d)\n", round, mode,
+                static_cast<long long>(v->step), v->world_size);
     // Whatever world size it was written at, it loads the values of its step.
     StoreLayout l = MakeLayout(model, 2);
     for (int r = 0; r < 2; ++r) {
       OwnedState dest = MakeDest(l, r, DefaultSlots());
       ASSERT_TRUE(LoadCheckpoint(root, nullptr, dest.state).ok());
       for (size_t s = 0; s < DefaultSlots().size(); ++s) {
-        EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, r, DefaultSlots()[s], v->step)) << "slot " << s;
+        EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, r, DefaultSlots()[s], v->step))
+            << "slot " << s;
       }
     }
     // Never more than keep_last (3) committed checkpoints, plus one whose deletion a kill before

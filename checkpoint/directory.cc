@@ -8,7 +8,9 @@
 namespace shardema {
 
 namespace {
-bool StartsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool StartsWith(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 
 std::string Trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
@@ -68,8 +70,9 @@ StatusOr<std::string> CommittedStepDir(const std::string& root, int64_t step) {
   if (PathExists(JoinPath(path, kManifestName))) return path;
   if (!IsDirectory(root)) return NotFound("checkpoint root '", root, "' does not exist");
   StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(root);
-  return NotFound("no committed checkpoint of step ", step, " in '", root, "' (", path, " has no ", kManifestName,
-                  "); committed steps: ", steps.ok() ? StepList(*steps) : steps.status().ToString());
+  return NotFound("no committed checkpoint of step ", step, " in '", root, "' (", path, " has no ",
+                  kManifestName, "); committed steps: ",
+                  steps.ok() ? StepList(*steps) : steps.status().ToString());
 }
 
 namespace {
@@ -82,17 +85,20 @@ StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
   const std::string latest_path = JoinPath(path, kLatestName);
   if (!PathExists(latest_path)) {
     if (steps.empty()) {
-      return NotFound("'", path, "' holds neither ", kManifestName, " (a checkpoint directory) nor '", kLatestName,
+      return NotFound("'", path, "' holds neither ", kManifestName,
+                      " (a checkpoint directory) nor '", kLatestName,
                       "' or a committed step directory (a checkpoint root)");
     }
     const std::string newest = JoinPath(path, StepDirName(steps.back()));
-    LOG_WARNING << "checkpoint: '" << latest_path << "' is missing; using the newest committed checkpoint '"
-                << newest << "' (committed steps: " << StepList(steps) << ")";
+    LOG_WARNING << "checkpoint: '" << latest_path
+                << "' is missing; using the newest committed checkpoint '" << newest
+                << "' (committed steps: " << StepList(steps) << ")";
     return newest;
   }
   ASSIGN_OR_RETURN(std::string name, ReadLatest(path));
   const std::string dir = JoinPath(path, name);
-  if (!IsDirectory(dir)) return NotFound("'", latest_path, "' names '", name, "', which does not exist");
+  if (!IsDirectory(dir))
+    return NotFound("'", latest_path, "' names '", name, "', which does not exist");
   if (!PathExists(JoinPath(dir, kManifestName))) {
     return NotFound("'", latest_path, "' names '", name, "', which has no ", kManifestName);
   }
@@ -103,20 +109,24 @@ StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
     if (s > named) newer.push_back(s);
   }
   if (refuse_newer) {
-    return FailedPrecondition("'", latest_path, "' names ", name, " but newer committed checkpoints exist in '", path,
-                              "': steps ", StepList(newer), " (a crash between a commit and its '", kLatestName,
+    return FailedPrecondition("'", latest_path, "' names ", name,
+                              " but newer committed checkpoints exist in '", path, "': steps ",
+                              StepList(newer), " (a crash between a commit and its '", kLatestName,
                               "' update, or a stale or edited '", kLatestName,
-                              "'); choose one explicitly: --resume-step ",
-                              steps.back(), " (the newest) or --resume-step ", named, " ('", kLatestName, "')");
+                              "'); choose one explicitly: --resume-step ", steps.back(),
+                              " (the newest) or --resume-step ", named, " ('", kLatestName, "')");
   }
   const std::string newest = JoinPath(path, StepDirName(steps.back()));
-  LOG_WARNING << "checkpoint: '" << latest_path << "' names " << name << ", but newer committed checkpoints exist"
+  LOG_WARNING << "checkpoint: '" << latest_path << "' names " << name
+              << ", but newer committed checkpoints exist"
               << " (steps " << StepList(newer) << "); using the newest, '" << newest << "'";
   return newest;
 }
 }  // namespace
 
-StatusOr<std::string> ResolveCheckpointDir(const std::string& path) { return ResolveDir(path, false); }
+StatusOr<std::string> ResolveCheckpointDir(const std::string& path) {
+  return ResolveDir(path, false);
+}
 
 StatusOr<std::vector<int64_t>> DiscardStepsAfter(const std::string& root, int64_t step) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(root));
@@ -137,7 +147,8 @@ StatusOr<std::vector<int64_t>> DiscardStepsAfter(const std::string& root, int64_
   return newer;
 }
 
-StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root, std::optional<int64_t> step) {
+StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root,
+                                              std::optional<int64_t> step) {
   if (step) return CommittedStepDir(root, *step);
   return ResolveDir(root, true);
 }
@@ -151,14 +162,16 @@ StatusOr<Manifest> ReadManifest(const std::string& dir) {
   uint64_t got = Xxh3(text.data(), text.size());
   if (want != got) {
     return DataLoss("'", mpath, "': checksum mismatch: ", kManifestChecksumName, " says ",
-                    HashToHex(want), ", the file hashes to ", HashToHex(got), " (corrupt or edited)");
+                    HashToHex(want), ", the file hashes to ", HashToHex(got),
+                    " (corrupt or edited)");
   }
   return Manifest::Parse(text, "manifest '" + mpath + "'");
 }
 
 namespace {
 // Deletes `path` now, or (deferred_removals set) renames it to a ".tmp_delete_" name and queues it.
-Status RemoveOrDefer(const std::string& root, const std::string& name, const CommitOptions& options) {
+Status RemoveOrDefer(const std::string& root, const std::string& name,
+                     const CommitOptions& options) {
   const std::string path = JoinPath(root, name);
   if (options.deferred_removals == nullptr) return RemoveTree(path);
   std::string queued = path;
@@ -172,7 +185,8 @@ Status RemoveOrDefer(const std::string& root, const std::string& name, const Com
 }
 }  // namespace
 
-StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, const CommitOptions& options) {
+StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step,
+                                     const CommitOptions& options) {
   if (step < 0) return InvalidArgument("checkpoint step must be >= 0, got ", step);
   RETURN_IF_ERROR(MakeDirs(root));
   ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root));
@@ -187,19 +201,22 @@ StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, cons
   const std::string final_dir = JoinPath(root, name);
   if (PathExists(final_dir)) {
     StatusOr<std::string> latest = ReadLatest(root);
-    const std::string named = latest.ok() ? "'" + *latest + "'" : "nothing (" + latest.status().ToString() + ")";
+    const std::string named =
+        latest.ok() ? "'" + *latest + "'" : "nothing (" + latest.status().ToString() + ")";
     const bool committed = PathExists(JoinPath(final_dir, kManifestName));
     if (committed && latest.ok() && *latest == name) {
-      return AlreadyExists("checkpoint '", final_dir, "' exists and is the latest; refusing to overwrite it");
+      return AlreadyExists("checkpoint '", final_dir,
+                           "' exists and is the latest; refusing to overwrite it");
     }
     if (committed && !options.replace_committed) {
-      return AlreadyExists("checkpoint '", final_dir, "' is committed but '", kLatestName, "' names ", named,
-                           "; refusing to replace a committed checkpoint (resume from it, or choose explicitly "
-                           "to discard the newer steps)");
+      return AlreadyExists(
+          "checkpoint '", final_dir, "' is committed but '", kLatestName, "' names ", named,
+          "; refusing to replace a committed checkpoint (resume from it, or choose explicitly "
+          "to discard the newer steps)");
     }
-    LOG_WARNING << "checkpoint: '" << final_dir << "' exists " << (committed ? "(committed)" : "(not committed)")
-                << " but '" << kLatestName << "' names " << named << "; moving it aside to save step " << step
-                << " again";
+    LOG_WARNING << "checkpoint: '" << final_dir << "' exists "
+                << (committed ? "(committed)" : "(not committed)") << " but '" << kLatestName
+                << "' names " << named << "; moving it aside to save step " << step << " again";
     const std::string aside = ".tmp_orphan_" + name;
     RETURN_IF_ERROR(RenamePath(final_dir, JoinPath(root, aside)));
     RETURN_IF_ERROR(RemoveOrDefer(root, aside, options));
@@ -240,18 +257,22 @@ StatusOr<std::string> CommitStepDir(const std::string& root, const Manifest& man
   const std::string final_dir = JoinPath(root, name);
   for (const FileEntry& f : manifest.files) {
     if (!PathExists(JoinPath(tmp, f.name))) {
-      return NotFound("commit of step ", manifest.step, ": '", JoinPath(tmp, f.name), "' is missing");
+      return NotFound("commit of step ", manifest.step, ": '", JoinPath(tmp, f.name),
+                      "' is missing");
     }
   }
   ASSIGN_OR_RETURN(auto files, SerializeManifest(manifest));
   const std::string& text = files.first;
   const std::string& sum = files.second;
-  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, kManifestName), text, options.fsync, options.fault_hook));
-  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, kManifestChecksumName), sum, options.fsync, options.fault_hook));
+  RETURN_IF_ERROR(
+      WriteFileAtomic(JoinPath(tmp, kManifestName), text, options.fsync, options.fault_hook));
+  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, kManifestChecksumName), sum, options.fsync,
+                                  options.fault_hook));
   if (options.fsync) RETURN_IF_ERROR(SyncDir(tmp));
   RETURN_IF_ERROR(RenamePath(tmp, final_dir));
   if (options.fsync) RETURN_IF_ERROR(SyncDir(root));
-  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(root, kLatestName), name + "\n", options.fsync, options.fault_hook));
+  RETURN_IF_ERROR(
+      WriteFileAtomic(JoinPath(root, kLatestName), name + "\n", options.fsync, options.fault_hook));
   RETURN_IF_ERROR(ApplyRetention(root, manifest.step, options));
   return final_dir;
 }

@@ -47,7 +47,8 @@ struct CommitOptions {
 // Returns that path. A committed step_N is never replaced unless options.replace_committed.
 // Errors: kAlreadyExists when step_N is committed (naming what `latest` names); errno errors
 // naming the path.
-StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step, const CommitOptions& options);
+StatusOr<std::string> PrepareStepDir(const std::string& root, int64_t step,
+                                     const CommitOptions& options);
 
 // After every rank file of `manifest` is durable in ROOT/.tmp_step_N: writes manifest.json then
 // manifest.xxh3 (each temp + fsync + rename), fsyncs the directory, renames it to ROOT/step_N,

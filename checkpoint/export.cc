@@ -22,8 +22,8 @@ using nlohmann::json;
 
 namespace {
 
-StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std::string& slot, DType dtype,
-                                         bool include_buffers) {
+StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std::string& slot,
+                                                   DType dtype, bool include_buffers) {
   std::map<std::string, ExportTensor> items;
   const std::string st_dtype = DTypeSafetensorsName(dtype);
   for (size_t u = 0; u < m.layout.units().size(); ++u) {
@@ -49,8 +49,8 @@ StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std:
     }
     for (const auto& [name, i] : chosen) {
       if (items.count(name) != 0) {
-        return InvalidArgument("export: buffer '", m.buffers[size_t(i)].name, "' would be named '", name,
-                               "', which is also a parameter");
+        return InvalidArgument("export: buffer '", m.buffers[size_t(i)].name, "' would be named '",
+                               name, "', which is also a parameter");
       }
       ExportTensor it;
       it.tensor = SafetensorsTensor{name, st_dtype, m.buffers[size_t(i)].shape};
@@ -62,7 +62,8 @@ StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std:
   // Tied weights: each alias is a copy of its parameter (see export.h).
   if (m.meta.is_object() && m.meta.contains("tied_weights")) {
     const json& tied = m.meta.at("tied_weights");
-    if (!tied.is_object()) return DataLoss("export: checkpoint meta 'tied_weights' is not an object");
+    if (!tied.is_object())
+      return DataLoss("export: checkpoint meta 'tied_weights' is not an object");
     for (auto t = tied.begin(); t != tied.end(); ++t) {
       const std::string alias = t.key();
       if (!t.value().is_string() || !items.count(t.value().get<std::string>())) {
@@ -105,8 +106,9 @@ void OwnedRange(const ExportTensor& t, int rank, int world, int64_t* lo, int64_t
 }
 
 // This rank's share of one file: the values of its owned ranges, converted, written in place.
-Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn& values, int rank, int world,
-                       std::vector<char>& src, std::vector<char>& dst, WritableFile& file) {
+Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn& values, int rank,
+                       int world, std::vector<char>& src, std::vector<char>& dst,
+                       WritableFile& file) {
   const size_t ds = DTypeSize(dtype);
   const int64_t step = int64_t(src.size() / 4);
   for (const ExportTensor& t : f.tensors) {
@@ -121,7 +123,8 @@ Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn
         ConvertBuffer(src.data(), src_type, dst.data(), dtype, size_t(n));
         out = dst.data();
       }
-      RETURN_IF_ERROR(file.WriteAt(f.header.size() + t.tensor.begin + uint64_t(b) * ds, out, size_t(n) * ds));
+      RETURN_IF_ERROR(
+          file.WriteAt(f.header.size() + t.tensor.begin + uint64_t(b) * ds, out, size_t(n) * ds));
     }
   }
   return Status::Ok();
@@ -180,7 +183,8 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
   for (const ExportFilePlan& f : plan.files) finals.push_back(f.path);
   Status s = WriteFileAtomic(index_tmp, plan.index_json, options.fsync);
   if (s.ok() && PathExists(plan.index_file)) s = RemoveTree(plan.index_file);
-  for (size_t g = 0; s.ok() && g < finals.size(); ++g) s = RenamePath(finals[g] + ".tmp", finals[g]);
+  for (size_t g = 0; s.ok() && g < finals.size(); ++g)
+    s = RenamePath(finals[g] + ".tmp", finals[g]);
   if (s.ok() && options.fsync) s = SyncDir(dir);
   if (s.ok()) s = RenamePath(index_tmp, plan.index_file);
   if (s.ok() && options.fsync) s = SyncDir(dir);
@@ -193,12 +197,14 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
 
 }  // namespace
 
-StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta, const std::string& slot,
-                                                            int64_t step, const std::string& where) {
+StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta,
+                                                            const std::string& slot, int64_t step,
+                                                            const std::string& where) {
   ASSIGN_OR_RETURN(SlotMeta found, FindSlotMeta(meta, slot, where));
   std::map<std::string, std::string> out;
   auto text = [](const json& v) {
-    return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return v.is_string() ? v.get<std::string>()
+                         : v.dump(-1, ' ', false, json::error_handler_t::replace);
   };
   if (found.progress.is_object()) {
     for (auto it = found.progress.begin(); it != found.progress.end(); ++it) {
@@ -206,7 +212,8 @@ StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta, co
     }
   }
   if (found.config.is_object()) {
-    for (auto it = found.config.begin(); it != found.config.end(); ++it) out[it.key()] = text(it.value());
+    for (auto it = found.config.begin(); it != found.config.end(); ++it)
+      out[it.key()] = text(it.value());
   }
   out["format"] = "pt";
   out["step"] = std::to_string(step);
@@ -215,9 +222,12 @@ StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta, co
   return out;
 }
 
-StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DType dtype, const std::string& out_path,
-                                const std::map<std::string, std::string>& metadata, const ExportOptions& options) {
-  ASSIGN_OR_RETURN(std::vector<ExportTensor> items, CollectTensors(m, slot, dtype, options.include_buffers));
+StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DType dtype,
+                                const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata,
+                                const ExportOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<ExportTensor> items,
+                   CollectTensors(m, slot, dtype, options.include_buffers));
   ExportPlan plan;
   plan.dtype = dtype;
   plan.step = m.step;
@@ -226,7 +236,8 @@ StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DTyp
   uint64_t in_group = 0;
   for (ExportTensor& it : items) {
     const uint64_t bytes = uint64_t(it.numel) * DTypeSize(dtype);
-    if (options.max_file_size > 0 && !groups.back().empty() && in_group + bytes > options.max_file_size) {
+    if (options.max_file_size > 0 && !groups.back().empty() &&
+        in_group + bytes > options.max_file_size) {
       groups.emplace_back();
       in_group = 0;
     }
@@ -255,13 +266,15 @@ StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DTyp
   }
   if (k > 1) {
     plan.index_file = JoinPath(dir, stem + ".safetensors.index.json");
-    plan.index_json = json{{"metadata", {{"total_size", plan.total_bytes}}}, {"weight_map", weight_map}}.dump(2) + "\n";
+    plan.index_json =
+        json{{"metadata", {{"total_size", plan.total_bytes}}}, {"weight_map", weight_map}}.dump(2) +
+        "\n";
   }
   return plan;
 }
 
-StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValueFn& values, Communicator* comm,
-                                       const ExportOptions& options) {
+StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValueFn& values,
+                                       Communicator* comm, const ExportOptions& options) {
   const int rank = RankOf(comm), world = WorldSizeOf(comm);
   auto agree = [&](Status s, const char* what) -> Status {
     s = comm == nullptr ? s : AgreeOnStatus(comm, s, what);
@@ -271,9 +284,12 @@ StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValue
     }
     return s;
   };
-  RETURN_IF_ERROR(agree(rank == 0 ? CreateFiles(plan) : Status::Ok(), "export: creating the files"));
-  RETURN_IF_ERROR(agree(WriteOwnParts(plan, values, rank, world, options), "export: writing the tensors"));
-  RETURN_IF_ERROR(agree(rank == 0 ? CommitFiles(plan, options) : Status::Ok(), "export: committing the files"));
+  RETURN_IF_ERROR(
+      agree(rank == 0 ? CreateFiles(plan) : Status::Ok(), "export: creating the files"));
+  RETURN_IF_ERROR(
+      agree(WriteOwnParts(plan, values, rank, world, options), "export: writing the tensors"));
+  RETURN_IF_ERROR(
+      agree(rank == 0 ? CommitFiles(plan, options) : Status::Ok(), "export: committing the files"));
   ExportReport report;
   report.step = plan.step;
   report.total_bytes = plan.total_bytes;
@@ -283,24 +299,28 @@ StatusOr<ExportReport> WriteExportPlan(const ExportPlan& plan, const ExportValue
   return report;
 }
 
-StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot, DType dtype,
-                                         const std::string& out_path, const ExportOptions& options) {
+StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot,
+                                         DType dtype, const std::string& out_path,
+                                         const ExportOptions& options) {
   ReaderOptions ro;
   ro.cache_chunks = options.cache_chunks;
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(checkpoint, ro));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                   CheckpointReader::Open(checkpoint, ro));
   const Manifest& m = reader->manifest();
   const int si = m.FindSlot(slot);
   if (si < 0) {
     std::string have;
     for (const SlotEntry& s : m.slots) have += (have.empty() ? "" : ", ") + s.name;
-    return NotFound("export: checkpoint '", reader->dir(), "' has no slot '", slot, "' (its slots: ", have, ")");
+    return NotFound("export: checkpoint '", reader->dir(), "' has no slot '", slot,
+                    "' (its slots: ", have, ")");
   }
   ASSIGN_OR_RETURN(const auto metadata,
                    ExportMetadata(m.meta, slot, m.step,
                                   "manifest '" + JoinPath(reader->dir(), kManifestName) + "'"));
   ASSIGN_OR_RETURN(ExportPlan plan, PlanExport(m, slot, dtype, out_path, metadata, options));
   ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(*reader, slot));
-  ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst, DType* type) -> Status {
+  ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst,
+                             DType* type) -> Status {
     if (t.buffer >= 0) {
       const BufferEntry& e = m.buffers[size_t(t.buffer)];
       *type = e.dtype;

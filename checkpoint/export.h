@@ -75,12 +75,13 @@ struct ExportReport {
   std::string index_file;          // "" when a single file was written
   int64_t step = 0;
   size_t num_tensors = 0;
-  uint64_t total_bytes = 0;        // tensor data bytes over all files
+  uint64_t total_bytes = 0;  // tensor data bytes over all files
 };
 
 // `checkpoint`: a checkpoint directory or a root (its `latest`).
-StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot, DType dtype,
-                                         const std::string& out_path, const ExportOptions& options = {});
+StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const std::string& slot,
+                                         DType dtype, const std::string& out_path,
+                                         const ExportOptions& options = {});
 
 // ---- Lower level ----
 
@@ -128,8 +129,8 @@ StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DTyp
 
 // Writes elements [begin, begin + n) of tensor `t` into dst (room for n elements of 4 bytes) in
 // a dtype of its choice, stored in *dtype.
-using ExportValueFn = std::function<Status(const ExportTensor& t, int64_t begin, int64_t n, void* dst,
-                                           DType* dtype)>;
+using ExportValueFn =
+    std::function<Status(const ExportTensor& t, int64_t begin, int64_t n, void* dst, DType* dtype)>;
 
 // Writes the plan's files (values converted to plan.dtype, round to nearest even). `comm` null:
 // this process writes everything. Otherwise collective, as described at the top: every rank

@@ -45,12 +45,16 @@ json ExpectedTensors(const SlotSpec& slot, const std::string& buffer_source, int
           bytes.append(reinterpret_cast<const char*>(&b), 2);
         }
       }
-      out.push_back({{"name", p.name}, {"shape", p.shape}, {"source_dtype", DTypeSafetensorsName(slot.dtype)},
+      out.push_back({{"name", p.name},
+                     {"shape", p.shape},
+                     {"source_dtype", DTypeSafetensorsName(slot.dtype)},
                      {"source_hex", Hex(bytes.data(), bytes.size())}});
     }
   }
   std::vector<float> b = ExpectedBuffer(buffer_source, step);
-  out.push_back({{"name", "bn.running_mean"}, {"shape", {5}}, {"source_dtype", "F32"},
+  out.push_back({{"name", "bn.running_mean"},
+                 {"shape", {5}},
+                 {"source_dtype", "F32"},
                  {"source_hex", Hex(b.data(), b.size() * 4)}});
   return out;
 }
@@ -73,7 +77,11 @@ int Run(const std::string& out) {
   const std::vector<Job> jobs = {
       {"ema_f32", {"ema_0.999", DType::kF32}, DType::kF32, 0, "ema_0.999/bn.running_mean"},
       {"params_bf16", {"params", DType::kF32}, DType::kBF16, 0, "bn.running_mean"},
-      {"ema_f16_sharded", {"ema_0.999", DType::kF32}, DType::kF16, 300, "ema_0.999/bn.running_mean"},
+      {"ema_f16_sharded",
+       {"ema_0.999", DType::kF32},
+       DType::kF16,
+       300,
+       "ema_0.999/bn.running_mean"},
       {"emabf16_f32", {"ema_bf16", DType::kBF16}, DType::kF32, 0, "bn.running_mean"},
   };
   json expected = json::array();
@@ -82,7 +90,8 @@ int Run(const std::string& out) {
     if (!MakeDirs(dir).ok()) return 1;
     ExportOptions o;
     o.max_file_size = j.max_file_size;
-    StatusOr<ExportReport> r = ExportSafetensors(ckpt, j.slot.name, j.dtype, JoinPath(dir, "model.safetensors"), o);
+    StatusOr<ExportReport> r =
+        ExportSafetensors(ckpt, j.slot.name, j.dtype, JoinPath(dir, "model.safetensors"), o);
     if (!r.ok()) {
       std::fprintf(stderr, "export %s: %s\n", j.dir.c_str(), r.status().ToString().c_str());
       return 1;
@@ -94,8 +103,11 @@ int Run(const std::string& out) {
       md["interval"] = "1";
       md["counters.num_updates"] = "17";  // the slot's progress entry (checkpoint/test_util)
     }
-    expected.push_back({{"files", r->files}, {"index", r->index_file}, {"dtype", DTypeSafetensorsName(j.dtype)},
-                        {"metadata", md}, {"tensors", ExpectedTensors(j.slot, j.buffer_source, 42)}});
+    expected.push_back({{"files", r->files},
+                        {"index", r->index_file},
+                        {"dtype", DTypeSafetensorsName(j.dtype)},
+                        {"metadata", md},
+                        {"tensors", ExpectedTensors(j.slot, j.buffer_source, 42)}});
   }
   return WriteFileAtomic(JoinPath(out, "expected.json"), expected.dump(1), false).ok() ? 0 : 1;
 }

@@ -78,7 +78,8 @@ class ExportTest : public ::testing::Test {
 
 TEST_F(ExportTest, EmaSlotF32WithItsOwnBufferAndMetadata) {
   const std::string out = JoinPath(base_, "model.safetensors");
-  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out);
+  StatusOr<ExportReport> r =
+      ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->files, std::vector<std::string>{out});
   EXPECT_EQ(r->index_file, "");
@@ -102,15 +103,16 @@ TEST_F(ExportTest, EmaSlotF32WithItsOwnBufferAndMetadata) {
 TEST_F(ExportTest, MetadataFromAnySectionListingTheSlot) {
   std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 7);
   for (OwnedState& o : st) {
-    o.state.meta = {{"averages",
-                     {{"config",
-                       {{"slots",
-                         {{{"name", "ema_0.5"}, {"decay", 0.5}},
-                          {{"name", "ema_0.999"}, {"decay", 0.999}, {"kind", "warmup"}}}}}},
-                      {"progress",
-                       {{"slots",
-                         {{{"name", "ema_0.5"}, {"num_updates", 3}},
-                          {{"name", "ema_0.999"}, {"num_updates", 7}, {"last_update_step", 7}}}}}}}}};
+    o.state.meta = {
+        {"averages",
+         {{"config",
+           {{"slots",
+             {{{"name", "ema_0.5"}, {"decay", 0.5}},
+              {{"name", "ema_0.999"}, {"decay", 0.999}, {"kind", "warmup"}}}}}},
+          {"progress",
+           {{"slots",
+             {{{"name", "ema_0.5"}, {"num_updates", 3}},
+              {{"name", "ema_0.999"}, {"num_updates", 7}, {"last_update_step", 7}}}}}}}}};
   }
   const std::string dir = JoinPath(base_, "ckpt_slots_meta");
   ASSERT_TRUE(SaveAllRanks(dir, StatesOf(st), SaveOptions{}).ok());
@@ -127,14 +129,16 @@ TEST_F(ExportTest, MetadataFromAnySectionListingTheSlot) {
 }
 
 TEST_F(ExportTest, ConvertsToBf16AndF16) {
-  StatusOr<ExportReport> r =
-      ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, JoinPath(base_, "p.safetensors"));
+  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16,
+                                               JoinPath(base_, "p.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectTensors(r->files, {"params", DType::kF32}, DType::kBF16, "bn.running_mean");
-  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF16, JoinPath(base_, "h.safetensors"));
+  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF16,
+                        JoinPath(base_, "h.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kF16, "ema_0.999/bn.running_mean");
-  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_bf16", DType::kF32, JoinPath(base_, "b.safetensors"));
+  r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_bf16", DType::kF32,
+                        JoinPath(base_, "b.safetensors"));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectTensors(r->files, {"ema_bf16", DType::kBF16}, DType::kF32, "bn.running_mean");
 }
@@ -145,7 +149,8 @@ TEST_F(ExportTest, ShardedFilesWithIndex) {
   o.piece_bytes = 64;  // tiny pieces: many reads per tensor
   const std::string out = JoinPath(base_, "sharded/model.safetensors");
   ASSERT_TRUE(MakeDirs(JoinPath(base_, "sharded")).ok());
-  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out, o);
+  StatusOr<ExportReport> r =
+      ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.999", DType::kF32, out, o);
   ASSERT_TRUE(r.ok()) << r.status();
   const size_t k = r->files.size();
   ASSERT_GT(k, 2u);
@@ -180,7 +185,8 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
   const std::string out = JoinPath(dir, "model.safetensors");
   ExportOptions o;
   o.max_file_size = 300;
-  StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kF32, out, o);
+  StatusOr<ExportReport> r =
+      ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kF32, out, o);
   ASSERT_TRUE(r.ok()) << r.status();
   StatusOr<std::unique_ptr<SafetensorsSet>> set = SafetensorsSet::Open(r->index_file);
   ASSERT_TRUE(set.ok()) << set.status();
@@ -195,11 +201,13 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
   // Leftovers of a kill during publication (a shard of another set, a temp file) are removed by
   // the next export; a set with fewer shards leaves none of the older set's behind.
   ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "model-00007-of-00009.safetensors"), "x", false).ok());
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "model-00001-of-00002.safetensors.tmp"), "x", false).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(JoinPath(dir, "model-00001-of-00002.safetensors.tmp"), "x", false).ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "other.safetensors"), "keep", false).ok());
   o.max_file_size = 100000;
   o.include_buffers = true;
-  StatusOr<ExportReport> r2 = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, out, o);
+  StatusOr<ExportReport> r2 =
+      ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16, out, o);
   ASSERT_TRUE(r2.ok()) << r2.status();
   std::vector<std::string> want = {"other.safetensors"};
   if (r2->files.size() == 1) {
@@ -228,7 +236,9 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
 }
 
 TEST_F(ExportTest, UnknownSlotListsTheSlots) {
-  Status s = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.5", DType::kF32, JoinPath(base_, "x.safetensors")).status();
+  Status s = ExportSafetensors(JoinPath(base_, "ckpt"), "ema_0.5", DType::kF32,
+                               JoinPath(base_, "x.safetensors"))
+                 .status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("params, exp_avg, ema_0.999, ema_bf16"), std::string::npos) << s;
 }

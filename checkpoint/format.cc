@@ -119,7 +119,8 @@ StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
                                   std::vector<SlotEntry> slots, std::vector<BufferEntry> buffers,
                                   json meta, uint64_t chunk_bytes) {
   if (chunk_bytes == 0 || chunk_bytes > kMaxChunkBytes) {
-    return InvalidArgument("checksum chunk size must be in [1, ", kMaxChunkBytes, "], got ", chunk_bytes);
+    return InvalidArgument("checksum chunk size must be in [1, ", kMaxChunkBytes, "], got ",
+                           chunk_bytes);
   }
   Manifest m;
   m.step = step;
@@ -130,10 +131,12 @@ StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
   std::set<std::string> names;
   uint64_t off = m.header_bytes;
   // Appends a section of `bytes` aligned to `align` at `off`, refusing files beyond kMaxFileBytes.
-  auto place = [&off](uint64_t bytes, uint64_t align, const std::string& what) -> StatusOr<uint64_t> {
+  auto place = [&off](uint64_t bytes, uint64_t align,
+                      const std::string& what) -> StatusOr<uint64_t> {
     const uint64_t at = off;
     uint64_t padded = 0;
-    if (!CheckedAlignUp(bytes, align, &padded) || !CheckedAdd(off, padded, &off) || off > kMaxFileBytes) {
+    if (!CheckedAlignUp(bytes, align, &padded) || !CheckedAdd(off, padded, &off) ||
+        off > kMaxFileBytes) {
       return InvalidArgument(what, ": the rank file would exceed ", kMaxFileBytes, " bytes");
     }
     return at;
@@ -143,15 +146,18 @@ StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
     if (!names.insert(s.name).second) return InvalidArgument("duplicate slot name '", s.name, "'");
     s.local_numel = layout.local_numel();
     if (!CheckedMul(uint64_t(s.local_numel), uint64_t(DTypeSize(s.dtype)), &s.bytes_per_rank)) {
-      return InvalidArgument("slot '", s.name, "': ", s.local_numel, " elements per rank overflow a byte count");
+      return InvalidArgument("slot '", s.name, "': ", s.local_numel,
+                             " elements per rank overflow a byte count");
     }
     ASSIGN_OR_RETURN(s.offset, place(s.bytes_per_rank, kSlotAlignment, "slot '" + s.name + "'"));
   }
   names.clear();
   for (BufferEntry& b : buffers) {
     if (b.name.empty()) return InvalidArgument("buffer name is empty");
-    if (!names.insert(b.name).second) return InvalidArgument("duplicate buffer name '", b.name, "'");
-    ASSIGN_OR_RETURN(const int64_t bytes, CheckedNumBytes(b.shape, b.dtype, "buffer '" + b.name + "'"));
+    if (!names.insert(b.name).second)
+      return InvalidArgument("duplicate buffer name '", b.name, "'");
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     CheckedNumBytes(b.shape, b.dtype, "buffer '" + b.name + "'"));
     b.bytes = uint64_t(bytes);
     ASSIGN_OR_RETURN(b.offset, place(b.bytes, kBufferAlignment, "buffer '" + b.name + "'"));
   }
@@ -208,13 +214,20 @@ json Manifest::ToJson() const {
   j["layout"] = layout.ToJson();
   j["slots"] = json::array();
   for (const SlotEntry& s : slots) {
-    j["slots"].push_back({{"name", s.name}, {"dtype", DTypeName(s.dtype)}, {"local_numel", s.local_numel},
-                          {"bytes_per_rank", s.bytes_per_rank}, {"offset", s.offset}});
+    j["slots"].push_back({{"name", s.name},
+                          {"dtype", DTypeName(s.dtype)},
+                          {"local_numel", s.local_numel},
+                          {"bytes_per_rank", s.bytes_per_rank},
+                          {"offset", s.offset}});
   }
   j["buffers"] = json::array();
   for (const BufferEntry& b : buffers) {
-    j["buffers"].push_back({{"name", b.name}, {"shape", b.shape}, {"dtype", DTypeName(b.dtype)},
-                            {"file", RankFileName(0)}, {"offset", b.offset}, {"bytes", b.bytes}});
+    j["buffers"].push_back({{"name", b.name},
+                            {"shape", b.shape},
+                            {"dtype", DTypeName(b.dtype)},
+                            {"file", RankFileName(0)},
+                            {"offset", b.offset},
+                            {"bytes", b.bytes}});
   }
   j["files"] = json::array();
   for (const FileEntry& f : files) j["files"].push_back(FileEntryToJson(f));
@@ -257,7 +270,8 @@ StatusOr<DType> ReadDType(const JsonField& parent) {
 // computed with overflow checks (the same formulas as Build), and the stored sizes and offsets
 // equal to those the shapes imply.
 StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
-  ASSIGN_OR_RETURN(const int64_t world, jl.GetInt("world_size", 1, std::numeric_limits<int32_t>::max()));
+  ASSIGN_OR_RETURN(const int64_t world,
+                   jl.GetInt("world_size", 1, std::numeric_limits<int32_t>::max()));
   // Per-rank shards are rounded up to a multiple of shard_align elements (fsdp/layout.h); layouts
   // written before the alignment have no "shard_align" and read as 1.
   int64_t align = 1;
@@ -280,7 +294,8 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
       const int64_t n = NumElements(ps.shape);  // valid: ShapeValue checked the product
       RETURN_IF_ERROR(ExpectInt(jp, "numel", n));
       RETURN_IF_ERROR(ExpectInt(jp, "offset", numel));
-      if (!CheckedAdd(numel, n, &numel)) return ju.Invalid("the unit holds more than 2^63 - 1 elements");
+      if (!CheckedAdd(numel, n, &numel))
+        return ju.Invalid("the unit holds more than 2^63 - 1 elements");
       spec.params.push_back(std::move(ps));
     }
     int64_t shard = 0, padded = 0;
@@ -306,7 +321,8 @@ Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest*
   RETURN_IF_ERROR(ExpectString(j, "format", kFormatName));
   ASSIGN_OR_RETURN(const int64_t version, j.GetInt("format_version"));
   if (version != kFormatVersion) {
-    return Unimplemented(where, ": format version ", version, ", this build reads version ", kFormatVersion);
+    return Unimplemented(where, ": format version ", version, ", this build reads version ",
+                         kFormatVersion);
   }
   RETURN_IF_ERROR(ExpectString(j, "checksum", kChecksumName));
   RETURN_IF_ERROR(ExpectUint(j, "header_bytes", kHeaderBytes));
@@ -356,7 +372,8 @@ Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest*
   ASSIGN_OR_RETURN(std::vector<JsonField> files, jf.Elements());
   if (files.size() != size_t(m->world_size)) {
     return jf.Invalid("lists " + std::to_string(files.size()) +
-                      " rank files, expected one per rank (world size " + std::to_string(m->world_size) + ")");
+                      " rank files, expected one per rank (world size " +
+                      std::to_string(m->world_size) + ")");
   }
   for (int r = 0; r < m->world_size; ++r) {
     const JsonField& e = files[size_t(r)];
@@ -371,7 +388,10 @@ Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest*
 }  // namespace
 
 json FileEntryToJson(const FileEntry& f) {
-  return {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"xxh3", HashToHex(f.xxh3)},
+  return {{"name", f.name},
+          {"rank", f.rank},
+          {"bytes", f.bytes},
+          {"xxh3", HashToHex(f.xxh3)},
           {"chunk_xxh3", EncodeHashList(f.chunk_xxh3)}};
 }
 
@@ -386,11 +406,13 @@ StatusOr<FileEntry> FileEntryFromJson(const JsonField& e, uint64_t chunk_bytes) 
   ASSIGN_OR_RETURN(f.xxh3, HashFromHex(hex, xxh3.Where()));
   ASSIGN_OR_RETURN(JsonField chunks, e.Get("chunk_xxh3"));
   ASSIGN_OR_RETURN(std::string list, chunks.String());
-  ASSIGN_OR_RETURN(f.chunk_xxh3, DecodeHashList(list, NumChunks(f.bytes, chunk_bytes), chunks.Where()));
+  ASSIGN_OR_RETURN(f.chunk_xxh3,
+                   DecodeHashList(list, NumChunks(f.bytes, chunk_bytes), chunks.Where()));
   return f;
 }
 
-StatusOr<FileEntry> FileEntryFromJson(const json& e, uint64_t chunk_bytes, const std::string& where) {
+StatusOr<FileEntry> FileEntryFromJson(const json& e, uint64_t chunk_bytes,
+                                      const std::string& where) {
   return FileEntryFromJson(JsonField(e, where), chunk_bytes);
 }
 

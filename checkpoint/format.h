@@ -26,7 +26,7 @@ inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kSlotAlignment = 4096;
 inline constexpr uint64_t kBufferAlignment = 64;
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t(4) << 20;
-inline constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;  // readers cache whole chunks
+inline constexpr uint64_t kMaxChunkBytes = uint64_t(1) << 30;   // readers cache whole chunks
 inline constexpr uint64_t kMaxFileBytes = uint64_t(INT64_MAX);  // offsets stay int64/off_t
 inline constexpr char kChecksumName[] = "xxh3_64";
 inline constexpr char kManifestName[] = "manifest.json";
@@ -86,7 +86,8 @@ struct FileEntry {
 // One `files` entry of the manifest as JSON, and back: every field type-checked, the chunk list
 // holding NumChunks(bytes, chunk_bytes) digests. Errors: kDataLoss naming `where` / the key path.
 nlohmann::json FileEntryToJson(const FileEntry& f);
-StatusOr<FileEntry> FileEntryFromJson(const nlohmann::json& j, uint64_t chunk_bytes, const std::string& where);
+StatusOr<FileEntry> FileEntryFromJson(const nlohmann::json& j, uint64_t chunk_bytes,
+                                      const std::string& where);
 StatusOr<FileEntry> FileEntryFromJson(const JsonField& j, uint64_t chunk_bytes);
 
 struct Manifest {

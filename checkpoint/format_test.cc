@@ -91,8 +91,9 @@ TEST(FormatTest, PlanOffsetsAreAlignedAndSized) {
   EXPECT_EQ(m.RankFileBytes(0), slots_end + 128);
   EXPECT_EQ(m.FindSlot("ema"), 1);
   EXPECT_EQ(m.FindSlot("nope"), -1);
-  EXPECT_EQ(Manifest::Plan(1, m.layout, {{"a", DType::kF32}, {"a", DType::kF32}}, {}, {}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Manifest::Plan(1, m.layout, {{"a", DType::kF32}, {"a", DType::kF32}}, {}, {}).status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 Manifest WithFiles(Manifest m) {
@@ -126,7 +127,11 @@ TEST(FormatTest, ManifestInconsistenciesAreDataLoss) {
     const char* expect;
   };
   std::vector<Case> cases = {
-      {"offset", [](nlohmann::json& j) { j["slots"][1]["offset"] = j["slots"][1]["offset"].get<uint64_t>() + 4096; }, "offset"},
+      {"offset",
+       [](nlohmann::json& j) {
+         j["slots"][1]["offset"] = j["slots"][1]["offset"].get<uint64_t>() + 4096;
+       },
+       "offset"},
       {"file size", [](nlohmann::json& j) { j["files"][2]["bytes"] = 1; }, "files[2]"},
       {"world", [](nlohmann::json& j) { j["world_size"] = 4; }, "world_size"},
       {"file count", [](nlohmann::json& j) { j["files"].erase(2); }, "lists 2 rank files"},

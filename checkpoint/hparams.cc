@@ -43,10 +43,9 @@ StatusOr<std::vector<std::string>> CheckHyperparameters(const json& checkpoint_m
     if (in_ckpt == nullptr && in_run == nullptr) continue;
     const std::string path = section + ".config";
     if (in_ckpt == nullptr || in_run == nullptr) {
-      lines.push_back(FormatDifference(JsonDifference{path, in_ckpt != nullptr,
-                                                      in_run != nullptr,
-                                                      in_ckpt ? *in_ckpt : json(),
-                                                      in_run ? *in_run : json()}));
+      lines.push_back(
+          FormatDifference(JsonDifference{path, in_ckpt != nullptr, in_run != nullptr,
+                                          in_ckpt ? *in_ckpt : json(), in_run ? *in_run : json()}));
       continue;
     }
     for (const JsonDifference& d : JsonDiff(*in_ckpt, *in_run, path, diff_options)) {

@@ -9,10 +9,11 @@ using nlohmann::json;
 
 // Two components in the Stateful shape plus a free-form section without a config.
 json Meta(double decay, double lr, int64_t step) {
-  return {{"optimizer", {{"config", {{"lr", lr}, {"betas", {0.9, 0.999}}}},
-                         {"progress", {{"step", step}}}}},
-          {"ema", {{"config", {{"slots", {{{"name", "ema_0.999"}, {"decay", decay}}}}}},
-                   {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", step}}}}}}}},
+  return {{"optimizer",
+           {{"config", {{"lr", lr}, {"betas", {0.9, 0.999}}}}, {"progress", {{"step", step}}}}},
+          {"ema",
+           {{"config", {{"slots", {{{"name", "ema_0.999"}, {"decay", decay}}}}}},
+            {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", step}}}}}}}},
           {"notes", {{"host", "a"}}}};
 }
 

@@ -103,9 +103,11 @@ std::vector<JsonDifference> JsonDiff(const json& a, const json& b, const std::st
   return out;
 }
 
-std::string FormatDifference(const JsonDifference& d, const std::string& label_a, const std::string& label_b) {
-  return (d.path.empty() ? std::string("(root)") : d.path) + ": " + (d.in_a ? Show(d.a) : "missing") + " (" +
-         label_a + ") vs " + (d.in_b ? Show(d.b) : "missing") + " (" + label_b + ")";
+std::string FormatDifference(const JsonDifference& d, const std::string& label_a,
+                             const std::string& label_b) {
+  return (d.path.empty() ? std::string("(root)") : d.path) + ": " +
+         (d.in_a ? Show(d.a) : "missing") + " (" + label_a + ") vs " +
+         (d.in_b ? Show(d.b) : "missing") + " (" + label_b + ")";
 }
 
 }  // namespace shardema

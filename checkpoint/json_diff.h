@@ -35,7 +35,8 @@ struct JsonDiffOptions {
 // Differences of `b` relative to `a`, in document order of `a` (then members only in `b`).
 // `prefix` is prepended to every path (e.g. the section name).
 std::vector<JsonDifference> JsonDiff(const nlohmann::json& a, const nlohmann::json& b,
-                                     const std::string& prefix = "", const JsonDiffOptions& options = {});
+                                     const std::string& prefix = "",
+                                     const JsonDiffOptions& options = {});
 
 // "path: <a> (<label_a>) vs <b> (<label_b>)", with "missing" for an absent side, e.g.
 // "ema.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)".

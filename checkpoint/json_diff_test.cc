@@ -33,8 +33,10 @@ TEST(JsonDiffTest, ReportsChangedMissingAndExtraWithPaths) {
 }
 
 TEST(JsonDiffTest, ArraysOfNamedObjectsMatchByName) {
-  json a = json::array({{{"name", "ema_0.999"}, {"decay", 0.999}}, {{"name", "ema_0.9"}, {"decay", 0.9}}});
-  json b = json::array({{{"name", "ema_0.9"}, {"decay", 0.9}}, {{"name", "ema_0.999"}, {"decay", 0.9999}}});
+  json a = json::array(
+      {{{"name", "ema_0.999"}, {"decay", 0.999}}, {{"name", "ema_0.9"}, {"decay", 0.9}}});
+  json b = json::array(
+      {{{"name", "ema_0.9"}, {"decay", 0.9}}, {{"name", "ema_0.999"}, {"decay", 0.9999}}});
   std::vector<JsonDifference> d = JsonDiff(a, b, "ema");
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(FormatDifference(d[0]), "ema.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)");

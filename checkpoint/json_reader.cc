@@ -52,15 +52,16 @@ std::string IntExpectation(int64_t min, int64_t max) {
 StatusOr<json> ParseStrictJson(const std::string& text, const std::string& what, int max_depth) {
   size_t deep_at = 0;
   if (!DepthWithin(text, max_depth, &deep_at)) {
-    return DataLoss(what, ": JSON nested deeper than ", max_depth, " levels (at byte ", deep_at, ")");
+    return DataLoss(what, ": JSON nested deeper than ", max_depth, " levels (at byte ", deep_at,
+                    ")");
   }
   std::vector<std::set<std::string>> keys;  // one per open object
   std::string duplicate;
   json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
     if (ev == json::parse_event_t::object_start) keys.emplace_back();
     if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (ev == json::parse_event_t::key && !keys.empty() && duplicate.empty() && parsed.is_string() &&
-        !keys.back().insert(parsed.get_ref<const std::string&>()).second) {
+    if (ev == json::parse_event_t::key && !keys.empty() && duplicate.empty() &&
+        parsed.is_string() && !keys.back().insert(parsed.get_ref<const std::string&>()).second) {
       duplicate = parsed.get_ref<const std::string&>();
     }
     return true;
@@ -73,7 +74,8 @@ StatusOr<json> ParseStrictJson(const std::string& text, const std::string& what,
   }
   if (!duplicate.empty()) {
     if (duplicate.size() > 60) duplicate = duplicate.substr(0, 57) + "...";
-    return DataLoss(what, ": duplicate key '", duplicate, "' in one object (refused: which one counts is undefined)");
+    return DataLoss(what, ": duplicate key '", duplicate,
+                    "' in one object (refused: which one counts is undefined)");
   }
   return j;
 }
@@ -187,7 +189,8 @@ StatusOr<Shape> JsonField::ShapeValue() const {
     shape.push_back(n);
   }
   if (NumElements(shape) < 0) {
-    return Invalid("shape " + ShapeToString(shape) + " overflows int64 (more than 2^63 - 1 elements)");
+    return Invalid("shape " + ShapeToString(shape) +
+                   " overflows int64 (more than 2^63 - 1 elements)");
   }
   return shape;
 }

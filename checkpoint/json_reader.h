@@ -74,9 +74,11 @@ class JsonField {
 
   // Get(key) then the typed read.
   StatusOr<std::string> GetString(const std::string& key) const;
-  StatusOr<int64_t> GetInt(const std::string& key, int64_t min = std::numeric_limits<int64_t>::min(),
+  StatusOr<int64_t> GetInt(const std::string& key,
+                           int64_t min = std::numeric_limits<int64_t>::min(),
                            int64_t max = std::numeric_limits<int64_t>::max()) const;
-  StatusOr<uint64_t> GetUint(const std::string& key, uint64_t max = std::numeric_limits<uint64_t>::max()) const;
+  StatusOr<uint64_t> GetUint(const std::string& key,
+                             uint64_t max = std::numeric_limits<uint64_t>::max()) const;
   StatusOr<std::vector<JsonField>> GetArray(const std::string& key) const;
 
  private:

@@ -18,7 +18,8 @@ std::vector<std::string> LayoutDifferences(const StoreLayout& a, const StoreLayo
   auto index = [](const StoreLayout& l) {
     std::map<std::string, Where> m;
     for (const UnitLayout& u : l.units()) {
-      for (size_t p = 0; p < u.params.size(); ++p) m[u.params[p].name] = Where{u.name, p, u.params[p].shape};
+      for (size_t p = 0; p < u.params.size(); ++p)
+        m[u.params[p].name] = Where{u.name, p, u.params[p].shape};
     }
     return m;
   };
@@ -26,22 +27,25 @@ std::vector<std::string> LayoutDifferences(const StoreLayout& a, const StoreLayo
   for (const auto& [name, wa] : pa) {
     auto it = pb.find(name);
     if (it == pb.end()) {
-      out.push_back("parameter '" + name + "' " + ShapeToString(wa.shape) + " is in the checkpoint, not in this run");
+      out.push_back("parameter '" + name + "' " + ShapeToString(wa.shape) +
+                    " is in the checkpoint, not in this run");
       continue;
     }
     const Where& wb = it->second;
     if (wa.shape != wb.shape) {
-      out.push_back("parameter '" + name + "': shape " + ShapeToString(wa.shape) + " (checkpoint) vs " +
-                    ShapeToString(wb.shape) + " (run)");
+      out.push_back("parameter '" + name + "': shape " + ShapeToString(wa.shape) +
+                    " (checkpoint) vs " + ShapeToString(wb.shape) + " (run)");
     }
     if (wa.unit != wb.unit || wa.index != wb.index) {
-      out.push_back("parameter '" + name + "': unit '" + wa.unit + "' position " + std::to_string(wa.index) +
-                    " (checkpoint) vs unit '" + wb.unit + "' position " + std::to_string(wb.index) + " (run)");
+      out.push_back("parameter '" + name + "': unit '" + wa.unit + "' position " +
+                    std::to_string(wa.index) + " (checkpoint) vs unit '" + wb.unit + "' position " +
+                    std::to_string(wb.index) + " (run)");
     }
   }
   for (const auto& [name, wb] : pb) {
     if (pa.find(name) == pa.end()) {
-      out.push_back("parameter '" + name + "' " + ShapeToString(wb.shape) + " is in this run, not in the checkpoint");
+      out.push_back("parameter '" + name + "' " + ShapeToString(wb.shape) +
+                    " is in this run, not in the checkpoint");
     }
   }
   if (out.empty()) {
@@ -101,8 +105,9 @@ Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOp
     used_buf[size_t(j)] = true;
     const BufferEntry& e = m.buffers[size_t(j)];
     if (e.dtype != b.dtype || e.shape != b.shape) {
-      mismatched.push_back("buffer '" + b.name + "': " + DTypeName(e.dtype) + ShapeToString(e.shape) +
-                           " (checkpoint) vs " + DTypeName(b.dtype) + ShapeToString(b.shape) + " (run)");
+      mismatched.push_back("buffer '" + b.name + "': " + DTypeName(e.dtype) +
+                           ShapeToString(e.shape) + " (checkpoint) vs " + DTypeName(b.dtype) +
+                           ShapeToString(b.shape) + " (run)");
     }
   }
   for (size_t j = 0; j < m.slots.size(); ++j) {
@@ -114,18 +119,21 @@ Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOp
   if (!missing.empty()) {
     std::vector<std::string> have;
     for (const SlotEntry& s : m.slots) have.push_back(s.name);
-    return NotFound("the checkpoint lacks ", JoinList(missing), " (its slots: ", JoinList(have), ")");
+    return NotFound("the checkpoint lacks ", JoinList(missing), " (its slots: ", JoinList(have),
+                    ")");
   }
   if (!mismatched.empty()) return InvalidArgument("type mismatch: ", JoinList(mismatched));
   if (!unrequested.empty() && options.unrequested == UnrequestedPolicy::kError) {
-    return InvalidArgument("the checkpoint has ", JoinList(unrequested),
-                           " that this run does not request (use UnrequestedPolicy::kIgnore to skip them)");
+    return InvalidArgument(
+        "the checkpoint has ", JoinList(unrequested),
+        " that this run does not request (use UnrequestedPolicy::kIgnore to skip them)");
   }
   report->ignored = std::move(unrequested);
   return Status::Ok();
 }
 
-StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, const LoadOptions& options) {
+StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest,
+                               const LoadOptions& options) {
   ReaderOptions ro;
   ro.cache_chunks = options.cache_chunks;
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(path, ro));
@@ -139,14 +147,16 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, c
 
   std::vector<std::string> diffs = LayoutDifferences(m.layout, dest.layout);
   if (!diffs.empty()) {
-    std::string msg = where + ": the checkpoint's model differs from this run's (" + std::to_string(diffs.size()) + "):";
+    std::string msg = where + ": the checkpoint's model differs from this run's (" +
+                      std::to_string(diffs.size()) + "):";
     for (const std::string& d : diffs) msg += "\n  " + d;
     return FailedPrecondition(msg);
   }
   std::vector<int> slot_idx, buf_idx;
   RETURN_IF_ERROR(MatchEntries(m, dest, options, &slot_idx, &buf_idx, &report).WithContext(where));
   if (options.check_hyperparameters && HasConfigSection(dest.meta)) {
-    StatusOr<std::vector<std::string>> lines = CheckHyperparameters(m.meta, dest.meta, options.hparams);
+    StatusOr<std::vector<std::string>> lines =
+        CheckHyperparameters(m.meta, dest.meta, options.hparams);
     if (!lines.ok()) return lines.status().WithContext(where);
     report.hparam_differences = std::move(lines).value();
   }
@@ -162,8 +172,10 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, c
     const size_t dsize = DTypeSize(v.dtype);
     for (size_t u = 0; u < layout.units().size(); ++u) {
       const int64_t ns = layout.units()[u].shard_numel;
-      RETURN_IF_ERROR(reader->ReadUnitRange(slot_idx[i], u, int64_t(rank) * ns, int64_t(rank + 1) * ns,
-                                            out + size_t(layout.local_offset(u)) * dsize)
+      RETURN_IF_ERROR(reader
+                          ->ReadUnitRange(slot_idx[i], u, int64_t(rank) * ns,
+                                          int64_t(rank + 1) * ns,
+                                          out + size_t(layout.local_offset(u)) * dsize)
                           .WithContext(where + ": slot '" + v.name + "'"));
     }
   }
@@ -172,7 +184,8 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, c
     if (b.data == nullptr && NumElements(b.shape) > 0) {
       return InvalidArgument(where, ": buffer '", b.name, "' has no destination memory");
     }
-    RETURN_IF_ERROR(reader->ReadBuffer(buf_idx[i], b.data).WithContext(where + ": buffer '" + b.name + "'"));
+    RETURN_IF_ERROR(
+        reader->ReadBuffer(buf_idx[i], b.data).WithContext(where + ": buffer '" + b.name + "'"));
   }
   dest.step = m.step;
   dest.meta = m.meta;
@@ -182,14 +195,17 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest, c
 
 }  // namespace
 
-StatusOr<LoadReport> LoadCheckpoint(const std::string& path, Communicator* comm, CheckpointState& dest,
-                                    const LoadOptions& options) {
+StatusOr<LoadReport> LoadCheckpoint(const std::string& path, Communicator* comm,
+                                    CheckpointState& dest, const LoadOptions& options) {
   StatusOr<LoadReport> local = Status(StatusCode::kInternal, "not loaded");
-  if (comm != nullptr && (dest.rank != comm->rank() || dest.layout.world_size() != comm->world_size())) {
-    local = InvalidArgument("load: the state is rank ", dest.rank, " of ", dest.layout.world_size(),
-                            " but the communicator is rank ", comm->rank(), " of ", comm->world_size());
+  if (comm != nullptr &&
+      (dest.rank != comm->rank() || dest.layout.world_size() != comm->world_size())) {
+    local =
+        InvalidArgument("load: the state is rank ", dest.rank, " of ", dest.layout.world_size(),
+                        " but the communicator is rank ", comm->rank(), " of ", comm->world_size());
   } else if (dest.rank < 0 || dest.rank >= dest.layout.world_size()) {
-    local = InvalidArgument("load: rank ", dest.rank, " outside the layout's world size ", dest.layout.world_size());
+    local = InvalidArgument("load: rank ", dest.rank, " outside the layout's world size ",
+                            dest.layout.world_size());
   } else {
     local = LoadLocal(path, dest, options);
   }

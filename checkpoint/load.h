@@ -16,8 +16,9 @@
 //   - slots/buffers in the checkpoint that dest does not request: kInvalidArgument, or listed in
 //     the report with UnrequestedPolicy::kIgnore;
 //   - configuration (hparams.h), when dest.meta has a section with a "config": every meta
-//     section's "config" (never its "progress") against the checkpoint's: kFailedPrecondition listing every difference unless
-//     options.hparams.allow_override. The defaults resume an identically configured run.
+//     section's "config" (never its "progress") against the checkpoint's: kFailedPrecondition
+//     listing every difference unless options.hparams.allow_override. The defaults resume an
+//     identically configured run.
 // On success dest.step and dest.meta become the checkpoint's. On error dest's data is unspecified.
 //
 // Collective when `comm` is non-null: every rank calls it; the outcome is agreed (one all-gather)
@@ -55,14 +56,14 @@ struct LoadReport {
   int64_t step = 0;
   int saved_world_size = 0;
   bool resharded = false;
-  std::vector<std::string> ignored;              // unrequested slots/buffers ("slot x", "buffer y")
-  std::vector<std::string> hparam_differences;   // reported (overridden) differences
-  uint64_t bytes_read = 0;                       // this rank
+  std::vector<std::string> ignored;             // unrequested slots/buffers ("slot x", "buffer y")
+  std::vector<std::string> hparam_differences;  // reported (overridden) differences
+  uint64_t bytes_read = 0;                      // this rank
 };
 
 // `path`: a checkpoint directory or a --ckpt-dir root (its `latest`).
-StatusOr<LoadReport> LoadCheckpoint(const std::string& path, Communicator* comm, CheckpointState& dest,
-                                    const LoadOptions& options = {});
+StatusOr<LoadReport> LoadCheckpoint(const std::string& path, Communicator* comm,
+                                    CheckpointState& dest, const LoadOptions& options = {});
 
 // Human-readable differences between two layouts' models (world size ignored), e.g.
 // "parameter 'fc.weight': shape [4, 3] (checkpoint) vs [3, 4] (run)"; empty when SameModel.

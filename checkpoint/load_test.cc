@@ -16,7 +16,8 @@ class LoadTest : public ::testing::Test {
   void SetUp() override { root_ = NewTempDir("load"); }
   void TearDown() override { RemoveTree(root_).IgnoreError(); }
 
-  void Save(int world, int64_t step, const std::vector<UnitSpec>& model, uint64_t chunk_bytes = 8192) {
+  void Save(int world, int64_t step, const std::vector<UnitSpec>& model,
+            uint64_t chunk_bytes = 8192) {
     std::vector<OwnedState> st = MakeStates(MakeLayout(model, world), DefaultSlots(), step);
     SaveOptions o;
     o.chunk_bytes = chunk_bytes;
@@ -102,31 +103,41 @@ TEST_F(LoadTest, TypeMismatchesAreReported) {
   OwnedState dest = MakeDest(l, 0, slots);
   Status s = LoadCheckpoint(root_, nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("slot 'ema_bf16': dtype bf16 (checkpoint) vs f32 (run)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("slot 'ema_bf16': dtype bf16 (checkpoint) vs f32 (run)"),
+            std::string::npos)
+      << s;
 
   OwnedState d2 = MakeDest(l, 0, DefaultSlots());
   d2.state.buffers[0].shape = {6};
   d2.buffer_data[0].resize(6);
   RebindViews(d2);
   s = LoadCheckpoint(root_, nullptr, d2.state).status();
-  EXPECT_NE(s.message().find("buffer 'bn.running_mean': f32[5] (checkpoint) vs f32[6] (run)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("buffer 'bn.running_mean': f32[5] (checkpoint) vs f32[6] (run)"),
+            std::string::npos)
+      << s;
 }
 
 TEST_F(LoadTest, ModelMismatchListsEveryDifference) {
   Save(2, 1, TestModel());
   std::vector<UnitSpec> other = TestModel();
-  other[0].params[0].shape = {5, 37};                       // transposed
-  other[4].params.pop_back();                               // head.bias removed
-  other[1].params.push_back({"layers.0.extra", {2}});       // new parameter
+  other[0].params[0].shape = {5, 37};                  // transposed
+  other[4].params.pop_back();                          // head.bias removed
+  other[1].params.push_back({"layers.0.extra", {2}});  // new parameter
   OwnedState dest = MakeDest(MakeLayout(other, 2), 0, DefaultSlots());
   Status s = LoadCheckpoint(root_, nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("(3)"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("parameter 'embed.weight': shape [37, 5] (checkpoint) vs [5, 37] (run)"),
-            std::string::npos) << s;
-  EXPECT_NE(s.message().find("parameter 'head.bias' [3] is in the checkpoint, not in this run"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("parameter 'layers.0.extra' [2] is in this run, not in the checkpoint"),
-            std::string::npos) << s;
+  EXPECT_NE(
+      s.message().find("parameter 'embed.weight': shape [37, 5] (checkpoint) vs [5, 37] (run)"),
+      std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("parameter 'head.bias' [3] is in the checkpoint, not in this run"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(
+      s.message().find("parameter 'layers.0.extra' [2] is in this run, not in the checkpoint"),
+      std::string::npos)
+      << s;
 
   std::vector<UnitSpec> moved = TestModel();
   std::swap(moved[3], moved[4]);  // unit order changed
@@ -142,7 +153,10 @@ TEST_F(LoadTest, HyperparameterChangesFailUnlessOverridden) {
   dest.state.meta["ema"]["progress"]["slots"][0]["num_updates"] = 0;  // progress: never compared
   Status s = LoadCheckpoint(root_, nullptr, dest.state).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("ema.config.slots.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)"), std::string::npos) << s;
+  EXPECT_NE(
+      s.message().find("ema.config.slots.ema_0.999.decay: 0.999 (checkpoint) vs 0.9999 (run)"),
+      std::string::npos)
+      << s;
 
   LoadOptions o;
   o.hparams.allow_override = true;

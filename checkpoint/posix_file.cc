@@ -160,7 +160,8 @@ StatusOr<std::string> CanonicalPath(const std::string& path) {
   std::string tail;
   for (;;) {
     char buf[PATH_MAX];
-    if (::realpath(head.c_str(), buf) != nullptr) return tail.empty() ? std::string(buf) : JoinPath(buf, tail);
+    if (::realpath(head.c_str(), buf) != nullptr)
+      return tail.empty() ? std::string(buf) : JoinPath(buf, tail);
     if (errno != ENOENT) return ErrnoToStatus(errno, "realpath of '" + head + "'");
     const std::string base = BaseName(head);
     const std::string parent = DirName(head);
@@ -186,7 +187,8 @@ Status MakeDirs(const std::string& path) {
   std::string parent = DirName(path);
   if (parent != path) RETURN_IF_ERROR(MakeDirs(parent));
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir", path);
-  if (!IsDirectory(path)) return FailedPrecondition("mkdir '", path, "': exists and is not a directory");
+  if (!IsDirectory(path))
+    return FailedPrecondition("mkdir '", path, "': exists and is not a directory");
   return Status::Ok();
 }
 

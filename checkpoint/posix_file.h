@@ -23,8 +23,7 @@
 
 namespace shardema {
 
-using WriteFaultHook =
-    std::function<int(const std::string& path, uint64_t offset, size_t length)>;
+using WriteFaultHook = std::function<int(const std::string& path, uint64_t offset, size_t length)>;
 
 // A file opened for writing: sequential appends (Append) or positional writes (WriteAt).
 class WritableFile {

@@ -23,10 +23,9 @@ RankFileWriter::~RankFileWriter() {
   io_.join();
 }
 
-StatusOr<std::unique_ptr<RankFileWriter>> RankFileWriter::Create(const std::string& path,
-                                                                 const RankFileHeader& header,
-                                                                 uint64_t chunk_bytes,
-                                                                 const RankFileWriteOptions& options) {
+StatusOr<std::unique_ptr<RankFileWriter>> RankFileWriter::Create(
+    const std::string& path, const RankFileHeader& header, uint64_t chunk_bytes,
+    const RankFileWriteOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, WritableFile::Create(path, options.fault_hook));
   std::unique_ptr<RankFileWriter> w(new RankFileWriter(std::move(f), header, chunk_bytes, options));
   const std::string h = EncodeRankFileHeader(header);
@@ -148,8 +147,9 @@ StatusOr<FileEntry> WriteRankFile(const std::string& path, const Manifest& manif
     return InvalidArgument("'", path, "': ", buffer_data.size(), " replicated buffers for ",
                            manifest.buffers.size(), " in the manifest");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankFileWriter> w,
-                   RankFileWriter::Create(path, manifest.HeaderFor(rank), manifest.chunk_bytes, options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<RankFileWriter> w,
+      RankFileWriter::Create(path, manifest.HeaderFor(rank), manifest.chunk_bytes, options));
   for (size_t i = 0; i < manifest.slots.size(); ++i) {
     const SlotEntry& s = manifest.slots[i];
     RETURN_IF_ERROR(w->PadTo(s.offset));

@@ -21,16 +21,20 @@ CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, const Rea
   cache_.resize(std::max<size_t>(options_.cache_chunks, 1));
 }
 
-std::string CheckpointReader::FilePath(int rank) const { return JoinPath(dir_, RankFileName(rank)); }
+std::string CheckpointReader::FilePath(int rank) const {
+  return JoinPath(dir_, RankFileName(rank));
+}
 
 Status CheckpointReader::CheckFile(int rank) {
   if (rank < 0 || rank >= manifest_.world_size) {
-    return InvalidArgument("rank ", rank, " outside the checkpoint's world size ", manifest_.world_size);
+    return InvalidArgument("rank ", rank, " outside the checkpoint's world size ",
+                           manifest_.world_size);
   }
   if (files_[size_t(rank)] != nullptr) return Status::Ok();
   const std::string path = FilePath(rank);
   if (!PathExists(path)) {
-    return NotFound("'", path, "' is missing (the manifest lists ", manifest_.world_size, " rank files)");
+    return NotFound("'", path, "' is missing (the manifest lists ", manifest_.world_size,
+                    " rank files)");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, ReadableFile::Open(path));
   const uint64_t want = manifest_.files[size_t(rank)].bytes;
@@ -43,11 +47,13 @@ Status CheckpointReader::CheckFile(int rank) {
   bytes_read_ += hb.size();
   ASSIGN_OR_RETURN(RankFileHeader h, DecodeRankFileHeader(hb, "'" + path + "'"));
   const RankFileHeader e = manifest_.HeaderFor(rank);
-  if (h.rank != e.rank || h.world_size != e.world_size || h.step != e.step || h.file_bytes != e.file_bytes ||
-      h.num_slots != e.num_slots || h.header_bytes != e.header_bytes) {
-    return DataLoss("'", path, "': header says rank ", h.rank, " of ", h.world_size, ", step ", h.step, ", ",
-                    h.file_bytes, " bytes, ", h.num_slots, " slots; the manifest expects rank ", e.rank, " of ",
-                    e.world_size, ", step ", e.step, ", ", e.file_bytes, " bytes, ", e.num_slots, " slots");
+  if (h.rank != e.rank || h.world_size != e.world_size || h.step != e.step ||
+      h.file_bytes != e.file_bytes || h.num_slots != e.num_slots ||
+      h.header_bytes != e.header_bytes) {
+    return DataLoss("'", path, "': header says rank ", h.rank, " of ", h.world_size, ", step ",
+                    h.step, ", ", h.file_bytes, " bytes, ", h.num_slots,
+                    " slots; the manifest expects rank ", e.rank, " of ", e.world_size, ", step ",
+                    e.step, ", ", e.file_bytes, " bytes, ", e.num_slots, " slots");
   }
   files_[size_t(rank)] = std::move(f);
   return Status::Ok();
@@ -59,11 +65,12 @@ Status CheckpointReader::VerifyChunk(int rank, uint64_t chunk, const char* data,
   if (want == got) return Status::Ok();
   const uint64_t b = chunk * manifest_.chunk_bytes;
   return DataLoss("'", FilePath(rank), "': chunk ", chunk, " (bytes [", b, ", ", b + n,
-                  ")) checksum mismatch: the manifest says ", HashToHex(want), ", the data hashes to ",
-                  HashToHex(got), " (corrupt file)");
+                  ")) checksum mismatch: the manifest says ", HashToHex(want),
+                  ", the data hashes to ", HashToHex(got), " (corrupt file)");
 }
 
-StatusOr<const CheckpointReader::CachedChunk*> CheckpointReader::GetChunk(int rank, uint64_t chunk) {
+StatusOr<const CheckpointReader::CachedChunk*> CheckpointReader::GetChunk(int rank,
+                                                                          uint64_t chunk) {
   CachedChunk* victim = &cache_[0];
   for (CachedChunk& c : cache_) {
     if (c.rank == rank && c.chunk == chunk) {
@@ -90,8 +97,8 @@ Status CheckpointReader::ReadFileRange(int rank, uint64_t offset, uint64_t n, vo
   RETURN_IF_ERROR(CheckFile(rank));
   const uint64_t size = manifest_.files[size_t(rank)].bytes;
   if (offset > size || n > size - offset) {
-    return OutOfRange("'", FilePath(rank), "': bytes [", offset, ", ", offset + n, ") requested, the file has ",
-                      size);
+    return OutOfRange("'", FilePath(rank), "': bytes [", offset, ", ", offset + n,
+                      ") requested, the file has ", size);
   }
   const uint64_t C = manifest_.chunk_bytes;
   char* out = static_cast<char*>(dst);
@@ -115,10 +122,14 @@ Status CheckpointReader::ReadFileRange(int rank, uint64_t offset, uint64_t n, vo
   return Status::Ok();
 }
 
-Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int64_t end, void* dst) {
-  if (slot < 0 || size_t(slot) >= manifest_.slots.size()) return InvalidArgument("slot index ", slot, " out of range");
-  if (unit >= manifest_.layout.units().size()) return InvalidArgument("unit index ", unit, " out of range");
-  if (begin < 0 || end < begin) return InvalidArgument("bad element range [", begin, ", ", end, ")");
+Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int64_t end,
+                                       void* dst) {
+  if (slot < 0 || size_t(slot) >= manifest_.slots.size())
+    return InvalidArgument("slot index ", slot, " out of range");
+  if (unit >= manifest_.layout.units().size())
+    return InvalidArgument("unit index ", unit, " out of range");
+  if (begin < 0 || end < begin)
+    return InvalidArgument("bad element range [", begin, ", ", end, ")");
   const SlotEntry& s = manifest_.slots[size_t(slot)];
   const size_t dsize = DTypeSize(s.dtype);
   const int64_t numel = manifest_.layout.units()[unit].numel;
@@ -127,11 +138,13 @@ Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int
   if (begin < real_end) {
     for (const ShardPiece& p : manifest_.layout.ShardRange(unit, begin, real_end)) {
       RETURN_IF_ERROR(ReadFileRange(p.rank, s.offset + uint64_t(p.local_begin) * dsize,
-                                    uint64_t(p.end - p.begin) * dsize, out + size_t(p.begin - begin) * dsize));
+                                    uint64_t(p.end - p.begin) * dsize,
+                                    out + size_t(p.begin - begin) * dsize));
     }
   }
   const int64_t zero_from = std::max(begin, std::min(end, numel));
-  if (zero_from < end) std::memset(out + size_t(zero_from - begin) * dsize, 0, size_t(end - zero_from) * dsize);
+  if (zero_from < end)
+    std::memset(out + size_t(zero_from - begin) * dsize, 0, size_t(end - zero_from) * dsize);
   return Status::Ok();
 }
 

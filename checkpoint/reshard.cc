@@ -15,8 +15,9 @@ namespace shardema {
 
 namespace {
 // Writes new rank r's file of `plan`, streaming its data from `reader`.
-StatusOr<FileEntry> WriteResharded(CheckpointReader& reader, const Manifest& plan, int r, const std::string& path,
-                                   const ReshardOptions& options, std::vector<char>& piece) {
+StatusOr<FileEntry> WriteResharded(CheckpointReader& reader, const Manifest& plan, int r,
+                                   const std::string& path, const ReshardOptions& options,
+                                   std::vector<char>& piece) {
   RankFileWriteOptions wo;
   wo.io_bytes = options.save.io_bytes;
   wo.fsync = options.save.fsync;
@@ -58,8 +59,10 @@ Status CheckReshardOutput(const std::string& source, const std::string& dst_root
   ASSIGN_OR_RETURN(std::string dst, CanonicalPath(dst_root));
   ASSIGN_OR_RETURN(std::string src, CanonicalPath(source));
   if (PathsOverlap(src, dst)) {
-    return InvalidArgument("reshard: the output root '", dst_root, "' (", dst, ") overlaps the source '", source, "' (",
-                           src, "): it is, contains or is inside it; write the resharded copy to a separate directory");
+    return InvalidArgument(
+        "reshard: the output root '", dst_root, "' (", dst, ") overlaps the source '", source,
+        "' (", src,
+        "): it is, contains or is inside it; write the resharded copy to a separate directory");
   }
   return Status::Ok();
 }
@@ -83,29 +86,33 @@ nlohmann::json WithoutFiles(const Manifest& m) {
 // A re-run after an interrupted (or completed) reshard: dst_root already holds a committed step_N
 // equal to `plan` (files aside) that verifies. Points `latest` at it when `latest` does not name a
 // newer step. kAlreadyExists when step_N holds something else.
-StatusOr<std::string> AdoptExisting(const std::string& dst_root, const Manifest& plan, const CommitOptions& co) {
+StatusOr<std::string> AdoptExisting(const std::string& dst_root, const Manifest& plan,
+                                    const CommitOptions& co) {
   const std::string dir = JoinPath(dst_root, StepDirName(plan.step));
   ASSIGN_OR_RETURN(Manifest existing, ReadManifest(dir));
   if (WithoutFiles(existing) != WithoutFiles(plan)) {
-    return AlreadyExists("reshard: '", dir, "' is already a committed checkpoint of another world size or content ",
+    return AlreadyExists("reshard: '", dir,
+                         "' is already a committed checkpoint of another world size or content ",
                          "(world size ", existing.world_size, ", wanted ", plan.world_size,
                          "); choose another output root");
   }
   ASSIGN_OR_RETURN(VerifiedCheckpoint v, VerifyCheckpoint(dir));
   StatusOr<std::string> latest = ReadLatest(dst_root);
   if (!latest.ok() || ParseStepDirName(*latest) < plan.step) {
-    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dst_root, kLatestName), StepDirName(plan.step) + "\n", co.fsync,
-                                    co.fault_hook));
+    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dst_root, kLatestName), StepDirName(plan.step) + "\n",
+                                    co.fsync, co.fault_hook));
   }
-  LOG_INFO << "reshard: '" << v.dir << "' already holds this checkpoint at world size " << v.world_size
-           << " (verified); nothing to write";
+  LOG_INFO << "reshard: '" << v.dir << "' already holds this checkpoint at world size "
+           << v.world_size << " (verified); nothing to write";
   return v.dir;
 }
 }  // namespace
 
-StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world, const std::string& dst_root,
+StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world,
+                                        const std::string& dst_root,
                                         const ReshardOptions& options) {
-  if (new_world < 1) return InvalidArgument("reshard: new world size must be >= 1, got ", new_world);
+  if (new_world < 1)
+    return InvalidArgument("reshard: new world size must be >= 1, got ", new_world);
   ReaderOptions ro;
   ro.cache_chunks = options.cache_chunks;
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(src, ro));
@@ -115,19 +122,22 @@ StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world, c
   const UnitLayout* largest = LargestUnit(old.layout);
   const int64_t bound = largest == nullptr ? 1 : std::max<int64_t>(largest->numel, 1);
   if (new_world > bound) {
-    return InvalidArgument("reshard: world size ", new_world, " exceeds the checkpoint's largest unit ('",
-                           largest ? largest->name : "", "', ", bound, " elements): at most ", bound,
-                           " ranks, so that every new rank holds at least one element of it");
+    return InvalidArgument(
+        "reshard: world size ", new_world, " exceeds the checkpoint's largest unit ('",
+        largest ? largest->name : "", "', ", bound, " elements): at most ", bound,
+        " ranks, so that every new rank holds at least one element of it");
   }
   ASSIGN_OR_RETURN(StoreLayout layout, old.layout.WithWorldSize(new_world));
   std::vector<SlotEntry> slots;
   for (const SlotEntry& s : old.slots) slots.push_back(SlotEntry{s.name, s.dtype});
   std::vector<BufferEntry> buffers;
   for (const BufferEntry& b : old.buffers) buffers.push_back(BufferEntry{b.name, b.shape, b.dtype});
-  ASSIGN_OR_RETURN(Manifest plan, Manifest::Plan(old.step, layout, std::move(slots), std::move(buffers), old.meta,
-                                                 options.save.chunk_bytes));
+  ASSIGN_OR_RETURN(Manifest plan,
+                   Manifest::Plan(old.step, layout, std::move(slots), std::move(buffers), old.meta,
+                                  options.save.chunk_bytes));
   CommitOptions co;
-  co.keep_last = std::numeric_limits<int>::max();  // never deletes a committed checkpoint of dst_root
+  co.keep_last =
+      std::numeric_limits<int>::max();  // never deletes a committed checkpoint of dst_root
   co.fsync = options.save.fsync;
   co.fault_hook = options.save.fault_hook;
   ASSIGN_OR_RETURN(std::unique_ptr<RootLock> lock, RootLock::Acquire(dst_root));
@@ -137,11 +147,13 @@ StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world, c
   ASSIGN_OR_RETURN(std::string tmp, PrepareStepDir(dst_root, plan.step, co));
   std::vector<char> piece(size_t(std::max<uint64_t>(options.piece_bytes, 64)));
   for (int r = 0; r < new_world; ++r) {
-    StatusOr<FileEntry> f = WriteResharded(*reader, plan, r, JoinPath(tmp, RankFileName(r)), options, piece);
+    StatusOr<FileEntry> f =
+        WriteResharded(*reader, plan, r, JoinPath(tmp, RankFileName(r)), options, piece);
     if (!f.ok()) {
       AbandonStepDir(dst_root, plan.step).IgnoreError();
-      return f.status().WithContext("reshard of '" + reader->dir() + "' to " + std::to_string(new_world) +
-                                    " ranks: new rank " + std::to_string(r));
+      return f.status().WithContext("reshard of '" + reader->dir() + "' to " +
+                                    std::to_string(new_world) + " ranks: new rank " +
+                                    std::to_string(r));
     }
     plan.files.push_back(std::move(f).value());
   }

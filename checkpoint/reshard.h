@@ -37,7 +37,7 @@
 namespace shardema {
 
 struct ReshardOptions {
-  SaveOptions save;                         // chunk size, io size, fsync, keep_last of dst_root
+  SaveOptions save;                          // chunk size, io size, fsync, keep_last of dst_root
   uint64_t piece_bytes = uint64_t(8) << 20;  // largest read-and-append piece
   size_t cache_chunks = 2;
 };
@@ -48,7 +48,8 @@ struct ReshardOptions {
 Status CheckReshardOutput(const std::string& source, const std::string& dst_root);
 
 // Returns the committed directory dst_root/step_N.
-StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world, const std::string& dst_root,
+StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world,
+                                        const std::string& dst_root,
                                         const ReshardOptions& options = {});
 
 }  // namespace shardema

@@ -20,7 +20,8 @@ class ReshardTest : public ::testing::Test {
   std::string base_;
 };
 
-void ExpectMatchesFormula(const std::string& path, const std::vector<UnitSpec>& model, int world, int64_t step) {
+void ExpectMatchesFormula(const std::string& path, const std::vector<UnitSpec>& model, int world,
+                          int64_t step) {
   StoreLayout l = MakeLayout(model, world);
   for (int r = 0; r < world; ++r) {
     OwnedState dest = MakeDest(l, r, DefaultSlots());
@@ -66,7 +67,8 @@ TEST_F(ReshardTest, FourToOneThreeFiveAndBackIsBitExact) {
     const Manifest again = ReadManifest(ResolveCheckpointDir(back).value()).value();
     ASSERT_EQ(again.files.size(), 4u);
     for (int r = 0; r < 4; ++r) {
-      EXPECT_EQ(again.files[size_t(r)].xxh3, original.files[size_t(r)].xxh3) << "rank " << r << " via " << m;
+      EXPECT_EQ(again.files[size_t(r)].xxh3, original.files[size_t(r)].xxh3)
+          << "rank " << r << " via " << m;
       EXPECT_EQ(again.files[size_t(r)].bytes, original.files[size_t(r)].bytes);
     }
     ExpectMatchesFormula(back, model, 4, 300);
@@ -74,12 +76,14 @@ TEST_F(ReshardTest, FourToOneThreeFiveAndBackIsBitExact) {
 }
 
 TEST_F(ReshardTest, ErrorsLeaveNothingCommitted) {
-  EXPECT_EQ(ReshardCheckpoint(JoinPath(base_, "missing"), 2, JoinPath(base_, "out")).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      ReshardCheckpoint(JoinPath(base_, "missing"), 2, JoinPath(base_, "out")).status().code(),
+      StatusCode::kNotFound);
   const std::string src = JoinPath(base_, "src");
   std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 1);
   ASSERT_TRUE(SaveAllRanks(src, StatesOf(st)).ok());
-  EXPECT_EQ(ReshardCheckpoint(src, 0, JoinPath(base_, "out")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReshardCheckpoint(src, 0, JoinPath(base_, "out")).status().code(),
+            StatusCode::kInvalidArgument);
   // An output that is, contains or is inside the source is refused before anything is written,
   // also through a symlink; the source stays intact.
   ASSERT_EQ(::symlink(src.c_str(), JoinPath(base_, "alias").c_str()), 0);

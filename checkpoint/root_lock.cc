@@ -24,8 +24,7 @@ StatusOr<std::unique_ptr<RootLock>> RootLock::Acquire(const std::string& root) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "open '" + path + "'");
   int rc;
-  while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
-  }
+  while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {}
   if (rc != 0) {
     const int err = errno;
     ::close(fd);
@@ -37,7 +36,8 @@ StatusOr<std::unique_ptr<RootLock>> RootLock::Acquire(const std::string& root) {
                               "; lock file '", path, "'): two jobs must not write one --ckpt-dir");
   }
   const std::string holder = Holder();
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) != ssize_t(holder.size())) {
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, holder.data(), holder.size(), 0) != ssize_t(holder.size())) {
     const int err = errno;
     ::close(fd);
     return ErrnoToStatus(err, "write '" + path + "'");

@@ -12,9 +12,9 @@ using nlohmann::json;
 
 size_t SafetensorsDTypeSize(const std::string& d) {
   static const std::map<std::string, size_t> kSizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
-      {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"F64", 8}, {"I64", 8},
-      {"U64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
   auto it = kSizes.find(d);
   return it == kSizes.end() ? 0 : it->second;
 }
@@ -42,7 +42,8 @@ StatusOr<uint64_t> AssignSafetensorsOffsets(std::vector<SafetensorsTensor>& tens
   uint64_t off = 0;
   for (SafetensorsTensor& t : tensors) {
     const size_t item = SafetensorsDTypeSize(t.dtype);
-    if (item == 0) return InvalidArgument("tensor '", t.name, "': unknown safetensors dtype '", t.dtype, "'");
+    if (item == 0)
+      return InvalidArgument("tensor '", t.name, "': unknown safetensors dtype '", t.dtype, "'");
     uint64_t bytes = 0;
     if (!TensorBytes(t.shape, item, &bytes) || off + bytes < off) {
       return InvalidArgument("tensor '", t.name, "': bad shape ", ShapeToString(t.shape));
@@ -111,7 +112,8 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& text, uint
     t.name = name;
     ASSIGN_OR_RETURN(JsonField dtype, v.Get("dtype"));
     ASSIGN_OR_RETURN(t.dtype, dtype.String());
-    if (SafetensorsDTypeSize(t.dtype) == 0) return DataLoss(what, ": unknown dtype ", dtype.json().dump());
+    if (SafetensorsDTypeSize(t.dtype) == 0)
+      return DataLoss(what, ": unknown dtype ", dtype.json().dump());
     ASSIGN_OR_RETURN(JsonField shape, v.Get("shape"));
     ASSIGN_OR_RETURN(t.shape, shape.ShapeValue());  // non-negative dims, numel within int64
     ASSIGN_OR_RETURN(JsonField off, v.Get("data_offsets"));
@@ -124,24 +126,27 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& text, uint
       return DataLoss(what, ": shape ", ShapeToString(t.shape), " overflows");
     }
     if (t.end < t.begin || t.end - t.begin != bytes) {
-      return DataLoss(what, ": data_offsets [", t.begin, ", ", t.end, ") hold ", t.end < t.begin ? 0 : t.end - t.begin,
-                      " bytes, expected ", bytes, " (", t.dtype, ShapeToString(t.shape), ")");
+      return DataLoss(what, ": data_offsets [", t.begin, ", ", t.end, ") hold ",
+                      t.end < t.begin ? 0 : t.end - t.begin, " bytes, expected ", bytes, " (",
+                      t.dtype, ShapeToString(t.shape), ")");
     }
     h.tensors.push_back(std::move(t));
   }
-  std::stable_sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::stable_sort(h.tensors.begin(), h.tensors.end(),
+                   [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                   });
   uint64_t expect = 0;
   for (const SafetensorsTensor& t : h.tensors) {
     if (t.begin != expect) {
-      return DataLoss(where, ": tensor '", t.name, "' starts at data offset ", t.begin, ", expected ", expect,
-                      t.begin < expect ? " (overlap)" : " (gap)");
+      return DataLoss(where, ": tensor '", t.name, "' starts at data offset ", t.begin,
+                      ", expected ", expect, t.begin < expect ? " (overlap)" : " (gap)");
     }
     expect = t.end;
   }
   if (expect != data_bytes) {
-    return DataLoss(where, ": tensors cover ", expect, " bytes of a ", data_bytes, "-byte data buffer");
+    return DataLoss(where, ": tensors cover ", expect, " bytes of a ", data_bytes,
+                    "-byte data buffer");
   }
   return h;
 }
@@ -176,10 +181,12 @@ SafetensorsFile::SafetensorsFile(std::unique_ptr<ReadableFile> file, Safetensors
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, ReadableFile::Open(path));
   const std::string where = "'" + path + "'";
-  if (f->size() < 8) return DataLoss(where, ": ", f->size(), " bytes, too short for a safetensors file");
+  if (f->size() < 8)
+    return DataLoss(where, ": ", f->size(), " bytes, too short for a safetensors file");
   char len[8];
   RETURN_IF_ERROR(f->ReadAt(0, 8, len));
-  ASSIGN_OR_RETURN(const uint64_t n, DecodeSafetensorsHeaderLength(std::string(len, 8), f->size(), where));
+  ASSIGN_OR_RETURN(const uint64_t n,
+                   DecodeSafetensorsHeaderLength(std::string(len, 8), f->size(), where));
   std::string text(size_t(n), '\0');
   RETURN_IF_ERROR(f->ReadAt(8, size_t(n), text.data()));
 
@@ -192,15 +199,17 @@ const SafetensorsTensor* SafetensorsFile::Find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
 }
 
-Status SafetensorsFile::ReadRaw(const SafetensorsTensor& t, uint64_t offset, uint64_t n, void* dst) const {
+Status SafetensorsFile::ReadRaw(const SafetensorsTensor& t, uint64_t offset, uint64_t n,
+                                void* dst) const {
   if (offset > t.end - t.begin || n > t.end - t.begin - offset) {
-    return OutOfRange("'", path(), "': tensor '", t.name, "' has ", t.end - t.begin, " bytes, [", offset, ", ",
-                      offset + n, ") requested");
+    return OutOfRange("'", path(), "': tensor '", t.name, "' has ", t.end - t.begin, " bytes, [",
+                      offset, ", ", offset + n, ") requested");
   }
   return file_->ReadAt(header_.data_offset + t.begin + offset, size_t(n), dst);
 }
 
-Status SafetensorsFile::ReadTensor(const std::string& name, DType dtype, void* dst, int64_t dst_elems) const {
+Status SafetensorsFile::ReadTensor(const std::string& name, DType dtype, void* dst,
+                                   int64_t dst_elems) const {
   const SafetensorsTensor* t = Find(name);
   if (t == nullptr) return NotFound("'", path(), "' has no tensor '", name, "'");
   ASSIGN_OR_RETURN(DType src, ShardemaDType(t->dtype));
@@ -216,7 +225,8 @@ Status SafetensorsFile::ReadTensor(const std::string& name, DType dtype, void* d
   char* out = static_cast<char*>(dst);
   for (int64_t b = 0; b < numel; b += piece) {
     const int64_t n = std::min(piece, numel - b);
-    RETURN_IF_ERROR(ReadRaw(*t, uint64_t(b) * DTypeSize(src), uint64_t(n) * DTypeSize(src), buf.data()));
+    RETURN_IF_ERROR(
+        ReadRaw(*t, uint64_t(b) * DTypeSize(src), uint64_t(n) * DTypeSize(src), buf.data()));
     ConvertBuffer(buf.data(), src, out + size_t(b) * DTypeSize(dtype), dtype, size_t(n));
   }
   return Status::Ok();

@@ -68,8 +68,8 @@ StatusOr<uint64_t> DecodeSafetensorsHeaderLength(const std::string& first8, uint
 
 // Parses and validates a header's JSON text against a data buffer of `data_bytes` bytes: strict
 // JSON (json_reader.h: nesting depth bounded, duplicate keys refused), every field type-checked.
-StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& json_text, uint64_t data_bytes,
-                                                   const std::string& where);
+StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& json_text,
+                                                   uint64_t data_bytes, const std::string& where);
 
 class SafetensorsFile {
  public:

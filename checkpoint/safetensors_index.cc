@@ -13,7 +13,8 @@ namespace shardema {
 
 namespace {
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "<stem>-NNNNN-of-NNNNN.safetensors" (optionally + ".tmp").
@@ -31,7 +32,9 @@ bool IsShardOf(const std::string& name, const std::string& stem) {
 }
 }  // namespace
 
-bool IsSafetensorsIndexName(const std::string& path) { return EndsWith(path, ".safetensors.index.json"); }
+bool IsSafetensorsIndexName(const std::string& path) {
+  return EndsWith(path, ".safetensors.index.json");
+}
 
 std::string SafetensorsShardName(const std::string& stem, size_t i, size_t k) {
   char buf[64];
@@ -52,7 +55,8 @@ StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
   const std::string dir = DirName(path);
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it.value().is_string()) {
-      return DataLoss("safetensors index '", path, "': weight_map[\"", it.key(), "\"] is not a file name");
+      return DataLoss("safetensors index '", path, "': weight_map[\"", it.key(),
+                      "\"] is not a file name");
     }
     const std::string file = it.value().get<std::string>();
     if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos) {
@@ -80,10 +84,12 @@ StatusOr<std::unique_ptr<SafetensorsSet>> SafetensorsSet::Open(const std::string
       set->files_.push_back(std::move(f));
     }
     for (const auto& [name, file] : index.weight_map) {
-      const auto it = std::find_if(set->files_.begin(), set->files_.end(),
-                                   [&](const std::unique_ptr<SafetensorsFile>& f) { return f->path() == file; });
+      const auto it = std::find_if(
+          set->files_.begin(), set->files_.end(),
+          [&](const std::unique_ptr<SafetensorsFile>& f) { return f->path() == file; });
       if (it == set->files_.end() || (*it)->Find(name) == nullptr) {
-        return DataLoss("safetensors index '", path, "': tensor '", name, "' is not in '", file, "'");
+        return DataLoss("safetensors index '", path, "': tensor '", name, "' is not in '", file,
+                        "'");
       }
     }
   }
@@ -111,13 +117,15 @@ const SafetensorsTensor* SafetensorsSet::Find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second->Find(name);
 }
 
-Status SafetensorsSet::ReadTensor(const std::string& name, DType dtype, void* dst, int64_t dst_elems) const {
+Status SafetensorsSet::ReadTensor(const std::string& name, DType dtype, void* dst,
+                                  int64_t dst_elems) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return NotFound("'", path_, "' has no tensor '", name, "'");
   return it->second->ReadTensor(name, dtype, dst, dst_elems);
 }
 
-StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir, const std::string& stem,
+StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir,
+                                                         const std::string& stem,
                                                          const std::vector<std::string>& keep) {
   std::vector<std::string> removed;
   if (!IsDirectory(dir)) return removed;

@@ -65,7 +65,8 @@ class SafetensorsSet {
 
 // Removes, in `dir`, the files "<stem>-NNNNN-of-NNNNN.safetensors" (and their ".tmp" names) that
 // `keep` does not name. Returns the removed paths. Errors: errno errors naming the path.
-StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir, const std::string& stem,
+StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir,
+                                                         const std::string& stem,
                                                          const std::vector<std::string>& keep);
 
 }  // namespace shardema

@@ -17,10 +17,11 @@ std::string LengthPrefix(uint64_t n) {
 }
 
 // A file from a raw header text and `data_bytes` bytes of data.
-std::string WriteRaw(const std::string& dir, const std::string& name, const std::string& header, size_t data_bytes,
-                     uint64_t declared = ~0ull) {
+std::string WriteRaw(const std::string& dir, const std::string& name, const std::string& header,
+                     size_t data_bytes, uint64_t declared = ~0ull) {
   const std::string path = JoinPath(dir, name);
-  std::string bytes = LengthPrefix(declared == ~0ull ? header.size() : declared) + header + std::string(data_bytes, '\x01');
+  std::string bytes = LengthPrefix(declared == ~0ull ? header.size() : declared) + header +
+                      std::string(data_bytes, '\x01');
   EXPECT_TRUE(WriteFileAtomic(path, bytes, false).ok());
   return path;
 }
@@ -30,13 +31,15 @@ class SafetensorsTest : public ::testing::Test {
   void SetUp() override { dir_ = ckpt_test::NewTempDir("st"); }
   void TearDown() override { RemoveTree(dir_).IgnoreError(); }
   Status OpenRaw(const std::string& header, size_t data_bytes, uint64_t declared = ~0ull) {
-    return SafetensorsFile::Open(WriteRaw(dir_, "t.safetensors", header, data_bytes, declared)).status();
+    return SafetensorsFile::Open(WriteRaw(dir_, "t.safetensors", header, data_bytes, declared))
+        .status();
   }
   std::string dir_;
 };
 
 TEST_F(SafetensorsTest, WriterHeaderRoundTripsThroughReader) {
-  std::vector<SafetensorsTensor> t = {{"a", "F32", {2, 3}}, {"b", "BF16", {4}}, {"empty", "F32", {0, 5}}, {"s", "F16", {}}};
+  std::vector<SafetensorsTensor> t = {
+      {"a", "F32", {2, 3}}, {"b", "BF16", {4}}, {"empty", "F32", {0, 5}}, {"s", "F16", {}}};
   const uint64_t data = AssignSafetensorsOffsets(t).value();
   EXPECT_EQ(data, 24u + 8u + 0u + 2u);
   std::string header = BuildSafetensorsHeader(t, {{"format", "pt"}, {"step", "7"}}).value();
@@ -110,17 +113,21 @@ TEST_F(SafetensorsTest, EveryRuleViolationIsDataLossNamingTheRule) {
       {"{" + ok1 + "," + ok1 + "}", 8, "duplicate key 'x'"},
       {"{\"__metadata__\":{\"a\":1}," + ok1 + "}", 8, "expected a string"},
       {"{\"x\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
-      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "non-negative integer"},
-      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8, "non-negative integer"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
+       "non-negative integer"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8,
+       "non-negative integer"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "expected 12"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "data_offsets"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, "data_offsets"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "dtype, shape and data_offsets"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "(gap)"},
-      {"{" + ok1 + ",\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "(overlap)"},
+      {"{" + ok1 + ",\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+       "(overlap)"},
       {"{" + ok1 + "}", 12, "cover 8 bytes of a 12-byte"},
       {"{" + ok1 + "}", 4, "cover 8 bytes of a 4-byte"},
-      {"{\"x\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}", 0, "overflows"},
+      {"{\"x\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}", 0,
+       "overflows"},
   };
   for (const Case& c : cases) {
     Status s = OpenRaw(c.header, c.data);
@@ -136,7 +143,9 @@ TEST_F(SafetensorsTest, EveryRuleViolationIsDataLossNamingTheRule) {
   EXPECT_NE(s.message().find("not a safetensors file"), std::string::npos) << s;
   // Another file (here a JSON index) is named as such, with the hint for sharded exports.
   const std::string json = JoinPath(dir_, "model.safetensors.index.json");
-  ASSERT_TRUE(WriteFileAtomic(json, "{\"metadata\": {\"total_size\": 8}, \"weight_map\": {}}\n", false).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(json, "{\"metadata\": {\"total_size\": 8}, \"weight_map\": {}}\n", false)
+          .ok());
   s = SafetensorsFile::Open(json).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("not a safetensors file"), std::string::npos) << s;

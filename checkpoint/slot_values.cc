@@ -42,8 +42,7 @@ Status ReadUnitRangeF32(CheckpointReader& reader, int slot, EmaStorage storage, 
   const int params = reader.manifest().FindSlot("params");
   if (params < 0) {
     return DataLoss("checkpoint '", reader.dir(), "': slot '",
-                    reader.manifest().slots[size_t(slot)].name,
-                    "' is ", EmaStorageName(storage),
+                    reader.manifest().slots[size_t(slot)].name, "' is ", EmaStorageName(storage),
                     " (ema - params) but the checkpoint has no 'params' slot");
   }
   std::vector<float> master(n);

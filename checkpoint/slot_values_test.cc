@@ -33,9 +33,9 @@ std::string Save(const std::string& tag, const std::vector<SlotSpec>& slots,
 }
 
 TEST(SlotValuesTest, DeltaSlotIsParamsPlusDAndBf16Widens) {
-  const std::string dir = Save("slot_values", {{"params", DType::kF32}, {"ema_d", DType::kBF16},
-                                               {"ema_b", DType::kBF16}},
-                               {{"ema_d", "delta_bf16"}, {"ema_b", "bf16"}});
+  const std::string dir = Save(
+      "slot_values", {{"params", DType::kF32}, {"ema_d", DType::kBF16}, {"ema_b", DType::kBF16}},
+      {{"ema_d", "delta_bf16"}, {"ema_b", "bf16"}});
   auto reader = CheckpointReader::Open(dir);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ(SlotStorage(**reader, "ema_d").value(), EmaStorage::kDeltaBF16);
@@ -58,7 +58,8 @@ TEST(SlotValuesTest, DeltaSlotIsParamsPlusDAndBf16Widens) {
       ASSERT_TRUE((*reader)->ReadUnitRange(sd, u, p.offset, end, d.data()).ok());
       ASSERT_TRUE((*reader)->ReadUnitRange(sb, u, p.offset, end, braw.data()).ok());
       ASSERT_TRUE((*file)->ReadTensor(p.name, DType::kF32, got.data(), size_t(p.numel)).ok());
-      ASSERT_TRUE(ReadUnitRangeF32(**reader, sb, EmaStorage::kBF16, u, p.offset, end, b.data()).ok());
+      ASSERT_TRUE(
+          ReadUnitRangeF32(**reader, sb, EmaStorage::kBF16, u, p.offset, end, b.data()).ok());
       for (int64_t i = 0; i < p.numel; ++i) {
         ASSERT_EQ(F32Bits(got[size_t(i)]), F32Bits(params[size_t(i)] + BF16ToF32(d[size_t(i)])))
             << p.name << "[" << i << "]";
@@ -71,23 +72,25 @@ TEST(SlotValuesTest, DeltaSlotIsParamsPlusDAndBf16Widens) {
 }
 
 TEST(SlotValuesTest, BadStorageMetadataIsDataLoss) {
-  const std::string unknown =
-      Save("slot_values_bad", {{"params", DType::kF32}, {"ema_d", DType::kBF16}}, {{"ema_d", "fp8"}});
+  const std::string unknown = Save(
+      "slot_values_bad", {{"params", DType::kF32}, {"ema_d", DType::kBF16}}, {{"ema_d", "fp8"}});
   StatusOr<ExportReport> r =
       ExportSafetensors(unknown, "ema_d", DType::kF32, JoinPath(unknown, "../x.safetensors"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status();
   EXPECT_NE(r.status().message().find("'fp8'"), std::string::npos) << r.status();
 
-  const std::string wrong_dtype = Save("slot_values_dtype", {{"params", DType::kF32}, {"ema_d", DType::kF32}},
-                                       {{"ema_d", "delta_bf16"}});
-  r = ExportSafetensors(wrong_dtype, "ema_d", DType::kF32, JoinPath(wrong_dtype, "../x.safetensors"));
+  const std::string wrong_dtype =
+      Save("slot_values_dtype", {{"params", DType::kF32}, {"ema_d", DType::kF32}},
+           {{"ema_d", "delta_bf16"}});
+  r = ExportSafetensors(wrong_dtype, "ema_d", DType::kF32,
+                        JoinPath(wrong_dtype, "../x.safetensors"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status();
   EXPECT_NE(r.status().message().find("dtype f32"), std::string::npos) << r.status();
 
-  const std::string no_master = Save("slot_values_nomaster", {{"ema_d", DType::kBF16}},
-                                     {{"ema_d", "delta_bf16"}});
+  const std::string no_master =
+      Save("slot_values_nomaster", {{"ema_d", DType::kBF16}}, {{"ema_d", "delta_bf16"}});
   const std::string out = JoinPath(no_master, "../x.safetensors");
   r = ExportSafetensors(no_master, "ema_d", DType::kF32, out);
   ASSERT_FALSE(r.ok());

@@ -31,7 +31,10 @@ StoreLayout MakeLayout(const std::vector<UnitSpec>& model, int world) {
 }
 
 std::vector<SlotSpec> DefaultSlots() {
-  return {{"params", DType::kF32}, {"exp_avg", DType::kF32}, {"ema_0.999", DType::kF32}, {"ema_bf16", DType::kBF16}};
+  return {{"params", DType::kF32},
+          {"exp_avg", DType::kF32},
+          {"ema_0.999", DType::kF32},
+          {"ema_bf16", DType::kBF16}};
 }
 
 uint32_t SlotSalt(const std::string& name) { return uint32_t(Xxh3(name.data(), name.size())); }
@@ -44,7 +47,8 @@ uint32_t ElementBits(uint32_t salt, size_t unit, int64_t elem, int64_t step) {
   return (h & 0xbf7fffffu) | 0x00010001u;
 }
 
-std::vector<char> ExpectedSlotBytes(const StoreLayout& layout, int rank, const SlotSpec& slot, int64_t step) {
+std::vector<char> ExpectedSlotBytes(const StoreLayout& layout, int rank, const SlotSpec& slot,
+                                    int64_t step) {
   const size_t dsize = DTypeSize(slot.dtype);
   std::vector<char> out(size_t(layout.local_numel()) * dsize, 0);
   const uint32_t salt = SlotSalt(slot.name);
@@ -68,17 +72,23 @@ std::vector<char> ExpectedSlotBytes(const StoreLayout& layout, int rank, const S
 
 std::vector<float> ExpectedBuffer(const std::string& name, int64_t step) {
   std::vector<float> v(5);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = float(step) + 0.25f * float(i) + (name.find('/') != std::string::npos ? 100.f : 0.f);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = float(step) + 0.25f * float(i) + (name.find('/') != std::string::npos ? 100.f : 0.f);
   return v;
 }
 
 nlohmann::json TestMeta(double ema_decay) {
   return {{"optimizer",
-           {{"config", {{"kind", "adamw"}, {"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"weight_decay", 0.01}}},
+           {{"config",
+             {{"kind", "adamw"}, {"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"weight_decay", 0.01}}},
             {"progress", {{"step", 17}}}}},
           {"ema",
-           {{"config", {{"slots", {{{"name", "ema_0.999"}, {"kind", "constant"}, {"decay", ema_decay},
-                                    {"interval", 1}}}}}},
+           {{"config",
+             {{"slots",
+               {{{"name", "ema_0.999"},
+                 {"kind", "constant"},
+                 {"decay", ema_decay},
+                 {"interval", 1}}}}}},
             {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", 17}}}}}}}},
           {"rng", {{"seed", 1234}}},
           {"data", {{"position", 4096}}}};
@@ -86,7 +96,8 @@ nlohmann::json TestMeta(double ema_decay) {
 
 void RebindViews(OwnedState& o) {
   for (size_t i = 0; i < o.state.slots.size(); ++i) o.state.slots[i].data = o.slot_data[i].data();
-  for (size_t i = 0; i < o.state.buffers.size(); ++i) o.state.buffers[i].data = o.buffer_data[i].data();
+  for (size_t i = 0; i < o.state.buffers.size(); ++i)
+    o.state.buffers[i].data = o.buffer_data[i].data();
 }
 
 static void AddBuffers(OwnedState& o, int64_t step, bool fill) {
@@ -96,8 +107,8 @@ static void AddBuffers(OwnedState& o, int64_t step, bool fill) {
   }
 }
 
-std::vector<OwnedState> MakeStates(const StoreLayout& layout, const std::vector<SlotSpec>& slots, int64_t step,
-                                   bool with_buffers) {
+std::vector<OwnedState> MakeStates(const StoreLayout& layout, const std::vector<SlotSpec>& slots,
+                                   int64_t step, bool with_buffers) {
   std::vector<OwnedState> out(size_t(layout.world_size()));
   for (int r = 0; r < layout.world_size(); ++r) {
     OwnedState& o = out[size_t(r)];
@@ -121,7 +132,8 @@ std::vector<CheckpointState> StatesOf(const std::vector<OwnedState>& owned) {
   return out;
 }
 
-OwnedState MakeDest(const StoreLayout& layout, int rank, const std::vector<SlotSpec>& slots, bool with_buffers) {
+OwnedState MakeDest(const StoreLayout& layout, int rank, const std::vector<SlotSpec>& slots,
+                    bool with_buffers) {
   OwnedState o;
   o.state.rank = rank;
   o.state.layout = layout;

@@ -32,7 +32,8 @@ uint32_t ElementBits(uint32_t salt, size_t unit, int64_t elem, int64_t step);
 uint32_t SlotSalt(const std::string& slot_name);
 
 // The bytes rank `rank` holds for a slot: the formula for real elements, zeros for padding.
-std::vector<char> ExpectedSlotBytes(const StoreLayout& layout, int rank, const SlotSpec& slot, int64_t step);
+std::vector<char> ExpectedSlotBytes(const StoreLayout& layout, int rank, const SlotSpec& slot,
+                                    int64_t step);
 
 // One rank's state with owned memory.
 struct OwnedState {
@@ -42,13 +43,14 @@ struct OwnedState {
 };
 // States filled with the formula (buffers: "bn.running_mean" [5] and "ema_0.999/bn.running_mean"
 // [5], values a formula of the step) and a meta with optimizer/ema sections.
-std::vector<OwnedState> MakeStates(const StoreLayout& layout, const std::vector<SlotSpec>& slots, int64_t step,
-                                   bool with_buffers = true);
+std::vector<OwnedState> MakeStates(const StoreLayout& layout, const std::vector<SlotSpec>& slots,
+                                   int64_t step, bool with_buffers = true);
 // Views into `owned` (re-pointing after a copy/move).
 void RebindViews(OwnedState& owned);
 std::vector<CheckpointState> StatesOf(const std::vector<OwnedState>& owned);
 // A destination with zeroed (actually 0xAB-filled, to catch unwritten bytes) memory.
-OwnedState MakeDest(const StoreLayout& layout, int rank, const std::vector<SlotSpec>& slots, bool with_buffers = true);
+OwnedState MakeDest(const StoreLayout& layout, int rank, const std::vector<SlotSpec>& slots,
+                    bool with_buffers = true);
 std::vector<float> ExpectedBuffer(const std::string& name, int64_t step);
 nlohmann::json TestMeta(double ema_decay);
 

@@ -26,14 +26,15 @@ Status VerifyFileContents(const std::string& path, const FileEntry& want, uint64
   for (size_t c = 0; c < hash.chunks().size(); ++c) {
     if (hash.chunks()[c] != want.chunk_xxh3[c]) {
       const uint64_t b = c * chunk_bytes;
-      problems += "\n  '" + path + "': chunk " + std::to_string(c) + " (bytes [" + std::to_string(b) + ", " +
-                  std::to_string(std::min(b + chunk_bytes, want.bytes)) + ")) checksum mismatch: the manifest says " +
-                  HashToHex(want.chunk_xxh3[c]) + ", the data hashes to " + HashToHex(hash.chunks()[c]);
+      problems += "\n  '" + path + "': chunk " + std::to_string(c) + " (bytes [" +
+                  std::to_string(b) + ", " + std::to_string(std::min(b + chunk_bytes, want.bytes)) +
+                  ")) checksum mismatch: the manifest says " + HashToHex(want.chunk_xxh3[c]) +
+                  ", the data hashes to " + HashToHex(hash.chunks()[c]);
     }
   }
   if (hash.whole() != want.xxh3) {
-    problems += "\n  '" + path + "': file checksum mismatch: the manifest says " + HashToHex(want.xxh3) +
-                ", the data hashes to " + HashToHex(hash.whole());
+    problems += "\n  '" + path + "': file checksum mismatch: the manifest says " +
+                HashToHex(want.xxh3) + ", the data hashes to " + HashToHex(hash.whole());
   }
   if (!problems.empty()) return DataLoss(problems.substr(3));
   return Status::Ok();
@@ -41,7 +42,8 @@ Status VerifyFileContents(const std::string& path, const FileEntry& want, uint64
 }  // namespace
 
 StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(path, ReaderOptions{1}));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                   CheckpointReader::Open(path, ReaderOptions{1}));
   const Manifest& m = reader->manifest();
   VerifiedCheckpoint out;
   out.dir = reader->dir();

@@ -20,13 +20,14 @@ using nlohmann::json;
 StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_bytes) {
   const int world = state.layout.world_size();
   if (state.rank < 0 || state.rank >= world) {
-    return InvalidArgument("checkpoint state: rank ", state.rank, " outside the layout's world size ", world);
+    return InvalidArgument("checkpoint state: rank ", state.rank,
+                           " outside the layout's world size ", world);
   }
   std::vector<SlotEntry> slots;
   for (const SlotView& v : state.slots) {
     if (v.data == nullptr && state.layout.local_numel() > 0) {
-      return InvalidArgument("checkpoint state: slot '", v.name, "' has no data (", state.layout.local_numel(),
-                             " elements expected)");
+      return InvalidArgument("checkpoint state: slot '", v.name, "' has no data (",
+                             state.layout.local_numel(), " elements expected)");
     }
     SlotEntry e;
     e.name = v.name;
@@ -36,7 +37,8 @@ StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_byt
   std::vector<BufferEntry> buffers;
   for (const BufferView& b : state.buffers) {
     for (int64_t d : b.shape) {
-      if (d < 0) return InvalidArgument("checkpoint state: buffer '", b.name, "' has a negative dim");
+      if (d < 0)
+        return InvalidArgument("checkpoint state: buffer '", b.name, "' has a negative dim");
     }
     if (b.data == nullptr && NumElements(b.shape) > 0) {
       return InvalidArgument("checkpoint state: buffer '", b.name, "' has no data");
@@ -47,8 +49,8 @@ StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_byt
     e.dtype = b.dtype;
     buffers.push_back(e);
   }
-  StatusOr<Manifest> m = Manifest::Plan(state.step, state.layout, std::move(slots), std::move(buffers),
-                                        state.meta, chunk_bytes);
+  StatusOr<Manifest> m = Manifest::Plan(state.step, state.layout, std::move(slots),
+                                        std::move(buffers), state.meta, chunk_bytes);
   if (!m.ok()) return m.status().WithContext("checkpoint state");
   return m;
 }
@@ -63,7 +65,9 @@ std::string PlanFingerprint(const Manifest& plan) {
   return HashToHex(Xxh3(text.data(), text.size()));
 }
 
-std::string DumpLossless(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string DumpLossless(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::vector<const void*> SlotPointers(const CheckpointState& s) {
   std::vector<const void*> out;
@@ -118,7 +122,8 @@ void ParallelCopy(const std::vector<Copy>& copies, int threads) {
   };
   std::vector<std::thread> pool;
   const size_t per = (total + size_t(threads) - 1) / size_t(threads);
-  for (int t = 1; t < threads; ++t) pool.emplace_back(run, per * size_t(t), std::min(total, per * size_t(t + 1)));
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back(run, per * size_t(t), std::min(total, per * size_t(t + 1)));
   run(0, std::min(total, per));
   for (std::thread& t : pool) t.join();
 }
@@ -155,8 +160,8 @@ struct CheckpointWriter::Pending {
       if (!st.ok()) LOG_WARNING << "checkpoint writer thread keeps its priority: " << st;
     }
     try {
-      result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs, buffer_ptrs,
-                             RankOptions(options));
+      result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs,
+                             buffer_ptrs, RankOptions(options));
     } catch (const std::bad_alloc&) {
       result = ResourceExhausted("writing rank ", rank, "'s file: out of memory");
     }
@@ -194,12 +199,14 @@ CheckpointWriter::~CheckpointWriter() {
               << "' was never committed (call Finish() before destroying the writer)";
 }
 
-StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(const CheckpointState& state) {
+StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(
+    const CheckpointState& state) {
   const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
   Status local;
   if (state.layout.world_size() != world || state.rank != rank) {
-    local = InvalidArgument("checkpoint state is rank ", state.rank, " of ", state.layout.world_size(),
-                            " but the communicator is rank ", rank, " of ", world);
+    local =
+        InvalidArgument("checkpoint state is rank ", state.rank, " of ", state.layout.world_size(),
+                        " but the communicator is rank ", rank, " of ", world);
   }
   auto p = std::make_unique<Pending>();
   std::string fingerprint;
@@ -234,12 +241,14 @@ StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(con
     Status s = DecodeStatus(j.value("status", std::string()));
     std::string fp = j.value("plan", std::string());
     if (!s.ok()) {
-      agreed = Status(s.code(), "save of step " + std::to_string(state.step) + ": rank " + std::to_string(r) +
-                                    " of " + std::to_string(world) + ": " + s.message());
+      agreed = Status(s.code(), "save of step " + std::to_string(state.step) + ": rank " +
+                                    std::to_string(r) + " of " + std::to_string(world) + ": " +
+                                    s.message());
     } else if (r == 0) {
       plan0 = fp;
     } else if (fp != plan0) {
-      agreed = InvalidArgument("save of step ", state.step, ": rank ", r, "'s checkpoint state differs from rank 0's "
+      agreed = InvalidArgument("save of step ", state.step, ": rank ", r,
+                               "'s checkpoint state differs from rank 0's "
                                "(step, layout, slot names/dtypes or buffers)");
     }
   }
@@ -267,8 +276,8 @@ StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes) {
   const auto code = j.find("code"), message = j.find("message"), step = j.find("step"),
              dir = j.find("dir");
   if (code == j.end() || !code->is_number_integer() || message == j.end() ||
-      !message->is_string() || step == j.end() || !step->is_number_integer() ||
-      dir == j.end() || !dir->is_string()) {
+      !message->is_string() || step == j.end() || !step->is_number_integer() || dir == j.end() ||
+      !dir->is_string()) {
     return bad("a missing or mistyped field (code, message, step, dir)");
   }
   const int c = code->get<int>();
@@ -309,8 +318,8 @@ Status CheckpointWriter::Commit() {
     Status& result = outcome.status;
     Manifest manifest = p.plan;
     for (int r = 0; r < world && result.ok(); ++r) {
-      const std::string what = "save of step " + std::to_string(step) + ": rank " + std::to_string(r) +
-                               " of " + std::to_string(world);
+      const std::string what = "save of step " + std::to_string(step) + ": rank " +
+                               std::to_string(r) + " of " + std::to_string(world);
       json j = json::parse((*all)[size_t(r)], nullptr, false);
       if (j.is_discarded()) {
         result = Internal(what, ": unreadable file report");
@@ -325,8 +334,8 @@ Status CheckpointWriter::Commit() {
       if (!f.ok()) {
         result = f.status();
       } else if (f->rank != r || f->bytes != manifest.RankFileBytes(r)) {
-        result = Internal(what, ": reported rank ", f->rank, " with ", f->bytes, " bytes, expected rank ", r,
-                          " with ", manifest.RankFileBytes(r));
+        result = Internal(what, ": reported rank ", f->rank, " with ", f->bytes,
+                          " bytes, expected rank ", r, " with ", manifest.RankFileBytes(r));
       } else {
         manifest.files.push_back(std::move(f).value());
       }
@@ -377,8 +386,8 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
       staging_bytes_ = total;
     }
   } catch (const std::bad_alloc&) {
-    p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ", total,
-                                 " bytes of staging memory on rank ", rank);
+    p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
+                                 total, " bytes of staging memory on rank ", rank);
     p.done.store(true);
     return Status::Ok();  // reported collectively by the commit
   }
@@ -388,9 +397,11 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
     ptrs->push_back(staging_.get() + off);
     off += AlignUp(n, 64);
   };
-  for (size_t i = 0; i < p.plan.slots.size(); ++i) stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);
+  for (size_t i = 0; i < p.plan.slots.size(); ++i)
+    stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);
   if (rank == 0) {
-    for (size_t i = 0; i < p.plan.buffers.size(); ++i) stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
+    for (size_t i = 0; i < p.plan.buffers.size(); ++i)
+      stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
   }
   if (!options_.snapshot_in_background) {
     ParallelCopy(p.copies, options_.snapshot_threads);
@@ -454,7 +465,8 @@ Status CheckpointWriter::Wait() {
   return Commit();
 }
 
-StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<CheckpointState>& ranks,
+StatusOr<std::string> SaveAllRanks(const std::string& root,
+                                   const std::vector<CheckpointState>& ranks,
                                    const SaveOptions& options) {
   if (ranks.empty()) return InvalidArgument("SaveAllRanks: no rank states");
   const int world = int(ranks.size());
@@ -462,12 +474,13 @@ StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<Ch
   for (int r = 0; r < world; ++r) {
     const CheckpointState& s = ranks[size_t(r)];
     if (s.rank != r || s.layout.world_size() != world) {
-      return InvalidArgument("SaveAllRanks: state ", r, " is rank ", s.rank, " of ", s.layout.world_size(),
-                             ", expected rank ", r, " of ", world);
+      return InvalidArgument("SaveAllRanks: state ", r, " is rank ", s.rank, " of ",
+                             s.layout.world_size(), ", expected rank ", r, " of ", world);
     }
     ASSIGN_OR_RETURN(Manifest plan, PlanForState(s, options.chunk_bytes));
     if (r > 0 && PlanFingerprint(plan) != PlanFingerprint(plans[0])) {
-      return InvalidArgument("SaveAllRanks: rank ", r, "'s state differs from rank 0's "
+      return InvalidArgument("SaveAllRanks: rank ", r,
+                             "'s state differs from rank 0's "
                              "(step, layout, slot names/dtypes or buffers)");
     }
     plans.push_back(std::move(plan));
@@ -476,12 +489,13 @@ StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<Ch
   const int64_t step = manifest.step;
   ASSIGN_OR_RETURN(std::string tmp, PrepareStepDir(root, step, CommitOpts(options)));
   for (int r = 0; r < world; ++r) {
-    StatusOr<FileEntry> f = WriteRankFile(JoinPath(tmp, RankFileName(r)), manifest, r,
-                                          SlotPointers(ranks[size_t(r)]), BufferPointers(ranks[0]),
-                                          RankOptions(options));
+    StatusOr<FileEntry> f =
+        WriteRankFile(JoinPath(tmp, RankFileName(r)), manifest, r, SlotPointers(ranks[size_t(r)]),
+                      BufferPointers(ranks[0]), RankOptions(options));
     if (!f.ok()) {
       AbandonStepDir(root, step).IgnoreError();
-      return f.status().WithContext("save of step " + std::to_string(step) + ": rank " + std::to_string(r));
+      return f.status().WithContext("save of step " + std::to_string(step) + ": rank " +
+                                    std::to_string(r));
     }
     manifest.files.push_back(std::move(f).value());
   }

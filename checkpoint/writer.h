@@ -41,9 +41,9 @@
 // Errors are never silent and are the same on every rank: a validation error or a rank's write
 // failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) is returned by the call
 // that commits that save (Save, Poll, Wait, Finish, or the next SaveAsync, which then starts no
-// new save); the temp directory is then removed and the previous checkpoint stays the latest. kAlreadyExists when the step is
-// already the latest checkpoint. kInvalidArgument for a state that does not match the
-// communicator (rank, world size) or has null buffers.
+// new save); the temp directory is then removed and the previous checkpoint stays the latest.
+// kAlreadyExists when the step is already the latest checkpoint. kInvalidArgument for a state that
+// does not match the communicator (rank, world size) or has null buffers.
 //
 // Deleting old checkpoints (keep_last) and leftovers of crashed saves is done by rank 0 on a
 // background thread too (BackgroundDeleter): the commit only renames them to ".tmp_delete_*"
@@ -72,12 +72,12 @@
 namespace shardema {
 
 struct SaveOptions {
-  int keep_last = 2;                           // committed checkpoints kept, >= 1
-  uint64_t chunk_bytes = kDefaultChunkBytes;   // checksum chunk size recorded in the manifest
-  uint64_t io_bytes = uint64_t(16) << 20;      // largest single write(2)
-  bool fsync = true;                           // off only for tests that do not need durability
-  WriteFaultHook fault_hook;                   // tests: simulate ENOSPC/EIO on any write
-  bool snapshot_in_background = false;         // see SaveAsync / WaitSnapshot above
+  int keep_last = 2;                          // committed checkpoints kept, >= 1
+  uint64_t chunk_bytes = kDefaultChunkBytes;  // checksum chunk size recorded in the manifest
+  uint64_t io_bytes = uint64_t(16) << 20;     // largest single write(2)
+  bool fsync = true;                          // off only for tests that do not need durability
+  WriteFaultHook fault_hook;                  // tests: simulate ENOSPC/EIO on any write
+  bool snapshot_in_background = false;        // see SaveAsync / WaitSnapshot above
   // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);
   // 0 = min(4, hardware threads).
   int snapshot_threads = 0;
@@ -94,9 +94,9 @@ struct SaveOptions {
 // The outcome of a save's commit: rank 0 decides it and broadcasts it, so every rank returns the
 // same status and records the same directory.
 struct CommitResult {
-  Status status;     // OK: committed
+  Status status;  // OK: committed
   int64_t step = -1;
-  std::string dir;   // the committed step directory (empty unless OK)
+  std::string dir;  // the committed step directory (empty unless OK)
 };
 // The broadcast form (JSON: status code and message, step, dir) and back. Decode errors
 // (kInternal): not JSON, a missing or mistyped field, an OK result without a directory.
@@ -149,7 +149,8 @@ class CheckpointWriter {
 // Writes a whole checkpoint of W = ranks.size() ranks from one process (ranks[r] is rank r's
 // state): tests, tools and conversions. Same files, manifest and commit protocol as the writer.
 // Returns the committed directory.
-StatusOr<std::string> SaveAllRanks(const std::string& root, const std::vector<CheckpointState>& ranks,
+StatusOr<std::string> SaveAllRanks(const std::string& root,
+                                   const std::vector<CheckpointState>& ranks,
                                    const SaveOptions& options = {});
 
 // The manifest (without files) a state implies, after checking it (rank < world, non-null

@@ -95,9 +95,11 @@ TEST_F(WriterTest, AllRanksSameWorldSizeEachRankReadsOnlyItsFile) {
     StatusOr<LoadReport> rep = LoadCheckpoint(root_, nullptr, dest.state);
     ASSERT_TRUE(rep.ok()) << rep.status();
     EXPECT_FALSE(rep->resharded);
-    for (size_t s = 0; s < slots.size(); ++s) EXPECT_TRUE(dest.slot_data[s] == st[size_t(r)].slot_data[s]);
+    for (size_t s = 0; s < slots.size(); ++s)
+      EXPECT_TRUE(dest.slot_data[s] == st[size_t(r)].slot_data[s]);
     // Its own file at most (plus the manifest-listed buffers of rank 0's file for the buffers).
-    uint64_t allowed = m.files[size_t(r)].bytes + m.header_bytes + (r != 0 ? m.header_bytes + 2 * m.chunk_bytes : 0);
+    uint64_t allowed = m.files[size_t(r)].bytes + m.header_bytes +
+                       (r != 0 ? m.header_bytes + 2 * m.chunk_bytes : 0);
     EXPECT_LE(rep->bytes_read, allowed) << "rank " << r;
   }
 }
@@ -211,7 +213,8 @@ TEST_F(WriterTest, DiskFullMidFileFailsAndKeepsThePreviousCheckpoint) {
     EXPECT_NE(s.message().find("rank_00000.bin"), std::string::npos) << s;
     EXPECT_NE(s.message().find("rank 0 of 1"), std::string::npos) << s;
     EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
-    EXPECT_EQ(Entries(), (std::vector<std::string>{"latest", "step_00000001"})) << "async " << async;
+    EXPECT_EQ(Entries(), (std::vector<std::string>{"latest", "step_00000001"}))
+        << "async " << async;
     ASSERT_TRUE(VerifyCheckpoint(root_).ok());
   }
   OwnedState dest = MakeDest(l, 0, DefaultSlots());
@@ -280,7 +283,8 @@ TEST_F(WriterTest, LeftoverTempDirsAreIgnoredByReadersAndCleanedByTheNextSave) {
   std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 1);
   ASSERT_TRUE(CheckpointWriter(root_, nullptr).Save(st[0].state).ok());
   ASSERT_TRUE(MakeDirs(JoinPath(root_, ".tmp_step_00000099")).ok());
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, ".tmp_step_00000099/rank_00000.bin"), "junk", false).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(JoinPath(root_, ".tmp_step_00000099/rank_00000.bin"), "junk", false).ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(root_, "latest.tmp"), "step_00000099", false).ok());
   EXPECT_EQ(ResolveCheckpointDir(root_).value(), JoinPath(root_, "step_00000001"));
   ExpectLoads(1, 0, 1);

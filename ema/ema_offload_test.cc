@@ -131,8 +131,8 @@ TEST(EmaOffloadTest, OffloadedSlotsMatchInPassSlotsBitForBit) {
     for (int s = 1; s <= 9; ++s) {
       TrainStep(in_pass, s);
       TrainStep(off, s);
-      ExpectSameState(in_pass, off, (all ? "all" : "some") + std::string(" step ") +
-                                        std::to_string(s));
+      ExpectSameState(in_pass, off,
+                      (all ? "all" : "some") + std::string(" step ") + std::to_string(s));
     }
     ASSERT_TRUE(off.emas->Fence().ok());
     // Same memory accounting: offload moves no bytes on a CPU store.

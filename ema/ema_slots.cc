@@ -157,12 +157,11 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
   if (offloaded(i)) {
     // A beta-0 update (an exact copy) from a snapshot of the master as it is now; the master may
     // change only after the snapshot copy has read it.
-    RETURN_IF_ERROR(
-        offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
+    RETURN_IF_ERROR(offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
     RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
   } else if (IsDeltaStorage(c.storage)) {  // d = 0: the EMA equals the master
-    RETURN_IF_ERROR(FillZero(store_->stream(), SlotRaw(i),
-                             size_t(reg.local_numel()) * sizeof(uint16_t)));
+    RETURN_IF_ERROR(
+        FillZero(store_->stream(), SlotRaw(i), size_t(reg.local_numel()) * sizeof(uint16_t)));
   } else {  // f32 copy, or bf16 rounded to nearest even (bf16_sr too: the start is a copy)
     RETURN_IF_ERROR(ConvertOn(store_->stream(), store_->master(), DType::kF32, SlotRaw(i),
                               EmaStorageDType(c.storage), reg.local_numel()));
@@ -228,7 +227,8 @@ std::vector<EmaStepPlan> EmaSlots::Plan(int64_t next_step) const {
 Status EmaSlots::SubmitOffloaded(const std::vector<EmaStepPlan>& plan) {
   std::vector<EmaOffloader::Target> targets;
   for (const EmaStepPlan& p : plan) {
-    if (offloaded(p.slot) && !p.track_only) targets.push_back(EmaOffloader::Target{SlotData(p.slot), p.beta});
+    if (offloaded(p.slot) && !p.track_only)
+      targets.push_back(EmaOffloader::Target{SlotData(p.slot), p.beta});
   }
   if (targets.empty()) return Status::Ok();
   return offloader_->Submit(store_->master(), std::move(targets));
@@ -288,8 +288,8 @@ Status EmaSlots::SwapReconstructed(size_t i) {
   ASSIGN_OR_RETURN(Buffer backup, Buffer::Allocate(bytes, store_->device()));
   RETURN_IF_ERROR(CopyBytes(backup.data(), store_->device(), store_->master(), store_->device(),
                             bytes, store_->stream()));
-  RETURN_IF_ERROR(CopyBytes(store_->master(), store_->device(), values.data(), Device::Cpu(),
-                            bytes, store_->stream()));
+  RETURN_IF_ERROR(CopyBytes(store_->master(), store_->device(), values.data(), Device::Cpu(), bytes,
+                            store_->stream()));
   RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
   swap_backup_ = std::move(backup);
   return Status::Ok();

@@ -6,10 +6,11 @@
 // (framework/ema_storage.h) picks 2 bytes instead: bf16 (stops moving once updates round to
 // zero), bf16_sr (stochastic rounding) or delta_bf16 / delta_bf16_sr (d = ema - master, moved by
 // the fused pass at EVERY step once started: a not-due step is a "track_only" plan entry with
-// beta 1). Everything that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the reconstructed f32 values;
-// checkpoints save the stored bits (bf16 slot; the config's "storage" says how to read them). Every replicated buffer "b"
-// of the store gets a per-slot copy "<slot>/b", kept by BufferModeFor(config, b): kCopy (the
-// current value) or kAverage (an EMA with the slot's beta).
+// beta 1). Everything that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the
+// reconstructed f32 values; checkpoints save the stored bits (bf16 slot; the config's "storage"
+// says how to read them). Every replicated buffer "b" of the store gets a per-slot copy "<slot>/b",
+// kept by BufferModeFor(config, b): kCopy (the current value) or kAverage (an EMA with the slot's
+// beta).
 //
 // Updates happen inside the optimizer's fused pass (optim/optimizer.h) once per completed,
 // non-skipped optimizer step, never per micro-batch. The optimizer knows no EmaSlots: it takes
@@ -213,7 +214,7 @@ class EmaSlots {
   std::vector<std::vector<BufferCopy>> buffer_copies_;
   std::string swapped_;
   std::unique_ptr<EmaOffloader> offloader_;  // null without offloaded slots
-  Buffer swap_backup_;  // the master while a non-fp32 slot is swapped in
+  Buffer swap_backup_;                       // the master while a non-fp32 slot is swapped in
   ShardedParameterStore::GuardToken guard_;  // store shard-update guard (offloader)
 };
 

@@ -287,8 +287,7 @@ TEST(EmaSlotsTest, ProgressRoundTripAndConfigDiffs) {
   EXPECT_NE(st.message().find("ema.config.slots.b.interval: 1 (checkpoint) vs 2 (run)"),
             std::string::npos)
       << st;
-  EXPECT_NE(st.message().find("ema.config.slots.c: missing (checkpoint)"), std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find("ema.config.slots.c: missing (checkpoint)"), std::string::npos) << st;
   EXPECT_FALSE(changed.emas->counters(0).started());  // untouched on error
   ASSERT_TRUE(changed.state->FinishRestore(meta, /*allow_config_change=*/true).ok());
   EXPECT_TRUE(changed.emas->counters(0) == rig.emas->counters(0));
@@ -304,8 +303,7 @@ TEST(EmaSlotsTest, ProgressRoundTripAndConfigDiffs) {
   auto adam_rig = ::shardema::testing::MakeTrainingRig(
       {Units(), {}, StoreOptions{}, Init, {}, OptimizerOptions{}}, World());
   ASSERT_TRUE(adam_rig.ok());
-  EXPECT_EQ(EmaSlots::Create(adam_rig->store, {clash}).status().code(),
-            StatusCode::kAlreadyExists);
+  EXPECT_EQ(EmaSlots::Create(adam_rig->store, {clash}).status().code(), StatusCode::kAlreadyExists);
 }
 
 }  // namespace

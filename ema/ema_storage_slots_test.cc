@@ -41,9 +41,10 @@ TrainingRig MakeRig(std::vector<EmaConfig> emas) {
 }
 
 void TrainStep(TrainingRig& rig, int s) {
-  Status st = ::shardema::testing::FeedGrads(rig.store, [s](int r, const std::string& n, int64_t i) {
-    return float(std::sin(0.5 * double(i) + 0.9 * s + 0.4 * r + double(n.size())));
-  });
+  Status st =
+      ::shardema::testing::FeedGrads(rig.store, [s](int r, const std::string& n, int64_t i) {
+        return float(std::sin(0.5 * double(i) + 0.9 * s + 0.4 * r + double(n.size())));
+      });
   ASSERT_TRUE(st.ok()) << st;
   auto res = rig.state->Step();
   ASSERT_TRUE(res.ok()) << res.status();

@@ -73,8 +73,8 @@ double MaxGapAtMultiples(const std::vector<std::vector<float>>& a,
 
 TEST(EmaIntervalTest, CorrectedIntervalKeepsTheHorizon) {
   const EmaScheduleKind kinds[] = {EmaScheduleKind::kConstant, EmaScheduleKind::kWarmup,
-                                   EmaScheduleKind::kPowerWarmup,
-                                   EmaScheduleKind::kPowerFunction, EmaScheduleKind::kHalfLife};
+                                   EmaScheduleKind::kPowerWarmup, EmaScheduleKind::kPowerFunction,
+                                   EmaScheduleKind::kHalfLife};
   for (EmaScheduleKind kind : kinds) {
     for (int64_t k : {2, 3, 8}) {  // divide 240
       for (int64_t start : {0, 5}) {

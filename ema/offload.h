@@ -85,7 +85,8 @@ class EmaOffloader {
   };
   static constexpr int kBuffers = 2;
 
-  EmaOffloader(Device device, int64_t n, Stream compute) : device_(device), n_(n), compute_(compute) {}
+  EmaOffloader(Device device, int64_t n, Stream compute)
+      : device_(device), n_(n), compute_(compute) {}
   void Run();
   // Blocks until fewer than `limit` submissions are unapplied; returns the sticky error.
   Status WaitUntilPendingBelow(int64_t limit);
@@ -95,17 +96,17 @@ class EmaOffloader {
   Stream compute_;
   OwnedStream side_;  // CUDA only
   Buffer snapshot_[kBuffers];
-  CudaEvent master_ready_;        // CUDA only
-  CudaEvent copied_[kBuffers];    // CUDA only
-  int last_copied_ = -1;          // buffer of the latest submission's copy (CUDA)
-  int64_t submitted_ = 0;         // owner thread only
+  CudaEvent master_ready_;      // CUDA only
+  CudaEvent copied_[kBuffers];  // CUDA only
+  int last_copied_ = -1;        // buffer of the latest submission's copy (CUDA)
+  int64_t submitted_ = 0;       // owner thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;        // guarded by mu_
-  int64_t completed_ = 0;         // guarded by mu_
-  Status error_;                  // guarded by mu_: first failure of the update thread
-  bool stop_ = false;             // guarded by mu_
+  std::deque<Task> queue_;  // guarded by mu_
+  int64_t completed_ = 0;   // guarded by mu_
+  Status error_;            // guarded by mu_: first failure of the update thread
+  bool stop_ = false;       // guarded by mu_
   std::thread thread_;
 };
 

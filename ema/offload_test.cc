@@ -111,10 +111,10 @@ TEST(EmaOffloaderCudaTest, DeviceSnapshotsMatchInPlaceUpdates) {
   for (size_t s = 0; s < Schedule().size(); ++s) {
     const std::vector<float> host = Pattern(n, int(s));
     // Upload on the compute stream, then snapshot: the snapshot must see this step's values.
-    ASSERT_TRUE(CopyBytes(master->data(), dev, host.data(), Device::Cpu(), host.size() * 4, *stream)
-                    .ok());
-    ASSERT_TRUE((*o)->Submit(master->as<float>(), {{ema[0].data(), Schedule()[s][0]},
-                                                   {ema[1].data(), Schedule()[s][1]}})
+    ASSERT_TRUE(
+        CopyBytes(master->data(), dev, host.data(), Device::Cpu(), host.size() * 4, *stream).ok());
+    ASSERT_TRUE((*o)->Submit(master->as<float>(),
+                             {{ema[0].data(), Schedule()[s][0]}, {ema[1].data(), Schedule()[s][1]}})
                     .ok());
     // The next write of the master waits for the snapshot copy, without blocking the host.
     ASSERT_TRUE((*o)->OrderMasterWrite(*stream).ok());

@@ -150,8 +150,7 @@ Status ReadValue(const nlohmann::json& v, const std::string& field, EmaStorage* 
   return ReadName(v, field, ParseEmaStorage, out);
 }
 
-Status ReadValue(const nlohmann::json& v, const std::string& field,
-                 std::vector<BufferRule>* out) {
+Status ReadValue(const nlohmann::json& v, const std::string& field, std::vector<BufferRule>* out) {
   if (!v.is_array()) return TypeError(field, "an array", v);
   out->clear();
   for (size_t i = 0; i < v.size(); ++i) {
@@ -267,7 +266,7 @@ using Member = std::variant<std::string EmaConfig::*, EmaScheduleKind EmaConfig:
 struct Field {
   const char* key;
   Member member;
-  std::vector<Range> ranges;                  // numeric fields; the first matching kind applies
+  std::vector<Range> ranges;                    // numeric fields; the first matching kind applies
   Status (*check)(const EmaConfig&) = nullptr;  // any other rule
   // Placement, not semantics: written only when it differs from the default, not compared by
   // Diff (configs and checkpoints without the key read as the default).
@@ -332,8 +331,8 @@ Status CheckRange(const EmaConfig& c, const Field& f, double v) {
   for (const Range& r : f.ranges) {
     if (!(r.kinds & KindBit(c.kind))) continue;
     const double hi = r.hi_field ? c.*r.hi_field : r.hi;
-    const bool ok = std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) &&
-                    (r.hi_open ? v < hi : v <= hi);
+    const bool ok =
+        std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < hi : v <= hi);
     if (ok) return Status::Ok();
     std::string rule = hi == kInf ? "must be " + RangeText(r.lo, r.lo_open, hi, r.hi_open)
                                   : "is outside " + RangeText(r.lo, r.lo_open, hi, r.hi_open);
@@ -421,14 +420,13 @@ StatusOr<EmaConfig> EmaConfig::FromJson(const nlohmann::json& j) {
     auto f = std::find_if(fields.begin(), fields.end(),
                           [&k](const Field& field) { return k == field.key; });
     if (f == fields.end()) return InvalidArgument("EMA config: unknown field '", k, "'");
-    RETURN_IF_ERROR(std::visit([&](auto m) { return ReadValue(it.value(), k, &(c.*m)); },
-                               f->member));
+    RETURN_IF_ERROR(
+        std::visit([&](auto m) { return ReadValue(it.value(), k, &(c.*m)); }, f->member));
     has_gamma = has_gamma || k == "gamma";
   }
   if (has_sigma_rel) {
     if (has_gamma) {
-      return InvalidArgument("EMA config '", c.name,
-                             "': give either gamma or sigma_rel, not both");
+      return InvalidArgument("EMA config '", c.name, "': give either gamma or sigma_rel, not both");
     }
     StatusOr<double> g = SigmaRelToGamma(sigma_rel);
     if (!g.ok()) return g.status().WithContext("EMA config '" + c.name + "'");

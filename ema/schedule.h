@@ -80,11 +80,12 @@ struct EmaConfig {
   // memory does not move; the update still runs on the host thread.
   bool offload = false;
   // How the slot keeps its values (framework/ema_storage.h): fp32 (default), bf16, bf16_sr,
-  // delta_bf16 or delta_bf16_sr (2 bytes per parameter). Written by ToJson only when not fp32 (configs and
-  // checkpoints without it read as fp32); compared by Diff (resuming with another storage is a
-  // config difference). Not with offload (refused by Validate).
+  // delta_bf16 or delta_bf16_sr (2 bytes per parameter). Written by ToJson only when not fp32
+  // (configs and checkpoints without it read as fp32); compared by Diff (resuming with another
+  // storage is a config difference). Not with offload (refused by Validate).
   EmaStorage storage = EmaStorage::kF32;
-  // bf16_sr, delta_bf16_sr: the seed of the stochastic rounding bits (SrKey). Written only when not 0.
+  // bf16_sr, delta_bf16_sr: the seed of the stochastic rounding bits (SrKey). Written only when not
+  // 0.
   int64_t sr_seed = 0;
 
   // Every field is listed once in the field table in schedule.cc, which drives Validate, ToJson,

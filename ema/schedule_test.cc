@@ -53,7 +53,7 @@ TEST(EmaScheduleTest, HandComputedDecays) {
   EXPECT_DOUBLE_EQ(EmaDecay(c, 100000), 0.999);
   c.kind = EmaScheduleKind::kPowerFunction;
   c.gamma = 7;
-  EXPECT_EQ(EmaDecay(c, 1), 0.0);                   // first update copies
+  EXPECT_EQ(EmaDecay(c, 1), 0.0);  // first update copies
   EXPECT_DOUBLE_EQ(EmaDecay(c, 2), std::pow(0.5, 8));
   c.kind = EmaScheduleKind::kHalfLife;
   c.half_life_steps = 10;
@@ -61,7 +61,7 @@ TEST(EmaScheduleTest, HandComputedDecays) {
   c.kind = EmaScheduleKind::kPowerWarmup;
   c.decay = 0.9999;
   c.power = 2.0 / 3.0;
-  EXPECT_EQ(EmaDecay(c, 1), 0.0);                                  // timm: s = 0 copies
+  EXPECT_EQ(EmaDecay(c, 1), 0.0);                                   // timm: s = 0 copies
   EXPECT_DOUBLE_EQ(EmaDecay(c, 2), 1 - std::pow(2.0, -2.0 / 3.0));  // s = 1
   // Reaches 0.999 near 31.6K steps with power 2/3 (ema/README.md).
   EXPECT_LT(EmaDecay(c, 31000), 0.999);
@@ -215,7 +215,12 @@ TEST(EmaConfigTest, ReadsAndRewritesJsonOfEarlierVersionsUnchanged) {
 TEST(EmaConfigTest, FromJsonDefaultsAndSigmaRel) {
   StatusOr<EmaConfig> c = EmaConfig::FromJson(json{{"name", "a"}});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->Diff([] { EmaConfig d; d.name = "a"; return d; }()).empty());
+  EXPECT_TRUE(c->Diff([] {
+                 EmaConfig d;
+                 d.name = "a";
+                 return d;
+               }())
+                  .empty());
   c = EmaConfig::FromJson(json{{"name", "p"}, {"kind", "power_function"}, {"sigma_rel", 0.1}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NEAR(c->gamma, 6.9372, 1e-4);
@@ -261,24 +266,67 @@ TEST(EmaConfigTest, ValidateNamesSlotAndField) {
       {[](EmaConfig& c) { c.decay = std::nan(""); }, "decay"},
       {[](EmaConfig& c) { c.interval = 0; }, "interval"},
       {[](EmaConfig& c) { c.start_step = -1; }, "start_step"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.min_decay = 0.9995; },
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerWarmup;
+         c.min_decay = 0.9995;
+       },
        "min_decay"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.inv_gamma = 0; },
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerWarmup;
+         c.inv_gamma = 0;
+       },
        "inv_gamma"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.power = -1; }, "power"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.update_after_step = -2; },
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerWarmup;
+         c.power = -1;
+       },
+       "power"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerWarmup;
+         c.update_after_step = -2;
+       },
        "update_after_step"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerFunction; c.gamma = 0; }, "gamma"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.half_life_steps = 0; },
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerFunction;
+         c.gamma = 0;
+       },
+       "gamma"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kHalfLife;
+         c.half_life_steps = 0;
+       },
        "half_life_steps"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.rampup = -1; }, "rampup"},
-      {[](EmaConfig& c) { c.buffer_rules = {{"", BufferMode::kCopy}}; }, "pattern"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kHalfLife;
+         c.rampup = -1;
+       },
+       "rampup"},
+      {[](EmaConfig& c) {
+         c.buffer_rules = {{"", BufferMode::kCopy}};
+       },
+       "pattern"},
       {[](EmaConfig& c) { c.decay = 1; }, "decay 1 is outside (0, 1)"},
       {[](EmaConfig& c) { c.decay = 0; }, "decay 0 is outside (0, 1)"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kWarmup; c.decay = 1; }, "decay 1"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kPowerWarmup; c.decay = 0; }, "decay 0"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.decay = 1.5; }, "decay 1.5"},
-      {[](EmaConfig& c) { c.kind = EmaScheduleKind::kHalfLife; c.rampup = INFINITY; }, "rampup"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kWarmup;
+         c.decay = 1;
+       },
+       "decay 1"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kPowerWarmup;
+         c.decay = 0;
+       },
+       "decay 0"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kHalfLife;
+         c.decay = 1.5;
+       },
+       "decay 1.5"},
+      {[](EmaConfig& c) {
+         c.kind = EmaScheduleKind::kHalfLife;
+         c.rampup = INFINITY;
+       },
+       "rampup"},
       {[](EmaConfig& c) { c.kind = static_cast<EmaScheduleKind>(9); }, "kind 9"},
   };
   for (const Case& c : cases) {

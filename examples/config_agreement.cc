@@ -44,8 +44,8 @@ Status CompareRankConfigs(const std::vector<nlohmann::json>& configs) {
       others << (differing++ ? ", " : "") << theirs << " on rank " << r;
     }
     if (differing > 0) {
-      return InvalidArgument("ranks were started with different arguments: ", FlagName(key),
-                             " is ", mine, " on rank 0 but ", others.str());
+      return InvalidArgument("ranks were started with different arguments: ", FlagName(key), " is ",
+                             mine, " on rank 0 but ", others.str());
     }
   }
   return Status::Ok();

@@ -23,11 +23,13 @@ StatusOr<const SafetensorsTensor*> FindChecked(const SafetensorsFile& f, const s
   const SafetensorsTensor* t = f.Find(name);
   if (t == nullptr) {
     std::string have;
-    for (const SafetensorsTensor& x : f.header().tensors) have += (have.empty() ? "" : ", ") + x.name;
-    return NotFound("data file '", f.path(), "' has no tensor '", name, "' (found: ",
-                    have.empty() ? "none" : have, ")");
+    for (const SafetensorsTensor& x : f.header().tensors)
+      have += (have.empty() ? "" : ", ") + x.name;
+    return NotFound("data file '", f.path(), "' has no tensor '", name,
+                    "' (found: ", have.empty() ? "none" : have, ")");
   }
-  const bool dtype_ok = want_float ? IsFloatDType(t->dtype) : (t->dtype == "I64" || t->dtype == "I32");
+  const bool dtype_ok =
+      want_float ? IsFloatDType(t->dtype) : (t->dtype == "I64" || t->dtype == "I32");
   if (!dtype_ok) {
     return InvalidArgument("data file '", f.path(), "': tensor '", name, "' has dtype ", t->dtype,
                            ", expected ", want_float ? "F32, BF16 or F16" : "I64 or I32");
@@ -72,7 +74,10 @@ Status CheckFinite(const std::string& path, bool allow, Dataset* d) {
     if (count++ == 0) {
       d->first_nonfinite_row = r;
       first = std::string("tensor '") + tensor + "' row " + std::to_string(r) + " column " +
-              std::to_string(col) + " is " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+              std::to_string(col) + " is " +
+              (std::isnan(v) ? "nan"
+               : v > 0       ? "inf"
+                             : "-inf");
     }
   }
   if (count == 0) return Status::Ok();
@@ -89,7 +94,8 @@ Status CheckFinite(const std::string& path, bool allow, Dataset* d) {
   for (int64_t r = 0; r < d->rows; ++r) {
     if (bad[size_t(r)]) continue;
     std::copy_n(d->x.begin() + r * d->in_dim, d->in_dim, d->x.begin() + kept * d->in_dim);
-    if (has_y) std::copy_n(d->y.begin() + r * d->out_dim, d->out_dim, d->y.begin() + kept * d->out_dim);
+    if (has_y)
+      std::copy_n(d->y.begin() + r * d->out_dim, d->out_dim, d->y.begin() + kept * d->out_dim);
     if (!has_y) d->labels[size_t(kept)] = d->labels[size_t(r)];
     ++kept;
   }
@@ -121,19 +127,20 @@ StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t i
   RETURN_IF_ERROR(f->ReadTensor("x", DType::kF32, d.x.data(), int64_t(d.x.size())));
   const std::string n = std::to_string(d.rows);
   if (loss == mlp::Loss::kMse) {
-    ASSIGN_OR_RETURN(const SafetensorsTensor* y,
-                     FindChecked(*f, "y", true, {d.rows, out_dim},
-                                 "[" + n + ", " + std::to_string(out_dim) +
-                                     "] (rows of x, --layers ends with " + std::to_string(out_dim) +
-                                     "; --loss mse)"));
+    ASSIGN_OR_RETURN(
+        const SafetensorsTensor* y,
+        FindChecked(*f, "y", true, {d.rows, out_dim},
+                    "[" + n + ", " + std::to_string(out_dim) + "] (rows of x, --layers ends with " +
+                        std::to_string(out_dim) + "; --loss mse)"));
     (void)y;
     d.y.resize(size_t(d.rows * out_dim));
     RETURN_IF_ERROR(f->ReadTensor("y", DType::kF32, d.y.data(), int64_t(d.y.size())));
     RETURN_IF_ERROR(CheckFinite(path, options.allow_nonfinite, &d));
     return d;
   }
-  ASSIGN_OR_RETURN(const SafetensorsTensor* y,
-                   FindChecked(*f, "y", false, {d.rows}, "[" + n + "] class labels (--loss cross_entropy)"));
+  ASSIGN_OR_RETURN(
+      const SafetensorsTensor* y,
+      FindChecked(*f, "y", false, {d.rows}, "[" + n + "] class labels (--loss cross_entropy)"));
   d.labels.resize(size_t(d.rows));
   if (y->dtype == "I64") {
     RETURN_IF_ERROR(f->ReadRaw(*y, 0, uint64_t(d.rows) * 8, d.labels.data()));

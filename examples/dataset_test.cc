@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -23,7 +23,8 @@ RawTensor RawOf(const std::string& dtype, Shape shape, const std::vector<T>& v) 
   return MakeRawTensor<T>(dtype, std::move(shape), v);
 }
 
-std::string WriteSafetensors(const std::string& name, const std::map<std::string, RawTensor>& tensors) {
+std::string WriteSafetensors(const std::string& name,
+                             const std::map<std::string, RawTensor>& tensors) {
   const std::string path = TestPath(name + ".safetensors");
   Status st = WriteSafetensorsFile(path, tensors);
   EXPECT_TRUE(st.ok()) << st;
@@ -81,7 +82,8 @@ TEST(DatasetTest, EvalSpansCoverAllRowsOnce) {
 }
 
 TEST(DatasetTest, BatchNotDivisibleByWorldIsAnError) {
-  StatusOr<ParsedArgs> p = ParseTrainConfig(std::vector<std::string>{"--layers", "2,2", "--batch", "6"});
+  StatusOr<ParsedArgs> p =
+      ParseTrainConfig(std::vector<std::string>{"--layers", "2,2", "--batch", "6"});
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->config.CheckForWorld(3).ok());
   Status s = p->config.CheckForWorld(4);
@@ -91,7 +93,8 @@ TEST(DatasetTest, BatchNotDivisibleByWorldIsAnError) {
 
 TEST(DatasetTest, LoadsRegressionDataAndFillsStepBatches) {
   const std::vector<float> x = Iota(5 * 3, 1.f), y = Iota(5 * 2, -0.5f);
-  const std::string path = WriteSafetensors("reg", {{"x", RawOf("F32", {5, 3}, x)}, {"y", RawOf("F32", {5, 2}, y)}});
+  const std::string path =
+      WriteSafetensors("reg", {{"x", RawOf("F32", {5, 3}, x)}, {"y", RawOf("F32", {5, 2}, y)}});
   StatusOr<Dataset> d = LoadDataset(path, mlp::Loss::kMse, 3, 2);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->rows, 5);
@@ -113,7 +116,8 @@ TEST(DatasetTest, LoadsLabelsAsI64OrI32) {
   for (const char* dtype : {"I64", "I32"}) {
     RawTensor y = std::string(dtype) == "I64" ? RawOf("I64", {4}, std::vector<int64_t>{2, 0, 1, 2})
                                               : RawOf("I32", {4}, std::vector<int32_t>{2, 0, 1, 2});
-    const std::string path = WriteSafetensors(std::string("ce_") + dtype, {{"x", RawOf("F32", {4, 2}, x)}, {"y", y}});
+    const std::string path =
+        WriteSafetensors(std::string("ce_") + dtype, {{"x", RawOf("F32", {4, 2}, x)}, {"y", y}});
     StatusOr<Dataset> d = LoadDataset(path, mlp::Loss::kCrossEntropy, 2, 3);
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(d->labels, (std::vector<int64_t>{2, 0, 1, 2}));
@@ -123,32 +127,38 @@ TEST(DatasetTest, LoadsLabelsAsI64OrI32) {
 TEST(DatasetTest, BadFilesAreClearErrors) {
   const std::vector<float> x = Iota(4 * 2, 1.f);
   // Wrong x width: names the file, the tensor, found and expected shapes.
-  std::string p = WriteSafetensors("wide", {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {4, 1}, Iota(4, 1))}});
+  std::string p = WriteSafetensors(
+      "wide", {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {4, 1}, Iota(4, 1))}});
   StatusOr<Dataset> d = LoadDataset(p, mlp::Loss::kMse, 3, 1);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
-  for (const std::string& f : {p, std::string("'x'"), std::string("[4, 2]"), std::string("[N, 3]")}) {
+  for (const std::string& f :
+       {p, std::string("'x'"), std::string("[4, 2]"), std::string("[N, 3]")}) {
     EXPECT_NE(d.status().message().find(f), std::string::npos) << f << " in " << d.status();
   }
   // y rows differ from x rows.
-  p = WriteSafetensors("rows", {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {3, 1}, Iota(3, 1))}});
+  p = WriteSafetensors("rows",
+                       {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {3, 1}, Iota(3, 1))}});
   d = LoadDataset(p, mlp::Loss::kMse, 2, 1);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("'y'"), std::string::npos) << d.status();
   EXPECT_NE(d.status().message().find("[4, 1]"), std::string::npos) << d.status();
   // Float labels for cross_entropy.
-  p = WriteSafetensors("flt", {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {4}, Iota(4, 1))}});
+  p = WriteSafetensors("flt",
+                       {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("F32", {4}, Iota(4, 1))}});
   d = LoadDataset(p, mlp::Loss::kCrossEntropy, 2, 3);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("I64 or I32"), std::string::npos) << d.status();
   // Label out of range names the row.
-  p = WriteSafetensors("lbl", {{"x", RawOf("F32", {4, 2}, x)}, {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 3, 0})}});
+  p = WriteSafetensors("lbl", {{"x", RawOf("F32", {4, 2}, x)},
+                               {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 3, 0})}});
   d = LoadDataset(p, mlp::Loss::kCrossEntropy, 2, 3);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("row 2"), std::string::npos) << d.status();
   EXPECT_NE(d.status().message().find("label 3"), std::string::npos) << d.status();
   // Missing tensor lists what the file has.
-  p = WriteSafetensors("noy", {{"x", RawOf("F32", {4, 2}, x)}, {"z", RawOf("F32", {4}, Iota(4, 1))}});
+  p = WriteSafetensors("noy",
+                       {{"x", RawOf("F32", {4, 2}, x)}, {"z", RawOf("F32", {4}, Iota(4, 1))}});
   d = LoadDataset(p, mlp::Loss::kMse, 2, 1);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kNotFound);
@@ -157,7 +167,8 @@ TEST(DatasetTest, BadFilesAreClearErrors) {
   // Missing file.
   d = LoadDataset("/nonexistent/data.safetensors", mlp::Loss::kMse, 2, 1);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("/nonexistent/data.safetensors"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("/nonexistent/data.safetensors"), std::string::npos)
+      << d.status();
 }
 
 TEST(DatasetTest, SyntheticTaskIsDeterministicAndSeedDependent) {
@@ -181,7 +192,8 @@ TEST(DatasetTest, SyntheticTaskIsDeterministicAndSeedDependent) {
   for (float v : a.y) ymin = std::min(ymin, double(v)), ymax = std::max(ymax, double(v));
   EXPECT_GT(ymax - ymin, 0.1);
   // Classification labels use several classes.
-  Dataset k = MakeSyntheticDataset(3, layers, mlp::Activation::kGelu, mlp::Loss::kCrossEntropy, 256);
+  Dataset k =
+      MakeSyntheticDataset(3, layers, mlp::Activation::kGelu, mlp::Loss::kCrossEntropy, 256);
   std::set<int64_t> classes(k.labels.begin(), k.labels.end());
   EXPECT_GE(classes.size(), 2u);
   for (int64_t l : k.labels) EXPECT_TRUE(l >= 0 && l < 3);
@@ -191,35 +203,41 @@ TEST(DatasetTest, NonFiniteValuesAreRefusedNamingTheTensorAndRow) {
   std::vector<float> x = Iota(5 * 2, 1.f), y = Iota(5, 1.f);
   x[2 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();  // x row 2, column 1
   y[4] = -std::numeric_limits<float>::infinity();          // y row 4
-  const std::string p = WriteSafetensors("nan", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  const std::string p =
+      WriteSafetensors("nan", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
   StatusOr<Dataset> d = LoadDataset(p, mlp::Loss::kMse, 2, 1);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
-  for (const std::string& f : {p, std::string("tensor 'x' row 2 column 1 is nan"), std::string("2 of 5 rows"),
-                               std::string("--allow-nonfinite-data")}) {
+  for (const std::string& f : {p, std::string("tensor 'x' row 2 column 1 is nan"),
+                               std::string("2 of 5 rows"), std::string("--allow-nonfinite-data")}) {
     EXPECT_NE(d.status().message().find(f), std::string::npos) << f << " in " << d.status();
   }
   // Only y bad: names y.
   x[2 * 2 + 1] = 0.5f;
-  const std::string q = WriteSafetensors("inf_y", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  const std::string q =
+      WriteSafetensors("inf_y", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
   d = LoadDataset(q, mlp::Loss::kMse, 2, 1);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("tensor 'y' row 4 column 0 is -inf"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("tensor 'y' row 4 column 0 is -inf"), std::string::npos)
+      << d.status();
   // The cross-entropy path checks x too (BF16 keeps the Inf through the conversion).
   std::vector<uint16_t> xb(4 * 2, 0x3f80);  // 1.0
   xb[3 * 2] = 0x7f80;                       // +inf, row 3
-  const std::string c = WriteSafetensors(
-      "inf_ce", {{"x", RawOf("BF16", {4, 2}, xb)}, {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 0})}});
+  const std::string c =
+      WriteSafetensors("inf_ce", {{"x", RawOf("BF16", {4, 2}, xb)},
+                                  {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 0})}});
   d = LoadDataset(c, mlp::Loss::kCrossEntropy, 2, 3);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("tensor 'x' row 3 column 0 is inf"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("tensor 'x' row 3 column 0 is inf"), std::string::npos)
+      << d.status();
 }
 
 TEST(DatasetTest, AllowNonFiniteSkipsTheRowsAndCountsThem) {
   std::vector<float> x = Iota(5 * 2, 1.f), y = Iota(5, 10.f);
-  x[1 * 2] = std::numeric_limits<float>::infinity();   // row 1
-  y[3] = std::numeric_limits<float>::quiet_NaN();      // row 3
-  const std::string p = WriteSafetensors("skip", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
+  x[1 * 2] = std::numeric_limits<float>::infinity();  // row 1
+  y[3] = std::numeric_limits<float>::quiet_NaN();     // row 3
+  const std::string p =
+      WriteSafetensors("skip", {{"x", RawOf("F32", {5, 2}, x)}, {"y", RawOf("F32", {5, 1}, y)}});
   DataOptions o;
   o.allow_nonfinite = true;
   StatusOr<Dataset> d = LoadDataset(p, mlp::Loss::kMse, 2, 1, o);
@@ -232,14 +250,16 @@ TEST(DatasetTest, AllowNonFiniteSkipsTheRowsAndCountsThem) {
   // Labels follow their rows.
   std::vector<float> xc = Iota(4 * 2, 1.f);
   xc[2 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();
-  const std::string c = WriteSafetensors(
-      "skip_ce", {{"x", RawOf("F32", {4, 2}, xc)}, {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 1})}});
+  const std::string c =
+      WriteSafetensors("skip_ce", {{"x", RawOf("F32", {4, 2}, xc)},
+                                   {"y", RawOf("I64", {4}, std::vector<int64_t>{0, 1, 2, 1})}});
   d = LoadDataset(c, mlp::Loss::kCrossEntropy, 2, 3, o);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->labels, (std::vector<int64_t>{0, 1, 1}));
   // Nothing left is still an error.
   const std::vector<float> all_nan(2 * 2, std::numeric_limits<float>::quiet_NaN());
-  const std::string n = WriteSafetensors("all_nan", {{"x", RawOf("F32", {2, 2}, all_nan)}, {"y", RawOf("F32", {2, 1}, Iota(2, 1))}});
+  const std::string n = WriteSafetensors(
+      "all_nan", {{"x", RawOf("F32", {2, 2}, all_nan)}, {"y", RawOf("F32", {2, 1}, Iota(2, 1))}});
   d = LoadDataset(n, mlp::Loss::kMse, 2, 1, o);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("every one of its 2 rows"), std::string::npos) << d.status();

@@ -43,7 +43,8 @@ Status CkptInfo(const std::string& ckpt) {
 
 Status ExportCompare(const std::string& ckpt, const std::string& slot, const std::string& out) {
   ASSIGN_OR_RETURN(ExportReport report, ExportSafetensors(ckpt, slot, DType::kF32, out));
-  if (report.files.size() != 1) return Internal("expected one exported file, got ", report.files.size());
+  if (report.files.size() != 1)
+    return Internal("expected one exported file, got ", report.files.size());
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(report.files[0]));
   auto meta = file->header().metadata.find("slot");
   if (meta == file->header().metadata.end() || meta->second != slot) {
@@ -58,7 +59,8 @@ Status ExportCompare(const std::string& ckpt, const std::string& slot, const std
   for (size_t u = 0; u < m.layout.units().size(); ++u) {
     for (const ParamLayout& p : m.layout.units()[u].params) {
       std::vector<float> want(size_t(p.numel)), got(size_t(p.numel));
-      RETURN_IF_ERROR(reader->ReadUnitRange(slot_index, u, p.offset, p.offset + p.numel, want.data()));
+      RETURN_IF_ERROR(
+          reader->ReadUnitRange(slot_index, u, p.offset, p.offset + p.numel, want.data()));
       const SafetensorsTensor* t = file->Find(p.name);
       if (t == nullptr) return NotFound("export lacks '", p.name, "'");
       if (t->shape != p.shape || t->dtype != "F32") {
@@ -106,19 +108,22 @@ Status MetricsCompare(const std::string& straight, const std::string& resumed, i
   int64_t expect = 1;
   for (const auto& [step, losses] : b) {
     if (step != expect++ || losses.size() != 1) {
-      return Internal("'", resumed, "': step ", step, " appears ", losses.size(), " time(s) or out of order");
+      return Internal("'", resumed, "': step ", step, " appears ", losses.size(),
+                      " time(s) or out of order");
     }
     if (step <= from) continue;
     const double x = losses[0], y = a.at(step).at(0);
     const double rel = std::fabs(x - y) / std::max(std::fabs(y), 1e-12);
     worst = std::max(worst, rel);
     if (!(rel <= rtol)) {
-      return Internal("step ", step, ": resumed loss ", x, " vs straight ", y, " (relative ", rel, " > ", rtol, ")");
+      return Internal("step ", step, ": resumed loss ", x, " vs straight ", y, " (relative ", rel,
+                      " > ", rtol, ")");
     }
   }
-  std::printf("metrics-compare: %zu steps, losses after step %lld within %.3g (max %.3g); first "
-              "resumed loss %.6g (step 1: %.6g)\n",
-              b.size(), static_cast<long long>(from), rtol, worst, b.at(from + 1).at(0), b.at(1).at(0));
+  std::printf(
+      "metrics-compare: %zu steps, losses after step %lld within %.3g (max %.3g); first "
+      "resumed loss %.6g (step 1: %.6g)\n",
+      b.size(), static_cast<long long>(from), rtol, worst, b.at(from + 1).at(0), b.at(1).at(0));
   return Status::Ok();
 }
 

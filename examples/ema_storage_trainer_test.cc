@@ -117,8 +117,8 @@ TEST(EmaStorageTrainerTest, BadStorageFlagsAreRefused) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("unknown EMA storage 'fp8'"), std::string::npos)
       << c.status();
-  c = ParseTrainConfig(SplitArgs(std::string(kArgs) +
-                                 " --steps 1 --ema-spec x:storage=delta_bf16,offload=true"));
+  c = ParseTrainConfig(
+      SplitArgs(std::string(kArgs) + " --steps 1 --ema-spec x:storage=delta_bf16,offload=true"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("cannot be offloaded"), std::string::npos) << c.status();
 }

@@ -11,7 +11,8 @@ namespace shardema::examples {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 template <typename T>
@@ -110,7 +111,8 @@ int64_t SequenceOrder::Start(int64_t step, int64_t j) {
     return MulMod(g, seq_len_, m);
   }
   // g = step * B + j as a 128-bit value, split into (epoch, position).
-  const unsigned __int128 g = (unsigned __int128)step * (unsigned __int128)batch_ + (unsigned __int128)j;
+  const unsigned __int128 g =
+      (unsigned __int128)step * (unsigned __int128)batch_ + (unsigned __int128)j;
   const int64_t epoch = int64_t(g / (unsigned __int128)windows_);
   const int64_t pos = int64_t(g % (unsigned __int128)windows_);
   if (epoch != epoch_) {

@@ -41,8 +41,8 @@ const char* DataOrderName(DataOrder o);  // "sequential", "shuffled"
 StatusOr<DataOrder> ParseDataOrder(const std::string& s);
 
 struct TokenData {
-  std::string source;            // the file
-  std::vector<int32_t> tokens;   // [N]
+  std::string source;           // the file
+  std::vector<int32_t> tokens;  // [N]
   int64_t size() const { return int64_t(tokens.size()); }
 };
 
@@ -52,8 +52,7 @@ StatusOr<TokenData> LoadTokens(const std::string& path, int64_t vocab, int64_t s
 // Offsets of the training sequences (see above).
 class SequenceOrder {
  public:
-  SequenceOrder(DataOrder order, uint64_t seed, int64_t num_tokens, int64_t seq_len,
-                int64_t batch);
+  SequenceOrder(DataOrder order, uint64_t seed, int64_t num_tokens, int64_t seq_len, int64_t batch);
   // The offset o of sequence j of step `step`.
   int64_t Start(int64_t step, int64_t j);
   // Non-overlapping windows K (the shuffled epoch length and the eval window count).

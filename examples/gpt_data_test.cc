@@ -31,8 +31,10 @@ TEST(GptDataTest, RawBytesAreTokens) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("has 4 tokens; --block-size 4 needs at least 5"),
-            std::string::npos) << s.status();
-  EXPECT_EQ(LoadTokens(TestPath("no_such_file.txt"), 256, 2).status().code(), StatusCode::kNotFound);
+            std::string::npos)
+      << s.status();
+  EXPECT_EQ(LoadTokens(TestPath("no_such_file.txt"), 256, 2).status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST(GptDataTest, SafetensorsTokensOfEveryDtype) {
@@ -55,8 +57,11 @@ TEST(GptDataTest, SafetensorsTokensOfEveryDtype) {
   StatusOr<TokenData> d = LoadTokens(path, 9, 3);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("tokens[5] = 9 is outside the vocabulary [0, 9)"),
-            std::string::npos) << d.status();
-  ASSERT_TRUE(WriteSafetensorsFile(path, {{"tokens", MakeRawTensor("F32", {2}, std::vector<float>{1, 2})}}).ok());
+            std::string::npos)
+      << d.status();
+  ASSERT_TRUE(
+      WriteSafetensorsFile(path, {{"tokens", MakeRawTensor("F32", {2}, std::vector<float>{1, 2})}})
+          .ok());
   EXPECT_NE(LoadTokens(path, 9, 1).status().message().find("dtype F32"), std::string::npos);
   ASSERT_TRUE(WriteSafetensorsFile(path, {{"tokens", MakeRawTensor("I64", {2, 4}, want)}}).ok());
   EXPECT_NE(LoadTokens(path, 9, 1).status().message().find("expected [N]"), std::string::npos);

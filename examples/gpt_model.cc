@@ -25,12 +25,24 @@ const char* const kLmHead = "lm_head.weight";
 
 // Parameter indices inside a block unit (the order of GptUnits).
 enum BlockParam {
-  kLn1W, kLn1B, kAttnW, kAttnB, kAProjW, kAProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB,
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAProjW,
+  kAProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMProjW,
+  kMProjB,
   kBlockParams
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -49,8 +61,8 @@ Status GptShape::Check() const {
 std::vector<UnitSpec> GptUnits(const GptShape& s) {
   const int64_t C = s.n_embd;
   std::vector<UnitSpec> units;
-  units.push_back({"transformer.embed",
-                   {{kWte, {s.vocab, C}}, {"transformer.wpe.weight", {s.block_size, C}}}});
+  units.push_back(
+      {"transformer.embed", {{kWte, {s.vocab, C}}, {"transformer.wpe.weight", {s.block_size, C}}}});
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string h = "transformer.h." + std::to_string(i);
     units.push_back({h,
@@ -67,7 +79,8 @@ std::vector<UnitSpec> GptUnits(const GptShape& s) {
                       {h + ".mlp.c_proj.weight", {C, 4 * C}},
                       {h + ".mlp.c_proj.bias", {C}}}});
   }
-  units.push_back({"transformer.ln_f", {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}}});
+  units.push_back(
+      {"transformer.ln_f", {{"transformer.ln_f.weight", {C}}, {"transformer.ln_f.bias", {C}}}});
   return units;
 }
 
@@ -103,8 +116,8 @@ Status InitGptFromFile(ShardedParameterStore* store, const std::string& path) {
   StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
   const SafetensorsSet& f = **opened;
-  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), {kLmHead},
-                                "--n-layer/--n-head/--n-embd/--block-size"));
+  RETURN_IF_ERROR(
+      CheckInitFile(f, store->layout(), {kLmHead}, "--n-layer/--n-head/--n-embd/--block-size"));
   if (const SafetensorsTensor* head = f.Find(kLmHead)) {
     const SafetensorsTensor* wte = f.Find(kWte);
     if (head->shape != wte->shape) {
@@ -159,8 +172,8 @@ GptModel::GptModel(ShardedParameterStore* store, const GptShape& shape, int comp
 Status SplitGptBatch(const Batch& batch, const GptShape& shape, GptTokens* out) {
   const int64_t rows = batch.rows;
   const int64_t seq = rows > 0 ? int64_t(batch.tokens.size()) / rows - 1 : 0;
-  if (rows > 0 && (seq < 1 || seq > shape.block_size ||
-                   int64_t(batch.tokens.size()) != rows * (seq + 1))) {
+  if (rows > 0 &&
+      (seq < 1 || seq > shape.block_size || int64_t(batch.tokens.size()) != rows * (seq + 1))) {
     return InvalidArgument("GPT batch: ", batch.tokens.size(), " tokens for ", rows,
                            " sequences: expected rows * (t + 1) with 1 <= t <= --block-size ",
                            shape.block_size);
@@ -239,8 +252,8 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   dln_.resize(size_t(n * C));
   dqkv_.resize(size_t(n * 3 * C));
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
-  nn::LinearBackward(ctx_, a.g.data(), p[kMProjW], dy_.data(), n, 4 * C, C, g[kMProjW],
-                     g[kMProjB], dbig_.data(), accumulate);
+  nn::LinearBackward(ctx_, a.g.data(), p[kMProjW], dy_.data(), n, 4 * C, C, g[kMProjW], g[kMProjB],
+                     dbig_.data(), accumulate);
   nn::ActivationBackward(ctx_, nn::Activation::kGeluTanh, a.h.data(), dbig_.data(), dbig_.data(),
                          n * 4 * C);
   nn::LinearBackward(ctx_, a.ln2.data(), p[kFcW], dbig_.data(), n, C, 4 * C, g[kFcW], g[kFcB],
@@ -251,10 +264,10 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   nn::LinearBackward(ctx_, a.atty.data(), p[kAProjW], dy_.data(), n, C, C, g[kAProjW], g[kAProjB],
                      dtmp_.data(), accumulate);
-  RETURN_IF_ERROR(nn::AttentionBackward(ctx_, as, a.qkv.data(), a.att.data(), dtmp_.data(),
-                                        dqkv_.data()));
-  nn::LinearBackward(ctx_, a.ln1.data(), p[kAttnW], dqkv_.data(), n, C, 3 * C, g[kAttnW],
-                     g[kAttnB], dtmp_.data(), accumulate);
+  RETURN_IF_ERROR(
+      nn::AttentionBackward(ctx_, as, a.qkv.data(), a.att.data(), dtmp_.data(), dqkv_.data()));
+  nn::LinearBackward(ctx_, a.ln1.data(), p[kAttnW], dqkv_.data(), n, C, 3 * C, g[kAttnW], g[kAttnB],
+                     dtmp_.data(), accumulate);
   nn::LayerNormBackward(ctx_, x, p[kLn1W], a.mean1.data(), a.rstd1.data(), dtmp_.data(), n, C,
                         dln_.data(), g[kLn1W], g[kLn1B], accumulate);
   nn::AddInPlace(ctx_, dy_.data(), dln_.data(), n * C);  // dL/dx

@@ -127,8 +127,8 @@ class GptModel final : public GptLm, private UnitModule {
   struct BlockActs {
     std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
   };
-  GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads,
-           bool recompute, UnitRunner runner);
+  GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads, bool recompute,
+           UnitRunner runner);
   Status SetBatch(const Batch& batch);
   StatusOr<const float*> LastLogits(const Batch& batch) override;
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;

@@ -59,7 +59,8 @@ StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
 // amplified by Adam, different for every summation order, so comparisons only bound its size.
 constexpr int64_t kC = 16;
 bool IsKeyBias(const std::string& name, size_t i) {
-  return name.find("attn.c_attn.bias") != std::string::npos && int64_t(i) >= kC && int64_t(i) < 2 * kC;
+  return name.find("attn.c_attn.bias") != std::string::npos && int64_t(i) >= kC &&
+         int64_t(i) < 2 * kC;
 }
 
 // MaxRelDiff without the key biases, which must only agree to 1e-4 absolute.
@@ -119,10 +120,10 @@ void ExpectPyTorchParity(const std::string& extra) {
   }
   EXPECT_LT(param_err, 1e-4);
   EXPECT_LT(ema_err, 1e-4);
-  std::printf("gpt parity at W=%d%s: max relative error losses %.3g, params %.3g (worst %s), "
-              "EMA %.3g; max absolute error %.3g\n",
-              World()->world_size(), extra.c_str(), loss_err, param_err, worst.c_str(), ema_err,
-              abs_err);
+  std::printf(
+      "gpt parity at W=%d%s: max relative error losses %.3g, params %.3g (worst %s), "
+      "EMA %.3g; max absolute error %.3g\n",
+      World()->world_size(), extra.c_str(), loss_err, param_err, worst.c_str(), ema_err, abs_err);
 }
 
 TEST(GptTrainerTest, MatchesPyTorch) { ExpectPyTorchParity(""); }
@@ -152,7 +153,8 @@ TEST(GptTrainerTest, RecomputationIsBitIdentical) {
 TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
   const std::string args =
       "--n-layer 2 --n-head 4 --n-embd 16 --block-size 8 --batch 6 --grad-accum 1 --steps 20 "
-      "--lr 3e-3 --ema 0.8 --seed 21 --data-order shuffled --data " + std::string(kData);
+      "--lr 3e-3 --ema 0.8 --seed 21 --data-order shuffled --data " +
+      std::string(kData);
   StatusOr<WorldAndSerial> runs = RunWorldAndSerial(GptConfig(args), World());
   ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
@@ -177,7 +179,8 @@ TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
 TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
   const std::string args =
       "--n-layer 2 --n-head 2 --n-embd 16 --block-size 8 --batch 6 --lr 5e-3 --ema 0.9 "
-      "--seed 4 --data " + std::string(kData);
+      "--seed 4 --data " +
+      std::string(kData);
   const std::string a = TestPath("gpt_straight"), b = TestPath("gpt_halves");
   StatusOr<TrainRun> straight = Train(args + " --steps 8 --ckpt-dir " + a, World());
   ASSERT_TRUE(straight.ok()) << straight.status();
@@ -187,7 +190,8 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->summary.start_step, 4);
   ASSERT_EQ(second->summary.losses.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
   const auto want = GatherState(*straight->trainer), got = GatherState(*second->trainer);
   if (World()->rank() == 0) {
     EXPECT_TRUE(BitEqual(got, want));
@@ -233,7 +237,8 @@ TEST(GptTrainerTest, ResumeIsBitExactAndReshardContinuesTheOrder) {
 TEST(GptTrainerTest, EmaSnapshotsAndNoMixingWithAnotherRunsSnapshots) {
   const std::string args =
       "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch 6 --lr 5e-3 --seed 4 "
-      "--ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2 --data " + std::string(kData);
+      "--ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2 --data " +
+      std::string(kData);
   const std::string d = TestPath("gpt_snapshots");
   StatusOr<TrainRun> run = Train(args + " --steps 4 --ckpt-dir " + d, World());
   ASSERT_TRUE(run.ok()) << run.status();
@@ -290,11 +295,14 @@ TEST(GptTrainerTest, InitErrors) {
     ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
+  StatusOr<std::unique_ptr<Trainer>> t =
+      Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("lm_head.weight differs from transformer.wte.weight at element 17"),
-            std::string::npos) << t.status();
+  EXPECT_NE(
+      t.status().message().find("lm_head.weight differs from transformer.wte.weight at element 17"),
+      std::string::npos)
+      << t.status();
   tensors.erase("lm_head.weight");
   tensors["extra"] = MakeRawTensor("F32", {1}, std::vector<float>{0});
   tensors["transformer.wpe.weight"] = MakeRawTensor("F32", {4, 16}, std::vector<float>(64));
@@ -305,9 +313,12 @@ TEST(GptTrainerTest, InitErrors) {
   ASSERT_TRUE(World()->Barrier().ok());
   t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("'transformer.wpe.weight': expected shape [8, 16], found [4, 16]"),
-            std::string::npos) << t.status();
-  EXPECT_NE(t.status().message().find("'extra' is not a parameter"), std::string::npos) << t.status();
+  EXPECT_NE(
+      t.status().message().find("'transformer.wpe.weight': expected shape [8, 16], found [4, 16]"),
+      std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("'extra' is not a parameter"), std::string::npos)
+      << t.status();
 }
 
 TEST(GptTrainerTest, SamplesAreTheSameOnEveryRankAndDifferPerSlot) {

@@ -16,12 +16,14 @@ Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
       known.insert(p.name);
       const SafetensorsTensor* t = f.Find(p.name);
       if (t == nullptr) {
-        problems += "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(p.shape) + ")";
+        problems +=
+            "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(p.shape) + ")";
       } else if (t->shape != p.shape) {
         problems += "\n  tensor '" + p.name + "': expected shape " + ShapeToString(p.shape) +
                     ", found " + ShapeToString(t->shape);
       } else if (!FloatDType(t->dtype)) {
-        problems += "\n  tensor '" + p.name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
+        problems +=
+            "\n  tensor '" + p.name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
       }
     }
   }
@@ -29,12 +31,13 @@ Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
     if (!known.count(t->name)) {
       problems += "\n  tensor '" + t->name + "' is not a parameter of this model";
     } else if (optional.count(t->name) && !FloatDType(t->dtype)) {
-      problems += "\n  tensor '" + t->name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
+      problems +=
+          "\n  tensor '" + t->name + "': expected dtype F32, BF16 or F16, found " + t->dtype;
     }
   }
   if (!problems.empty()) {
-    return InvalidArgument("--init '", f.path(), "' does not match the model (", model_flags, "):",
-                           problems);
+    return InvalidArgument("--init '", f.path(), "' does not match the model (", model_flags,
+                           "):", problems);
   }
   return Status::Ok();
 }

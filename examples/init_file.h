@@ -1,4 +1,5 @@
-// Checking an --init safetensors file (or a sharded export through its index) against the store's parameters (train_mlp, train_gpt).
+// Checking an --init safetensors file (or a sharded export through its index) against the store's
+// parameters (train_mlp, train_gpt).
 //
 // CheckInitFile lists every problem at once (the header is the same on every rank, so all ranks
 // fail alike): a parameter missing (with its expected shape), a shape or dtype (not F32/BF16/F16)

@@ -60,7 +60,8 @@ StatusOr<ModelShape> ShapeOf(const TrainConfig& c) {
   if (c.model == ModelKind::kGpt) {
     const std::string flag = "--n-embd / --n-layer / --block-size";
     const int64_t C = c.n_embd, T = c.block_size, V = 256;
-    if (C <= 0 || T <= 0 || c.n_layer <= 0 || c.n_head <= 0) return InvalidArgument(flag, " must be > 0");
+    if (C <= 0 || T <= 0 || c.n_layer <= 0 || c.n_head <= 0)
+      return InvalidArgument(flag, " must be > 0");
     ASSIGN_OR_RETURN(int64_t c2, MulAdd(C, C, 0, flag));
     ASSIGN_OR_RETURN(int64_t block, MulAdd(c2, 12, 13 * C, flag));
     m.units = {V * C, T * C, 2 * C};
@@ -73,7 +74,8 @@ StatusOr<ModelShape> ShapeOf(const TrainConfig& c) {
   const std::string flag = "--layers";
   if (c.layers.size() < 2) return InvalidArgument(flag, ": need at least two sizes");
   for (size_t i = 0; i + 1 < c.layers.size(); ++i) {
-    if (c.layers[i] <= 0 || c.layers[i + 1] <= 0) return InvalidArgument(flag, ": sizes must be > 0");
+    if (c.layers[i] <= 0 || c.layers[i + 1] <= 0)
+      return InvalidArgument(flag, ": sizes must be > 0");
     ASSIGN_OR_RETURN(int64_t unit, MulAdd(c.layers[i], c.layers[i + 1], c.layers[i + 1], flag));
     m.units.push_back(unit);
   }
@@ -111,7 +113,8 @@ StatusOr<RankMemoryEstimate> EstimateRankMemory(const TrainConfig& c, int world_
   ASSIGN_OR_RETURN(int64_t act, MulAdd(rows, width_sum, 0, "--batch / --eval-batch"));
   ASSIGN_OR_RETURN(e.activation_bytes, MulAdd(act, 8, 0, "--batch / --eval-batch"));
   if (c.data.empty() && c.model == ModelKind::kMlp) {
-    ASSIGN_OR_RETURN(int64_t row_bytes, MulAdd(c.layers.front() + c.layers.back(), 4, 0, layers_flag));
+    ASSIGN_OR_RETURN(int64_t row_bytes,
+                     MulAdd(c.layers.front() + c.layers.back(), 4, 0, layers_flag));
     ASSIGN_OR_RETURN(e.data_bytes, MulAdd(c.synthetic_rows, row_bytes, 0, "--synthetic-rows"));
   } else {
     struct stat st {};

@@ -37,8 +37,8 @@ StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t keep_thro
     while (std::getline(in, line)) {
       if (line.empty()) continue;
       nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-          j["step"].get<int64_t>() > keep_through_step) {
+      if (!j.is_discarded() && j.is_object() && j.contains("step") &&
+          j["step"].is_number_integer() && j["step"].get<int64_t>() > keep_through_step) {
         continue;
       }
       kept += line + "\n";
@@ -81,9 +81,11 @@ std::string FormatEvalTable(const EvalLosses& eval) {
   for (const auto& kv : eval.losses) width = std::max(width, kv.first.size() + 2);
   std::ostringstream os;
   os << "final eval (step " << eval.step << ", " << eval.rows << " rows)\n";
-  os << std::left << std::setw(int(width)) << "weights" << "eval loss\n";
+  os << std::left << std::setw(int(width)) << "weights"
+     << "eval loss\n";
   for (const auto& kv : eval.losses) {
-    os << std::left << std::setw(int(width)) << kv.first << std::setprecision(7) << kv.second << "\n";
+    os << std::left << std::setw(int(width)) << kv.first << std::setprecision(7) << kv.second
+       << "\n";
   }
   return os.str();
 }

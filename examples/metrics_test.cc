@@ -38,7 +38,8 @@ TEST(MetricsTest, WritesStepAndEvalLines) {
   }
   std::vector<nlohmann::json> lines = ReadLines(path);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], nlohmann::json({{"step", 1}, {"loss", 0.5}, {"lr", 1e-3}, {"grad_norm", 2.0}}));
+  EXPECT_EQ(lines[0],
+            nlohmann::json({{"step", 1}, {"loss", 0.5}, {"lr", 1e-3}, {"grad_norm", 2.0}}));
   EXPECT_EQ(lines[1]["eval"]["ema_0.999"], 0.75);
   EXPECT_EQ(lines[1]["eval"]["live"], 0.25);
 }

@@ -30,8 +30,8 @@ StatusOr<Loss> ParseLoss(const std::string& s);              // "mse" | "cross_e
 // with the same normalisation. `targets` is f32 [rows, out] for mse, or labels [rows] (as
 // int64 values) for cross_entropy. Errors: kInvalidArgument for a label outside [0, out).
 StatusOr<double> LossForward(Loss loss, const float* y, const float* targets_f32,
-                             const int64_t* labels, int64_t rows, int64_t out,
-                             int64_t global_rows, float* dy);
+                             const int64_t* labels, int64_t rows, int64_t out, int64_t global_rows,
+                             float* dy);
 
 }  // namespace shardema::mlp
 

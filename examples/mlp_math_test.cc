@@ -22,9 +22,10 @@ std::vector<float> Rand(size_t n, std::mt19937& g, float scale = 1.f) {
 }
 
 // loss(x, W, b) for one Linear + activation + loss; used for finite differences.
-double Objective(Activation act, Loss loss, const std::vector<float>& x, const std::vector<float>& w,
-                 const std::vector<float>& b, const std::vector<float>& t, const std::vector<int64_t>& l,
-                 int64_t rows, int64_t in, int64_t out) {
+double Objective(Activation act, Loss loss, const std::vector<float>& x,
+                 const std::vector<float>& w, const std::vector<float>& b,
+                 const std::vector<float>& t, const std::vector<int64_t>& l, int64_t rows,
+                 int64_t in, int64_t out) {
   std::vector<float> z(rows * out), a(rows * out), dy(rows * out);
   nn::LinearForward(serial, x.data(), w.data(), b.data(), rows, in, out, z.data());
   nn::ActivationForward(serial, act, z.data(), a.data(), rows * out);
@@ -42,10 +43,12 @@ TEST_P(MlpMathGradTest, AnalyticGradientsMatchFiniteDifferences) {
   std::vector<float> z(rows * out), a(rows * out), dy(rows * out), dz(rows * out);
   nn::LinearForward(serial, x.data(), w.data(), b.data(), rows, in, out, z.data());
   nn::ActivationForward(serial, act, z.data(), a.data(), rows * out);
-  ASSERT_TRUE(LossForward(loss, a.data(), t.data(), labels.data(), rows, out, rows, dy.data()).ok());
+  ASSERT_TRUE(
+      LossForward(loss, a.data(), t.data(), labels.data(), rows, out, rows, dy.data()).ok());
   nn::ActivationBackward(serial, act, z.data(), dy.data(), dz.data(), rows * out);
   std::vector<float> dw(out * in), db(out), dx(rows * in);
-  nn::LinearBackward(serial, x.data(), w.data(), dz.data(), rows, in, out, dw.data(), db.data(), dx.data());
+  nn::LinearBackward(serial, x.data(), w.data(), dz.data(), rows, in, out, dw.data(), db.data(),
+                     dx.data());
 
   auto check = [&](std::vector<float>& param, const std::vector<float>& grad, const char* what) {
     for (size_t i = 0; i < param.size(); ++i) {

@@ -22,7 +22,8 @@ std::vector<UnitSpec> MlpUnits(const std::vector<int64_t>& layers) {
   std::vector<UnitSpec> units;
   for (size_t i = 0; i + 1 < layers.size(); ++i) {
     const std::string n = LayerName(i);
-    units.push_back({n, {{n + ".weight", {layers[i + 1], layers[i]}}, {n + ".bias", {layers[i + 1]}}}});
+    units.push_back(
+        {n, {{n + ".weight", {layers[i + 1], layers[i]}}, {n + ".bias", {layers[i + 1]}}}});
   }
   return units;
 }
@@ -35,7 +36,8 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
   }
   return store->InitFromFunction([&](const ParamLayout& p, float* out) -> Status {
     auto it = fan_in.find(p.name);
-    if (it == fan_in.end()) return InvalidArgument("InitMlpFromSeed: unknown parameter '", p.name, "'");
+    if (it == fan_in.end())
+      return InvalidArgument("InitMlpFromSeed: unknown parameter '", p.name, "'");
     const double bound = 1.0 / std::sqrt(double(it->second));
     SeededRng rng(seed, p.name);
     for (int64_t i = 0; i < p.numel; ++i) out[i] = rng.Uniform(-bound, bound);
@@ -106,11 +108,11 @@ Status MlpModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>
     dx = dx_.data();
   }
   nn::LinearBackward(ctx_, x, wb.first, dy_.data(), rows_, in, out, grads[0].as<float>(),
-                      grads[1].as<float>(), dx);
+                     grads[1].as<float>(), dx);
   if (k > 0) {
     dy_.resize(dx_.size());
     nn::ActivationBackward(ctx_, activation_, z_[k - 1].data(), dx_.data(), dy_.data(),
-                            int64_t(dx_.size()));
+                           int64_t(dx_.size()));
   }
   return Status::Ok();
 }
@@ -126,8 +128,9 @@ StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
     const int64_t out_dim = layers_.back();
     dy_.resize(size_t(rows_ * out_dim));
     if (rows_ == 0) return Status::Ok();
-    ASSIGN_OR_RETURN(loss, mlp::LossForward(loss_, z_[num_layers() - 1].data(), batch.y.data(),
-                                            batch.labels.data(), rows_, out_dim, rows_, dy_.data()));
+    ASSIGN_OR_RETURN(loss,
+                     mlp::LossForward(loss_, z_[num_layers() - 1].data(), batch.y.data(),
+                                      batch.labels.data(), rows_, out_dim, rows_, dy_.data()));
     return Status::Ok();
   };
   RETURN_IF_ERROR(runner_->ForwardBackward(cb));
@@ -144,7 +147,7 @@ StatusOr<double> MlpModel::LossSum(const Batch& batch) {
   dy_.resize(size_t(rows_ * out_dim));
   // Normaliser 1: the sum of per-row losses (mse: each row's mean over outputs).
   return mlp::LossForward(loss_, eval_z_.data(), batch.y.data(), batch.labels.data(), rows_,
-                         out_dim, 1, dy_.data());
+                          out_dim, 1, dy_.data());
 }
 
 }  // namespace shardema::examples

@@ -27,20 +27,23 @@ constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
 
 // max over elements of |got - want| / max(|want|, floor): relative error with an absolute floor
 // for values near zero.
-double MaxRelError(const std::vector<float>& got, const std::vector<float>& want, double floor = 1e-2) {
+double MaxRelError(const std::vector<float>& got, const std::vector<float>& want,
+                   double floor = 1e-2) {
   EXPECT_EQ(got.size(), want.size());
   double err = 0;
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    err = std::max(err, std::fabs(double(got[i]) - double(want[i])) / std::max(std::fabs(double(want[i])), floor));
+    err = std::max(err, std::fabs(double(got[i]) - double(want[i])) /
+                            std::max(std::fabs(double(want[i])), floor));
   }
   return err;
 }
 
 TEST(ParityTest, MatchesPyTorchAdamWClippingAndEma) {
   StatusOr<ParsedArgs> args = ParseTrainConfig(std::vector<std::string>{
-      "--layers", "6,9,7,3", "--activation", "gelu", "--loss", "mse", "--batch", "8", "--steps", "12",
-      "--lr", "1e-2", "--betas", "0.9,0.95", "--eps", "1e-8", "--weight-decay", "0.1", "--clip-norm",
-      "1.0", "--ema", "0.9,0.99", "--data", kData, "--init", kInit, "--log-every", "0"});
+      "--layers",       "6,9,7,3", "--activation", "gelu", "--loss",  "mse",      "--batch", "8",
+      "--steps",        "12",      "--lr",         "1e-2", "--betas", "0.9,0.95", "--eps",   "1e-8",
+      "--weight-decay", "0.1",     "--clip-norm",  "1.0",  "--ema",   "0.9,0.99", "--data",  kData,
+      "--init",         kInit,     "--log-every",  "0"});
   ASSERT_TRUE(args.ok()) << args.status();
   StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(args->config, World());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -74,8 +77,10 @@ TEST(ParityTest, MatchesPyTorchAdamWClippingAndEma) {
            {"params/", &*params}, {"ema_0.9/", &*ema9}, {"ema_0.99/", &*ema99}}) {
     for (const FullTensor& t : *tensors) {
       const double e = MaxRelError(t.data, ReadF32(g, prefix + t.name));
-      (prefix == "params/" ? param_err : ema_err) = std::max(prefix == "params/" ? param_err : ema_err, e);
-      if (prefix == "params/") moved = std::max(moved, MaxRelError(t.data, ReadF32(g, "ema_0.99/" + t.name)));
+      (prefix == "params/" ? param_err : ema_err) =
+          std::max(prefix == "params/" ? param_err : ema_err, e);
+      if (prefix == "params/")
+        moved = std::max(moved, MaxRelError(t.data, ReadF32(g, "ema_0.99/" + t.name)));
     }
   }
   EXPECT_LT(param_err, 1e-5);

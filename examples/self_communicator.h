@@ -27,7 +27,8 @@ class SelfCommunicator final : public Communicator {
     return Copy(send, recv, count, dtype);
   }
   StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
-                                                     DType dtype, const CollectiveOptions&) override {
+                                                     DType dtype,
+                                                     const CollectiveOptions&) override {
     RETURN_IF_ERROR(CheckReducible(dtype));
     return Copy(send, recv, count, dtype);
   }

@@ -15,7 +15,8 @@ std::string TestPath(const std::string& name) {
   return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
 }
 
-Status WriteSafetensorsFile(const std::string& path, const std::map<std::string, RawTensor>& tensors) {
+Status WriteSafetensorsFile(const std::string& path,
+                            const std::map<std::string, RawTensor>& tensors) {
   std::vector<SafetensorsTensor> meta;
   for (const auto& kv : tensors) meta.push_back({kv.first, kv.second.dtype, kv.second.shape, 0, 0});
   RETURN_IF_ERROR(AssignSafetensorsOffsets(meta).status());

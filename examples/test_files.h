@@ -24,13 +24,15 @@ struct RawTensor {
 };
 template <typename T>
 RawTensor MakeRawTensor(const std::string& dtype, Shape shape, const std::vector<T>& values) {
-  return RawTensor{dtype, std::move(shape),
-                   std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T))};
+  return RawTensor{
+      dtype, std::move(shape),
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T))};
 }
 
 // Writes a safetensors file (checkpoint/safetensors.h header rules). Errors: kInvalidArgument for
 // a bad tensor description, errno errors naming the path.
-Status WriteSafetensorsFile(const std::string& path, const std::map<std::string, RawTensor>& tensors);
+Status WriteSafetensorsFile(const std::string& path,
+                            const std::map<std::string, RawTensor>& tensors);
 
 // Splits a command line at spaces: "--a 1 --b" -> {"--a", "1", "--b"}.
 std::vector<std::string> SplitArgs(const std::string& s);

@@ -38,7 +38,8 @@ bool ParseInt(const std::string& s, int64_t* out) {
 
 Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero = true) {
   if (!std::isfinite(v) || (positive && (v < 0 || (!allow_zero && v == 0)))) {
-    return InvalidArgument(flag, ": ", v, " is not a ", positive ? (allow_zero ? "non-negative" : "positive") : "finite",
+    return InvalidArgument(flag, ": ", v, " is not a ",
+                           positive ? (allow_zero ? "non-negative" : "positive") : "finite",
                            " number");
   }
   return Status::Ok();
@@ -100,13 +101,14 @@ Status AddEmaList(const std::string& flag, const std::string& text, const std::s
 
 Status FinishGpt(const RawFlags& raw, TrainConfig& c) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1) {
-    return InvalidArgument("--n-layer ", c.n_layer, ", --n-head ", c.n_head, ", --n-embd ", c.n_embd,
-                           " and --block-size ", c.block_size, " must be >= 1");
+    return InvalidArgument("--n-layer ", c.n_layer, ", --n-head ", c.n_head, ", --n-embd ",
+                           c.n_embd, " and --block-size ", c.block_size, " must be >= 1");
   }
   if (c.n_embd % c.n_head != 0) {
     return InvalidArgument("--n-embd ", c.n_embd, " is not divisible by --n-head ", c.n_head);
   }
-  if (c.data.empty()) return InvalidArgument("--data is required (a text file, or .safetensors with tokens)");
+  if (c.data.empty())
+    return InvalidArgument("--data is required (a text file, or .safetensors with tokens)");
   ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(raw.data_order));
   if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
   RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
@@ -151,10 +153,12 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   RETURN_IF_ERROR(RequireFinite("--lr", c.lr, true, false));
   ASSIGN_OR_RETURN(std::vector<double> betas, ParseDoubleList("--betas", raw.betas));
   if (betas.size() != 2) {
-    return InvalidArgument("--betas ", raw.betas, ": expected two values b1,b2, found ", betas.size());
+    return InvalidArgument("--betas ", raw.betas, ": expected two values b1,b2, found ",
+                           betas.size());
   }
   for (double b : betas) {
-    if (!(b >= 0 && b < 1)) return InvalidArgument("--betas ", raw.betas, ": ", b, " is outside [0, 1)");
+    if (!(b >= 0 && b < 1))
+      return InvalidArgument("--betas ", raw.betas, ": ", b, " is outside [0, 1)");
   }
   c.beta1 = betas[0];
   c.beta2 = betas[1];
@@ -189,7 +193,8 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   }
   std::set<std::string> names;
   for (const EmaConfig& e : c.emas) {
-    if (!names.insert(e.name).second) return InvalidArgument("EMA slot '", e.name, "' is given twice");
+    if (!names.insert(e.name).second)
+      return InvalidArgument("EMA slot '", e.name, "' is given twice");
   }
 
   const bool ckpt = !c.ckpt_dir.empty();
@@ -197,18 +202,24 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   if (c.keep < 1) return InvalidArgument("--keep ", c.keep, " < 1");
   if (c.resume_step >= 0) c.resume = true;
   if (c.discard_newer_steps && c.resume_step < 0) {
-    return InvalidArgument("--discard-newer-steps needs --resume-step S (the step to continue from)");
+    return InvalidArgument(
+        "--discard-newer-steps needs --resume-step S (the step to continue from)");
   }
   if (!ckpt && (c.resume || c.async_save || c.save_every > 0)) {
-    return InvalidArgument(c.resume ? "--resume" : c.async_save ? "--async-save" : "--save-every",
+    return InvalidArgument(c.resume       ? "--resume"
+                           : c.async_save ? "--async-save"
+                                          : "--save-every",
                            " needs --ckpt-dir");
   }
-  if (c.ema_snapshot_every < 0) return InvalidArgument("--ema-snapshot-every ", c.ema_snapshot_every, " < 0");
+  if (c.ema_snapshot_every < 0)
+    return InvalidArgument("--ema-snapshot-every ", c.ema_snapshot_every, " < 0");
   if (c.ema_snapshot_every > 0) {
     if (!ckpt) return InvalidArgument("--ema-snapshot-every needs --ckpt-dir");
-    if (std::none_of(c.emas.begin(), c.emas.end(),
-                     [](const EmaConfig& e) { return e.kind == EmaScheduleKind::kPowerFunction; })) {
-      return InvalidArgument("--ema-snapshot-every needs power-function EMA slots (--ema-sigma-rel)");
+    if (std::none_of(c.emas.begin(), c.emas.end(), [](const EmaConfig& e) {
+          return e.kind == EmaScheduleKind::kPowerFunction;
+        })) {
+      return InvalidArgument(
+          "--ema-snapshot-every needs power-function EMA slots (--ema-sigma-rel)");
     }
   }
   if (c.eval_every < 0) return InvalidArgument("--eval-every ", c.eval_every, " < 0");
@@ -220,14 +231,17 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
                            c.bench_warmup, ")");
   }
   RETURN_IF_ERROR(RequireFinite("--collective-timeout", c.collective_timeout, /*positive=*/true));
-  if (c.optimizer_threads < 0) return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
-  if (c.compute_threads < 1) return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
+  if (c.optimizer_threads < 0)
+    return InvalidArgument("--optimizer-threads ", c.optimizer_threads, " < 0");
+  if (c.compute_threads < 1)
+    return InvalidArgument("--compute-threads ", c.compute_threads, " < 1");
   StatusOr<Device> dev = ParseDevice(raw.device);
   if (!dev.ok()) return dev.status().WithContext("--device");
   c.device = *dev;
   c.gpu_from_local_rank = raw.device == "cuda";
   if (c.allow_tf32 && !c.device.is_cuda()) {
-    return InvalidArgument("--allow-tf32 applies to --device cuda only (--device ", raw.device, ")");
+    return InvalidArgument("--allow-tf32 applies to --device cuda only (--device ", raw.device,
+                           ")");
   }
   return Status::Ok();
 }
@@ -239,13 +253,14 @@ std::vector<std::string> EmaHorizonWarnings(const TrainConfig& c) {
   std::vector<std::string> out;
   for (const EmaConfig& e : c.emas) {
     if (e.kind != EmaScheduleKind::kConstant || e.decay >= 1.0) continue;
-    const double updates = double(c.steps - e.start_step) / double(std::max<int64_t>(1, e.interval));
+    const double updates =
+        double(c.steps - e.start_step) / double(std::max<int64_t>(1, e.interval));
     const double horizon = 1.0 / (1.0 - e.decay);
     if (horizon * 3.0 <= double(c.steps)) continue;
     std::ostringstream o;
     o << "EMA slot '" << e.name << "': constant decay " << e.decay << " averages over ~"
-      << std::llround(horizon) << " updates, more than a third of --steps " << c.steps
-      << "; after " << std::llround(std::max(0.0, updates)) << " updates it still holds "
+      << std::llround(horizon) << " updates, more than a third of --steps " << c.steps << "; after "
+      << std::llround(std::max(0.0, updates)) << " updates it still holds "
       << std::llround(100.0 * std::pow(e.decay, std::max(0.0, updates)))
       << "% of its start weights. Consider --ema-schedule warmup or --ema-start-step.";
     out.push_back(o.str());
@@ -343,16 +358,11 @@ nlohmann::json TrainConfig::ToJson() const {
   for (const EmaConfig& e : emas) emas_json.push_back(e.ToJson());
   nlohmann::json model_json;
   if (model == ModelKind::kGpt) {
-    model_json = {{"model", "gpt"},
-                  {"n_layer", n_layer},
-                  {"n_head", n_head},
-                  {"n_embd", n_embd},
-                  {"block_size", block_size},
-                  {"data_order", DataOrderName(data_order)},
-                  {"sample", sample},
-                  {"temperature", temperature},
-                  {"recompute", recompute},
-                  {"compute_threads", compute_threads}};
+    model_json = {{"model", "gpt"},           {"n_layer", n_layer},
+                  {"n_head", n_head},         {"n_embd", n_embd},
+                  {"block_size", block_size}, {"data_order", DataOrderName(data_order)},
+                  {"sample", sample},         {"temperature", temperature},
+                  {"recompute", recompute},   {"compute_threads", compute_threads}};
   } else {
     model_json = {{"layers", layers},
                   {"activation", activation == mlp::Activation::kRelu ? "relu" : "gelu"},
@@ -360,35 +370,35 @@ nlohmann::json TrainConfig::ToJson() const {
                   {"synthetic_rows", synthetic_rows}};
   }
   nlohmann::json j = {{"data", data},
-          {"eval_data", eval_data},
-          {"allow_nonfinite_data", allow_nonfinite_data},
-          {"init", init},
-          {"seed", seed},
-          {"batch", batch},
-          {"grad_accum", grad_accum},
-          {"steps", steps},
-          {"optim", OptimizerKindName(optim)},
-          {"lr", lr},
-          {"betas", {beta1, beta2}},
-          {"eps", eps},
-          {"weight_decay", weight_decay},
-          {"momentum", momentum},
-          {"clip_norm", clip_norm},
-          {"precision", DTypeName(precision)},
-          {"lr_schedule", LrScheduleName(lr_schedule)},
-          {"warmup_steps", warmup_steps},
-          {"min_lr", min_lr},
-          {"emas", emas_json},
-          {"ckpt_dir", ckpt_dir},
-          {"metrics", metrics},
-          {"save_every", save_every},
-          {"keep", keep},
-          {"async_save", async_save},
-          {"ema_snapshot_every", ema_snapshot_every},
-          {"eval_every", eval_every},
-          {"eval_batch", eval_batch},
-          {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
-          {"allow_tf32", allow_tf32}};
+                      {"eval_data", eval_data},
+                      {"allow_nonfinite_data", allow_nonfinite_data},
+                      {"init", init},
+                      {"seed", seed},
+                      {"batch", batch},
+                      {"grad_accum", grad_accum},
+                      {"steps", steps},
+                      {"optim", OptimizerKindName(optim)},
+                      {"lr", lr},
+                      {"betas", {beta1, beta2}},
+                      {"eps", eps},
+                      {"weight_decay", weight_decay},
+                      {"momentum", momentum},
+                      {"clip_norm", clip_norm},
+                      {"precision", DTypeName(precision)},
+                      {"lr_schedule", LrScheduleName(lr_schedule)},
+                      {"warmup_steps", warmup_steps},
+                      {"min_lr", min_lr},
+                      {"emas", emas_json},
+                      {"ckpt_dir", ckpt_dir},
+                      {"metrics", metrics},
+                      {"save_every", save_every},
+                      {"keep", keep},
+                      {"async_save", async_save},
+                      {"ema_snapshot_every", ema_snapshot_every},
+                      {"eval_every", eval_every},
+                      {"eval_batch", eval_batch},
+                      {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
+                      {"allow_tf32", allow_tf32}};
   j.update(model_json);
   return j;
 }
@@ -414,11 +424,12 @@ nlohmann::json TrainConfig::HparamsJson() const {
   nlohmann::json h;
   const std::vector<const char*> keys =
       model == ModelKind::kGpt
-          ? std::vector<const char*>{"model", "n_layer", "n_head", "n_embd", "block_size", "data",
-                                     "init", "seed", "batch", "grad_accum", "precision",
-                                     "data_order"}
-          : std::vector<const char*>{"layers", "activation", "loss", "data", "init", "seed",
-                                     "synthetic_rows", "batch", "grad_accum", "precision"};
+          ? std::vector<const char*>{"model",      "n_layer",    "n_head",    "n_embd",
+                                     "block_size", "data",       "init",      "seed",
+                                     "batch",      "grad_accum", "precision", "data_order"}
+          : std::vector<const char*>{"layers",     "activation", "loss",           "data",
+                                     "init",       "seed",       "synthetic_rows", "batch",
+                                     "grad_accum", "precision"};
   for (const char* k : keys) h[k] = all[k];
   return h;
 }
@@ -429,9 +440,11 @@ Status TrainConfig::CheckForWorld(int world_size) const {
   if (model == ModelKind::kGpt) {
     if (n_layer < 1 || n_head < 1 || n_embd < 1 || block_size < 1 || n_embd % n_head != 0) {
       return InvalidArgument("GPT shape: --n-layer ", n_layer, " --n-head ", n_head, " --n-embd ",
-                             n_embd, " --block-size ", block_size, " (n_embd must divide by n_head)");
+                             n_embd, " --block-size ", block_size,
+                             " (n_embd must divide by n_head)");
     }
-  } else if (layers.size() < 2) return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
+  } else if (layers.size() < 2)
+    return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
   for (int64_t d : model == ModelKind::kGpt ? std::vector<int64_t>{} : layers) {
     if (d <= 0) return InvalidArgument("--layers: size ", d, " is not positive");
   }
@@ -468,52 +481,73 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   // Model and data.
   if (gpt) {
     app.add_option("--n-layer", c.n_layer, "transformer blocks")->capture_default_str();
-    app.add_option("--n-head", c.n_head, "attention heads (divide --n-embd)")->capture_default_str();
+    app.add_option("--n-head", c.n_head, "attention heads (divide --n-embd)")
+        ->capture_default_str();
     app.add_option("--n-embd", c.n_embd, "model width C")->capture_default_str();
     app.add_option("--block-size", c.block_size, "sequence length T")->capture_default_str();
-    app.add_option("--data", c.data, "text file (bytes are tokens) or .safetensors with tokens [N]");
-    app.add_option("--eval-data", c.eval_data, "like --data, for evaluation (default: training tokens)");
+    app.add_option("--data", c.data,
+                   "text file (bytes are tokens) or .safetensors with tokens [N]");
+    app.add_option("--eval-data", c.eval_data,
+                   "like --data, for evaluation (default: training tokens)");
     app.add_option("--data-order", raw.data_order, "shuffled | sequential")->capture_default_str();
-    app.add_option("--init", c.init, "safetensors with the model's PyTorch state_dict (lm_head optional)");
-    app.add_option("--seed", c.seed, "seed of the init, the data order and sampling")->capture_default_str();
+    app.add_option("--init", c.init,
+                   "safetensors with the model's PyTorch state_dict (lm_head optional)");
+    app.add_option("--seed", c.seed, "seed of the init, the data order and sampling")
+        ->capture_default_str();
     app.add_option("--sample", c.sample, "bytes to generate at the end from live and EMA weights")
         ->capture_default_str();
-    app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")->capture_default_str();
+    app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")
+        ->capture_default_str();
     app.add_flag("--recompute", c.recompute, "recompute each block's activations in the backward");
   } else {
-    app.add_option("--layers", raw.layers, "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
-    app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")->capture_default_str();
-    app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")->capture_default_str();
-    app.add_option("--data", c.data, "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
-    app.add_option("--eval-data", c.eval_data, "safetensors like --data for evaluation (default: training rows)");
+    app.add_option("--layers", raw.layers,
+                   "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
+    app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")
+        ->capture_default_str();
+    app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")
+        ->capture_default_str();
+    app.add_option("--data", c.data,
+                   "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
+    app.add_option("--eval-data", c.eval_data,
+                   "safetensors like --data for evaluation (default: training rows)");
     app.add_flag("--allow-nonfinite-data", c.allow_nonfinite_data,
-                 "skip --data/--eval-data rows holding NaN/Inf (logged count); default: refuse such data (exit 2)");
-    app.add_option("--init", c.init, "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
-    app.add_option("--seed", c.seed, "seed of the init and the synthetic task")->capture_default_str();
-    app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")->capture_default_str();
+                 "skip --data/--eval-data rows holding NaN/Inf (logged count); default: refuse "
+                 "such data (exit 2)");
+    app.add_option("--init", c.init,
+                   "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
+    app.add_option("--seed", c.seed, "seed of the init and the synthetic task")
+        ->capture_default_str();
+    app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")
+        ->capture_default_str();
   }
   // Batching.
   app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
-  app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")
+      ->capture_default_str();
   app.add_option("--steps", c.steps, "total optimizer steps")->capture_default_str();
   // Optimizer.
   app.add_option("--optim", raw.optim, "adamw | sgd")->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate")->capture_default_str();
   app.add_option("--betas", raw.betas, "AdamW b1,b2")->capture_default_str();
   app.add_option("--eps", c.eps, "AdamW eps")->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled / SGD L2 weight decay")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled / SGD L2 weight decay")
+      ->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--clip-norm", c.clip_norm, "global gradient-norm clipping (0: off)")->capture_default_str();
-  app.add_option("--precision", raw.precision, "compute dtype of gathered weights: fp32 | bf16 | fp16")
+  app.add_option("--clip-norm", c.clip_norm, "global gradient-norm clipping (0: off)")
+      ->capture_default_str();
+  app.add_option("--precision", raw.precision,
+                 "compute dtype of gathered weights: fp32 | bf16 | fp16")
       ->capture_default_str();
   app.add_option("--lr-schedule", raw.lr_schedule, "constant | cosine")->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "linear LR warmup steps")->capture_default_str();
   app.add_option("--min-lr", c.min_lr, "final LR of the cosine schedule")->capture_default_str();
   // EMA.
   app.add_option("--ema", raw.ema, "EMA decays d1,d2,...: slots ema_<d>");
-  app.add_option("--ema-schedule", raw.ema_schedule, "schedule of --ema slots: constant | warmup | power_warmup")
+  app.add_option("--ema-schedule", raw.ema_schedule,
+                 "schedule of --ema slots: constant | warmup | power_warmup")
       ->capture_default_str();
-  app.add_option("--ema-sigma-rel", raw.ema_sigma_rel, "power-function EMA sigma_rel values: slots ema_pf_<s>");
+  app.add_option("--ema-sigma-rel", raw.ema_sigma_rel,
+                 "power-function EMA sigma_rel values: slots ema_pf_<s>");
   app.add_option("--ema-half-life", raw.ema_half_life, "half-life EMAs in steps: slots ema_hl_<h>");
   app.add_option("--ema-start-step", raw.ema_start_step, "step the list-flag EMA slots start at")
       ->capture_default_str();
@@ -527,33 +561,43 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   app.add_option("--ckpt-dir", c.ckpt_dir, "checkpoint root (also holds metrics.jsonl)");
   app.add_option("--metrics", c.metrics,
                  "metrics JSON-lines file (default: --ckpt-dir/metrics.jsonl; none without both)");
-  app.add_option("--save-every", c.save_every, "save every K steps (0: only at the end)")->capture_default_str();
+  app.add_option("--save-every", c.save_every, "save every K steps (0: only at the end)")
+      ->capture_default_str();
   app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
   app.add_flag("--async-save", c.async_save, "write checkpoints in the background");
-  app.add_option("--ema-snapshot-every", c.ema_snapshot_every,
-                 "every K steps snapshot the power-function EMA slots into CKPT_DIR/ema_snapshots for "
-                 "`ckpt posthoc` (0: never)")
+  app.add_option(
+         "--ema-snapshot-every", c.ema_snapshot_every,
+         "every K steps snapshot the power-function EMA slots into CKPT_DIR/ema_snapshots for "
+         "`ckpt posthoc` (0: never)")
       ->capture_default_str();
-  app.add_flag("--resume", c.resume,
-               "continue from the newest committed checkpoint in --ckpt-dir (fresh if none; refused when "
-               "committed steps newer than 'latest' exist: then pass --resume-step)");
-  app.add_option("--resume-step", c.resume_step,
-                 "continue from committed step S of --ckpt-dir (implies --resume); saves never replace or "
-                 "delete the committed steps after S unless --discard-newer-steps");
-  app.add_flag("--discard-newer-steps", c.discard_newer_steps,
-               "with --resume-step S: delete the committed checkpoints after step S before training");
+  app.add_flag(
+      "--resume", c.resume,
+      "continue from the newest committed checkpoint in --ckpt-dir (fresh if none; refused when "
+      "committed steps newer than 'latest' exist: then pass --resume-step)");
+  app.add_option(
+      "--resume-step", c.resume_step,
+      "continue from committed step S of --ckpt-dir (implies --resume); saves never replace or "
+      "delete the committed steps after S unless --discard-newer-steps");
+  app.add_flag(
+      "--discard-newer-steps", c.discard_newer_steps,
+      "with --resume-step S: delete the committed checkpoints after step S before training");
   app.add_flag("--override-hparams", c.override_hparams,
                "resume even when hyperparameters differ from the checkpoint's (this run's win)");
   // Evaluation, logging, runtime.
-  app.add_option("--eval-every", c.eval_every, "evaluate every K steps (0: only at the end)")->capture_default_str();
-  app.add_option("--eval-batch", c.eval_batch, "rows per rank per eval forward")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "evaluate every K steps (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--eval-batch", c.eval_batch, "rows per rank per eval forward")
+      ->capture_default_str();
   app.add_option("--log-every", c.log_every, "log every K steps (0: never)")->capture_default_str();
   app.add_option("--device", raw.device,
                  "cpu | cuda (each rank on its node-local GPU) | cuda:N (needs --config=cuda)")
       ->capture_default_str();
-  app.add_flag("--allow-tf32", c.allow_tf32, "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
-  app.add_flag("--bench-json", c.bench_json, "print one JSON line: median step ms (max over ranks), state bytes");
-  app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")->capture_default_str();
+  app.add_flag("--allow-tf32", c.allow_tf32,
+               "GPU fp32 GEMMs on TF32 tensor cores (off: CPU parity)");
+  app.add_flag("--bench-json", c.bench_json,
+               "print one JSON line: median step ms (max over ranks), state bytes");
+  app.add_option("--bench-warmup", c.bench_warmup, "steps left out of --bench-json timing")
+      ->capture_default_str();
   app.add_flag("--no-comm-checks", raw.no_comm_checks,
                "skip the collective argument agreement check (first use of each signature)");
   app.add_option("--collective-timeout", c.collective_timeout,
@@ -561,9 +605,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
       ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
       ->capture_default_str();
-  app.add_option("--reduce-scatter", raw.reduce_scatter,
-                 "mpi (MPI_Reduce_scatter_block) | ring (ours over point-to-point); default: " +
-                     std::string(c.reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi"))
+  app.add_option(
+         "--reduce-scatter", raw.reduce_scatter,
+         "mpi (MPI_Reduce_scatter_block) | ring (ours over point-to-point); default: " +
+             std::string(c.reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi"))
       ->check(CLI::IsMember({"mpi", "ring"}));
   app.add_option("--compute-threads", c.compute_threads,
                  "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
@@ -580,8 +625,8 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   }
   c.comm_checks = !raw.no_comm_checks;
   if (!raw.reduce_scatter.empty()) {
-    c.reduce_scatter = raw.reduce_scatter == "ring" ? ReduceScatterAlgorithm::kRing
-                                                    : ReduceScatterAlgorithm::kMpi;
+    c.reduce_scatter =
+        raw.reduce_scatter == "ring" ? ReduceScatterAlgorithm::kRing : ReduceScatterAlgorithm::kMpi;
   }
   RETURN_IF_ERROR(Finish(raw, c));
   out.warnings = EmaHorizonWarnings(c);

@@ -48,8 +48,9 @@ struct TrainConfig {
   mlp::Loss loss = mlp::Loss::kMse;
   std::string data;       // --data: x [N, D0] and y; empty = synthetic teacher task
   std::string eval_data;  // --eval-data: empty = all rows of the training data
-  bool allow_nonfinite_data = false;  // --allow-nonfinite-data: skip rows with NaN/Inf (else exit 2)
-  std::string init;       // --init: parameters by name; empty = seeded PyTorch-style init
+  bool allow_nonfinite_data =
+      false;         // --allow-nonfinite-data: skip rows with NaN/Inf (else exit 2)
+  std::string init;  // --init: parameters by name; empty = seeded PyTorch-style init
   uint64_t seed = 0;
   int64_t synthetic_rows = 1024;  // rows of the synthetic task
 
@@ -69,9 +70,9 @@ struct TrainConfig {
   OptimizerKind optim = OptimizerKind::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double weight_decay = 0.01;  // AdamW decoupled (torch default); SGD L2
-  double momentum = 0.0;       // SGD
-  double clip_norm = 0.0;      // 0 = no clipping
+  double weight_decay = 0.01;     // AdamW decoupled (torch default); SGD L2
+  double momentum = 0.0;          // SGD
+  double clip_norm = 0.0;         // 0 = no clipping
   DType precision = DType::kF32;  // compute dtype of gathered parameters
   LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
@@ -82,12 +83,12 @@ struct TrainConfig {
 
   // Checkpoints.
   std::string ckpt_dir;
-  std::string metrics;  // --metrics FILE (default: --ckpt-dir/metrics.jsonl when set)
+  std::string metrics;     // --metrics FILE (default: --ckpt-dir/metrics.jsonl when set)
   int64_t save_every = 0;  // 0 = only at the end
   int keep = 2;
   bool async_save = false;
   bool resume = false;
-  int64_t resume_step = -1;          // --resume-step: this committed step (implies resume); -1 = none
+  int64_t resume_step = -1;  // --resume-step: this committed step (implies resume); -1 = none
   bool discard_newer_steps = false;  // with --resume-step: delete committed steps after it
   bool override_hparams = false;
   // Post-hoc EMA: every K steps a snapshot of every power-function EMA slot into
@@ -95,7 +96,7 @@ struct TrainConfig {
   int64_t ema_snapshot_every = 0;
 
   // Evaluation and logging.
-  int64_t eval_every = 0;    // 0 = only at the end
+  int64_t eval_every = 0;     // 0 = only at the end
   int64_t eval_batch = 1024;  // rows per rank per eval forward
   int64_t log_every = 1;
 
@@ -104,16 +105,16 @@ struct TrainConfig {
   // LocalGpuFor: gpu_from_local_rank); cuda:N (GPU N on every rank: one rank per node).
   Device device = Device::Cpu();
   bool gpu_from_local_rank = false;
-  bool allow_tf32 = false;   // --allow-tf32: TF32 tensor-core GEMMs for fp32 on the GPU
-  bool bench_json = false;   // print one JSON line of step timings and memory (rank 0)
-  int64_t bench_warmup = 3;  // steps excluded from the timing
-  bool comm_checks = true;   // CommOptions::check_args
+  bool allow_tf32 = false;          // --allow-tf32: TF32 tensor-core GEMMs for fp32 on the GPU
+  bool bench_json = false;          // print one JSON line of step timings and memory (rank 0)
+  int64_t bench_warmup = 3;         // steps excluded from the timing
+  bool comm_checks = true;          // CommOptions::check_args
   double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
   // --reduce-scatter mpi|ring: CommOptions::reduce_scatter_algorithm of the host communicator.
   ReduceScatterAlgorithm reduce_scatter = CommOptions().reduce_scatter_algorithm;
   int optimizer_threads = 1;
-  int compute_threads = 1;   // --compute-threads: threads of the CPU layers per rank (>= 1)
-  bool profile = false;      // --profile: per-phase time breakdown at the end (rank 0)
+  int compute_threads = 1;  // --compute-threads: threads of the CPU layers per rank (>= 1)
+  bool profile = false;     // --profile: per-phase time breakdown at the end (rank 0)
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;
@@ -136,7 +137,7 @@ struct ParsedArgs {
   // Settings that are valid but probably not what the user wants (e.g. a constant EMA decay
   // whose horizon 1/(1-d) exceeds a third of --steps); the caller logs them.
   std::vector<std::string> warnings;
-  bool help = false;     // --help was given: print help_text and exit 0
+  bool help = false;  // --help was given: print help_text and exit 0
   std::string help_text;
 };
 

@@ -25,11 +25,12 @@ void ExpectError(std::vector<std::string> args, std::vector<std::string> fragmen
 
 TEST(TrainConfigTest, ParsesTheParitySetup) {
   StatusOr<ParsedArgs> p =
-      Parse({"--layers", "6,9,7,3", "--activation", "gelu", "--loss", "mse", "--batch", "8",
-             "--steps", "12", "--lr", "1e-2", "--betas", "0.9,0.95", "--eps", "1e-8",
-             "--weight-decay", "0.1", "--clip-norm", "1.0", "--ema", "0.9,0.99", "--data", "d.st",
-             "--init", "i.st", "--ckpt-dir", "/tmp/x", "--save-every", "4", "--keep", "3",
-             "--async-save", "--resume", "--seed", "7"});
+      Parse({"--layers",    "6,9,7,3",  "--activation", "gelu",     "--loss",         "mse",
+             "--batch",     "8",        "--steps",      "12",       "--lr",           "1e-2",
+             "--betas",     "0.9,0.95", "--eps",        "1e-8",     "--weight-decay", "0.1",
+             "--clip-norm", "1.0",      "--ema",        "0.9,0.99", "--data",         "d.st",
+             "--init",      "i.st",     "--ckpt-dir",   "/tmp/x",   "--save-every",   "4",
+             "--keep",      "3",        "--async-save", "--resume", "--seed",         "7"});
   ASSERT_TRUE(p.ok()) << p.status();
   const TrainConfig& c = p->config;
   EXPECT_FALSE(p->help);
@@ -124,7 +125,8 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--lr-schedule", "cosine", "--steps", "5", "--warmup-steps", "5"},
               {"cosine", "--warmup-steps"});
   ExpectError({"--layers", "4,3", "--batch", "0"}, {"--batch", "0"});
-  ExpectError({"--layers", "4,3", "--batch", "10", "--grad-accum", "3"}, {"--batch 10", "--grad-accum 3"});
+  ExpectError({"--layers", "4,3", "--batch", "10", "--grad-accum", "3"},
+              {"--batch 10", "--grad-accum 3"});
   ExpectError({"--layers", "4,3", "--resume"}, {"--resume", "--ckpt-dir"});
   ExpectError({"--layers", "4,3", "--async-save"}, {"--async-save", "--ckpt-dir"});
   ExpectError({"--layers", "4,3", "--keep", "0", "--ckpt-dir", "d"}, {"--keep", "0"});
@@ -148,7 +150,8 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({"--layers", "4,3", "--bogus-flag"}, {"--bogus-flag"});
   ExpectError({"--layers", "4,3", "--device", "tpu"}, {"--device"});
   ExpectError({"--layers", "4,3", "--compute-threads", "0"}, {"--compute-threads", "0"});
-  ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"}, {"--bench-json", "--bench-warmup"});
+  ExpectError({"--layers", "4,3", "--bench-json", "--steps", "3"},
+              {"--bench-json", "--bench-warmup"});
 }
 
 TEST(TrainConfigTest, RepeatedFlagsTakeTheLastValueEmaSpecsCollect) {
@@ -200,7 +203,8 @@ TEST(TrainConfigTest, HelpIsNotAnError) {
   StatusOr<ParsedArgs> p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->help);
-  for (const char* flag : {"--layers", "--ema", "--ema-spec", "--ckpt-dir", "--resume", "--bench-json"}) {
+  for (const char* flag :
+       {"--layers", "--ema", "--ema-spec", "--ckpt-dir", "--resume", "--bench-json"}) {
     EXPECT_NE(p->help_text.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(p->help_text.find("{false}"), std::string::npos) << p->help_text;
@@ -237,8 +241,8 @@ TEST(TrainConfigTest, WarnsWhenConstantEmaHorizonIsLongNextToTheRun) {
   EXPECT_NE(p->warnings[0].find("'ema_0.999'"), std::string::npos) << p->warnings[0];
   EXPECT_NE(p->warnings[0].find("55% of its start weights"), std::string::npos) << p->warnings[0];
   EXPECT_NE(p->warnings[0].find("--ema-schedule warmup"), std::string::npos) << p->warnings[0];
-  StatusOr<ParsedArgs> warm = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999",
-                                     "--ema-schedule", "warmup"});
+  StatusOr<ParsedArgs> warm =
+      Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999", "--ema-schedule", "warmup"});
   ASSERT_TRUE(warm.ok()) << warm.status();
   EXPECT_TRUE(warm->warnings.empty());
   StatusOr<ParsedArgs> long_run = Parse({"--layers", "4,3", "--steps", "6000", "--ema", "0.999"});
@@ -272,10 +276,14 @@ TEST(TrainConfigTest, ListHelpers) {
 }
 
 TEST(TrainConfigTest, GptFlags) {
-  StatusOr<ParsedArgs> p = ParseGptConfig(std::vector<std::string>{
-      "--data", "input.txt", "--n-layer", "3", "--n-head", "4", "--n-embd", "48", "--block-size",
-      "32", "--data-order", "sequential", "--sample", "100", "--temperature", "0.8", "--recompute",
-      "--compute-threads", "2", "--batch", "8"});
+  StatusOr<ParsedArgs> p =
+      ParseGptConfig(std::vector<std::string>{"--data",   "input.txt",    "--n-layer",
+                                              "3",        "--n-head",     "4",
+                                              "--n-embd", "48",           "--block-size",
+                                              "32",       "--data-order", "sequential",
+                                              "--sample", "100",          "--temperature",
+                                              "0.8",      "--recompute",  "--compute-threads",
+                                              "2",        "--batch",      "8"});
   ASSERT_TRUE(p.ok()) << p.status();
   const TrainConfig& c = p->config;
   EXPECT_EQ(c.model, ModelKind::kGpt);
@@ -305,7 +313,8 @@ TEST(TrainConfigTest, GptFlags) {
   EXPECT_EQ(d->config.data_order, DataOrder::kShuffled);
   for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--n-layer", "2"}, "--data is required"},
-           {{"--data", "x", "--n-embd", "30", "--n-head", "4"}, "--n-embd 30 is not divisible by --n-head 4"},
+           {{"--data", "x", "--n-embd", "30", "--n-head", "4"},
+            "--n-embd 30 is not divisible by --n-head 4"},
            {{"--data", "x", "--data-order", "random"}, "--data-order: 'random'"},
            {{"--data", "x", "--block-size", "0"}, "must be >= 1"},
            {{"--data", "x", "--temperature", "-1"}, "--temperature"},
@@ -316,7 +325,8 @@ TEST(TrainConfigTest, GptFlags) {
     EXPECT_NE(bad.status().message().find(fragment), std::string::npos) << bad.status();
   }
   // train_mlp does not take the GPT flags.
-  EXPECT_FALSE(ParseTrainConfig(std::vector<std::string>{"--layers", "2,3", "--n-layer", "2"}).ok());
+  EXPECT_FALSE(
+      ParseTrainConfig(std::vector<std::string>{"--layers", "2,3", "--n-layer", "2"}).ok());
 }
 
 }  // namespace

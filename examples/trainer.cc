@@ -10,12 +10,12 @@
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
-#include "examples/config_agreement.h"
 #include "ema/snapshot.h"
+#include "examples/config_agreement.h"
 #include "examples/cuda/gpt_model_cuda.h"
 #include "examples/cuda/mlp_model_cuda.h"
-#include "examples/memory_estimate.h"
 #include "examples/gpt_model.h"
+#include "examples/memory_estimate.h"
 #include "framework/duration.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
@@ -95,12 +95,14 @@ Status CheckTrainDevice(Device device) {
   if (device.is_cpu()) return Status::Ok();
   const std::string flag = "--device " + device.ToString();
   if (!BuiltWithCuda()) {
-    return Unavailable(flag, ": this train_mlp was built without CUDA; rebuild it with "
+    return Unavailable(flag,
+                       ": this train_mlp was built without CUDA; rebuild it with "
                        "`bazel build --config=cuda //examples:train_mlp`, or use --device cpu");
   }
   const int gpus = CudaDeviceCount();
   if (gpus == 0) {
-    return Unavailable(flag, ": no CUDA device is visible to this process (driver missing, no GPU, "
+    return Unavailable(flag,
+                       ": no CUDA device is visible to this process (driver missing, no GPU, "
                        "or CUDA_VISIBLE_DEVICES empty); use --device cpu");
   }
   if (device.index >= gpus) {
@@ -153,7 +155,8 @@ Status Trainer::Setup() {
     store_comm = device_comm_;
   }
   StatusOr<std::unique_ptr<ShardedParameterStore>> s = ShardedParameterStore::Create(
-      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {}, store_comm, so);
+      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {}, store_comm,
+      so);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
   Status init;
   if (c.model == ModelKind::kGpt) {
@@ -164,7 +167,8 @@ Status Trainer::Setup() {
                           : InitMlpFromFile(s->get(), c.init);
   }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
-  ASSIGN_OR_RETURN(state_, TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
+  ASSIGN_OR_RETURN(state_,
+                   TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
   for (const UnitLayout& u : store()->layout().units()) {
     for (const ParamLayout& p : u.params) {
       const bool decays = optimizer()->group_hyper(optimizer()->GroupOf(p.name)).weight_decay != 0;
@@ -187,9 +191,9 @@ Status Trainer::Setup() {
     }
     saver_ = std::make_unique<CheckpointSaver>(config_, comm_);
   }
-  const std::string metrics_path =
-      !c.metrics.empty() ? c.metrics
-                         : c.ckpt_dir.empty() ? "" : JoinPath(c.ckpt_dir, "metrics.jsonl");
+  const std::string metrics_path = !c.metrics.empty()   ? c.metrics
+                                   : c.ckpt_dir.empty() ? ""
+                                                        : JoinPath(c.ckpt_dir, "metrics.jsonl");
   if (!metrics_path.empty()) {
     StatusOr<MetricsLog> m = MetricsLog();
     if (rank == 0) m = MetricsLog::Open(metrics_path, resume_.resumed ? resume_.step : -1);
@@ -200,9 +204,10 @@ Status Trainer::Setup() {
     LOG_INFO << ProgramName(c) << ": " << store()->layout().total_numel() << " parameters in "
              << store()->num_units() << " units over " << world << " rank(s) on "
              << (store()->device().is_cuda() ? "cuda (rank 0: " + store()->device().ToString() + ")"
-                                            : std::string("cpu"))
+                                             : std::string("cpu"))
              << "; data " << data_.source << " (" << data_.rows
-             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ") << (emas() ? emas()->size() : 0) << " EMA slot(s)";
+             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ")
+             << (emas() ? emas()->size() : 0) << " EMA slot(s)";
     if (resume_.resumed) {
       LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
                << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
@@ -277,8 +282,7 @@ Status Trainer::CreateModel() {
     RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
     model_ = std::move(m).value();
   } else {
-    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss,
-                                        c.compute_threads);
+    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss, c.compute_threads);
   }
   return Status::Ok();
 }
@@ -312,9 +316,11 @@ Status Trainer::CheckDevice() const {
   const Device want = config_.device;
   RETURN_IF_ERROR(CheckTrainDevice(want));
   if (want.is_cpu()) return Status::Ok();
-  const std::string flag = "--device " + (config_.gpu_from_local_rank ? std::string("cuda") : want.ToString());
+  const std::string flag =
+      "--device " + (config_.gpu_from_local_rank ? std::string("cuda") : want.ToString());
   if (device_comm_ == nullptr) {
-    return InvalidArgument(flag, ": the trainer needs a communicator on the GPU (a NcclCommunicator, "
+    return InvalidArgument(flag,
+                           ": the trainer needs a communicator on the GPU (a NcclCommunicator, "
                            "examples/device_comm.h) besides the host one");
   }
   const Device got = device_comm_->device();
@@ -327,8 +333,8 @@ Status Trainer::CheckDevice() const {
   }
   if (device_comm_->rank() != comm_->rank() || device_comm_->world_size() != comm_->world_size()) {
     return InvalidArgument(flag, ": the device communicator is rank ", device_comm_->rank(), " of ",
-                           device_comm_->world_size(), ", the host one rank ", comm_->rank(), " of ",
-                           comm_->world_size());
+                           device_comm_->world_size(), ", the host one rank ", comm_->rank(),
+                           " of ", comm_->world_size());
   }
   return Status::Ok();
 }
@@ -358,12 +364,14 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   }
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
-    const RowSpan span = MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
+    const RowSpan span =
+        MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
     FillTrainBatch(step, span);
     ASSIGN_OR_RETURN(double loss, model_->ForwardBackward(batch_));
     loss_sum += loss;
   }
-  // An asynchronous save may still be copying the state it snapshots (during this forward/backward).
+  // An asynchronous save may still be copying the state it snapshots (during this
+  // forward/backward).
   if (saver_ != nullptr) {
     ScopedPhase save(ph, Phase::kSave);
     saver_->WaitSnapshot();
@@ -446,9 +454,9 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> Trainer::Samples() {
   auto* gpt = dynamic_cast<GptLm*>(model_.get());
   if (gpt == nullptr || config_.sample == 0) return out;
   RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
-    ASSIGN_OR_RETURN(std::vector<int64_t> toks,
-                     gpt->Sample({int64_t('\n')}, config_.sample, config_.temperature,
-                                 config_.seed, "sample"));
+    ASSIGN_OR_RETURN(
+        std::vector<int64_t> toks,
+        gpt->Sample({int64_t('\n')}, config_.sample, config_.temperature, config_.seed, "sample"));
     std::string text;
     for (int64_t t : toks) text.push_back(char(t));
     out.emplace_back(name, text);
@@ -489,9 +497,9 @@ StatusOr<TrainSummary> Trainer::Run() {
     s.grad_norms.push_back(r.grad_norm);
     if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
       LOG_INFO << "step " << done << "/" << c.steps << " loss " << outcome.first << " lr " << r.lr
-               << " grad_norm " << r.grad_norm << (r.skipped ? " (skipped: non-finite gradient)" : "")
-               << " " << ms << " ms eta " << FormatEta(run_start, done - s.start_step,
-                                                       c.steps - done);
+               << " grad_norm " << r.grad_norm
+               << (r.skipped ? " (skipped: non-finite gradient)" : "") << " " << ms << " ms eta "
+               << FormatEta(run_start, done - s.start_step, c.steps - done);
     }
     RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm, r.skipped));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
@@ -533,8 +541,8 @@ StatusOr<TrainSummary> Trainer::Run() {
   }
   ckpt_lock_.reset();  // this run writes nothing more to --ckpt-dir
   save.Stop();
-  s.run_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start).count();
+  s.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
+                 .count();
   s.phases = phases_;
   // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());

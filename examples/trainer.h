@@ -64,17 +64,17 @@
 namespace shardema::examples {
 
 struct TrainSummary {
-  int64_t start_step = 0;        // 0, or the step restored by --resume
-  int64_t final_step = 0;        // completed training steps at the end (skipped ones included)
-  std::vector<double> losses;    // global mean loss of each step run here (start_step+1 ...)
+  int64_t start_step = 0;      // 0, or the step restored by --resume
+  int64_t final_step = 0;      // completed training steps at the end (skipped ones included)
+  std::vector<double> losses;  // global mean loss of each step run here (start_step+1 ...)
   std::vector<double> grad_norms;
   EvalLosses final_eval;
   ResumeInfo resume;
-  std::string last_checkpoint;   // directory of the final checkpoint ("" without --ckpt-dir)
+  std::string last_checkpoint;  // directory of the final checkpoint ("" without --ckpt-dir)
   // Timing (the same on every rank): median over the steps after --bench-warmup of this rank's
   // step wall time, max over ranks (0 when too few steps ran).
   double median_step_ms = 0;
-  double median_step_cpu_ms = 0;     // the same for the process CPU time (all threads)
+  double median_step_cpu_ms = 0;  // the same for the process CPU time (all threads)
   int64_t timed_steps = 0;
   std::vector<double> peak_rss_mib;  // per rank: getrusage's maximum resident set size
   // --profile: rank 0's time per phase over the whole run, and that run's wall time.
@@ -148,13 +148,13 @@ class Trainer {
   Communicator* device_comm_;  // null on the CPU
   // train_mlp: the rows. train_gpt: rows = number of tokens and source (checkpoint meta only).
   Dataset data_;
-  Dataset eval_data_;  // empty (rows 0) when the training rows are used
-  TokenData tokens_, eval_tokens_;       // train_gpt (eval_tokens_ empty: training tokens)
+  Dataset eval_data_;                     // empty (rows 0) when the training rows are used
+  TokenData tokens_, eval_tokens_;        // train_gpt (eval_tokens_ empty: training tokens)
   std::unique_ptr<SequenceOrder> order_;  // train_gpt
   std::unique_ptr<TrainState> state_;     // store + EMA slots + optimizer
-  std::unique_ptr<Model> model_;  // MlpModel, MlpModelCuda or GptModel
-  PhaseTimes phases_;             // --profile
-  std::unique_ptr<RootLock> ckpt_lock_;  // rank 0: --ckpt-dir's lock, held for the whole run
+  std::unique_ptr<Model> model_;          // MlpModel, MlpModelCuda or GptModel
+  PhaseTimes phases_;                     // --profile
+  std::unique_ptr<RootLock> ckpt_lock_;   // rank 0: --ckpt-dir's lock, held for the whole run
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;

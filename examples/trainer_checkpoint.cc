@@ -43,11 +43,11 @@ StatusOr<DirState> AgreeOnRoot(const std::string& root, Communicator* comm) {
 // A run starting afresh would add its snapshots beside those of another run (and `ckpt posthoc`
 // would combine both).
 Status SnapshotsOfAnotherRun(const std::string& root) {
-  return AlreadyExists("--ckpt-dir '", root, "' holds EMA snapshots of an earlier run in '",
-                       EmaSnapshotRoot(root),
-                       "' but no checkpoint to continue it from: a fresh run would mix its "
-                       "snapshots with those; use another --ckpt-dir or remove '",
-                       EmaSnapshotRoot(root), "' (--resume continues a run only from a checkpoint)");
+  return AlreadyExists(
+      "--ckpt-dir '", root, "' holds EMA snapshots of an earlier run in '", EmaSnapshotRoot(root),
+      "' but no checkpoint to continue it from: a fresh run would mix its "
+      "snapshots with those; use another --ckpt-dir or remove '",
+      EmaSnapshotRoot(root), "' (--resume continues a run only from a checkpoint)");
 }
 
 }  // namespace
@@ -80,7 +80,8 @@ nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, i
   return meta;
 }
 
-StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config, Communicator* comm) {
+StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config,
+                                                      Communicator* comm) {
   StatusOr<std::unique_ptr<RootLock>> lock = std::unique_ptr<RootLock>();
   if (RankOf(comm) == 0) lock = RootLock::Acquire(config.ckpt_dir);
   RETURN_IF_ERROR(AgreeOnStatus(comm, lock.status(), "--ckpt-dir '" + config.ckpt_dir + "' lock"));
@@ -108,7 +109,8 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
       config.resume_step >= 0 ? std::optional<int64_t>(config.resume_step) : std::nullopt;
   if (dir_state == DirState::kOnlySnapshots) return SnapshotsOfAnotherRun(root);
   if (dir_state == DirState::kEmpty && step) {
-    return NotFound("--resume-step ", *step, ": --ckpt-dir '", root, "' holds no committed checkpoint");
+    return NotFound("--resume-step ", *step, ": --ckpt-dir '", root,
+                    "' holds no committed checkpoint");
   }
   if (dir_state == DirState::kEmpty) {
     Status made = RankOf(comm) == 0 ? MakeDirs(root) : Status::Ok();
@@ -139,7 +141,8 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
     msg += "\npass --override-hparams to resume with this run's values";
     return FailedPrecondition(msg);
   }
-  for (const std::string& d : diffs) LOG_WARNING << "--override-hparams: keeping this run's value: " << d;
+  for (const std::string& d : diffs)
+    LOG_WARNING << "--override-hparams: keeping this run's value: " << d;
   info.overridden = diffs;
 
   ASSIGN_OR_RETURN(CheckpointState dest, state->CheckpointView(extra));
@@ -166,8 +169,8 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
     if (RankOf(comm) == 0) gone = DiscardStepsAfter(root, report.step);
     RETURN_IF_ERROR(AgreeOnStatus(comm, gone.status(), "--discard-newer-steps in '" + root + "'"));
     if (RankOf(comm) == 0 && !gone->empty()) {
-      LOG_WARNING << "--discard-newer-steps: deleted the committed checkpoints of steps " << StepList(*gone)
-                  << " in '" << root << "'";
+      LOG_WARNING << "--discard-newer-steps: deleted the committed checkpoints of steps "
+                  << StepList(*gone) << " in '" << root << "'";
     }
   }
   info.resumed = true;

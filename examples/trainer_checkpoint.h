@@ -19,10 +19,10 @@
 // checkpoint ResolveResumeCheckpoint picks is loaded (--resume-step S: step S; else the newest
 // committed step, `latest` being a hint; committed steps newer than `latest`'s are refused,
 // naming them, until --resume-step says which one), and with --discard-newer-steps rank 0 then
-// deletes the committed steps after it (logged). Any failure and any failure — a corrupt or missing file, a manifest checksum
-// mismatch, another model — is an error naming the file (never a silent fresh start or an
-// older checkpoint). Before reading slots, every section's "config" is compared with this run's
-// (checkpoint/hparams.h, the one check): differences fail, listing each one, unless
+// deletes the committed steps after it (logged). Any failure and any failure — a corrupt or missing
+// file, a manifest checksum mismatch, another model — is an error naming the file (never a silent
+// fresh start or an older checkpoint). Before reading slots, every section's "config" is compared
+// with this run's (checkpoint/hparams.h, the one check): differences fail, listing each one, unless
 // --override-hparams (then they are logged and this run's values win; EMA slots new to the run
 // start afresh from the master, slots only in the checkpoint are dropped).
 //
@@ -55,8 +55,8 @@ nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, i
 
 struct ResumeInfo {
   bool resumed = false;
-  int64_t step = 0;            // completed steps restored (0 for a fresh start)
-  std::string dir;             // the checkpoint loaded
+  int64_t step = 0;  // completed steps restored (0 for a fresh start)
+  std::string dir;   // the checkpoint loaded
   int saved_world_size = 0;
   bool resharded = false;
   std::vector<std::string> overridden;  // differences accepted with --override-hparams
@@ -70,7 +70,8 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
 // Collective. Rank 0 takes --ckpt-dir's RootLock (creating the directory) for as long as the
 // returned object lives (null on other ranks). Errors (agreed by all ranks): kFailedPrecondition
 // naming the holder's host and pid when another job holds it.
-StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config, Communicator* comm);
+StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config,
+                                                      Communicator* comm);
 
 // Collective. For a run without --resume: kAlreadyExists when config.ckpt_dir holds a committed
 // checkpoint or a `latest` file; creates the directory otherwise.

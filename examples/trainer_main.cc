@@ -48,7 +48,8 @@ int TrainerMain(int argc, char** argv, const char* program,
   const bool lead = !env.ok() || env->rank == 0;
   StatusOr<ParsedArgs> parsed = parse(argc, argv);
   if (!parsed.ok()) {
-    if (lead) std::fprintf(stderr, "%s: %s\n(see --help)\n", program, parsed.status().ToString().c_str());
+    if (lead)
+      std::fprintf(stderr, "%s: %s\n(see --help)\n", program, parsed.status().ToString().c_str());
     return ExitCodeFor(parsed.status());
   }
   if (parsed->help) {
@@ -71,7 +72,8 @@ int TrainerMain(int argc, char** argv, const char* program,
   const bool rank0 = (*comm)->rank() == 0;
 
   // --device cuda: the NCCL communicator of the store, on the rank's GPU (null for the CPU).
-  StatusOr<std::unique_ptr<Communicator>> device_comm = CreateDeviceCommunicator(config, comm->get());
+  StatusOr<std::unique_ptr<Communicator>> device_comm =
+      CreateDeviceCommunicator(config, comm->get());
   if (!device_comm.ok()) {
     comm->reset();
     return Finish(program, device_comm.status(), rank0);
@@ -96,9 +98,11 @@ int TrainerMain(int argc, char** argv, const char* program,
   if (rank0) {
     std::cout << FormatEvalTable(summary->final_eval);
     for (const auto& sample : summary->samples) {
-      std::cout << "---- sample (" << sample.first << ") ----\n" << Printable(sample.second) << "\n";
+      std::cout << "---- sample (" << sample.first << ") ----\n"
+                << Printable(sample.second) << "\n";
     }
-    if (!summary->last_checkpoint.empty()) std::cout << "checkpoint: " << summary->last_checkpoint << "\n";
+    if (!summary->last_checkpoint.empty())
+      std::cout << "checkpoint: " << summary->last_checkpoint << "\n";
     if (config.profile) {
       const int64_t steps = summary->final_step - summary->start_step;
       std::cout << "profile (rank 0, " << steps
@@ -118,7 +122,8 @@ int TrainerMain(int argc, char** argv, const char* program,
                           {"batch", config.batch},
                           {"device", (*trainer)->device().ToString()}};
       if (config.model == ModelKind::kGpt) {
-        for (const char* k : {"n_layer", "n_head", "n_embd", "block_size"}) j[k] = config.ToJson()[k];
+        for (const char* k : {"n_layer", "n_head", "n_embd", "block_size"})
+          j[k] = config.ToJson()[k];
       } else {
         j["layers"] = config.layers;
       }

@@ -23,8 +23,8 @@
 #include "checkpoint/export.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
-#include "ema/snapshot.h"
 #include "checkpoint/root_lock.h"
+#include "ema/snapshot.h"
 #include "examples/mlp_math.h"
 #include "examples/self_communicator.h"
 #include "examples/test_files.h"
@@ -61,7 +61,8 @@ void ExpectWorldSizeInvariant(const std::string& args, double tol) {
   if (World()->world_size() == 1) EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
   ASSERT_EQ(dist->summary.losses.size(), serial->summary.losses.size());
   for (size_t i = 0; i < serial->summary.losses.size(); ++i) {
-    EXPECT_NEAR(dist->summary.losses[i], serial->summary.losses[i], tol * std::fabs(serial->summary.losses[i]))
+    EXPECT_NEAR(dist->summary.losses[i], serial->summary.losses[i],
+                tol * std::fabs(serial->summary.losses[i]))
         << "step " << i + 1;
   }
   // Not vacuous: training moved the weights and the EMA slots differ from the master.
@@ -70,8 +71,10 @@ void ExpectWorldSizeInvariant(const std::string& args, double tol) {
   auto init = (*fresh)->store()->GatherSlotToRank((*fresh)->store()->master(), 0);
   ASSERT_TRUE(init.ok()) << init.status();
   EXPECT_GT(MaxRelDiff({want[0]}, {*init}), 1e-2);
-  for (size_t s = 1; s < want.size(); ++s) EXPECT_GT(MaxRelDiff({want[s]}, {want[0]}), 1e-4) << "slot " << s;
-  std::printf("W=%d vs serial: max relative difference %.3g (%s)\n", World()->world_size(), err, args.c_str());
+  for (size_t s = 1; s < want.size(); ++s)
+    EXPECT_GT(MaxRelDiff({want[s]}, {want[0]}), 1e-4) << "slot " << s;
+  std::printf("W=%d vs serial: max relative difference %.3g (%s)\n", World()->world_size(), err,
+              args.c_str());
 }
 
 TEST(TrainerTest, WorldSizeInvariantAdamWCrossEntropyAccumulationSchedules) {
@@ -148,22 +151,27 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
     const FullTensor& b = find("layers." + std::to_string(i) + ".bias");
     ASSERT_EQ(w.data.size(), size_t(L[i] * L[i + 1]));
     z.assign(size_t(d.rows * L[i + 1]), 0.f);
-    nn::LinearForward(serial, h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1], z.data());
+    nn::LinearForward(serial, h.data(), w.data.data(), b.data.data(), d.rows, L[i], L[i + 1],
+                      z.data());
     h.assign(z.size(), 0.f);
-    if (i == 0) nn::ActivationForward(serial, nn::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
+    if (i == 0)
+      nn::ActivationForward(serial, nn::Activation::kGelu, z.data(), h.data(), int64_t(z.size()));
     if (i == 1) h = z;
   }
   double want = 0;
   for (size_t k = 0; k < h.size(); ++k) want += (double(h[k]) - d.y[k]) * (double(h[k]) - d.y[k]);
   want /= double(h.size());
   EXPECT_NEAR(e.losses[1].second, want, 1e-5 * want);
-  EXPECT_GT(std::fabs(e.losses[1].second - e.losses[0].second), 1e-4 * want) << "EMA eval equals live";
+  EXPECT_GT(std::fabs(e.losses[1].second - e.losses[0].second), 1e-4 * want)
+      << "EMA eval equals live";
 }
 
 TEST(TrainerTest, SyntheticTaskLearns) {
-  StatusOr<TrainRun> run = Train("--layers 8,32,4 --batch 24 --steps 80 --lr 1e-2 --seed 4", World());
+  StatusOr<TrainRun> run =
+      Train("--layers 8,32,4 --batch 24 --steps 80 --lr 1e-2 --seed 4", World());
   ASSERT_TRUE(run.ok()) << run.status();
-  StatusOr<std::unique_ptr<Trainer>> fresh = Trainer::Create(Config("--layers 8,32,4 --batch 24 --seed 4"), World());
+  StatusOr<std::unique_ptr<Trainer>> fresh =
+      Trainer::Create(Config("--layers 8,32,4 --batch 24 --seed 4"), World());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   StatusOr<EvalLosses> before = (*fresh)->Evaluate(0);
   ASSERT_TRUE(before.ok()) << before.status();
@@ -176,8 +184,11 @@ TEST(TrainerTest, SkippedStepsAreStepsOfTheOneStepCounter) {
   const std::string root = TestPath("skipped_steps");
   // SGD with lr 1e38 overflows the weights after the first update; every later gradient is
   // non-finite, so steps 2..6 are skipped.
-  StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 6 --optim sgd --lr 1e38 "
-                                 "--save-every 2 --keep 3 --ckpt-dir " + root, World());
+  StatusOr<TrainRun> run = Train(
+      "--layers 4,6,2 --batch 12 --steps 6 --optim sgd --lr 1e38 "
+      "--save-every 2 --keep 3 --ckpt-dir " +
+          root,
+      World());
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->summary.final_step, 6);
   if (World()->rank() != 0) return;
@@ -197,8 +208,8 @@ TEST(TrainerTest, SkippedStepsAreStepsOfTheOneStepCounter) {
 
 TEST(TrainerTest, MetricsFileWithoutCheckpointDir) {
   const std::string path = TestPath("metrics_only.jsonl");
-  StatusOr<TrainRun> run = Train("--layers 4,6,2 --batch 12 --steps 3 --ema 0.9 --metrics " + path,
-                                 World());
+  StatusOr<TrainRun> run =
+      Train("--layers 4,6,2 --batch 12 --steps 3 --ema 0.9 --metrics " + path, World());
   ASSERT_TRUE(run.ok()) << run.status();
   if (World()->rank() != 0) return;
   std::ifstream in(path);
@@ -238,18 +249,21 @@ constexpr char kResumeArgs[] =
 
 TEST(TrainerTest, ResumeIsBitExact) {
   const std::string a = TestPath("straight"), b = TestPath("halves");
-  StatusOr<TrainRun> straight = Train(std::string(kResumeArgs) + " --steps 8 --ckpt-dir " + a, World());
+  StatusOr<TrainRun> straight =
+      Train(std::string(kResumeArgs) + " --steps 8 --ckpt-dir " + a, World());
   ASSERT_TRUE(straight.ok()) << straight.status();
-  StatusOr<TrainRun> first =
-      Train(std::string(kResumeArgs) + " --steps 4 --async-save --save-every 2 --ckpt-dir " + b, World());
+  StatusOr<TrainRun> first = Train(
+      std::string(kResumeArgs) + " --steps 4 --async-save --save-every 2 --ckpt-dir " + b, World());
   ASSERT_TRUE(first.ok()) << first.status();
-  StatusOr<TrainRun> second = Train(std::string(kResumeArgs) + " --steps 8 --resume --ckpt-dir " + b, World());
+  StatusOr<TrainRun> second =
+      Train(std::string(kResumeArgs) + " --steps 8 --resume --ckpt-dir " + b, World());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(second->summary.resume.resumed);
   EXPECT_EQ(second->summary.start_step, 4);
   EXPECT_FALSE(second->summary.resume.resharded);
   ASSERT_EQ(second->summary.losses.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]);
   for (size_t i = 0; i < second->trainer->emas()->size(); ++i) {
     EXPECT_EQ(second->trainer->emas()->counters(i), straight->trainer->emas()->counters(i)) << i;
   }
@@ -277,7 +291,8 @@ TEST(TrainerTest, ResumeIsBitExact) {
 // its own, and each holds exactly the EMA slots' values at its step.
 TEST(TrainerTest, EmaSnapshotsSurviveResumeAndHoldTheSlots) {
   const std::string d = TestPath("snapshots");
-  const std::string args = "--layers 6,10,3 --batch 12 --seed 3 --ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2";
+  const std::string args =
+      "--layers 6,10,3 --batch 12 --seed 3 --ema-sigma-rel 0.05,0.1 --ema-snapshot-every 2";
   ASSERT_TRUE(Train(args + " --steps 4 --save-every 2 --ckpt-dir " + d, World()).ok());
   StatusOr<TrainRun> second = Train(args + " --steps 8 --resume --ckpt-dir " + d, World());
   ASSERT_TRUE(second.ok()) << second.status();
@@ -300,12 +315,14 @@ TEST(TrainerTest, EmaSnapshotsSurviveResumeAndHoldTheSlots) {
 }
 
 // Expects Trainer::Create to fail with `code` and a message holding every fragment.
-void ExpectCreateError(const std::string& args, StatusCode code, std::vector<std::string> fragments) {
+void ExpectCreateError(const std::string& args, StatusCode code,
+                       std::vector<std::string> fragments) {
   StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(Config(args), World());
   ASSERT_FALSE(t.ok()) << args;
   EXPECT_EQ(t.status().code(), code) << t.status();
   for (const std::string& f : fragments) {
-    EXPECT_NE(t.status().message().find(f), std::string::npos) << "'" << f << "' not in " << t.status();
+    EXPECT_NE(t.status().message().find(f), std::string::npos)
+        << "'" << f << "' not in " << t.status();
   }
 }
 
@@ -326,7 +343,8 @@ TEST(TrainerTest, ResumeChecksHyperparametersAndRefusesUsedDirectories) {
   EXPECT_FALSE(r->summary.resume.overridden.empty());
   EXPECT_TRUE(r->trainer->emas()->counters(0).started());
   // --resume on an empty directory is a fresh start.
-  StatusOr<TrainRun> fresh = Train(std::string(kResumeArgs) + " --steps 2 --resume --ckpt-dir " + TestPath("empty"), World());
+  StatusOr<TrainRun> fresh = Train(
+      std::string(kResumeArgs) + " --steps 2 --resume --ckpt-dir " + TestPath("empty"), World());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_FALSE(fresh->summary.resume.resumed);
   EXPECT_EQ(fresh->summary.start_step, 0);
@@ -352,10 +370,12 @@ TEST(TrainerTest, CorruptOrUnresolvableLatestCheckpointIsAnError) {
     ASSERT_EQ(std::remove(JoinPath(nolatest, "latest").c_str()), 0);
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + dir, StatusCode::kDataLoss,
-                    {"rank_00000.bin"});
-  // A committed step with no `latest` (a crash before the first `latest` update): found by scanning.
-  StatusOr<TrainRun> scanned = Train(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, World());
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + dir,
+                    StatusCode::kDataLoss, {"rank_00000.bin"});
+  // A committed step with no `latest` (a crash before the first `latest` update): found by
+  // scanning.
+  StatusOr<TrainRun> scanned =
+      Train(std::string(kResumeArgs) + " --steps 4 --resume --ckpt-dir " + nolatest, World());
   ASSERT_TRUE(scanned.ok()) << scanned.status();
   EXPECT_EQ(scanned->summary.start_step, 2);
   EXPECT_EQ(scanned->summary.resume.dir, JoinPath(nolatest, "step_00000002"));
@@ -366,7 +386,8 @@ TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIs
   const std::string args = std::string(kResumeArgs) + " --save-every 2 --keep 5 --ckpt-dir " + dir;
   ASSERT_TRUE(Train(args + " --steps 6", World()).ok());
   if (World()->rank() == 0) {
-    ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());  // a stale copy
+    ASSERT_TRUE(
+        WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());  // a stale copy
   }
   ASSERT_TRUE(World()->Barrier().ok());
   // --resume notices the newer committed steps and asks which one.
@@ -384,7 +405,8 @@ TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIs
   EXPECT_EQ(from6->summary.start_step, 6);
   EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6, 8}));
   // An explicit choice to roll back: --discard-newer-steps deletes the steps after 4.
-  StatusOr<TrainRun> back = Train(args + " --steps 6 --resume-step 4 --discard-newer-steps", World());
+  StatusOr<TrainRun> back =
+      Train(args + " --steps 6 --resume-step 4 --discard-newer-steps", World());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->summary.start_step, 4);
   EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
@@ -417,8 +439,10 @@ TEST(TrainerTest, InitFromAShardedExportReadsEveryShardAndOtherFilesAreNamed) {
   }
   ASSERT_TRUE(World()->Barrier().ok());
   const std::string index = TestPath("init_sharded/model.safetensors.index.json");
-  StatusOr<std::unique_ptr<Trainer>> a = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
-  StatusOr<std::unique_ptr<Trainer>> b = Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
+  StatusOr<std::unique_ptr<Trainer>> a =
+      Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
+  StatusOr<std::unique_ptr<Trainer>> b =
+      Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   // The master weights (no EMA has started before the first step).
@@ -433,8 +457,9 @@ TEST(TrainerTest, InitFromAShardedExportReadsEveryShardAndOtherFilesAreNamed) {
     EXPECT_EQ(MaxRelDiff(sa, sb), 0.0);
   }
   // Not a safetensors file (here the training's metrics): said so, not a huge "header length".
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + JoinPath(dir, "metrics.jsonl"),
-                    StatusCode::kDataLoss, {"--init", "metrics.jsonl", "not a safetensors file"});
+  ExpectCreateError(
+      std::string(kResumeArgs) + " --steps 2 --init " + JoinPath(dir, "metrics.jsonl"),
+      StatusCode::kDataLoss, {"--init", "metrics.jsonl", "not a safetensors file"});
 }
 
 TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
@@ -449,7 +474,8 @@ TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
     ASSERT_TRUE(WriteSafetensorsFile(init, t).ok());
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + init, StatusCode::kInvalidArgument,
+  ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init " + init,
+                    StatusCode::kInvalidArgument,
                     {init, "layers.1.weight", "expected shape [5, 10], found [10, 5]"});
   ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init /nonexistent/init.safetensors",
                     StatusCode::kNotFound, {"/nonexistent/init.safetensors"});
@@ -457,19 +483,21 @@ TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
   // with a GPU but no device communicator (train_mlp makes one, examples/device_comm.h):
   // kInvalidArgument.
   if (CudaDeviceCount() == 0) {
-    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kUnavailable,
+    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda",
+                      StatusCode::kUnavailable,
                       {"--device cuda", "--device cpu",
                        BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA"});
   } else {
-    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda", StatusCode::kInvalidArgument,
-                      {"--device cuda", "communicator on the GPU"});
-    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda:" +
-                          std::to_string(CudaDeviceCount()),
-                      StatusCode::kUnavailable, {"CUDA device(s) visible"});
+    ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda",
+                      StatusCode::kInvalidArgument, {"--device cuda", "communicator on the GPU"});
+    ExpectCreateError(
+        std::string(kResumeArgs) + " --steps 2 --device cuda:" + std::to_string(CudaDeviceCount()),
+        StatusCode::kUnavailable, {"CUDA device(s) visible"});
   }
   const int w = World()->world_size();
   if (w > 1) {
-    ExpectCreateError(std::string(kResumeArgs) + " --batch " + std::to_string(2 * w + 1), StatusCode::kInvalidArgument,
+    ExpectCreateError(std::string(kResumeArgs) + " --batch " + std::to_string(2 * w + 1),
+                      StatusCode::kInvalidArgument,
                       {"--batch " + std::to_string(2 * w + 1), "world size " + std::to_string(w)});
   }
 }

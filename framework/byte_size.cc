@@ -48,7 +48,8 @@ StatusOr<uint64_t> ParseByteSize(const std::string& text, const std::string& wha
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) integer += text[i++];
   if (i < text.size() && text[i] == '.') {
     ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) fraction += text[i++];
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])))
+      fraction += text[i++];
     if (fraction.empty()) return bad("no digits after the decimal point");
   }
   if (integer.empty()) return bad(text.empty() ? "empty" : "it does not start with a digit");

@@ -29,13 +29,14 @@ TEST(ByteSizeTest, DecimalAndBinaryUnits) {
 }
 
 TEST(ByteSizeTest, MalformedIsInvalidArgumentNamingTheFlagAndText) {
-  for (const char* bad : {"", "GB", "-5GB", "5 GB", "5XB", "1.5", "1.GB", ".5GB", "5GBx", "18446744073709551616",
-                          "20000000000TB", "1e9"}) {
+  for (const char* bad : {"", "GB", "-5GB", "5 GB", "5XB", "1.5", "1.GB", ".5GB", "5GBx",
+                          "18446744073709551616", "20000000000TB", "1e9"}) {
     StatusOr<uint64_t> v = ParseByteSize(bad, "--max-file-size");
     ASSERT_FALSE(v.ok()) << "'" << bad << "' parsed as " << *v;
     EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(v.status().message().find("--max-file-size"), std::string::npos);
-    EXPECT_NE(v.status().message().find(std::string("'") + bad + "'"), std::string::npos) << v.status();
+    EXPECT_NE(v.status().message().find(std::string("'") + bad + "'"), std::string::npos)
+        << v.status();
   }
 }
 

@@ -26,8 +26,8 @@
 //
 // Errors (never hangs or crashes): null buffers with a non-zero count, an invalid root, a dtype
 // or count that differs between ranks (checked collectively on first use of each call signature
-// when CommOptions::check_args, the default), and calls after Shutdown() return kInvalidArgument / kFailedPrecondition. Backend
-// errors become kInternal naming the operation and the rank.
+// when CommOptions::check_args, the default), and calls after Shutdown() return kInvalidArgument /
+// kFailedPrecondition. Backend errors become kInternal naming the operation and the rank.
 //
 // Threading: one thread issues collectives on a communicator at a time.
 #ifndef SHARDEMA_FRAMEWORK_COMMUNICATOR_H_
@@ -116,14 +116,14 @@ class Communicator {
   virtual Device device() const = 0;
   virtual std::string backend_name() const = 0;  // "mpi", "nccl"
 
-  virtual StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv,
-                                                         size_t count, DType dtype,
+  virtual StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
+                                                         DType dtype,
                                                          const CollectiveOptions& opts = {}) = 0;
-  virtual StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv,
-                                                             size_t count, DType dtype,
-                                                             const CollectiveOptions& opts = {}) = 0;
-  virtual StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv,
-                                                         size_t count, DType dtype,
+  virtual StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(
+      const void* send, void* recv, size_t count, DType dtype,
+      const CollectiveOptions& opts = {}) = 0;
+  virtual StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
+                                                         DType dtype,
                                                          const CollectiveOptions& opts = {}) = 0;
   virtual StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
                                                          const CollectiveOptions& opts = {}) = 0;

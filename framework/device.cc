@@ -24,9 +24,7 @@ Status NoCuda(Device d) {
 }
 }  // namespace
 
-std::string Device::ToString() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 StatusOr<Device> ParseDevice(const std::string& s) {
   if (s == "cpu") return Device::Cpu();
@@ -131,8 +129,10 @@ Status SynchronizeStream(Stream stream) {
 Buffer::~Buffer() { Reset(); }
 
 Buffer::Buffer(Buffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-      device_(o.device_), kind_(o.kind_) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      device_(o.device_),
+      kind_(o.kind_) {}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
@@ -207,9 +207,9 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
     return Status::Ok();
   }
 #if SHARDEMA_WITH_CUDA
-  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                                    static_cast<cudaStream_t>(stream.native)),
-                    "cudaMemcpyAsync");
+  return CudaStatus(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream.native)),
+      "cudaMemcpyAsync");
 #else
   return NoCuda(dst_device.is_cuda() ? dst_device : src_device);
 #endif

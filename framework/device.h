@@ -105,7 +105,10 @@ class Buffer {
   size_t size() const { return size_; }
   Device device() const { return device_; }
   MemoryKind memory_kind() const { return kind_; }
-  template <typename T> T* as() const { return static_cast<T*>(data_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
 
  private:
   void Reset();

@@ -79,14 +79,18 @@ void ConvertBuffer(const void* src, DType st, void* dst, DType dt, size_t n) {
   auto* d16 = static_cast<uint16_t*>(dst);
   auto* d32 = static_cast<float*>(dst);
   if (st == DType::kF32 && dt == DType::kBF16) {
-    ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToBF16(v); });
+    ConvertLoop(
+        n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToBF16(v); });
   } else if (st == DType::kF32 && dt == DType::kF16) {
-    ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToF16(v); });
+    ConvertLoop(
+        n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToF16(v); });
   } else if (dt == DType::kF32 && st != DType::kU8) {
     if (st == DType::kBF16) {
-      ConvertLoop(n, [&](size_t i) { return BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+      ConvertLoop(
+          n, [&](size_t i) { return BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     } else {
-      ConvertLoop(n, [&](size_t i) { return F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+      ConvertLoop(
+          n, [&](size_t i) { return F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     }
   } else {
     // bf16 <-> f16 and anything with u8, through f32 (exact widening, one rounding).

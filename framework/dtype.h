@@ -30,9 +30,7 @@ enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kU8 = 3 };
 constexpr DType kLastDType = DType::kU8;
 
 // Bytes per element: 4, 2, 2, 1.
-constexpr size_t DTypeSize(DType t) {
-  return t == DType::kF32 ? 4 : t == DType::kU8 ? 1 : 2;
-}
+constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kU8 ? 1 : 2; }
 // True for f32, bf16 and f16 (the types reductions and training take).
 constexpr bool IsFloatingDType(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
@@ -45,11 +43,23 @@ const char* DTypeSafetensorsName(DType t);
 // floating types only.
 StatusOr<DType> ParseDType(const std::string& s);
 
-struct BF16 { uint16_t bits; };
-struct F16 { uint16_t bits; };
+struct BF16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
 
-SHARDEMA_HD uint32_t F32Bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-SHARDEMA_HD float F32FromBits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+SHARDEMA_HD uint32_t F32Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+SHARDEMA_HD float F32FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 SHARDEMA_HD float BF16ToF32(uint16_t b) { return F32FromBits(uint32_t(b) << 16); }
 
@@ -75,7 +85,10 @@ SHARDEMA_HD float F16ToF32(uint16_t h) {
   } else {
     // Denormal: value = man * 2^-24; normalise.
     int e = -1;
-    do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400u) == 0);
     out = sign | uint32_t(112 - e) << 23 | ((man & 0x3ffu) << 13);
   }
   return F32FromBits(out);
@@ -87,7 +100,7 @@ SHARDEMA_HD uint16_t F32ToF16(float f) {
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quiet
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to Inf
-  if (a >= 0x38800000u) {  // normal f16 range (>= 2^-14)
+  if (a >= 0x38800000u) {                                 // normal f16 range (>= 2^-14)
     uint32_t lsb = (a >> 13) & 1u;
     a += 0xfffu + lsb;
     return uint16_t(sign | ((a - 0x38000000u) >> 13));

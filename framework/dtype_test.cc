@@ -129,7 +129,9 @@ TEST(DTypeTest, F16MidpointsRoundToEvenIncludingDenormalsAndOverflow) {
       float smid = sign ? -mid : mid;
       ASSERT_EQ(F32ToF16(smid), even) << h;
       ASSERT_EQ(F32ToF16(std::nextafter(smid, 0.f)), uint16_t(h | sign)) << h;
-      ASSERT_EQ(F32ToF16(std::nextafter(smid, sign ? -INFINITY : INFINITY)), uint16_t((h + 1) | sign)) << h;
+      ASSERT_EQ(F32ToF16(std::nextafter(smid, sign ? -INFINITY : INFINITY)),
+                uint16_t((h + 1) | sign))
+          << h;
     }
   }
   EXPECT_EQ(F32ToF16(65504.f), 0x7bff);

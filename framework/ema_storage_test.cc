@@ -10,8 +10,8 @@ namespace shardema {
 namespace {
 
 TEST(EmaStorageTest, NamesRoundTripAndUnknownIsRejected) {
-  for (EmaStorage s : {EmaStorage::kF32, EmaStorage::kBF16, EmaStorage::kBF16Sr,
-                       EmaStorage::kDeltaBF16}) {
+  for (EmaStorage s :
+       {EmaStorage::kF32, EmaStorage::kBF16, EmaStorage::kBF16Sr, EmaStorage::kDeltaBF16}) {
     StatusOr<EmaStorage> p = ParseEmaStorage(EmaStorageName(s));
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(*p, s);

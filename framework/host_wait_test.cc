@@ -10,7 +10,11 @@ namespace {
 TEST(HostWaitTest, WithoutPollsBlocks) {
   int blocked = 0, queried = 0;
   Status st = WaitPolling([&]() -> StatusOr<bool> { return ++queried > 3; },
-                          [&] { ++blocked; return Status::Ok(); }, "wait");
+                          [&] {
+                            ++blocked;
+                            return Status::Ok();
+                          },
+                          "wait");
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(blocked, 1);
   EXPECT_EQ(queried, 0);
@@ -19,9 +23,7 @@ TEST(HostWaitTest, WithoutPollsBlocks) {
 TEST(HostWaitTest, PollsRunWhileWaitingAndTheirErrorEndsTheWait) {
   int polls = 0;
   const int id = AddHostWaitPoll(
-      [&]() -> Status {
-        return ++polls == 5 ? Internal("peer failure on rank 3") : Status::Ok();
-      },
+      [&]() -> Status { return ++polls == 5 ? Internal("peer failure on rank 3") : Status::Ok(); },
       0);
   EXPECT_TRUE(HostWaitPolling());
   int queried = 0;

@@ -36,7 +36,8 @@ std::string LogPrefix(LogLevel level, const char* file, int line) {
   static const char kLetters[] = {'D', 'I', 'W', 'E'};
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int ms = int(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm;
   localtime_r(&t, &tm);
   const char* base = std::strrchr(file, '/');
@@ -44,7 +45,8 @@ std::string LogPrefix(LogLevel level, const char* file, int line) {
   char buf[256];
   if (g_rank >= 0) {
     std::snprintf(buf, sizeof buf, "[rank %d/%d] %c %02d:%02d:%02d.%03d %s:%d] ", g_rank.load(),
-                  g_world.load(), kLetters[int(level)], tm.tm_hour, tm.tm_min, tm.tm_sec, ms, base, line);
+                  g_world.load(), kLetters[int(level)], tm.tm_hour, tm.tm_min, tm.tm_sec, ms, base,
+                  line);
   } else {
     std::snprintf(buf, sizeof buf, "%c %02d:%02d:%02d.%03d %s:%d] ", kLetters[int(level)],
                   tm.tm_hour, tm.tm_min, tm.tm_sec, ms, base, line);

@@ -37,9 +37,9 @@ class LogLine {
 }  // namespace logging_internal
 }  // namespace shardema
 
-#define SHARDEMA_LOG(level)                                                       \
-  if (::shardema::LogLevel::level < ::shardema::GetLogLevel()) {                  \
-  } else                                                                          \
+#define SHARDEMA_LOG(level)                                      \
+  if (::shardema::LogLevel::level < ::shardema::GetLogLevel()) { \
+  } else                                                         \
     ::shardema::logging_internal::LogLine(::shardema::LogLevel::level, __FILE__, __LINE__).stream()
 
 #define LOG_DEBUG SHARDEMA_LOG(kDebug)

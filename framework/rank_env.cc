@@ -14,7 +14,8 @@ StatusOr<int> ReadInt(const char* name) {
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || x < 0 || x > (1 << 24)) {
-    return InvalidArgument("environment variable ", name, "='", v, "' is not a valid non-negative integer");
+    return InvalidArgument("environment variable ", name, "='", v,
+                           "' is not a valid non-negative integer");
   }
   return int(x);
 }
@@ -54,7 +55,8 @@ StatusOr<RankEnv> DiscoverRankEnv() {
       return InvalidArgument(s.rank, "=", rank, " is not below ", s.size, "=", size);
     }
     if (env.local_rank >= env.local_size) {
-      return InvalidArgument(s.local_rank, "=", env.local_rank, " is not below ", s.local_size, "=", env.local_size);
+      return InvalidArgument(s.local_rank, "=", env.local_rank, " is not below ", s.local_size, "=",
+                             env.local_size);
     }
     return env;
   }
@@ -66,7 +68,8 @@ StatusOr<int> LocalGpuFor(const RankEnv& env, int num_gpus, bool per_task_device
   if (num_gpus <= 0) return Unavailable("rank ", env.rank, ": no CUDA device is visible");
   if (env.local_size > num_gpus && !per_task_devices && !allow_sharing) {
     return InvalidArgument("rank ", env.rank, ": ", env.local_size, " ranks on this node but only ",
-                           num_gpus, " GPUs visible (one rank per GPU expected; set "
+                           num_gpus,
+                           " GPUs visible (one rank per GPU expected; set "
                            "CUDA_VISIBLE_DEVICES per rank or use srun --gpus-per-task)");
   }
   return env.local_rank % num_gpus;

@@ -10,10 +10,10 @@ namespace {
 class RankEnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                          "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
-                          "SLURM_NTASKS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                          "CUDA_VISIBLE_DEVICES"}) {
+    for (const char* v :
+         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+          "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+          "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES"}) {
       unsetenv(v);
     }
   }
@@ -73,8 +73,7 @@ TEST_F(RankEnvTest, PerTaskIsolationUsesTheVisibleDevices) {
   for (int r = 0; r < 8; ++r) {
     EXPECT_EQ(*LocalGpuFor(LocalRank(r, 8), 2, /*per_task_devices=*/true, false), r % 2);
   }
-  EXPECT_EQ(LocalGpuFor(LocalRank(3, 4), 0, true, false).status().code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(LocalGpuFor(LocalRank(3, 4), 0, true, false).status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(RankEnvTest, SharedVisibilityWithTooFewGpusIsRefused) {

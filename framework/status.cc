@@ -49,9 +49,15 @@ std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToS
 Status ErrnoToStatus(int err, const std::string& what) {
   std::string msg = what + ": " + std::strerror(err);
   switch (err) {
-    case ENOENT: case ENOTDIR: return Status(StatusCode::kNotFound, msg);
-    case ENOSPC: case ENOMEM: case EDQUOT: case EFBIG: return Status(StatusCode::kResourceExhausted, msg);
-    case EACCES: case EPERM: case EROFS: return Status(StatusCode::kFailedPrecondition, msg);
+    case ENOENT:
+    case ENOTDIR: return Status(StatusCode::kNotFound, msg);
+    case ENOSPC:
+    case ENOMEM:
+    case EDQUOT:
+    case EFBIG: return Status(StatusCode::kResourceExhausted, msg);
+    case EACCES:
+    case EPERM:
+    case EROFS: return Status(StatusCode::kFailedPrecondition, msg);
     case EEXIST: return Status(StatusCode::kAlreadyExists, msg);
     case EINVAL: return Status(StatusCode::kInvalidArgument, msg);
     default: return Status(StatusCode::kInternal, msg);

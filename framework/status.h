@@ -81,27 +81,49 @@ Status Err(StatusCode code, const Args&... args) {
   return Status(code, os.str());
 }
 template <typename... Args>
-Status InvalidArgument(const Args&... a) { return Err(StatusCode::kInvalidArgument, a...); }
+Status InvalidArgument(const Args&... a) {
+  return Err(StatusCode::kInvalidArgument, a...);
+}
 template <typename... Args>
-Status NotFound(const Args&... a) { return Err(StatusCode::kNotFound, a...); }
+Status NotFound(const Args&... a) {
+  return Err(StatusCode::kNotFound, a...);
+}
 template <typename... Args>
-Status FailedPrecondition(const Args&... a) { return Err(StatusCode::kFailedPrecondition, a...); }
+Status FailedPrecondition(const Args&... a) {
+  return Err(StatusCode::kFailedPrecondition, a...);
+}
 template <typename... Args>
-Status OutOfRange(const Args&... a) { return Err(StatusCode::kOutOfRange, a...); }
+Status OutOfRange(const Args&... a) {
+  return Err(StatusCode::kOutOfRange, a...);
+}
 template <typename... Args>
-Status DataLoss(const Args&... a) { return Err(StatusCode::kDataLoss, a...); }
+Status DataLoss(const Args&... a) {
+  return Err(StatusCode::kDataLoss, a...);
+}
 template <typename... Args>
-Status Internal(const Args&... a) { return Err(StatusCode::kInternal, a...); }
+Status Internal(const Args&... a) {
+  return Err(StatusCode::kInternal, a...);
+}
 template <typename... Args>
-Status Unavailable(const Args&... a) { return Err(StatusCode::kUnavailable, a...); }
+Status Unavailable(const Args&... a) {
+  return Err(StatusCode::kUnavailable, a...);
+}
 template <typename... Args>
-Status Unimplemented(const Args&... a) { return Err(StatusCode::kUnimplemented, a...); }
+Status Unimplemented(const Args&... a) {
+  return Err(StatusCode::kUnimplemented, a...);
+}
 template <typename... Args>
-Status AlreadyExists(const Args&... a) { return Err(StatusCode::kAlreadyExists, a...); }
+Status AlreadyExists(const Args&... a) {
+  return Err(StatusCode::kAlreadyExists, a...);
+}
 template <typename... Args>
-Status ResourceExhausted(const Args&... a) { return Err(StatusCode::kResourceExhausted, a...); }
+Status ResourceExhausted(const Args&... a) {
+  return Err(StatusCode::kResourceExhausted, a...);
+}
 template <typename... Args>
-Status Aborted(const Args&... a) { return Err(StatusCode::kAborted, a...); }
+Status Aborted(const Args&... a) {
+  return Err(StatusCode::kAborted, a...);
+}
 
 // Converts an errno value into a Status naming the operation and path:
 // "open '/ckpt/x.bin': No such file or directory" with code kNotFound / kResourceExhausted
@@ -125,7 +147,8 @@ class [[nodiscard]] StatusOr {
  public:
   StatusOr(const Status& s) : status_(s) {  // NOLINT: implicit by design
     assert(!s.ok() && "StatusOr built from an OK Status without a value");
-    if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from OK without value");
+    if (status_.ok())
+      status_ = Status(StatusCode::kInternal, "StatusOr built from OK without value");
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
 
@@ -161,7 +184,9 @@ class [[nodiscard]] StatusOr {
 namespace status_internal {
 inline const Status& GetStatus(const Status& s) { return s; }
 template <typename T>
-const Status& GetStatus(const StatusOr<T>& s) { return s.status(); }
+const Status& GetStatus(const StatusOr<T>& s) {
+  return s.status();
+}
 }  // namespace status_internal
 
 }  // namespace shardema
@@ -170,10 +195,10 @@ const Status& GetStatus(const StatusOr<T>& s) { return s.status(); }
 #define SHARDEMA_CONCAT_(a, b) SHARDEMA_CONCAT_INNER_(a, b)
 
 // Returns the status of `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                                                           \
-  do {                                                                                  \
+#define RETURN_IF_ERROR(expr)                                                             \
+  do {                                                                                    \
     const ::shardema::Status _shardema_st = ::shardema::status_internal::GetStatus(expr); \
-    if (!_shardema_st.ok()) return _shardema_st;                                        \
+    if (!_shardema_st.ok()) return _shardema_st;                                          \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, MakeX());` declares/assigns x from a StatusOr or returns its error.

@@ -41,7 +41,10 @@ struct TensorView {
   // numel() * itemsize; 0 for an invalid shape (numel() < 0), SIZE_MAX when the product does not
   // fit (an allocation of it fails instead of being short). CheckTensor refuses both.
   size_t nbytes() const;
-  template <typename T> T* as() const { return static_cast<T*>(data); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
   // "f32[3, 4]@cpu".
   std::string ToString() const;
 };

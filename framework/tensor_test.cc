@@ -30,8 +30,11 @@ TEST(TensorTest, OverflowingShapesAreRefusedWithoutUndefinedBehaviour) {
   EXPECT_EQ(NumElements({int64_t(1) << 31, int64_t(1) << 31}), int64_t(1) << 62);
   Status s = CheckedNumElements({big, big}, "tensor 'w'").status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "tensor 'w': shape [4294967296, 4294967296] has more elements than int64 holds (2^63 - 1)");
-  EXPECT_EQ(CheckedNumElements({2, -3}, "x").status().message(), "x: negative dim in shape [2, -3]");
+  EXPECT_EQ(
+      s.message(),
+      "tensor 'w': shape [4294967296, 4294967296] has more elements than int64 holds (2^63 - 1)");
+  EXPECT_EQ(CheckedNumElements({2, -3}, "x").status().message(),
+            "x: negative dim in shape [2, -3]");
   EXPECT_EQ(CheckedNumElements({2, 3}, "x").value(), 6);
   EXPECT_EQ(CheckedNumBytes({2, 3}, DType::kBF16, "x").value(), 12);
   EXPECT_FALSE(CheckedNumBytes({int64_t(1) << 62}, DType::kF32, "x").ok());  // 2^64 bytes

@@ -27,8 +27,8 @@ Status LowerThisThreadPriority(int nice) {
   ASSIGN_OR_RETURN(int now, ThisThreadNice());
   if (nice <= now) return Status::Ok();
   if (setpriority(PRIO_PROCESS, ThisThreadId(), nice) != 0) {
-    return Internal("setpriority(thread ", ThisThreadId(), ", nice ", nice, "): ",
-                    std::strerror(errno));
+    return Internal("setpriority(thread ", ThisThreadId(), ", nice ", nice,
+                    "): ", std::strerror(errno));
   }
   return Status::Ok();
 }

@@ -50,8 +50,8 @@ Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DTyp
 #endif
 }
 
-Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n,
-                  int64_t count, int divisor) {
+Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n, int64_t count,
+                  int divisor) {
   if (n < 0 || count < 1 || divisor < 1) {
     return InvalidArgument("FoldMeanOn: n = ", n, ", count = ", count, ", divisor = ", divisor,
                            " (need n >= 0, count >= 1, divisor >= 1)");

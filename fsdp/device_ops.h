@@ -23,10 +23,10 @@
 //
 // Contract: the arrays are memory of stream.device (CUDA: memory that device can address) and
 // stay alive until the work is done on the stream; preconditions as the underlying kernels.
-// Errors: kInvalidArgument for n < 0, count < 1 or divisor < 1 (on CUDA: != 1) (FoldMeanOn); on CUDA the kernels' argument
-// errors and launch failures; kUnavailable for a CUDA stream in a build without --config=cuda or
-// without a GPU.
-// Threading: calls on distinct arrays are independent; CPU calls block the caller.
+// Errors: kInvalidArgument for n < 0, count < 1 or divisor < 1 (on CUDA: != 1) (FoldMeanOn); on
+// CUDA the kernels' argument errors and launch failures; kUnavailable for a CUDA stream in a build
+// without --config=cuda or without a GPU. Threading: calls on distinct arrays are independent; CPU
+// calls block the caller.
 #ifndef SHARDEMA_FSDP_DEVICE_OPS_H_
 #define SHARDEMA_FSDP_DEVICE_OPS_H_
 
@@ -44,8 +44,8 @@ Status FillZero(Stream stream, void* dst, size_t bytes);
 Status ConvertOn(Stream stream, const void* src, DType src_type, void* dst, DType dst_type,
                  size_t n);
 
-Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n,
-                  int64_t count, int divisor = 1);
+Status FoldMeanOn(Stream stream, float* mean, const void* x, DType x_type, int64_t n, int64_t count,
+                  int divisor = 1);
 
 // Makes the stream's CUDA device current before queuing CUDA work on it, or explains why CUDA
 // work cannot run (kUnavailable in a build without --config=cuda).

@@ -15,7 +15,8 @@ StatusOr<StoreLayout> StoreLayout::Build(const std::vector<UnitSpec>& units, int
   std::set<std::string> unit_names, param_names;
   for (const UnitSpec& us : units) {
     if (us.name.empty()) return InvalidArgument("unit name is empty");
-    if (!unit_names.insert(us.name).second) return InvalidArgument("duplicate unit name '", us.name, "'");
+    if (!unit_names.insert(us.name).second)
+      return InvalidArgument("duplicate unit name '", us.name, "'");
     UnitLayout u;
     u.name = us.name;
     for (const ParamSpec& ps : us.params) {
@@ -24,7 +25,9 @@ StatusOr<StoreLayout> StoreLayout::Build(const std::vector<UnitSpec>& units, int
         return InvalidArgument("duplicate parameter name '", ps.name, "'");
       }
       for (int64_t d : ps.shape) {
-        if (d < 0) return InvalidArgument("parameter '", ps.name, "': negative dim in shape ", ShapeToString(ps.shape));
+        if (d < 0)
+          return InvalidArgument("parameter '", ps.name, "': negative dim in shape ",
+                                 ShapeToString(ps.shape));
       }
       ParamLayout p{ps.name, ps.shape, u.numel, NumElements(ps.shape)};
       u.numel += p.numel;
@@ -104,7 +107,8 @@ bool StoreLayout::SameModel(const StoreLayout& o) const {
     const UnitLayout &a = units_[u], &b = o.units_[u];
     if (a.name != b.name || a.params.size() != b.params.size()) return false;
     for (size_t p = 0; p < a.params.size(); ++p) {
-      if (a.params[p].name != b.params[p].name || a.params[p].shape != b.params[p].shape) return false;
+      if (a.params[p].name != b.params[p].name || a.params[p].shape != b.params[p].shape)
+        return false;
     }
   }
   return true;
@@ -116,10 +120,14 @@ nlohmann::json StoreLayout::ToJson() const {
   j["shard_align"] = shard_align_;
   j["units"] = nlohmann::json::array();
   for (const UnitLayout& u : units_) {
-    nlohmann::json ju = {{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel},
-                         {"shard_numel", u.shard_numel}, {"params", nlohmann::json::array()}};
+    nlohmann::json ju = {{"name", u.name},
+                         {"numel", u.numel},
+                         {"padded_numel", u.padded_numel},
+                         {"shard_numel", u.shard_numel},
+                         {"params", nlohmann::json::array()}};
     for (const ParamLayout& p : u.params) {
-      ju["params"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel}});
+      ju["params"].push_back(
+          {{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel}});
     }
     j["units"].push_back(std::move(ju));
   }
@@ -136,7 +144,8 @@ StatusOr<StoreLayout> StoreLayout::FromJson(const nlohmann::json& j) {
     for (const auto& ju : j.at("units")) {
       UnitSpec s{ju.at("name").get<std::string>(), {}};
       for (const auto& jp : ju.at("params")) {
-        s.params.push_back(ParamSpec{jp.at("name").get<std::string>(), jp.at("shape").get<Shape>()});
+        s.params.push_back(
+            ParamSpec{jp.at("name").get<std::string>(), jp.at("shape").get<Shape>()});
       }
       specs.push_back(std::move(s));
     }
@@ -150,14 +159,17 @@ StatusOr<StoreLayout> StoreLayout::FromJson(const nlohmann::json& j) {
     for (size_t u = 0; u < specs.size(); ++u) {
       const auto& ju = j.at("units")[u];
       const UnitLayout& lu = l->units()[u];
-      if (ju.at("numel").get<int64_t>() != lu.numel || ju.at("padded_numel").get<int64_t>() != lu.padded_numel ||
+      if (ju.at("numel").get<int64_t>() != lu.numel ||
+          ju.at("padded_numel").get<int64_t>() != lu.padded_numel ||
           ju.at("shard_numel").get<int64_t>() != lu.shard_numel) {
-        return DataLoss("store layout JSON: unit '", lu.name, "' sizes do not match its parameters");
+        return DataLoss("store layout JSON: unit '", lu.name,
+                        "' sizes do not match its parameters");
       }
       for (size_t p = 0; p < lu.params.size(); ++p) {
         if (ju.at("params")[p].at("offset").get<int64_t>() != lu.params[p].offset) {
           return DataLoss("store layout JSON: parameter '", lu.params[p].name, "' offset ",
-                          ju.at("params")[p].at("offset").get<int64_t>(), " expected ", lu.params[p].offset);
+                          ju.at("params")[p].at("offset").get<int64_t>(), " expected ",
+                          lu.params[p].offset);
         }
       }
     }

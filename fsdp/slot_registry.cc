@@ -10,14 +10,10 @@ namespace shardema {
 
 const char* SlotKindName(SlotKind kind) {
   switch (kind) {
-    case SlotKind::kMaster:
-      return "master";
-    case SlotKind::kMoment:
-      return "moment";
-    case SlotKind::kEma:
-      return "ema";
-    case SlotKind::kGrad:
-      return "grad";
+    case SlotKind::kMaster: return "master";
+    case SlotKind::kMoment: return "moment";
+    case SlotKind::kEma: return "ema";
+    case SlotKind::kGrad: return "grad";
   }
   return "unknown";
 }
@@ -147,15 +143,16 @@ StatusOr<SlotPlacement> SlotRegistry::Placement(const std::string& name) const {
 
 Status SlotRegistry::ExchangeContents(SlotEntry& dev, SlotEntry& host, Stream stream) {
   if (stream.device != device_) {
-    return InvalidArgument("swapping slots '", dev.info.name, "' (", device_.ToString(),
-                           ") and '", host.info.name, "' (host) needs a stream of ",
-                           device_.ToString(), ", got one of ", stream.device.ToString());
+    return InvalidArgument("swapping slots '", dev.info.name, "' (", device_.ToString(), ") and '",
+                           host.info.name, "' (host) needs a stream of ", device_.ToString(),
+                           ", got one of ", stream.device.ToString());
   }
   const size_t bytes = dev.mem.size();
   ASSIGN_OR_RETURN(Buffer tmp, Buffer::Allocate(bytes, Device::Cpu(), MemoryKind::kPinnedHost));
   // Stream order: the device slot is read into tmp before it is overwritten with the host slot.
   RETURN_IF_ERROR(CopyBytes(tmp.data(), Device::Cpu(), dev.mem.data(), device_, bytes, stream));
-  RETURN_IF_ERROR(CopyBytes(dev.mem.data(), device_, host.mem.data(), Device::Cpu(), bytes, stream));
+  RETURN_IF_ERROR(
+      CopyBytes(dev.mem.data(), device_, host.mem.data(), Device::Cpu(), bytes, stream));
   RETURN_IF_ERROR(SynchronizeStream(stream));
   std::memcpy(host.mem.data(), tmp.data(), bytes);
   return Status::Ok();
@@ -175,7 +172,7 @@ Status SlotRegistry::SwapSlots(const std::string& a, const std::string& b, Strea
     return Status::Ok();
   }
   Status st = ea.placement == SlotPlacement::kHost ? ExchangeContents(eb, ea, stream)
-                                                  : ExchangeContents(ea, eb, stream);
+                                                   : ExchangeContents(ea, eb, stream);
   return st.ok() ? st : st.WithContext("swapping state slots '" + a + "' and '" + b + "'");
 }
 
@@ -188,9 +185,8 @@ StatusOr<float*> SlotRegistry::AddBuffer(const std::string& name, const Shape& s
     }
   }
   if (HasBuffer(name)) return AlreadyExists("replicated buffer '", name, "' is already registered");
-  ASSIGN_OR_RETURN(Buffer mem,
-                   ZeroedHostBytes(size_t(NumElements(shape)) * sizeof(float),
-                                   "replicated buffer '" + name + "'"));
+  ASSIGN_OR_RETURN(Buffer mem, ZeroedHostBytes(size_t(NumElements(shape)) * sizeof(float),
+                                               "replicated buffer '" + name + "'"));
   float* data = mem.as<float>();
   buffer_index_[name] = buffers_.size();
   buffers_.push_back(BufferEntry{name, shape, std::move(mem)});

@@ -61,7 +61,7 @@ struct SlotMemory {
   // store: "compute" (compute-dtype shard), "unit_params" / "unit_grads" (live unit buffers).
   std::string kind;
   int64_t bytes = 0;
-  bool persistent = false;  // saved in checkpoints
+  bool persistent = false;        // saved in checkpoints
   Device device = Device::Cpu();  // where the bytes are (an offloaded EMA slot: the host)
 };
 

@@ -33,8 +33,8 @@ bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t =
 
 // A buffer of `bytes` from `cache` whose bytes [zero_from, bytes) are zeroed (zeroing queued on
 // `stream` on CUDA).
-StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes,
-                              size_t zero_from, const std::string& what) {
+StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes, size_t zero_from,
+                              const std::string& what) {
   StatusOr<Buffer> b = cache.Acquire(bytes);
   if (!b.ok()) return b.status().WithContext(what);
   Status st = FillZero(stream, b->as<char>() + zero_from, bytes - std::min(zero_from, bytes));
@@ -55,8 +55,9 @@ Status CheckDevices(Device device, const Communicator& comm, Stream stream) {
   if (device.is_cpu()) return Status::Ok();
   if (device.index < 0 || device.index >= CudaDeviceCount()) {
     return Unavailable("ShardedParameterStore on ", device.ToString(), ": ",
-                       BuiltWithCuda() ? std::to_string(CudaDeviceCount()) + " CUDA device(s) visible"
-                                       : std::string("built without --config=cuda"));
+                       BuiltWithCuda()
+                           ? std::to_string(CudaDeviceCount()) + " CUDA device(s) visible"
+                           : std::string("built without --config=cuda"));
   }
   if (!stream.device.is_cpu() && stream.device != device) {
     return InvalidArgument("ShardedParameterStore on ", device.ToString(), ": options.stream is a ",
@@ -469,10 +470,9 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit, 
     const size_t esize = DTypeSize(options_.reduce_dtype);
     Status injected = InjectedFault("store.unit_grads");
     if (!injected.ok()) return injected.WithContext("gradient buffer of unit '" + u.name + "'");
-    ASSIGN_OR_RETURN(s.grad_buf,
-                     ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
-                                  zeroed ? 0 : size_t(u.numel) * esize,
-                                  "gradient buffer of unit '" + u.name + "'"));
+    ASSIGN_OR_RETURN(s.grad_buf, ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
+                                              zeroed ? 0 : size_t(u.numel) * esize,
+                                              "gradient buffer of unit '" + u.name + "'"));
     s.grad_live = true;
   }
   return UnitViews(unit, s.grad_buf.data(), options_.reduce_dtype);
@@ -491,10 +491,9 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
   const size_t esize = DTypeSize(options_.reduce_dtype);
   char* base = s.grad_buf.as<char>();
   if (!DirectUnits()) {  // one rank: its slice is the whole buffer, nothing to reduce
-    StatusOr<std::unique_ptr<Work>> w =
-        comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
-                                  size_t(u.shard_numel), options_.reduce_dtype,
-                                  CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg));
+    StatusOr<std::unique_ptr<Work>> w = comm_->ReduceScatterAsync(
+        base, base + size_t(rank()) * size_t(u.shard_numel) * esize, size_t(u.shard_numel),
+        options_.reduce_dtype, CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg));
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
   }
@@ -520,8 +519,8 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   const size_t n = size_t(u.shard_numel);
   const size_t esize = DTypeSize(options_.reduce_dtype);
   const char* mine = s.grad_buf.as<char>() + size_t(rank()) * n * esize;
-  st = FoldMeanOn(stream_, grad_shard() + layout_.local_offset(unit), mine,
-                  options_.reduce_dtype, int64_t(n), k, FoldDivisor());
+  st = FoldMeanOn(stream_, grad_shard() + layout_.local_offset(unit), mine, options_.reduce_dtype,
+                  int64_t(n), k, FoldDivisor());
   FreeUnitGrads(s);
   return st.ok() ? st : st.WithContext("gradient fold of unit '" + u.name + "'");
 }
@@ -551,8 +550,7 @@ Status ShardedParameterStore::ZeroGrad() {
                                 "' has a reduce-scatter in flight: wait for it first");
     }
   }
-  RETURN_IF_ERROR(
-      FillZero(stream_, grad_shard(), size_t(layout_.local_numel()) * sizeof(float)));
+  RETURN_IF_ERROR(FillZero(stream_, grad_shard(), size_t(layout_.local_numel()) * sizeof(float)));
   for (auto& s : units_) {
     s->micro_batches = 0;
     FreeUnitGrads(*s);
@@ -647,8 +645,8 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
     ASSIGN_OR_RETURN(send_dev, cache_.Acquire(size_t(max_shard) * sizeof(float)));
   }
   if (rank() == root) {
-    ASSIGN_OR_RETURN(unit_host, Buffer::Allocate(size_t(max_padded) * sizeof(float),
-                                                 Device::Cpu(), MemoryKind::kPinnedHost));
+    ASSIGN_OR_RETURN(unit_host, Buffer::Allocate(size_t(max_padded) * sizeof(float), Device::Cpu(),
+                                                 MemoryKind::kPinnedHost));
   }
   std::vector<FullTensor> out;
   Status st = [&]() -> Status {
@@ -661,8 +659,8 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
             CopyBytes(send_dev.data(), device(), send, Device::Cpu(), shard_bytes, stream_));
         send = send_dev.as<float>();
       }
-      Status g = comm_->AllGather(send, unit_dev.data(), size_t(ul.shard_numel), DType::kF32,
-                                  CollOpts());
+      Status g =
+          comm_->AllGather(send, unit_dev.data(), size_t(ul.shard_numel), DType::kF32, CollOpts());
       if (!g.ok()) return g.WithContext("GatherSlotToRank: unit '" + ul.name + "'");
       if (rank() != root) continue;
       RETURN_IF_ERROR(CopyBytes(unit_host.data(), Device::Cpu(), unit_dev.data(), device(),
@@ -711,12 +709,12 @@ std::vector<SlotMemory> ShardedParameterStore::MemoryReport() const {
     const UnitState& s = *units_[u];
     const std::string& name = layout_.units()[u].name;
     if (s.params != UnitState::Params::kReleased) {
-      out.push_back(SlotMemory{name + "/params", "unit_params", int64_t(s.param_buf.size()),
-                               false, device()});
+      out.push_back(SlotMemory{name + "/params", "unit_params", int64_t(s.param_buf.size()), false,
+                               device()});
     }
     if (s.grad_live) {
-      out.push_back(SlotMemory{name + "/grads", "unit_grads", int64_t(s.grad_buf.size()), false,
-                               device()});
+      out.push_back(
+          SlotMemory{name + "/grads", "unit_grads", int64_t(s.grad_buf.size()), false, device()});
     }
   }
   if (cache_.cached_bytes() > 0) {

@@ -336,11 +336,11 @@ class ShardedParameterStore {
   std::vector<ParamSpec> buffer_specs_;
   Communicator* comm_;
   StoreOptions options_;
-  Stream stream_;              // options.stream or owned_stream_
-  OwnedStream owned_stream_;   // CUDA: the store's own stream when options.stream is elsewhere
+  Stream stream_;             // options.stream or owned_stream_
+  OwnedStream owned_stream_;  // CUDA: the store's own stream when options.stream is elsewhere
   SlotRegistry registry_;
-  SlotHandle master_slot_;     // kMasterSlot (fsdp/slot_names.h)
-  SlotHandle grad_slot_;       // kGradSlot
+  SlotHandle master_slot_;  // kMasterSlot (fsdp/slot_names.h)
+  SlotHandle grad_slot_;    // kGradSlot
   UnitBufferCache cache_;
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;

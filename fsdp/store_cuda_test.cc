@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/nccl_test_world.h"
 #include "fsdp/store.h"
 #include "fsdp/store_test_util.h"
+#include "tests/nccl_test_world.h"
 #include "tests/test_world.h"
 
 namespace shardema {
@@ -51,8 +51,8 @@ float GradValue(int micro, int rank, const std::string& name, int64_t i) {
   return float(int((i * 7 + micro * 5 + rank * 3 + int64_t(name.size())) % 61) - 30) * 0.0625f;
 }
 
-std::unique_ptr<ShardedParameterStore> MakeStore(Communicator* comm, Device device,
-                                                 DType compute, DType reduce) {
+std::unique_ptr<ShardedParameterStore> MakeStore(Communicator* comm, Device device, DType compute,
+                                                 DType reduce) {
   StoreOptions o;
   o.device = device;
   o.compute_dtype = compute;

@@ -5,8 +5,8 @@
 namespace shardema {
 namespace testing {
 
-Status FeedGradsAnyDevice(ShardedParameterStore* store, const MicroGradFn& grad,
-                          int micro_batches, bool overlap) {
+Status FeedGradsAnyDevice(ShardedParameterStore* store, const MicroGradFn& grad, int micro_batches,
+                          bool overlap) {
   RETURN_IF_ERROR(store->ZeroGrad());
   const DType dt = store->options().reduce_dtype;
   std::vector<std::vector<char>> staged;  // host sources, alive until the stream is synchronized

@@ -31,8 +31,8 @@ StatusOr<UnitRunner> UnitRunner::Create(ShardedParameterStore* store, UnitSchedu
     }
   }
   if (!schedule.recompute.empty() && schedule.recompute.size() != schedule.units.size()) {
-    return InvalidArgument("UnitRunner: recompute has ", schedule.recompute.size(),
-                           " entries for ", schedule.units.size(), " uses");
+    return InvalidArgument("UnitRunner: recompute has ", schedule.recompute.size(), " entries for ",
+                           schedule.units.size(), " uses");
   }
   return UnitRunner(store, std::move(schedule));
 }

@@ -64,7 +64,7 @@
 namespace shardema {
 
 struct UnitSchedule {
-  std::vector<size_t> units;   // store unit of each use, in forward order (repeats allowed)
+  std::vector<size_t> units;    // store unit of each use, in forward order (repeats allowed)
   std::vector<bool> recompute;  // per use; empty = no recomputation anywhere
 };
 
@@ -81,9 +81,9 @@ enum class ForwardMode {
 
 // What a callback is told about the use it runs.
 struct UnitCall {
-  size_t use = 0;            // index into the schedule
-  size_t unit = 0;           // store unit (schedule.units[use])
-  int64_t micro_batch = 0;   // 0-based within the step (0 for ForwardBackward / Forward calls)
+  size_t use = 0;           // index into the schedule
+  size_t unit = 0;          // store unit (schedule.units[use])
+  int64_t micro_batch = 0;  // 0-based within the step (0 for ForwardBackward / Forward calls)
   ForwardMode mode = ForwardMode::kTrain;  // forward callbacks only
   // Backward only: true when a later use of the same unit (earlier in the backward) already
   // wrote its gradient into `grads`; the callback must then add to it instead of overwriting.

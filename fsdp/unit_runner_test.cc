@@ -22,8 +22,8 @@ namespace {
 
 using ::shardema::testing::World;
 
-constexpr int64_t kDim = 5;       // not a multiple of 2 or 3: shards cut through parameters
-constexpr int64_t kRows = 6;      // global rows per micro-batch (divisible by 1, 2, 3)
+constexpr int64_t kDim = 5;   // not a multiple of 2 or 3: shards cut through parameters
+constexpr int64_t kRows = 6;  // global rows per micro-batch (divisible by 1, 2, 3)
 constexpr size_t kUnits = 3;
 
 std::vector<UnitSpec> ChainUnits() {
@@ -59,7 +59,8 @@ class Chain {
   void SetMicroBatch(int64_t micro) {
     in_[0].resize(size_t(rows_ * kDim));
     for (int64_t r = 0; r < rows_; ++r) {
-      for (int64_t k = 0; k < kDim; ++k) in_[0][size_t(r * kDim + k)] = InputValue(micro, row0_ + r, k);
+      for (int64_t k = 0; k < kDim; ++k)
+        in_[0][size_t(r * kDim + k)] = InputValue(micro, row0_ + r, k);
     }
   }
   // loss normaliser: the rows the loss mean is over (local rows for the store contract).
@@ -301,12 +302,13 @@ TEST(UnitRunnerTest, PrefetchReleaseAndReduceScatterOrder) {
     ASSERT_TRUE(runner.ForwardBackward(cb).ok());
     EXPECT_EQ(checked, 6);
     const std::vector<std::string> want = {
-        "gather 0", "wait 0", "gather 1", "forward 0", "release_fwd 0",
-        "wait 1", "gather 2", "forward 1", "release_fwd 1",
-        "wait 2", "forward 2",  // the last unit stays gathered for the backward
-        "wait 2", "gather 1", "backward 2", "release 2", "rs 2",
-        "wait 1", "gather 0", "backward 1", "release 1", "rs 1", "rs_wait 2",
-        "wait 0", "backward 0", "release 0", "rs 0", "rs_wait 1", "rs_wait 0"};
+        "gather 0",   "wait 0",     "gather 1",      "forward 0", "release_fwd 0", "wait 1",
+        "gather 2",   "forward 1",  "release_fwd 1", "wait 2",    "forward 2",  // the last unit
+                                                                                // stays gathered
+                                                                                // for the backward
+        "wait 2",     "gather 1",   "backward 2",    "release 2", "rs 2",          "wait 1",
+        "gather 0",   "backward 1", "release 1",     "rs 1",      "rs_wait 2",     "wait 0",
+        "backward 0", "release 0",  "rs 0",          "rs_wait 1", "rs_wait 0"};
     EXPECT_EQ(trace, want);
     for (size_t u = 0; u < kUnits; ++u) {
       EXPECT_EQ(s->gather_refs(u), 0);
@@ -460,8 +462,9 @@ TEST(UnitRunnerTest, RecomputationGivesIdenticalGradients) {
       const long recomputes = std::count_if(trace.begin(), trace.end(), [](const std::string& t) {
         return t.rfind("recompute", 0) == 0;
       });
-      EXPECT_EQ(recomputes, variant == 0 ? 0 : variant == 1 ? long(sched.units.size())
-                                                            : long((sched.units.size() + 1) / 2));
+      EXPECT_EQ(recomputes, variant == 0   ? 0
+                            : variant == 1 ? long(sched.units.size())
+                                           : long((sched.units.size() + 1) / 2));
       results.push_back(GradShard(*s));
     }
     for (int v = 1; v < 3; ++v) {
@@ -478,13 +481,14 @@ TEST(UnitRunnerTest, StepAccumulatesMicroBatches) {
   UnitRunner runner = MakeRunner(s.get(), Tied());
   std::vector<int64_t> prepared;
   ASSERT_TRUE(runner
-                  .Step(kMicro,
-                        [&](int64_t m) {
-                          prepared.push_back(m);
-                          chain.SetMicroBatch(m);
-                          return Status::Ok();
-                        },
-                        chain.Callbacks())
+                  .Step(
+                      kMicro,
+                      [&](int64_t m) {
+                        prepared.push_back(m);
+                        chain.SetMicroBatch(m);
+                        return Status::Ok();
+                      },
+                      chain.Callbacks())
                   .ok());
   EXPECT_EQ(prepared, (std::vector<int64_t>{0, 1, 2}));
   for (size_t u = 0; u < kUnits; ++u) EXPECT_EQ(s->micro_batches(u), kMicro);
@@ -501,8 +505,14 @@ TEST(UnitRunnerTest, StepAccumulatesMicroBatches) {
   }
   ExpectGradsNear(s.get(), want);
   // A second Step starts from zero (no stale accumulation).
-  ASSERT_TRUE(runner.Step(1, [&](int64_t) { chain.SetMicroBatch(0); return Status::Ok(); },
-                          chain.Callbacks())
+  ASSERT_TRUE(runner
+                  .Step(
+                      1,
+                      [&](int64_t) {
+                        chain.SetMicroBatch(0);
+                        return Status::Ok();
+                      },
+                      chain.Callbacks())
                   .ok());
   ExpectGradsNear(s.get(), SerialGrads(Tied(), 0));
   EXPECT_FALSE(runner.Step(0, nullptr, chain.Callbacks()).ok());

@@ -7,12 +7,9 @@ namespace shardema::nn {
 
 const char* ActivationName(Activation act) {
   switch (act) {
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kGeluTanh:
-      return "gelu_tanh";
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
   }
   return "?";
 }

@@ -51,8 +51,8 @@ void ForEachPair(const CpuContext& ctx, const AttentionShape& s, Fn fn) {
 
 }  // namespace
 
-void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,
-                        float* out, float* att) {
+void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv, float* out,
+                      float* att) {
   const int64_t T = s.seq, hs = s.head_dim();
   const float scale = float(1.0 / std::sqrt(double(hs)));
   const Eigen::OuterStride<> out_ld(s.dim);
@@ -85,7 +85,7 @@ void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const floa
 }
 
 void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,
-                         const float* att, const float* dout, float* dqkv) {
+                       const float* att, const float* dout, float* dqkv) {
   const int64_t T = s.seq, hs = s.head_dim();
   const float scale = float(1.0 / std::sqrt(double(hs)));
   const Eigen::OuterStride<> out_ld(s.dim);

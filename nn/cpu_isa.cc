@@ -39,9 +39,10 @@ StatusOr<CpuIsa> ParseCpuIsa(const std::string& value) {
     return InvalidArgument("CPU ISA '", value, "' is not one of auto, v2, v3");
   }
   if (!CpuSupports(isa)) {
-    return FailedPrecondition("CPU ISA ", CpuIsaName(isa),
-                              " requested but this CPU lacks it (x86-64-v3 needs AVX2, FMA, BMI1/2, "
-                              "F16C, LZCNT, MOVBE); use v2 or auto");
+    return FailedPrecondition(
+        "CPU ISA ", CpuIsaName(isa),
+        " requested but this CPU lacks it (x86-64-v3 needs AVX2, FMA, BMI1/2, "
+        "F16C, LZCNT, MOVBE); use v2 or auto");
   }
   return isa;
 }

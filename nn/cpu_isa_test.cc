@@ -78,13 +78,15 @@ TEST(CpuIsaTest, LinearVariantsAgree) {
     const int64_t rows = 37, in = 70, out = 45;  // not multiples of any vector width
     auto x = Uniform(size_t(rows * in), 1), w = Uniform(size_t(out * in), 2),
          b = Uniform(size_t(out), 3), dy = Uniform(size_t(rows * out), 4);
-    ExpectVariantsAgree([&] {
-      std::vector<float> y(size_t(rows * out)), dw(w.size()), db(b.size()), dx(x.size());
-      LinearForward(ctx, x.data(), w.data(), b.data(), rows, in, out, y.data());
-      LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, in, out, dw.data(), db.data(),
-                     dx.data());
-      return std::vector<std::vector<float>>{y, dw, db, dx};
-    }, 1e-4);
+    ExpectVariantsAgree(
+        [&] {
+          std::vector<float> y(size_t(rows * out)), dw(w.size()), db(b.size()), dx(x.size());
+          LinearForward(ctx, x.data(), w.data(), b.data(), rows, in, out, y.data());
+          LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, in, out, dw.data(), db.data(),
+                         dx.data());
+          return std::vector<std::vector<float>>{y, dw, db, dx};
+        },
+        1e-4);
   }
 }
 
@@ -93,12 +95,14 @@ TEST(CpuIsaTest, ActivationVariantsAgree) {
   auto z = Uniform(5000, 5), da = Uniform(5000, 6);
   for (float& v : z) v *= 4.f;
   for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
-    ExpectVariantsAgree([&] {
-      std::vector<float> a(z.size()), dz(z.size());
-      ActivationForward(ctx, act, z.data(), a.data(), int64_t(z.size()));
-      ActivationBackward(ctx, act, z.data(), da.data(), dz.data(), int64_t(z.size()));
-      return std::vector<std::vector<float>>{a, dz};
-    }, 1e-4);
+    ExpectVariantsAgree(
+        [&] {
+          std::vector<float> a(z.size()), dz(z.size());
+          ActivationForward(ctx, act, z.data(), a.data(), int64_t(z.size()));
+          ActivationBackward(ctx, act, z.data(), da.data(), dz.data(), int64_t(z.size()));
+          return std::vector<std::vector<float>>{a, dz};
+        },
+        1e-4);
   }
 }
 
@@ -106,13 +110,16 @@ TEST(CpuIsaTest, AttentionVariantsAgree) {
   const CpuContext ctx;
   const AttentionShape s{2, 70, 24, 3};
   auto qkv = Uniform(size_t(s.qkv_numel()), 7), dout = Uniform(size_t(s.out_numel()), 8);
-  ExpectVariantsAgree([&] {
-    std::vector<float> out(size_t(s.out_numel())), att(size_t(s.att_numel())),
-        dqkv(size_t(s.qkv_numel()));
-    EXPECT_TRUE(AttentionForward(ctx, s, qkv.data(), out.data(), att.data()).ok());
-    EXPECT_TRUE(AttentionBackward(ctx, s, qkv.data(), att.data(), dout.data(), dqkv.data()).ok());
-    return std::vector<std::vector<float>>{out, att, dqkv};
-  }, 1e-4);
+  ExpectVariantsAgree(
+      [&] {
+        std::vector<float> out(size_t(s.out_numel())), att(size_t(s.att_numel())),
+            dqkv(size_t(s.qkv_numel()));
+        EXPECT_TRUE(AttentionForward(ctx, s, qkv.data(), out.data(), att.data()).ok());
+        EXPECT_TRUE(
+            AttentionBackward(ctx, s, qkv.data(), att.data(), dout.data(), dqkv.data()).ok());
+        return std::vector<std::vector<float>>{out, att, dqkv};
+      },
+      1e-4);
 }
 
 }  // namespace

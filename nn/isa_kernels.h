@@ -17,30 +17,29 @@
 #include "nn/attention.h"
 #include "nn/cpu_context.h"
 
-#define SHARDEMA_NN_DECLARE_ISA_KERNELS(ns)                                                     \
-  namespace shardema::nn::ns {                                                                  \
-  void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,     \
-                     int64_t rows, int64_t in, int64_t out, float* y);                          \
-  void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,   \
-                      int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,   \
-                      bool accumulate);                                                         \
-  void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,       \
-                         int64_t n);                                                            \
-  void ActivationBackward(const CpuContext& ctx, Activation act, const float* z,                \
-                          const float* da, float* dz, int64_t n);                               \
-  void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,       \
-                        float* out, float* att);                                                \
-  void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,      \
-                         const float* att, const float* dout, float* dqkv);                     \
+#define SHARDEMA_NN_DECLARE_ISA_KERNELS(ns)                                                       \
+  namespace shardema::nn::ns {                                                                    \
+  void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,       \
+                     int64_t rows, int64_t in, int64_t out, float* y);                            \
+  void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,     \
+                      int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,     \
+                      bool accumulate);                                                           \
+  void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,         \
+                         int64_t n);                                                              \
+  void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da, \
+                          float* dz, int64_t n);                                                  \
+  void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,         \
+                        float* out, float* att);                                                  \
+  void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,        \
+                         const float* att, const float* dout, float* dqkv);                       \
   }
 
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v2)
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v3)
 
 // Calls isa_v2::fn or isa_v3::fn with the same arguments, as ActiveCpuIsa() says.
-#define SHARDEMA_NN_DISPATCH(fn, ...)                 \
-  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3      \
-       ? ::shardema::nn::isa_v3::fn(__VA_ARGS__)      \
-       : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
+#define SHARDEMA_NN_DISPATCH(fn, ...)                                                      \
+  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3 ? ::shardema::nn::isa_v3::fn(__VA_ARGS__) \
+                                                 : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
 
 #endif  // SHARDEMA_NN_ISA_KERNELS_H_

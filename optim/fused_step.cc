@@ -29,7 +29,7 @@ SHARDEMA_KERNEL void AdamWBlock(const AdamWScalars& s, int64_t n, const float* _
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * s.grad_scale;
-    const float pi = p[i] * s.decay;                                  // param.mul_(1 - lr*wd)
+    const float pi = p[i] * s.decay;                                   // param.mul_(1 - lr*wd)
     const float mi = std::fma(gi, s.one_minus_beta1, m[i] * s.beta1);  // mul_(b1).add_(g, 1-b1)
     const float vi = std::fma(s.one_minus_beta2 * gi, gi, v[i] * s.beta2);  // addcmul_
     const float denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;
@@ -77,11 +77,8 @@ SHARDEMA_KERNEL void SgdBlock(const SgdScalars& s, int64_t n, const float* g, fl
 SHARDEMA_KERNEL void EmaBlockF32(const EmaScalars& s, int64_t n, float* __restrict e,
                                  const float* __restrict p) {
   switch (s.mode) {
-    case EmaMode::kSkip:
-      return;
-    case EmaMode::kCopy:
-      std::memcpy(e, p, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case EmaMode::kSkip: return;
+    case EmaMode::kCopy: std::memcpy(e, p, static_cast<size_t>(n) * sizeof(float)); return;
     case EmaMode::kLerpLow:  // self + w * (end - self)
 #pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) e[i] = std::fma(p[i] - e[i], s.weight, e[i]);
@@ -159,9 +156,7 @@ inline void* SlotAt(void* base, EmaStorage storage, int64_t b) {
 SHARDEMA_KERNEL void ComputeCopyBlock(DType t, int64_t n, const float* __restrict p,
                                       void* __restrict out) {
   switch (t) {
-    case DType::kF32:
-      std::memcpy(out, p, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case DType::kF32: std::memcpy(out, p, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::kBF16: {
       uint16_t* __restrict o = static_cast<uint16_t*>(out);
 #pragma GCC ivdep
@@ -174,8 +169,7 @@ SHARDEMA_KERNEL void ComputeCopyBlock(DType t, int64_t n, const float* __restric
       for (int64_t i = 0; i < n; ++i) o[i] = F32ToF16(p[i]);
       return;
     }
-    case DType::kU8:
-      return;  // not a compute dtype: FsdpStore refuses it
+    case DType::kU8: return;  // not a compute dtype: FsdpStore refuses it
   }
 }
 
@@ -217,14 +211,14 @@ SHARDEMA_KERNEL void RunRange(const Plan& plan, int64_t begin, int64_t end) {
 // The drivers: one compiled for AVX2+FMA (hardware fma, 8-wide), one portable (fmaf from the C
 // library). Both compute the same bits.
 __attribute__((target("avx2,fma"), flatten)) void RunRangeAvx2(const Plan& plan, int64_t begin,
-                                                                int64_t end) {
+                                                               int64_t end) {
   RunRange(plan, begin, end);
 }
 __attribute__((flatten)) void RunRangePortable(const Plan& plan, int64_t begin, int64_t end) {
   RunRange(plan, begin, end);
 }
-__attribute__((target("avx2,fma"), flatten)) void EmaAvx2(const EmaScalars& s, int64_t n,
-                                                           float* e, const float* p) {
+__attribute__((target("avx2,fma"), flatten)) void EmaAvx2(const EmaScalars& s, int64_t n, float* e,
+                                                          const float* p) {
   EmaBlockF32(s, n, e, p);
 }
 __attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float* e,

@@ -81,11 +81,11 @@ void ExpectMatches(const Golden& g, const json& c, const std::string& key,
     inexact += d != 0;
     if (d > worst) worst = d, worst_i = i;
   }
-  EXPECT_LE(worst, kMaxUlp) << c["name"].get<std::string>() << " " << key << ": element "
-                            << worst_i << " got " << got[worst_i] << " torch "
-                            << g.bin[off + worst_i] << " (" << inexact << " of " << g.total
-                            << " elements differ)";
-  ::testing::Test::RecordProperty(c["name"].get<std::string>() + "." + key + ".inexact", std::to_string(inexact));
+  EXPECT_LE(worst, kMaxUlp) << c["name"].get<std::string>() << " " << key << ": element " << worst_i
+                            << " got " << got[worst_i] << " torch " << g.bin[off + worst_i] << " ("
+                            << inexact << " of " << g.total << " elements differ)";
+  ::testing::Test::RecordProperty(c["name"].get<std::string>() + "." + key + ".inexact",
+                                  std::to_string(inexact));
 }
 
 // Runs one golden case through FusedStepCpu, `calls` contiguous calls per step.

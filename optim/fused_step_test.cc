@@ -1,6 +1,6 @@
 // Unit tests of the fused optimizer + EMA kernel: formulas against double-precision references,
-// EMA edge cases, compute copies, bf16 EMA storages, and invariance of the bits under fusion, threading and ISA.
-// (Bit-exact agreement with PyTorch is fused_step_golden_test.)
+// EMA edge cases, compute copies, bf16 EMA storages, and invariance of the bits under fusion,
+// threading and ISA. (Bit-exact agreement with PyTorch is fused_step_golden_test.)
 #include "optim/fused_step.h"
 
 #include <cmath>
@@ -81,8 +81,7 @@ TEST(FusedStepTest, AdamWMatchesDoubleReference) {
     const double p = before.master[i] * (1 - a.lr * a.weight_decay) - update;
     ASSERT_NEAR(s.m[i], m, 4e-7 * (std::fabs(m) + std::fabs(g))) << i;
     ASSERT_NEAR(s.v[i], v, 4e-7 * v) << i;
-    ASSERT_NEAR(s.master[i], p, 4e-7 * std::fabs(before.master[i]) + 2e-6 * std::fabs(update))
-        << i;
+    ASSERT_NEAR(s.master[i], p, 4e-7 * std::fabs(before.master[i]) + 2e-6 * std::fabs(update)) << i;
   }
 }
 
@@ -99,8 +98,7 @@ TEST(FusedStepTest, AdamWFirstStepMovesByLr) {
   FusedStepCpu(a);
   for (int64_t i = 0; i < n; ++i) {
     const double moved = double(p0[i]) - s.master[i];
-    EXPECT_NEAR(moved, a.lr * (s.grad[i] > 0 ? 1 : -1), 2e-3 * a.lr + 4e-7 * std::fabs(p0[i]))
-        << i;
+    EXPECT_NEAR(moved, a.lr * (s.grad[i] > 0 ? 1 : -1), 2e-3 * a.lr + 4e-7 * std::fabs(p0[i])) << i;
   }
 }
 
@@ -110,14 +108,14 @@ struct SgdCase {
 };
 
 TEST(FusedStepTest, SgdMatchesDoubleReference) {
-  const SgdCase cases[] = {{0, 0, 0, false, false},   {0, 0, 0.1, false, false},
-                           {0.9, 0, 0, false, true},  {0.9, 0, 0, false, false},
+  const SgdCase cases[] = {{0, 0, 0, false, false},        {0, 0, 0.1, false, false},
+                           {0.9, 0, 0, false, true},       {0.9, 0, 0, false, false},
                            {0.9, 0.3, 0.01, false, false}, {0.8, 0, 0.01, true, false},
                            {0.8, 0, 0.01, true, true}};
   for (const SgdCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "momentum " << c.momentum << " dampening " << c.dampening
-                                    << " wd " << c.weight_decay << " nesterov " << c.nesterov
-                                    << " first " << c.first);
+    SCOPED_TRACE(::testing::Message()
+                 << "momentum " << c.momentum << " dampening " << c.dampening << " wd "
+                 << c.weight_decay << " nesterov " << c.nesterov << " first " << c.first);
     const int64_t n = 2053;
     State s(n, 7);
     const State before = s;
@@ -137,14 +135,14 @@ TEST(FusedStepTest, SgdMatchesDoubleReference) {
     for (int64_t i = 0; i < n; ++i) {
       double d = double(before.grad[i]) + c.weight_decay * before.master[i];
       if (c.momentum != 0) {
-        const double buf =
-            c.first ? d : c.momentum * before.m[i] + (1 - c.dampening) * d;
+        const double buf = c.first ? d : c.momentum * before.m[i] + (1 - c.dampening) * d;
         ASSERT_NEAR(s.m[i], buf, 1e-6 * (std::fabs(buf) + 1)) << i;
         d = c.nesterov ? d + c.momentum * buf : buf;
       } else {
         ASSERT_EQ(s.m[i], before.m[i]) << "momentum buffer written without momentum";
       }
-      ASSERT_NEAR(s.master[i], before.master[i] - a.lr * d, 4e-7 * (std::fabs(before.master[i]) + 1))
+      ASSERT_NEAR(s.master[i], before.master[i] - a.lr * d,
+                  4e-7 * (std::fabs(before.master[i]) + 1))
           << i;
     }
   }
@@ -169,7 +167,7 @@ TEST(FusedStepTest, EmaBetaZeroCopiesAndBetaOneLeavesUntouched) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; i += 3) s.e0[i] = (i % 2) ? nan : inf;  // garbage in the copy slot
-  s.master[5] = inf;                                                  // would poison a lerp
+  s.master[5] = inf;                                                 // would poison a lerp
   const std::vector<float> e1_before = s.e1;
   const EmaTarget targets[2] = {{s.e0.data(), 0.0}, {s.e1.data(), 1.0}};
   FusedStepCpu(AdamWArgs(s, targets, 2));
@@ -222,8 +220,7 @@ TEST(FusedStepTest, ComputeCopyInEveryDtype) {
         ASSERT_EQ(got, want) << i;
         // And the rounding is to nearest: within half a 16-bit ulp of the master.
         const float back = t == DType::kBF16 ? BF16ToF32(got) : F16ToF32(got);
-        ASSERT_LE(std::fabs(back - p), std::fabs(p) * (t == DType::kBF16 ? 0x1p-8 : 0x1p-11))
-            << i;
+        ASSERT_LE(std::fabs(back - p), std::fabs(p) * (t == DType::kBF16 ? 0x1p-8 : 0x1p-11)) << i;
       }
     }
   }
@@ -288,11 +285,18 @@ TEST(FusedStepScalarsTest, AdamWFactorsFromDoubles) {
   a.eps = 0.25;
   a.step = 2;  // bias corrections 1 - 0.5^2 = 0.75 and 1 - 0.75^2 = 0.4375
   const AdamWScalars s = MakeAdamWScalars(a);
-  const float got[] = {s.grad_scale, s.decay, s.beta1, s.one_minus_beta1, s.beta2,
-                       s.one_minus_beta2, s.neg_step_size, s.bias_correction2_sqrt, s.eps};
-  const float want[] = {0.125f, 0.75f /* 1 - lr*wd */, 0.5f, 0.5f, 0.75f, 0.25f,
+  const float got[] = {s.grad_scale, s.decay,           s.beta1,         s.one_minus_beta1,
+                       s.beta2,      s.one_minus_beta2, s.neg_step_size, s.bias_correction2_sqrt,
+                       s.eps};
+  const float want[] = {0.125f,
+                        0.75f /* 1 - lr*wd */,
+                        0.5f,
+                        0.5f,
+                        0.75f,
+                        0.25f,
                         -2.0f / 3.0f /* -(0.5 / 0.75) */,
-                        0.661437827766147805607f /* sqrt(0.4375) */, 0.25f};
+                        0.661437827766147805607f /* sqrt(0.4375) */,
+                        0.25f};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); ++i) {
     EXPECT_EQ(got[i], want[i]) << "AdamWScalars field " << i;
   }
@@ -325,8 +329,7 @@ TEST(FusedStepScalarsTest, EmaModeFollowsBeta) {
     float weight, one_minus_weight;
   };
   const Case cases[] = {
-      {1.0, EmaMode::kSkip, 0.f, 1.f},
-      {0.0, EmaMode::kCopy, 0.f, 1.f},
+      {1.0, EmaMode::kSkip, 0.f, 1.f},          {0.0, EmaMode::kCopy, 0.f, 1.f},
       {0.75, EmaMode::kLerpLow, 0.25f, 0.75f},   // w < 0.5: self + w * (end - self)
       {0.25, EmaMode::kLerpHigh, 0.75f, 0.25f},  // end - (end - self) * (1 - w)
       {0.5, EmaMode::kLerpHigh, 0.5f, 0.5f},     // torch: |w| < 0.5 is the low form
@@ -347,8 +350,7 @@ TEST(FusedStepTest, SumSquaresInDouble) {
     const std::vector<float> x = Random(n, 5, -3, 3);
     long double want = 0;
     for (float v : x) want += static_cast<long double>(v) * v;
-    EXPECT_NEAR(SumSquaresCpu(x.data(), n), static_cast<double>(want), 1e-14 * double(want))
-        << n;
+    EXPECT_NEAR(SumSquaresCpu(x.data(), n), static_cast<double>(want), 1e-14 * double(want)) << n;
   }
   // Far beyond f32 range when squared and summed: still exact enough in double.
   std::vector<float> big(16, 3e30f);
@@ -386,7 +388,8 @@ FusedStepArgs FixedMasterArgs(const std::vector<float>& grad, std::vector<float>
 
 struct Sgd {
   std::vector<float> grad, master;
-  Sgd(int64_t n, uint32_t seed) : grad(Random(n, seed, -1, 1)), master(Random(n, seed + 1, -2, 2)) {}
+  Sgd(int64_t n, uint32_t seed)
+      : grad(Random(n, seed, -1, 1)), master(Random(n, seed + 1, -2, 2)) {}
   FusedStepArgs Args(const EmaTarget* t, int k) {
     FusedStepArgs a = FixedMasterArgs(grad, master, t, k);
     a.lr = 0.05;

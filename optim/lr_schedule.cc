@@ -42,12 +42,12 @@ Status LrScheduleConfig::Validate() const {
   }
   if (kind == LrScheduleKind::kCosine) {
     if (total_steps <= warmup_steps) {
-      return InvalidArgument("LR schedule: total_steps ", total_steps,
-                             " must be > warmup_steps ", warmup_steps, " for a cosine decay");
+      return InvalidArgument("LR schedule: total_steps ", total_steps, " must be > warmup_steps ",
+                             warmup_steps, " for a cosine decay");
     }
     if (!std::isfinite(min_lr) || min_lr < 0 || min_lr > base_lr) {
-      return InvalidArgument("LR schedule: min_lr ", min_lr, " is outside [0, base_lr = ",
-                             base_lr, "]");
+      return InvalidArgument("LR schedule: min_lr ", min_lr, " is outside [0, base_lr = ", base_lr,
+                             "]");
     }
   } else if (kind != LrScheduleKind::kConstant) {
     return InvalidArgument("LR schedule: unknown kind ", static_cast<int>(kind));
@@ -56,9 +56,9 @@ Status LrScheduleConfig::Validate() const {
 }
 
 nlohmann::json LrScheduleConfig::ToJson() const {
-  return {{"kind", LrScheduleName(kind)},     {"base_lr", base_lr},
-          {"warmup_steps", warmup_steps},     {"warmup_init_lr", warmup_init_lr},
-          {"total_steps", total_steps},       {"min_lr", min_lr}};
+  return {{"kind", LrScheduleName(kind)}, {"base_lr", base_lr},
+          {"warmup_steps", warmup_steps}, {"warmup_init_lr", warmup_init_lr},
+          {"total_steps", total_steps},   {"min_lr", min_lr}};
 }
 
 StatusOr<LrScheduleConfig> LrScheduleConfig::FromJson(const nlohmann::json& j) {
@@ -74,8 +74,7 @@ StatusOr<LrScheduleConfig> LrScheduleConfig::FromJson(const nlohmann::json& j) {
       c.kind = *kind;
     } else if (k == "base_lr" || k == "warmup_init_lr" || k == "min_lr") {
       if (!v.is_number()) return TypeError(k, "a number", v);
-      (k == "base_lr" ? c.base_lr : k == "min_lr" ? c.min_lr : c.warmup_init_lr) =
-          v.get<double>();
+      (k == "base_lr" ? c.base_lr : k == "min_lr" ? c.min_lr : c.warmup_init_lr) = v.get<double>();
     } else if (k == "warmup_steps" || k == "total_steps") {
       if (!v.is_number_integer()) return TypeError(k, "an integer", v);
       (k == "warmup_steps" ? c.warmup_steps : c.total_steps) = v.get<int64_t>();

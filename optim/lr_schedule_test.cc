@@ -47,7 +47,7 @@ TEST(LrScheduleTest, HandComputedCosine) {
   const LrScheduleConfig c = Cosine(1e-3, 10, 110, 1e-5);
   EXPECT_DOUBLE_EQ(LrAt(c, 1), 1e-4);  // first step: base / W, never 0
   EXPECT_DOUBLE_EQ(LrAt(c, 5), 5e-4);
-  EXPECT_DOUBLE_EQ(LrAt(c, 10), 1e-3);              // end of warmup
+  EXPECT_DOUBLE_EQ(LrAt(c, 10), 1e-3);               // end of warmup
   EXPECT_DOUBLE_EQ(LrAt(c, 60), (1e-3 + 1e-5) / 2);  // half way through the decay
   EXPECT_DOUBLE_EQ(LrAt(c, 35), 1e-5 + (1e-3 - 1e-5) * (1 + std::sqrt(0.5)) / 2);
   EXPECT_DOUBLE_EQ(LrAt(c, 110), 1e-5);
@@ -115,9 +115,9 @@ TEST(LrScheduleTest, JsonRoundTripAndErrors) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->kind, LrScheduleKind::kConstant);
 
-  for (const json& badj : {json{{"kind", "linear"}}, json{{"base_lr", "1e-3"}},
-                           json{{"warmup_steps", 1.5}}, json{{"lr", 1e-3}},
-                           json{{"kind", "cosine"}}, json::array()}) {
+  for (const json& badj :
+       {json{{"kind", "linear"}}, json{{"base_lr", "1e-3"}}, json{{"warmup_steps", 1.5}},
+        json{{"lr", 1e-3}}, json{{"kind", "cosine"}}, json::array()}) {
     StatusOr<LrScheduleConfig> r = LrScheduleConfig::FromJson(badj);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << badj.dump();
   }

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/nccl_test_world.h"
 #include "fsdp/store_test_util.h"
 #include "optim/optimizer.h"
+#include "tests/nccl_test_world.h"
 #include "tests/test_world.h"
 #include "tests/training_rig.h"
 
@@ -217,7 +217,8 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
   auto cv = cpu.state->CheckpointView();
   ASSERT_TRUE(cv.ok()) << cv.status();
   std::vector<std::string> before;
-  for (const SlotView& v : cv->slots) before.push_back(std::string(static_cast<char*>(v.data), n * 4));
+  for (const SlotView& v : cv->slots)
+    before.push_back(std::string(static_cast<char*>(v.data), n * 4));
   auto staged = dev.state->StageCheckpoint();
   ASSERT_TRUE(staged.ok()) << staged.status();
   TrainStep(dev, 4);
@@ -237,7 +238,8 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
   auto want = cpu.state->CheckpointView();
   ASSERT_TRUE(src.ok() && want.ok()) << src.status();
   for (size_t i = 0; i < want->slots.size(); ++i) {
-    EXPECT_EQ(std::memcmp(src->slots[i].data, want->slots[i].data, n * 4), 0) << want->slots[i].name;
+    EXPECT_EQ(std::memcmp(src->slots[i].data, want->slots[i].data, n * 4), 0)
+        << want->slots[i].name;
   }
   TrainingRig fresh = MakeRig(comm_, gpu(), /*offload=*/true);  // resume with offload toggled
   ASSERT_TRUE(fresh.opt);

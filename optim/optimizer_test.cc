@@ -277,8 +277,7 @@ TEST(OptimizerTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
   ASSERT_NE(rig.opt, nullptr);
   const int w = rig.store->world_size();
   for (int s = 1; s <= 2; ++s) {
-    FeedGrads(rig.store,
-              [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
+    FeedGrads(rig.store, [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
     ASSERT_TRUE(rig.state->Step().ok());
   }
   const std::vector<std::string> before = Snapshot(rig);
@@ -298,8 +297,7 @@ TEST(OptimizerTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
   EXPECT_EQ(rig.opt->skipped_steps(), 2);
   EXPECT_FALSE(rig.emas->counters(2).started());
   // The next finite step proceeds, counts as step 3 and starts the late slot.
-  FeedGrads(rig.store,
-            [](int r, const std::string& n, int64_t i) { return Grad(3, r, n, i); });
+  FeedGrads(rig.store, [](int r, const std::string& n, int64_t i) { return Grad(3, r, n, i); });
   auto res = rig.state->Step();
   ASSERT_TRUE(res.ok());
   EXPECT_FALSE(res->skipped);
@@ -324,8 +322,7 @@ TEST(OptimizerTest, CheckpointViewResumesBitExactly) {
   ASSERT_NE(b.opt, nullptr);
   for (int s = 1; s <= 3; ++s) {
     a.store->buffer("stats")->as<float>()[1] = float(s);
-    FeedGrads(a.store,
-              [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
+    FeedGrads(a.store, [s](int r, const std::string& n, int64_t i) { return Grad(s, r, n, i); });
     ASSERT_TRUE(a.state->Step().ok());
   }
   auto view = a.state->CheckpointView();
@@ -351,8 +348,7 @@ TEST(OptimizerTest, CheckpointViewResumesBitExactly) {
   EXPECT_EQ(b.opt->step(), 3);
   EXPECT_TRUE(b.emas->counters(1) == a.emas->counters(1));
   for (Rig* r : {&a, &b}) {
-    FeedGrads(r->store,
-              [](int q, const std::string& nm, int64_t i) { return Grad(4, q, nm, i); });
+    FeedGrads(r->store, [](int q, const std::string& nm, int64_t i) { return Grad(4, q, nm, i); });
     ASSERT_TRUE(r->state->Step().ok());
   }
   EXPECT_TRUE(Snapshot(a) == Snapshot(b));
@@ -380,8 +376,7 @@ TEST(OptimizerTest, CheckpointViewResumesBitExactly) {
 TEST(OptimizerTest, StepIsRefusedWhileGatheredSwappedOrIncomplete) {
   Rig rig = MakeRig(OptimizerOptions{}, {Ema("e", EmaScheduleKind::kConstant, 0.9)});
   ASSERT_NE(rig.opt, nullptr);
-  FeedGrads(rig.store,
-            [](int r, const std::string& n, int64_t i) { return Grad(1, r, n, i); });
+  FeedGrads(rig.store, [](int r, const std::string& n, int64_t i) { return Grad(1, r, n, i); });
   ASSERT_TRUE(rig.store->Gather(1).ok());
   EXPECT_EQ(rig.state->Step().status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(rig.store->Release(1).ok());

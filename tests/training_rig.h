@@ -1,5 +1,5 @@
-// Test helpers: a TrainState (store + EMA slots + optimizer) built in one call, gradients fed from a formula,
-// and comparisons of local shards against full (unsharded) references.
+// Test helpers: a TrainState (store + EMA slots + optimizer) built in one call, gradients fed from
+// a formula, and comparisons of local shards against full (unsharded) references.
 #ifndef SHARDEMA_TESTS_TRAINING_RIG_H_
 #define SHARDEMA_TESTS_TRAINING_RIG_H_
 

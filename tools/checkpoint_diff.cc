@@ -31,8 +31,9 @@ uint32_t RawBits(const std::vector<char>& raw, DType t, size_t i) {
 
 // Folds elements [0, n) of two raw buffers into `d`; `where(i)` names element i.
 template <typename Where>
-void Accumulate(const std::vector<char>& raw_a, DType ta, const std::vector<char>& raw_b, DType tb, size_t n,
-                std::vector<float>& fa, std::vector<float>& fb, ValueDifference& d, const Where& where) {
+void Accumulate(const std::vector<char>& raw_a, DType ta, const std::vector<char>& raw_b, DType tb,
+                size_t n, std::vector<float>& fa, std::vector<float>& fb, ValueDifference& d,
+                const Where& where) {
   fa.resize(n);
   fb.resize(n);
   ConvertBuffer(raw_a.data(), ta, fa.data(), DType::kF32, n);
@@ -65,13 +66,15 @@ void Accumulate(const std::vector<char>& raw_a, DType ta, const std::vector<char
 // "name[17]" of unit element g.
 std::string ElementName(const UnitLayout& u, int64_t g) {
   for (const ParamLayout& p : u.params) {
-    if (g >= p.offset && g < p.offset + p.numel) return p.name + "[" + std::to_string(g - p.offset) + "]";
+    if (g >= p.offset && g < p.offset + p.numel)
+      return p.name + "[" + std::to_string(g - p.offset) + "]";
   }
   return u.name + "[" + std::to_string(g) + "]";
 }
 
-Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb, const CompareOptions& options,
-                   uint64_t total, uint64_t& done, SlotComparison& out) {
+Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb,
+                   const CompareOptions& options, uint64_t total, uint64_t& done,
+                   SlotComparison& out) {
   // EMA slots stored as bf16 or as a delta are compared by their f32 EMA values.
   ASSIGN_OR_RETURN(const EmaStorage ka, SlotStorage(ra, ra.manifest().slots[size_t(sa)].name));
   ASSIGN_OR_RETURN(const EmaStorage kb, SlotStorage(rb, rb.manifest().slots[size_t(sb)].name));
@@ -88,10 +91,10 @@ Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb, c
       raw_a.resize(n * DTypeSize(ta));
       raw_b.resize(n * DTypeSize(tb));
       if (as_values) {
-        RETURN_IF_ERROR(ReadUnitRangeF32(ra, sa, ka, u, begin, end,
-                                         reinterpret_cast<float*>(raw_a.data())));
-        RETURN_IF_ERROR(ReadUnitRangeF32(rb, sb, kb, u, begin, end,
-                                         reinterpret_cast<float*>(raw_b.data())));
+        RETURN_IF_ERROR(
+            ReadUnitRangeF32(ra, sa, ka, u, begin, end, reinterpret_cast<float*>(raw_a.data())));
+        RETURN_IF_ERROR(
+            ReadUnitRangeF32(rb, sb, kb, u, begin, end, reinterpret_cast<float*>(raw_b.data())));
       } else {
         RETURN_IF_ERROR(ra.ReadUnitRange(sa, u, begin, end, raw_a.data()));
         RETURN_IF_ERROR(rb.ReadUnitRange(sb, u, begin, end, raw_b.data()));
@@ -112,14 +115,16 @@ std::string ShapeText(const Shape& s) {
   return t + "]";
 }
 
-Status CompareBuffer(CheckpointReader& ra, int ba, CheckpointReader& rb, int bb, BufferComparison& out) {
+Status CompareBuffer(CheckpointReader& ra, int ba, CheckpointReader& rb, int bb,
+                     BufferComparison& out) {
   const BufferEntry& ea = ra.manifest().buffers[size_t(ba)];
   const BufferEntry& eb = rb.manifest().buffers[size_t(bb)];
   if (ea.shape != eb.shape) {
     out.mismatch = "shape " + ShapeText(ea.shape) + " vs " + ShapeText(eb.shape);
     return Status::Ok();
   }
-  if (ea.dtype != eb.dtype) out.mismatch = std::string("dtype ") + DTypeName(ea.dtype) + " vs " + DTypeName(eb.dtype);
+  if (ea.dtype != eb.dtype)
+    out.mismatch = std::string("dtype ") + DTypeName(ea.dtype) + " vs " + DTypeName(eb.dtype);
   std::vector<char> raw_a(ea.bytes), raw_b(eb.bytes);
   RETURN_IF_ERROR(ra.ReadBuffer(ba, raw_a.data()));
   RETURN_IF_ERROR(rb.ReadBuffer(bb, raw_b.data()));
@@ -137,7 +142,9 @@ std::string Num(double v) {
   return buf;
 }
 
-std::string Presence(bool in_a, bool in_b) { return in_a ? (in_b ? "" : "only in a") : "only in b"; }
+std::string Presence(bool in_a, bool in_b) {
+  return in_a ? (in_b ? "" : "only in a") : "only in b";
+}
 
 }  // namespace
 
@@ -170,7 +177,8 @@ bool CheckpointComparison::identical() const {
 
 StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const std::string& b,
                                                   const CompareOptions& options) {
-  if (options.piece_elements < 1) return InvalidArgument("CompareCheckpoints: piece_elements must be >= 1");
+  if (options.piece_elements < 1)
+    return InvalidArgument("CompareCheckpoints: piece_elements must be >= 1");
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> ra, CheckpointReader::Open(a));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> rb, CheckpointReader::Open(b));
   const Manifest& ma = ra->manifest();
@@ -208,7 +216,8 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
   }
   for (SlotComparison& sc : c.slots) {
     if (!same_model || !sc.in_a || !sc.in_b) continue;
-    RETURN_IF_ERROR(CompareSlot(*ra, ma.FindSlot(sc.name), *rb, mb.FindSlot(sc.name), options, total, done, sc));
+    RETURN_IF_ERROR(CompareSlot(*ra, ma.FindSlot(sc.name), *rb, mb.FindSlot(sc.name), options,
+                                total, done, sc));
   }
 
   for (size_t i = 0; i < ma.buffers.size(); ++i) {
@@ -229,7 +238,8 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
 
   c.slots_only = options.slots_only;
   for (const JsonDifference& d : JsonDiff(ma.meta, mb.meta, "meta")) {
-    const bool location = d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path);
+    const bool location =
+        d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path);
     (location ? c.notes : c.meta_differences).push_back(FormatDifference(d, "a", "b"));
   }
   return c;
@@ -237,10 +247,10 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
 
 std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_lines) {
   std::ostringstream o;
-  o << FormatTable({{"a", c.dir_a + "  (step " + std::to_string(c.step_a) + ", " + std::to_string(c.world_a) +
-                              " ranks)"},
-                    {"b", c.dir_b + "  (step " + std::to_string(c.step_b) + ", " + std::to_string(c.world_b) +
-                              " ranks)"}},
+  o << FormatTable({{"a", c.dir_a + "  (step " + std::to_string(c.step_a) + ", " +
+                              std::to_string(c.world_a) + " ranks)"},
+                    {"b", c.dir_b + "  (step " + std::to_string(c.step_b) + ", " +
+                              std::to_string(c.world_b) + " ranks)"}},
                    "");
   if (c.step_a != c.step_b) o << "step differs: " << c.step_a << " (a) vs " << c.step_b << " (b)\n";
   if (!c.model_differences.empty()) {
@@ -252,7 +262,8 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
       {"slot", "dtype", "max abs", "max rel", "differing", "largest at (a vs b)"}};
   for (const SlotComparison& s : c.slots) {
     std::string dtype = s.in_a ? DTypeName(s.dtype_a) : DTypeName(s.dtype_b);
-    if (s.in_a && s.in_b && s.dtype_a != s.dtype_b) dtype = std::string(DTypeName(s.dtype_a)) + "/" + DTypeName(s.dtype_b);
+    if (s.in_a && s.in_b && s.dtype_a != s.dtype_b)
+      dtype = std::string(DTypeName(s.dtype_a)) + "/" + DTypeName(s.dtype_b);
     if (!s.in_a || !s.in_b) {
       rows.push_back({s.name, dtype, "", "", Presence(s.in_a, s.in_b), ""});
     } else if (!s.compared) {
@@ -261,7 +272,9 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
       const ValueDifference& v = s.values;
       rows.push_back({s.name, dtype, Num(v.max_abs), Num(v.max_rel),
                       std::to_string(v.different) + " / " + std::to_string(v.elements),
-                      v.max_abs_at.empty() ? "" : v.max_abs_at + " (" + Num(v.a_at_max) + " vs " + Num(v.b_at_max) + ")"});
+                      v.max_abs_at.empty() ? ""
+                                           : v.max_abs_at + " (" + Num(v.a_at_max) + " vs " +
+                                                 Num(v.b_at_max) + ")"});
     }
   }
   o << "\n" << FormatTable(rows);
@@ -275,7 +288,8 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
         rows.push_back({b.name, "", "", b.mismatch});
       } else {
         rows.push_back({b.name, Num(b.values.max_abs), Num(b.values.max_rel),
-                        std::to_string(b.values.different) + " / " + std::to_string(b.values.elements) +
+                        std::to_string(b.values.different) + " / " +
+                            std::to_string(b.values.elements) +
                             (b.mismatch.empty() ? "" : ", " + b.mismatch)});
       }
     }
@@ -294,7 +308,8 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
 
   if (!c.notes.empty()) {
     o << "\nnotes (run locations, not differences; " << c.notes.size() << "):\n";
-    for (size_t i = 0; i < c.notes.size() && i < max_meta_lines; ++i) o << "  " << c.notes[i] << "\n";
+    for (size_t i = 0; i < c.notes.size() && i < max_meta_lines; ++i)
+      o << "  " << c.notes[i] << "\n";
   }
 
   if (c.identical()) {

@@ -53,7 +53,9 @@ struct SlotComparison {
   DType dtype_b = DType::kF32;
   bool compared = false;  // values compared (present in both, same model)
   ValueDifference values;
-  bool identical() const { return in_a && in_b && dtype_a == dtype_b && compared && values.different == 0; }
+  bool identical() const {
+    return in_a && in_b && dtype_a == dtype_b && compared && values.different == 0;
+  }
 };
 
 struct BufferComparison {
@@ -63,7 +65,9 @@ struct BufferComparison {
   std::string mismatch;  // shape or dtype difference ("shape [5] vs [6]"); "" when they agree
   bool compared = false;
   ValueDifference values;
-  bool identical() const { return in_a && in_b && mismatch.empty() && compared && values.different == 0; }
+  bool identical() const {
+    return in_a && in_b && mismatch.empty() && compared && values.different == 0;
+  }
 };
 
 struct CheckpointComparison {
@@ -71,11 +75,11 @@ struct CheckpointComparison {
   int64_t step_a = 0, step_b = 0;
   int world_a = 0, world_b = 0;
   std::vector<std::string> model_differences;  // LayoutDifferences (checkpoint = a, run = b)
-  std::vector<SlotComparison> slots;            // a's slots in order, then those only in b
+  std::vector<SlotComparison> slots;           // a's slots in order, then those only in b
   std::vector<BufferComparison> buffers;
-  std::vector<std::string> meta_differences;   // "path: <a> (a) vs <b> (b)"
-  std::vector<std::string> notes;              // run-location fields that differ (same format)
-  bool slots_only = false;                     // CompareOptions::slots_only
+  std::vector<std::string> meta_differences;  // "path: <a> (a) vs <b> (b)"
+  std::vector<std::string> notes;             // run-location fields that differ (same format)
+  bool slots_only = false;                    // CompareOptions::slots_only
   bool identical() const;
 };
 

@@ -59,7 +59,8 @@ TEST_F(CheckpointDiffTest, SameValuesAtDifferentWorldSizesAreIdentical) {
     last_done = done;
     last_total = total;
   };
-  StatusOr<CheckpointComparison> c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"), o);
+  StatusOr<CheckpointComparison> c =
+      CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"), o);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->identical()) << FormatComparison(*c);
   EXPECT_EQ(c->dir_a, da);
@@ -93,7 +94,8 @@ TEST_F(CheckpointDiffTest, ReportsMaxAbsAndRelAndWhere) {
   Save("b", b);
   CompareOptions o;
   o.piece_elements = 16;
-  StatusOr<CheckpointComparison> c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"), o);
+  StatusOr<CheckpointComparison> c =
+      CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"), o);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->identical());
   const SlotComparison& params = c->slots[0];
@@ -133,8 +135,9 @@ TEST_F(CheckpointDiffTest, NanAgainstANumberIsAnInfiniteDifference) {
 
 TEST_F(CheckpointDiffTest, StepMetaAndMissingSlotsAreDifferences) {
   std::vector<OwnedState> a = States(2);
-  std::vector<OwnedState> b = MakeStates(MakeLayout(TestModel(), 2), {{"params", DType::kF32}, {"extra", DType::kF32}},
-                                         kStep + 1, /*with_buffers=*/false);
+  std::vector<OwnedState> b =
+      MakeStates(MakeLayout(TestModel(), 2), {{"params", DType::kF32}, {"extra", DType::kF32}},
+                 kStep + 1, /*with_buffers=*/false);
   for (OwnedState& o : b) o.state.meta["rng"]["seed"] = 99;
   Save("a", a);
   Save("b", b);
@@ -162,8 +165,10 @@ TEST_F(CheckpointDiffTest, StepMetaAndMissingSlotsAreDifferences) {
 TEST_F(CheckpointDiffTest, RunLocationsAreNotesAndSlotsOnlyIgnoresMetaStepAndBuffers) {
   std::vector<OwnedState> a = States(2);
   std::vector<OwnedState> b = States(2);
-  for (OwnedState& o : a) o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/a"}, {"data", "/x/d.bin"}}}};
-  for (OwnedState& o : b) o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/b"}, {"data", "/y/d.bin"}}}};
+  for (OwnedState& o : a)
+    o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/a"}, {"data", "/x/d.bin"}}}};
+  for (OwnedState& o : b)
+    o.state.meta["trainer"] = {{"config", {{"ckpt_dir", "/runs/b"}, {"data", "/y/d.bin"}}}};
   Save("a", a);
   Save("b", b);
   StatusOr<CheckpointComparison> c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "b"));
@@ -201,12 +206,14 @@ TEST_F(CheckpointDiffTest, RunLocationsAreNotesAndSlotsOnlyIgnoresMetaStepAndBuf
   c = CompareCheckpoints(JoinPath(base_, "a"), JoinPath(base_, "d2"), slots_only);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->identical());
-  EXPECT_NE(FormatComparison(*c).find("different: 1 slot"), std::string::npos) << FormatComparison(*c);
+  EXPECT_NE(FormatComparison(*c).find("different: 1 slot"), std::string::npos)
+      << FormatComparison(*c);
 }
 
 TEST(RunLocationKeyTest, PathLikeKeysOnly) {
-  for (const char* k : {"meta.trainer.config.ckpt_dir", "meta.trainer.data.source", "meta.hparams.init",
-                        "meta.x.output_path", "meta.x.log_file", "meta.x.workdir"}) {
+  for (const char* k :
+       {"meta.trainer.config.ckpt_dir", "meta.trainer.data.source", "meta.hparams.init",
+        "meta.x.output_path", "meta.x.log_file", "meta.x.workdir"}) {
     EXPECT_TRUE(IsRunLocationKey(k)) << k;
   }
   for (const char* k : {"meta.hparams.lr", "meta.rng.seed", "meta.trainer.config.layers"}) {
@@ -215,8 +222,10 @@ TEST(RunLocationKeyTest, PathLikeKeysOnly) {
 }
 
 TEST_F(CheckpointDiffTest, DifferentDtypesCompareByValue) {
-  std::vector<OwnedState> a = MakeStates(MakeLayout(TestModel(), 3), {{"params", DType::kF32}}, kStep, false);
-  std::vector<OwnedState> b = MakeStates(MakeLayout(TestModel(), 1), {{"params", DType::kBF16}}, kStep, false);
+  std::vector<OwnedState> a =
+      MakeStates(MakeLayout(TestModel(), 3), {{"params", DType::kF32}}, kStep, false);
+  std::vector<OwnedState> b =
+      MakeStates(MakeLayout(TestModel(), 1), {{"params", DType::kBF16}}, kStep, false);
   Save("a", a);
   Save("b", b);
   // Expected: the bf16 slot holds the top 16 bits of the formula's f32 bits.

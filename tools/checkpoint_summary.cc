@@ -46,22 +46,25 @@ std::string FormatEmaConfig(const json& config) {
   if (config.is_null()) return "";
   if (!config.is_object()) return Compact(config);
   // Fields of EmaConfig::ToJson that only matter for some schedule kinds.
-  static const std::set<std::string> kKindSpecific = {"decay", "inv_gamma", "power", "min_decay",
-                                                      "update_after_step", "gamma", "sigma_rel",
-                                                      "half_life_steps", "rampup"};
+  static const std::set<std::string> kKindSpecific = {"decay",     "inv_gamma",         "power",
+                                                      "min_decay", "update_after_step", "gamma",
+                                                      "sigma_rel", "half_life_steps",   "rampup"};
   const std::string kind = config.contains("kind") && config.at("kind").is_string()
                                ? config.at("kind").get<std::string>()
                                : std::string();
   std::set<std::string> shown;
   if (kind == "constant" || kind == "warmup") shown = {"decay"};
-  if (kind == "power_warmup") shown = {"decay", "inv_gamma", "power", "min_decay", "update_after_step"};
+  if (kind == "power_warmup")
+    shown = {"decay", "inv_gamma", "power", "min_decay", "update_after_step"};
   if (kind == "power_function") shown = {"gamma", "sigma_rel"};
   if (kind == "half_life") shown = {"half_life_steps", "rampup"};
   const bool known_kind = !shown.empty();
   std::string out = kind;
-  auto add = [&](const std::string& k, const json& v) { out += (out.empty() ? "" : " ") + k + "=" + Compact(v); };
-  for (const char* k : {"decay", "inv_gamma", "power", "min_decay", "update_after_step", "gamma", "sigma_rel",
-                        "half_life_steps", "rampup"}) {
+  auto add = [&](const std::string& k, const json& v) {
+    out += (out.empty() ? "" : " ") + k + "=" + Compact(v);
+  };
+  for (const char* k : {"decay", "inv_gamma", "power", "min_decay", "update_after_step", "gamma",
+                        "sigma_rel", "half_life_steps", "rampup"}) {
     if (config.contains(k) && (!known_kind || shown.count(k))) add(k, config.at(k));
   }
   for (auto it = config.begin(); it != config.end(); ++it) {
@@ -95,10 +98,13 @@ StatusOr<json> SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
   s["units"] = json::array();
   s["tensors"] = json::array();
   for (const UnitLayout& u : m.layout.units()) {
-    s["units"].push_back(
-        {{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel}, {"shard_numel", u.shard_numel}});
+    s["units"].push_back({{"name", u.name},
+                          {"numel", u.numel},
+                          {"padded_numel", u.padded_numel},
+                          {"shard_numel", u.shard_numel}});
     for (const ParamLayout& p : u.params) {
-      s["tensors"].push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"unit", u.name}});
+      s["tensors"].push_back(
+          {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"unit", u.name}});
     }
   }
   s["slots"] = json::array();
@@ -107,15 +113,17 @@ StatusOr<json> SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
               {"dtype", DTypeName(e.dtype)},
               {"bytes_per_rank", e.bytes_per_rank},
               {"bytes_total", e.bytes_per_rank * uint64_t(m.world_size)}};
-    ASSIGN_OR_RETURN(const SlotMeta sm,
-                     FindSlotMeta(m.meta, e.name, "manifest '" + JoinPath(dir, kManifestName) + "'"));
+    ASSIGN_OR_RETURN(
+        const SlotMeta sm,
+        FindSlotMeta(m.meta, e.name, "manifest '" + JoinPath(dir, kManifestName) + "'"));
     if (!sm.config.is_null()) j["ema"] = sm.config;
     if (!sm.progress.is_null()) j["counters"] = sm.progress;
     s["slots"].push_back(j);
   }
   s["buffers"] = json::array();
   for (const BufferEntry& b : m.buffers) {
-    s["buffers"].push_back({{"name", b.name}, {"shape", b.shape}, {"dtype", DTypeName(b.dtype)}, {"bytes", b.bytes}});
+    s["buffers"].push_back(
+        {{"name", b.name}, {"shape", b.shape}, {"dtype", DTypeName(b.dtype)}, {"bytes", b.bytes}});
   }
   s["files"] = json::array();
   uint64_t total = 0;
@@ -128,7 +136,8 @@ StatusOr<json> SummarizeCheckpoint(const std::string& dir, const Manifest& m) {
   return s;
 }
 
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
+                        const std::string& indent) {
   std::vector<size_t> widths;
   for (const auto& r : rows) {
     if (widths.size() < r.size()) widths.resize(r.size(), 0);
@@ -150,21 +159,22 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows, const
 std::string FormatSummary(const json& s) {
   std::ostringstream o;
   const int64_t world = s.at("world_size").get<int64_t>();
-  o << FormatTable({{"checkpoint", s.at("dir").get<std::string>()},
-                    {"step", Compact(s.at("step"))},
-                    {"world size", std::to_string(world) + (world == 1 ? " rank" : " ranks")},
-                    {"model", Grouped(s.at("num_parameters").get<int64_t>()) + " parameters in " +
-                                  std::to_string(s.at("tensors").size()) + " tensors, " +
-                                  std::to_string(s.at("units").size()) + " units"},
-                    {"size", FormatBytes(s.at("bytes_total").get<uint64_t>()) + " in " +
-                                 std::to_string(s.at("files").size()) + " rank files (checksum chunks of " +
-                                 FormatBytes(s.at("chunk_bytes").get<uint64_t>()) + ")"}},
-                   "");
+  o << FormatTable(
+      {{"checkpoint", s.at("dir").get<std::string>()},
+       {"step", Compact(s.at("step"))},
+       {"world size", std::to_string(world) + (world == 1 ? " rank" : " ranks")},
+       {"model", Grouped(s.at("num_parameters").get<int64_t>()) + " parameters in " +
+                     std::to_string(s.at("tensors").size()) + " tensors, " +
+                     std::to_string(s.at("units").size()) + " units"},
+       {"size", FormatBytes(s.at("bytes_total").get<uint64_t>()) + " in " +
+                    std::to_string(s.at("files").size()) + " rank files (checksum chunks of " +
+                    FormatBytes(s.at("chunk_bytes").get<uint64_t>()) + ")"}},
+      "");
 
   std::vector<std::vector<std::string>> rows = {{"name", "shape", "numel", "unit"}};
   for (const json& t : s.at("tensors")) {
-    rows.push_back({t.at("name").get<std::string>(), ShapeText(t.at("shape")), Grouped(t.at("numel").get<int64_t>()),
-                    t.at("unit").get<std::string>()});
+    rows.push_back({t.at("name").get<std::string>(), ShapeText(t.at("shape")),
+                    Grouped(t.at("numel").get<int64_t>()), t.at("unit").get<std::string>()});
   }
   o << "\ntensors\n" << FormatTable(rows);
 
@@ -181,7 +191,8 @@ std::string FormatSummary(const json& s) {
   if (!s.at("buffers").empty()) {
     rows = {{"name", "shape", "dtype", "bytes"}};
     for (const json& b : s.at("buffers")) {
-      rows.push_back({b.at("name").get<std::string>(), ShapeText(b.at("shape")), b.at("dtype").get<std::string>(),
+      rows.push_back({b.at("name").get<std::string>(), ShapeText(b.at("shape")),
+                      b.at("dtype").get<std::string>(),
                       FormatBytes(b.at("bytes").get<uint64_t>())});
     }
     o << "\nreplicated buffers (in rank_00000.bin)\n" << FormatTable(rows);

@@ -39,7 +39,8 @@ StatusOr<nlohmann::json> SummarizeCheckpoint(const std::string& dir, const Manif
 std::string FormatSummary(const nlohmann::json& summary);
 
 // Rows of cells as aligned columns (two spaces apart), each line starting with `indent`.
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows, const std::string& indent = "  ");
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
+                        const std::string& indent = "  ");
 
 }  // namespace shardema::tools
 

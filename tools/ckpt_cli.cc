@@ -33,14 +33,18 @@ struct Raw {
 };
 
 constexpr char kNoProgressHelp[] =
-    "(global, accepted anywhere) never draw the progress bar (drawn on stderr when it is a terminal)";
+    "(global, accepted anywhere) never draw the progress bar (drawn on stderr when it is a "
+    "terminal)";
 
 // The global flags, on the main command and on every subcommand, so they are accepted before or
 // after the subcommand name and listed in every --help.
-void AddGlobalFlags(CLI::App* app, Raw& raw) { app->add_flag("--no-progress", raw.no_progress, kNoProgressHelp); }
+void AddGlobalFlags(CLI::App* app, Raw& raw) {
+  app->add_flag("--no-progress", raw.no_progress, kNoProgressHelp);
+}
 
 CLI::Option* AddStep(CLI::App* sub, Raw& raw) {
-  return sub->add_option("--step", raw.step, "under a root DIR: the checkpoint of step S instead of the latest");
+  return sub->add_option("--step", raw.step,
+                         "under a root DIR: the checkpoint of step S instead of the latest");
 }
 
 bool IsKnownSubcommand(const std::string& s) {
@@ -52,12 +56,14 @@ bool IsKnownSubcommand(const std::string& s) {
 
 // Options shared by export and posthoc: --dtype and --max-file-size.
 void AddOutputFormat(CLI::App* sub, Raw& raw) {
-  sub->add_option("--dtype", raw.dtype, "dtype of the exported tensors: f32, bf16 or f16 (round to nearest even)")
+  sub->add_option("--dtype", raw.dtype,
+                  "dtype of the exported tensors: f32, bf16 or f16 (round to nearest even)")
       ->capture_default_str();
-  sub->add_option("--max-file-size", raw.max_file_size,
-                  "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
-                  "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB and K, M, G (x1024); "
-                  "0 = one file")
+  sub->add_option(
+         "--max-file-size", raw.max_file_size,
+         "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
+         "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB and K, M, G (x1024); "
+         "0 = one file")
       ->capture_default_str();
 }
 
@@ -92,37 +98,45 @@ Status RunPosthoc(const Raw& raw, bool step_max_given, const CommandIo& io, bool
 
 }  // namespace
 
-int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool progress) {
+int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+               bool progress) {
   Raw raw;
-  CLI::App app("ckpt: inspect, verify, export, reshard and compare shardema checkpoints, post-hoc EMA "
-               "(format: checkpoint/FORMAT.md)",
-               "ckpt");
+  CLI::App app(
+      "ckpt: inspect, verify, export, reshard and compare shardema checkpoints, post-hoc EMA "
+      "(format: checkpoint/FORMAT.md)",
+      "ckpt");
   app.require_subcommand(1);
   app.footer(kExitCodes);
   AddGlobalFlags(&app, raw);
 
-  CLI::App* inspect = app.add_subcommand(
-      "inspect", "step, world size, units, tensors and shapes, slots with dtypes, EMA hyperparameters and counters, "
-                 "sizes per slot / rank / total, meta (reads the manifest only)");
+  CLI::App* inspect =
+      app.add_subcommand("inspect",
+                         "step, world size, units, tensors and shapes, slots with dtypes, EMA "
+                         "hyperparameters and counters, "
+                         "sizes per slot / rank / total, meta (reads the manifest only)");
   inspect->add_option("DIR", raw.dir, kDirHelp)->required();
   CLI::Option* inspect_step = AddStep(inspect, raw);
   inspect->add_flag("--json", raw.json, "print everything as one JSON object");
   inspect->footer(kExitCodes);
 
   CLI::App* verify = app.add_subcommand(
-      "verify", "check every checksum of every file (manifest, rank-file headers, every chunk, whole files); "
-                "exits 0 only if the checkpoint is intact, else prints every problem naming the file");
+      "verify",
+      "check every checksum of every file (manifest, rank-file headers, every chunk, whole files); "
+      "exits 0 only if the checkpoint is intact, else prints every problem naming the file");
   verify->add_option("DIR", raw.dir, kDirHelp)->required();
   CLI::Option* verify_step = AddStep(verify, raw);
-  CLI::Option* verify_all = verify->add_flag("--all", raw.all, "verify every committed checkpoint of the root DIR");
+  CLI::Option* verify_all =
+      verify->add_flag("--all", raw.all, "verify every committed checkpoint of the root DIR");
   verify_all->excludes(verify_step);
   verify->footer(kExitCodes);
 
-  CLI::App* exp = app.add_subcommand(
-      "export", "write one slot (params, an EMA slot, ...) as a consolidated safetensors state_dict, streamed "
-                "in bounded memory");
+  CLI::App* exp = app.add_subcommand("export",
+                                     "write one slot (params, an EMA slot, ...) as a consolidated "
+                                     "safetensors state_dict, streamed "
+                                     "in bounded memory");
   exp->add_option("DIR", raw.dir, kDirHelp)->required();
-  exp->add_option("--slot", raw.slot, "the slot to export: params (the live weights) or an EMA slot (ema_...)")
+  exp->add_option("--slot", raw.slot,
+                  "the slot to export: params (the live weights) or an EMA slot (ema_...)")
       ->capture_default_str();
   AddOutputFormat(exp, raw);
   exp->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
@@ -131,55 +145,73 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   exp->footer(kExitCodes);
 
   CLI::App* reshard = app.add_subcommand(
-      "reshard", "write a copy of the checkpoint at another world size into a new root (bit-exact per slot)");
+      "reshard",
+      "write a copy of the checkpoint at another world size into a new root (bit-exact per slot)");
   reshard->add_option("DIR", raw.dir, kDirHelp)->required();
-  reshard->add_option("--world", raw.world,
-                      "the new world size M: 1 <= M <= the element count of the checkpoint's largest unit "
-                      "(ckpt inspect lists the units)")
+  reshard
+      ->add_option(
+          "--world", raw.world,
+          "the new world size M: 1 <= M <= the element count of the checkpoint's largest unit "
+          "(ckpt inspect lists the units)")
       ->required();
-  reshard->add_option("-o,--output", raw.out,
-                      "the new root DIR2 (gets step_N/ and latest; must not be, contain or be inside DIR; "
-                      "written under a temporary name and committed like a save: an interrupted run leaves "
-                      "nothing committed and a re-run completes it)")
+  reshard
+      ->add_option(
+          "-o,--output", raw.out,
+          "the new root DIR2 (gets step_N/ and latest; must not be, contain or be inside DIR; "
+          "written under a temporary name and committed like a save: an interrupted run leaves "
+          "nothing committed and a re-run completes it)")
       ->required();
   CLI::Option* reshard_step = AddStep(reshard, raw);
   reshard->footer(kExitCodes);
 
-  CLI::App* diff = app.add_subcommand(
-      "diff", "compare two checkpoints: per slot max abs / max rel difference over the full unsharded slot (any "
-              "world sizes), step, buffer and meta differences");
+  CLI::App* diff = app.add_subcommand("diff",
+                                      "compare two checkpoints: per slot max abs / max rel "
+                                      "difference over the full unsharded slot (any "
+                                      "world sizes), step, buffer and meta differences");
   diff->add_option("DIR1", raw.dir, kDirHelp)->required();
   diff->add_option("DIR2", raw.dir_b, kDirHelp)->required();
-  CLI::Option* diff_step = diff->add_option("--step", raw.step, "under root DIRs: step S on both sides");
-  CLI::Option* diff_step1 = diff->add_option("--step1", raw.step1, "under a root DIR1: its step S (overrides --step)");
-  CLI::Option* diff_step2 = diff->add_option("--step2", raw.step2, "under a root DIR2: its step S (overrides --step)");
+  CLI::Option* diff_step =
+      diff->add_option("--step", raw.step, "under root DIRs: step S on both sides");
+  CLI::Option* diff_step1 =
+      diff->add_option("--step1", raw.step1, "under a root DIR1: its step S (overrides --step)");
+  CLI::Option* diff_step2 =
+      diff->add_option("--step2", raw.step2, "under a root DIR2: its step S (overrides --step)");
   diff->add_flag("--json", raw.json, "print the report as one JSON object");
-  diff->add_flag("--slots-only", raw.slots_only,
-                 "decide identical/different by the slot values alone (step, buffers and meta are still "
-                 "reported, as notes)");
-  diff->footer(std::string("Run-location fields of the meta (paths such as trainer.config.ckpt_dir, data, "
-                           "init) are listed as notes, not differences, so two bit-identical runs in different "
-                           "folders compare identical.\nExit codes: 0 identical, 1 different, 2 usage error or "
-                           "invalid argument, 3 not found, 4 data loss (corrupt or truncated files)."));
+  diff->add_flag(
+      "--slots-only", raw.slots_only,
+      "decide identical/different by the slot values alone (step, buffers and meta are still "
+      "reported, as notes)");
+  diff->footer(std::string(
+      "Run-location fields of the meta (paths such as trainer.config.ckpt_dir, data, "
+      "init) are listed as notes, not differences, so two bit-identical runs in different "
+      "folders compare identical.\nExit codes: 0 identical, 1 different, 2 usage error or "
+      "invalid argument, 3 not found, 4 data loss (corrupt or truncated files)."));
   for (CLI::App* sub : {inspect, verify, exp, reshard, diff}) AddGlobalFlags(sub, raw);
 
   CLI::App* posthoc = app.add_subcommand(
-      "posthoc", "post-hoc EMA (EDM2): the EMA of any sigma_rel as a least-squares combination of the run's "
-                 "power-function EMA snapshots (--ema-snapshot-every), streamed in bounded memory; also under "
-                 "mpirun -np W (each rank combines its shard; same bytes)");
-  posthoc->add_option("ROOT", raw.dir, "the run's --ckpt-dir (holding ema_snapshots/) or its ema_snapshots/")
+      "posthoc",
+      "post-hoc EMA (EDM2): the EMA of any sigma_rel as a least-squares combination of the run's "
+      "power-function EMA snapshots (--ema-snapshot-every), streamed in bounded memory; also under "
+      "mpirun -np W (each rank combines its shard; same bytes)");
+  posthoc
+      ->add_option("ROOT", raw.dir,
+                   "the run's --ckpt-dir (holding ema_snapshots/) or its ema_snapshots/")
       ->required();
-  posthoc->add_option("--sigma-rel", raw.sigma_rel,
-                      "S[,S2...]: relative standard deviations to reconstruct, each in (0, 0.2887); several "
-                      "values write OUT-sigma_rel_<S>.safetensors each")
+  posthoc
+      ->add_option(
+          "--sigma-rel", raw.sigma_rel,
+          "S[,S2...]: relative standard deviations to reconstruct, each in (0, 0.2887); several "
+          "values write OUT-sigma_rel_<S>.safetensors each")
       ->required();
   posthoc->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
   AddOutputFormat(posthoc, raw);
   CLI::Option* step_max = posthoc->add_option(
-      "--step-max", raw.step_max, "use the snapshots at or before step N (the newest of them is the target time)");
-  posthoc->add_flag("--print-coefficients", raw.print_coefficients,
-                    "print the solve: target step and time, and per output the coefficient of every snapshot "
-                    "profile and the profile fit error");
+      "--step-max", raw.step_max,
+      "use the snapshots at or before step N (the newest of them is the target time)");
+  posthoc->add_flag(
+      "--print-coefficients", raw.print_coefficients,
+      "print the solve: target step and time, and per output the coefficient of every snapshot "
+      "profile and the profile fit error");
   posthoc->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
   posthoc->footer(kExitCodes);
 
@@ -206,7 +238,9 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
 
   CommandIo io{&out, &err, progress && !raw.no_progress};
   const std::string name = app.get_subcommands().front()->get_name();
-  auto step_of = [&](CLI::Option* o) { return o->count() ? std::optional<int64_t>(raw.step) : std::nullopt; };
+  auto step_of = [&](CLI::Option* o) {
+    return o->count() ? std::optional<int64_t>(raw.step) : std::nullopt;
+  };
   Status st;
   int ok_code = 0;
   bool quiet = false;  // a rank other than 0 of a distributed posthoc
@@ -231,7 +265,11 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
     auto side = [&](CLI::Option* own, int64_t value) {
       return own->count() ? std::optional<int64_t>(value) : step_of(diff_step);
     };
-    DiffCommandOptions o{raw.dir, raw.dir_b, raw.json, raw.slots_only, side(diff_step1, raw.step1),
+    DiffCommandOptions o{raw.dir,
+                         raw.dir_b,
+                         raw.json,
+                         raw.slots_only,
+                         side(diff_step1, raw.step1),
                          side(diff_step2, raw.step2)};
     StatusOr<bool> identical = Diff(o, io);
     st = identical.status();

@@ -23,7 +23,8 @@
 
 namespace shardema::tools {
 
-int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool progress);
+int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+               bool progress);
 
 }  // namespace shardema::tools
 

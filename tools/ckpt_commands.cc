@@ -27,7 +27,8 @@ namespace {
 using json = nlohmann::json;
 
 // Bytes of tensor data an export of `slot` writes (parameters and the buffers it would include).
-uint64_t ExportBytes(const Manifest& m, const std::string& slot, DType dtype, bool include_buffers) {
+uint64_t ExportBytes(const Manifest& m, const std::string& slot, DType dtype,
+                     bool include_buffers) {
   uint64_t bytes = uint64_t(m.layout.total_numel()) * DTypeSize(dtype);
   if (!include_buffers) return bytes;
   for (const BufferEntry& b : m.buffers) {
@@ -45,7 +46,8 @@ uint64_t ReshardBytes(const Manifest& m, int world) {
   std::vector<SlotEntry> slots;
   for (const SlotEntry& s : m.slots) slots.push_back(SlotEntry{s.name, s.dtype, 0, 0, 0});
   std::vector<BufferEntry> buffers;
-  for (const BufferEntry& b : m.buffers) buffers.push_back(BufferEntry{b.name, b.shape, b.dtype, 0, 0});
+  for (const BufferEntry& b : m.buffers)
+    buffers.push_back(BufferEntry{b.name, b.shape, b.dtype, 0, 0});
   StatusOr<Manifest> plan = Manifest::Plan(m.step, *layout, slots, buffers, m.meta, m.chunk_bytes);
   if (!plan.ok()) return 0;
   uint64_t total = 0;
@@ -54,16 +56,22 @@ uint64_t ReshardBytes(const Manifest& m, int world) {
 }
 
 json ValuesJson(const ValueDifference& v) {
-  return {{"elements", v.elements}, {"different", v.different}, {"max_abs", v.max_abs},
+  return {{"elements", v.elements}, {"different", v.different},   {"max_abs", v.max_abs},
           {"max_rel", v.max_rel},   {"max_abs_at", v.max_abs_at}, {"a_at_max", v.a_at_max},
           {"b_at_max", v.b_at_max}};
 }
 
 json ComparisonJson(const CheckpointComparison& c) {
-  json j = {{"identical", c.identical()}, {"a", c.dir_a},           {"b", c.dir_b},
-            {"step_a", c.step_a},         {"step_b", c.step_b},     {"world_a", c.world_a},
-            {"world_b", c.world_b},       {"model_differences", c.model_differences},
-            {"meta_differences", c.meta_differences}, {"notes", c.notes},
+  json j = {{"identical", c.identical()},
+            {"a", c.dir_a},
+            {"b", c.dir_b},
+            {"step_a", c.step_a},
+            {"step_b", c.step_b},
+            {"world_a", c.world_a},
+            {"world_b", c.world_b},
+            {"model_differences", c.model_differences},
+            {"meta_differences", c.meta_differences},
+            {"notes", c.notes},
             {"slots_only", c.slots_only}};
   j["slots"] = json::array();
   for (const SlotComparison& s : c.slots) {
@@ -125,9 +133,11 @@ Status Verify(const VerifyOptions& options, const CommandIo& io) {
     return VerifyOne(dir, io);
   }
   if (options.step) return InvalidArgument("--all and --step exclude each other");
-  if (!IsDirectory(options.dir)) return NotFound("checkpoint root '", options.dir, "' does not exist");
+  if (!IsDirectory(options.dir))
+    return NotFound("checkpoint root '", options.dir, "' does not exist");
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(options.dir));
-  if (steps.empty()) return NotFound("no committed checkpoint (step_N/manifest.json) in '", options.dir, "'");
+  if (steps.empty())
+    return NotFound("no committed checkpoint (step_N/manifest.json) in '", options.dir, "'");
   Status first;
   size_t failed = 0;
   for (int64_t s : steps) {
@@ -146,7 +156,8 @@ Status Verify(const VerifyOptions& options, const CommandIo& io) {
 namespace {
 // "<dtype>: N tensors, SIZE" and the files written, one per line.
 void PrintExportReport(const ExportReport& r, DType dtype, std::ostream& out) {
-  out << DTypeName(dtype) << ": " << r.num_tensors << " tensors, " << FormatBytes(r.total_bytes) << "\n";
+  out << DTypeName(dtype) << ": " << r.num_tensors << " tensors, " << FormatBytes(r.total_bytes)
+      << "\n";
   for (const std::string& f : r.files) out << "  " << f << "\n";
   if (!r.index_file.empty()) out << "  " << r.index_file << "\n";
 }
@@ -161,12 +172,14 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
     for (const SlotEntry& s : m.slots) names += (names.empty() ? "" : ", ") + s.name;
     return NotFound("slot '", options.slot, "' is not in ", dir, " (slots: ", names, ")");
   }
-  if (const std::string parent = DirName(options.out); !IsDirectory(parent)) RETURN_IF_ERROR(MakeDirs(parent));
+  if (const std::string parent = DirName(options.out); !IsDirectory(parent))
+    RETURN_IF_ERROR(MakeDirs(parent));
   ExportOptions eo;
   eo.max_file_size = options.max_file_size;
   eo.include_buffers = options.include_buffers;
-  ProgressBar bar("export " + options.slot, ExportBytes(m, options.slot, options.dtype, options.include_buffers),
-                  io.err, io.progress);
+  ProgressBar bar("export " + options.slot,
+                  ExportBytes(m, options.slot, options.dtype, options.include_buffers), io.err,
+                  io.progress);
   StatusOr<ExportReport> r = NotFound("not run");
   RETURN_IF_ERROR(RunWithIoProgress(IoCounter::kWrite, &bar, [&] {
     r = ExportSafetensors(dir, options.slot, options.dtype, options.out, eo);
@@ -178,7 +191,8 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
 }
 
 Status Reshard(const ReshardCommandOptions& options, const CommandIo& io) {
-  if (options.world < 1) return InvalidArgument("reshard: --world must be >= 1, got ", options.world);
+  if (options.world < 1)
+    return InvalidArgument("reshard: --world must be >= 1, got ", options.world);
   if (options.out.empty()) return InvalidArgument("reshard: no output root (-o DIR2)");
   RETURN_IF_ERROR(CheckReshardOutput(options.dir, options.out));
   ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointArg(options.dir, options.step));
@@ -198,7 +212,9 @@ StatusOr<bool> Diff(const DiffCommandOptions& options, const CommandIo& io) {
   CompareOptions co;
   std::unique_ptr<ProgressBar> elements_bar;
   co.progress = [&](uint64_t done, uint64_t total) {
-    if (!elements_bar) elements_bar = std::make_unique<ProgressBar>("diff", total, io.err, io.progress, /*bytes=*/false);
+    if (!elements_bar)
+      elements_bar =
+          std::make_unique<ProgressBar>("diff", total, io.err, io.progress, /*bytes=*/false);
     elements_bar->Update(done);
   };
   co.slots_only = options.slots_only;
@@ -220,7 +236,8 @@ StatusOr<std::vector<double>> ParseSigmaRelList(const std::string& text) {
   size_t pos = 0;
   while (true) {
     const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     char* end = nullptr;
     const double v = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size()) {
@@ -243,18 +260,22 @@ Status Posthoc(const PosthocCommandOptions& options, const CommandIo& io, Commun
   po.step_max = options.step_max;
   po.include_buffers = options.include_buffers;
   Status made = Status::Ok();
-  if (const std::string parent = DirName(options.out); printer && !IsDirectory(parent)) made = MakeDirs(parent);
-  RETURN_IF_ERROR(comm == nullptr ? made : AgreeOnStatus(comm, made, "posthoc: creating the output directory"));
+  if (const std::string parent = DirName(options.out); printer && !IsDirectory(parent))
+    made = MakeDirs(parent);
+  RETURN_IF_ERROR(
+      comm == nullptr ? made : AgreeOnStatus(comm, made, "posthoc: creating the output directory"));
   std::vector<ExportReport> reports;
-  ASSIGN_OR_RETURN(PosthocPlan plan, ReconstructPosthocEma(options.dir, options.out, po, comm, &reports));
+  ASSIGN_OR_RETURN(PosthocPlan plan,
+                   ReconstructPosthocEma(options.dir, options.out, po, comm, &reports));
   if (printer && options.print_coefficients) *io.out << FormatPosthocPlan(plan);
   if (!printer) return Status::Ok();
   for (size_t j = 0; j < reports.size(); ++j) {
     const PosthocTarget& t = plan.targets[j];
     char head[256];
-    std::snprintf(head, sizeof(head), "post-hoc EMA sigma_rel %g (gamma %.4f, profile fit error %.2e) at step %lld "
-                  "from %zu snapshot profiles as ", t.sigma_rel, t.gamma, t.fit_error, (long long)plan.step,
-                  plan.inputs.size());
+    std::snprintf(head, sizeof(head),
+                  "post-hoc EMA sigma_rel %g (gamma %.4f, profile fit error %.2e) at step %lld "
+                  "from %zu snapshot profiles as ",
+                  t.sigma_rel, t.gamma, t.fit_error, (long long)plan.step, plan.inputs.size());
     *io.out << head;
     PrintExportReport(reports[j], options.dtype, *io.out);
   }

@@ -85,9 +85,9 @@ struct ReshardCommandOptions {
 Status Reshard(const ReshardCommandOptions& options, const CommandIo& io);
 
 struct PosthocCommandOptions {
-  std::string dir;                 // the run's --ckpt-dir (holding ema_snapshots/) or ema_snapshots/
+  std::string dir;  // the run's --ckpt-dir (holding ema_snapshots/) or ema_snapshots/
   std::vector<double> sigma_rels;  // one output per value
-  std::string out;                 // OUT.safetensors (several values: OUT-sigma_rel_<S>.safetensors)
+  std::string out;  // OUT.safetensors (several values: OUT-sigma_rel_<S>.safetensors)
   DType dtype = DType::kF32;
   uint64_t max_file_size = 0;
   std::optional<int64_t> step_max;
@@ -103,8 +103,8 @@ StatusOr<std::vector<double>> ParseSigmaRelList(const std::string& text);
 struct DiffCommandOptions {
   std::string a;
   std::string b;
-  bool json = false;        // print a JSON report instead of text
-  bool slots_only = false;  // identical = the slot values are (CompareOptions::slots_only)
+  bool json = false;              // print a JSON report instead of text
+  bool slots_only = false;        // identical = the slot values are (CompareOptions::slots_only)
   std::optional<int64_t> step_a;  // under a root `a`: this step instead of the latest
   std::optional<int64_t> step_b;
 };

@@ -55,7 +55,8 @@ class CkptCommandsTest : public ::testing::Test {
   }
   void TearDown() override { RemoveTree(base_).IgnoreError(); }
 
-  static std::string Save(const std::string& root, int world, int64_t step, const json* meta = nullptr) {
+  static std::string Save(const std::string& root, int world, int64_t step,
+                          const json* meta = nullptr) {
     std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), world), DefaultSlots(), step);
     if (meta != nullptr) {
       for (OwnedState& o : st) o.state.meta = *meta;
@@ -121,9 +122,10 @@ TEST_F(CkptCommandsTest, InspectJsonDescribesTheCheckpoint) {
 TEST_F(CkptCommandsTest, InspectTextShowsShapesSlotsAndEma) {
   ASSERT_TRUE(Inspect(InspectOptions{dir_, std::nullopt, false}, io_).ok());
   const std::string t = out_.str();
-  for (const char* want : {"step        42", "world size  3 ranks", "327 parameters in 8 tensors, 5 units",
-                           "embed.weight", "[37, 5]", "layers.0.scale", "[]", "ema_0.999", "constant decay=0.999",
-                           "ema_bf16", "bf16", "rank_00002.bin", "bn.running_mean", "rng:"}) {
+  for (const char* want :
+       {"step        42", "world size  3 ranks", "327 parameters in 8 tensors, 5 units",
+        "embed.weight", "[37, 5]", "layers.0.scale", "[]", "ema_0.999", "constant decay=0.999",
+        "ema_bf16", "bf16", "rank_00002.bin", "bn.running_mean", "rng:"}) {
     EXPECT_NE(t.find(want), std::string::npos) << "missing '" << want << "' in\n" << t;
   }
 }
@@ -131,11 +133,21 @@ TEST_F(CkptCommandsTest, InspectTextShowsShapesSlotsAndEma) {
 TEST_F(CkptCommandsTest, InspectReadsTheTrainersEmaSection) {
   json meta = {{"optimizer", {{"config", {{"kind", "adamw"}}}, {"progress", {{"step", kStep}}}}},
                {"ema",
-                {{"config", {{"slots", {{{"name", "ema_0.999"}, {"kind", "power_warmup"}, {"decay", 0.999},
-                                         {"power", 0.75}, {"inv_gamma", 1.0}, {"half_life_steps", 1000},
-                                         {"interval", 2}}}}}},
-                 {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", 21}, {"last_update_step", 42},
-                                           {"started_at", 0}}}}}}}}};
+                {{"config",
+                  {{"slots",
+                    {{{"name", "ema_0.999"},
+                      {"kind", "power_warmup"},
+                      {"decay", 0.999},
+                      {"power", 0.75},
+                      {"inv_gamma", 1.0},
+                      {"half_life_steps", 1000},
+                      {"interval", 2}}}}}},
+                 {"progress",
+                  {{"slots",
+                    {{{"name", "ema_0.999"},
+                      {"num_updates", 21},
+                      {"last_update_step", 42},
+                      {"started_at", 0}}}}}}}}};
   const std::string dir = Save(JoinPath(base_, "trainer"), 2, kStep, &meta);
   ASSERT_TRUE(Inspect(InspectOptions{dir, std::nullopt, true}, io_).ok());
   const json s = json::parse(out_.str());
@@ -146,7 +158,8 @@ TEST_F(CkptCommandsTest, InspectReadsTheTrainersEmaSection) {
   // Text: the kind's fields (not half_life_steps), the non-default interval, the counters.
   const std::string line = FormatEmaConfig(s["slots"][2]["ema"]);
   EXPECT_EQ(line, "power_warmup decay=0.999 inv_gamma=1.0 power=0.75 interval=2");
-  EXPECT_EQ(FormatCounters(s["slots"][2]["counters"]), "last_update_step=42 num_updates=21 started_at=0");
+  EXPECT_EQ(FormatCounters(s["slots"][2]["counters"]),
+            "last_update_step=42 num_updates=21 started_at=0");
 }
 
 TEST_F(CkptCommandsTest, StepPicksAnOlderCheckpointAndAMissingStepListsTheCommittedOnes) {
@@ -165,7 +178,8 @@ TEST_F(CkptCommandsTest, StepPicksAnOlderCheckpointAndAMissingStepListsTheCommit
 
 TEST_F(CkptCommandsTest, VerifyIntactFlippedTruncatedAndMissing) {
   ASSERT_TRUE(Verify(VerifyOptions{root_, std::nullopt, false}, io_).ok());
-  EXPECT_NE(out_.str().find("OK  " + dir_ + "  step 42, 3 rank files"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("OK  " + dir_ + "  step 42, 3 rank files"), std::string::npos)
+      << out_.str();
 
   // A flipped byte inside rank 1's params slot (slot sections start at 4096).
   const std::string rank1 = JoinPath(dir_, RankFileName(1));
@@ -211,7 +225,8 @@ TEST_F(CkptCommandsTest, ExportReadsBackAsTheSlot) {
     o.dir = root_;
     o.slot = "ema_0.999";
     o.dtype = dtype;
-    o.out = JoinPath(base_, std::string("out/") + DTypeName(dtype) + "/model.safetensors");  // dirs created
+    o.out = JoinPath(
+        base_, std::string("out/") + DTypeName(dtype) + "/model.safetensors");  // dirs created
     Status st = Export(o, io_);
     ASSERT_TRUE(st.ok()) << st;
     StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(o.out);
@@ -253,7 +268,8 @@ TEST_F(CkptCommandsTest, ExportSplitsByMaxFileSizeAndNamesMissingSlots) {
   o.out = JoinPath(base_, "split/model.safetensors");
   o.max_file_size = 400;  // bytes of tensor data per file
   ASSERT_TRUE(Export(o, io_).ok());
-  StatusOr<std::string> index = ReadFileToString(JoinPath(base_, "split/model.safetensors.index.json"));
+  StatusOr<std::string> index =
+      ReadFileToString(JoinPath(base_, "split/model.safetensors.index.json"));
   ASSERT_TRUE(index.ok()) << index.status();
   const json j = json::parse(*index);
   // Tensors by name, filled greedily: bn.running_mean (20 B) | embed.weight (740 B, alone) |
@@ -265,7 +281,8 @@ TEST_F(CkptCommandsTest, ExportSplitsByMaxFileSizeAndNamesMissingSlots) {
   EXPECT_EQ(j["weight_map"]["layers.0.weight"], "model-00004-of-00004.safetensors");
   EXPECT_EQ(j["metadata"]["total_size"], 327 * 4 + 5 * 4);
   for (int k = 1; k <= 4; ++k) {
-    const std::string f = JoinPath(base_, "split/model-0000" + std::to_string(k) + "-of-00004.safetensors");
+    const std::string f =
+        JoinPath(base_, "split/model-0000" + std::to_string(k) + "-of-00004.safetensors");
     EXPECT_TRUE(SafetensorsFile::Open(f).ok()) << f;
     EXPECT_NE(out_.str().find(f), std::string::npos) << out_.str();
   }
@@ -288,7 +305,8 @@ TEST_F(CkptCommandsTest, ReshardThenDiffIsIdentical) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_TRUE(*same) << out_.str();
   EXPECT_NE(out_.str().find("identical (world sizes 3 and 5)"), std::string::npos) << out_.str();
-  EXPECT_EQ(Reshard(ReshardCommandOptions{root_, std::nullopt, 0, dst}, io_).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reshard(ReshardCommandOptions{root_, std::nullopt, 0, dst}, io_).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CkptCommandsTest, DiffOfDifferentCheckpointsReportsTheMaxAbs) {
@@ -304,12 +322,14 @@ TEST_F(CkptCommandsTest, DiffOfDifferentCheckpointsReportsTheMaxAbs) {
   const StoreLayout& la = sa[0].state.layout;
   const int64_t shard_a = la.units()[4].shard_numel;
   const int qa = int(g / shard_a);
-  std::memcpy(sa[size_t(qa)].slot_data[0].data() + (la.local_offset(4) + g - qa * shard_a) * 4, &before, 4);
+  std::memcpy(sa[size_t(qa)].slot_data[0].data() + (la.local_offset(4) + g - qa * shard_a) * 4,
+              &before, 4);
   SaveOptions o;
   o.fsync = false;
   ASSERT_TRUE(SaveAllRanks(JoinPath(base_, "a"), StatesOf(sa), o).ok());
   ASSERT_TRUE(SaveAllRanks(JoinPath(base_, "b"), StatesOf(st), o).ok());
-  StatusOr<bool> same = Diff(DiffCommandOptions{JoinPath(base_, "a"), JoinPath(base_, "b"), true}, io_);
+  StatusOr<bool> same =
+      Diff(DiffCommandOptions{JoinPath(base_, "a"), JoinPath(base_, "b"), true}, io_);
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_FALSE(*same);
   const json j = json::parse(out_.str());

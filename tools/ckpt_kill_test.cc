@@ -15,9 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <chrono>
 #include <cstdio>
-#include <fcntl.h>
 #include <functional>
 #include <random>
 #include <thread>
@@ -83,7 +83,9 @@ bool AnyEntry(const std::string& dir, const std::function<bool(const std::string
   return false;
 }
 
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 struct KillOutcome {
   bool killed = false;  // false: the run ended before the trigger
@@ -122,16 +124,18 @@ class CkptKillTest : public ::testing::Test {
   void TearDown() override { RemoveTree(base_).IgnoreError(); }
 
   // Every round: kill points, then the invariant check and a re-run.
-  void Rounds(const std::function<std::vector<std::string>(const std::string&)>& command,
-              const std::function<std::string(const std::string&)>& out_of,
-              const std::vector<std::pair<std::string, std::function<bool(const std::string&)>>>& triggers,
-              const std::function<void(const std::string&, const std::string&)>& check_after_kill,
-              const std::function<void(const std::string&)>& check_complete) {
+  void Rounds(
+      const std::function<std::vector<std::string>(const std::string&)>& command,
+      const std::function<std::string(const std::string&)>& out_of,
+      const std::vector<std::pair<std::string, std::function<bool(const std::string&)>>>& triggers,
+      const std::function<void(const std::string&, const std::string&)>& check_after_kill,
+      const std::function<void(const std::string&)>& check_complete) {
     // A complete run first: its duration bounds the random delays.
     const std::string first = JoinPath(base_, "first");
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(RunToEnd(command(first)), 0);
-    const auto full = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+    const auto full = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - t0);
     check_complete(first);
     std::mt19937 rng(unsigned(std::chrono::steady_clock::now().time_since_epoch().count()));
     std::printf("complete run: %lld us\n", static_cast<long long>(full.count()));
@@ -144,7 +148,8 @@ class CkptKillTest : public ::testing::Test {
       if (trig) t = [&] { return trig(watched); };
       KillOutcome k = RunAndKill(command(out), t, delay, point);
       killed += k.killed ? 1 : 0;
-      std::printf("round %d (%s): %s\n", round - 1, point.c_str(), k.killed ? "killed" : "finished first");
+      std::printf("round %d (%s): %s\n", round - 1, point.c_str(),
+                  k.killed ? "killed" : "finished first");
       check_after_kill(out, point);
       ASSERT_EQ(RunToEnd(command(out)), 0) << point << ": the re-run after the kill failed";
       check_complete(out);
@@ -152,7 +157,8 @@ class CkptKillTest : public ::testing::Test {
     };
     for (const auto& [point, trig] : triggers) one(point, trig, {});
     for (int i = 0; i < 5; ++i) {
-      const auto d = std::chrono::microseconds(std::uniform_int_distribution<int64_t>(0, full.count())(rng));
+      const auto d =
+          std::chrono::microseconds(std::uniform_int_distribution<int64_t>(0, full.count())(rng));
       one("random delay " + std::to_string(d.count()) + " us", nullptr, d);
     }
     std::printf("%d of %d runs killed\n", killed, round);
@@ -172,36 +178,44 @@ void CheckReshardRoot(const std::string& out, const std::string& point) {
     if (n == "latest") {
       StatusOr<std::string> name = ReadLatest(out);
       ASSERT_TRUE(name.ok()) << point << ": " << name.status();
-      EXPECT_TRUE(VerifyCheckpoint(JoinPath(out, *name)).ok()) << point << ": latest names an incomplete step";
+      EXPECT_TRUE(VerifyCheckpoint(JoinPath(out, *name)).ok())
+          << point << ": latest names an incomplete step";
       continue;
     }
     ASSERT_GE(ParseStepDirName(n), 0) << point << ": unexpected entry '" << p << "'";
     StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(p);
-    EXPECT_TRUE(v.ok()) << point << ": '" << p << "' is under a final name but incomplete: " << v.status();
+    EXPECT_TRUE(v.ok()) << point << ": '" << p
+                        << "' is under a final name but incomplete: " << v.status();
   }
 }
 
 TEST_F(CkptKillTest, KilledReshardLeavesNothingIncompleteAndAReRunSucceeds) {
   auto command = [&](const std::string& out) {
-    return std::vector<std::string>{g_ckpt, "reshard", src_, "--world", "8", "-o", out, "--no-progress"};
+    return std::vector<std::string>{g_ckpt, "reshard", src_, "--world",
+                                    "8",    "-o",      out,  "--no-progress"};
   };
   auto has = [](const std::string& part) {
-    return [part](const std::string& out) { return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); }); };
+    return [part](const std::string& out) {
+      return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); });
+    };
   };
-  Rounds(command, [](const std::string& out) { return out; },
-         {{"temp directory created", has(".tmp_step_")},
-          {"third rank file started", has("rank_00002.bin")},
-          {"last rank file started", has("rank_00007.bin")},
-          {"manifest written", has("manifest.xxh3")},
-          {"step renamed into place", has("/step_00000042")}},
-         CheckReshardRoot, [&](const std::string& out) {
-           CheckReshardRoot(out, "complete");
-           StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(out);
-           ASSERT_TRUE(v.ok()) << v.status();
-           EXPECT_EQ(v->world_size, 8);
-           EXPECT_FALSE(AnyEntry(out, [](const std::string& p) { return Contains(p, ".tmp"); }));
-           EXPECT_EQ(RunToEnd({g_ckpt, "diff", src_, out}), 0) << "the resharded copy differs from the source";
-         });
+  Rounds(
+      command, [](const std::string& out) { return out; },
+      {{"temp directory created", has(".tmp_step_")},
+       {"third rank file started", has("rank_00002.bin")},
+       {"last rank file started", has("rank_00007.bin")},
+       {"manifest written", has("manifest.xxh3")},
+       {"step renamed into place", has("/step_00000042")}},
+      CheckReshardRoot,
+      [&](const std::string& out) {
+        CheckReshardRoot(out, "complete");
+        StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(out);
+        ASSERT_TRUE(v.ok()) << v.status();
+        EXPECT_EQ(v->world_size, 8);
+        EXPECT_FALSE(AnyEntry(out, [](const std::string& p) { return Contains(p, ".tmp"); }));
+        EXPECT_EQ(RunToEnd({g_ckpt, "diff", src_, out}), 0)
+            << "the resharded copy differs from the source";
+      });
   EXPECT_TRUE(VerifyCheckpoint(src_).ok());
 }
 
@@ -214,10 +228,12 @@ void CheckExportDir(const std::string& dir, const std::string& point) {
   // published (its index already complete under the temp name); the next run removes them.
   const std::string index = JoinPath(dir, "model.safetensors.index.json");
   for (const std::string& n : *names) {
-    const bool final_shard = Contains(n, "model-") && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0;
+    const bool final_shard =
+        Contains(n, "model-") && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0;
     if (final_shard && !PathExists(index)) {
       EXPECT_TRUE(ReadSafetensorsIndex(index + ".tmp").ok())
-          << point << ": shard '" << n << "' is under its final name with no index, outside the publication step";
+          << point << ": shard '" << n
+          << "' is under its final name with no index, outside the publication step";
     }
   }
   for (const std::string& n : *names) {
@@ -231,17 +247,25 @@ void CheckExportDir(const std::string& dir, const std::string& point) {
       }
     } else if (n == "model.safetensors") {
       StatusOr<std::unique_ptr<SafetensorsFile>> sf = SafetensorsFile::Open(p);
-      EXPECT_TRUE(sf.ok()) << point << ": '" << p << "' is under its final name but incomplete: " << sf.status();
+      EXPECT_TRUE(sf.ok()) << point << ": '" << p
+                           << "' is under its final name but incomplete: " << sf.status();
     }
   }
 }
 
-void ExportRounds(CkptKillTest* t, const std::string& src, const std::vector<std::string>& extra, bool sharded,
-                  const std::function<void(const std::function<std::vector<std::string>(const std::string&)>&,
-                                           const std::function<void(const std::string&)>&)>& rounds) {
+void ExportRounds(
+    CkptKillTest* t, const std::string& src, const std::vector<std::string>& extra, bool sharded,
+    const std::function<void(const std::function<std::vector<std::string>(const std::string&)>&,
+                             const std::function<void(const std::string&)>&)>& rounds) {
   auto command = [=](const std::string& out) {
-    std::vector<std::string> c = {g_ckpt, "export", src, "--slot", "ema_0.999", "-o",
-                                  JoinPath(out, "model.safetensors"), "--no-progress"};
+    std::vector<std::string> c = {g_ckpt,
+                                  "export",
+                                  src,
+                                  "--slot",
+                                  "ema_0.999",
+                                  "-o",
+                                  JoinPath(out, "model.safetensors"),
+                                  "--no-progress"};
     c.insert(c.end(), extra.begin(), extra.end());
     return c;
   };
@@ -263,30 +287,38 @@ void ExportRounds(CkptKillTest* t, const std::string& src, const std::vector<std
 
 TEST_F(CkptKillTest, KilledShardedExportPublishesTheSetAtomicallyAndAReRunCleansUp) {
   auto has = [](const std::string& part) {
-    return [part](const std::string& out) { return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); }); };
+    return [part](const std::string& out) {
+      return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); });
+    };
   };
   ExportRounds(this, src_, {"--max-file-size", "2MiB"}, true, [&](auto command, auto complete) {
-    Rounds(command, [](const std::string& out) { return out; },
-           {{"first shard started", has("-00001-of-")},
-            {"second shard started", has("-00002-of-")},
-            {"index temp written", has("index.json.tmp")},
-            {"first shard renamed", [](const std::string& out) {
-               return AnyEntry(out, [](const std::string& p) {
-                 return Contains(p, "-00001-of-") && p.size() > 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0;
-               });
-             }},
-            {"index published", has("model.safetensors.index.json")}},
-           CheckExportDir, complete);
+    Rounds(
+        command, [](const std::string& out) { return out; },
+        {{"first shard started", has("-00001-of-")},
+         {"second shard started", has("-00002-of-")},
+         {"index temp written", has("index.json.tmp")},
+         {"first shard renamed",
+          [](const std::string& out) {
+            return AnyEntry(out, [](const std::string& p) {
+              return Contains(p, "-00001-of-") && p.size() > 12 &&
+                     p.compare(p.size() - 12, 12, ".safetensors") == 0;
+            });
+          }},
+         {"index published", has("model.safetensors.index.json")}},
+        CheckExportDir, complete);
   });
 }
 
 TEST_F(CkptKillTest, KilledSingleFileExportNeverLeavesATruncatedFile) {
   auto has = [](const std::string& part) {
-    return [part](const std::string& out) { return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); }); };
+    return [part](const std::string& out) {
+      return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); });
+    };
   };
   ExportRounds(this, src_, {}, false, [&](auto command, auto complete) {
-    Rounds(command, [](const std::string& out) { return out; },
-           {{"temp file started", has("model.safetensors.tmp")}}, CheckExportDir, complete);
+    Rounds(
+        command, [](const std::string& out) { return out; },
+        {{"temp file started", has("model.safetensors.tmp")}}, CheckExportDir, complete);
   });
 }
 

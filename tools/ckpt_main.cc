@@ -6,5 +6,6 @@
 #include "tools/progress.h"
 
 int main(int argc, char** argv) {
-  return shardema::tools::RunCkptCli(argc, argv, std::cout, std::cerr, shardema::tools::StderrIsTerminal());
+  return shardema::tools::RunCkptCli(argc, argv, std::cout, std::cerr,
+                                     shardema::tools::StderrIsTerminal());
 }

@@ -72,7 +72,9 @@ class HostileManifestTest : public ::testing::Test {
       }
       ExportOptions eo;
       eo.fsync = false;
-      o.exported = ExportSafetensors(dir_, "ema_0.999", DType::kF32, JoinPath(root_, "out.safetensors"), eo).status();
+      o.exported =
+          ExportSafetensors(dir_, "ema_0.999", DType::kF32, JoinPath(root_, "out.safetensors"), eo)
+              .status();
       o.verified = VerifyCheckpoint(dir_).status();
       OwnedState dest = MakeDest(MakeLayout(TestModel(), 1), 0, DefaultSlots());
       o.loaded = LoadCheckpoint(dir_, nullptr, dest.state).status();
@@ -94,7 +96,9 @@ void SetUnitShapes(json& j, const std::vector<Shape>& shapes, size_t u = 0) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     uint64_t n = 1;
     for (int64_t d : shapes[i]) n *= uint64_t(d);
-    unit["params"].push_back({{"name", "u" + std::to_string(u) + ".p" + std::to_string(i)}, {"shape", shapes[i]}, {"numel", n},
+    unit["params"].push_back({{"name", "u" + std::to_string(u) + ".p" + std::to_string(i)},
+                              {"shape", shapes[i]},
+                              {"numel", n},
                               {"offset", offset}});
     offset += n;
   }
@@ -132,8 +136,7 @@ TEST_F(HostileManifestTest, ManifestDamageIsDataLossNamingTheKey) {
       {"chunk_bytes 2^64-1", edit([](json& j) { j["chunk_bytes"] = ~uint64_t(0); }),
        "key 'chunk_bytes': expected an integer in [1, 1073741824], found 18446744073709551615"},
       {"chunk_bytes 0", edit([](json& j) { j["chunk_bytes"] = 0; }), "key 'chunk_bytes'"},
-      {"chunk_bytes 2^64-1, empty chunk lists",
-       edit([](json& j) {
+      {"chunk_bytes 2^64-1, empty chunk lists", edit([](json& j) {
          j["chunk_bytes"] = ~uint64_t(0);
          for (json& f : j["files"]) f["chunk_xxh3"] = "";
        }),
@@ -141,40 +144,54 @@ TEST_F(HostileManifestTest, ManifestDamageIsDataLossNamingTheKey) {
       {"deep nesting in meta",
        [](const std::string& t) {
          const size_t at = t.find("\"meta\": {") + 9;
-         return t.substr(0, at) + "\"deep\": " + std::string(1000000, '[') + std::string(1000000, ']') + "," +
-                t.substr(at);
+         return t.substr(0, at) + "\"deep\": " + std::string(1000000, '[') +
+                std::string(1000000, ']') + "," + t.substr(at);
        },
        "nested deeper than 64 levels"},
-      {"duplicated step",
-       [](const std::string& t) { return "{\"step\": 11," + t.substr(1); }, "duplicate key 'step'"},
+      {"duplicated step", [](const std::string& t) { return "{\"step\": 11," + t.substr(1); },
+       "duplicate key 'step'"},
       {"string step", edit([](json& j) { j["step"] = "10"; }),
        "key 'step': expected a non-negative integer, found string \"10\""},
-      {"float step", edit([](json& j) { j["step"] = 10.5; }), "key 'step': expected a non-negative integer"},
+      {"float step", edit([](json& j) { j["step"] = 10.5; }),
+       "key 'step': expected a non-negative integer"},
       {"string unit numel", edit([](json& j) { j["layout"]["units"][3]["numel"] = "1"; }),
        "key 'layout.units[3].numel': expected an integer, found string \"1\""},
-      {"negative file bytes", edit([](json& j) { j["files"][1]["bytes"] = -4096; }), "key 'files[1].bytes'"},
-      {"string slot offset", edit([](json& j) { j["slots"][1]["offset"] = "8192"; }), "key 'slots[1].offset'"},
+      {"negative file bytes", edit([](json& j) { j["files"][1]["bytes"] = -4096; }),
+       "key 'files[1].bytes'"},
+      {"string slot offset", edit([](json& j) { j["slots"][1]["offset"] = "8192"; }),
+       "key 'slots[1].offset'"},
       {"null world size", edit([](json& j) { j["world_size"] = nullptr; }), "key 'world_size'"},
-      {"huge layout world size", edit([](json& j) { j["layout"]["world_size"] = int64_t(1) << 40; }),
+      {"huge layout world size",
+       edit([](json& j) { j["layout"]["world_size"] = int64_t(1) << 40; }),
        "key 'layout.world_size'"},
       {"object as units", edit([](json& j) { j["layout"]["units"] = json::object(); }),
        "key 'layout.units': expected an array"},
-      {"number as file name", edit([](json& j) { j["files"][0]["name"] = 0; }), "key 'files[0].name'"},
+      {"number as file name", edit([](json& j) { j["files"][0]["name"] = 0; }),
+       "key 'files[0].name'"},
       {"buffer shape of strings", edit([](json& j) { j["buffers"][0]["shape"] = {"5"}; }),
        "key 'buffers[0].shape[0]'"},
-      {"shape product overflows int64", edit([=](json& j) { SetUnitShapes(j, {{k32, k32}}); }),
+      {"shape product overflows int64", edit([=](json& j) {
+         SetUnitShapes(j, {{k32, k32}});
+       }),
        "overflows int64"},
-      {"shape product wraps to 0", edit([=](json& j) { SetUnitShapes(j, {{k32, k32, 4}}); }),
+      {"shape product wraps to 0", edit([=](json& j) {
+         SetUnitShapes(j, {{k32, k32, 4}});
+       }),
        "overflows int64"},
-      {"unit numel sum overflows", edit([=](json& j) { SetUnitShapes(j, {{k62}, {k62}}); }),
+      {"unit numel sum overflows", edit([=](json& j) {
+         SetUnitShapes(j, {{k62}, {k62}});
+       }),
        "more than 2^63 - 1 elements"},
       {"units' total overflows", edit([=](json& j) {
          SetUnitShapes(j, {{k62}}, 0);
          SetUnitShapes(j, {{k62}}, 1);
        }),
        "key 'layout': the units hold more than 2^63 - 1 elements"},
-      {"rank file beyond 2^63 bytes", edit([=](json& j) { SetUnitShapes(j, {{k62}}); }), "manifest '"},
-      {"buffer bytes overflow", edit([=](json& j) { j["buffers"][0]["shape"] = {k62, 4}; }),
+      {"rank file beyond 2^63 bytes", edit([=](json& j) { SetUnitShapes(j, {{k62}}); }),
+       "manifest '"},
+      {"buffer bytes overflow", edit([=](json& j) {
+         j["buffers"][0]["shape"] = {k62, 4};
+       }),
        "key 'buffers[0].shape'"},
       {"meta missing", edit([](json& j) { j.erase("meta"); }), "key 'meta' is missing"},
   };
@@ -184,7 +201,8 @@ TEST_F(HostileManifestTest, ManifestDamageIsDataLossNamingTheKey) {
     for (const Status* s : {&o.read, &o.inspect, &o.exported, &o.verified, &o.loaded}) {
       EXPECT_EQ(s->code(), StatusCode::kDataLoss) << c.what << ": " << *s;
       EXPECT_NE(s->message().find(c.needle), std::string::npos) << c.what << ": " << *s;
-      EXPECT_NE(s->message().find("manifest '" + JoinPath(dir_, kManifestName) + "'"), std::string::npos)
+      EXPECT_NE(s->message().find("manifest '" + JoinPath(dir_, kManifestName) + "'"),
+                std::string::npos)
           << c.what << ": " << *s;
     }
   }
@@ -198,13 +216,20 @@ TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
   };
   // Slot lists live in <section>.config.slots / <section>.progress.slots (FORMAT.md "meta").
   const std::vector<Case> cases = {
-      {"string as the config slots list", [](json& j) { j["meta"]["ema"] = {{"config", {{"slots", "ema_0.999"}}}}; },
+      {"string as the config slots list",
+       [](json& j) {
+         j["meta"]["ema"] = {{"config", {{"slots", "ema_0.999"}}}};
+       },
        "key 'meta.ema.config.slots': expected an array"},
       {"number as a name",
-       [](json& j) { j["meta"]["ema"] = {{"config", {{"slots", json::array({{{"name", 5}, {"decay", 0.9}}})}}}}; },
+       [](json& j) {
+         j["meta"]["ema"] = {{"config", {{"slots", json::array({{{"name", 5}, {"decay", 0.9}}})}}}};
+       },
        "key 'meta.ema.config.slots[0].name': expected a string, found 5"},
       {"string as the progress slots list",
-       [](json& j) { j["meta"]["averages"] = {{"progress", {{"slots", "17"}}}}; },
+       [](json& j) {
+         j["meta"]["averages"] = {{"progress", {{"slots", "17"}}}};
+       },
        "key 'meta.averages.progress.slots': expected an array"},
   };
   for (const Case& c : cases) {
@@ -215,12 +240,14 @@ TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
     for (const Status* s : {&o.inspect, &o.exported}) {
       EXPECT_EQ(s->code(), StatusCode::kDataLoss) << c.what << ": " << *s;
       EXPECT_NE(s->message().find(c.needle), std::string::npos) << c.what << ": " << *s;
-      EXPECT_NE(s->message().find(JoinPath(dir_, kManifestName)), std::string::npos) << c.what << ": " << *s;
+      EXPECT_NE(s->message().find(JoinPath(dir_, kManifestName)), std::string::npos)
+          << c.what << ": " << *s;
     }
   }
   // A config value of an unexpected type (a string where a number is usual) is exported as text.
   WriteEdited([](json& j) {
-    j["meta"]["ema"] = {{"config", {{"slots", json::array({{{"name", "ema_0.999"}, {"decay", "abc"}}})}}}};
+    j["meta"]["ema"] = {
+        {"config", {{"slots", json::array({{{"name", "ema_0.999"}, {"decay", "abc"}}})}}}};
   });
   const Outcome o = RunReaders();
   EXPECT_TRUE(o.inspect.ok()) << o.inspect;
@@ -283,8 +310,9 @@ TEST_F(HostileManifestTest, RandomMutationsGiveAStatusNeverACrash) {
     const Outcome o = RunReaders();
     for (const Status* s : {&o.read, &o.inspect, &o.exported, &o.verified, &o.loaded}) {
       // Only these codes are acceptable outcomes of a damaged manifest.
-      EXPECT_TRUE(s->ok() || s->code() == StatusCode::kDataLoss || s->code() == StatusCode::kNotFound ||
-                  s->code() == StatusCode::kUnimplemented || s->code() == StatusCode::kFailedPrecondition ||
+      EXPECT_TRUE(s->ok() || s->code() == StatusCode::kDataLoss ||
+                  s->code() == StatusCode::kNotFound || s->code() == StatusCode::kUnimplemented ||
+                  s->code() == StatusCode::kFailedPrecondition ||
                   s->code() == StatusCode::kInvalidArgument)
           << "mutation " << i << ": " << *s;
     }

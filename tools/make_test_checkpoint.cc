@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t big = argc == 5 ? std::atoll(argv[4]) : 0;
-  std::vector<OwnedState> states =
-      MakeStates(MakeLayout(big > 0 ? TestModelWithBig(big) : TestModel(), world), DefaultSlots(), step);
+  std::vector<OwnedState> states = MakeStates(
+      MakeLayout(big > 0 ? TestModelWithBig(big) : TestModel(), world), DefaultSlots(), step);
   SaveOptions o;
   if (big == 0) o.chunk_bytes = 512;
   o.fsync = false;

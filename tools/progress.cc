@@ -16,7 +16,8 @@ namespace shardema::tools {
 
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
-ProgressBar::ProgressBar(std::string label, uint64_t total, std::ostream* out, bool enabled, bool bytes)
+ProgressBar::ProgressBar(std::string label, uint64_t total, std::ostream* out, bool enabled,
+                         bool bytes)
     : label_(std::move(label)),
       total_(total),
       out_(out),
@@ -35,7 +36,8 @@ std::string ProgressBar::Render(const std::string& label, uint64_t done, uint64_
   done = std::min(done, total);
   const double frac = double(done) / double(total);
   const int filled = int(frac * width);
-  std::string line = label + " [" + std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.') + "]";
+  std::string line = label + " [" + std::string(size_t(filled), '#') +
+                     std::string(size_t(width - filled), '.') + "]";
   char pct[16];
   std::snprintf(pct, sizeof(pct), " %3d%%  ", int(frac * 100.0));
   line += pct;
@@ -50,7 +52,8 @@ std::string ProgressBar::Render(const std::string& label, uint64_t done, uint64_
 }
 
 void ProgressBar::Draw(uint64_t done) {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const std::string line = Render(label_, done, total_, bytes_, elapsed);
   last_drawn_ = done;
   // \r, the line, and clear to the end of the terminal line (a shorter line after a longer one).

@@ -35,7 +35,8 @@ bool StderrIsTerminal();
 class ProgressBar {
  public:
   // `total` is in bytes when `bytes` is true (shown as "1.2 GiB / 4.0 GiB"), else in items.
-  ProgressBar(std::string label, uint64_t total, std::ostream* out, bool enabled, bool bytes = true);
+  ProgressBar(std::string label, uint64_t total, std::ostream* out, bool enabled,
+              bool bytes = true);
   ~ProgressBar();  // Finish() if not done
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;

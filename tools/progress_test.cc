@@ -16,7 +16,8 @@ TEST(ProgressTest, RenderShowsBarPercentAndSizes) {
   EXPECT_EQ(ProgressBar::Render("verify", 512, 1024, true, 3.2, 10),
             "verify [#####.....]  50%  512 B / 1.00 KiB  3s  ETA 3s");
   // ETA = elapsed * left / done: a quarter done after 60 s leaves 3 minutes.
-  EXPECT_EQ(ProgressBar::Render("r", 25, 100, false, 60.0, 4), "r [#...]  25%  25 / 100  60s  ETA 3m00s");
+  EXPECT_EQ(ProgressBar::Render("r", 25, 100, false, 60.0, 4),
+            "r [#...]  25%  25 / 100  60s  ETA 3m00s");
   // Nothing done yet: no rate, no ETA.
   EXPECT_EQ(ProgressBar::Render("r", 0, 100, false, 5.0, 4), "r [....]   0%  0 / 100  5s");
   EXPECT_EQ(ProgressBar::Render("diff", 7, 7, false, 0.0, 4), "diff [####] 100%  7 / 7  0s");

@@ -94,8 +94,8 @@ class HostStaging {
   Status EnsureSideStream();
 
   const SlotRegistry* registry_;
-  OwnedStream side_;  // CUDA: created on first staging
-  std::map<std::string, Buffer> host_;  // slot name -> pinned buffer
+  OwnedStream side_;                         // CUDA: created on first staging
+  std::map<std::string, Buffer> host_;       // slot name -> pinned buffer
   std::shared_ptr<const CudaEvent> copies_;  // the latest staging's completion
 };
 

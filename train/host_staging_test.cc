@@ -93,7 +93,7 @@ TEST(HostStagingCudaTest, RoundTripThroughPinnedBuffers) {
     ASSERT_TRUE(staged.ok()) << staged.status();
     ASSERT_TRUE(staged->done.Wait().ok());
     ASSERT_EQ(staged->slots.size(), 3u);
-    EXPECT_NE(staged->slots[0].data, params);  // device slots: pinned copies
+    EXPECT_NE(staged->slots[0].data, params);    // device slots: pinned copies
     EXPECT_EQ(staged->slots[2].data, host_ema);  // host slot: in place
     const float* sp = static_cast<const float*>(staged->slots[0].data);
     const float* sm = static_cast<const float*>(staged->slots[1].data);
@@ -115,7 +115,8 @@ TEST(HostStagingCudaTest, RoundTripThroughPinnedBuffers) {
   EXPECT_EQ(got_m, a);
   // A device slot and a host slot exchange contents.
   ASSERT_TRUE(reg.SwapSlots("params", "ema", *stream).ok());
-  ASSERT_TRUE(CopyBytes(got_p.data(), Device::Cpu(), *reg.Data("params"), dev, n * 4, *stream).ok());
+  ASSERT_TRUE(
+      CopyBytes(got_p.data(), Device::Cpu(), *reg.Data("params"), dev, n * 4, *stream).ok());
   ASSERT_TRUE(SynchronizeStream(*stream).ok());
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(got_p[i], float(i % 13)) << i;

@@ -72,12 +72,13 @@ StatusOr<StepResult> TrainState::Step() {
 }
 
 StatusOr<nlohmann::json> TrainState::Meta(const nlohmann::json& extra) const {
-  if (!extra.is_object()) return InvalidArgument("TrainState::Meta: extra sections must be an object");
+  if (!extra.is_object())
+    return InvalidArgument("TrainState::Meta: extra sections must be an object");
   nlohmann::json meta = nlohmann::json::object();
-  meta[kStoreSection] = Section(store_->ConfigJson(), nlohmann::json::object(),
-                                store_->registry().ToJson());
-  meta[kOptimizerSection] = Section(optimizer_->ConfigJson(), optimizer_->ProgressJson(),
-                                    optimizer_->SlotNames());
+  meta[kStoreSection] =
+      Section(store_->ConfigJson(), nlohmann::json::object(), store_->registry().ToJson());
+  meta[kOptimizerSection] =
+      Section(optimizer_->ConfigJson(), optimizer_->ProgressJson(), optimizer_->SlotNames());
   if (emas_ != nullptr) {
     meta[kEmaSection] = Section(emas_->ConfigJson(), emas_->ProgressJson(), emas_->SlotNames());
   } else {
@@ -142,8 +143,8 @@ StatusOr<LoadReport> TrainState::Restore(const std::string& path, Communicator* 
                                          nlohmann::json* meta_out) {
   ASSIGN_OR_RETURN(CheckpointState dest, CheckpointView(extra));
   ASSIGN_OR_RETURN(LoadReport report, LoadCheckpoint(path, comm, dest, options));
-  RETURN_IF_ERROR(FinishRestore(
-      dest.meta, options.hparams.allow_override || !options.check_hyperparameters));
+  RETURN_IF_ERROR(
+      FinishRestore(dest.meta, options.hparams.allow_override || !options.check_hyperparameters));
   if (meta_out != nullptr) *meta_out = std::move(dest.meta);
   return report;
 }

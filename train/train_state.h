@@ -73,9 +73,9 @@ class TrainState {
 
   // Takes the (initialised) store, registers the EMA slots (none when `emas` is empty) and the
   // optimizer's moments. Errors: EmaSlots::Create, Optimizer::Create.
-  static StatusOr<std::unique_ptr<TrainState>> Create(
-      std::unique_ptr<ShardedParameterStore> store, std::vector<EmaConfig> emas,
-      OptimizerOptions options);
+  static StatusOr<std::unique_ptr<TrainState>> Create(std::unique_ptr<ShardedParameterStore> store,
+                                                      std::vector<EmaConfig> emas,
+                                                      OptimizerOptions options);
   ~TrainState();
   TrainState(const TrainState&) = delete;
   TrainState& operator=(const TrainState&) = delete;

@@ -45,9 +45,12 @@ TrainingRig Make(const Config& c) {
   std::vector<EmaConfig> emas = {MakeEma("ema_c", EmaScheduleKind::kConstant, c.decay),
                                  MakeEma("ema_late", EmaScheduleKind::kConstant, 0.5, 2)};
   ::shardema::testing::RigSpec spec{
-      Units(), {{"stats", {2}}}, StoreOptions{},
+      Units(),
+      {{"stats", {2}}},
+      StoreOptions{},
       [](const std::string& n, int64_t i) { return 0.1f * float(i % 5) + float(n.size()); },
-      emas, o};
+      emas,
+      o};
   auto rig = ::shardema::testing::MakeTrainingRig(spec, World());
   EXPECT_TRUE(rig.ok()) << rig.status();
   return rig.ok() ? std::move(rig).value() : TrainingRig{};
@@ -55,9 +58,10 @@ TrainingRig Make(const Config& c) {
 
 void StepOnce(TrainingRig& rig, int s) {
   rig.store->buffer("stats")->as<float>()[0] = float(s);
-  ASSERT_TRUE(::shardema::testing::FeedGrads(rig.store, [s](int r, const std::string& n,
-                                                            int64_t i) { return Grad(s, r, n, i); })
-                  .ok());
+  ASSERT_TRUE(
+      ::shardema::testing::FeedGrads(rig.store, [s](int r, const std::string& n, int64_t i) {
+        return Grad(s, r, n, i);
+      }).ok());
   auto res = rig.state->Step();
   ASSERT_TRUE(res.ok()) << res.status();
 }
@@ -73,8 +77,8 @@ std::vector<std::string> Bytes(const TrainingRig& rig) {
     out.push_back(s.name + ":" + std::string(static_cast<const char*>(s.data), n));
   }
   for (const BufferView& b : view->buffers) {
-    out.push_back(b.name + ":" + std::string(static_cast<const char*>(b.data),
-                                             size_t(NumElements(b.shape)) * 4));
+    out.push_back(b.name + ":" +
+                  std::string(static_cast<const char*>(b.data), size_t(NumElements(b.shape)) * 4));
   }
   out.push_back(view->meta["optimizer"]["progress"]["step"].dump() +
                 view->meta["ema"]["progress"].dump());
@@ -112,8 +116,8 @@ TEST_F(TrainStateTest, DefaultLoadOptionsResumeAnIdenticalRunBitExactly) {
   TrainingRig b = Make({});
   ASSERT_NE(b.state, nullptr);
   nlohmann::json meta;
-  auto report = b.state->Restore(root_, comm_, LoadOptions{}, {{"notes", {{"who", "test"}}}},
-                                 &meta);
+  auto report =
+      b.state->Restore(root_, comm_, LoadOptions{}, {{"notes", {{"who", "test"}}}}, &meta);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->hparam_differences.empty());
   EXPECT_EQ(meta["notes"]["who"], "test");

@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string file(reinterpret_cast<const char*>(data), size);
   StatusOr<uint64_t> n = DecodeSafetensorsHeaderLength(file.substr(0, 8), file.size(), "'fuzz'");
   if (!n.ok()) return 0;
-  StatusOr<SafetensorsHeader> h = ParseSafetensorsHeader(file.substr(8, size_t(*n)), file.size() - 8 - *n, "'fuzz'");
+  StatusOr<SafetensorsHeader> h =
+      ParseSafetensorsHeader(file.substr(8, size_t(*n)), file.size() - 8 - *n, "'fuzz'");
   if (!h.ok()) return 0;
   uint64_t at = 0;
   for (const SafetensorsTensor& t : h->tensors) {

@@ -29,7 +29,18 @@ constexpr float kLayerNormEps = 1e-5f;
 
 // Parameter indices inside a block unit (the order of GptUnits).
 enum BlockParam {
-  kLn1W, kLn1B, kAttnW, kAttnB, kAProjW, kAProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB,
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAProjW,
+  kAProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMProjW,
+  kMProjB,
   kBlockParams
 };
 
@@ -52,7 +63,8 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
   }
   if (store->num_units() != size_t(shape.n_layer) + 2) {
     return InvalidArgument("GptModelCuda::Create: the store has ", store->num_units(),
-                           " units, expected ", shape.n_layer + 2, " for --n-layer ", shape.n_layer);
+                           " units, expected ", shape.n_layer + 2, " for --n-layer ",
+                           shape.n_layer);
   }
   if (store->options().reduce_dtype != DType::kF32) {
     return InvalidArgument("GptModelCuda::Create: gradient buffers must be f32, the store's are ",
@@ -151,19 +163,19 @@ StatusOr<std::vector<const float*>> GptModelCuda::Params(const std::vector<Tenso
   return p;
 }
 
-Status GptModelCuda::Linear(const float* x, const float* w, const float* b, int64_t in,
-                            int64_t out, float* y) {
+Status GptModelCuda::Linear(const float* x, const float* w, const float* b, int64_t in, int64_t out,
+                            float* y) {
   RETURN_IF_ERROR(gemm_->LinearForward(x, w, DType::kF32, tok_.n, in, out, y));
   if (b == nullptr) return Status::Ok();
   return nn::LaunchBiasAdd(y, b, DType::kF32, tok_.n, out, stream_.native);
 }
 
 Status GptModelCuda::LinearBackward(const float* x, const float* w, const float* dy, int64_t in,
-                                    int64_t out, float* dw, float* db, float* dx,
-                                    bool accumulate) {
+                                    int64_t out, float* dw, float* db, float* dx, bool accumulate) {
   const int64_t n = tok_.n;
   RETURN_IF_ERROR(gemm_->LinearWeightGrad(dy, x, DType::kF32, n, in, out, dw, accumulate));
-  if (db != nullptr) RETURN_IF_ERROR(nn::LaunchColumnSums(dy, n, out, db, stream_.native, accumulate));
+  if (db != nullptr)
+    RETURN_IF_ERROR(nn::LaunchColumnSums(dy, n, out, db, stream_.native, accumulate));
   if (dx == nullptr) return Status::Ok();
   return gemm_->LinearInputGrad(dy, w, DType::kF32, n, in, out, dx);
 }
@@ -179,8 +191,8 @@ Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockAc
   RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->att.as<float>()));
   RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], p[kAProjB], C, C, y));
   RETURN_IF_ERROR(nn::LaunchAdd(x, y, a->x1.as<float>(), n * C, s));
-  RETURN_IF_ERROR(nn::LaunchLayerNormForward(a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32,
-                                             n, C, kLayerNormEps, a->ln2.as<float>(),
+  RETURN_IF_ERROR(nn::LaunchLayerNormForward(a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32, n,
+                                             C, kLayerNormEps, a->ln2.as<float>(),
                                              a->mean2.as<float>(), a->rstd2.as<float>(), s));
   RETURN_IF_ERROR(Linear(a->ln2.as<float>(), p[kFcW], p[kFcB], C, 4 * C, a->h.as<float>()));
   RETURN_IF_ERROR(nn::LaunchActivationForward(nn::Activation::kGeluTanh, a->h.as<float>(),
@@ -200,21 +212,21 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
   float* dln = dln_.as<float>();
   float* dbig = dbig_.as<float>();
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
-  RETURN_IF_ERROR(LinearBackward(a.g.as<float>(), p[kMProjW], dy, 4 * C, C, g[kMProjW],
-                                 g[kMProjB], dbig, accumulate));
+  RETURN_IF_ERROR(LinearBackward(a.g.as<float>(), p[kMProjW], dy, 4 * C, C, g[kMProjW], g[kMProjB],
+                                 dbig, accumulate));
   RETURN_IF_ERROR(nn::LaunchActivationBackward(nn::Activation::kGeluTanh, a.h.as<float>(), dbig,
                                                dbig, n * 4 * C, s));
-  RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB],
-                                 dtmp, accumulate));
+  RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
+                                 accumulate));
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(a.x1.as<float>(), p[kLn2W], DType::kF32,
                                               a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n, C,
                                               dln, g[kLn2W], g[kLn2B], accumulate, s));
   RETURN_IF_ERROR(nn::LaunchAddInPlace(dy, dln, n * C, s));  // dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
-  RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW],
-                                 g[kAProjB], dtmp, accumulate));
-  RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.att.as<float>(), dtmp,
-                                  dqkv_.as<float>()));
+  RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
+                                 dtmp, accumulate));
+  RETURN_IF_ERROR(
+      attn_->Backward(as, a.qkv.as<float>(), a.att.as<float>(), dtmp, dqkv_.as<float>()));
   RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
                                  g[kAttnW], g[kAttnB], dtmp, accumulate));
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(x, p[kLn1W], DType::kF32, a.mean1.as<float>(),
@@ -230,8 +242,8 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   void* s = stream_.native;
   ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
   if (use == 0) {  // token + position embeddings
-    RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], DType::kF32, V,
-                                               C, xs_[1].as<float>(), false, s));
+    RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], DType::kF32, V, C,
+                                               xs_[1].as<float>(), false, s));
     return nn::LaunchPositionEmbeddingForward(p[1], DType::kF32, tok_.rows, tok_.seq, C,
                                               xs_[1].as<float>(), /*accumulate=*/true, s);
   }
@@ -267,10 +279,9 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
                           nullptr, dy_.as<float>(), call.accumulate);
   }
   if (use == size_t(L) + 1) {
-    RETURN_IF_ERROR(nn::LaunchLayerNormBackward(xs_[use].as<float>(), p[0], DType::kF32,
-                                                lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
-                                                dy_.as<float>(), n, C, dtmp_.as<float>(), g[0],
-                                                g[1], call.accumulate, s));
+    RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
+        xs_[use].as<float>(), p[0], DType::kF32, lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
+        dy_.as<float>(), n, C, dtmp_.as<float>(), g[0], g[1], call.accumulate, s));
     std::swap(dy_, dtmp_);
     return Status::Ok();
   }
@@ -285,12 +296,11 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
 }
 
 Status GptModelCuda::QueueLoss(double norm) {
-  RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(logits_.as<const float>(),
-                                             targets_.as<const int64_t>(), tok_.n, shape_.vocab,
-                                             norm, dlogits_.as<float>(), row_loss_.as<double>(),
-                                             loss_dev_.as<double>(), stream_.native));
-  RETURN_IF_ERROR(CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_,
-                            sizeof(double), stream_));
+  RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
+      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.vocab, norm,
+      dlogits_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+  RETURN_IF_ERROR(
+      CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
 }
 

@@ -97,11 +97,11 @@ class GptModelCuda final : public GptLm, private UnitModule {
   GptTokens tok_;
   int64_t n_cap_ = 0, att_cap_ = 0;  // capacity of the device buffers (tokens, att elements)
   Buffer ids_, targets_;
-  std::vector<Buffer> xs_;        // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output
-  std::vector<BlockActs> acts_;   // per block, or one with recompute
+  std::vector<Buffer> xs_;       // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output
+  std::vector<BlockActs> acts_;  // per block, or one with recompute
   Buffer lnf_mean_, lnf_rstd_, logits_, dlogits_, row_loss_, loss_dev_;
   Buffer dy_, dtmp_, dln_, dbig_, dqkv_;
-  Buffer widened_;                // bf16/f16: the use's parameters widened to f32
+  Buffer widened_;                            // bf16/f16: the use's parameters widened to f32
   Buffer staging_, loss_host_, logits_host_;  // pinned host
   CudaEvent staged_, loss_ready_;
 };

@@ -40,7 +40,8 @@ Status MlpModelCuda::CheckBatch(const Batch& batch) const {
   for (int64_t r = 0; r < batch.rows; ++r) {
     const int64_t label = batch.labels[size_t(r)];
     if (label < 0 || label >= out) {
-      return InvalidArgument("cross_entropy: label ", label, " of row ", r, " is outside [0, ", out, ")");
+      return InvalidArgument("cross_entropy: label ", label, " of row ", r, " is outside [0, ", out,
+                             ")");
     }
   }
   return Status::Ok();
@@ -67,7 +68,8 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
                            store->num_units(), " units");
   }
   std::unique_ptr<MlpModelCuda> m(new MlpModelCuda(store, std::move(layers), activation, loss));
-  ASSIGN_OR_RETURN(UnitRunner runner, UnitRunner::Create(store, SequentialSchedule(m->num_layers())));
+  ASSIGN_OR_RETURN(UnitRunner runner,
+                   UnitRunner::Create(store, SequentialSchedule(m->num_layers())));
   m->runner_.emplace(std::move(runner));
   m->dev_ = store->device();
   m->stream_ = store->stream();
@@ -79,7 +81,8 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
   ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
-  ASSIGN_OR_RETURN(m->loss_host_, Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
+  ASSIGN_OR_RETURN(m->loss_host_,
+                   Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
   // fp16: the f32 copy of a layer's weight for the backward GEMMs.
   if (m->compute_dtype_ == DType::kF16) {
     int64_t most = 0;
@@ -140,12 +143,15 @@ Status MlpModelCuda::Upload(const Batch& batch) {
   RETURN_IF_ERROR(staged_.Synchronize());
   if (staging_.size() < xb + tb) {
     staging_ = Buffer();
-    ASSIGN_OR_RETURN(staging_, Buffer::Allocate(2 * (xb + tb), Device::Cpu(), MemoryKind::kPinnedHost));
+    ASSIGN_OR_RETURN(staging_,
+                     Buffer::Allocate(2 * (xb + tb), Device::Cpu(), MemoryKind::kPinnedHost));
   }
   char* host = staging_.as<char>();
   std::memcpy(host, batch.x.data(), xb);
-  std::memcpy(host + xb, mse ? static_cast<const void*>(batch.y.data())
-                             : static_cast<const void*>(batch.labels.data()), tb);
+  std::memcpy(host + xb,
+              mse ? static_cast<const void*>(batch.y.data())
+                  : static_cast<const void*>(batch.labels.data()),
+              tb);
   RETURN_IF_ERROR(CopyBytes(x_.data(), dev_, host, Device::Cpu(), xb, stream_));
   RETURN_IF_ERROR(CopyBytes(mse ? targets_.data() : labels_.data(), dev_, host + xb, Device::Cpu(),
                             tb, stream_));
@@ -172,7 +178,7 @@ Status MlpModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   if (st.ok()) st = nn::LaunchBiasAdd(z, views[1].data, views[1].dtype, rows_, out, stream_.native);
   if (st.ok() && i + 1 < L) {
     st = nn::LaunchActivationForward(activation_, z, a_[i + 1].as<float>(), rows_ * out,
-                                      stream_.native);
+                                     stream_.native);
   }
   return st;
 }
@@ -224,13 +230,12 @@ Status MlpModelCuda::QueueLoss(int64_t global_rows) {
                                       dy_.as<float>(), row_loss_.as<double>(),
                                       loss_dev_.as<double>(), stream_.native));
   } else {
-    RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(z_[L - 1].as<const float>(),
-                                               labels_.as<const int64_t>(), rows_, out,
-                                               double(global_rows), dy_.as<float>(),
-                                               row_loss_.as<double>(), loss_dev_.as<double>(),
-                                               stream_.native));
+    RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
+        z_[L - 1].as<const float>(), labels_.as<const int64_t>(), rows_, out, double(global_rows),
+        dy_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
   }
-  RETURN_IF_ERROR(CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
+  RETURN_IF_ERROR(
+      CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
 }
 

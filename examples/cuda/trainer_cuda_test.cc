@@ -71,7 +71,8 @@ StatusOr<TrainedRun> Train(const std::string& args, bool cuda) {
   Communicator* device_comm = cuda ? static_cast<Communicator*>(NcclWorld()) : nullptr;
   ASSIGN_OR_RETURN(r.trainer, Trainer::Create(Config(args + (cuda ? " --device cuda" : "")),
                                               World(), device_comm));
-  if (r.trainer->device().is_cuda() != cuda) return Internal("trainer on ", r.trainer->device().ToString());
+  if (r.trainer->device().is_cuda() != cuda)
+    return Internal("trainer on ", r.trainer->device().ToString());
   ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
   ShardedParameterStore* store = r.trainer->store();
   ASSIGN_OR_RETURN(std::vector<FullTensor> m, store->GatherSlotToRank(store->master(), 0));
@@ -102,7 +103,8 @@ double RelErr(const std::vector<float>& a, const std::vector<float>& b, double f
   double err = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     if (IsGptKeyBias(name, i)) continue;
-    const double e = std::fabs(double(a[i]) - double(b[i])) / std::max(std::fabs(double(b[i])), floor);
+    const double e =
+        std::fabs(double(a[i]) - double(b[i])) / std::max(std::fabs(double(b[i])), floor);
     err = std::isnan(e) ? INFINITY : std::max(err, e);
   }
   return err;
@@ -167,7 +169,8 @@ TEST_F(CudaTrainerTest, ParityWithTheCpuTrainerAndPyTorch) {
   for (size_t s = 0; s < 3; ++s) {
     for (const FullTensor& t : gpu->state[s]) {
       std::vector<float> want(t.data.size());
-      Status st = (*golden)->ReadTensor(prefixes[s] + t.name, DType::kF32, want.data(), int64_t(want.size()));
+      Status st = (*golden)->ReadTensor(prefixes[s] + t.name, DType::kF32, want.data(),
+                                        int64_t(want.size()));
       ASSERT_TRUE(st.ok()) << st;
       golden_err = std::max(golden_err, RelErr(t.data, want));
     }
@@ -228,7 +231,8 @@ void ExpectCrossDeviceResume(bool first_cuda, const std::string& dir, const std:
   EXPECT_EQ(rest->summary.start_step, 6);
   EXPECT_EQ(rest->summary.final_step, 12);
   ASSERT_EQ(rest->summary.losses.size(), 6u);
-  const std::vector<double> tail(straight->summary.losses.begin() + 6, straight->summary.losses.end());
+  const std::vector<double> tail(straight->summary.losses.begin() + 6,
+                                 straight->summary.losses.end());
   EXPECT_LT(LossErr(rest->summary.losses, tail), 1e-5);
   EXPECT_LT(EvalErr(rest->summary.final_eval, straight->summary.final_eval), 1e-5);
   if (World()->rank() == 0) {
@@ -273,8 +277,9 @@ TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {
   EXPECT_EQ(*none, nullptr) << "--device cpu needs no device communicator";
   const int gpus = CudaDeviceCount();
   const std::string dev = gpus == 0 ? " --device cuda" : " --device cuda:" + std::to_string(gpus);
-  const std::string why = gpus == 0 ? (BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA")
-                                    : "CUDA device(s) visible";
+  const std::string why =
+      gpus == 0 ? (BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA")
+                : "CUDA device(s) visible";
   const TrainConfig c = Config(std::string(kParityArgs) + dev);
   StatusOr<std::unique_ptr<Communicator>> comm = CreateDeviceCommunicator(c, MpiWorld());
   ASSERT_FALSE(comm.ok());

@@ -12,36 +12,41 @@ namespace shardema {
 namespace {
 
 // Storage type and f32 conversions of each dtype, all from framework/dtype.h.
-template <DType D> struct Elem;
-template <> struct Elem<DType::kF32> {
+template <DType D>
+struct Elem;
+template <>
+struct Elem<DType::kF32> {
   using T = float;
   static __device__ __forceinline__ float ToF32(float x) { return x; }
   static __device__ __forceinline__ float FromF32(float x) { return x; }
 };
-template <> struct Elem<DType::kBF16> {
+template <>
+struct Elem<DType::kBF16> {
   using T = uint16_t;
   static __device__ __forceinline__ float ToF32(uint16_t x) { return BF16ToF32(x); }
   static __device__ __forceinline__ uint16_t FromF32(float x) { return F32ToBF16(x); }
 };
-template <> struct Elem<DType::kF16> {
+template <>
+struct Elem<DType::kF16> {
   using T = uint16_t;
   static __device__ __forceinline__ float ToF32(uint16_t x) { return F16ToF32(x); }
   static __device__ __forceinline__ uint16_t FromF32(float x) { return F32ToF16(x); }
 };
 
-constexpr int kVec = 8;          // elements per thread on the vector path
-constexpr int kThreads = 256;    // threads per block
-constexpr int kMaxBlocks = 4096; // grid-stride beyond this
+constexpr int kVec = 8;           // elements per thread on the vector path
+constexpr int kThreads = 256;     // threads per block
+constexpr int kMaxBlocks = 4096;  // grid-stride beyond this
 
 // 8 elements of T as whole 16-byte words (1 word for 16-bit types, 2 for f32).
-template <typename T> struct Pack {
+template <typename T>
+struct Pack {
   static constexpr int kWords = kVec * sizeof(T) / 16;
   uint4 w[kWords];
 };
 
 template <DType S, DType D>
-__device__ __forceinline__ void ConvertOne(const typename Elem<S>::T* src,
-                                           typename Elem<D>::T* dst, size_t i) {
+__device__ __forceinline__ void ConvertOne(const typename Elem<S>::T* src, typename Elem<D>::T* dst,
+                                           size_t i) {
   dst[i] = Elem<D>::FromF32(Elem<S>::ToF32(src[i]));
 }
 

@@ -130,7 +130,8 @@ TEST_F(ConvertKernelsTest, BetweenSixteenBitTypesAndCopies) {
 
 TEST_F(ConvertKernelsTest, OddSizesExerciseTheTail) {
   std::mt19937 rng(7);
-  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(15), size_t(4096 * 256 * 8 + 5)}) {
+  for (size_t n :
+       {size_t(1), size_t(7), size_t(8), size_t(9), size_t(15), size_t(4096 * 256 * 8 + 5)}) {
     std::vector<float> f(n);
     for (float& x : f) x = std::uniform_real_distribution<float>(-1e5f, 1e5f)(rng);
     ExpectSame(f.data(), DType::kF32, DType::kBF16, n);
@@ -142,15 +143,17 @@ TEST_F(ConvertKernelsTest, ArgumentErrors) {
   auto buf = Buffer::Allocate(64, dev_);
   ASSERT_TRUE(buf.ok());
   EXPECT_TRUE(LaunchConvert(nullptr, DType::kF32, nullptr, DType::kBF16, 0, stream_.native).ok());
-  EXPECT_EQ(LaunchConvert(nullptr, DType::kF32, buf->data(), DType::kBF16, 4, stream_.native).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      LaunchConvert(nullptr, DType::kF32, buf->data(), DType::kBF16, 4, stream_.native).code(),
+      StatusCode::kInvalidArgument);
   // f32 -> bf16 over overlapping ranges would race.
   EXPECT_EQ(LaunchConvert(buf->data(), DType::kF32, buf->as<uint8_t>() + 8, DType::kBF16, 8,
                           stream_.native)
                 .code(),
             StatusCode::kInvalidArgument);
   // Same pointer, same type: nothing to do.
-  EXPECT_TRUE(LaunchConvert(buf->data(), DType::kF16, buf->data(), DType::kF16, 8, stream_.native).ok());
+  EXPECT_TRUE(
+      LaunchConvert(buf->data(), DType::kF16, buf->data(), DType::kF16, 8, stream_.native).ok());
 }
 
 #else

@@ -18,7 +18,8 @@ TEST(CublasErrorTest, SuccessIsOk) { EXPECT_TRUE(CublasStatus(CUBLAS_STATUS_SUCC
 TEST(CublasErrorTest, CodesAndMessages) {
   Status oom = CublasStatus(CUBLAS_STATUS_ALLOC_FAILED, "cublasCreate");
   EXPECT_EQ(oom.code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(oom.message().rfind("cublasCreate: CUBLAS_STATUS_ALLOC_FAILED (", 0), 0u) << oom.message();
+  EXPECT_EQ(oom.message().rfind("cublasCreate: CUBLAS_STATUS_ALLOC_FAILED (", 0), 0u)
+      << oom.message();
   EXPECT_EQ(CublasStatus(CUBLAS_STATUS_NOT_INITIALIZED, "x").code(), StatusCode::kUnavailable);
   EXPECT_EQ(CublasStatus(CUBLAS_STATUS_INVALID_VALUE, "x").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(CublasStatus(CUBLAS_STATUS_NOT_SUPPORTED, "x").code(), StatusCode::kUnimplemented);

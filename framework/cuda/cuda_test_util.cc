@@ -14,9 +14,7 @@ void CudaTest::SetUp() {
   stream_ = std::move(s).value();
 }
 
-void CudaTest::TearDown() {
-  EXPECT_TRUE(stream_.Reset().ok());
-}
+void CudaTest::TearDown() { EXPECT_TRUE(stream_.Reset().ok()); }
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);

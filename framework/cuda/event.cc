@@ -104,12 +104,10 @@ StatusOr<bool> CudaEvent::Query() const {
 Status CudaEvent::Synchronize() const {
   if (!valid()) return FailedPrecondition("CudaEvent::Synchronize on an empty event");
 #if SHARDEMA_WITH_CUDA
-  return WaitPolling([this] { return Query(); },
-                     [this] {
-                       return CudaStatus(cudaEventSynchronize(Native(native_)),
-                                         "cudaEventSynchronize");
-                     },
-                     "event synchronize");
+  return WaitPolling(
+      [this] { return Query(); },
+      [this] { return CudaStatus(cudaEventSynchronize(Native(native_)), "cudaEventSynchronize"); },
+      "event synchronize");
 #else
   return FailedPrecondition("CudaEvent without CUDA");
 #endif

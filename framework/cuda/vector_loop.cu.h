@@ -30,8 +30,8 @@
 namespace shardema {
 namespace cuda_internal {
 
-constexpr int kThreads = 256;      // threads per block
-constexpr int kVecElems = 4;       // elements per vector group
+constexpr int kThreads = 256;  // threads per block
+constexpr int kVecElems = 4;   // elements per vector group
 
 struct VectorPlan {
   int64_t n = 0;
@@ -75,17 +75,16 @@ StatusOr<unsigned> GridFor(int64_t work) {
   static std::atomic<int> cached_blocks_per_sm{0};
   int per_sm = cached_blocks_per_sm.load(std::memory_order_relaxed);
   if (per_sm == 0) {
-    RETURN_IF_ERROR(CudaStatus(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0),
+                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
     if (per_sm < 1) per_sm = 1;
     cached_blocks_per_sm.store(per_sm, std::memory_order_relaxed);
   }
   int device = 0, sms = 0;
   RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
-  RETURN_IF_ERROR(CudaStatus(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-      "cudaDeviceGetAttribute(MultiProcessorCount)"));
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                             "cudaDeviceGetAttribute(MultiProcessorCount)"));
   const int64_t cap = int64_t(sms > 0 ? sms : 1) * per_sm;
   int64_t blocks = (work + kThreads - 1) / kThreads;
   if (blocks > cap) blocks = cap;
@@ -113,13 +112,20 @@ __device__ __forceinline__ void RunPlan(const VectorPlan& plan, const Body& body
 
 // ---- W consecutive elements in registers, loaded from / stored to any element type. ----
 
-template <int W> struct Lanes { float v[W]; };
+template <int W>
+struct Lanes {
+  float v[W];
+};
 
-template <int W> __device__ __forceinline__ Lanes<W> LoadF32(const float* p, int64_t i) {
+template <int W>
+__device__ __forceinline__ Lanes<W> LoadF32(const float* p, int64_t i) {
   Lanes<W> r;
   if constexpr (W == 4) {
     const float4 q = __ldcs(reinterpret_cast<const float4*>(p + i));
-    r.v[0] = q.x; r.v[1] = q.y; r.v[2] = q.z; r.v[3] = q.w;
+    r.v[0] = q.x;
+    r.v[1] = q.y;
+    r.v[2] = q.z;
+    r.v[3] = q.w;
   } else {
     static_assert(W == 1, "1 or 4 lanes");
     r.v[0] = __ldcs(p + i);
@@ -127,7 +133,8 @@ template <int W> __device__ __forceinline__ Lanes<W> LoadF32(const float* p, int
   return r;
 }
 
-template <int W> __device__ __forceinline__ void StoreF32(float* p, int64_t i, const Lanes<W>& r) {
+template <int W>
+__device__ __forceinline__ void StoreF32(float* p, int64_t i, const Lanes<W>& r) {
   if constexpr (W == 4) {
     __stcs(reinterpret_cast<float4*>(p + i), make_float4(r.v[0], r.v[1], r.v[2], r.v[3]));
   } else {
@@ -135,14 +142,20 @@ template <int W> __device__ __forceinline__ void StoreF32(float* p, int64_t i, c
   }
 }
 
-template <int W> struct Bits16 { uint16_t v[W]; };
+template <int W>
+struct Bits16 {
+  uint16_t v[W];
+};
 
-template <int W> __device__ __forceinline__ Bits16<W> Load16(const uint16_t* p, int64_t i) {
+template <int W>
+__device__ __forceinline__ Bits16<W> Load16(const uint16_t* p, int64_t i) {
   Bits16<W> r;
   if constexpr (W == 4) {
     const uint2 q = __ldcs(reinterpret_cast<const uint2*>(p + i));
-    r.v[0] = uint16_t(q.x); r.v[1] = uint16_t(q.x >> 16);
-    r.v[2] = uint16_t(q.y); r.v[3] = uint16_t(q.y >> 16);
+    r.v[0] = uint16_t(q.x);
+    r.v[1] = uint16_t(q.x >> 16);
+    r.v[2] = uint16_t(q.y);
+    r.v[3] = uint16_t(q.y >> 16);
   } else {
     r.v[0] = p[i];
   }
@@ -161,7 +174,8 @@ __device__ __forceinline__ void Store16(uint16_t* p, int64_t i, const Bits16<W>&
 }
 
 // Loads W elements of dtype D and widens them to f32 (exact).
-template <DType D, int W> __device__ __forceinline__ Lanes<W> LoadAsF32(const void* p, int64_t i) {
+template <DType D, int W>
+__device__ __forceinline__ Lanes<W> LoadAsF32(const void* p, int64_t i) {
   if constexpr (D == DType::kF32) {
     return LoadF32<W>(static_cast<const float*>(p), i);
   } else {

@@ -3,8 +3,8 @@
 namespace shardema {
 
 StatusOr<std::unique_ptr<Work>> CallCommunicator::AllGatherAsync(const void* send, void* recv,
-                                                                  size_t count, DType dtype,
-                                                                  const CollectiveOptions& opts) {
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
   return Issue(MakeCollectiveCall(CollectiveKind::kAllGather, send, recv, count, dtype, opts),
                opts);
 }
@@ -16,15 +16,15 @@ StatusOr<std::unique_ptr<Work>> CallCommunicator::ReduceScatterAsync(
 }
 
 StatusOr<std::unique_ptr<Work>> CallCommunicator::AllReduceAsync(const void* send, void* recv,
-                                                                  size_t count, DType dtype,
-                                                                  const CollectiveOptions& opts) {
+                                                                 size_t count, DType dtype,
+                                                                 const CollectiveOptions& opts) {
   return Issue(MakeCollectiveCall(CollectiveKind::kAllReduce, send, recv, count, dtype, opts),
                opts);
 }
 
 StatusOr<std::unique_ptr<Work>> CallCommunicator::BroadcastAsync(void* buf, size_t count,
-                                                                  DType dtype,
-                                                                  const CollectiveOptions& opts) {
+                                                                 DType dtype,
+                                                                 const CollectiveOptions& opts) {
   return Issue(MakeCollectiveCall(CollectiveKind::kBroadcast, buf, buf, count, dtype, opts), opts);
 }
 

@@ -33,8 +33,8 @@ TEST(CheckCallAcrossRanksTest, MatchingCallsPass) {
 TEST(CheckCallAcrossRanksTest, CountMismatchFailsOnEveryRank) {
   const int rank = MpiWorld()->rank(), world = MpiWorld()->world_size();
   // Rank r passes 10 + r elements: every rank sees the range 10..10+world-1.
-  const Status st = CheckCallAcrossRanks(MpiWorld()->comm(), rank,
-                                         AllReduceOf(size_t(10 + rank)), Status::Ok());
+  const Status st =
+      CheckCallAcrossRanks(MpiWorld()->comm(), rank, AllReduceOf(size_t(10 + rank)), Status::Ok());
   if (world == 1) {
     EXPECT_TRUE(st.ok()) << st;
     return;

@@ -67,8 +67,7 @@ CollectiveCall MakeCollectiveCall(CollectiveKind kind, const void* send, void* r
   return c;
 }
 
-StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size,
-                              size_t max_count) {
+StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size, size_t max_count) {
   const char* name = CollectiveName(c.kind);
   if (c.kind == CollectiveKind::kBarrier) return false;
   if (static_cast<int>(c.dtype) > static_cast<int>(kLastDType)) {
@@ -80,8 +79,8 @@ StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size,
                            "move with all_gather and broadcast)");
   }
   if (c.kind == CollectiveKind::kBroadcast && (c.root < 0 || c.root >= world_size)) {
-    return InvalidArgument(name, ": rank ", rank, ": root ", c.root, " is not in [0, ",
-                           world_size, ")");
+    return InvalidArgument(name, ": rank ", rank, ": root ", c.root, " is not in [0, ", world_size,
+                           ")");
   }
   if (c.count > max_count) {
     return InvalidArgument(name, ": rank ", rank, ": count ", c.count,
@@ -89,7 +88,8 @@ StatusOr<bool> CheckLocalArgs(const CollectiveCall& c, int rank, int world_size,
                            " elements per call; split the buffer into several collectives");
   }
   const size_t esize = DTypeSize(c.dtype);
-  const bool scaled = c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter;
+  const bool scaled =
+      c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter;
   if (c.count > std::numeric_limits<size_t>::max() / esize / (scaled ? size_t(world_size) : 1)) {
     return InvalidArgument(name, ": rank ", rank, ": count ", c.count, " x ", world_size,
                            " ranks x ", esize, " bytes overflows the address space");
@@ -175,7 +175,8 @@ Status CompareSignatures(const CallSignature& mine, const PackedSignature& reduc
   if (lo[0] != hi[0]) {
     return InvalidArgument(name, ": rank ", rank, " called ", name,
                            " but the ranks called collectives ranging ", KindNameOr(lo[0]), "..",
-                           KindNameOr(hi[0]), " (the sequence of collectives differs across ranks)");
+                           KindNameOr(hi[0]),
+                           " (the sequence of collectives differs across ranks)");
   }
   if (hi[1] != 0) {
     return InvalidArgument(name, ": rank ", rank,

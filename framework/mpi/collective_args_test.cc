@@ -39,8 +39,8 @@ TEST(MakeCollectiveCallTest, TakesOpForReductionsAndRootForBroadcastOnly) {
   CollectiveOptions opts;
   opts.op = ReduceOp::kAvg;
   opts.root = 2;
-  for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                              CollectiveKind::kAllReduce}) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
     const CollectiveCall c = MakeCollectiveCall(kind, a, b, 3, DType::kBF16, opts);
     EXPECT_EQ(c.kind, kind);
     EXPECT_EQ(c.send, static_cast<const void*>(a));
@@ -51,8 +51,8 @@ TEST(MakeCollectiveCallTest, TakesOpForReductionsAndRootForBroadcastOnly) {
         << CollectiveName(kind);
     EXPECT_EQ(c.root, 0) << CollectiveName(kind);
   }
-  const CollectiveCall bcast = MakeCollectiveCall(CollectiveKind::kBroadcast, a, a, 4,
-                                                  DType::kF16, opts);
+  const CollectiveCall bcast =
+      MakeCollectiveCall(CollectiveKind::kBroadcast, a, a, 4, DType::kF16, opts);
   EXPECT_EQ(bcast.send, static_cast<const void*>(a));
   EXPECT_EQ(bcast.recv, static_cast<void*>(a));
   EXPECT_EQ(bcast.count, 4u);
@@ -63,8 +63,8 @@ TEST(MakeCollectiveCallTest, TakesOpForReductionsAndRootForBroadcastOnly) {
 
 TEST(CheckLocalArgsTest, DisjointBuffersAreOutOfPlace) {
   std::vector<float> a(30), b(30);
-  for (auto kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                    CollectiveKind::kAllReduce}) {
+  for (auto kind :
+       {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
     auto r = CheckLocalArgs(Call(kind, a.data(), b.data(), 10), 1, 3, kNoLimit);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_FALSE(*r) << CollectiveName(kind);
@@ -165,16 +165,16 @@ TEST(CheckLocalArgsTest, Root) {
 
 TEST(CheckLocalArgsTest, CountLimitAndOverflow) {
   float x[1] = {};
-  auto s = CheckLocalArgs(Call(CollectiveKind::kAllReduce, x, x, size_t(INT_MAX) + 1), 0, 2,
-                          kNoLimit);
+  auto s =
+      CheckLocalArgs(Call(CollectiveKind::kAllReduce, x, x, size_t(INT_MAX) + 1), 0, 2, kNoLimit);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("count 2147483648 exceeds this backend's limit of 2147483647"),
-            std::string::npos)
+  EXPECT_NE(
+      s.status().message().find("count 2147483648 exceeds this backend's limit of 2147483647"),
+      std::string::npos)
       << s.status();
-  EXPECT_TRUE(CheckLocalArgs(Call(CollectiveKind::kAllReduce, x, x, size_t(INT_MAX)), 0, 2,
-                             kNoLimit)
-                  .ok());
+  EXPECT_TRUE(
+      CheckLocalArgs(Call(CollectiveKind::kAllReduce, x, x, size_t(INT_MAX)), 0, 2, kNoLimit).ok());
   const size_t huge = ~size_t(0) / 4;
   s = CheckLocalArgs(Call(CollectiveKind::kAllGather, x, x + 1, huge), 0, 2, ~size_t(0));
   ASSERT_FALSE(s.ok());
@@ -183,12 +183,12 @@ TEST(CheckLocalArgsTest, CountLimitAndOverflow) {
 
 TEST(CheckLocalArgsTest, BytesMoveButAreNotReduced) {
   uint8_t send[8] = {}, recv[16] = {};
-  EXPECT_TRUE(CheckLocalArgs(Call(CollectiveKind::kAllGather, send, recv, 8, DType::kU8), 1, 2,
-                             kNoLimit)
-                  .ok());
-  EXPECT_TRUE(CheckLocalArgs(Call(CollectiveKind::kBroadcast, recv, recv, 16, DType::kU8), 0, 2,
-                             kNoLimit)
-                  .ok());
+  EXPECT_TRUE(
+      CheckLocalArgs(Call(CollectiveKind::kAllGather, send, recv, 8, DType::kU8), 1, 2, kNoLimit)
+          .ok());
+  EXPECT_TRUE(
+      CheckLocalArgs(Call(CollectiveKind::kBroadcast, recv, recv, 16, DType::kU8), 0, 2, kNoLimit)
+          .ok());
   // In place at byte granularity: rank 1's slice starts 8 bytes in.
   StatusOr<bool> ip = CheckLocalArgs(
       Call(CollectiveKind::kAllGather, recv + 8, recv, 8, DType::kU8), 1, 2, kNoLimit);
@@ -266,15 +266,18 @@ TEST(SignatureTest, DtypeOpRootAndKindMismatches) {
                                   Sig(CollectiveKind::kAllReduce, 4, DType::kBF16)};
   EXPECT_EQ(CompareSignatures(d[1], MaxOver(d), 1).message(),
             "all_reduce: rank 1 dtype bf16 but dtypes range f32..bf16 across ranks");
-  std::vector<CallSignature> o = {Sig(CollectiveKind::kReduceScatter, 4, DType::kF32, ReduceOp::kSum),
-                                  Sig(CollectiveKind::kReduceScatter, 4, DType::kF32, ReduceOp::kAvg)};
+  std::vector<CallSignature> o = {
+      Sig(CollectiveKind::kReduceScatter, 4, DType::kF32, ReduceOp::kSum),
+      Sig(CollectiveKind::kReduceScatter, 4, DType::kF32, ReduceOp::kAvg)};
   EXPECT_EQ(CompareSignatures(o[0], MaxOver(o), 0).message(),
             "reduce_scatter: rank 0 op sum but ops range sum..avg across ranks");
-  std::vector<CallSignature> r = {Sig(CollectiveKind::kBroadcast, 4, DType::kF32, ReduceOp::kSum, 0),
-                                  Sig(CollectiveKind::kBroadcast, 4, DType::kF32, ReduceOp::kSum, 2)};
+  std::vector<CallSignature> r = {
+      Sig(CollectiveKind::kBroadcast, 4, DType::kF32, ReduceOp::kSum, 0),
+      Sig(CollectiveKind::kBroadcast, 4, DType::kF32, ReduceOp::kSum, 2)};
   EXPECT_EQ(CompareSignatures(r[1], MaxOver(r), 1).message(),
             "broadcast: rank 1 root 2 but roots range 0..2 across ranks");
-  std::vector<CallSignature> k = {Sig(CollectiveKind::kAllGather, 4), Sig(CollectiveKind::kBarrier, 0)};
+  std::vector<CallSignature> k = {Sig(CollectiveKind::kAllGather, 4),
+                                  Sig(CollectiveKind::kBarrier, 0)};
   Status ks = CompareSignatures(k[1], MaxOver(k), 1);
   EXPECT_EQ(ks.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ks.message().find("barrier: rank 1 called barrier but the ranks called collectives "
@@ -284,7 +287,8 @@ TEST(SignatureTest, DtypeOpRootAndKindMismatches) {
 }
 
 TEST(SignatureTest, KindMismatchIsReportedBeforeCount) {
-  std::vector<CallSignature> k = {Sig(CollectiveKind::kAllGather, 4), Sig(CollectiveKind::kAllReduce, 7)};
+  std::vector<CallSignature> k = {Sig(CollectiveKind::kAllGather, 4),
+                                  Sig(CollectiveKind::kAllReduce, 7)};
   EXPECT_NE(CompareSignatures(k[0], MaxOver(k), 0).message().find("sequence of collectives"),
             std::string::npos);
 }

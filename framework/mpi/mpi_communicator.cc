@@ -25,7 +25,7 @@ struct PendingOp {
   int rank = -1;
   double timeout_s = 0;  // CommOptions::timeout_seconds
   MPI_Request request = MPI_REQUEST_NULL;
-  Buffer temp;                  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
+  Buffer temp;                   // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
   std::function<void()> finish;  // post-processing once the data has arrived
   bool done = false;
   Status status;
@@ -140,8 +140,10 @@ void DivideBy(float* p, size_t n, int d) {
 
 Status CheckHostStream(const char* name, int rank, const Stream& stream) {
   if (stream.device.is_cuda() || stream.native != nullptr) {
-    return InvalidArgument(name, ": rank ", rank, ": the MPI backend works on host memory but got a "
-                           "stream on ", stream.device.ToString(),
+    return InvalidArgument(name, ": rank ", rank,
+                           ": the MPI backend works on host memory but got a "
+                           "stream on ",
+                           stream.device.ToString(),
                            stream.native != nullptr ? " with a native handle" : "",
                            "; use the NCCL communicator for device buffers");
   }
@@ -212,8 +214,8 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
     return s;
   };
   int rank = -1, size = 0;
-  Status st = MpiStatus(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN),
-                        "MPI_Comm_set_errhandler", -1);
+  Status st =
+      MpiStatus(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", -1);
   if (st.ok()) st = MpiStatus(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", -1);
   if (st.ok()) st = MpiStatus(MPI_Comm_size(comm, &size), "MPI_Comm_size", rank);
   if (!st.ok()) return fail(st);
@@ -242,7 +244,9 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
 
   LOG_DEBUG << "MpiCommunicator: rank " << rank << " of " << size << ", node-local "
             << local.local_rank << " of " << local.local_size << ", check_args "
-            << (!options.check_args ? "off" : options.check_every_call ? "every call" : "first use")
+            << (!options.check_args        ? "off"
+                : options.check_every_call ? "every call"
+                                           : "first use")
             << (ps.we_initialized ? ", MPI initialised by shardema" : "");
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
   ps.live.insert(c.get());
@@ -350,7 +354,8 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       if (dtype == DType::kF32) {
         rc = MPI_Iallreduce(in_place ? MPI_IN_PLACE : c.send, recv, n, MPI_FLOAT, MPI_SUM, comm_,
                             &op->request);
-        if (avg) op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
+        if (avg)
+          op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
       } else {
         ConvertBuffer(c.send, dtype, temp, DType::kF32, count);
         rc = MPI_Iallreduce(MPI_IN_PLACE, temp, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
@@ -370,7 +375,8 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
         op->ring = std::move(r).value();
       } else if (dtype == DType::kF32 && !in_place) {
         rc = MPI_Ireduce_scatter_block(c.send, recv, n, MPI_FLOAT, MPI_SUM, comm_, &op->request);
-        if (avg) op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
+        if (avg)
+          op->finish = [recv, count, world] { DivideBy(static_cast<float*>(recv), count, world); };
       } else {
         if (dtype == DType::kF32) {
           // In place: reduce into a count-element temporary, copy it into the rank's slice.

@@ -15,12 +15,13 @@
 //
 // Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
 // buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
-// (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert the input to an f32 temporary when issued, reduce
-// in f32 (MPI_FLOAT, MPI_SUM) and convert back with one rounding at Wait(). kAvg divides the f32
-// sum by world_size() at Wait() (f32: in the recv buffer; bf16/f16: before rounding).
-// In place follows NCCL (framework/communicator.h): AllGather -> MPI_IN_PLACE; AllReduce ->
-// MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces into a count-element temporary
-// copied into place at Wait(), so the rest of the send buffer is left untouched.
+// (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert
+// the input to an f32 temporary when issued, reduce in f32 (MPI_FLOAT, MPI_SUM) and convert back
+// with one rounding at Wait(). kAvg divides the f32 sum by world_size() at Wait() (f32: in the recv
+// buffer; bf16/f16: before rounding). In place follows NCCL (framework/communicator.h): AllGather
+// -> MPI_IN_PLACE; AllReduce -> MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces
+// into a count-element temporary copied into place at Wait(), so the rest of the send buffer is
+// left untouched.
 //
 // Limits: counts above INT_MAX elements per call (MPI's int count) are rejected with
 // kInvalidArgument naming the count and the limit; callers split such buffers. Zero counts
@@ -40,8 +41,8 @@
 //   kResourceExhausted: a bf16/f16 f32 temporary could not be allocated (checked before the
 //     collective check, so peers see it as an invalid-argument rank).
 //
-// Barrier(): with check_args the signature all-reduce (run for every Barrier) is the barrier (so a Barrier
-// matched against another rank's collective is reported, not a hang); without, MPI_Barrier.
+// Barrier(): with check_args the signature all-reduce (run for every Barrier) is the barrier (so a
+// Barrier matched against another rank's collective is reported, not a hang); without, MPI_Barrier.
 //
 // MPI lifetime: Create() calls MPI_Init_thread(MPI_THREAD_SERIALIZED) if MPI is not initialised
 // yet and remembers that it did. FinalizeMpi() shuts down every live MpiCommunicator and calls

@@ -117,10 +117,12 @@ TEST_P(CollectiveTest, MatchesFormula) {
     case Op::kAllGather: {
       Buf recv(t, count * n), send(t, count);
       for (size_t i = 0; i < recv.size(); ++i) recv.set(i, kSentinel);
-      for (size_t i = 0; i < count; ++i) (in_place ? recv.set(r * count + i, Val(r, i)) : send.set(i, Val(r, i)));
+      for (size_t i = 0; i < count; ++i)
+        (in_place ? recv.set(r * count + i, Val(r, i)) : send.set(i, Val(r, i)));
       st = W()->AllGather(in_place ? recv.at(r * count) : send.data(), recv.data(), count, t);
       for (int q = 0; q < n; ++q) {
-        EXPECT_EQ(Diff(recv, q * count, count, [&](size_t i) { return Val(q, i); }), "") << "slice " << q;
+        EXPECT_EQ(Diff(recv, q * count, count, [&](size_t i) { return Val(q, i); }), "")
+            << "slice " << q;
       }
       if (!in_place) {
         EXPECT_EQ(Diff(send, 0, count, [&](size_t i) { return Val(r, i); }), "") << "send changed";
@@ -134,7 +136,10 @@ TEST_P(CollectiveTest, MatchesFormula) {
       Buf& out = in_place ? send : recv;
       const size_t out_begin = in_place ? r * count : 0;
       st = W()->ReduceScatter(send.data(), out.at(out_begin), count, t, opts);
-      EXPECT_EQ(Diff(out, out_begin, count, [&](size_t i) { return Reduced(r * count + i, red); }, tol), "");
+      EXPECT_EQ(
+          Diff(
+              out, out_begin, count, [&](size_t i) { return Reduced(r * count + i, red); }, tol),
+          "");
       // The rest of the send buffer is input only, in place or not.
       for (int q = 0; q < n; ++q) {
         if (in_place && q == r) continue;
@@ -148,7 +153,9 @@ TEST_P(CollectiveTest, MatchesFormula) {
       for (size_t i = 0; i < count; ++i) send.set(i, Val(r, i)), recv.set(i, kSentinel);
       Buf& out = in_place ? send : recv;
       st = W()->AllReduce(send.data(), out.data(), count, t, opts);
-      EXPECT_EQ(Diff(out, 0, count, [&](size_t i) { return Reduced(i, red); }, tol), "");
+      EXPECT_EQ(Diff(
+                    out, 0, count, [&](size_t i) { return Reduced(i, red); }, tol),
+                "");
       if (!in_place) {
         EXPECT_EQ(Diff(send, 0, count, [&](size_t i) { return Val(r, i); }), "") << "send changed";
       }
@@ -169,8 +176,8 @@ TEST_P(CollectiveTest, MatchesFormula) {
 std::string CaseName(const ::testing::TestParamInfo<CaseParam>& info) {
   const auto [op, t, count, in_place, red] = info.param;
   std::ostringstream os;
-  os << OpName(op) << "_" << DTypeName(t) << "_n" << count << (in_place ? "_inplace" : "_outofplace")
-     << "_" << ReduceOpName(red);
+  os << OpName(op) << "_" << DTypeName(t) << "_n" << count
+     << (in_place ? "_inplace" : "_outofplace") << "_" << ReduceOpName(red);
   return os.str();
 }
 
@@ -228,8 +235,9 @@ TEST(LargeTest, ReduceScatterBF16From64MiBAvg) {
   Status st = W()->ReduceScatter(send.data(), recv.data(), count, DType::kBF16, opts);
   EXPECT_TRUE(st.ok()) << st;
   const size_t base = Rank() * count;
-  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kAvg); },
-                 AvgTol(DType::kBF16)),
+  EXPECT_EQ(Diff(
+                recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kAvg); },
+                AvgTol(DType::kBF16)),
             "");
 }
 
@@ -255,7 +263,8 @@ TEST(AsyncTest, OutstandingOpsWaitedInShuffledOrder) {
     root.root = n - 1;
     std::vector<StatusOr<std::unique_ptr<Work>>> works;
     works.push_back(W()->AllGatherAsync(ag_send.data(), ag_recv.data(), count, DType::kF32));
-    works.push_back(W()->ReduceScatterAsync(rs_send.data(), rs_recv.data(), count, DType::kBF16, avg));
+    works.push_back(
+        W()->ReduceScatterAsync(rs_send.data(), rs_recv.data(), count, DType::kBF16, avg));
     works.push_back(W()->AllReduceAsync(ar_f16.data(), ar_f16.data(), count, DType::kF16));
     works.push_back(W()->BroadcastAsync(bc.data(), count, DType::kF16, root));
     works.push_back(W()->AllReduceAsync(ar_inplace.data(), ar_inplace.data(), count, DType::kF32));
@@ -278,8 +287,9 @@ TEST(AsyncTest, OutstandingOpsWaitedInShuffledOrder) {
     for (int q = 0; q < n; ++q) {
       EXPECT_EQ(Diff(ag_recv, q * count, count, [&](size_t i) { return Val(q, i, 1); }), "");
     }
-    EXPECT_EQ(Diff(rs_recv, 0, count, [&](size_t i) { return sum(r * count + i, 5) / n; },
-                   AvgTol(DType::kBF16)),
+    EXPECT_EQ(Diff(
+                  rs_recv, 0, count, [&](size_t i) { return sum(r * count + i, 5) / n; },
+                  AvgTol(DType::kBF16)),
               "");
     EXPECT_EQ(Diff(ar_f16, 0, count, [&](size_t i) { return sum(i, 2); }), "");
     EXPECT_EQ(Diff(bc, 0, count, [&](size_t i) { return Val(n - 1, i, 4); }), "");
@@ -377,7 +387,8 @@ TEST(ByteTest, AllGatherAndBroadcastMoveEveryByteValue) {
   ASSERT_TRUE(W()->AllGather(mine.data(), all.data(), mine.size(), DType::kU8).ok());
   for (int r = 0; r < Size(); ++r) {
     for (size_t i = 0; i < mine.size(); ++i) {
-      ASSERT_EQ(all[size_t(r) * 256 + i], uint8_t(i + size_t(r) * 37)) << "rank " << r << " byte " << i;
+      ASSERT_EQ(all[size_t(r) * 256 + i], uint8_t(i + size_t(r) * 37))
+          << "rank " << r << " byte " << i;
     }
   }
   std::vector<uint8_t> buf(7);  // an odd length
@@ -443,7 +454,8 @@ TEST(ErrorTest, NullBufferOnOneRank) {
   Status st = W()->AllReduce(Rank() == bad ? nullptr : send.data(), recv.data(), 4, DType::kF32);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
   if (Rank() == bad) {
-    EXPECT_EQ(st.message(), "all_reduce: rank " + std::to_string(bad) + ": send buffer is null with count 4");
+    EXPECT_EQ(st.message(),
+              "all_reduce: rank " + std::to_string(bad) + ": send buffer is null with count 4");
   } else {
     EXPECT_TRUE(Contains(st, "another rank passed invalid arguments")) << st;
   }
@@ -470,7 +482,8 @@ TEST(ErrorTest, InvalidRoot) {
     Status st = W()->Broadcast(buf.data(), 2, DType::kF32, opts);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
     EXPECT_EQ(st.message(), "broadcast: rank " + std::to_string(Rank()) + ": root " +
-                                std::to_string(root) + " is not in [0, " + std::to_string(Size()) + ")");
+                                std::to_string(root) + " is not in [0, " + std::to_string(Size()) +
+                                ")");
   }
   ExpectStillInStep();
 }
@@ -555,10 +568,12 @@ TEST(LifecycleTest, ShutdownCompletesPendingWorkThenRefusesCalls) {
   EXPECT_EQ(Diff(recv, 0, count, [](size_t i) { return Reduced(i, ReduceOp::kSum); }), "");
 
   float x[2] = {1, 2}, y[4];
-  std::vector<Status> after = {
-      c->AllGather(x, y, 1, DType::kF32), c->ReduceScatter(y, x, 1, DType::kF32),
-      c->AllReduce(x, y, 2, DType::kF32), c->Broadcast(x, 2, DType::kF32), c->Barrier(),
-      c->AllReduce(nullptr, nullptr, 0, DType::kF32)};
+  std::vector<Status> after = {c->AllGather(x, y, 1, DType::kF32),
+                               c->ReduceScatter(y, x, 1, DType::kF32),
+                               c->AllReduce(x, y, 2, DType::kF32),
+                               c->Broadcast(x, 2, DType::kF32),
+                               c->Barrier(),
+                               c->AllReduce(nullptr, nullptr, 0, DType::kF32)};
   for (const Status& s : after) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
     EXPECT_TRUE(Contains(s, "shut down")) << s;
@@ -644,7 +659,8 @@ TEST(LifecycleTest, CheckArgsOff) {
   Status st = c->ReduceScatter(send.data(), recv.data(), count, DType::kF32);
   EXPECT_TRUE(st.ok()) << st;
   const size_t base = Rank() * count;
-  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }), "");
+  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
+            "");
   EXPECT_TRUE(c->Barrier().ok());
   // A local error returns at once (here on every rank, so nobody waits).
   st = c->AllReduce(nullptr, recv.data(), count, DType::kF32);

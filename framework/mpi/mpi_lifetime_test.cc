@@ -43,8 +43,7 @@ TEST(MpiLifetimeTest, FinalizeShutsDownAndFinalizesOnce) {
   auto late = MpiCommunicator::Create();
   EXPECT_FALSE(late.ok());
   EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(late.status().message().find("already finalized"), std::string::npos)
-      << late.status();
+  EXPECT_NE(late.status().message().find("already finalized"), std::string::npos) << late.status();
   EXPECT_TRUE(MpiCommunicator::FinalizeMpi().ok()) << "FinalizeMpi is idempotent";
   c.reset();  // destroying after finalize is fine
   EXPECT_TRUE((*second)->Shutdown().ok());

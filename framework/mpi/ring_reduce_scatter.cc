@@ -11,9 +11,11 @@ namespace {
 int Mod(int a, int w) { return ((a % w) + w) % w; }
 }  // namespace
 
-StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(
-    MPI_Comm comm, int rank, int world, const float* in, float* out, float* temp, size_t count,
-    bool average, int tag, size_t chunk_elems) {
+StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(MPI_Comm comm, int rank,
+                                                                      int world, const float* in,
+                                                                      float* out, float* temp,
+                                                                      size_t count, bool average,
+                                                                      int tag, size_t chunk_elems) {
   std::unique_ptr<RingReduceScatter> op(new RingReduceScatter);
   op->comm_ = comm;
   op->rank_ = rank;
@@ -42,9 +44,7 @@ StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(
   return op;
 }
 
-const float* RingReduceScatter::InBlock(int block) const {
-  return in_ + size_t(block) * count_;
-}
+const float* RingReduceScatter::InBlock(int block) const { return in_ + size_t(block) * count_; }
 
 Status RingReduceScatter::Post(Chunk& c) {
   const int s = c.step;

@@ -55,9 +55,8 @@ class RingReduceScatter {
   // Posts the first step's messages. chunk_elems == 0: one chunk per block.
   static StatusOr<std::unique_ptr<RingReduceScatter>> Start(MPI_Comm comm, int rank, int world,
                                                             const float* in, float* out,
-                                                            float* temp, size_t count,
-                                                            bool average, int tag,
-                                                            size_t chunk_elems);
+                                                            float* temp, size_t count, bool average,
+                                                            int tag, size_t chunk_elems);
   ~RingReduceScatter() = default;
   RingReduceScatter(const RingReduceScatter&) = delete;
   RingReduceScatter& operator=(const RingReduceScatter&) = delete;
@@ -74,8 +73,8 @@ class RingReduceScatter {
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // recv, send
   };
   RingReduceScatter() = default;
-  Status Post(Chunk& c);           // the messages of c.step
-  void Finish(Chunk& c);           // the last step's addition into out
+  Status Post(Chunk& c);  // the messages of c.step
+  void Finish(Chunk& c);  // the last step's addition into out
   const float* InBlock(int block) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -33,7 +33,7 @@ float RealVal(int r, size_t i) { return std::sin(float(i) * 0.37f + float(r) * 1
 
 // Reduce-scatters `count` per rank of f(rank, i) in `dtype` on `comm`; returns the f32 view.
 std::vector<float> RunRs(Communicator* comm, size_t count, DType dtype, ReduceOp op, bool in_place,
-                       float (*f)(int, size_t)) {
+                         float (*f)(int, size_t)) {
   const int rank = comm->rank(), world = comm->world_size();
   const size_t es = DTypeSize(dtype), full = count * size_t(world);
   std::vector<char> send(full * es + 1), recv(count * es + 1);
@@ -59,8 +59,8 @@ TEST(RingReduceScatterTest, MatchesTheMpiLibraryExactlyOnExactSums) {
         for (size_t count : {size_t(0), size_t(1), size_t(15), size_t(17), size_t(1001)}) {
           std::vector<float> a = RunRs(ring.get(), count, dtype, op, in_place, IntVal);
           std::vector<float> b = RunRs(mpi.get(), count, dtype, op, in_place, IntVal);
-          EXPECT_EQ(a, b) << DTypeName(dtype) << " " << ReduceOpName(op) << " in_place "
-                          << in_place << " count " << count << " world " << world;
+          EXPECT_EQ(a, b) << DTypeName(dtype) << " " << ReduceOpName(op) << " in_place " << in_place
+                          << " count " << count << " world " << world;
           // And against the formula (sum of exact small integers, / world for the average).
           for (size_t i = 0; i < count && dtype == DType::kF32 && op == ReduceOp::kSum; ++i) {
             float want = 0;
@@ -83,7 +83,9 @@ TEST(RingReduceScatterTest, AgreesWithTheMpiLibraryWithinRoundingOnRealValues) {
     std::vector<float> a = RunRs(ring.get(), count, dtype, ReduceOp::kAvg, false, RealVal);
     std::vector<float> b = RunRs(mpi.get(), count, dtype, ReduceOp::kAvg, false, RealVal);
     // f32: a few ulps of the sum's magnitude; 16-bit: one unit of the type's precision.
-    const float tol = dtype == DType::kF32 ? 1e-6f * float(world) : dtype == DType::kBF16 ? 0.02f : 0.004f;
+    const float tol = dtype == DType::kF32    ? 1e-6f * float(world)
+                      : dtype == DType::kBF16 ? 0.02f
+                                              : 0.004f;
     for (size_t i = 0; i < count; ++i) {
       ASSERT_NEAR(a[i], b[i], tol * std::max(1.f, std::fabs(b[i]))) << DTypeName(dtype) << " " << i;
     }

@@ -65,7 +65,8 @@ Status CheckAsyncError(CommState& state, const char* op) {
   if (!state.broken.ok()) return state.broken;
   if (state.comm == nullptr) return Status::Ok();  // shut down: nothing left to fail
   ncclResult_t async = ncclSuccess;
-  RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(state.comm, &async), op, state.rank, state.comm));
+  RETURN_IF_ERROR(
+      NcclStatus(ncclCommGetAsyncError(state.comm, &async), op, state.rank, state.comm));
   Status st = NcclStatus(async, op, state.rank, state.comm);
   if (!st.ok()) {
     ncclCommAbort(state.comm);
@@ -136,8 +137,9 @@ Status CheckDevicePointer(const void* p, const char* which, Device device, const
                            device.ToString());
   }
   if (attr.type == cudaMemoryTypeDevice && attr.device != device.index) {
-    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p, " is memory of cuda:",
-                           attr.device, " but the communicator is on ", device.ToString());
+    return InvalidArgument(op, ": rank ", rank, ": ", which, " ", p,
+                           " is memory of cuda:", attr.device, " but the communicator is on ",
+                           device.ToString());
   }
   return Status::Ok();
 }
@@ -188,8 +190,8 @@ StatusOr<bool> NcclWork::Done() const {
 // Creation and shutdown
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm bootstrap,
-                                                                      Device device,
-                                                                      const CommOptions& options) {
+                                                                     Device device,
+                                                                     const CommOptions& options) {
   return CreateImpl(bootstrap, device, options);
 }
 
@@ -325,8 +327,8 @@ Status NcclCommunicator::SetUpLocal() {
   RETURN_IF_ERROR(CudaStatus(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
                              "cudaMemPoolSetAttribute"));
   RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc"));
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(scratch_, 0, sizeof(float), Native(stream_)),
-                             "cudaMemsetAsync"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(scratch_, 0, sizeof(float), Native(stream_)), "cudaMemsetAsync"));
   return Status::Ok();
 }
 
@@ -358,8 +360,8 @@ Status NcclCommunicator::Release(bool finalize) {
     }
     if (state_->comm != nullptr) {  // WaitPolling may have aborted it
       if (finalize) {
-        keep_first(NcclStatus(ncclCommFinalize(state_->comm), "ncclCommFinalize", rank_,
-                              state_->comm));
+        keep_first(
+            NcclStatus(ncclCommFinalize(state_->comm), "ncclCommFinalize", rank_, state_->comm));
         keep_first(NcclStatus(ncclCommDestroy(state_->comm), "ncclCommDestroy", rank_));
       } else {
         ncclCommAbort(state_->comm);
@@ -374,7 +376,8 @@ Status NcclCommunicator::Release(bool finalize) {
   input_ready_ = CudaEvent();
   if (state_ != nullptr) state_->spare_events.clear();
   if (pool_ != nullptr) {
-    keep_first(CudaStatus(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_)), "cudaMemPoolDestroy"));
+    keep_first(
+        CudaStatus(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_)), "cudaMemPoolDestroy"));
     pool_ = nullptr;
   }
   if (scratch_ != nullptr) {
@@ -396,7 +399,8 @@ Status NcclCommunicator::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
   Status st = Release(true);
-  return st.ok() ? st : st.WithContext("NcclCommunicator::Shutdown on rank " + std::to_string(rank_));
+  return st.ok() ? st
+                 : st.WithContext("NcclCommunicator::Shutdown on rank " + std::to_string(rank_));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,7 +435,8 @@ StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
   }
   if (pointers && call.count > 0) {
     const bool bcast = call.kind == CollectiveKind::kBroadcast;
-    RETURN_IF_ERROR(CheckDevicePointer(call.send, bcast ? "buffer" : "send buffer", device_, op, rank_));
+    RETURN_IF_ERROR(
+        CheckDevicePointer(call.send, bcast ? "buffer" : "send buffer", device_, op, rank_));
     if (!bcast) RETURN_IF_ERROR(CheckDevicePointer(call.recv, "recv buffer", device_, op, rank_));
   }
   return caller;
@@ -466,10 +471,10 @@ Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
   // Widened bf16/f16 reduction: to f32, reduce (in place in the temporary), round back once.
   const size_t n = c.send_elems(world_size_);
   void* tmp = nullptr;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMallocFromPoolAsync(&tmp, NcclTemporaryBytes(c, world_size_, options_),
-                              static_cast<cudaMemPool_t>(pool_), s),
-      "cudaMallocFromPoolAsync of the f32 temporary"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMallocFromPoolAsync(&tmp, NcclTemporaryBytes(c, world_size_, options_),
+                                         static_cast<cudaMemPool_t>(pool_), s),
+                 "cudaMallocFromPoolAsync of the f32 temporary"));
   float* wide = static_cast<float*>(tmp);
   float* out = c.kind == CollectiveKind::kReduceScatter ? wide + size_t(rank_) * c.count : wide;
   Status st = LaunchConvert(c.send, c.dtype, wide, DType::kF32, n, s);

@@ -194,8 +194,8 @@ class NcclCommunicator final : public CallCommunicator {
   ArgCheckPolicy arg_checks_;
   std::shared_ptr<nccl_internal::CommState> state_;
   OwnedStream stream_;
-  CudaEvent input_ready_;  // re-recorded on the caller's stream by every call
-  void* pool_ = nullptr;   // cudaMemPool_t of the widened reductions' f32 temporaries
+  CudaEvent input_ready_;    // re-recorded on the caller's stream by every call
+  void* pool_ = nullptr;     // cudaMemPool_t of the widened reductions' f32 temporaries
   void* scratch_ = nullptr;  // one f32 on the device, for Barrier
   bool shut_down_ = false;
   int poll_id_ = 0;  // framework/host_wait.h registration, while the NCCL comm exists

@@ -17,10 +17,9 @@ Status NcclWork::WaitHost() { return NoCuda("WaitHost"); }
 StatusOr<bool> NcclWork::Done() const { return NoCuda("Done"); }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MPI_Comm, Device device,
-                                                                      const CommOptions&) {
+                                                                     const CommOptions&) {
   if (!device.is_cuda()) {
-    return InvalidArgument("NcclCommunicator: device ", device.ToString(),
-                           " is not a CUDA device");
+    return InvalidArgument("NcclCommunicator: device ", device.ToString(), " is not a CUDA device");
   }
   return NoCuda("Create");
 }

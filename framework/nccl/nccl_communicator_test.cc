@@ -65,7 +65,6 @@ float HalfSumTolerance(size_t j, int world, DType t, ReduceOp op) {
   return float(world * u * mag);
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Without a GPU
 
@@ -165,7 +164,9 @@ class NcclTest : public ::testing::Test {
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? std::move(w).value() : nullptr;
   }
-  static NcclWork* AsNccl(const std::unique_ptr<Work>& w) { return dynamic_cast<NcclWork*>(w.get()); }
+  static NcclWork* AsNccl(const std::unique_ptr<Work>& w) {
+    return dynamic_cast<NcclWork*>(w.get());
+  }
 
   static NcclCommunicator* comm_;
   static Status* created_;
@@ -182,8 +183,8 @@ std::string* NcclTest::skip_ = nullptr;
 // got (n elements of t) equals want exactly, or, for kAvg, within the rounding ncclAvg's scaling
 // may add (one unit in the last place of t).
 // With `tol` (one bound per element), got matches want within it instead.
-void ExpectElements(const Bytes& got, DType t, size_t n, const std::vector<float>& want,
-                    bool exact, const std::string& what, const std::vector<float>& tol = {}) {
+void ExpectElements(const Bytes& got, DType t, size_t n, const std::vector<float>& want, bool exact,
+                    const std::string& what, const std::vector<float>& tol = {}) {
   ASSERT_EQ(want.size(), n);
   if (!tol.empty()) {
     for (size_t i = 0; i < n; ++i) {
@@ -237,8 +238,7 @@ TEST_P(NcclDTypeTest, AllGatherInPlace) {
   Bytes init(n * es * world(), 0xEE);
   std::memcpy(&init[n * es * rank()], mine.data(), mine.size());
   Buffer buf = OnDevice(init.size(), init);
-  ASSERT_TRUE(
-      comm_->AllGather(buf.as<uint8_t>() + n * es * rank(), buf.data(), n, t, opts_).ok());
+  ASSERT_TRUE(comm_->AllGather(buf.as<uint8_t>() + n * es * rank(), buf.data(), n, t, opts_).ok());
   Bytes got = Read(buf.data(), init.size());
   for (int q = 0; q < world(); ++q) {
     ASSERT_EQ(Bytes(got.begin() + n * es * q, got.begin() + n * es * (q + 1)), Encode(t, n, q))
@@ -303,7 +303,8 @@ TEST_P(NcclDTypeTest, ReduceScatterInPlaceLeavesOtherSlices) {
   const DType t = GetParam();
   const size_t es = DTypeSize(t), n = 1003, total = n * world();
   Buffer buf = OnDevice(total * es, Encode(t, total, rank()));
-  ASSERT_TRUE(comm_->ReduceScatter(buf.data(), buf.as<uint8_t>() + n * es * rank(), n, t, opts_).ok());
+  ASSERT_TRUE(
+      comm_->ReduceScatter(buf.data(), buf.as<uint8_t>() + n * es * rank(), n, t, opts_).ok());
   Bytes got = Read(buf.data(), total * es);
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
@@ -411,9 +412,11 @@ TEST_F(NcclTest, SeveralOutstandingWaitedInReverse) {
   const size_t n = 4099;
   std::vector<Buffer> bufs;
   std::vector<std::unique_ptr<Work>> works;
-  for (int k = 0; k < kOps; ++k) bufs.push_back(OnDevice(n * 2, Encode(DType::kBF16, n, rank() + k)));
+  for (int k = 0; k < kOps; ++k)
+    bufs.push_back(OnDevice(n * 2, Encode(DType::kBF16, n, rank() + k)));
   for (int k = 0; k < kOps; ++k) {
-    works.push_back(Take(comm_->AllReduceAsync(bufs[k].data(), bufs[k].data(), n, DType::kBF16, opts_)));
+    works.push_back(
+        Take(comm_->AllReduceAsync(bufs[k].data(), bufs[k].data(), n, DType::kBF16, opts_)));
     ASSERT_TRUE(works.back() != nullptr);
   }
   for (int k = kOps - 1; k >= 0; --k) ASSERT_TRUE(AsNccl(works[k])->WaitHost().ok());
@@ -508,7 +511,8 @@ TEST_F(NcclTest, WidenedHalfReductionsRoundOnceAtAnyWorldSize) {
     Buffer recv = OnDevice(n * es);
     ASSERT_TRUE(c->ReduceScatter(send.data(), recv.data(), n, t, opts_).ok());
     std::vector<float> want(n);
-    for (size_t i = 0; i < n; ++i) want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
+    for (size_t i = 0; i < n; ++i)
+      want[i] = Reduced(size_t(rank()) * n + i, world(), ReduceOp::kSum);
     ExpectElements(Read(recv.data(), n * es), t, n, want, true, "widened reduce_scatter");
     ASSERT_TRUE(c->AllReduce(send.data(), recv.data(), n, t, opts_).ok());
     for (size_t i = 0; i < n; ++i) want[i] = Reduced(i, world(), ReduceOp::kSum);

@@ -20,8 +20,7 @@
 namespace shardema {
 
 // `comm` (may be null) supplies ncclGetLastError's text; rank -1 prints as "rank ?".
-Status NcclStatus(ncclResult_t result, const std::string& op, int rank,
-                  ncclComm_t comm = nullptr);
+Status NcclStatus(ncclResult_t result, const std::string& op, int rank, ncclComm_t comm = nullptr);
 
 }  // namespace shardema
 

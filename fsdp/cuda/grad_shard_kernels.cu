@@ -7,8 +7,8 @@
 #include <string>
 
 #include "framework/cuda/convert_kernels.h"
-#include "framework/cuda_error.h"
 #include "framework/cuda/vector_loop.cu.h"
+#include "framework/cuda_error.h"
 
 namespace shardema {
 namespace {
@@ -53,8 +53,9 @@ Status LaunchFold(float* mean, const void* x, int64_t n, float inv_count, cudaSt
 
 Status LaunchFoldMean(float* mean, const void* x, DType x_type, int64_t n, int64_t count,
                       void* stream) {
-  const std::string what = "LaunchFoldMean(" + std::string(DTypeName(x_type)) + ", n = " +
-                           std::to_string(n) + ", count = " + std::to_string(count) + ")";
+  const std::string what = "LaunchFoldMean(" + std::string(DTypeName(x_type)) +
+                           ", n = " + std::to_string(n) + ", count = " + std::to_string(count) +
+                           ")";
   if (x_type != DType::kF32 && x_type != DType::kBF16 && x_type != DType::kF16) {
     return InvalidArgument("LaunchFoldMean: unknown dtype ", int(x_type));
   }

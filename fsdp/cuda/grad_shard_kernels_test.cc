@@ -11,8 +11,8 @@
 #include <limits>
 #include <vector>
 
-#include "framework/dtype.h"
 #include "framework/cuda/cuda_test_util.h"
+#include "framework/dtype.h"
 
 namespace shardema {
 namespace {

@@ -20,12 +20,9 @@ cublasHandle_t AsHandle(void* h) { return static_cast<cublasHandle_t>(h); }
 
 StatusOr<cudaDataType_t> CudaTypeOf(DType t) {
   switch (t) {
-    case DType::kF32:
-      return CUDA_R_32F;
-    case DType::kBF16:
-      return CUDA_R_16BF;
-    case DType::kF16:
-      return CUDA_R_16F;
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
     default:
       return InvalidArgument("CublasGemm: input dtype ", DTypeName(t), " is not f32, bf16 or f16");
   }

@@ -255,7 +255,7 @@ TEST(ElementwiseKernelsTest, SkippedWithoutCuda) {
 }
 
 TEST(ElementwiseKernelsTest, CublasGemmIsUnavailableWithoutCuda) {
-  StatusOr<std::unique_ptr<CublasGemm> > g = CublasGemm::Create(Stream{Device::Cuda(0), nullptr});
+  StatusOr<std::unique_ptr<CublasGemm>> g = CublasGemm::Create(Stream{Device::Cuda(0), nullptr});
   EXPECT_EQ(g.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(g.status().message().find("--config=cuda"), std::string::npos) << g.status();
 }

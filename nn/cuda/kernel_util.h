@@ -40,26 +40,18 @@ inline Status CheckSizes(const char* what, int64_t a, int64_t b = 0, int64_t c =
 // Element i of an f32 / bf16 / f16 buffer, widened exactly to f32.
 __device__ __forceinline__ float LoadWidened(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::kBF16:
-      return BF16ToF32(static_cast<const uint16_t*>(p)[i]);
-    case DType::kF16:
-      return F16ToF32(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
+    case DType::kBF16: return BF16ToF32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
   }
 }
 
 // Stores v into element i of an f32 / bf16 / f16 buffer (rounded to nearest even).
 __device__ __forceinline__ void StoreRounded(void* p, DType t, int64_t i, float v) {
   switch (t) {
-    case DType::kBF16:
-      static_cast<uint16_t*>(p)[i] = F32ToBF16(v);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(p)[i] = F32ToF16(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = F32ToBF16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = F32ToF16(v); break;
+    default: static_cast<float*>(p)[i] = v;
   }
 }
 

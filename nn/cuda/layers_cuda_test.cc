@@ -85,7 +85,7 @@ TEST_F(LayersCudaTest, EmbeddingsMatchTheCpuBitForBit) {
   PositionEmbeddingForward(cpu, wpe.data(), B, T, C, out.data());
   ASSERT_TRUE(EmbeddingBackward(cpu, ids.data(), n, dout.data(), V, C, dwte.data(), true).ok());
   PositionEmbeddingBackward(cpu, dout.data(), B, T, C, dwpe.data());
-  int64_t *gids = Up(ids);
+  int64_t* gids = Up(ids);
   float *gout = Alloc<float>(out.size(), NAN), *gdwte = Alloc<float>(dwte.size(), 2.f),
         *gdwpe = Alloc<float>(dwpe.size(), NAN), *gdout = Up(dout);
   ASSERT_TRUE(LaunchEmbeddingForward(gids, n, Up(wte), DType::kF32, V, C, gout, false, s()).ok());
@@ -132,7 +132,7 @@ TEST_F(LayersCudaTest, AttentionMatchesTheCpu) {
 }
 
 TEST_F(LayersCudaTest, ArgumentErrors) {
-  float *x = Alloc<float>(8);
+  float* x = Alloc<float>(8);
   const StatusCode bad = StatusCode::kInvalidArgument;
   EXPECT_EQ(
       LaunchLayerNormForward(x, x, x, static_cast<DType>(9), 2, 4, 1e-5f, x, x, x, s()).code(),

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "framework/cuda/vector_loop.cu.h"
 #include "framework/cuda_error.h"
 #include "framework/dtype.h"
-#include "framework/cuda/vector_loop.cu.h"
 #include "optim/fused_step_scalars.h"
 
 namespace shardema {
@@ -47,8 +47,8 @@ size_t SlotBytes(EmaStorage storage) { return DTypeSize(EmaStorageDType(storage)
 __device__ __forceinline__ void AdamWElement(const AdamWScalars& s, float g, float& p, float& m,
                                              float& v) {
   const float gi = __fmul_rn(g, s.grad_scale);
-  const float pi = __fmul_rn(p, s.decay);                                // param.mul_(1 - lr*wd)
-  m = __fmaf_rn(gi, s.one_minus_beta1, __fmul_rn(m, s.beta1));           // mul_(b1).add_(g, 1-b1)
+  const float pi = __fmul_rn(p, s.decay);                       // param.mul_(1 - lr*wd)
+  m = __fmaf_rn(gi, s.one_minus_beta1, __fmul_rn(m, s.beta1));  // mul_(b1).add_(g, 1-b1)
   v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, gi), gi, __fmul_rn(v, s.beta2));  // addcmul_
   const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
   p = __fadd_rn(pi, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));  // addcdiv_
@@ -68,7 +68,7 @@ __device__ __forceinline__ void SgdElement(const SgdScalars& s, float g, float& 
 __device__ __forceinline__ float EmaElement(const EmaScalars& s, float e, float p) {
   const float diff = __fsub_rn(p, e);
   return s.mode == EmaMode::kLerpLow
-             ? __fmaf_rn(diff, s.weight, e)               // self + w*(end-self)
+             ? __fmaf_rn(diff, s.weight, e)              // self + w*(end-self)
              : __fmaf_rn(-diff, s.one_minus_weight, p);  // end - (end-self)*(1-w)
 }
 
@@ -201,8 +201,9 @@ const char* OpName(Op op) {
 
 template <Op kOp, int kSlots>
 Status LaunchWithSlots(const StepParams& params, cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const unsigned blocks, (cuda_internal::GridFor<StepKernel<kOp, kSlots>>(
-                                              cuda_internal::PlanWork(params.plan))));
+  ASSIGN_OR_RETURN(
+      const unsigned blocks,
+      (cuda_internal::GridFor<StepKernel<kOp, kSlots>>(cuda_internal::PlanWork(params.plan))));
   StepKernel<kOp, kSlots><<<blocks, cuda_internal::kThreads, 0, stream>>>(params);
   return CudaLastErrorStatus("launching the fused step kernel");
 }
@@ -363,8 +364,8 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
 }
 
 Status EmaUpdateCuda(float* ema, const float* master, int64_t n, double beta, void* stream) {
-  const std::string what = "EmaUpdateCuda(n = " + std::to_string(n) + ", beta = " +
-                           std::to_string(beta) + ")";
+  const std::string what =
+      "EmaUpdateCuda(n = " + std::to_string(n) + ", beta = " + std::to_string(beta) + ")";
   if (n < 0) return InvalidArgument(what, ": n is negative");
   Status st = CheckBeta(beta, 0);
   if (!st.ok()) return st.WithContext(what);

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/dtype.h"
 #include "framework/cuda/cuda_test_util.h"
+#include "framework/dtype.h"
 #include "optim/fused_step.h"
 #include "tests/reference_optim.h"
 
@@ -119,8 +119,8 @@ void RunCpu(const Case& c, State& s) {
   for (size_t k = 0; k < c.betas.size(); ++k) targets.push_back({s.emas[k].data(), c.betas[k]});
   void* compute = c.compute_dtype == DType::kF32 ? static_cast<void*>(s.compute32.data())
                                                  : static_cast<void*>(s.compute16.data());
-  FusedStepCpu(ArgsFor(c, s.grad.data(), s.master.data(), s.m.data(), s.v.data(), compute,
-                       targets));
+  FusedStepCpu(
+      ArgsFor(c, s.grad.data(), s.master.data(), s.m.data(), s.v.data(), compute, targets));
 }
 
 class FusedStepCudaTest : public cuda_test::CudaTest {
@@ -139,14 +139,14 @@ class FusedStepCudaTest : public cuda_test::CudaTest {
       e.push_back(Upload(s.emas[k], o.ema));
       targets.push_back({e.back().ptr, c.betas[k]});
     }
-    void* compute = c.compute_dtype == DType::kF32 ? static_cast<void*>(c32.ptr)
-                                                   : static_cast<void*>(c16.ptr);
+    void* compute =
+        c.compute_dtype == DType::kF32 ? static_cast<void*>(c32.ptr) : static_cast<void*>(c16.ptr);
     for (int t = 0; t < steps; ++t) {
       Case ct = c;
       ct.step = c.step + t;
       ct.first_step = c.first_step && t == 0;
-      const Status st = FusedStepCuda(ArgsFor(ct, g.ptr, p.ptr, m.ptr, v.ptr, compute, targets),
-                                      stream());
+      const Status st =
+          FusedStepCuda(ArgsFor(ct, g.ptr, p.ptr, m.ptr, v.ptr, compute, targets), stream());
       ASSERT_TRUE(st.ok()) << st << " for " << c.Describe();
     }
     s.grad = Download(g);
@@ -354,8 +354,8 @@ TEST_F(FusedStepCudaTest, BetaOneSlotMemoryIsNeverAccessed) {
   DeviceArray<float> g = Upload(gpu.grad), p = Upload(gpu.master), m = Upload(gpu.m),
                      v = Upload(gpu.v), e = Upload(gpu.emas[0]);
   const std::vector<EmaTarget> targets = {{nullptr, 1.0}, {e.ptr, 0.9}, {nullptr, 1.0}};
-  const Status st = FusedStepCuda(ArgsFor(c, g.ptr, p.ptr, m.ptr, v.ptr, nullptr, targets),
-                                  stream());
+  const Status st =
+      FusedStepCuda(ArgsFor(c, g.ptr, p.ptr, m.ptr, v.ptr, nullptr, targets), stream());
   ASSERT_TRUE(st.ok()) << st;
   Sync();
   EXPECT_EQ(CompareBits("master", Download(p), cpu.master), "");
@@ -385,8 +385,7 @@ TEST_F(FusedStepCudaTest, AdamWAndEmaWithinFloat64ReferenceBounds) {
     const double update = double(before.master[i]) * (1 - h.lr * h.weight_decay) - p;
     ASSERT_NEAR(s.m[i], m, 4e-7 * (std::fabs(m) + std::fabs(g))) << i;
     ASSERT_NEAR(s.v[i], v, 4e-7 * v) << i;
-    ASSERT_NEAR(s.master[i], p, 4e-7 * std::fabs(before.master[i]) + 2e-6 * std::fabs(update))
-        << i;
+    ASSERT_NEAR(s.master[i], p, 4e-7 * std::fabs(before.master[i]) + 2e-6 * std::fabs(update)) << i;
     // EMA slots against the float64 lerp of the device's own new master.
     for (size_t k = 0; k < c.betas.size(); ++k) {
       double e = before.emas[k][i];
@@ -554,8 +553,7 @@ TEST_F(FusedStepCudaArgsTest, EmptyRangesAndNoOpsLaunchNothing) {
   EXPECT_TRUE(FusedStepCuda(a, nullptr).ok());
   EXPECT_TRUE(EmaUpdateCuda(nullptr, nullptr, 0, 0.5, nullptr).ok());
   EXPECT_TRUE(EmaUpdateCuda(arena_, arena_ + 16, 16, 1.0, nullptr).ok()) << "beta 1 is a no-op";
-  EXPECT_EQ(EmaUpdateCuda(nullptr, arena_, 16, 0.5, nullptr).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EmaUpdateCuda(nullptr, arena_, 16, 0.5, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(EmaUpdateCuda(arena_, arena_ + 8, 16, 0.5, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(EmaUpdateCuda(arena_, arena_ + 16, 16, 2.0, nullptr).code(),

@@ -1,7 +1,8 @@
 // FusedStepCuda with bf16 EMA storages (bf16, bf16_sr, delta_bf16, delta_bf16_sr) on a GPU: bit
 // for bit against FusedStepCpu for AdamW and SGD, odd sizes and offsets (vector and scalar
 // paths), a nonzero global_begin, beta 1 (a delta slot still moves, a bf16 slot does not), beta 0
-// and more slots than one launch takes (the delta slots are put in the optimizer's launch). Skips without CUDA.
+// and more slots than one launch takes (the delta slots are put in the optimizer's launch). Skips
+// without CUDA.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -88,15 +89,12 @@ class FusedStepStorageCudaTest : public cuda_test::CudaTest {
 };
 
 TEST_F(FusedStepStorageCudaTest, EveryStorageMatchesCpuBitForBit) {
-  const std::vector<Slot> slots = {{EmaStorage::kDeltaBF16, 0.99},
-                                   {EmaStorage::kBF16Sr, 0.9},
-                                   {EmaStorage::kBF16, 0.3},
-                                   {EmaStorage::kDeltaBF16, 1.0},
-                                   {EmaStorage::kBF16, 1.0},
-                                   {EmaStorage::kBF16Sr, 0.0},
-                                   {EmaStorage::kDeltaBF16, 0.0},
-                                   {EmaStorage::kDeltaBF16Sr, 0.999},
-                                   {EmaStorage::kDeltaBF16Sr, 1.0}};
+  const std::vector<Slot> slots = {
+      {EmaStorage::kDeltaBF16, 0.99}, {EmaStorage::kBF16Sr, 0.9},
+      {EmaStorage::kBF16, 0.3},       {EmaStorage::kDeltaBF16, 1.0},
+      {EmaStorage::kBF16, 1.0},       {EmaStorage::kBF16Sr, 0.0},
+      {EmaStorage::kDeltaBF16, 0.0},  {EmaStorage::kDeltaBF16Sr, 0.999},
+      {EmaStorage::kDeltaBF16Sr, 1.0}};
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
     for (int64_t n : {1, 3, 8, 1000, 4099}) {
       for (size_t offset : {0, 1, 3}) ExpectMatchesCpu(kind, n, offset, slots);

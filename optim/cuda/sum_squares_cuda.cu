@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/cuda_error.h"
 #include "framework/cuda/vector_loop.cu.h"
+#include "framework/cuda_error.h"
 
 namespace shardema {
 namespace {

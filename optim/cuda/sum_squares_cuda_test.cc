@@ -40,8 +40,8 @@ class SumSquaresCudaTest : public cuda_test::CudaTest {
   double Run(const DeviceArray<float>& dx, size_t begin, size_t end, bool accumulate,
              double initial = 0.0) {
     SetOut(initial);
-    const Status st = SumSquaresCuda(dx.ptr + begin, int64_t(end - begin), workspace_.ptr,
-                                     out_.ptr, accumulate, stream());
+    const Status st = SumSquaresCuda(dx.ptr + begin, int64_t(end - begin), workspace_.ptr, out_.ptr,
+                                     accumulate, stream());
     EXPECT_TRUE(st.ok()) << st;
     return Download(out_)[0];
   }
@@ -139,14 +139,12 @@ TEST(SumSquaresCudaArgsTest, RejectsBadArguments) {
   float x[4] = {};
   double ws[kSumSquaresWorkspaceDoubles] = {}, out = 0;
   EXPECT_EQ(SumSquaresCuda(x, -1, ws, &out, false, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SumSquaresCuda(x, 4, ws, nullptr, false, nullptr).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SumSquaresCuda(x, 4, ws, nullptr, false, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SumSquaresCuda(nullptr, 4, ws, &out, false, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(SumSquaresCuda(x, 4, nullptr, &out, false, nullptr).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(SumSquaresCuda(x, 4, ws, ws + 5, false, nullptr).code(),
-            StatusCode::kInvalidArgument)
+  EXPECT_EQ(SumSquaresCuda(x, 4, ws, ws + 5, false, nullptr).code(), StatusCode::kInvalidArgument)
       << "out inside the workspace";
   EXPECT_TRUE(SumSquaresCuda(nullptr, 0, nullptr, &out, /*accumulate=*/true, nullptr).ok());
 }
