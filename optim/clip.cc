@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "framework/fault_injection.h"
@@ -21,19 +22,11 @@ namespace {
 constexpr size_t kBytesPerDouble = sizeof(double);
 
 // The partial a rank sends when its local sum of squares failed: a NaN with a payload no
-// arithmetic produces, recognised bit for bit (the exchange moves bytes).
-constexpr uint64_t kFailedPartialBits = 0x7FF4'6661'696C'6564ULL;
-
+// arithmetic produces (optim/step_decision.h), recognised bit for bit (the exchange moves bytes).
 double FailedPartial() {
   double d;
   std::memcpy(&d, &kFailedPartialBits, sizeof(d));
   return d;
-}
-
-bool IsFailedPartial(double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof(bits));
-  return bits == kFailedPartialBits;
 }
 
 // sqrt of the partial sums added in rank order: identical on every rank. `local` is this rank's
@@ -43,7 +36,7 @@ StatusOr<double> NormFromPartials(const double* partials, int world_size, const 
   if (!local.ok()) return local.WithContext("global gradient norm");
   double total = 0.0;
   for (int r = 0; r < world_size; ++r) {
-    if (IsFailedPartial(partials[r])) {
+    if (IsFailedPartialValue(partials[r])) {
       return Internal("global gradient norm: rank ", r, " failed computing its sum of squares ",
                       "before the all-gather (its log names the error)");
     }
@@ -86,8 +79,9 @@ StatusOr<DeviceGradNorm> DeviceGradNorm::Create(Device device, int world_size) {
 #endif
 }
 
-StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, int64_t n,
-                                         Stream stream) {
+Status DeviceGradNorm::Enqueue(Communicator* comm, const float* grad, int64_t n, Stream stream,
+                               Status* local_failure) {
+  *local_failure = Status::Ok();
   if (comm == nullptr) return InvalidArgument("DeviceGradNorm: communicator is null");
   if (grad == nullptr && n > 0) return InvalidArgument("DeviceGradNorm: gradient is null");
   if (comm->world_size() != world_size_) {
@@ -117,7 +111,27 @@ StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, 
   opts.stream = stream;
   Status st = comm->AllGather(local, partials, kBytesPerDouble, DType::kU8, opts);
   if (!st.ok()) return st.WithContext("global gradient norm");
-  RETURN_IF_ERROR(CopyBytes(host_partials_.data(), Device::Cpu(), partials, device_,
+  *local_failure = std::move(local_st);
+  return Status::Ok();
+#else
+  return Unavailable("DeviceGradNorm: this binary was built without --config=cuda");
+#endif
+}
+
+const double* DeviceGradNorm::device_partials() const {
+#if SHARDEMA_WITH_CUDA
+  return device_scratch_.as<double>() + kSumSquaresWorkspaceDoubles + 1;
+#else
+  return nullptr;
+#endif
+}
+
+StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, int64_t n,
+                                         Stream stream) {
+#if SHARDEMA_WITH_CUDA
+  Status local_st;
+  RETURN_IF_ERROR(Enqueue(comm, grad, n, stream, &local_st));
+  RETURN_IF_ERROR(CopyBytes(host_partials_.data(), Device::Cpu(), device_partials(), device_,
                             size_t(world_size_) * sizeof(double), stream));
   RETURN_IF_ERROR(SynchronizeStream(stream));
   return NormFromPartials(host_partials_.as<double>(), world_size_, local_st);
@@ -126,9 +140,6 @@ StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, 
 #endif
 }
 
-double ClipCoefficient(double norm, double max_norm) {
-  if (!(max_norm > 0.0) || !std::isfinite(norm)) return 1.0;
-  return std::min(1.0, max_norm / (norm + 1e-6));
-}
+double ClipCoefficient(double norm, double max_norm) { return ClipCoefficientOf(norm, max_norm); }
 
 }  // namespace shardema

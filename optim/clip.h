@@ -16,9 +16,12 @@
 // (NCCL): ONE SumSquaresCuda pass over the shard into a device double (deterministic; it differs
 // from SumSquaresCpu by summation order only, ~1e-15 relative), the same bit-exact all_gather of
 // the partials on the device, ONE device->host copy of the world_size partials (the only host
-// synchronization), and the same rank-order sum. Every rank gets the same bits.
+// synchronization), and the same rank-order sum. Every rank gets the same bits. Enqueue is the
+// first half without any host wait: the partials stay in device memory (device_partials()) for
+// the optimizer's step-decision kernel (optim/step_decision.h, optim/cuda/step_decision_cuda.h).
 //
-// ClipCoefficient: min(1, max_norm / (norm + 1e-6)), PyTorch's formula; max_norm <= 0 disables
+// ClipCoefficient: min(1, max_norm / (norm + 1e-6)), PyTorch's formula (ClipCoefficientOf of
+// optim/step_decision.h, which the device shares); max_norm <= 0 disables
 // clipping (1). Non-finite norms give 1 (the caller skips the step instead).
 //
 // Threading: GlobalGradNorm and DeviceGradNorm::Compute are collectives (one thread per
@@ -51,6 +54,15 @@ class DeviceGradNorm {
   // sums reach the host. Collective. Errors: kInvalidArgument (null comm or grad with n > 0, a
   // comm of another world size, a stream of another device); CUDA and communicator errors.
   StatusOr<double> Compute(Communicator* comm, const float* grad, int64_t n, Stream stream);
+  // Queues the local sum of squares and the all-gather on `stream` and returns without waiting:
+  // device_partials() holds the world_size partials once that work is done on the stream. A
+  // local failure (kernel launch, injected fault) is folded into the exchange (the marker
+  // partial) and returned in *local_failure with OK; a non-OK return means no exchange was
+  // queued (argument errors as Compute's, communicator errors). Collective.
+  Status Enqueue(Communicator* comm, const float* grad, int64_t n, Stream stream,
+                 Status* local_failure);
+  // world_size doubles of device memory (null without CUDA).
+  const double* device_partials() const;
 
   Device device() const { return device_; }
 

@@ -253,7 +253,23 @@ int ThreadsFor(int requested, int64_t n) {
 
 }  // namespace
 
+FusedStepArgs CandidateArgs(const FusedStepArgs& a, int c) {
+  FusedStepArgs r = a;
+  r.step = a.step + c;
+  r.lr = a.lr_candidates[c];
+  r.first_step = a.first_step && c == 0;
+  r.decision = nullptr;
+  r.num_candidates = 1;
+  return r;
+}
+
 void FusedStepCpu(const FusedStepArgs& args) {
+  if (args.decision != nullptr) {
+    if (args.decision->skip != 0) return;
+    FusedStepArgs decided = CandidateArgs(args, args.decision->candidate);
+    decided.grad_scale = args.decision->clip_coef;
+    return FusedStepCpu(decided);
+  }
   const int64_t n = args.n;
   if (n <= 0) return;
   Plan plan;

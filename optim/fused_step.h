@@ -50,6 +50,7 @@
 
 #include "framework/dtype.h"
 #include "framework/ema_storage.h"
+#include "optim/step_decision.h"
 
 namespace shardema {
 
@@ -89,6 +90,17 @@ struct FusedStepArgs {
   bool nesterov = false;
   bool first_step = false;  // momentum buffer is initialised from g on the first step
 
+  // A step decided on the device (optim/step_decision.h). Null: the pass runs as the fields above
+  // say. Non-null (memory the kernel's processor reads: device memory for FusedStepCuda, host
+  // memory for FusedStepCpu), the pass reads it when it runs: skip != 0 writes nothing (master,
+  // moments, compute copy and every EMA slot stay as they are); otherwise it runs with
+  // CandidateArgs(*this, candidate) and grad_scale = clip_coef. Requires 1 <= num_candidates <=
+  // kMaxStepCandidates and a candidate in [0, num_candidates).
+  const StepDecision* decision = nullptr;
+  int num_candidates = 1;
+  // lr of candidate c (c = 0 included; `lr` is ignored while decision is set).
+  double lr_candidates[kMaxStepCandidates] = {};
+
   // Threads this call may use: 1 = the calling thread only; 0 = one per hardware thread. Extra
   // threads are only started for ranges of at least kFusedStepMinPerThread elements each, where
   // they raise the memory bandwidth; results are identical for any value.
@@ -97,6 +109,11 @@ struct FusedStepArgs {
 
 // Smallest range, in elements, handed to an extra thread (thread start-up costs ~20 us).
 inline constexpr int64_t kFusedStepMinPerThread = int64_t{1} << 20;
+
+// Candidate c of a decided step: step + c, lr_candidates[c], first_step only for c == 0 (the
+// update count is c higher), no decision. The other fields as in `a`. Precondition: c in
+// [0, a.num_candidates).
+FusedStepArgs CandidateArgs(const FusedStepArgs& a, int c);
 
 // Runs the fused pass on the CPU. The arrays must not overlap one another (the compute copy may
 // not alias master). Preconditions (not checked in release builds, as for any kernel): non-null

@@ -122,8 +122,11 @@ struct StepParams {
   float* exp_avg_sq;
   void* compute;  // null: no compute copy
   DType compute_dtype;
-  AdamWScalars adamw;
-  SgdScalars sgd;
+  // Null: candidate 0 with its own grad_scale. Else read when the kernel runs: skip returns at
+  // once; the candidate picks the scalars and clip_coef replaces their grad_scale.
+  const StepDecision* decision;
+  AdamWScalars adamw[kMaxStepCandidates];
+  SgdScalars sgd[kMaxStepCandidates];
   int num_emas;
   EmaSlot emas[kCudaEmaSlotsPerLaunch];
   int64_t global_begin;  // FusedStepArgs::global_begin (stochastic slots)
@@ -134,6 +137,8 @@ struct StepParams {
 template <Op kOp, int kSlots>
 struct StepBody {
   const StepParams& a;
+  AdamWScalars adamw;  // the decided candidate's
+  SgdScalars sgd;
 
   template <int W>
   __device__ __forceinline__ void Run(int64_t i) const {
@@ -147,7 +152,7 @@ struct StepBody {
       v = LoadF32<W>(a.exp_avg_sq, i);
     }
     if constexpr (kOp == Op::kSgd) {
-      if (a.sgd.has_momentum && !a.sgd.first_step) m = LoadF32<W>(a.exp_avg, i);
+      if (sgd.has_momentum && !sgd.first_step) m = LoadF32<W>(a.exp_avg, i);
     }
     Lanes<W> e[kSlots > 0 ? kSlots : 1] = {};
 #pragma unroll
@@ -159,14 +164,14 @@ struct StepBody {
 
     if constexpr (kOp == Op::kAdamW) {
 #pragma unroll
-      for (int k = 0; k < W; ++k) AdamWElement(a.adamw, g.v[k], p.v[k], m.v[k], v.v[k]);
+      for (int k = 0; k < W; ++k) AdamWElement(adamw, g.v[k], p.v[k], m.v[k], v.v[k]);
       StoreF32<W>(a.exp_avg, i, m);
       StoreF32<W>(a.exp_avg_sq, i, v);
       StoreF32<W>(a.master, i, p);
     } else if constexpr (kOp == Op::kSgd) {
 #pragma unroll
-      for (int k = 0; k < W; ++k) SgdElement(a.sgd, g.v[k], p.v[k], m.v[k]);
-      if (a.sgd.has_momentum) StoreF32<W>(a.exp_avg, i, m);
+      for (int k = 0; k < W; ++k) SgdElement(sgd, g.v[k], p.v[k], m.v[k]);
+      if (sgd.has_momentum) StoreF32<W>(a.exp_avg, i, m);
       StoreF32<W>(a.master, i, p);
     }
     if (a.compute != nullptr) {
@@ -187,7 +192,18 @@ struct StepBody {
 template <Op kOp, int kSlots>
 __global__ void __launch_bounds__(cuda_internal::kThreads)
     StepKernel(const __grid_constant__ StepParams params) {
-  cuda_internal::RunPlan(params.plan, StepBody<kOp, kSlots>{params});
+  int c = 0;
+  float scale = params.adamw[0].grad_scale;
+  if (params.decision != nullptr) {
+    const StepDecision* d = params.decision;
+    if (d->skip != 0) return;  // a skipped step: nothing is written
+    c = d->candidate;
+    scale = d->clip_coef;
+  }
+  StepBody<kOp, kSlots> body{params, params.adamw[c], params.sgd[c]};
+  body.adamw.grad_scale = scale;
+  body.sgd.grad_scale = scale;
+  cuda_internal::RunPlan(params.plan, body);
 }
 
 const char* OpName(Op op) {
@@ -278,6 +294,10 @@ Status CheckArgs(const FusedStepArgs& a) {
     return InvalidArgument("unknown compute dtype ", int(a.compute_dtype));
   }
   if (a.num_emas < 0) return InvalidArgument("num_emas = ", a.num_emas, " is negative");
+  if (a.decision != nullptr && (a.num_candidates < 1 || a.num_candidates > kMaxStepCandidates)) {
+    return InvalidArgument("num_candidates = ", a.num_candidates, " is outside [1, ",
+                           kMaxStepCandidates, "]");
+  }
   if (a.num_emas > 0 && a.emas == nullptr) {
     return InvalidArgument("emas is null with num_emas = ", a.num_emas);
   }
@@ -339,11 +359,18 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   p.compute = args.compute;
   p.compute_dtype = args.compute_dtype;
   p.global_begin = args.global_begin;
-  if (adamw) {
-    p.adamw = MakeAdamWScalars(args);
-  } else {
-    p.sgd = MakeSgdScalars(args);
+  p.decision = args.decision;
+  const int candidates = args.decision != nullptr ? args.num_candidates : 1;
+  for (int c = 0; c < candidates; ++c) {
+    const FusedStepArgs ca = args.decision != nullptr ? CandidateArgs(args, c) : args;
+    if (adamw) {
+      p.adamw[c] = MakeAdamWScalars(ca);
+    } else {
+      p.sgd[c] = MakeSgdScalars(ca);
+    }
   }
+  // grad_scale of the undecided launch (the kernel reads it from candidate 0 of either kind).
+  p.adamw[0].grad_scale = args.grad_scale;
   auto* cs = static_cast<cudaStream_t>(stream);
   const int first = std::min<int>(int(due.size()), kCudaEmaSlotsPerLaunch);
   st = adamw ? Launch<Op::kAdamW>(p, due.data(), first, cs)
@@ -355,6 +382,7 @@ Status FusedStepCuda(const FusedStepArgs& args, void* stream) {
   ema_only.plan.n = args.n;
   ema_only.master = args.master;
   ema_only.global_begin = args.global_begin;
+  ema_only.decision = args.decision;  // a skipped step leaves these slots alone too
   for (size_t s = size_t(first); s < due.size(); s += kCudaEmaSlotsPerLaunch) {
     const int count = std::min<int>(int(due.size() - s), kCudaEmaSlotsPerLaunch);
     st = Launch<Op::kEmaOnly>(ema_only, due.data() + s, count, cs);
