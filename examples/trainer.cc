@@ -412,6 +412,7 @@ StatusOr<double> Trainer::EvalPass() {
 }
 
 Status Trainer::ForEachWeights(const std::function<Status(const std::string& name)>& fn) {
+  RETURN_IF_ERROR(state_->Sync());  // the EMA counters of the latest step (CUDA)
   RETURN_IF_ERROR(fn("live"));
   for (size_t i = 0; emas() != nullptr && i < emas()->size(); ++i) {
     if (!emas()->counters(i).started()) continue;  // a slot with a later start step
@@ -488,7 +489,8 @@ StatusOr<TrainSummary> Trainer::Run() {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
-    const StepResult& r = outcome.second;
+    // CUDA: the step's norm and skip decision are read here (Optimizer::Await), for logging.
+    ASSIGN_OR_RETURN(const StepResult r, state_->optimizer()->Await(outcome.second));
     if (done - s.start_step > c.bench_warmup) {
       times_ms.push_back(ms);
       cpu_ms.push_back(ProcessCpuMs() - cpu0);
@@ -513,6 +515,7 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
     if (EmaSnapshotDue(done, c.ema_snapshot_every)) {
+      RETURN_IF_ERROR(state_->Sync());  // the EMA counters of the latest step (CUDA)
       RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas(), done).status());
     }
     if (saver_ != nullptr) {

@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "framework/glob.h"
@@ -165,19 +166,94 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
     o->ranges_.push_back(Range{pc.local_begin, pc.numel, g, global});
   }
   if (store->device().is_cuda()) {
-    ASSIGN_OR_RETURN(DeviceGradNorm norm,
-                     DeviceGradNorm::Create(store->device(), store->world_size()));
-    o->device_norm_ = std::make_unique<DeviceGradNorm>(std::move(norm));
+    ASSIGN_OR_RETURN(o->decider_, DeviceStepDecider::Create(store->device(), store->world_size(),
+                                                            store->stream()));
   }
   return o;
 }
 
 StatusOr<double> Optimizer::GradNorm() {
-  const int64_t n = store_->layout().local_numel();
-  if (device_norm_ != nullptr) {
-    return device_norm_->Compute(store_->comm(), store_->grad_shard(), n, store_->stream());
+  return GlobalGradNorm(store_->comm(), store_->grad_shard(), store_->layout().local_numel());
+}
+
+int64_t Optimizer::total_steps() const { return step_ + skipped_steps_ + pending_steps(); }
+
+int Optimizer::pending_steps() const {
+  return decider_ != nullptr ? decider_->pending().pending() : 0;
+}
+
+Status Optimizer::Record(const ResolvedStep& r) {
+  const StepDecision& d = r.decision;
+  step_ = decider_->pending().updates();
+  skipped_steps_ = decider_->pending().skipped();
+  StepResult res;
+  res.seq = r.seq;
+  res.skipped = d.skip != 0;
+  res.grad_norm = d.grad_norm;
+  res.step = step_;
+  if (!res.skipped) {
+    res.clip_coef = ClipCoefficient(d.grad_norm, options_.max_grad_norm);
+    res.lr = LrAt(options_.lr, step_);
   }
-  return GlobalGradNorm(store_->comm(), store_->grad_shard(), n);
+  results_.push_back(res);
+  while (results_.size() > size_t(2 * kMaxStepCandidates)) results_.pop_front();
+  if (d.failed_rank >= 0) {
+    return Internal("global gradient norm of step ", r.seq, ": rank ", d.failed_rank,
+                    " failed computing its sum of squares before the all-gather (its log names ",
+                    "the error); the step was skipped on every rank");
+  }
+  if (res.skipped) {
+    SHARDEMA_LOG(kWarning) << "skipped optimizer step " << r.seq << ": gradient norm is "
+                           << res.grad_norm << " (skipped " << skipped_steps_ << " so far)";
+  }
+  return Status::Ok();
+}
+
+Status Optimizer::Resolve(bool wait, int64_t seq) {
+  if (decider_ == nullptr) return Status::Ok();
+  while (decider_->pending().pending() > 0 && (!wait || decider_->pending().front_seq() <= seq)) {
+    ResolvedStep r;
+    ASSIGN_OR_RETURN(const bool done, decider_->ResolveOldest(wait, &r));
+    if (!done) break;
+    RETURN_IF_ERROR(Record(r));
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepResult> Optimizer::Await(const StepResult& r) {
+  if (!r.pending) return r;
+  RETURN_IF_ERROR(Resolve(/*wait=*/true, r.seq));
+  for (const StepResult& k : results_) {
+    if (k.seq == r.seq) {
+      StepResult out = k;
+      out.num_ema_updates = r.num_ema_updates;
+      return out;
+    }
+  }
+  return FailedPrecondition("Optimizer::Await: the result of step ", r.seq,
+                            " is no longer kept (only the last ", 2 * kMaxStepCandidates, ")");
+}
+
+Status Optimizer::Sync() { return Resolve(/*wait=*/true, total_steps()); }
+
+StatusOr<StepResult> Optimizer::BeginDeviceStep() {
+  RETURN_IF_ERROR(Resolve(/*wait=*/false, 0));
+  std::vector<ResolvedStep> resolved;
+  StatusOr<QueuedStep> q = decider_->Enqueue(
+      store_->comm(), store_->grad_shard(), store_->layout().local_numel(), store_->stream(),
+      options_.max_grad_norm, options_.skip_nonfinite, &resolved);
+  for (const ResolvedStep& r : resolved) RETURN_IF_ERROR(Record(r));
+  if (!q.ok()) return q.status();
+  queued_ = *std::move(q);
+  if (!queued_.local_failure.ok()) return queued_.local_failure;
+  StepResult res;
+  res.pending = true;
+  res.seq = queued_.seq;
+  res.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  res.lr = std::numeric_limits<double>::quiet_NaN();
+  pending_ = res;
+  begun_ = true;
+  return res;
 }
 
 int Optimizer::GroupOf(const std::string& param_name) const {
@@ -201,7 +277,9 @@ Status Optimizer::CheckReady() const {
 StatusOr<StepResult> Optimizer::BeginStep() {
   begun_ = false;
   RETURN_IF_ERROR(CheckReady());
+  if (decider_ != nullptr) return BeginDeviceStep();
   StepResult res;
+  res.seq = total_steps() + 1;
   ASSIGN_OR_RETURN(res.grad_norm, GradNorm());
   if (options_.skip_nonfinite && !Finite(res.grad_norm)) {
     ++skipped_steps_;
@@ -234,7 +312,10 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
   }
   begun_ = false;
   StepResult res = pending_;
-  const int64_t next = step_ + 1;
+  // CUDA: the update count is queued_.base + candidate (decided on the device); CPU: step_.
+  const bool device = decider_ != nullptr;
+  const int64_t base = device ? queued_.base : step_;
+  const int64_t next = base + 1;
   RETURN_IF_ERROR(store_->BeginShardUpdate());  // drops cached unit buffers (stale after this)
   std::vector<EmaTarget> targets(emas.size());
 
@@ -277,10 +358,18 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
     a.momentum = h.momentum;
     a.dampening = h.dampening;
     a.nesterov = h.nesterov;
-    a.first_step = step_ == 0;
+    a.first_step = base == 0;
     a.num_threads = options_.num_threads;
+    if (device) {
+      a.decision = decider_->device_decision();
+      a.num_candidates = queued_.candidates;
+      for (int c = 0; c < a.num_candidates; ++c) {
+        a.lr_candidates[c] = LrAt(options_.lr, next + c) * h.lr_scale;
+      }
+    }
     RETURN_IF_ERROR(FusedStepOn(store_->stream(), a));
   }
+  if (device) return res;  // pending: the counters move when the decision resolves
   step_ = next;
   res.step = step_;
   return res;
@@ -300,6 +389,11 @@ Status Optimizer::LoadProgress(const nlohmann::json& progress) {
   }
   if (step < 0 || skipped < 0) {
     return DataLoss("optimizer progress JSON: negative step ", step, " or skipped_steps ", skipped);
+  }
+  if (decider_ != nullptr) {
+    RETURN_IF_ERROR(Sync());
+    RETURN_IF_ERROR(decider_->Reset(step, skipped, store_->stream()));
+    results_.clear();
   }
   step_ = step;
   skipped_steps_ = skipped;

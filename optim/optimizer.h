@@ -30,12 +30,33 @@
 // The LR of step s (1-based, the bias-correction count) is LrAt(options.lr, s) * group lr_scale.
 // Gradients are not zeroed: call store->ZeroGrad() before the next accumulation.
 //
-// CUDA: on a store on a CUDA device the same steps run on the store's compute stream: the norm
-// is one SumSquaresCuda pass over the gradient shard, a bit-exact all_gather of the partials
-// through the (NCCL) communicator and ONE host read of them (optim/clip.h DeviceGradNorm; the
-// host decides skip and clipping, identically on every rank), then ONE FusedStepCuda launch per
-// range (not per tensor), bit-identical to FusedStepCpu. EMA targets must be memory of the
-// store's device. FinishStep returns once the pass is queued.
+// CUDA: on a store on a CUDA device the same steps run on the store's compute stream and the
+// host never waits for the device in BeginStep, FinishStep or Step (optim/device_step.h):
+//   BeginStep queues the norm (one SumSquaresCuda pass, a bit-exact all_gather of the partials),
+//   a one-thread decision kernel (norm, clip coefficient, skip: optim/step_decision.h, the same
+//   bits as the CPU on every rank) and an asynchronous copy of the decision into pinned memory.
+//   With max_grad_norm 0 and skip_nonfinite false nothing is computed (grad_norm NaN); with
+//   skip_nonfinite (the default) the norm is computed even without clipping: the sum of squares
+//   is the non-finite check (one read of the gradient, like an isfinite scan) and is what the
+//   step logs. It returns a StepResult with pending = true: grad_norm, clip_coef, skipped, lr and
+//   step are known once it resolves (Await).
+//   FinishStep queues ONE FusedStepCuda launch per range that reads the decision by pointer: a
+//   skipped step writes nothing (master, moments, compute copy, every EMA target).
+// Counters (exact for any pattern of skipped steps): the device keeps the true update count; the
+// host keeps the counts of the steps it has resolved (step(), skipped_steps()) and at most
+// kMaxStepCandidates - 1 unresolved ones. Since each unresolved step may have been skipped, the
+// new step's update count is one of `candidates` values; FinishStep passes the scalars (bias
+// correction step, LR schedule position, SGD first step) of every candidate and the kernel picks
+// the one the device's counter selects (optim/step_decision.h). Decisions resolve, in order:
+//   - without blocking at every BeginStep (each step whose event is complete);
+//   - blocking (CudaEvent::Synchronize: waits until that decision reached pinned memory, polling
+//     NCCL errors) only in: BeginStep when kMaxStepCandidates steps are unresolved (the oldest:
+//     the host is that many steps ahead of the device), Await(r) (up to r's step), Sync() (all)
+//     and LoadProgress (all).
+// A resolved skipped step logs the same warning as on the CPU; a step that a rank failed to
+// decide (its sum of squares failed) was skipped on every rank and resolves to kInternal naming
+// the rank. EMA targets must be memory of the store's device; the caller must plan them with the
+// exact update count (train/train_state.h resolves the earlier steps first).
 //
 // State (the checkpoint's "optimizer" section, see train/train_state.h): ConfigJson() is the
 // options (compared on resume by checkpoint/hparams.h), ProgressJson() the counters
@@ -49,6 +70,7 @@
 #define SHARDEMA_OPTIM_OPTIMIZER_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -58,6 +80,7 @@
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "optim/clip.h"
+#include "optim/device_step.h"
 #include "optim/fused_step.h"
 #include "optim/lr_schedule.h"
 
@@ -104,6 +127,10 @@ struct OptimizerOptions {
 };
 
 struct StepResult {
+  // CUDA: the step's decision has not reached the host yet; the fields below except seq and
+  // num_ema_updates are unknown (NaN / 0) until Optimizer::Await returns the resolved result.
+  bool pending = false;
+  int64_t seq = 0;  // 1-based step number, skipped steps included (step() + skipped_steps() after)
   bool skipped = false;
   double grad_norm = 0.0;   // global L2 norm of the (averaged) gradient, before clipping
   double clip_coef = 1.0;   // factor applied to the gradient
@@ -120,7 +147,10 @@ class Optimizer {
                                                      OptimizerOptions options);
 
   // Phases 1-4 (see above). Collective. A skipped step returns skipped = true and needs no
-  // FinishStep. Errors: kFailedPrecondition (gradients incomplete, a unit gathered).
+  // FinishStep; on CUDA the result is pending and FinishStep is always called (the pass skips on
+  // the device). Errors: kFailedPrecondition (gradients incomplete, a unit gathered); on CUDA a
+  // resolved earlier step's error (see above) and this rank's own sum-of-squares failure (the
+  // step is queued and skips on every rank).
   StatusOr<StepResult> BeginStep();
   // Phases 5-6 for the step BeginStep began (not skipped). Local. Errors: kFailedPrecondition
   // without such a step; kInvalidArgument for a null target.
@@ -128,8 +158,21 @@ class Optimizer {
   // BeginStep, then FinishStep(emas) unless skipped.
   StatusOr<StepResult> Step(const std::vector<EmaTarget>& emas = {});
 
+  // Updates / skipped steps among the resolved steps (CPU: every step; CUDA: see Sync()).
   int64_t step() const { return step_; }
   int64_t skipped_steps() const { return skipped_steps_; }
+  // Steps begun so far, skipped and unresolved ones included. Exact without waiting.
+  int64_t total_steps() const;
+  // Steps whose decision has not reached the host (always 0 on the CPU).
+  int pending_steps() const;
+  // The resolved result of step r.seq: r itself when not pending; else resolves in order up to
+  // r's step, blocking until its decision reached the host. Errors: kFailedPrecondition for a
+  // step resolved too long ago (the last 2 * kMaxStepCandidates results are kept); resolution
+  // errors (see above).
+  StatusOr<StepResult> Await(const StepResult& r);
+  // Resolves every unresolved step (blocking); then step() and skipped_steps() are exact. OK at
+  // once on the CPU.
+  Status Sync();
   const OptimizerOptions& options() const { return options_; }
   ShardedParameterStore* store() const { return store_; }
   // Index of the group rule a parameter falls in, or -1 for the defaults.
@@ -139,9 +182,10 @@ class Optimizer {
 
   // ---- State (PyTorch DCP Stateful shape) ----
   nlohmann::json ConfigJson() const { return options_.ToJson(); }
-  nlohmann::json ProgressJson() const;  // {"step", "skipped_steps"}
-  // Restores the counters from ProgressJson() output. Errors: kDataLoss (malformed, negative);
-  // nothing changes on error.
+  // {"step", "skipped_steps"} of the resolved steps: call Sync() first on CUDA (TrainState does).
+  nlohmann::json ProgressJson() const;
+  // Restores the counters from ProgressJson() output (on CUDA after Sync(), and the device's
+  // update counter too). Errors: kDataLoss (malformed, negative); nothing changes on error.
   Status LoadProgress(const nlohmann::json& progress);
   // The registry slots this optimizer owns, in registration order.
   const std::vector<std::string>& SlotNames() const { return slot_names_; }
@@ -157,6 +201,12 @@ class Optimizer {
   Status CheckReady() const;
 
   StatusOr<double> GradNorm();
+  StatusOr<StepResult> BeginDeviceStep();
+  // Turns a resolved decision into a result (kept in results_), updates the counters, logs a
+  // skip; kInternal for a failed rank.
+  Status Record(const ResolvedStep& r);
+  // Resolves steps in order: all complete ones (wait = false) or up to seq (wait = true).
+  Status Resolve(bool wait, int64_t seq);
 
   ShardedParameterStore* store_;
   OptimizerOptions options_;
@@ -169,7 +219,9 @@ class Optimizer {
   int64_t skipped_steps_ = 0;
   bool begun_ = false;  // BeginStep returned a non-skipped step that FinishStep has not done
   StepResult pending_;
-  std::unique_ptr<DeviceGradNorm> device_norm_;  // CUDA stores
+  std::unique_ptr<DeviceStepDecider> decider_;  // CUDA stores
+  QueuedStep queued_;                           // CUDA: the step BeginStep queued
+  std::deque<StepResult> results_;              // CUDA: the latest resolved results
 };
 
 }  // namespace shardema

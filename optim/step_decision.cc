@@ -4,8 +4,7 @@
 
 namespace shardema {
 
-PendingSteps::PendingSteps(int capacity)
-    : capacity_(std::clamp(capacity, 1, kMaxStepCandidates)) {}
+PendingSteps::PendingSteps(int capacity) : capacity_(std::clamp(capacity, 1, kMaxStepCandidates)) {}
 
 StatusOr<int> PendingSteps::Push() {
   if (full()) {

@@ -80,8 +80,8 @@ SHARDEMA_HD double ClipCoefficientOf(double norm, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-SHARDEMA_HD StepDecision DecideFromPartials(const double* partials, int world_size,
-                                            double max_norm, bool skip_nonfinite) {
+SHARDEMA_HD StepDecision DecideFromPartials(const double* partials, int world_size, double max_norm,
+                                            bool skip_nonfinite) {
   StepDecision d;
   if (world_size == 0) {
     d.grad_norm = QuietNaNValue();

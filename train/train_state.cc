@@ -57,21 +57,64 @@ Status TrainState::CheckNotSwapped(const char* what) const {
   return Status::Ok();
 }
 
+Status TrainState::CommitDeferredEma() const {
+  if (deferred_.next_step == 0) return Status::Ok();
+  EmaStep ema = std::move(deferred_);
+  deferred_ = EmaStep();
+  ASSIGN_OR_RETURN(const StepResult r, optimizer_->Await(deferred_result_));
+  return emas_->CommitStep(ema, r.skipped);
+}
+
+Status TrainState::Sync() const {
+  RETURN_IF_ERROR(CommitDeferredEma());
+  return optimizer_->Sync();
+}
+
+bool TrainState::NeedsDecision() const {
+  if (!store_->buffer_specs().empty()) return true;
+  const int64_t step = optimizer_->step();
+  for (size_t i = 0; i < emas_->size(); ++i) {
+    const EmaConfig& c = emas_->config(i);
+    if (c.offload || (!emas_->counters(i).started() && c.start_step <= step)) return true;
+  }
+  for (const EmaStepPlan& p : emas_->Plan(step + 1)) {
+    if (p.starts) return true;
+  }
+  return false;
+}
+
 StatusOr<StepResult> TrainState::Step() {
   RETURN_IF_ERROR(CheckNotSwapped("optimizer step"));
   ASSIGN_OR_RETURN(StepResult res, optimizer_->BeginStep());
   if (res.skipped) return res;
   EmaStep ema;
+  bool awaited = false;  // CUDA: this step's decision was read before the pass
   if (emas_ != nullptr) {
+    if (res.pending) {
+      RETURN_IF_ERROR(CommitDeferredEma());  // optimizer_->step() is exact after it
+      if (NeedsDecision()) {
+        ASSIGN_OR_RETURN(res, optimizer_->Await(res));
+        if (res.skipped) return res;
+        awaited = true;
+      }
+    }
     ASSIGN_OR_RETURN(ema, emas_->PlanStep(optimizer_->step()));
   }
-  ASSIGN_OR_RETURN(res, optimizer_->FinishStep(ema.targets));
-  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->CommitStep(ema, /*skipped=*/false));
+  ASSIGN_OR_RETURN(StepResult done, optimizer_->FinishStep(ema.targets));
+  if (!awaited) res = done;
   res.num_ema_updates = int(ema.plan.size());
+  if (emas_ == nullptr) return res;
+  if (!res.pending) {
+    RETURN_IF_ERROR(emas_->CommitStep(ema, /*skipped=*/false));
+  } else {
+    deferred_ = std::move(ema);
+    deferred_result_ = res;
+  }
   return res;
 }
 
 StatusOr<nlohmann::json> TrainState::Meta(const nlohmann::json& extra) const {
+  RETURN_IF_ERROR(Sync());  // exact counters (CUDA)
   if (!extra.is_object())
     return InvalidArgument("TrainState::Meta: extra sections must be an object");
   nlohmann::json meta = nlohmann::json::object();

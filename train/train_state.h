@@ -18,6 +18,17 @@
 // Optimizer::FinishStep(targets) (ONE fused pass per range updating master, moments, compute copy
 // and the EMA slots), then EmaSlots::CommitStep (offloaded updates, buffer copies, counters). A
 // skipped step leaves every EMA slot, buffer copy and counter untouched.
+// CUDA (the optimizer decides the step on the device, optim/optimizer.h): the EMA plan needs the
+// exact update count, so with EMA slots Step() first resolves the earlier steps (blocking only
+// until the previous step's decision reached the host; it is queued before this step's forward
+// and backward, so it is normally long done) and commits the previous step's deferred EMA work
+// if it was not skipped. This step's commit is deferred (counters only: exact, since the plan
+// is fixed) unless the step needs host work that depends on the decision: a slot starting
+// (StartPending or a plan start), an offloaded slot, or replicated buffers (host copies). Then
+// Step() waits for this step's own decision first (Optimizer::Await) and returns early when it
+// is skipped. Without EMA slots Step() never waits. The returned result is pending until
+// Optimizer::Await; the EMA counters of the latest step lag until Sync() (Meta, StageCheckpoint
+// and FinishRestore call it; call it before reading EmaSlots counters directly).
 //
 // Checkpoints: CheckpointView(extra) lists every persistent slot ("params", the moments, each
 // EMA slot by name) and replicated buffer (EMA copies "<slot>/<buffer>" included) as host views
@@ -86,10 +97,13 @@ class TrainState {
   // Completed training steps: optimizer updates plus steps skipped for a non-finite gradient (a
   // skipped step is a step: the data position advances, the update count does not). Checkpoints
   // are numbered by it. The update count alone: optimizer()->step().
-  int64_t step() const { return optimizer_->step() + optimizer_->skipped_steps(); }
+  int64_t step() const { return optimizer_->total_steps(); }
 
   // One optimizer step (see above). Collective.
   StatusOr<StepResult> Step();
+  // Resolves every step decided on the device and commits the deferred EMA work (blocking on
+  // CUDA; OK at once on the CPU). Errors: Optimizer::Sync, EmaSlots::CommitStep.
+  Status Sync() const;
 
   // The checkpoint meta: the components' sections plus `extra` (an object of sections).
   StatusOr<nlohmann::json> Meta(const nlohmann::json& extra = nlohmann::json::object()) const;
@@ -110,12 +124,20 @@ class TrainState {
  private:
   TrainState() = default;
   Status CheckNotSwapped(const char* what) const;
+  // Waits for the deferred step's decision and commits its EMA work unless it was skipped.
+  Status CommitDeferredEma() const;
+  // The step's EMA work needs its decision on the host before the pass (see above).
+  bool NeedsDecision() const;
 
   // Declaration order is the reverse of the destruction order (see above).
   std::unique_ptr<ShardedParameterStore> store_;
   std::unique_ptr<EmaSlots> emas_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<HostStaging> staging_;
+  // CUDA: the latest step's EMA work, committed when its decision resolves (none when
+  // deferred_.next_step is 0).
+  mutable EmaStep deferred_;
+  mutable StepResult deferred_result_;
   ShardedParameterStore::GuardToken staging_guard_;
 };
 

@@ -23,15 +23,14 @@ __global__ void SetKernel(int64_t* updates, int64_t value) { *updates = value; }
 
 }  // namespace
 
-Status DecideStepCuda(const double* partials, int world_size, double max_norm,
-                      bool skip_nonfinite, int64_t* updates, int64_t base, StepDecision* out,
-                      void* stream) {
+Status DecideStepCuda(const double* partials, int world_size, double max_norm, bool skip_nonfinite,
+                      int64_t* updates, int64_t base, StepDecision* out, void* stream) {
   if (world_size < 0) return InvalidArgument("DecideStepCuda: world_size ", world_size, " < 0");
   if ((partials == nullptr && world_size > 0) || updates == nullptr || out == nullptr) {
     return InvalidArgument("DecideStepCuda: null partials, update counter or output");
   }
-  DecideKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(
-      partials, world_size, max_norm, skip_nonfinite, updates, base, out);
+  DecideKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(partials, world_size, max_norm,
+                                                               skip_nonfinite, updates, base, out);
   return CudaLastErrorStatus("launching the step-decision kernel");
 }
 

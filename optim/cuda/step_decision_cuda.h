@@ -3,9 +3,9 @@
 // pass reads them (FusedStepArgs::decision).
 //
 // DecideStepCuda enqueues on `stream` one single-thread launch that computes
-//   d = DecideFromPartials(partials, world_size, max_norm, skip_nonfinite)   (same bits as the host)
-//   d.candidate = *updates - base;  d.updates_after = *updates + (d.skip ? 0 : 1)
-//   *updates = d.updates_after;  *out = d
+//   d = DecideFromPartials(partials, world_size, max_norm, skip_nonfinite)   (same bits as the
+//   host) d.candidate = *updates - base;  d.updates_after = *updates + (d.skip ? 0 : 1) *updates =
+//   d.updates_after;  *out = d
 // `updates` is the device's count of non-skipped steps (set by SetUpdatesCuda), `base` the
 // count the host has resolved (PendingSteps::updates()).
 // SetUpdatesCuda enqueues *updates = value (a restored checkpoint, a new optimizer).
@@ -25,9 +25,8 @@
 
 namespace shardema {
 
-Status DecideStepCuda(const double* partials, int world_size, double max_norm,
-                      bool skip_nonfinite, int64_t* updates, int64_t base, StepDecision* out,
-                      void* stream);
+Status DecideStepCuda(const double* partials, int world_size, double max_norm, bool skip_nonfinite,
+                      int64_t* updates, int64_t base, StepDecision* out, void* stream);
 
 Status SetUpdatesCuda(int64_t* updates, int64_t value, void* stream);
 
