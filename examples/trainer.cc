@@ -490,7 +490,7 @@ StatusOr<TrainSummary> Trainer::Run() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
     // CUDA: the step's norm and skip decision are read here (Optimizer::Await), for logging.
-    ASSIGN_OR_RETURN(const StepResult r, state_->optimizer()->Await(outcome.second));
+    ASSIGN_OR_RETURN(StepResult r, state_->optimizer()->Await(outcome.second));
     if (done - s.start_step > c.bench_warmup) {
       times_ms.push_back(ms);
       cpu_ms.push_back(ProcessCpuMs() - cpu0);

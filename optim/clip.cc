@@ -70,8 +70,6 @@ StatusOr<DeviceGradNorm> DeviceGradNorm::Create(Device device, int world_size) {
   g.world_size_ = world_size;
   const size_t doubles = size_t(kSumSquaresWorkspaceDoubles) + 1 + size_t(world_size);
   ASSIGN_OR_RETURN(g.device_scratch_, Buffer::Allocate(doubles * sizeof(double), device));
-  ASSIGN_OR_RETURN(g.host_partials_, Buffer::Allocate(size_t(world_size) * sizeof(double),
-                                                      Device::Cpu(), MemoryKind::kPinnedHost));
   return g;
 #else
   return Unavailable("DeviceGradNorm on ", device.ToString(),
@@ -123,20 +121,6 @@ const double* DeviceGradNorm::device_partials() const {
   return device_scratch_.as<double>() + kSumSquaresWorkspaceDoubles + 1;
 #else
   return nullptr;
-#endif
-}
-
-StatusOr<double> DeviceGradNorm::Compute(Communicator* comm, const float* grad, int64_t n,
-                                         Stream stream) {
-#if SHARDEMA_WITH_CUDA
-  Status local_st;
-  RETURN_IF_ERROR(Enqueue(comm, grad, n, stream, &local_st));
-  RETURN_IF_ERROR(CopyBytes(host_partials_.data(), Device::Cpu(), device_partials(), device_,
-                            size_t(world_size_) * sizeof(double), stream));
-  RETURN_IF_ERROR(SynchronizeStream(stream));
-  return NormFromPartials(host_partials_.as<double>(), world_size_, local_st);
-#else
-  return Unavailable("DeviceGradNorm: this binary was built without --config=cuda");
 #endif
 }
 

@@ -12,19 +12,19 @@
 // marker partial (a NaN with a fixed payload) instead of its sum: it returns its own error, and
 // every other rank returns kInternal naming that rank — no rank waits for one that left.
 //
-// DeviceGradNorm: the same for a gradient shard in CUDA memory, over a device communicator
-// (NCCL): ONE SumSquaresCuda pass over the shard into a device double (deterministic; it differs
-// from SumSquaresCpu by summation order only, ~1e-15 relative), the same bit-exact all_gather of
-// the partials on the device, ONE device->host copy of the world_size partials (the only host
-// synchronization), and the same rank-order sum. Every rank gets the same bits. Enqueue is the
-// first half without any host wait: the partials stay in device memory (device_partials()) for
-// the optimizer's step-decision kernel (optim/step_decision.h, optim/cuda/step_decision_cuda.h).
+// DeviceGradNorm: the partial sums for a gradient shard in CUDA memory, over a device
+// communicator (NCCL), without any host wait: ONE SumSquaresCuda pass over the shard into a
+// device double (deterministic; it differs from SumSquaresCpu by summation order only, ~1e-15
+// relative) and the same bit-exact all_gather of the partials, on the device. The rank-order sum,
+// the clip coefficient and the skip decision are made on the device too, by the optimizer's
+// step-decision kernel (optim/step_decision.h, optim/cuda/step_decision_cuda.h), so every rank
+// gets the same bits and the host reads them only lazily (optim/device_step.h).
 //
 // ClipCoefficient: min(1, max_norm / (norm + 1e-6)), PyTorch's formula (ClipCoefficientOf of
 // optim/step_decision.h, which the device shares); max_norm <= 0 disables
 // clipping (1). Non-finite norms give 1 (the caller skips the step instead).
 //
-// Threading: GlobalGradNorm and DeviceGradNorm::Compute are collectives (one thread per
+// Threading: GlobalGradNorm and DeviceGradNorm::Enqueue are collectives (one thread per
 // communicator); ClipCoefficient is pure.
 #ifndef SHARDEMA_OPTIM_CLIP_H_
 #define SHARDEMA_OPTIM_CLIP_H_
@@ -48,17 +48,14 @@ class DeviceGradNorm {
   // world_size < 1; allocation errors; kUnavailable without CUDA.
   static StatusOr<DeviceGradNorm> Create(Device device, int world_size);
 
-  // L2 norm over all ranks of grad[0..n), a shard in device memory, computed after the work
-  // queued on `stream` (a stream of the device; the gradient must be complete there). The
-  // collective is issued with `stream` as CollectiveOptions::stream. Blocks until the partial
-  // sums reach the host. Collective. Errors: kInvalidArgument (null comm or grad with n > 0, a
-  // comm of another world size, a stream of another device); CUDA and communicator errors.
-  StatusOr<double> Compute(Communicator* comm, const float* grad, int64_t n, Stream stream);
-  // Queues the local sum of squares and the all-gather on `stream` and returns without waiting:
-  // device_partials() holds the world_size partials once that work is done on the stream. A
-  // local failure (kernel launch, injected fault) is folded into the exchange (the marker
-  // partial) and returned in *local_failure with OK; a non-OK return means no exchange was
-  // queued (argument errors as Compute's, communicator errors). Collective.
+  // Queues on `stream` (a stream of the device, after the work that completes the gradient) the
+  // local sum of squares of grad[0..n) (a shard in device memory) and the all-gather of the
+  // partials (CollectiveOptions::stream = stream); returns without waiting: device_partials()
+  // holds the world_size partials once that work is done on the stream. A local failure (kernel
+  // launch, injected fault) is folded into the exchange (the marker partial) and returned in
+  // *local_failure with OK; a non-OK return means no exchange was queued: kInvalidArgument (null
+  // comm or grad with n > 0, a comm of another world size, a stream of another device),
+  // communicator errors. Collective.
   Status Enqueue(Communicator* comm, const float* grad, int64_t n, Stream stream,
                  Status* local_failure);
   // world_size doubles of device memory (null without CUDA).
@@ -70,7 +67,6 @@ class DeviceGradNorm {
   Device device_;
   int world_size_ = 1;
   Buffer device_scratch_;  // workspace, then the local partial, then world_size partials
-  Buffer host_partials_;   // world_size doubles, pinned
 };
 
 double ClipCoefficient(double norm, double max_norm);
