@@ -31,7 +31,8 @@
 // Gradients are not zeroed: call store->ZeroGrad() before the next accumulation.
 //
 // CUDA: on a store on a CUDA device the same steps run on the store's compute stream and the
-// host never waits for the device in BeginStep, FinishStep or Step (optim/device_step.h):
+// host does not wait for the device in BeginStep, FinishStep or Step (optim/device_step.h),
+// unless it is kMaxStepCandidates steps ahead of the device (see "blocking" below):
 //   BeginStep queues the norm (one SumSquaresCuda pass, a bit-exact all_gather of the partials),
 //   a one-thread decision kernel (norm, clip coefficient, skip: optim/step_decision.h, the same
 //   bits as the CPU on every rank) and an asynchronous copy of the decision into pinned memory.
