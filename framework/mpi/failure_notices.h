@@ -44,6 +44,8 @@ class FailureNotices {
   // most one second for them to leave). Only the first call sends; later calls do nothing.
   void Announce(const std::string& message);
   bool announced() const { return announced_; }
+  // The announced message ("" before Announce).
+  const std::string& announcement() const { return sent_; }
 
   // OK while no peer announced; afterwards kAborted naming the first announcing rank and its
   // message (sticky). Receives every notice that has arrived. Never blocks.

@@ -315,18 +315,22 @@ Status MpiCommunicator::BrokenStatus(const char* op) const {
   if (notices_ == nullptr || !notices_->broken()) return Status::Ok();
   Status heard = notices_->Poll();
   if (!heard.ok()) return Aborted(op, ": rank ", rank_, ": ", heard.message());
-  return Aborted(op, ": rank ", rank_, ": this rank failed earlier: ", announced_);
+  return Aborted(op, ": rank ", rank_, ": this rank failed earlier: ", notices_->announcement());
 }
 
 WaitPoll MpiCommunicator::Poll() const {
   if (world_size_ == 1) return nullptr;
   std::shared_ptr<FailureNotices> n = notices_;
-  return [n] { return n->Poll(); };
+  return [n]() -> Status {
+    RETURN_IF_ERROR(n->Poll());
+    // This rank's own operations after its failure (e.g. a prefetch waited by a destructor).
+    if (n->announced()) return Aborted("this rank failed earlier: ", n->announcement());
+    return Status::Ok();
+  };
 }
 
 Status MpiCommunicator::AnnounceFailure(const Status& failure) {
   if (failure.ok() || shut_down_ || notices_ == nullptr) return failure;
-  if (!notices_->announced()) announced_ = failure.message();
   notices_->Announce(failure.message());
   return failure;
 }

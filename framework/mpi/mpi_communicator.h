@@ -157,7 +157,6 @@ class MpiCommunicator final : public CallCommunicator {
   ArgCheckPolicy arg_checks_;
   bool shut_down_ = false;
   std::shared_ptr<FailureNotices> notices_;  // null only after Shutdown()
-  std::string announced_;                    // this rank's announced failure
   uint64_t ring_ops_ = 0;                    // ring reduce-scatters issued: their message tags
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
