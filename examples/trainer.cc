@@ -17,6 +17,7 @@
 #include "examples/gpt_model.h"
 #include "examples/memory_estimate.h"
 #include "framework/duration.h"
+#include "framework/fault_injection.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 #include "nn/cpu_isa.h"
@@ -166,9 +167,16 @@ Status Trainer::Setup() {
     init = c.init.empty() ? InitMlpFromSeed(s->get(), c.layers, c.seed)
                           : InitMlpFromFile(s->get(), c.init);
   }
+  if (init.ok()) init = InjectedFault("trainer.init");
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
-  ASSIGN_OR_RETURN(state_,
-                   TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
+  // The optimizer and EMA state is allocated on every rank: agreed, so that a rank that cannot
+  // allocate it does not leave its peers waiting in the first collective.
+  const Status injected = InjectedFault("trainer.state");
+  StatusOr<std::unique_ptr<TrainState>> state =
+      injected.ok() ? TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c))
+                    : StatusOr<std::unique_ptr<TrainState>>(injected);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, state.status(), "optimizer and EMA state"));
+  state_ = std::move(state).value();
   for (const UnitLayout& u : store()->layout().units()) {
     for (const ParamLayout& p : u.params) {
       const bool decays = optimizer()->group_hyper(optimizer()->GroupOf(p.name)).weight_decay != 0;

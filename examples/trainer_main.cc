@@ -1,7 +1,5 @@
 #include "examples/trainer_main.h"
 
-#include <mpi.h>
-
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -81,6 +79,9 @@ int TrainerMain(int argc, char** argv, const char* program,
   StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(config, comm->get(), device_comm->get());
   if (!trainer.ok()) {
+    // Setup errors are agreed by all ranks; should one not be, its peers waiting in a setup
+    // collective are told (they fail naming this rank) instead of waiting for the timeout.
+    (*comm)->AnnounceFailure(trainer.status()).IgnoreError();
     device_comm->reset();
     comm->reset();
     return Finish(program, trainer.status(), rank0);
@@ -89,7 +90,13 @@ int TrainerMain(int argc, char** argv, const char* program,
   if (!summary.ok()) {
     LOG_ERROR << program << ": " << summary.status().ToString();
     const int code = ExitCodeFor(summary.status());
-    if ((*comm)->world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    if ((*comm)->world_size() > 1) {
+      // Peers may wait in a collective this rank never joins: abort, never synchronise or
+      // finalize (the device communicator first: ncclCommAbort; then MPI_Abort, after every peer
+      // had a few seconds to report its own error). Does not return.
+      if (*device_comm != nullptr) (*device_comm)->Abort(summary.status(), code);
+      (*comm)->Abort(summary.status(), code);
+    }
     trainer->reset();
     device_comm->reset();
     comm->reset();
