@@ -67,10 +67,12 @@ run_tests() {
 }
 
 if [ "$sanitize" = 1 ]; then
+  # --build_tests_only: build the tests that run, not the benchmarks and binaries beside them
+  # (without it the tag filter still compiles all of //... under the sanitizer).
   run_tests "asan: bazel test --config=asan //... (AddressSanitizer + UBSan, CPU suite)" \
-    --config=asan -- "${SAN_ENV[@]}" //... "$@"
+    --config=asan -- "${SAN_ENV[@]}" --build_tests_only //... "$@"
   run_tests "tsan: bazel test --config=tsan of the tests tagged threads" \
-    --config=tsan -- "${SAN_ENV[@]}" --test_tag_filters=threads //... "$@"
+    --config=tsan -- "${SAN_ENV[@]}" --build_tests_only --test_tag_filters=threads //... "$@"
   finish
 fi
 
@@ -121,6 +123,6 @@ fi
 # tools/test.sh --sanitize runs the whole CPU suite under ASan and the threaded tests under TSan.
 if [ "${SHARDEMA_CI_ASAN:-0}" = 1 ]; then
   run_tests "asan: bazel test --config=asan ${ASAN_CI_PACKAGES[*]}" \
-    --config=asan -- "${SAN_ENV[@]}" "${ASAN_CI_PACKAGES[@]}" "$@"
+    --config=asan -- "${SAN_ENV[@]}" --build_tests_only "${ASAN_CI_PACKAGES[@]}" "$@"
 fi
 finish
