@@ -544,6 +544,11 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
                  .count();
   s.phases = phases_;
+  for (const SlotMemory& m : store()->MemoryReport()) {
+    if (m.kind == "grad") s.grad_bytes_per_rank += m.bytes;
+    if (m.kind == "compute") s.compute_bytes_per_rank += m.bytes;
+    if (m.kind == "unit_peak") s.unit_peak_bytes = std::max(s.unit_peak_bytes, m.bytes);
+  }
   // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());
   const int world = comm_->world_size();
