@@ -77,6 +77,8 @@ struct TrainSummary {
   double median_step_cpu_ms = 0;  // the same for the process CPU time (all threads)
   int64_t timed_steps = 0;
   std::vector<double> peak_rss_mib;  // per rank: getrusage's maximum resident set size
+  // Process CPU time (all threads: a checkpoint writer's too) of Run, summed over the ranks.
+  double run_cpu_ms = 0;
   // --profile: rank 0's time per phase over the whole run, and that run's wall time.
   PhaseTimes phases;
   double run_ms = 0;

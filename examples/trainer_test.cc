@@ -122,6 +122,7 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
   // (master, two moments, EMA), the gradient shard one; f32 compute needs no compute shard; the
   // unit buffers held at least the largest unit's gradient (40*33 + 33 elements, any world size).
   const TrainSummary& m = three->summary;
+  EXPECT_GT(m.run_cpu_ms, 0.0);
   EXPECT_EQ(m.grad_bytes_per_rank * 4, m.state_bytes_per_rank);
   EXPECT_EQ(m.compute_bytes_per_rank, 0);
   EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
