@@ -18,41 +18,6 @@
 namespace shardema {
 namespace mpi_internal {
 
-// Reused f32 temporaries (ring receive buffers, bf16/f16 reductions): a finished operation's
-// temporary is kept for a later one of a similar size (at least the size asked for, at most twice
-// it), so collectives issued every step neither allocate nor page-fault their temporaries again.
-// Holds at most kKeep buffers (the most recently released). Shared by the communicator and its
-// operations (which may finish after it is gone).
-struct TempPool {
-  static constexpr size_t kKeep = 2;
-  std::mutex mu;
-  std::vector<Buffer> free;
-
-  StatusOr<Buffer> Acquire(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      size_t best = free.size();
-      for (size_t i = 0; i < free.size(); ++i) {
-        const size_t n = free[i].size();
-        if (n >= bytes && n / 2 <= bytes && (best == free.size() || n < free[best].size()))
-          best = i;
-      }
-      if (best < free.size()) {
-        Buffer b = std::move(free[best]);
-        free.erase(free.begin() + std::ptrdiff_t(best));
-        return b;
-      }
-    }
-    return Buffer::Allocate(bytes, Device::Cpu());
-  }
-  void Release(Buffer b) {
-    if (b.data() == nullptr) return;
-    std::lock_guard<std::mutex> l(mu);
-    free.push_back(std::move(b));
-    if (free.size() > kKeep) free.erase(free.begin());
-  }
-};
-
 // An issued MPI request and what Wait() does after MPI_Wait. Shared by the Work handed to the
 // caller and the communicator (which completes it at Shutdown()).
 struct PendingOp {
@@ -60,9 +25,8 @@ struct PendingOp {
   int rank = -1;
   double timeout_s = 0;  // CommOptions::timeout_seconds
   MPI_Request request = MPI_REQUEST_NULL;
-  Buffer temp;                     // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
-  std::shared_ptr<TempPool> pool;  // where temp goes back when the operation ends
-  std::function<void()> finish;    // post-processing once the data has arrived
+  Buffer temp;                   // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
+  std::function<void()> finish;  // post-processing once the data has arrived
   bool done = false;
   Status status;
 
@@ -79,13 +43,8 @@ struct PendingOp {
     ring.reset();
     if (status.ok() && finish) finish();
     finish = nullptr;
-    ReleaseTemp();
-    return status;
-  }
-
-  void ReleaseTemp() {
-    if (pool != nullptr) pool->Release(std::move(temp));
     temp = Buffer();
+    return status;
   }
 
   // One non-blocking progress attempt; completes the operation (Complete) once it is finished
@@ -112,7 +71,7 @@ struct PendingOp {
     status = std::move(s);
     finish = nullptr;
     ring.reset();
-    ReleaseTemp();
+    temp = Buffer();
     return true;
   }
 };
@@ -216,15 +175,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEn
       world_size_(world_size),
       local_env_(std::move(local_env)),
       options_(options),
-      arg_checks_(options),
-      temps_(std::make_shared<mpi_internal::TempPool>()) {}
-
-size_t MpiCommunicator::kept_temp_bytes() const {
-  std::lock_guard<std::mutex> l(temps_->mu);
-  size_t n = 0;
-  for (const Buffer& b : temps_->free) n += b.size();
-  return n;
-}
+      arg_checks_(options) {}
 
 MpiCommunicator::~MpiCommunicator() { Shutdown().IgnoreError(); }
 
@@ -369,10 +320,9 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                     options_.reduce_scatter_algorithm == ReduceScatterAlgorithm::kRing;
   const size_t temp_elems = local.ok() ? TempElems(c, in_place, world_size_, ring) : 0;
   if (temp_elems > 0) {
-    StatusOr<Buffer> temp = temps_->Acquire(temp_elems * sizeof(float));
+    StatusOr<Buffer> temp = Buffer::Allocate(temp_elems * sizeof(float), Device::Cpu());
     if (temp.ok()) {
       op->temp = std::move(temp).value();
-      op->pool = temps_;
     } else {
       local = temp.status().WithContext(std::string(name) + ": rank " + std::to_string(rank_) +
                                         ": f32 temporary");

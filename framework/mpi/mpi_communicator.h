@@ -78,7 +78,6 @@ namespace shardema {
 
 namespace mpi_internal {
 struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
-struct TempPool;   // reused f32 temporaries (mpi_communicator.cc)
 }  // namespace mpi_internal
 
 class MpiCommunicator final : public CallCommunicator {
@@ -107,10 +106,6 @@ class MpiCommunicator final : public CallCommunicator {
   const CommOptions& options() const { return options_; }
   // Collective argument checks run so far (see CommOptions::check_args).
   int64_t argument_checks() const { return arg_checks_.checks_run(); }
-  // Bytes of f32 temporaries kept for reuse after their operations ended (ring reduce-scatter
-  // receive buffers, bf16/f16 reductions): at most two buffers, each reused by a later operation
-  // that needs between half and all of it.
-  size_t kept_temp_bytes() const;
 
   // Rank, world size, and node-local rank/size (MPI_Comm_split_type SHARED), source "mpi".
   RankEnv local_env() const { return local_env_; }
@@ -144,8 +139,6 @@ class MpiCommunicator final : public CallCommunicator {
   ArgCheckPolicy arg_checks_;
   bool shut_down_ = false;
   uint64_t ring_ops_ = 0;  // ring reduce-scatters issued: their message tags
-  // Temporaries of finished operations, reused by later ones (mpi_communicator.cc TempPool).
-  std::shared_ptr<mpi_internal::TempPool> temps_;
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
 };

@@ -631,32 +631,6 @@ TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
   ExpectStillInStep();
 }
 
-// The ring reduce-scatter's temporary (2 * count f32 at W > 1) is kept when the operation ends
-// and reused by the next one of that size: the same results, no second buffer.
-TEST(TempTest, RingTemporaryIsReusedAcrossOperations) {
-  CommOptions o;
-  o.reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
-  std::unique_ptr<MpiCommunicator> c = Fresh(o);
-  ASSERT_NE(c, nullptr);
-  constexpr size_t kCount = 1000;
-  std::vector<float> send(kCount * size_t(Size())), recv(kCount);
-  for (size_t i = 0; i < send.size(); ++i) send[i] = float(Rank() + 1) + float(i % 7);
-  const size_t want = Size() > 1 ? 2 * kCount * sizeof(float) : 0;
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(c->ReduceScatter(send.data(), recv.data(), kCount, DType::kF32).ok());
-    EXPECT_EQ(c->kept_temp_bytes(), want) << "after call " << i;
-    for (size_t k = 0; k < kCount; k += 97) {
-      const size_t g = size_t(Rank()) * kCount + k;
-      EXPECT_EQ(recv[k], float(Size() * (Size() + 1) / 2) + float(Size()) * float(g % 7)) << k;
-    }
-  }
-  // A much smaller operation does not take the large buffer: it adds its own.
-  ASSERT_TRUE(c->ReduceScatter(send.data(), recv.data(), 10, DType::kF32).ok());
-  EXPECT_EQ(c->kept_temp_bytes(), Size() > 1 ? want + 2 * 10 * sizeof(float) : 0);
-  c.reset();
-  ExpectStillInStep();
-}
-
 // check_every_call (debug): every call is checked, so a rank repeating a signature that passed
 // before while another rank does not is caught too.
 TEST(ArgCheckTest, EveryCallCatchesAMismatchOnARepeatedSignature) {
