@@ -19,26 +19,9 @@
 namespace shardema::examples {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
+using namespace gpt_layout;  // BlockParam, kLayerNormEps
 const char* const kWte = "transformer.wte.weight";
 const char* const kLmHead = "lm_head.weight";
-
-// Parameter indices inside a block unit (the order of GptUnits).
-enum BlockParam {
-  kLn1W,
-  kLn1B,
-  kAttnW,
-  kAttnB,
-  kAProjW,
-  kAProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMProjW,
-  kMProjB,
-  kBlockParams
-};
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&

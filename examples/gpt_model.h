@@ -63,6 +63,26 @@ struct GptShape {
 };
 
 std::vector<UnitSpec> GptUnits(const GptShape& s);
+// What the CPU and CUDA models share about a block unit: its parameter indices in GptUnits'
+// order and nanoGPT's LayerNorm epsilon (every block and ln_f).
+namespace gpt_layout {
+enum BlockParam {
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAProjW,
+  kAProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMProjW,
+  kMProjB,
+  kBlockParams
+};
+constexpr float kLayerNormEps = 1e-5f;
+}  // namespace gpt_layout
 // The schedule of unit uses (see above).
 UnitSchedule GptSchedule(const GptShape& s, bool recompute);
 // {"lm_head.weight": "transformer.wte.weight"}.

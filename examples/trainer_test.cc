@@ -58,7 +58,9 @@ void ExpectWorldSizeInvariant(const std::string& args, double tol) {
   SelfCommunicator self;
   const double err = MaxRelDiff(got, want);
   EXPECT_LT(err, tol) << args;
-  if (World()->world_size() == 1) EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
+  if (World()->world_size() == 1) {
+    EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
+  }
   ASSERT_EQ(dist->summary.losses.size(), serial->summary.losses.size());
   for (size_t i = 0; i < serial->summary.losses.size(); ++i) {
     EXPECT_NEAR(dist->summary.losses[i], serial->summary.losses[i],

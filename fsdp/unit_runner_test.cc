@@ -327,14 +327,17 @@ TEST(UnitRunnerTest, PrefetchReleaseAndReduceScatterOrder) {
     ASSERT_TRUE(s->ZeroGrad().ok());
     ASSERT_TRUE(runner.ForwardBackward(cb).ok());
     EXPECT_EQ(checked, 6);
+    // Forward: unit u+1 is prefetched while u computes; the last unit stays gathered for the
+    // backward, which re-gathers in reverse order and overlaps reduce-scatters.
+    // clang-format off
     const std::vector<std::string> want = {
-        "gather 0", "wait 0", "gather 1", "forward 0", "release_fwd 0", "wait 1", "gather 2",
-        "forward 1", "release_fwd 1", "wait 2", "forward 2",  // the last unit
-                                                              // stays gathered
-                                                              // for the backward
-        "wait 2", "gather 1", "backward 2", "release 2", "rs 2", "wait 1", "gather 0", "backward 1",
-        "release 1", "rs 1", "rs_wait 2", "wait 0", "backward 0", "release 0", "rs 0", "rs_wait 1",
-        "rs_wait 0"};
+        "gather 0", "wait 0", "gather 1", "forward 0", "release_fwd 0",
+        "wait 1", "gather 2", "forward 1", "release_fwd 1",
+        "wait 2", "forward 2",
+        "wait 2", "gather 1", "backward 2", "release 2", "rs 2",
+        "wait 1", "gather 0", "backward 1", "release 1", "rs 1", "rs_wait 2",
+        "wait 0", "backward 0", "release 0", "rs 0", "rs_wait 1", "rs_wait 0"};
+    // clang-format on
     EXPECT_EQ(trace, want);
     for (size_t u = 0; u < kUnits; ++u) {
       EXPECT_EQ(s->gather_refs(u), 0);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every shardema test from a clean clone:
 #   1. tools/setup.sh (installs what is missing),
-#   2. tools/check_layers.py --self-test and on the tree (each counts as one test),
+#   2. tools/check_layers.py --self-test and on the tree (each counts as one test), and the same
+#      two runs of tools/check_format.sh (skipped without clang-format 14),
 #   3. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
@@ -81,6 +82,17 @@ for step in "--self-test" ""; do
   else
     failed=$((failed + 1)); echo "check_layers ${step:-tree}: FAILED"
   fi
+done
+
+echo "== format (tools/check_format.sh: sources against .clang-format)"
+for step in "--self-test" ""; do
+  tools/check_format.sh $step
+  case $? in
+    0) passed=$((passed + 1)); echo "check_format ${step:-tree}: PASSED" ;;
+    77) skipped=$((skipped + 1)); skipped_list+=("check_format ${step:-tree} (no clang-format 14)")
+        echo "check_format ${step:-tree}: SKIPPED" ;;
+    *) failed=$((failed + 1)); echo "check_format ${step:-tree}: FAILED" ;;
+  esac
 done
 
 run_tests "bazel test //... (CPU build, multi-rank tests under mpirun)" -- //... "$@"
