@@ -94,14 +94,22 @@ void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const flo
     Qkv<Strided> d = QkvSlices<Strided>(dqkv, s, p);
     MapC P(att + AttOffset(s, p), T, T);
     StridedC DY(dout + OutOffset(s, p), T, hs, out_ld);
-    d.k.setZero();
-    d.v.setZero();
+    // The first query block writes dK, dV rows [0, keys) (Eigen's "= product" is "zero, then
+    // += product": the same bits); later blocks add to them, so only the rows past the first
+    // block start at zero.
+    const int64_t first_keys = std::min(kQueryBlock, T);
+    d.k.bottomRows(T - first_keys).setZero();
+    d.v.bottomRows(T - first_keys).setZero();
     RowMat dS(std::min(kQueryBlock, T), T);
     for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, T - i0), keys = i0 + rows;
       const auto Pb = P.block(i0, 0, rows, keys);
       const auto DYb = DY.middleRows(i0, rows);
-      d.v.topRows(keys).noalias() += Pb.transpose() * DYb;
+      if (i0 == 0) {
+        d.v.topRows(keys).noalias() = Pb.transpose() * DYb;
+      } else {
+        d.v.topRows(keys).noalias() += Pb.transpose() * DYb;
+      }
       auto dSb = dS.block(0, 0, rows, keys);
       dSb.noalias() = DYb * in.v.topRows(keys).transpose();  // dP
       for (int64_t r = 0; r < rows; ++r) {
@@ -113,7 +121,11 @@ void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const flo
         dSb.row(r).tail(keys - i - 1).setZero();
       }
       d.q.middleRows(i0, rows).noalias() = scale * (dSb * in.k.topRows(keys));
-      d.k.topRows(keys).noalias() += scale * (dSb.transpose() * in.q.middleRows(i0, rows));
+      if (i0 == 0) {
+        d.k.topRows(keys).noalias() = scale * (dSb.transpose() * in.q.middleRows(i0, rows));
+      } else {
+        d.k.topRows(keys).noalias() += scale * (dSb.transpose() * in.q.middleRows(i0, rows));
+      }
     }
   });
 }
