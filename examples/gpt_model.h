@@ -31,7 +31,7 @@
 // Errors: kInvalidArgument for a bad shape (C not divisible by n_head, a sequence longer than T,
 // a token outside the vocabulary); store/communicator errors with the use and unit named.
 // Threading: one thread (the store's); the layers use `compute_threads` (nn/cpu_context.h).
-// Memory: per micro-batch, with n = rows * t tokens, about n * (16 C + 4 V) floats plus
+// Memory: per micro-batch, with n = rows * t tokens, about n * (20 C + 4 V) floats plus
 // rows * n_head * t^2 per block for the attention probabilities (only one block's with recompute).
 #ifndef SHARDEMA_EXAMPLES_GPT_MODEL_H_
 #define SHARDEMA_EXAMPLES_GPT_MODEL_H_
@@ -145,7 +145,8 @@ class GptModel final : public GptLm, private UnitModule {
 
  private:
   struct BlockActs {
-    std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
+    // tanh: the GELU's tanh(u), kept for its backward.
+    std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g, tanh;
   };
   GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads, bool recompute,
            UnitRunner runner);

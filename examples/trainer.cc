@@ -484,6 +484,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   std::vector<double> times_ms, cpu_ms;
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
+  const double run_cpu0 = ProcessCpuMs();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
@@ -552,16 +553,23 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
                  .count();
   s.phases = phases_;
+  for (const SlotMemory& m : store()->MemoryReport()) {
+    if (m.kind == "grad") s.grad_bytes_per_rank += m.bytes;
+    if (m.kind == "compute") s.compute_bytes_per_rank += m.bytes;
+    if (m.kind == "unit_peak") s.unit_peak_bytes = std::max(s.unit_peak_bytes, m.bytes);
+  }
   // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());
   const int world = comm_->world_size();
-  std::vector<float> all(size_t(3 * world));
-  const float mine[3] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib())};
-  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 3, DType::kF32));
+  std::vector<float> all(size_t(4 * world));
+  const float mine[4] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib()),
+                         float(ProcessCpuMs() - run_cpu0)};
+  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 4, DType::kF32));
   for (int r = 0; r < world; ++r) {
-    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(3 * r)]));
-    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(3 * r + 1)]));
-    s.peak_rss_mib.push_back(all[size_t(3 * r + 2)]);
+    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(4 * r)]));
+    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(4 * r + 1)]));
+    s.peak_rss_mib.push_back(all[size_t(4 * r + 2)]);
+    s.run_cpu_ms += double(all[size_t(4 * r + 3)]);
   }
   return s;
 }

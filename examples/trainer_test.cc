@@ -120,6 +120,14 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
   EXPECT_LE(sum, three->summary.run_ms * 1.001);
   ASSERT_EQ(three->summary.peak_rss_mib.size(), size_t(World()->world_size()));
   for (double mib : three->summary.peak_rss_mib) EXPECT_GT(mib, 1.0);
+  // The memory lines beside the state: AdamW + one EMA slot keep 4 f32 per local element
+  // (master, two moments, EMA), the gradient shard one; f32 compute needs no compute shard; the
+  // unit buffers held at least the largest unit's gradient (40*33 + 33 elements, any world size).
+  const TrainSummary& m = three->summary;
+  EXPECT_GT(m.run_cpu_ms, 0.0);
+  EXPECT_EQ(m.grad_bytes_per_rank * 4, m.state_bytes_per_rank);
+  EXPECT_EQ(m.compute_bytes_per_rank, 0);
+  EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
 }
 
 TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
