@@ -14,8 +14,16 @@
 #   sync_cost_s  = (sync - none) / S      the steps a sync save blocks
 #   async_cost_s = (async - none) / S     the step-time increase an async save causes (snapshot,
 #                                         writer CPU taken from the ranks, agreement, commit)
-# Ranks run with OMPI_MCA_mpi_yield_when_idle=1 (unless set), as in step_bench.
-# Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10) ...`.
+# and, less distorted by the load of a shared machine, two more figures per mid-run save:
+#   block_ms = (mode's "save" phase - none's) / S: the time the training thread of rank 0 spent
+#              inside the save calls (train_mlp --profile: SaveAsync, WaitSnapshot, Poll, commit),
+#              i.e. the stall itself, without the CPU a writer thread takes from the ranks;
+#   cpu_ms   = (mode's run_cpu_ms - none's) / S: the CPU the save costs in core-ms, run_cpu_ms
+#              being train_mlp --bench-json's process CPU time of the run summed over the ranks
+#              (the writer thread's included). A save hides when block_ms is small and a core is
+#              free for its cpu_ms. Ranks run with OMPI_MCA_mpi_yield_when_idle=1 (unless set), as in
+# step_bench. Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10)
+# ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=...`.
 set -euo pipefail
 
 train="${1:?usage: save_stall_bench.sh TRAIN_MLP [flags]}"
@@ -46,7 +54,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/save_stall_bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 
-run() {  # mode -> wall seconds
+run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms"
   local mode="$1" extra=()
   case "$mode" in
     sync) extra=(--save-every "$save_every") ;;
@@ -58,29 +66,47 @@ run() {  # mode -> wall seconds
   OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" \
     mpirun --allow-run-as-root --oversubscribe -np "$world" "$train" --layers "$layers" \
     --batch "$batch" --optim adamw --ema 0.999,0.9999 --steps "$steps" --log-every 0 \
-    --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
+    --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
   t1="$(date +%s.%N)"
-  awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
+  local cpu
+  cpu="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["run_cpu_ms"])' 2>/dev/null || echo 0)"
+  local save
+  save="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | awk '$1 == "save" {print $2}' | tail -1)"
+  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" 'BEGIN{printf "%.3f %.1f %.1f", b-a, c, d}'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
-none=() sync=() async=()
+none=() sync=() async=() none_cpu=() sync_cpu=() async_cpu=() none_blk=() sync_blk=() async_blk=()
 for _ in $(seq "$repeats"); do
-  none+=("$(run none)")
-  sync+=("$(run sync)")
-  async+=("$(run async)")
+  for mode in none sync async; do
+    read -r wall cpu blk <<<"$(run "$mode")"
+    eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk)"
+  done
 done
 echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]}"
+echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | async ${async_cpu[*]}"
+echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]}"
+echo "#   load: $(uptime | sed 's/.*load/load/')"
 n="$(median "${none[@]}")"
 s="$(median "${sync[@]}")"
 a="$(median "${async[@]}")"
-awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" 'BEGIN {
+nc="$(median "${none_cpu[@]}")"
+sc="$(median "${sync_cpu[@]}")"
+ac="$(median "${async_cpu[@]}")"
+nb="$(median "${none_blk[@]}")"
+sb="$(median "${sync_blk[@]}")"
+ab="$(median "${async_blk[@]}")"
+awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
+    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" 'BEGIN {
   sc = (s - n) / k; ac = (a - n) / k;
-  printf "%8s %10s %14s\n", "mode", "wall_s", "per_save_s";
-  printf "%8s %10.3f %14s\n", "none", n, "-";
-  printf "%8s %10.3f %14.4f\n", "sync", s, sc;
-  printf "%8s %10.3f %14.4f\n", "async", a, ac;
-  printf "summary: async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f\n",
-         (sc > 0 ? ac / sc : 0), sc, ac, n }'
+  scm = (scpu - nc) / k; acm = (acpu - nc) / k;
+  sbm = (sblk - nb) / k; abm = (ablk - nb) / k;
+  printf "%8s %10s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "block_ms", "cpu_ms_per_save";
+  printf "%8s %10.3f %14s %14s %16s\n", "none", n, "-", "-", "-";
+  printf "%8s %10.3f %14.4f %14.1f %16.1f\n", "sync", s, sc, sbm, scm;
+  printf "%8s %10.3f %14.4f %14.1f %16.1f\n", "async", a, ac, abm, acm;
+  printf "summary: async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f\n",
+         (sc > 0 ? ac / sc : 0), sc, ac, n, (sbm > 0 ? abm / sbm : 0), sbm, abm, scm, acm }'

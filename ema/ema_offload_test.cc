@@ -31,13 +31,9 @@ std::vector<UnitSpec> Units() {
           {"none", {}}};
 }
 
-float Init(const std::string& name, int64_t i) {
-  return float(std::cos(0.21 * double(i) + double(name.size())));
-}
+const ::shardema::testing::InitFn Init = ::shardema::testing::WaveInit(0.21);
 
-float Grad(int s, int r, const std::string& name, int64_t i) {
-  return float(std::sin(0.45 * double(i) + 0.8 * s + 0.35 * r + double(name.size())));
-}
+const ::shardema::testing::StepGradFn Grad = ::shardema::testing::WaveGrad(0.45, 0.8, 0.35);
 
 // Four slots: every start/interval combination the plan produces (start copies with beta 0,
 // corrected and uncorrected intervals, a warmup schedule, a late start).

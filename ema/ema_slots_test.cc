@@ -27,13 +27,9 @@ std::vector<UnitSpec> Units() {
           {"none", {}}};
 }
 
-float Init(const std::string& name, int64_t i) {
-  return float(std::cos(0.3 * double(i) + double(name.size())));
-}
+const ::shardema::testing::InitFn Init = ::shardema::testing::WaveInit(0.3);
 
-float Grad(int s, int r, const std::string& name, int64_t i) {
-  return float(std::sin(0.5 * double(i) + 0.9 * s + 0.4 * r + double(name.size())));
-}
+const ::shardema::testing::StepGradFn Grad = ::shardema::testing::WaveGrad(0.5, 0.9, 0.4);
 
 // Plain SGD (no momentum, no weight decay): master_s = master_{s-1} - lr * mean_r grad.
 OptimizerOptions Sgd(double lr) {

@@ -89,7 +89,9 @@ TEST(EmaStorageSlotsTest, StochasticRoundingMatchesAFullTensorReferenceAtAnyWorl
     }
     prev = std::move(slot);
   }
-  if (World()->rank() == 0) EXPECT_GT(std::min(rounded_up, rounded_down), 20);  // both ways
+  if (World()->rank() == 0) {
+    EXPECT_GT(std::min(rounded_up, rounded_down), 20);  // both ways
+  }
 }
 
 TEST(EmaStorageSlotsTest, DeltaSlotReconstructsSwapsAndHoldsStillWhenNotDue) {
@@ -102,7 +104,9 @@ TEST(EmaStorageSlotsTest, DeltaSlotReconstructsSwapsAndHoldsStillWhenNotDue) {
   EXPECT_EQ(rig.emas->shard(0), nullptr);  // not an f32 slot
   const std::vector<SlotMemory> mem = s.registry().MemoryReport();
   for (const SlotMemory& m : mem) {
-    if (m.name == "ema_d") EXPECT_EQ(m.bytes, int64_t(n * 2));
+    if (m.name == "ema_d") {
+      EXPECT_EQ(m.bytes, int64_t(n * 2));
+    }
   }
   std::vector<float> ema;
   for (int step = 1; step <= 5; ++step) {

@@ -374,8 +374,9 @@ TEST_F(TrainedTest, TrackedProfileIsReconstructedExactly) {
   }
   EXPECT_LT(plan->targets[0].fit_error, 1e-6);
   std::map<std::string, std::vector<float>> direct = Gather(rig_, "ema_pf_0.10");
-  if (RankOf(World()) == 0)
+  if (RankOf(World()) == 0) {
     EXPECT_LT(MaxAbsDiff(direct, ReadSafetensors(root_ + "/tracked.safetensors")), 1e-6);
+  }
 }
 
 // An untracked sigma_rel (0.07, between the tracked 0.05 and 0.10) against a run that tracked it

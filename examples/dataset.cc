@@ -192,7 +192,7 @@ Dataset MakeSyntheticDataset(uint64_t seed, const std::vector<int64_t>& layers,
     }
   }
   if (loss == mlp::Loss::kMse) {
-    d.y = std::move(h);
+    d.y.assign(h.begin(), h.end());  // not h itself: its capacity is the widest layer's rows
   } else {
     d.labels.resize(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) {

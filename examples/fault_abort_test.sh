@@ -3,12 +3,16 @@
 # (SHARDEMA_INJECT_FAULT, framework/fault_injection.h) just before a collective its peers may
 # already wait in, every rank exits non-zero well within the bound (60 s, while
 # --collective-timeout is 600 s: a hang is not rescued by the timeout), no rank process is left,
-# and the output names the failing rank and call:
+# and the output names the failing rank and call, on the failing rank and (through its failure
+# notice, Communicator::AnnounceFailure) on its peers:
 #   store.gather         (the unit buffer allocation of a gather), train_mlp, 3 ranks
 #   store.unit_grads     (the gradient buffer allocation), train_mlp, 3 ranks
 #   clip.sum_of_squares  (the gradient norm's local part, folded into its all-gather: the peers
 #                        name the failing rank), train_mlp with --clip-norm, 3 ranks
 #   store.gather         train_gpt (UnitRunner schedule with prefetching), 2 ranks
+# Setup failures on one rank (agreed before any training collective; rank 0 names the rank):
+#   trainer.init         the parameter initialisation, train_mlp, 3 ranks
+#   trainer.state        the optimizer and EMA state allocation, train_gpt, 2 ranks
 # Usage: fault_abort_test.sh TRAIN_MLP TRAIN_GPT GPT_DATA MPI_RUN
 set -uo pipefail
 train_mlp="$1"; train_gpt="$2"; gpt_data="$3"; mpirun_sh="$4"
@@ -44,9 +48,12 @@ expect() {  # NAME PATTERN: the job's stderr matches PATTERN
 mlp=(--layers 6,9,3 --batch 12 --steps 40)
 run gather store.gather@1#7 3 "$train_mlp" "${mlp[@]}"
 expect gather 'rank 1/3\] E .*gather of unit .layers\.[01].: injected fault at store\.gather on rank 1'
+expect gather 'rank 0/3\] E .*rank 1 of 3 failed and left the job: gather of unit .layers\.[01].: injected'
+expect gather 'rank 2/3\] E .*rank 1 of 3 failed and left the job: gather of unit .layers\.[01].: injected'
 
 run grads store.unit_grads@2#4 3 "$train_mlp" "${mlp[@]}"
 expect grads 'rank 2/3\] E .*gradient buffer of unit .layers\.[01].: injected fault at store\.unit_grads on rank 2'
+expect grads 'rank [01]/3\] E .*rank 2 of 3 failed and left the job: gradient buffer of unit'
 
 run clip clip.sum_of_squares@1#3 3 "$train_mlp" "${mlp[@]}" --clip-norm 1
 expect clip 'rank 1/3\] E .*global gradient norm: injected fault at clip\.sum_of_squares on rank 1'
@@ -55,4 +62,12 @@ expect clip 'rank [02]/3\] E .*global gradient norm: rank 1 failed computing its
 run gpt store.gather@0#9 2 "$train_gpt" --data "$gpt_data" --n-layer 2 --n-head 2 --n-embd 16 \
   --block-size 8 --batch 4 --steps 40
 expect gpt "rank 0/2\] E .*gather of unit 'transformer\.[a-z_.0-9]+': injected fault at store\.gather on rank 0"
+expect gpt "rank 1/2\] E .*rank 0 of 2 failed and left the job: gather of unit 'transformer\."
+
+run init trainer.init@1 3 "$train_mlp" "${mlp[@]}"
+expect init 'rank 0/3\] E .*parameter init: rank 1 of 3: injected fault at trainer\.init on rank 1'
+
+run state trainer.state@0 2 "$train_gpt" --data "$gpt_data" --n-layer 2 --n-head 2 --n-embd 16 \
+  --block-size 8 --batch 4 --steps 40
+expect state 'rank 0/2\] E .*optimizer and EMA state: rank 0 of 2: injected fault at trainer\.state on rank 0'
 echo "fault_abort_test: OK"

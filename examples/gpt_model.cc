@@ -19,26 +19,9 @@
 namespace shardema::examples {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
+using namespace gpt_layout;  // BlockParam, kLayerNormEps
 const char* const kWte = "transformer.wte.weight";
 const char* const kLmHead = "lm_head.weight";
-
-// Parameter indices inside a block unit (the order of GptUnits).
-enum BlockParam {
-  kLn1W,
-  kLn1B,
-  kAttnW,
-  kAttnB,
-  kAProjW,
-  kAProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMProjW,
-  kMProjB,
-  kBlockParams
-};
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -234,8 +217,9 @@ Status GptModel::BlockForward(size_t block, const float* const* p, const float* 
                        a->mean2.data(), a->rstd2.data());
   a->h.resize(size_t(n * 4 * C));
   a->g.resize(size_t(n * 4 * C));
+  a->tanh.resize(size_t(n * 4 * C));
   nn::LinearForward(ctx_, a->ln2.data(), p[kFcW], p[kFcB], n, C, 4 * C, a->h.data());
-  nn::ActivationForward(ctx_, nn::Activation::kGeluTanh, a->h.data(), a->g.data(), n * 4 * C);
+  nn::GeluTanhForwardSaving(ctx_, a->h.data(), a->g.data(), a->tanh.data(), n * 4 * C);
   nn::LinearForward(ctx_, a->g.data(), p[kMProjW], p[kMProjB], n, 4 * C, C, y);
   nn::ResidualForward(ctx_, a->x1.data(), y, y, n * C);
   return Status::Ok();
@@ -254,8 +238,7 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   nn::LinearBackward(ctx_, a.g.data(), p[kMProjW], dy_.data(), n, 4 * C, C, g[kMProjW], g[kMProjB],
                      dbig_.data(), accumulate);
-  nn::ActivationBackward(ctx_, nn::Activation::kGeluTanh, a.h.data(), dbig_.data(), dbig_.data(),
-                         n * 4 * C);
+  nn::GeluTanhBackwardSaved(ctx_, a.h.data(), a.tanh.data(), dbig_.data(), dbig_.data(), n * 4 * C);
   nn::LinearBackward(ctx_, a.ln2.data(), p[kFcW], dbig_.data(), n, C, 4 * C, g[kFcW], g[kFcB],
                      dtmp_.data(), accumulate);
   nn::LayerNormBackward(ctx_, a.x1.data(), p[kLn2W], a.mean2.data(), a.rstd2.data(), dtmp_.data(),

@@ -31,7 +31,7 @@
 // Errors: kInvalidArgument for a bad shape (C not divisible by n_head, a sequence longer than T,
 // a token outside the vocabulary); store/communicator errors with the use and unit named.
 // Threading: one thread (the store's); the layers use `compute_threads` (nn/cpu_context.h).
-// Memory: per micro-batch, with n = rows * t tokens, about n * (16 C + 4 V) floats plus
+// Memory: per micro-batch, with n = rows * t tokens, about n * (20 C + 4 V) floats plus
 // rows * n_head * t^2 per block for the attention probabilities (only one block's with recompute).
 #ifndef SHARDEMA_EXAMPLES_GPT_MODEL_H_
 #define SHARDEMA_EXAMPLES_GPT_MODEL_H_
@@ -63,6 +63,26 @@ struct GptShape {
 };
 
 std::vector<UnitSpec> GptUnits(const GptShape& s);
+// What the CPU and CUDA models share about a block unit: its parameter indices in GptUnits'
+// order and nanoGPT's LayerNorm epsilon (every block and ln_f).
+namespace gpt_layout {
+enum BlockParam {
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAProjW,
+  kAProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMProjW,
+  kMProjB,
+  kBlockParams
+};
+constexpr float kLayerNormEps = 1e-5f;
+}  // namespace gpt_layout
 // The schedule of unit uses (see above).
 UnitSchedule GptSchedule(const GptShape& s, bool recompute);
 // {"lm_head.weight": "transformer.wte.weight"}.
@@ -125,7 +145,8 @@ class GptModel final : public GptLm, private UnitModule {
 
  private:
   struct BlockActs {
-    std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
+    // tanh: the GELU's tanh(u), kept for its backward.
+    std::vector<float> ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g, tanh;
   };
   GptModel(ShardedParameterStore* store, const GptShape& shape, int compute_threads, bool recompute,
            UnitRunner runner);

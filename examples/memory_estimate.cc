@@ -48,8 +48,8 @@ namespace {
 
 // The model's units (elements each) and the f32 activation elements per row of a micro-batch
 // (values only): the MLP's layer widths, or the GPT's per-token tensors of every block (ln_1,
-// qkv, attention probabilities, attention output, c_proj, ln_2, c_fc, gelu, mlp c_proj: 16 C +
-// n_head T per token) plus the logits.
+// qkv, attention probabilities, attention output, c_proj, ln_2, c_fc, gelu and its tanh, mlp
+// c_proj: 20 C + n_head T per token) plus the logits.
 struct ModelShape {
   std::vector<int64_t> units;
   int64_t activations_per_row = 0;
@@ -66,7 +66,7 @@ StatusOr<ModelShape> ShapeOf(const TrainConfig& c) {
     ASSIGN_OR_RETURN(int64_t block, MulAdd(c2, 12, 13 * C, flag));
     m.units = {V * C, T * C, 2 * C};
     for (int64_t i = 0; i < c.n_layer; ++i) m.units.push_back(block);
-    ASSIGN_OR_RETURN(int64_t per_token, MulAdd(c.n_head, T, 16 * C, flag));
+    ASSIGN_OR_RETURN(int64_t per_token, MulAdd(c.n_head, T, 20 * C, flag));
     ASSIGN_OR_RETURN(per_token, MulAdd(per_token, c.n_layer, V, flag));
     ASSIGN_OR_RETURN(m.activations_per_row, MulAdd(per_token, T, 0, flag));
     return m;

@@ -13,7 +13,7 @@
 //               its f32 gradient: U * (2 * dtype + 4);
 //   activations rows per micro-batch m = ceil(batch / (grad_accum * world)) and the eval batch:
 //               (m + eval_batch) * sum_i D_i * 4 * 2 (values and gradients); GPT: m sequences of
-//               T tokens with n_layer * (16 C + n_head T) + V values per token (no eval term);
+//               T tokens with n_layer * (20 C + n_head T) + V values per token (no eval term);
 //   data        the synthetic task's rows * (D0 + DL) * 4 (with --data: the file's size).
 // It is an estimate (allocator slack, MPI buffers and the binary are not counted): it refuses
 // only what cannot fit. Errors: kInvalidArgument naming the flag when a size overflows int64.

@@ -97,18 +97,28 @@ Status MlpModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
 
 Status MlpModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                              const std::vector<TensorView>& grads) {
-  // dy_ holds d(loss)/d(z of this layer); on return, of the layer below.
+  RETURN_IF_ERROR(BackwardInput(call, views));
+  return BackwardParams(call, grads);
+}
+
+Status MlpModel::BackwardInput(const UnitCall& call, const std::vector<TensorView>& views) {
   const size_t k = call.use;
+  if (k == 0) return Status::Ok();  // the batch needs no gradient
   ASSIGN_OR_RETURN(auto wb, Weights(k, views));
   const int64_t in = layers_[k], out = layers_[k + 1];
+  dx_.resize(size_t(rows_ * in));
+  nn::LinearBackward(ctx_, a_[k].data(), wb.first, dy_.data(), rows_, in, out, nullptr, nullptr,
+                     dx_.data());
+  return Status::Ok();
+}
+
+Status MlpModel::BackwardParams(const UnitCall& call, const std::vector<TensorView>& grads) {
+  // dy_ holds d(loss)/d(z of this layer); on return, of the layer below.
+  const size_t k = call.use;
+  const int64_t in = layers_[k], out = layers_[k + 1];
   const float* x = k == 0 ? batch_->x.data() : a_[k].data();
-  float* dx = nullptr;
-  if (k > 0) {
-    dx_.resize(size_t(rows_ * in));
-    dx = dx_.data();
-  }
-  nn::LinearBackward(ctx_, x, wb.first, dy_.data(), rows_, in, out, grads[0].as<float>(),
-                     grads[1].as<float>(), dx);
+  nn::LinearBackward(ctx_, x, nullptr, dy_.data(), rows_, in, out, grads[0].as<float>(),
+                     grads[1].as<float>(), nullptr);
   if (k > 0) {
     dy_.resize(dx_.size());
     nn::ActivationBackward(ctx_, activation_, z_[k - 1].data(), dx_.data(), dy_.data(),
@@ -124,6 +134,13 @@ StatusOr<double> MlpModel::ForwardBackward(const Batch& batch) {
   double loss = 0;
   UnitCallbacks cb = Callbacks();
   cb.backward_overwrites = true;  // LinearBackward assigns dW and db
+  // dx first, then dW and db into the memory of the released weights (unit_runner.h).
+  cb.backward_input = [this](const UnitCall& c, const std::vector<TensorView>& p) {
+    return BackwardInput(c, p);
+  };
+  cb.backward_params = [this](const UnitCall& c, const std::vector<TensorView>& g) {
+    return BackwardParams(c, g);
+  };
   cb.loss = [&](int64_t) -> Status {
     const int64_t out_dim = layers_.back();
     dy_.resize(size_t(rows_ * out_dim));

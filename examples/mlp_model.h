@@ -12,8 +12,9 @@
 //   forward   layer i: z_i = a_i W^T + b, a_(i+1) = act(z_i);
 //   loss      mean over the LOCAL rows (the store averages over ranks and micro-batches, which
 //             gives the global-batch mean when local batches are equal);
-//   backward  layer i: dW, db written straight into the unit gradient buffer, dx, then through
-//             the activation of the layer below.
+//   backward  layer i: dx from the gathered weights; the weights are released, then dW, db are
+//             written straight into the unit gradient buffer (which reuses the weights' memory),
+//             and dx goes through the activation of the layer below.
 // LossSum: forward only, summed per-row losses (mse: mean over outputs per row), collective.
 // With a bf16/f16 compute dtype the gathered unit is widened to f32 for the Eigen math; gradients
 // are f32 (the store's reduce dtype).
@@ -22,7 +23,8 @@
 // loss (a label outside the classes). Threading: one calling thread (the store's); the layers
 // use compute_threads.
 // Memory: the activations of one micro-batch (sum over layers of rows * D(i+1) * 2 floats), for
-// evaluation two buffers of rows * max D(i+1) floats, and at most two gathered units at a time.
+// evaluation two buffers of rows * max D(i+1) floats, and at most two gathered units at a time
+// (a unit's gradient buffer reuses its released parameter buffer).
 #ifndef SHARDEMA_EXAMPLES_MLP_MODEL_H_
 #define SHARDEMA_EXAMPLES_MLP_MODEL_H_
 
@@ -79,6 +81,10 @@ class MlpModel final : public Model, private UnitModule {
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                      const std::vector<TensorView>& grads) override;
+  // The backward in two parts (UnitCallbacks::backward_input / backward_params): dx from the
+  // weights, then dW and db (which do not read the weights) and dy of the layer below.
+  Status BackwardInput(const UnitCall& call, const std::vector<TensorView>& views);
+  Status BackwardParams(const UnitCall& call, const std::vector<TensorView>& grads);
   // f32 pointers to the weight and bias of a gathered unit (widened into scratch if needed).
   StatusOr<std::pair<const float*, const float*>> Weights(size_t layer,
                                                           const std::vector<TensorView>& views);

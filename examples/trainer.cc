@@ -17,6 +17,7 @@
 #include "examples/gpt_model.h"
 #include "examples/memory_estimate.h"
 #include "framework/duration.h"
+#include "framework/fault_injection.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 #include "nn/cpu_isa.h"
@@ -166,9 +167,16 @@ Status Trainer::Setup() {
     init = c.init.empty() ? InitMlpFromSeed(s->get(), c.layers, c.seed)
                           : InitMlpFromFile(s->get(), c.init);
   }
+  if (init.ok()) init = InjectedFault("trainer.init");
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
-  ASSIGN_OR_RETURN(state_,
-                   TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c)));
+  // The optimizer and EMA state is allocated on every rank: agreed, so that a rank that cannot
+  // allocate it does not leave its peers waiting in the first collective.
+  const Status injected = InjectedFault("trainer.state");
+  StatusOr<std::unique_ptr<TrainState>> state =
+      injected.ok() ? TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c))
+                    : StatusOr<std::unique_ptr<TrainState>>(injected);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, state.status(), "optimizer and EMA state"));
+  state_ = std::move(state).value();
   for (const UnitLayout& u : store()->layout().units()) {
     for (const ParamLayout& p : u.params) {
       const bool decays = optimizer()->group_hyper(optimizer()->GroupOf(p.name)).weight_decay != 0;
@@ -477,6 +485,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   std::vector<double> times_ms, cpu_ms;
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
+  const double run_cpu0 = ProcessCpuMs();
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
@@ -547,16 +556,23 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
                  .count();
   s.phases = phases_;
+  for (const SlotMemory& m : store()->MemoryReport()) {
+    if (m.kind == "grad") s.grad_bytes_per_rank += m.bytes;
+    if (m.kind == "compute") s.compute_bytes_per_rank += m.bytes;
+    if (m.kind == "unit_peak") s.unit_peak_bytes = std::max(s.unit_peak_bytes, m.bytes);
+  }
   // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
   s.timed_steps = int64_t(times_ms.size());
   const int world = comm_->world_size();
-  std::vector<float> all(size_t(3 * world));
-  const float mine[3] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib())};
-  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 3, DType::kF32));
+  std::vector<float> all(size_t(4 * world));
+  const float mine[4] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib()),
+                         float(ProcessCpuMs() - run_cpu0)};
+  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 4, DType::kF32));
   for (int r = 0; r < world; ++r) {
-    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(3 * r)]));
-    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(3 * r + 1)]));
-    s.peak_rss_mib.push_back(all[size_t(3 * r + 2)]);
+    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(4 * r)]));
+    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(4 * r + 1)]));
+    s.peak_rss_mib.push_back(all[size_t(4 * r + 2)]);
+    s.run_cpu_ms += double(all[size_t(4 * r + 3)]);
   }
   return s;
 }

@@ -3,10 +3,13 @@
 // the eval table (and --sample texts, --bench-json line) on rank 0, and maps errors to exit codes
 // (0 ok, 2 invalid argument, 3 not found, 4 data loss, 1 other).
 //
-// Errors found while setting up (flags, data, init, resume) are agreed by all ranks, so every
-// rank exits with the same code after a clean MPI shutdown and rank 0 prints the message. An
-// error during training may hit one rank only while its peers wait in a collective: that rank
-// prints it and aborts the MPI job with the exit code.
+// Errors found while setting up (flags, data, init, optimizer state, resume) are agreed by all
+// ranks, so every rank exits with the same code after a clean MPI shutdown and rank 0 prints the
+// message. An error during training may hit one rank only while its peers wait in a collective:
+// the library tells the peers (Communicator::AnnounceFailure), whose waits fail naming that rank
+// and call; every rank that fails prints its error and calls Communicator::Abort (NCCL:
+// ncclCommAbort; MPI: MPI_Abort with the exit code after at most a few seconds for the peers to
+// report), never a synchronising shutdown.
 #ifndef SHARDEMA_EXAMPLES_TRAINER_MAIN_H_
 #define SHARDEMA_EXAMPLES_TRAINER_MAIN_H_
 

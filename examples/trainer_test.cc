@@ -58,7 +58,9 @@ void ExpectWorldSizeInvariant(const std::string& args, double tol) {
   SelfCommunicator self;
   const double err = MaxRelDiff(got, want);
   EXPECT_LT(err, tol) << args;
-  if (World()->world_size() == 1) EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
+  if (World()->world_size() == 1) {
+    EXPECT_EQ(err, 0.0) << "one rank must be bit-identical";
+  }
   ASSERT_EQ(dist->summary.losses.size(), serial->summary.losses.size());
   for (size_t i = 0; i < serial->summary.losses.size(); ++i) {
     EXPECT_NEAR(dist->summary.losses[i], serial->summary.losses[i],
@@ -118,6 +120,14 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
   EXPECT_LE(sum, three->summary.run_ms * 1.001);
   ASSERT_EQ(three->summary.peak_rss_mib.size(), size_t(World()->world_size()));
   for (double mib : three->summary.peak_rss_mib) EXPECT_GT(mib, 1.0);
+  // The memory lines beside the state: AdamW + one EMA slot keep 4 f32 per local element
+  // (master, two moments, EMA), the gradient shard one; f32 compute needs no compute shard; the
+  // unit buffers held at least the largest unit's gradient (40*33 + 33 elements, any world size).
+  const TrainSummary& m = three->summary;
+  EXPECT_GT(m.run_cpu_ms, 0.0);
+  EXPECT_EQ(m.grad_bytes_per_rank * 4, m.state_bytes_per_rank);
+  EXPECT_EQ(m.compute_bytes_per_rank, 0);
+  EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
 }
 
 TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {

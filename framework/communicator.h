@@ -132,6 +132,29 @@ class Communicator {
   // Releases backend resources. Later calls return kFailedPrecondition. Idempotent.
   virtual Status Shutdown() = 0;
 
+  // For a failure on this rank before (or instead of) a collective its peers may already wait in
+  // (an allocation for the collective failed, a local step before it failed): tells every peer,
+  // without a collective and without blocking, that this rank failed with `failure` and makes no
+  // more collectives on this communicator. A peer waiting on this communicator (Work::Wait, the
+  // argument check, Barrier) then returns kAborted "rank R of W failed and left the job: <the
+  // failure's message>" (the MPI backend, framework/mpi/failure_notices.h), and its later calls
+  // fail at once. Returns `failure` unchanged, so a call site reads
+  //   if (!st.ok()) return comm->AnnounceFailure(st.WithContext("gather of unit 'u'"));
+  // This rank's own later collectives return kAborted. The default (one process, or a backend
+  // without notices) returns `failure` and does nothing else.
+  virtual Status AnnounceFailure(const Status& failure) { return failure; }
+
+  // Error exit: ends this rank's part in the job without synchronising or finalizing. The MPI
+  // backend announces `why` (as AnnounceFailure), waits at most a few seconds for every peer to
+  // announce its own failure (so each can report it first), then MPI_Abort(exit_code), which
+  // ends every process of the job and does not return. The NCCL backend aborts its communicator
+  // (ncclCommAbort; never ncclCommFinalize/ncclCommDestroy, no stream synchronisation afterwards)
+  // and returns. The default does nothing. Call it once, from main's error exit.
+  virtual void Abort(const Status& why, int exit_code) {
+    (void)why;
+    (void)exit_code;
+  }
+
   // Blocking forms: the async call followed by Wait().
   Status AllGather(const void* send, void* recv, size_t count, DType dtype,
                    const CollectiveOptions& opts = {});

@@ -34,17 +34,24 @@ struct Armed {
   std::atomic<long long> calls{0};
 };
 
+Status Arm(Armed& a, const std::string& value) {
+  a.armed = false;
+  a.calls.store(0, std::memory_order_relaxed);
+  if (value.empty()) return Status::Ok();
+  a.spec = ParseFaultSpec(value);
+  if (!a.spec.ok) return InvalidArgument(a.spec.error);
+  a.armed = a.spec.rank == WorldRankFromEnv();
+  return Status::Ok();
+}
+
 Armed& GetArmed() {
   static Armed* armed = [] {
     auto* a = new Armed;
     const char* v = std::getenv("SHARDEMA_INJECT_FAULT");
     if (v == nullptr || *v == '\0') return a;
-    a->spec = ParseFaultSpec(v);
-    if (!a->spec.ok) {
-      std::fprintf(stderr, "SHARDEMA_INJECT_FAULT='%s' ignored: %s\n", v, a->spec.error.c_str());
-      return a;
-    }
-    a->armed = a->spec.rank == WorldRankFromEnv();
+    const Status st = Arm(*a, v);
+    if (!st.ok())
+      std::fprintf(stderr, "SHARDEMA_INJECT_FAULT='%s' ignored: %s\n", v, st.message().c_str());
     return a;
   }();
   return *armed;
@@ -84,5 +91,7 @@ Status InjectedFault(const char* site) {
   if (n != a.spec.call) return Status::Ok();
   return Internal("injected fault at ", site, " on rank ", a.spec.rank, " (call ", n, ")");
 }
+
+Status ArmInjectedFault(const std::string& value) { return Arm(GetArmed(), value); }
 
 }  // namespace shardema

@@ -12,7 +12,11 @@
 //   store.gather            ShardedParameterStore::GatherAsync, the unit buffer allocation
 //   store.unit_grads        ShardedParameterStore::UnitGrads, the gradient buffer allocation
 //   clip.sum_of_squares     the gradient norm's local sum of squares (optim/clip.h)
-// Threading: thread-safe.
+//   store.export            ShardedParameterStore::GatherSlotToRank, its unit buffers (root's
+//                           pinned one on CUDA)
+//   trainer.init            the trainer's parameter initialisation (examples/trainer.h; setup)
+//   trainer.state           the trainer's optimizer and EMA state allocation (setup)
+// Threading: thread-safe, except ArmInjectedFault.
 #ifndef SHARDEMA_FRAMEWORK_FAULT_INJECTION_H_
 #define SHARDEMA_FRAMEWORK_FAULT_INJECTION_H_
 
@@ -34,6 +38,11 @@ struct FaultSpec {
   std::string error;
 };
 FaultSpec ParseFaultSpec(const std::string& value);
+
+// Tests: re-arms as if SHARDEMA_INJECT_FAULT were `value` (empty: disarmed) and restarts the
+// call count. Returns ParseFaultSpec's error for a malformed value (then disarmed). Must not run
+// while another thread calls InjectedFault.
+Status ArmInjectedFault(const std::string& value);
 
 }  // namespace shardema
 

@@ -34,13 +34,22 @@ class LogLine {
   int line_;
   std::ostringstream os_;
 };
+// Turns `stream << ...` into void; binds less tightly than << and more tightly than ?:.
+struct Voidify {
+  void operator&(std::ostream&) {}
+};
 }  // namespace logging_internal
 }  // namespace shardema
 
-#define SHARDEMA_LOG(level)                                      \
-  if (::shardema::LogLevel::level < ::shardema::GetLogLevel()) { \
-  } else                                                         \
-    ::shardema::logging_internal::LogLine(::shardema::LogLevel::level, __FILE__, __LINE__).stream()
+// `!enabled ? (void)0 : Voidify() & stream << ...`: one expression, so LOG_* is safe as the
+// body of an unbraced if/else (no dangling else), and nothing after the macro is evaluated when
+// the level is off.
+#define SHARDEMA_LOG(level)                                                                        \
+  !(::shardema::LogLevel::level >= ::shardema::GetLogLevel())                                      \
+      ? (void)0                                                                                    \
+      : ::shardema::logging_internal::Voidify() &                                                  \
+            ::shardema::logging_internal::LogLine(::shardema::LogLevel::level, __FILE__, __LINE__) \
+                .stream()
 
 #define LOG_DEBUG SHARDEMA_LOG(kDebug)
 #define LOG_INFO SHARDEMA_LOG(kInfo)

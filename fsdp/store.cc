@@ -33,14 +33,14 @@ bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t =
 
 // A buffer of `bytes` from `cache` whose bytes [zero_from, bytes) are zeroed (zeroing queued on
 // `stream` on CUDA).
-StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes, size_t zero_from,
-                              const std::string& what) {
+StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes,
+                              size_t zero_from) {
   StatusOr<Buffer> b = cache.Acquire(bytes);
-  if (!b.ok()) return b.status().WithContext(what);
+  if (!b.ok()) return b.status();
   Status st = FillZero(stream, b->as<char>() + zero_from, bytes - std::min(zero_from, bytes));
   if (!st.ok()) {
     cache.Release(std::move(b).value());
-    return st.WithContext(what);
+    return st;
   }
   return b;
 }
@@ -166,6 +166,10 @@ StatusOr<size_t> ShardedParameterStore::UnitIndex(const std::string& unit_name) 
     if (layout_.units()[u].name == unit_name) return u;
   }
   return NotFound("unit '", unit_name, "' is not in the store");
+}
+
+Status ShardedParameterStore::LocalFailure(const Status& failure, const std::string& what) {
+  return comm_->AnnounceFailure(failure.WithContext(what));
 }
 
 Status ShardedParameterStore::CheckUnit(size_t unit, const char* what) const {
@@ -364,8 +368,9 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
   if (s.params == UnitState::Params::kReleased) {
     const UnitLayout& u = layout_.units()[unit];
     const size_t esize = DTypeSize(options_.compute_dtype);
+    const std::string what = "gather of unit '" + u.name + "'";
     Status injected = InjectedFault("store.gather");
-    if (!injected.ok()) return injected.WithContext("gather of unit '" + u.name + "'");
+    if (!injected.ok()) return LocalFailure(injected, what);
     char* shard = static_cast<char*>(compute_shard()) + size_t(layout_.local_offset(unit)) * esize;
     if (DirectUnits()) {  // the shard is the whole unit: no copy
       s.param_data = shard;
@@ -373,7 +378,9 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
       ++s.refs;
       return GatherHandle(this, unit);
     }
-    ASSIGN_OR_RETURN(s.param_buf, cache_.Acquire(size_t(u.padded_numel) * esize));
+    StatusOr<Buffer> buf = cache_.Acquire(size_t(u.padded_numel) * esize);
+    if (!buf.ok()) return LocalFailure(buf.status(), what);
+    s.param_buf = std::move(buf).value();
     s.param_data = s.param_buf.data();
     const char* send = shard;
     StatusOr<std::unique_ptr<Work>> w = comm_->AllGatherAsync(
@@ -468,11 +475,14 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::UnitGrads(size_t unit, 
   }
   if (!s.grad_live) {
     const size_t esize = DTypeSize(options_.reduce_dtype);
+    // The unit's reduce-scatter follows: a failure here is told to the peers waiting in it.
+    const std::string what = "gradient buffer of unit '" + u.name + "'";
     Status injected = InjectedFault("store.unit_grads");
-    if (!injected.ok()) return injected.WithContext("gradient buffer of unit '" + u.name + "'");
-    ASSIGN_OR_RETURN(s.grad_buf, ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
-                                              zeroed ? 0 : size_t(u.numel) * esize,
-                                              "gradient buffer of unit '" + u.name + "'"));
+    if (!injected.ok()) return LocalFailure(injected, what);
+    StatusOr<Buffer> buf = ZeroedBuffer(cache_, stream_, size_t(u.padded_numel) * esize,
+                                        zeroed ? 0 : size_t(u.numel) * esize);
+    if (!buf.ok()) return LocalFailure(buf.status(), what);
+    s.grad_buf = std::move(buf).value();
     s.grad_live = true;
   }
   return UnitViews(unit, s.grad_buf.data(), options_.reduce_dtype);
@@ -611,6 +621,8 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const 
     return InvalidArgument("GatherSlotToRank: slot on ", slot_device.ToString(), " but the store ",
                            "is on ", device().ToString());
   }
+  Status injected = InjectedFault("store.export");
+  if (!injected.ok()) return LocalFailure(injected, "GatherSlotToRank: unit buffers");
   if (device().is_cuda()) return GatherSlotToRankCuda(local_slot, slot_device, root);
   std::vector<FullTensor> out;
   std::vector<float> unit_buf;
@@ -638,25 +650,34 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
     max_shard = std::max(max_shard, ul.shard_numel);
   }
   // One device unit buffer (plus, for a host slot, a device copy of the unit's shard) from the
-  // cache, and one pinned host buffer on root.
-  ASSIGN_OR_RETURN(Buffer unit_dev, cache_.Acquire(size_t(max_padded) * sizeof(float)));
-  Buffer send_dev, unit_host;
-  if (slot_device.is_cpu()) {
-    ASSIGN_OR_RETURN(send_dev, cache_.Acquire(size_t(max_shard) * sizeof(float)));
-  }
-  if (rank() == root) {
-    ASSIGN_OR_RETURN(unit_host, Buffer::Allocate(size_t(max_padded) * sizeof(float), Device::Cpu(),
-                                                 MemoryKind::kPinnedHost));
+  // cache, and one pinned host buffer on root. A failure is told to the peers (which may already
+  // wait in the first all-gather).
+  Buffer unit_dev, send_dev, unit_host;
+  Status st = [&]() -> Status {
+    ASSIGN_OR_RETURN(unit_dev, cache_.Acquire(size_t(max_padded) * sizeof(float)));
+    if (slot_device.is_cpu()) {
+      ASSIGN_OR_RETURN(send_dev, cache_.Acquire(size_t(max_shard) * sizeof(float)));
+    }
+    if (rank() == root) {
+      ASSIGN_OR_RETURN(unit_host, Buffer::Allocate(size_t(max_padded) * sizeof(float),
+                                                   Device::Cpu(), MemoryKind::kPinnedHost));
+    }
+    return Status::Ok();
+  }();
+  if (!st.ok()) {
+    cache_.Release(std::move(unit_dev));
+    cache_.Release(std::move(send_dev));
+    return LocalFailure(st, "GatherSlotToRank: unit buffers");
   }
   std::vector<FullTensor> out;
-  Status st = [&]() -> Status {
+  st = [&]() -> Status {
     for (size_t u = 0; u < num_units(); ++u) {
       const UnitLayout& ul = layout_.units()[u];
       const size_t shard_bytes = size_t(ul.shard_numel) * sizeof(float);
       const float* send = local_slot + layout_.local_offset(u);
       if (slot_device.is_cpu()) {
-        RETURN_IF_ERROR(
-            CopyBytes(send_dev.data(), device(), send, Device::Cpu(), shard_bytes, stream_));
+        Status up = CopyBytes(send_dev.data(), device(), send, Device::Cpu(), shard_bytes, stream_);
+        if (!up.ok()) return LocalFailure(up, "GatherSlotToRank: unit '" + ul.name + "' upload");
         send = send_dev.as<float>();
       }
       Status g =

@@ -81,6 +81,12 @@
 // another device; kUnavailable for a CUDA device in a build without --config=cuda or without
 // that GPU; kFailedPrecondition for protocol misuse (releasing an ungathered unit, stepping with
 // a pending reduce-scatter, ...); collective and CUDA errors pass through with the unit named.
+// A local failure before a collective that the peers may already wait in (the unit buffer of
+// GatherAsync, the gradient buffer of UnitGrads, GatherSlotToRank's buffers including root's
+// pinned one) is told to the peers (Communicator::AnnounceFailure: no collective, no cost when
+// nothing fails): this rank returns its error, e.g. "gather of unit 'b': out of memory ...", and
+// a peer's wait returns kAborted "... rank R of W failed and left the job: gather of unit 'b':
+// ...". After it the communicator is unusable: the caller ends the job (Communicator::Abort).
 // Threading: one thread drives a store (the Communicator contract). Memory: see MemoryReport().
 #ifndef SHARDEMA_FSDP_STORE_H_
 #define SHARDEMA_FSDP_STORE_H_
@@ -312,6 +318,10 @@ class ShardedParameterStore {
   ShardedParameterStore(StoreLayout layout, std::vector<ParamSpec> buffers, Communicator* comm,
                         const StoreOptions& options);
   Status CheckUnit(size_t unit, const char* what) const;
+  // A failure on this rank before a collective its peers may already wait in (a unit buffer that
+  // could not be allocated, ...): `failure` with `what` in front, told to the peers with
+  // Communicator::AnnounceFailure so that they return an error naming this rank and call.
+  Status LocalFailure(const Status& failure, const std::string& what);
   // One rank on the CPU: a unit's shard is the whole unit, so gathers hand out views of the
   // compute shard and reduce-scatters are no-ops (the fold reads the unit gradient buffer).
   bool DirectUnits() const { return world_size() == 1 && device().is_cpu(); }

@@ -132,18 +132,32 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
       Trace("recompute", i);
       RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "recompute", i));
     }
-    StatusOr<std::vector<TensorView>> grads =
-        store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);
-    RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
     call.mode = ForwardMode::kTrain;
     call.accumulate = written[u];
     written[u] = true;
-    Trace("backward", i);
-    RETURN_IF_ERROR(
-        AtUse(RunCallback([&] { return cb.backward(call, *views, *grads); }), "backward", i));
-    compute.Stop();
-    RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
-    Trace("release", u);
+    if (cb.split_backward()) {
+      Trace("backward_input", i);
+      RETURN_IF_ERROR(
+          AtUse(RunCallback([&] { return cb.backward_input(call, *views); }), "backward", i));
+      RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));  // before the gradient buffer
+      Trace("release", u);
+    }
+    StatusOr<std::vector<TensorView>> grads =
+        store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);
+    RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
+    if (cb.split_backward()) {
+      Trace("backward_params", i);
+      RETURN_IF_ERROR(
+          AtUse(RunCallback([&] { return cb.backward_params(call, *grads); }), "backward", i));
+      compute.Stop();
+    } else {
+      Trace("backward", i);
+      RETURN_IF_ERROR(
+          AtUse(RunCallback([&] { return cb.backward(call, *views, *grads); }), "backward", i));
+      compute.Stop();
+      RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));
+      Trace("release", u);
+    }
     if (!last_bwd_use_[i]) continue;  // an earlier use of the unit still adds to its gradient
     StatusOr<ReduceScatterHandle> rs = store_->ReduceScatterGradsAsync(u);
     RETURN_IF_ERROR(AtUse(rs.status(), "reduce-scatter", i));
@@ -164,8 +178,10 @@ Status UnitRunner::WaitReduceScatter(ReduceScatterHandle* h) {
 }
 
 Status UnitRunner::ForwardBackward(const UnitCallbacks& cb, int64_t micro_batch) {
-  if (!cb.forward || !cb.backward) {
-    return InvalidArgument("UnitRunner::ForwardBackward: forward and backward callbacks needed");
+  if (!cb.forward || !(cb.backward || cb.split_backward())) {
+    return InvalidArgument(
+        "UnitRunner::ForwardBackward: forward and backward (or backward_input and "
+        "backward_params) callbacks needed");
   }
   RETURN_IF_ERROR(RunForward(cb, micro_batch, /*train=*/true));
   if (cb.loss) {

@@ -17,11 +17,13 @@
 //             (UnitGrads: zeroed at its first backward use in this micro-batch unless the
 //             callbacks say backward_overwrites; a later use of the
 //             same unit finds the earlier use's gradient there and must ADD to it, see
-//             UnitCall::accumulate), Release(units[i]); after the unit's LAST backward use (its
-//             first forward use) ReduceScatterGradsAsync(units[i]); the previous reduce-scatter
-//             is waited only after the next use's backward compute (overlap), the last one before
-//             returning. Every unit's gradient is therefore reduce-scattered exactly once per
-//             micro-batch, after all its uses have contributed.
+//             UnitCall::accumulate), Release(units[i]) (with a split backward:
+//             backward_input(i), Release(units[i]), UnitGrads, backward_params(i), so the
+//             gradient buffer can reuse the parameter buffer); after the unit's LAST backward use
+//             (its first forward use) ReduceScatterGradsAsync(units[i]); the previous
+//             reduce-scatter is waited only after the next use's backward compute (overlap), the
+//             last one before returning. Every unit's gradient is therefore reduce-scattered
+//             exactly once per micro-batch, after all its uses have contributed.
 // Step(K, ...) = ZeroGrad, then K micro-batches (prepare(m), ForwardBackward), then
 // CheckGradsReady: the store's running mean over micro-batches does the accumulation, so each
 // micro-batch's callbacks write the gradient of the MEAN loss over that micro-batch's local
@@ -108,8 +110,19 @@ struct UnitCallbacks {
   std::function<Status(int64_t micro_batch)> loss;
   // True when backward with accumulate == false writes every element of every gradient view
   // (e.g. a GEMM that assigns dW): the runner then asks for the unit's gradient buffer without
-  // zeroing it first (UnitGrads(u, false)).
+  // zeroing it first (UnitGrads(u, false)). Applies to backward_params alike.
   bool backward_overwrites = false;
+  // Optional split backward, used instead of `backward` when both are set. backward_input does
+  // the part that reads the parameters (e.g. the input gradient dx = dy W); backward_params then
+  // writes (or, with accumulate, adds to) the parameter gradients, which must not read the
+  // parameters (e.g. dW = dy^T x, db). Between the two the runner releases the use's parameter
+  // reference, so when that was the unit's last reference the gradient buffer takes the memory
+  // of the released parameter buffer (the store's buffer cache hands the same bytes back when
+  // compute and reduce dtypes have one size): one unit-sized buffer live instead of two at the
+  // backward's peak. The results are those of `backward` doing both parts.
+  std::function<Status(const UnitCall& call, const std::vector<TensorView>& params)> backward_input;
+  std::function<Status(const UnitCall& call, const std::vector<TensorView>& grads)> backward_params;
+  bool split_backward() const { return backward_input && backward_params; }
 };
 
 // A model written as a class: its per-use forward and backward as methods. Callbacks() binds
@@ -143,8 +156,9 @@ class UnitRunner {
   size_t num_uses() const { return schedule_.units.size(); }
 
   // Optional trace of the store calls the runner makes, one entry each ("gather 3", "wait 3",
-  // "release_fwd 3", "release 3", "rs 3", "rs_wait 3", "forward 2", "recompute 2", "backward 2"
-  // with the USE index for callbacks and the UNIT index for store calls). For tests; null = off.
+  // "release_fwd 3", "release 3", "rs 3", "rs_wait 3", "forward 2", "recompute 2", "backward 2",
+  // "backward_input 2", "backward_params 2" with the USE index for callbacks and the UNIT index for
+  // store calls). For tests; null = off.
   void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
   // Optional profile of ForwardBackward (not of Forward): adds the forward callbacks and the loss
   // callback under Phase::kForward, recomputations and backward callbacks under kBackward, the

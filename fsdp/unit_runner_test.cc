@@ -118,30 +118,38 @@ class Chain {
 
   Status Backward(const UnitCall& c, const std::vector<TensorView>& p,
                   const std::vector<TensorView>& g) {
+    RETURN_IF_ERROR(BackwardInput(c, p));
+    return BackwardParams(c, g);
+  }
+
+  // The split backward (UnitCallbacks::backward_input / backward_params): dz and dx from the
+  // weights first, then the parameter gradients from dz and the input alone.
+  UnitCallbacks SplitCallbacks() {
+    UnitCallbacks cb = Callbacks();
+    cb.backward = nullptr;
+    cb.backward_input = [this](const UnitCall& c, const std::vector<TensorView>& p) {
+      return BackwardInput(c, p);
+    };
+    cb.backward_params = [this](const UnitCall& c, const std::vector<TensorView>& g) {
+      return BackwardParams(c, g);
+    };
+    return cb;
+  }
+
+  Status BackwardInput(const UnitCall& c, const std::vector<TensorView>& p) {
     if (out_[c.use].size() != size_t(rows_ * kDim)) {
       return Internal("backward of use ", c.use, " without saved activations");
     }
     const float* w = p[0].as<const float>();
-    float* gw = g[0].as<float>();
-    float* gb = g[1].as<float>();
-    std::vector<float> dz(dy_.size()), dx(dy_.size(), 0.f);
-    for (size_t i = 0; i < dz.size(); ++i) dz[i] = dy_[i] * (1.f - out_[c.use][i] * out_[c.use][i]);
-    for (int64_t o = 0; o < kDim; ++o) {
-      float sb = 0;
-      for (int64_t r = 0; r < rows_; ++r) sb += dz[size_t(r * kDim + o)];
-      gb[o] = c.accumulate ? gb[o] + sb : sb;
-      for (int64_t k = 0; k < kDim; ++k) {
-        float s = 0;
-        for (int64_t r = 0; r < rows_; ++r) {
-          s += dz[size_t(r * kDim + o)] * in_[c.use][size_t(r * kDim + k)];
-        }
-        gw[o * kDim + k] = c.accumulate ? gw[o * kDim + k] + s : s;
-      }
+    dz_.assign(dy_.size(), 0.f);
+    std::vector<float> dx(dy_.size(), 0.f);
+    for (size_t i = 0; i < dz_.size(); ++i) {
+      dz_[i] = dy_[i] * (1.f - out_[c.use][i] * out_[c.use][i]);
     }
     for (int64_t r = 0; r < rows_; ++r) {
       for (int64_t k = 0; k < kDim; ++k) {
         for (int64_t o = 0; o < kDim; ++o) {
-          dx[size_t(r * kDim + k)] += dz[size_t(r * kDim + o)] * w[o * kDim + k];
+          dx[size_t(r * kDim + k)] += dz_[size_t(r * kDim + o)] * w[o * kDim + k];
         }
       }
     }
@@ -150,11 +158,29 @@ class Chain {
     return Status::Ok();
   }
 
+  Status BackwardParams(const UnitCall& c, const std::vector<TensorView>& g) {
+    float* gw = g[0].as<float>();
+    float* gb = g[1].as<float>();
+    for (int64_t o = 0; o < kDim; ++o) {
+      float sb = 0;
+      for (int64_t r = 0; r < rows_; ++r) sb += dz_[size_t(r * kDim + o)];
+      gb[o] = c.accumulate ? gb[o] + sb : sb;
+      for (int64_t k = 0; k < kDim; ++k) {
+        float s = 0;
+        for (int64_t r = 0; r < rows_; ++r) {
+          s += dz_[size_t(r * kDim + o)] * in_[c.use][size_t(r * kDim + k)];
+        }
+        gw[o * kDim + k] = c.accumulate ? gw[o * kDim + k] + s : s;
+      }
+    }
+    return Status::Ok();
+  }
+
  private:
   int64_t rows_, row0_, norm_ = 1;
   std::vector<std::vector<float>> in_;   // in_[i]: input of use i; in_[uses]: the model output
   std::vector<std::vector<float>> out_;  // tanh outputs kept for the backward
-  std::vector<float> dy_;
+  std::vector<float> dy_, dz_;
   double loss_ = 0;
 };
 
@@ -301,14 +327,17 @@ TEST(UnitRunnerTest, PrefetchReleaseAndReduceScatterOrder) {
     ASSERT_TRUE(s->ZeroGrad().ok());
     ASSERT_TRUE(runner.ForwardBackward(cb).ok());
     EXPECT_EQ(checked, 6);
+    // Forward: unit u+1 is prefetched while u computes; the last unit stays gathered for the
+    // backward, which re-gathers in reverse order and overlaps reduce-scatters.
+    // clang-format off
     const std::vector<std::string> want = {
-        "gather 0",   "wait 0",     "gather 1",      "forward 0", "release_fwd 0", "wait 1",
-        "gather 2",   "forward 1",  "release_fwd 1", "wait 2",    "forward 2",  // the last unit
-                                                                                // stays gathered
-                                                                                // for the backward
-        "wait 2",     "gather 1",   "backward 2",    "release 2", "rs 2",          "wait 1",
-        "gather 0",   "backward 1", "release 1",     "rs 1",      "rs_wait 2",     "wait 0",
-        "backward 0", "release 0",  "rs 0",          "rs_wait 1", "rs_wait 0"};
+        "gather 0", "wait 0", "gather 1", "forward 0", "release_fwd 0",
+        "wait 1", "gather 2", "forward 1", "release_fwd 1",
+        "wait 2", "forward 2",
+        "wait 2", "gather 1", "backward 2", "release 2", "rs 2",
+        "wait 1", "gather 0", "backward 1", "release 1", "rs 1", "rs_wait 2",
+        "wait 0", "backward 0", "release 0", "rs 0", "rs_wait 1", "rs_wait 0"};
+    // clang-format on
     EXPECT_EQ(trace, want);
     for (size_t u = 0; u < kUnits; ++u) {
       EXPECT_EQ(s->gather_refs(u), 0);
@@ -539,6 +568,48 @@ TEST(UnitRunnerTest, OverwritingBackwardSkipsZeroingWithTheSameGradients) {
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << sched.units.size() << " uses";
+  }
+}
+
+TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferReused) {
+  for (const UnitSchedule& sched : {Sequential(), Tied()}) {
+    std::vector<std::vector<float>> grads;
+    std::vector<int64_t> peaks;
+    for (bool split : {false, true}) {
+      auto s = MakeStore(true);
+      ASSERT_NE(s, nullptr);
+      Chain chain = LocalChain(sched.units.size());
+      UnitRunner runner = MakeRunner(s.get(), sched);
+      std::vector<std::string> trace;
+      runner.set_trace(&trace);
+      UnitCallbacks cb = split ? chain.SplitCallbacks() : chain.Callbacks();
+      cb.backward_overwrites = true;
+      const auto prepare = [&](int64_t m) {
+        chain.SetMicroBatch(m);
+        return Status::Ok();
+      };
+      for (int step = 0; step < 2; ++step) ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
+      grads.push_back(GradShard(*s));
+      peaks.push_back(s->MemoryReport().back().bytes);  // "unit_peak"
+      if (!split) continue;
+      // The last use's input part, then its release, then its gradients.
+      const size_t last = sched.units.size() - 1;
+      const auto at = [&](const std::string& t) {
+        return std::find(trace.begin(), trace.end(), t) - trace.begin();
+      };
+      EXPECT_LT(at("backward_input " + std::to_string(last)),
+                at("release " + std::to_string(sched.units[last])));
+      EXPECT_LT(at("release " + std::to_string(sched.units[last])),
+                at("backward_params " + std::to_string(last)));
+      EXPECT_EQ(std::count(trace.begin(), trace.end(), "backward 0"), 0);
+    }
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    EXPECT_EQ(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)), 0)
+        << sched.units.size() << " uses";
+    // One rank gathers no buffers; with more the split needs at most the unsplit memory, and
+    // less for the plain chain (each unit's gradient takes its parameter buffer).
+    EXPECT_LE(peaks[1], peaks[0]);
+    if (World()->world_size() > 1 && sched.units.size() == kUnits) EXPECT_LT(peaks[1], peaks[0]);
   }
 }
 

@@ -30,6 +30,14 @@ void ActivationForward(const CpuContext& ctx, Activation act, const float* z, fl
 void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da,
                         float* dz, int64_t n);
 
+// kGeluTanh keeping tanh(u) for the backward: a as ActivationForward(kGeluTanh) and t[n] = tanh(u)
+// (the forward's own values). GeluTanhBackwardSaved then computes dz from z and that t without
+// evaluating tanh again; both give the bits of ActivationForward/ActivationBackward(kGeluTanh).
+// In place allowed as above (a == z; dz == da); t must not alias the other buffers.
+void GeluTanhForwardSaving(const CpuContext& ctx, const float* z, float* a, float* t, int64_t n);
+void GeluTanhBackwardSaved(const CpuContext& ctx, const float* z, const float* t, const float* da,
+                           float* dz, int64_t n);
+
 }  // namespace shardema::nn
 
 #endif  // SHARDEMA_NN_ACTIVATION_H_

@@ -29,7 +29,8 @@ void ForEachBlock(int64_t i0, int64_t i1, Fn fn) {
 
 }  // namespace
 
-void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a, int64_t n) {
+void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a, int64_t n,
+                       float* tanh_out) {
   ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
     switch (act) {
       case Activation::kRelu:
@@ -46,6 +47,7 @@ void ActivationForward(const CpuContext& ctx, Activation act, const float* z, fl
           ArrC x(z + b0, len);
           t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
           Arr(a + b0, len) = 0.5f * x * (1.f + t);
+          if (tanh_out != nullptr) Arr(tanh_out + b0, len) = t;
         });
         break;
     }
@@ -53,7 +55,7 @@ void ActivationForward(const CpuContext& ctx, Activation act, const float* z, fl
 }
 
 void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da,
-                        float* dz, int64_t n) {
+                        float* dz, int64_t n, const float* tanh_in) {
   ctx.ParallelFor(n, kGrain, [&](int64_t i0, int64_t i1) {
     switch (act) {
       case Activation::kRelu:
@@ -68,12 +70,19 @@ void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, c
         }
         break;
       case Activation::kGeluTanh:
-        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& t) {
+        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& scratch) {
           ArrC x(z + b0, len);
-          t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
-          Arr(dz + b0, len) =
-              ArrC(da + b0, len) * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
-                                                           (1.f + 3.f * kGeluCubic * x * x));
+          auto grad = [&](const auto& t) {
+            Arr(dz + b0, len) =
+                ArrC(da + b0, len) * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi *
+                                                             (1.f + 3.f * kGeluCubic * x * x));
+          };
+          if (tanh_in != nullptr) {
+            grad(ArrC(tanh_in + b0, len));
+          } else {
+            scratch = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
+            grad(scratch);
+          }
         });
         break;
     }

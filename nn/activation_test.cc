@@ -71,5 +71,30 @@ TEST(ActivationTest, SameBitsAtEveryThreadCount) {
   }
 }
 
+TEST(ActivationTest, GeluTanhWithSavedTanhGivesTheSameBits) {
+  const int64_t n = 100003;
+  auto z = Uniform(size_t(n) + 1, 15, -5.f, 5.f), da = Uniform(size_t(n) + 1, 16);
+  for (int threads : {1, 3}) {
+    CpuContext ctx(threads);
+    // Offset 1: buffers that are not vector-aligned, as slices of a caller's buffer can be.
+    for (int64_t off : {0, 1}) {
+      const float* zs = z.data() + off;
+      std::vector<float> a(static_cast<size_t>(n)), t(static_cast<size_t>(n)),
+          want_a(static_cast<size_t>(n)), dz(static_cast<size_t>(n)),
+          want_dz(static_cast<size_t>(n));
+      GeluTanhForwardSaving(ctx, zs, a.data(), t.data(), n);
+      ActivationForward(ctx, Activation::kGeluTanh, zs, want_a.data(), n);
+      EXPECT_EQ(a, want_a) << "threads " << threads << " offset " << off;
+      for (int64_t i = 0; i < n; i += 997) {
+        const double u = 0.7978845608028654 * (zs[i] + 0.044715 * double(zs[i]) * zs[i] * zs[i]);
+        EXPECT_NEAR(t[size_t(i)], std::tanh(u), 2e-6) << "element " << i;
+      }
+      GeluTanhBackwardSaved(ctx, zs, t.data(), da.data() + off, dz.data(), n);
+      ActivationBackward(ctx, Activation::kGeluTanh, zs, da.data() + off, want_dz.data(), n);
+      EXPECT_EQ(dz, want_dz) << "threads " << threads << " offset " << off;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardema::nn

@@ -25,9 +25,9 @@
                       int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,     \
                       bool accumulate);                                                           \
   void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,         \
-                         int64_t n);                                                              \
+                         int64_t n, float* tanh_out);                                             \
   void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da, \
-                          float* dz, int64_t n);                                                  \
+                          float* dz, int64_t n, const float* tanh_in);                            \
   void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,         \
                         float* out, float* att);                                                  \
   void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,        \

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "nn/grad_check.h"
@@ -54,6 +55,69 @@ TEST(LayerNormTest, KnownValuesAndAccumulate) {
                     dw.data(), db.data(), /*accumulate=*/true);
   EXPECT_EQ(db, (std::vector<float>{2, 2, 2, 2}));
   EXPECT_NEAR(dw[0], 1 - 1.5 * rstd, 1e-6);
+}
+
+// The row statistics of the header's formulas, one row at a time in element order (double sums):
+// the layer, which interleaves rows, must give exactly these bits.
+void ReferenceForward(const std::vector<float>& x, const std::vector<float>& w,
+                      const std::vector<float>& b, int64_t rows, int64_t c, float eps,
+                      std::vector<float>* y, std::vector<float>* mean, std::vector<float>* rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * c;
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < c; ++i) sum += xr[i];
+    const double m = sum / double(c);
+    for (int64_t i = 0; i < c; ++i) sq += (xr[i] - m) * (xr[i] - m);
+    const float mf = float(m), sf = float(1.0 / std::sqrt(sq / double(c) + double(eps)));
+    (*mean)[size_t(r)] = mf;
+    (*rstd)[size_t(r)] = sf;
+    for (int64_t i = 0; i < c; ++i) (*y)[size_t(r * c + i)] = (xr[i] - mf) * sf * w[i] + b[i];
+  }
+}
+
+void ReferenceBackwardDx(const std::vector<float>& x, const std::vector<float>& w,
+                         const std::vector<float>& mean, const std::vector<float>& rstd,
+                         const std::vector<float>& dy, int64_t rows, int64_t c,
+                         std::vector<float>* dx) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float m = mean[size_t(r)], s = rstd[size_t(r)];
+    double sum_g = 0, sum_gx = 0;
+    for (int64_t i = 0; i < c; ++i) {
+      const size_t j = size_t(r * c + i);
+      const float xhat = (x[j] - m) * s, g = dy[j] * w[size_t(i)];
+      sum_g += g;
+      sum_gx += double(g) * xhat;
+    }
+    const float mg = float(sum_g / double(c)), mgx = float(sum_gx / double(c));
+    for (int64_t i = 0; i < c; ++i) {
+      const size_t j = size_t(r * c + i);
+      const float xhat = (x[j] - m) * s;
+      (*dx)[j] = s * (dy[j] * w[size_t(i)] - mg - xhat * mgx);
+    }
+  }
+}
+
+TEST(LayerNormTest, InterleavedRowsGiveTheOneRowBits) {
+  for (int64_t rows : {1, 4, 7, 66}) {
+    const int64_t c = 37;
+    auto x = Uniform(size_t(rows * c), 51, -4.f, 4.f), w = Uniform(size_t(c), 52),
+         b = Uniform(size_t(c), 53), dy = Uniform(size_t(rows * c), 54);
+    std::vector<float> y(x.size()), m(static_cast<size_t>(rows)), s(static_cast<size_t>(rows)),
+        dx(x.size());
+    std::vector<float> want_y(x.size()), want_m(static_cast<size_t>(rows)),
+        want_s(static_cast<size_t>(rows)), want_dx(x.size());
+    CpuContext ctx;
+    LayerNormForward(ctx, x.data(), w.data(), b.data(), rows, c, 1e-5f, y.data(), m.data(),
+                     s.data());
+    LayerNormBackward(ctx, x.data(), w.data(), m.data(), s.data(), dy.data(), rows, c, dx.data(),
+                      nullptr, nullptr);
+    ReferenceForward(x, w, b, rows, c, 1e-5f, &want_y, &want_m, &want_s);
+    ReferenceBackwardDx(x, w, want_m, want_s, dy, rows, c, &want_dx);
+    EXPECT_EQ(0, std::memcmp(y.data(), want_y.data(), y.size() * 4)) << "y, rows " << rows;
+    EXPECT_EQ(0, std::memcmp(m.data(), want_m.data(), m.size() * 4)) << "mean, rows " << rows;
+    EXPECT_EQ(0, std::memcmp(s.data(), want_s.data(), s.size() * 4)) << "rstd, rows " << rows;
+    EXPECT_EQ(0, std::memcmp(dx.data(), want_dx.data(), dx.size() * 4)) << "dx, rows " << rows;
+  }
 }
 
 TEST(LayerNormTest, SameBitsAtEveryThreadCount) {

@@ -6,6 +6,22 @@ namespace shardema::nn::SHARDEMA_NN_ISA {
 namespace {
 // Rows (or output features) per chunk below which splitting a GEMM is not worth a thread.
 constexpr int64_t kGrain = 8;
+
+// True when Eigen evaluates y[rows, out] = x[rows, in] W^T (row-major y) as a GEMM whose depth
+// `in` fits one kc block: each y element then receives exactly one addition, y += (its whole
+// dot product), so starting from y = b gives the bits of (0 + dot) + b, the order of
+// "y = x W^T, then y += b", without the zero-fill and the extra pass. False for the GEMV and
+// coefficient-wise paths (one row or column, tiny sizes) and when the depth is split, where the
+// caller keeps that order. The blocking is Eigen's own choice for this product (its GEMM calls
+// the same function with the same arguments: the row-major result is computed transposed).
+bool BiasFirstKeepsBits(int64_t rows, int64_t in, int64_t out) {
+  if (rows < 2 || out < 2 || in < 1 || rows + in + out < EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
+    return false;
+  }
+  Eigen::Index kc = in, mc = out, nc = rows;
+  Eigen::internal::computeProductBlockingSizes<float, float, 1, Eigen::Index>(kc, mc, nc, 1);
+  return kc >= in;
+}
 }  // namespace
 
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
@@ -13,6 +29,11 @@ void LinearForward(const CpuContext& ctx, const float* x, const float* w, const 
   MapC W(w, out, in);
   ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
     Map Y(y + r0 * out, r1 - r0, out);
+    if (b != nullptr && BiasFirstKeepsBits(r1 - r0, in, out)) {
+      Y.rowwise() = RowVecMapC(b, out);
+      Y.noalias() += MapC(x + r0 * in, r1 - r0, in) * W.transpose();
+      return;
+    }
     Y.noalias() = MapC(x + r0 * in, r1 - r0, in) * W.transpose();
     if (b != nullptr) Y.rowwise() += RowVecMapC(b, out);
   });

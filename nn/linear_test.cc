@@ -53,6 +53,29 @@ TEST(LinearTest, NoBiasAndAccumulate) {
   EXPECT_EQ(dw, (std::vector<float>{9, 12, 9, 12}));
 }
 
+// The bias is added after the product: y = (x W^T) + b, element for element in f32, whichever
+// order the layer uses inside (it starts from b when that gives the same bits).
+TEST(LinearTest, BiasAddsToTheProductBits) {
+  struct Case {
+    int64_t rows, in, out;
+  };
+  // GEMMs with one depth block, a deep one (depth split), a single row (GEMV), tiny (coefficient).
+  for (const Case& k : {Case{64, 40, 24}, Case{130, 128, 384}, Case{33, 4096, 16}, Case{1, 64, 48},
+                        Case{3, 5, 4}}) {
+    for (int threads : {1, 3}) {
+      CpuContext ctx(threads);
+      auto x = Uniform(size_t(k.rows * k.in), 61), w = Uniform(size_t(k.out * k.in), 62),
+           b = Uniform(size_t(k.out), 63);
+      std::vector<float> y(size_t(k.rows * k.out)), want(y.size());
+      LinearForward(ctx, x.data(), w.data(), b.data(), k.rows, k.in, k.out, y.data());
+      LinearForward(ctx, x.data(), w.data(), nullptr, k.rows, k.in, k.out, want.data());
+      for (size_t i = 0; i < want.size(); ++i) want[i] += b[i % size_t(k.out)];
+      EXPECT_EQ(y, want) << "rows " << k.rows << " in " << k.in << " out " << k.out << " threads "
+                         << threads;
+    }
+  }
+}
+
 TEST(LinearTest, ThreadedMatchesSerial) {
   const int64_t rows = 70, in = 33, out = 41;
   auto x = Uniform(size_t(rows * in), 5), w = Uniform(size_t(out * in), 6),

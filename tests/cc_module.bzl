@@ -5,14 +5,14 @@ cc_module(name = "foo", deps = [...], test_deps = [...]) defines
             (header_only = True: no srcs)
   foo_test  cc_test(srcs = ["foo_test.cc"], deps = [":foo", gtest_main] + test_deps)
 Everything else a target needs (copts, local_defines, data, ...) goes to the library through
-**kwargs; test_size, test_tags and test_copts go to the test. A library with several tests or a
+**kwargs; test_size, test_tags, test_copts and test_data go to the test. A library with several tests or a
 multi-rank test (tests/mpi_test.bzl) is written out instead.
 """
 
 _GTEST_MAIN = "@system_usr//:gtest_main"
 
 def cc_module(name, deps = [], test_deps = [], header_only = False, test_size = None,
-              test_tags = [], test_copts = [], **kwargs):
+              test_tags = [], test_copts = [], test_data = [], **kwargs):
     native.cc_library(
         name = name,
         srcs = [] if header_only else [name + ".cc"],
@@ -27,5 +27,6 @@ def cc_module(name, deps = [], test_deps = [], header_only = False, test_size = 
         deps = [":" + name, _GTEST_MAIN] + test_deps,
         tags = test_tags,
         copts = test_copts,
+        data = test_data,
         **test_kwargs
     )

@@ -38,6 +38,18 @@ Status FeedGrads(ShardedParameterStore* store, const GradFn& grad) {
   return Status::Ok();
 }
 
+InitFn WaveInit(double freq, double scale) {
+  return [freq, scale](const std::string& name, int64_t i) {
+    return float(scale * std::cos(freq * double(i) + double(name.size())));
+  };
+}
+
+StepGradFn WaveGrad(double a, double b, double c, double d) {
+  return [a, b, c, d](int step, int rank, const std::string& name, int64_t i) {
+    return float(std::sin(a * double(i) + b * step + c * rank + d * double(name.size())));
+  };
+}
+
 FullParams InitialParams(const StoreLayout& layout, const InitFn& init) {
   FullParams out;
   for (const UnitLayout& u : layout.units()) {

@@ -31,6 +31,16 @@ using InitFn = std::function<float(const std::string& name, int64_t i)>;
 // grad(rank, name, i): the gradient a rank writes for element i of a parameter.
 using GradFn = std::function<float(int rank, const std::string& name, int64_t i)>;
 
+// grad(step, rank, name, i): the gradient of a multi-step test.
+using StepGradFn = std::function<float(int step, int rank, const std::string& name, int64_t i)>;
+
+// Test data that depends only on the parameter name and the element (and step and rank), never
+// on the sharding, so every world size sees the same model:
+//   WaveInit: scale * cos(freq * i + |name|)
+//   WaveGrad: sin(a * i + b * step + c * rank + d * |name|)
+InitFn WaveInit(double freq, double scale = 1.0);
+StepGradFn WaveGrad(double a, double b, double c, double d = 1.0);
+
 struct RigSpec {
   std::vector<UnitSpec> units;
   std::vector<ParamSpec> buffers;

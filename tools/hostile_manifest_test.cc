@@ -68,7 +68,9 @@ class HostileManifestTest : public ::testing::Test {
       if (m.ok()) {
         StatusOr<json> summary = tools::SummarizeCheckpoint(dir_, *m);
         o.inspect = summary.status();
-        if (summary.ok()) EXPECT_FALSE(tools::FormatSummary(*summary).empty());
+        if (summary.ok()) {
+          EXPECT_FALSE(tools::FormatSummary(*summary).empty());
+        }
       }
       ExportOptions eo;
       eo.fsync = false;

@@ -55,19 +55,21 @@ else
   echo "setup: installed ${missing[*]}"
 fi
 
-# Optional: clang with libFuzzer for tools/fuzz.sh. Without it the fuzz run of tools/test.sh is
-# reported as skipped; a failed install is not an error.
-if ! command -v clang++ >/dev/null 2>&1; then
+# Optional: clang with libFuzzer for tools/fuzz.sh and clang-format for tools/check_format.sh.
+# Without them the fuzz run / format check of tools/test.sh is reported as skipped; a failed
+# install is not an error.
+if ! command -v clang++ >/dev/null 2>&1 || ! command -v clang-format >/dev/null 2>&1; then
   if [ $check_only = 1 ]; then
-    echo "setup: optional clang (fuzzing) is missing"
+    echo "setup: optional clang / clang-format (fuzzing, format check) is missing"
   elif [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" != 0 ] && SUDO=sudo
-    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang \
+    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        clang clang-format \
         >>/tmp/shardema-apt.log 2>&1; then
-      echo "setup: installed clang (tools/fuzz.sh)"
+      echo "setup: installed clang and clang-format (tools/fuzz.sh, tools/check_format.sh)"
     else
-      echo "setup: could not install clang; the fuzz run will be skipped"
+      echo "setup: could not install clang; the fuzz run and the format check will be skipped"
     fi
   fi
 fi

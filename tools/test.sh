@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every shardema test from a clean clone:
 #   1. tools/setup.sh (installs what is missing),
-#   2. tools/check_layers.py --self-test and on the tree (each counts as one test),
+#   2. tools/check_layers.py --self-test and on the tree (each counts as one test), and the same
+#      two runs of tools/check_format.sh (skipped without clang-format 14),
 #   3. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
 #      with 1-4 ranks through tests/mpi_run.sh),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
@@ -67,10 +68,12 @@ run_tests() {
 }
 
 if [ "$sanitize" = 1 ]; then
+  # --build_tests_only: build the tests that run, not the benchmarks and binaries beside them
+  # (without it the tag filter still compiles all of //... under the sanitizer).
   run_tests "asan: bazel test --config=asan //... (AddressSanitizer + UBSan, CPU suite)" \
-    --config=asan -- "${SAN_ENV[@]}" //... "$@"
+    --config=asan -- "${SAN_ENV[@]}" --build_tests_only //... "$@"
   run_tests "tsan: bazel test --config=tsan of the tests tagged threads" \
-    --config=tsan -- "${SAN_ENV[@]}" --test_tag_filters=threads //... "$@"
+    --config=tsan -- "${SAN_ENV[@]}" --build_tests_only --test_tag_filters=threads //... "$@"
   finish
 fi
 
@@ -81,6 +84,17 @@ for step in "--self-test" ""; do
   else
     failed=$((failed + 1)); echo "check_layers ${step:-tree}: FAILED"
   fi
+done
+
+echo "== format (tools/check_format.sh: sources against .clang-format)"
+for step in "--self-test" ""; do
+  tools/check_format.sh $step
+  case $? in
+    0) passed=$((passed + 1)); echo "check_format ${step:-tree}: PASSED" ;;
+    77) skipped=$((skipped + 1)); skipped_list+=("check_format ${step:-tree} (no clang-format 14)")
+        echo "check_format ${step:-tree}: SKIPPED" ;;
+    *) failed=$((failed + 1)); echo "check_format ${step:-tree}: FAILED" ;;
+  esac
 done
 
 run_tests "bazel test //... (CPU build, multi-rank tests under mpirun)" -- //... "$@"
@@ -116,11 +130,11 @@ else
 fi
 
 # The sanitizer run of ASAN_CI_PACKAGES is opt-in (SHARDEMA_CI_ASAN=1): a cold ASan build and
-# run of those packages (48 test targets) took 38 minutes on 2 cores shared with other builds;
-# even at a quarter of that it would exceed the 8 minutes the default run may add.
+# run of those packages (54 test targets) took 38 minutes on 2 cores shared with other builds
+# (README, Sanitizers); the default run (about 18 minutes in CI) must stay well under 30.
 # tools/test.sh --sanitize runs the whole CPU suite under ASan and the threaded tests under TSan.
 if [ "${SHARDEMA_CI_ASAN:-0}" = 1 ]; then
   run_tests "asan: bazel test --config=asan ${ASAN_CI_PACKAGES[*]}" \
-    --config=asan -- "${SAN_ENV[@]}" "${ASAN_CI_PACKAGES[@]}" "$@"
+    --config=asan -- "${SAN_ENV[@]}" --build_tests_only "${ASAN_CI_PACKAGES[@]}" "$@"
 fi
 finish

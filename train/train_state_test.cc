@@ -29,9 +29,7 @@ std::vector<UnitSpec> Units() {
   return {{"a", {{"a.weight", {7}}}}, {"b", {{"b.weight", {3, 5}}, {"b.bias", {3}}}}};
 }
 
-float Grad(int s, int r, const std::string& name, int64_t i) {
-  return float(std::sin(0.37 * double(i) + 1.3 * s + 0.71 * r + 0.1 * double(name.size())));
-}
+const ::shardema::testing::StepGradFn Grad = ::shardema::testing::WaveGrad(0.37, 1.3, 0.71, 0.1);
 
 struct Config {
   double lr = 0.01;

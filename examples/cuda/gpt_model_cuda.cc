@@ -25,24 +25,7 @@ GptModelCuda::~GptModelCuda() {
 #if SHARDEMA_WITH_CUDA
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
-
-// Parameter indices inside a block unit (the order of GptUnits).
-enum BlockParam {
-  kLn1W,
-  kLn1B,
-  kAttnW,
-  kAttnB,
-  kAProjW,
-  kAProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMProjW,
-  kMProjB,
-  kBlockParams
-};
+using namespace gpt_layout;  // BlockParam, kLayerNormEps
 
 Status Grow(Buffer* b, int64_t elems, size_t elem_size, Device dev) {
   *b = Buffer();

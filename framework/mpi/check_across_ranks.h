@@ -9,6 +9,7 @@
 
 #include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/collective_args.h"
+#include "framework/mpi/mpi_wait.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -21,14 +22,16 @@ namespace shardema {
 // Errors: kInternal "<op> (argument check)" with `rank` when the all-reduce itself fails.
 // Collective over `comm`; blocks until every rank has called it. Threading: as MPI's
 // (MPI_THREAD_SERIALIZED: one thread at a time per process).
-// `timeout_s` bounds the wait (framework/mpi/mpi_wait.h; <= 0: none): kAborted past it.
+// `timeout_s` bounds the wait (framework/mpi/mpi_wait.h; <= 0: none): kAborted past it; `poll`
+// is polled while waiting (WaitRequest's: the failure notices of a peer that left).
 Status CheckCallAcrossRanks(MPI_Comm comm, int rank, const CollectiveCall& call,
-                            const Status& local, double timeout_s = 0);
+                            const Status& local, double timeout_s = 0,
+                            const WaitPoll& poll = nullptr);
 
 // The check as `policy` decides (framework/mpi/arg_check_policy.h): when policy.Due(call),
 // CheckCallAcrossRanks, recording its outcome in `policy`; otherwise `local` (no MPI call).
 Status CheckCallIfDue(ArgCheckPolicy& policy, MPI_Comm comm, int rank, const CollectiveCall& call,
-                      const Status& local, double timeout_s = 0);
+                      const Status& local, double timeout_s = 0, const WaitPoll& poll = nullptr);
 
 }  // namespace shardema
 

@@ -11,6 +11,7 @@
 #include "framework/device.h"
 #include "framework/logging.h"
 #include "framework/mpi/check_across_ranks.h"
+#include "framework/mpi/failure_notices.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/mpi/mpi_wait.h"
 #include "framework/mpi/ring_reduce_scatter.h"
@@ -24,6 +25,7 @@ struct PendingOp {
   std::string name;  // "all_reduce", for error messages
   int rank = -1;
   double timeout_s = 0;  // CommOptions::timeout_seconds
+  WaitPoll poll;         // the communicator's failure notices
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;                   // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
   std::function<void()> finish;  // post-processing once the data has arrived
@@ -36,9 +38,9 @@ struct PendingOp {
     if (done) return status;
     done = true;
     if (ring != nullptr) {
-      status = WaitUntilDone([this] { return ring->Progress(); }, timeout_s, name, rank);
+      status = WaitUntilDone([this] { return ring->Progress(); }, timeout_s, name, rank, poll);
     } else {
-      status = WaitRequest(&request, timeout_s, name, rank);
+      status = WaitRequest(&request, timeout_s, name, rank, poll);
     }
     ring.reset();
     if (status.ok() && finish) finish();
@@ -65,7 +67,7 @@ struct PendingOp {
     return true;
   }
 
- private:
+  // Gives the operation up with `s` (its request is left to MPI: a peer left the job).
   bool Fail(Status s) {
     done = true;
     status = std::move(s);
@@ -248,7 +250,10 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
                 : options.check_every_call ? "every call"
                                            : "first use")
             << (ps.we_initialized ? ", MPI initialised by shardema" : "");
+  StatusOr<std::unique_ptr<FailureNotices>> notices = FailureNotices::Create(comm);
+  if (!notices.ok()) return fail(notices.status().WithContext("MpiCommunicator::Create"));
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
+  c->notices_ = std::move(notices).value();
   ps.live.insert(c.get());
   return c;
 }
@@ -274,10 +279,20 @@ Status MpiCommunicator::FinalizeMpi() {
 Status MpiCommunicator::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
+  // After a failure (here or announced by a peer) outstanding operations may never complete: give
+  // them up instead of waiting for the collective timeout.
+  const Status broken = BrokenStatus("shutdown");
   for (const auto& weak : pending_) {
-    if (auto op = weak.lock()) op->Complete().IgnoreError();  // the Work's Wait() reports it
+    auto op = weak.lock();
+    if (op == nullptr) continue;
+    if (broken.ok()) {
+      op->Complete().IgnoreError();  // the Work's Wait() reports it
+    } else if (!op->done) {
+      op->Fail(broken);
+    }
   }
   pending_.clear();
+  notices_.reset();
   Status st;
   if (comm_ != MPI_COMM_NULL && !MpiFinalized()) {
     st = MpiStatus(MPI_Comm_free(&comm_), "MPI_Comm_free", rank_);
@@ -293,7 +308,42 @@ Status MpiCommunicator::CheckNotShutDown(const char* op) const {
   if (shut_down_) {
     return FailedPrecondition(op, ": rank ", rank_, ": the MPI communicator was shut down");
   }
-  return Status::Ok();
+  return BrokenStatus(op);
+}
+
+Status MpiCommunicator::BrokenStatus(const char* op) const {
+  if (notices_ == nullptr || !notices_->broken()) return Status::Ok();
+  Status heard = notices_->Poll();
+  if (!heard.ok()) return Aborted(op, ": rank ", rank_, ": ", heard.message());
+  return Aborted(op, ": rank ", rank_, ": this rank failed earlier: ", notices_->announcement());
+}
+
+WaitPoll MpiCommunicator::Poll() const {
+  if (world_size_ == 1) return nullptr;
+  std::shared_ptr<FailureNotices> n = notices_;
+  return [n]() -> Status {
+    RETURN_IF_ERROR(n->Poll());
+    // This rank's own operations after its failure (e.g. a prefetch waited by a destructor).
+    if (n->announced()) return Aborted("this rank failed earlier: ", n->announcement());
+    return Status::Ok();
+  };
+}
+
+Status MpiCommunicator::AnnounceFailure(const Status& failure) {
+  if (failure.ok() || shut_down_ || notices_ == nullptr) return failure;
+  notices_->Announce(failure.message());
+  return failure;
+}
+
+void MpiCommunicator::Abort(const Status& why, int exit_code) {
+  if (exit_code == 0) exit_code = 1;
+  if (MpiFinalized()) std::_Exit(exit_code);
+  if (!shut_down_ && notices_ != nullptr && world_size_ > 1) {
+    AnnounceFailure(why.ok() ? Aborted("rank ", rank_, " aborted") : why).IgnoreError();
+    notices_->AwaitPeers(kAbortGraceSeconds);
+  }
+  MPI_Abort(comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; in case it does
 }
 
 StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
@@ -304,6 +354,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   op->name = name;
   op->rank = rank_;
   op->timeout_s = options_.timeout_seconds;
+  op->poll = Poll();
 
   // Local checks and allocations first, so that their failure is reported to every rank.
   bool in_place = false;
@@ -328,7 +379,8 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                         ": f32 temporary");
     }
   }
-  RETURN_IF_ERROR(CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds));
+  RETURN_IF_ERROR(
+      CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds, Poll()));
   if (c.count == 0) {
     op->done = true;
     return std::unique_ptr<Work>(new MpiWork(std::move(op)));
@@ -442,11 +494,12 @@ Status MpiCommunicator::Barrier() {
   c.kind = CollectiveKind::kBarrier;
   RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
   if (arg_checks_.Due(c)) {
-    return CheckCallIfDue(arg_checks_, comm_, rank_, c, Status::Ok(), options_.timeout_seconds);
+    return CheckCallIfDue(arg_checks_, comm_, rank_, c, Status::Ok(), options_.timeout_seconds,
+                          Poll());
   }
   MPI_Request request = MPI_REQUEST_NULL;
   RETURN_IF_ERROR(MpiStatus(MPI_Ibarrier(comm_, &request), "barrier", rank_));
-  return WaitRequest(&request, options_.timeout_seconds, "barrier", rank_);
+  return WaitRequest(&request, options_.timeout_seconds, "barrier", rank_, Poll());
 }
 
 }  // namespace shardema

@@ -38,6 +38,9 @@
 //     kInvalidArgument on every rank naming the operation, the rank and the values. Without a
 //     check a local error returns at once on that rank only (its peers may then block).
 //   kInternal: an MPI error code, converted by MpiStatus (mpi_error.h) with the op and rank.
+//   kAborted: a wait past CommOptions::timeout_seconds; a peer announced a failure while this rank
+//     waited (its failure notice, polled every 256 polls of a wait: "rank R of W failed and left
+//     the job: ..."); any call once this rank or a peer announced one.
 //   kResourceExhausted: a bf16/f16 f32 temporary could not be allocated (checked before the
 //     collective check, so peers see it as an invalid-argument rank).
 //
@@ -70,6 +73,8 @@
 #include "framework/mpi/arg_check_policy.h"
 #include "framework/mpi/call_communicator.h"
 #include "framework/mpi/collective_args.h"
+#include "framework/mpi/failure_notices.h"
+#include "framework/mpi/mpi_wait.h"
 #include "framework/mpi/ring_reduce_scatter.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
@@ -118,6 +123,15 @@ class MpiCommunicator final : public CallCommunicator {
   Status Barrier() override;
   Status Shutdown() override;
 
+  // Failure notices (framework/mpi/failure_notices.h): see Communicator. After this rank
+  // announced a failure or a peer's notice arrived, every call returns kAborted naming the
+  // failure, and Shutdown() gives outstanding operations up instead of waiting for them.
+  Status AnnounceFailure(const Status& failure) override;
+  // Announces `why`, waits up to kAbortGraceSeconds for every peer to announce, then
+  // MPI_Abort(exit_code) on this communicator (0 becomes 1). Does not return.
+  [[noreturn]] void Abort(const Status& why, int exit_code) override;
+  static constexpr double kAbortGraceSeconds = 3.0;
+
  private:
   MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEnv local_env,
                   const CommOptions& options);
@@ -128,8 +142,12 @@ class MpiCommunicator final : public CallCommunicator {
   // Starts a kRing reduce-scatter of `call` into op (whose temp is allocated).
   StatusOr<std::unique_ptr<RingReduceScatter>> StartRing(const CollectiveCall& call,
                                                          mpi_internal::PendingOp* op);
-  // Fails with kFailedPrecondition "<op>: rank R: ..." after Shutdown().
+  // Fails with kFailedPrecondition "<op>: rank R: ..." after Shutdown(), and with BrokenStatus.
   Status CheckNotShutDown(const char* op) const;
+  // kAborted "<op>: rank R: ..." once a failure was announced here or by a peer; else OK.
+  Status BrokenStatus(const char* op) const;
+  // The wait loops' poll of the failure notices (null for one rank).
+  WaitPoll Poll() const;
 
   MPI_Comm comm_;
   int rank_;
@@ -138,7 +156,8 @@ class MpiCommunicator final : public CallCommunicator {
   CommOptions options_;
   ArgCheckPolicy arg_checks_;
   bool shut_down_ = false;
-  uint64_t ring_ops_ = 0;  // ring reduce-scatters issued: their message tags
+  std::shared_ptr<FailureNotices> notices_;  // null only after Shutdown()
+  uint64_t ring_ops_ = 0;                    // ring reduce-scatters issued: their message tags
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
 };

@@ -602,6 +602,38 @@ CommOptions NoChecks() {
 }
 
 // The default check (first use of each signature) on a fresh communicator.
+// A failure announced by one rank (AnnounceFailure) ends its peers' wait on a collective it never
+// joins, with kAborted naming it and its message; then every call fails at once and Shutdown
+// gives the pending operation up instead of waiting (the timeout is 600 s: no wait rescues it).
+TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
+  CommOptions o;
+  o.timeout_seconds = 600;
+  auto created = MpiCommunicator::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  MpiCommunicator& c = **created;
+  const int rank = c.rank(), world = c.world_size(), failing = world - 1;
+  std::vector<float> send(4, float(rank)), recv(4 * size_t(world));
+  if (rank == failing) {
+    const Status st = c.AnnounceFailure(ResourceExhausted("boom"));
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(st.message(), "boom");
+  } else {
+    const Status st = c.AllGather(send.data(), recv.data(), send.size(), DType::kF32);
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+    // In the argument check: the first use of the signature.
+    EXPECT_NE(st.message().find("all_gather (argument check): rank " + std::to_string(rank) +
+                                ": rank " + std::to_string(failing) + " of " +
+                                std::to_string(world) + " failed and left the job: boom"),
+              std::string::npos)
+        << st;
+  }
+  const Status again = c.AllGather(send.data(), recv.data(), send.size(), DType::kF32);
+  EXPECT_EQ(again.code(), StatusCode::kAborted) << again;
+  EXPECT_NE(again.message().find("boom"), std::string::npos) << again;
+  EXPECT_EQ(c.Barrier().code(), StatusCode::kAborted);
+  EXPECT_TRUE(c.Shutdown().ok());
+}
+
 TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
   std::unique_ptr<MpiCommunicator> c = Fresh(CommOptions());
   ASSERT_NE(c, nullptr);

@@ -10,6 +10,10 @@
 // WaitUntilDone polls `test` (which drives progress, e.g. MPI_Test calls) until it returns true
 // or an error, with the same timeout and error (multi-request operations such as the ring
 // reduce-scatter of ring_reduce_scatter.h).
+// `poll` (optional) is called every 256 polls of a wait that has not completed (never on a wait
+// that completes within 256 polls): an error from it ends the wait with that error, prefixed by
+// "<name>: rank R: " (the MPI backend passes its failure notices, failure_notices.h, so a wait for
+// a peer that failed and left ends at once). With `poll`, timeout_s <= 0 polls as well.
 // Threading: as MPI (the calling thread must be allowed to make MPI calls).
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_WAIT_H_
@@ -23,9 +27,11 @@
 
 namespace shardema {
 
+using WaitPoll = std::function<Status()>;
 Status WaitUntilDone(const std::function<StatusOr<bool>()>& test, double timeout_s,
-                     const std::string& name, int rank);
-Status WaitRequest(MPI_Request* request, double timeout_s, const std::string& name, int rank);
+                     const std::string& name, int rank, const WaitPoll& poll = nullptr);
+Status WaitRequest(MPI_Request* request, double timeout_s, const std::string& name, int rank,
+                   const WaitPoll& poll = nullptr);
 
 }  // namespace shardema
 

@@ -347,6 +347,12 @@ Status NcclCommunicator::Release(bool finalize) {
     poll_id_ = 0;
   }
   if (device_.is_cuda() && device_.index < CudaDeviceCount()) keep_first(SetCurrentDevice(device_));
+  if (state_ != nullptr) {
+    // After a failure (this rank's, announced, or an asynchronous one) a finalize could wait
+    // forever for work a failed peer never joins: abort instead.
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->broken.ok()) finalize = false;
+  }
   if (state_ != nullptr && state_->comm != nullptr) {
     if (finalize) {
       // Completes everything enqueued (polling asynchronous errors), then a clean finalize.
@@ -370,7 +376,9 @@ Status NcclCommunicator::Release(bool finalize) {
     }
   }
   if (stream_.owns()) {
-    keep_first(SynchronizeStream(stream_));
+    // After an abort nothing is synchronised: work waiting for a failed peer may never finish,
+    // and destroying the stream does not wait for it.
+    if (finalize) keep_first(SynchronizeStream(stream_));
     keep_first(stream_.Reset());
   }
   input_ready_ = CudaEvent();
@@ -394,6 +402,27 @@ Status NcclCommunicator::Release(bool finalize) {
 }
 
 NcclCommunicator::~NcclCommunicator() { Shutdown().IgnoreError(); }
+
+void NcclCommunicator::Abort(const Status& why, int exit_code) {
+  (void)exit_code;  // the host communicator ends the job
+  if (shut_down_) return;
+  shut_down_ = true;
+  Release(/*finalize=*/false).IgnoreError();  // ncclCommAbort, no synchronisation
+  if (state_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->broken = Aborted("rank ", rank_, " aborted the NCCL communicator after: ", why.message());
+}
+
+Status NcclCommunicator::AnnounceFailure(const Status& failure) {
+  // This rank's later calls fail at once; its peers are ended by the host communicator's
+  // Abort (the NCCL backend sends no notices).
+  if (failure.ok() || state_ == nullptr) return failure;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->broken.ok()) {
+    state_->broken = Aborted("rank ", rank_, " failed earlier: ", failure.message());
+  }
+  return failure;
+}
 
 Status NcclCommunicator::Shutdown() {
   if (shut_down_) return Status::Ok();

@@ -161,6 +161,17 @@ class NcclCommunicator final : public CallCommunicator {
   // Works still alive afterwards wait on their own events and remain valid.
   Status Shutdown() override;
 
+  // Error exit (Communicator::Abort): ncclCommAbort, never ncclCommFinalize/ncclCommDestroy,
+  // and no stream synchronisation; frees the stream, pool and duplicated MPI communicator without
+  // waiting, then every call fails (kFailedPrecondition naming `why`). Returns (the host
+  // communicator's Abort ends the job); `exit_code` is unused. Idempotent; a no-op after
+  // Shutdown().
+  void Abort(const Status& why, int exit_code) override;
+  // Marks the communicator failed (later calls return kFailedPrecondition naming `failure`) and
+  // returns `failure`. No notice reaches the peers: they are ended by the host communicator's
+  // Abort in main.
+  Status AnnounceFailure(const Status& failure) override;
+
  private:
   NcclCommunicator() = default;
 

@@ -37,5 +37,7 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
 }
 Status NcclCommunicator::Barrier() { return NoCuda("Barrier"); }
 Status NcclCommunicator::Shutdown() { return Status::Ok(); }
+void NcclCommunicator::Abort(const Status&, int) {}
+Status NcclCommunicator::AnnounceFailure(const Status& failure) { return failure; }
 
 }  // namespace shardema
