@@ -43,13 +43,9 @@ std::string Printable(const std::string& text) {
 }  // namespace
 
 int TrainerMain(int argc, char** argv, const char* program,
-                StatusOr<ParsedArgs> (*parse)(int argc, const char* const* argv)) {
-  // Blocks of 1 MiB and more get their own mappings, returned to the system when freed. glibc's
-  // default threshold grows with the largest block freed (up to 32 MiB), after which the
-  // collectives' per-call temporaries, the init and data temporaries and the eval buffers come
-  // from the heap and leave holes that stay resident: at 4 ranks of a 20M-parameter MLP peak RSS
-  // grew step after step by ~45 MiB per rank (issue 14). Setting it fixes it at 1 MiB.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+                StatusOr<ParsedArgs> (*parse)(int argc, const char* const* argv),
+                const TrainerMainOptions& options) {
+  if (options.mmap_threshold_bytes > 0) mallopt(M_MMAP_THRESHOLD, options.mmap_threshold_bytes);
   StatusOr<RankEnv> env = DiscoverRankEnv();
   const bool lead = !env.ok() || env->rank == 0;
   StatusOr<ParsedArgs> parsed = parse(argc, argv);
