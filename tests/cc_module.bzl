@@ -9,6 +9,8 @@ Everything else a target needs (copts, local_defines, data, ...) goes to the lib
 multi-rank test (tests/mpi_test.bzl) is written out instead.
 """
 
+load("//third_party/cuda:build_defs.bzl", "CUDA_DEFINES")
+
 _GTEST_MAIN = "@system_usr//:gtest_main"
 
 def cc_module(name, deps = [], test_deps = [], header_only = False, test_size = None,
@@ -29,4 +31,18 @@ def cc_module(name, deps = [], test_deps = [], header_only = False, test_size = 
         copts = test_copts,
         data = test_data,
         **test_kwargs
+    )
+
+def gpu_test(name, deps = [], copts = [], size = None):
+    """A CUDA test `name` (srcs [name + ".cc"]) tagged "gpu": it builds on the CPU too and its
+    cases skip without a visible GPU (//framework/cuda:cuda_test_util, gtest main linked)."""
+    kwargs = {"size": size} if size else {}
+    native.cc_test(
+        name = name,
+        srcs = [name + ".cc"],
+        copts = copts,
+        local_defines = CUDA_DEFINES,
+        tags = ["gpu"],
+        deps = ["//framework/cuda:cuda_test_util", _GTEST_MAIN] + deps,
+        **kwargs
     )
