@@ -17,6 +17,7 @@
 #include "framework/cuda_error.h"
 #include "framework/host_wait.h"
 #include "framework/mpi/check_across_ranks.h"
+#include "framework/mpi/failure_notices.h"
 #include "framework/mpi/mpi_error.h"
 #include "framework/nccl/nccl_error.h"
 #include "framework/nccl/reduction_dtype.h"
@@ -37,6 +38,14 @@ struct CommState {
   // call). A Work returns its event after Wait() has made the caller's stream wait on it, so a
   // later re-record cannot affect that wait.
   std::vector<CudaEvent> spare_events;
+  // Failure notices of the peers (framework/mpi/failure_notices.h) on a duplicate of the
+  // bootstrap communicator. MPI is initialised MPI_THREAD_SERIALIZED, so only the thread that
+  // created the communicator (`owner`, the training thread) sends or probes them; host waits of
+  // other threads poll NCCL's asynchronous errors only.
+  std::unique_ptr<FailureNotices> notices;
+  std::thread::id owner;
+  uint32_t polls = 0;  // notices are probed every kNoticePollEvery-th poll of the owner
+  static constexpr uint32_t kNoticePollEvery = 64;
 };
 }  // namespace nccl_internal
 
@@ -58,8 +67,16 @@ Status AgreeAll(MPI_Comm comm, int rank, const Status& local, const char* step) 
   return Status::Ok();
 }
 
-// Polls NCCL's asynchronous error state; on an error, aborts the communicator (so that nothing
-// waits on it forever) and remembers the error.
+// Aborts the NCCL communicator (nothing waits on it forever) and remembers why. Holds state.mu.
+Status BreakLocked(CommState& state, Status why) {
+  ncclCommAbort(state.comm);
+  state.comm = nullptr;
+  state.broken = std::move(why);
+  return state.broken;
+}
+
+// Polls NCCL's asynchronous error state and, on the owner thread, the peers' failure notices; on
+// an error or a notice, aborts the communicator and remembers the error.
 Status CheckAsyncError(CommState& state, const char* op) {
   std::lock_guard<std::mutex> lock(state.mu);
   if (!state.broken.ok()) return state.broken;
@@ -69,12 +86,25 @@ Status CheckAsyncError(CommState& state, const char* op) {
       NcclStatus(ncclCommGetAsyncError(state.comm, &async), op, state.rank, state.comm));
   Status st = NcclStatus(async, op, state.rank, state.comm);
   if (!st.ok()) {
-    ncclCommAbort(state.comm);
-    state.comm = nullptr;
-    state.broken = st.WithContext("asynchronous error; the communicator was aborted");
-    return state.broken;
+    return BreakLocked(state, st.WithContext("asynchronous error; the communicator was aborted"));
+  }
+  if (state.notices != nullptr && std::this_thread::get_id() == state.owner &&
+      ++state.polls % CommState::kNoticePollEvery == 0) {
+    Status peer = state.notices->Poll();
+    if (!peer.ok()) {
+      return BreakLocked(state,
+                         peer.WithContext(std::string(op) + ": rank " + std::to_string(state.rank) +
+                                          " stopped waiting (NCCL communicator aborted)"));
+    }
   }
   return Status::Ok();
+}
+
+// Sends this rank's failure to the peers (once; owner thread only). Holds state.mu.
+void AnnounceLocked(CommState& state, const std::string& message) {
+  if (state.notices != nullptr && std::this_thread::get_id() == state.owner) {
+    state.notices->Announce(message);
+  }
 }
 
 // Blocks until `event` is complete, polling asynchronous NCCL errors meanwhile.
@@ -262,6 +292,16 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
       }
     }
   }
+  // The peers' failure notices (collective: every rank creates them here).
+  if (local.ok()) {
+    StatusOr<std::unique_ptr<FailureNotices>> notices = FailureNotices::Create(c->mpi_comm_);
+    if (notices.ok()) {
+      c->state_->notices = std::move(*notices);
+      c->state_->owner = std::this_thread::get_id();
+    } else {
+      local = notices.status();
+    }
+  }
   Status agreed = AgreeAll(c->mpi_comm_, c->rank_, local, "NcclCommunicator set-up");
   if (!agreed.ok()) {
     c->Abandon();
@@ -382,7 +422,11 @@ Status NcclCommunicator::Release(bool finalize) {
     keep_first(stream_.Reset());
   }
   input_ready_ = CudaEvent();
-  if (state_ != nullptr) state_->spare_events.clear();
+  if (state_ != nullptr) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->spare_events.clear();
+    state_->notices.reset();  // frees its duplicate communicator unless MPI is finalized
+  }
   if (pool_ != nullptr) {
     keep_first(
         CudaStatus(cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_)), "cudaMemPoolDestroy"));
@@ -407,6 +451,10 @@ void NcclCommunicator::Abort(const Status& why, int exit_code) {
   (void)exit_code;  // the host communicator ends the job
   if (shut_down_) return;
   shut_down_ = true;
+  if (state_ != nullptr) {  // peers waiting on NCCL work learn who failed and why
+    std::lock_guard<std::mutex> lock(state_->mu);
+    AnnounceLocked(*state_, why.message());
+  }
   Release(/*finalize=*/false).IgnoreError();  // ncclCommAbort, no synchronisation
   if (state_ == nullptr) return;
   std::lock_guard<std::mutex> lock(state_->mu);
@@ -414,10 +462,10 @@ void NcclCommunicator::Abort(const Status& why, int exit_code) {
 }
 
 Status NcclCommunicator::AnnounceFailure(const Status& failure) {
-  // This rank's later calls fail at once; its peers are ended by the host communicator's
-  // Abort (the NCCL backend sends no notices).
+  // This rank's later calls fail at once; peers waiting on NCCL work receive the notice.
   if (failure.ok() || state_ == nullptr) return failure;
   std::lock_guard<std::mutex> lock(state_->mu);
+  AnnounceLocked(*state_, failure.message());
   if (state_->broken.ok()) {
     state_->broken = Aborted("rank ", rank_, " failed earlier: ", failure.message());
   }

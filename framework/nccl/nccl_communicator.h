@@ -168,8 +168,11 @@ class NcclCommunicator final : public CallCommunicator {
   // Shutdown().
   void Abort(const Status& why, int exit_code) override;
   // Marks the communicator failed (later calls return kFailedPrecondition naming `failure`) and
-  // returns `failure`. No notice reaches the peers: they are ended by the host communicator's
-  // Abort in main.
+  // returns `failure`. On the thread that created the communicator it also sends a failure
+  // notice (framework/mpi/failure_notices.h) to every peer; Abort sends one too. A peer whose
+  // host wait on GPU work polls (framework/host_wait.h) on its creating thread receives it and
+  // returns kAborted "rank R of W failed and left the job: <message>" after aborting its NCCL
+  // communicator, instead of spinning until the job-wide MPI_Abort.
   Status AnnounceFailure(const Status& failure) override;
 
  private:

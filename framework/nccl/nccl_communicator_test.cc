@@ -541,6 +541,36 @@ TEST_F(NcclTest, DefaultCheckRunsOncePerSignatureAndCatchesAFirstUseMismatch) {
   ASSERT_TRUE(c->Shutdown().ok());
 }
 
+// A rank that fails and announces it (AnnounceFailure) never joins the all-reduce its peers
+// issued: each peer's host wait receives the notice and returns kAborted naming that rank and its
+// error (before the collective timeout), instead of spinning until the job-wide MPI_Abort.
+TEST_F(NcclTest, PeersWaitingOnAFailedRankLearnWhoFailed) {
+  if (world() < 2) GTEST_SKIP() << "needs a peer that fails";
+  CommOptions o;
+  o.check_args = false;  // no rendezvous before the collective: only the notice can end the wait
+  o.timeout_seconds = 600;
+  auto c = NcclCommunicator::Create(MpiWorld()->comm(), dev_, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const int failing = world() - 1;
+  if (rank() == failing) {
+    Status st = (*c)->AnnounceFailure(ResourceExhausted("injected: gradient buffer"));
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ((*c)->Barrier().code(), StatusCode::kFailedPrecondition);
+  } else {
+    Buffer a = OnDevice(16 * 4, Encode(DType::kF32, 16, rank()));
+    auto w = Take((*c)->AllReduceAsync(a.data(), a.data(), 16, DType::kF32, opts_));
+    ASSERT_TRUE(w);
+    Status st = AsNccl(w)->WaitHost();
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+    EXPECT_NE(st.message().find("rank " + std::to_string(failing) + " of"), std::string::npos)
+        << st;
+    EXPECT_NE(st.message().find("injected: gradient buffer"), std::string::npos) << st;
+  }
+  // Both sides are broken now: destruction aborts the NCCL communicator, it does not finalize.
+  c->reset();
+  MPI_Barrier(MpiWorld()->comm());
+}
+
 TEST_F(NcclTest, CreateRejectsBadDevicesAndShutdownIsFinal) {
   auto cpu = NcclCommunicator::Create(MpiWorld()->comm(), Device::Cpu());
   EXPECT_EQ(cpu.status().code(), StatusCode::kInvalidArgument) << cpu.status();
