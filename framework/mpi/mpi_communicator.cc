@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "framework/device.h"
 #include "framework/logging.h"
@@ -18,6 +20,16 @@
 
 namespace shardema {
 namespace mpi_internal {
+
+// Keeps `p` alive until the process exits (reachable, so leak checkers stay quiet). For what an
+// operation given up after a failure may still be used by MPI: its temporaries (a message of the
+// failed exchange may still arrive into them) and the communicators it ran on (see Shutdown).
+void KeepUntilExit(std::shared_ptr<void> p) {
+  static std::mutex* mu = new std::mutex;
+  static std::vector<std::shared_ptr<void>>* kept = new std::vector<std::shared_ptr<void>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  kept->push_back(std::move(p));
+}
 
 // An issued MPI request and what Wait() does after MPI_Wait. Shared by the Work handed to the
 // caller and the communicator (which completes it at Shutdown()).
@@ -67,13 +79,14 @@ struct PendingOp {
     return true;
   }
 
-  // Gives the operation up with `s` (its request is left to MPI: a peer left the job).
+  // Gives the operation up with `s` (its request is left to MPI: a peer left the job). Its
+  // temporaries stay allocated until exit: a receive the request posted may still complete.
   bool Fail(Status s) {
     done = true;
     status = std::move(s);
     finish = nullptr;
-    ring.reset();
-    temp = Buffer();
+    if (ring != nullptr) KeepUntilExit(std::shared_ptr<RingReduceScatter>(std::move(ring)));
+    if (temp.data() != nullptr) KeepUntilExit(std::make_shared<Buffer>(std::move(temp)));
     return true;
   }
 };
@@ -292,8 +305,17 @@ Status MpiCommunicator::Shutdown() {
     }
   }
   pending_.clear();
-  notices_.reset();
   Status st;
+  if (!broken.ok()) {
+    // Abandoned, not freed: messages of the failed exchange (a peer's half of a collective this
+    // rank gave up, a late notice) may still arrive on this communicator and its notices'
+    // duplicate. Freeing them would let MPI give their context ids to the next communicators,
+    // whose operations would then match those messages (seen: the next MPI_Comm_dup hung in the
+    // context-id agreement). Kept until exit; the process is normally ending after a failure.
+    mpi_internal::KeepUntilExit(std::move(notices_));
+    comm_ = MPI_COMM_NULL;
+  }
+  notices_.reset();
   if (comm_ != MPI_COMM_NULL && !MpiFinalized()) {
     st = MpiStatus(MPI_Comm_free(&comm_), "MPI_Comm_free", rank_);
   }

@@ -53,7 +53,11 @@
 // itself finalizes it itself). Create() also registers FinalizeMpi with std::atexit as a
 // fallback, so a program that returns from main without calling it still finalizes cleanly.
 // Shutdown() completes every outstanding Work of this communicator (their Wait() then returns
-// the recorded status) and frees the duplicate communicator.
+// the recorded status) and frees the duplicate communicator. After a failure (this rank's or a
+// peer's notice) it gives the outstanding Works up and frees neither the duplicate nor the
+// notices' one: messages of the failed exchange may still arrive, and a freed communicator's
+// context id would be reused by the next communicator, whose operations would match them. Those
+// communicators and the temporaries of the given-up Works stay allocated until the process exits.
 //
 // Threading: one thread issues collectives and waits on a communicator's Work at a time
 // (MPI_THREAD_SERIALIZED); different threads may take turns. Create/FinalizeMpi are
