@@ -9,6 +9,8 @@
 // and every other call returns OK. Unset or empty: every call returns OK (one relaxed atomic
 // load after the first call). A malformed value is reported once on stderr and arms nothing.
 // Sites (the library's points just before a collective that other ranks may already wait in):
+//   mpi.create              MpiCommunicator::Create, its local checks (agreed before its
+//                           set-up collectives)
 //   store.gather            ShardedParameterStore::GatherAsync, the unit buffer allocation
 //   store.unit_grads        ShardedParameterStore::UnitGrads, the gradient buffer allocation
 //   clip.sum_of_squares     the gradient norm's local sum of squares (optim/clip.h)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/fault_injection.h"
+#include "framework/keep_until_exit.h"
 #include "fsdp/device_ops.h"
 #include "fsdp/slot_names.h"
 
@@ -96,8 +97,13 @@ ShardedParameterStore::ShardedParameterStore(StoreLayout layout, std::vector<Par
 
 ShardedParameterStore::~ShardedParameterStore() {
   for (auto& s : units_) {
-    if (s->gather_work) s->gather_work->Wait().IgnoreError();
-    if (s->reduce_work) s->reduce_work->Wait().IgnoreError();
+    // A collective given up after a failure may still use its buffers: keep them.
+    if (s->gather_work && !s->gather_work->Wait().ok()) {
+      KeepUntilExit(std::make_shared<Buffer>(std::move(s->param_buf)));
+    }
+    if (s->reduce_work && !s->reduce_work->Wait().ok()) {
+      KeepUntilExit(std::make_shared<Buffer>(std::move(s->grad_buf)));
+    }
     // Works order the compute stream: drop them while it exists.
     s->gather_work.reset();
     s->reduce_work.reset();
@@ -407,8 +413,10 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::WaitGather(size_t unit)
     Status st = s.gather_work->Wait();
     s.gather_work.reset();
     if (!st.ok()) {
-      // The buffer holds garbage: drop it so a later gather starts over.
+      // The buffer holds garbage, and the given-up gather may still write it: keep it out of the
+      // cache (framework/keep_until_exit.h) so a later gather starts over in another one.
       s.refs = 0;
+      KeepUntilExit(std::make_shared<Buffer>(std::move(s.param_buf)));
       FreeUnitParams(s);
       return st.WithContext("gather of unit '" + layout_.units()[unit].name + "'");
     }
@@ -520,6 +528,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
+    KeepUntilExit(std::make_shared<Buffer>(std::move(s.grad_buf)));  // may still be read/written
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
@@ -631,7 +640,10 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const 
     unit_buf.assign(size_t(ul.padded_numel), 0.f);
     Status st = comm_->AllGather(local_slot + layout_.local_offset(u), unit_buf.data(),
                                  size_t(ul.shard_numel), DType::kF32);
-    if (!st.ok()) return st.WithContext("GatherSlotToRank: unit '" + ul.name + "'");
+    if (!st.ok()) {
+      KeepUntilExit(std::make_shared<std::vector<float>>(std::move(unit_buf)));  // see WaitGather
+      return st.WithContext("GatherSlotToRank: unit '" + ul.name + "'");
+    }
     if (rank() != root) continue;
     for (const ParamLayout& p : ul.params) {
       out.push_back(FullTensor{

@@ -4,7 +4,9 @@
 // own limit is 50 s), and afterwards the communicator fails at once and shuts down without
 // waiting. Covered: the unit buffer of a gather (in the first step, while the collective check is
 // due, and in a later step, when no check runs), the gradient buffer, and GatherSlotToRank's
-// buffers on root.
+// buffers on root. Each case runs in processes of its own (mpi_test one_process_per_case): after a
+// failure a process may use MPI only to abort (a given-up collective may still write into the
+// buffers it was given).
 #include <gtest/gtest.h>
 
 #include <memory>

@@ -5,6 +5,8 @@ mpi_test(name = "x_test", srcs = [...], deps = [...], ranks = [1, 2, 3, 4]) defi
   x_test_np{N}   one sh_test per world size N, running tests/mpi_run.sh N x_test_bin,
   x_test         a test_suite of all of them.
 The tests are tagged "mpi" and "exclusive" (one at a time: ranks oversubscribe the cores).
+one_process_per_case = True runs each gtest case in its own mpirun (tests/mpi_run_each.sh): for
+tests whose cases end in an injected failure, after which a process may only abort.
 Each run sets MPI_TEST_TIMEOUT a little below Bazel's timeout for `size`, so a hung collective is
 killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 """
@@ -13,7 +15,7 @@ killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 _MPI_TIMEOUT = {"small": 50, "medium": 280, "large": 870, "enormous": 3570}
 
 def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], size = "medium",
-             tags = [], **kwargs):
+             tags = [], one_process_per_case = False, **kwargs):
     native.cc_binary(
         name = name + "_bin",
         srcs = srcs,
@@ -26,11 +28,12 @@ def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], 
         t = "%s_np%d" % (name, n)
         native.sh_test(
             name = t,
-            srcs = ["//tests:mpi_run.sh"],
+            srcs = ["//tests:mpi_run_each.sh" if one_process_per_case else "//tests:mpi_run.sh"],
             args = [str(n), "$(location :%s_bin)" % name] + args,
-            data = [":%s_bin" % name] + data,
+            data = [":%s_bin" % name] + data + (["//tests:mpi_run.sh"] if one_process_per_case else []),
             size = size,
-            env = {"MPI_TEST_TIMEOUT": str(_MPI_TIMEOUT[size])},
+            # Per mpirun: each case's own limit is a small test's when run one per process.
+            env = {"MPI_TEST_TIMEOUT": str(_MPI_TIMEOUT["small" if one_process_per_case else size])},
             tags = ["mpi", "exclusive"] + tags,
         )
         tests.append(":" + t)

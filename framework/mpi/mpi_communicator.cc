@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "framework/device.h"
+#include "framework/fault_injection.h"
+#include "framework/keep_until_exit.h"
 #include "framework/logging.h"
+#include "framework/mpi/agree_status.h"
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/failure_notices.h"
 #include "framework/mpi/mpi_error.h"
@@ -20,16 +23,6 @@
 
 namespace shardema {
 namespace mpi_internal {
-
-// Keeps `p` alive until the process exits (reachable, so leak checkers stay quiet). For what an
-// operation given up after a failure may still be used by MPI: its temporaries (a message of the
-// failed exchange may still arrive into them) and the communicators it ran on (see Shutdown).
-void KeepUntilExit(std::shared_ptr<void> p) {
-  static std::mutex* mu = new std::mutex;
-  static std::vector<std::shared_ptr<void>>* kept = new std::vector<std::shared_ptr<void>>;
-  std::lock_guard<std::mutex> lock(*mu);
-  kept->push_back(std::move(p));
-}
 
 // An issued MPI request and what Wait() does after MPI_Wait. Shared by the Work handed to the
 // caller and the communicator (which completes it at Shutdown()).
@@ -54,8 +47,12 @@ struct PendingOp {
     } else {
       status = WaitRequest(&request, timeout_s, name, rank, poll);
     }
+    if (!status.ok()) {  // given up: its request may still deliver into the temporaries
+      Fail(status);
+      return status;
+    }
     ring.reset();
-    if (status.ok() && finish) finish();
+    if (finish) finish();
     finish = nullptr;
     temp = Buffer();
     return status;
@@ -236,14 +233,19 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   if (!st.ok()) return fail(st);
   SetLogRank(rank, size);
 
+  // This rank's own checks, agreed before the collectives below: a rank that fails here must not
+  // leave its peers waiting in them, and the peers name it.
+  Status checked = InjectedFault("mpi.create");
   StatusOr<RankEnv> env = DiscoverRankEnv();
-  if (!env.ok()) return fail(env.status().WithContext("MpiCommunicator::Create"));
-  if (env->source != "default" && (env->rank != rank || env->world_size != size)) {
-    return fail(FailedPrecondition(
+  if (checked.ok() && !env.ok()) checked = env.status().WithContext("MpiCommunicator::Create");
+  if (checked.ok() && env->source != "default" && (env->rank != rank || env->world_size != size)) {
+    checked = FailedPrecondition(
         "MpiCommunicator::Create: MPI says rank ", rank, " of ", size, " but the ", env->source,
         " launcher variables say rank ", env->rank, " of ", env->world_size,
-        " (was the program started without its launcher, e.g. srun/mpirun?)"));
+        " (was the program started without its launcher, e.g. srun/mpirun?)");
   }
+  st = AgreeOnStatus(comm, checked, "MpiCommunicator::Create");
+  if (!st.ok()) return fail(st);
 
   MPI_Comm node = MPI_COMM_NULL;
   st = MpiStatus(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
@@ -312,7 +314,7 @@ Status MpiCommunicator::Shutdown() {
     // duplicate. Freeing them would let MPI give their context ids to the next communicators,
     // whose operations would then match those messages (seen: the next MPI_Comm_dup hung in the
     // context-id agreement). Kept until exit; the process is normally ending after a failure.
-    mpi_internal::KeepUntilExit(std::move(notices_));
+    KeepUntilExit(std::move(notices_));
     comm_ = MPI_COMM_NULL;
   }
   notices_.reset();
