@@ -16,6 +16,7 @@
 #include "framework/cuda/convert_kernels.h"
 #include "framework/cuda_error.h"
 #include "framework/host_wait.h"
+#include "framework/mpi/agree_status.h"
 #include "framework/mpi/check_across_ranks.h"
 #include "framework/mpi/failure_notices.h"
 #include "framework/mpi/mpi_error.h"
@@ -54,18 +55,6 @@ namespace {
 using nccl_internal::CommState;
 
 cudaStream_t Native(Stream s) { return static_cast<cudaStream_t>(s.native); }
-
-// OK when `local` is OK on every rank of `comm` (one MPI_Allreduce of a flag); otherwise this
-// rank's own error, or kAborted when only peers failed.
-Status AgreeAll(MPI_Comm comm, int rank, const Status& local, const char* step) {
-  int mine = local.ok() ? 0 : 1, any = 0;
-  RETURN_IF_ERROR(MpiStatus(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), step, rank));
-  if (!local.ok()) return local;
-  if (any != 0) {
-    return Aborted(step, ": rank ", rank, ": another rank failed (see its error)");
-  }
-  return Status::Ok();
-}
 
 // Aborts the NCCL communicator (nothing waits on it forever) and remembers why. Holds state.mu.
 Status BreakLocked(CommState& state, Status why) {
@@ -302,7 +291,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
       local = notices.status();
     }
   }
-  Status agreed = AgreeAll(c->mpi_comm_, c->rank_, local, "NcclCommunicator set-up");
+  Status agreed = AgreeOnStatus(c->mpi_comm_, local, "NcclCommunicator set-up");
   if (!agreed.ok()) {
     c->Abandon();
     return agreed;
@@ -328,7 +317,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   // ncclCommInitRank, which blocks until all ranks have joined.
   Status ready = id_status.ok() ? bcast : id_status;
   if (ready.ok()) ready = SetCurrentDevice(c->device_);
-  agreed = AgreeAll(c->mpi_comm_, c->rank_, ready, "NcclCommunicator before ncclCommInitRank");
+  agreed = AgreeOnStatus(c->mpi_comm_, ready, "NcclCommunicator before ncclCommInitRank");
   if (!agreed.ok()) {
     c->Abandon();
     return agreed;
@@ -339,7 +328,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   Status init = NcclStatus(ncclCommInitRank(&comm, c->world_size_, msg.id, c->rank_),
                            "ncclCommInitRank", c->rank_);
   if (init.ok()) c->state_->comm = comm;
-  agreed = AgreeAll(c->mpi_comm_, c->rank_, init, "ncclCommInitRank");
+  agreed = AgreeOnStatus(c->mpi_comm_, init, "ncclCommInitRank");
   if (!agreed.ok()) {
     c->Abandon();
     return agreed;
