@@ -11,10 +11,11 @@
 //   dV = P^T dY,  dP = dY V^T,  dS = P * (dP - rowsum(P * dP)),
 //   dQ = scale dS K,  dK = scale dS^T Q
 // written into dqkv f32 [B, T, 3C] in qkv's layout (overwritten).
-// Work: queries in blocks of 32 against the keys up to the block (about half the full T x T
-// products). Threads: the B * n_head (b, h) pairs are split over the pool (each pair's math is
-// the same at every thread count, so results are too).
-// Errors: kInvalidArgument for C not divisible by n_head, or non-positive sizes.
+// Work: one query (or key) row at a time against exactly the keys (queries) the causal mask
+// keeps, rounded up to one SIMD packet: about half the full T x T products, and no GEMM blocking
+// or packing at these small sizes. Threads: the B * n_head (b, h) pairs are split over the pool
+// (each pair's math is the same at every thread count, so results are too). Errors:
+// kInvalidArgument for C not divisible by n_head, or non-positive sizes.
 #ifndef SHARDEMA_NN_ATTENTION_H_
 #define SHARDEMA_NN_ATTENTION_H_
 

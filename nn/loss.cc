@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <Eigen/Core>
+
 namespace shardema::nn {
 namespace {
 constexpr int64_t kRowGrain = 64;
@@ -36,20 +38,24 @@ StatusOr<double> CrossEntropyLoss(const CpuContext& ctx, const float* logits,
   }
   std::vector<double> row_loss(size_t(std::max<int64_t>(rows, 0)));
   ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    // e = exp(y - max) of one row, vectorised. The array is Eigen-aligned and its size fixed,
+    // so the split into packets and scalar tail, hence the bits, never depend on addresses.
+    Eigen::ArrayXd e(classes);
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = logits + r * classes;
       const int64_t label = targets[r];
-      double mx = row[0];
-      for (int64_t c = 1; c < classes; ++c) mx = std::max(mx, double(row[c]));
+      float mx = row[0];
+      for (int64_t c = 1; c < classes; ++c) mx = std::max(mx, row[c]);
+      for (int64_t c = 0; c < classes; ++c) e[c] = double(row[c]) - double(mx);
+      e = e.exp();
       double sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(row[c]) - mx);
-      const double lse = mx + std::log(sum);
-      row_loss[size_t(r)] = lse - double(row[label]);
+      for (int64_t c = 0; c < classes; ++c) sum += e[c];
+      row_loss[size_t(r)] = double(mx) + std::log(sum) - double(row[label]);
       if (dlogits == nullptr) continue;
-      for (int64_t c = 0; c < classes; ++c) {
-        double p = std::exp(double(row[c]) - lse);
-        dlogits[r * classes + c] = float((p - (c == label ? 1.0 : 0.0)) / norm);
-      }
+      const double inv = 1.0 / sum;
+      float* d = dlogits + r * classes;
+      for (int64_t c = 0; c < classes; ++c) d[c] = float(e[c] * inv / norm);
+      d[label] = float((e[label] * inv - 1.0) / norm);
     }
   });
   double total = 0;
