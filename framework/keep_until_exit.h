@@ -13,12 +13,21 @@
 
 #include <cstddef>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace shardema {
 
 // Keeps `p` (any owner: a Buffer, a vector, a communicator's helper) alive until exit. Null is
 // ignored.
 void KeepUntilExit(std::shared_ptr<void> p);
+
+// Moves `value` (a Buffer, a std::vector, ...) into a new owner kept until exit; `value` is left
+// moved-from (empty).
+template <typename T>
+void KeepMovedUntilExit(T&& value) {
+  KeepUntilExit(std::make_shared<std::decay_t<T>>(std::move(value)));
+}
 
 // How many objects have been kept so far (for tests and diagnostics).
 size_t KeptUntilExitCount();

@@ -31,6 +31,16 @@ TEST(KeepUntilExit, KeepsTheObjectAliveAfterItsOwnersAreGone) {
   EXPECT_EQ(KeptUntilExitCount(), before + 1);
 }
 
+TEST(KeepUntilExit, KeepMovedTakesTheValueAndLeavesItEmpty) {
+  const size_t before = KeptUntilExitCount();
+  std::vector<float> v(16, 1.f);
+  const float* data = v.data();
+  KeepMovedUntilExit(std::move(v));
+  EXPECT_TRUE(v.empty());  // moved-from
+  EXPECT_EQ(KeptUntilExitCount(), before + 1);
+  EXPECT_EQ(data[15], 1.f);  // still allocated
+}
+
 TEST(KeepUntilExit, SeveralThreads) {
   const size_t before = KeptUntilExitCount();
   std::vector<std::thread> threads;

@@ -99,10 +99,10 @@ ShardedParameterStore::~ShardedParameterStore() {
   for (auto& s : units_) {
     // A collective given up after a failure may still use its buffers: keep them.
     if (s->gather_work && !s->gather_work->Wait().ok()) {
-      KeepUntilExit(std::make_shared<Buffer>(std::move(s->param_buf)));
+      KeepMovedUntilExit(std::move(s->param_buf));
     }
     if (s->reduce_work && !s->reduce_work->Wait().ok()) {
-      KeepUntilExit(std::make_shared<Buffer>(std::move(s->grad_buf)));
+      KeepMovedUntilExit(std::move(s->grad_buf));
     }
     // Works order the compute stream: drop them while it exists.
     s->gather_work.reset();
@@ -416,7 +416,7 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::WaitGather(size_t unit)
       // The buffer holds garbage, and the given-up gather may still write it: keep it out of the
       // cache (framework/keep_until_exit.h) so a later gather starts over in another one.
       s.refs = 0;
-      KeepUntilExit(std::make_shared<Buffer>(std::move(s.param_buf)));
+      KeepMovedUntilExit(std::move(s.param_buf));
       FreeUnitParams(s);
       return st.WithContext("gather of unit '" + layout_.units()[unit].name + "'");
     }
@@ -528,7 +528,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
-    KeepUntilExit(std::make_shared<Buffer>(std::move(s.grad_buf)));  // may still be read/written
+    KeepMovedUntilExit(std::move(s.grad_buf));  // may still be read/written
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
@@ -641,7 +641,7 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRank(const 
     Status st = comm_->AllGather(local_slot + layout_.local_offset(u), unit_buf.data(),
                                  size_t(ul.shard_numel), DType::kF32);
     if (!st.ok()) {
-      KeepUntilExit(std::make_shared<std::vector<float>>(std::move(unit_buf)));  // see WaitGather
+      KeepMovedUntilExit(std::move(unit_buf));  // see WaitGather
       return st.WithContext("GatherSlotToRank: unit '" + ul.name + "'");
     }
     if (rank() != root) continue;

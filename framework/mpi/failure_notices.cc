@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "framework/keep_until_exit.h"
 #include "framework/mpi/mpi_error.h"
 
 namespace shardema {
@@ -38,6 +39,10 @@ FailureNotices::~FailureNotices() {
     if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
   MPI_Comm_free(&comm_);
+}
+
+void FailureNotices::Retire(std::shared_ptr<FailureNotices> notices) {
+  if (notices != nullptr && notices->broken()) KeepUntilExit(std::move(notices));
 }
 
 void FailureNotices::Announce(const std::string& message) {

@@ -34,6 +34,13 @@ class FailureNotices {
   static StatusOr<std::unique_ptr<FailureNotices>> Create(MPI_Comm comm);
   // Frees the duplicate unless MPI is finalized. Unreceived notices are dropped.
   ~FailureNotices();
+  // How an owner lets go of its notices: destroyed when no failure was seen; after one (broken())
+  // kept until exit (framework/keep_until_exit.h), duplicate communicator included. Messages of
+  // the failed exchange may still arrive, and a freed communicator's context id would go to the
+  // next communicator, whose operations would then match them (seen: the next MPI_Comm_dup hung
+  // in the context-id agreement); the announcement's sends may still read its text. An owner
+  // applies the same rule to its own communicator. Null is ignored.
+  static void Retire(std::shared_ptr<FailureNotices> notices);
   FailureNotices(const FailureNotices&) = delete;
   FailureNotices& operator=(const FailureNotices&) = delete;
 

@@ -83,7 +83,7 @@ struct PendingOp {
     status = std::move(s);
     finish = nullptr;
     if (ring != nullptr) KeepUntilExit(std::shared_ptr<RingReduceScatter>(std::move(ring)));
-    if (temp.data() != nullptr) KeepUntilExit(std::make_shared<Buffer>(std::move(temp)));
+    if (temp.data() != nullptr) KeepMovedUntilExit(std::move(temp));
     return true;
   }
 };
@@ -308,16 +308,10 @@ Status MpiCommunicator::Shutdown() {
   }
   pending_.clear();
   Status st;
-  if (!broken.ok()) {
-    // Abandoned, not freed: messages of the failed exchange (a peer's half of a collective this
-    // rank gave up, a late notice) may still arrive on this communicator and its notices'
-    // duplicate. Freeing them would let MPI give their context ids to the next communicators,
-    // whose operations would then match those messages (seen: the next MPI_Comm_dup hung in the
-    // context-id agreement). Kept until exit; the process is normally ending after a failure.
-    KeepUntilExit(std::move(notices_));
-    comm_ = MPI_COMM_NULL;
-  }
-  notices_.reset();
+  // After a failure the duplicate is abandoned, not freed, like the notices' one (the reason:
+  // FailureNotices::Retire).
+  if (!broken.ok()) comm_ = MPI_COMM_NULL;
+  FailureNotices::Retire(std::move(notices_));
   if (comm_ != MPI_COMM_NULL && !MpiFinalized()) {
     st = MpiStatus(MPI_Comm_free(&comm_), "MPI_Comm_free", rank_);
   }

@@ -376,11 +376,13 @@ Status NcclCommunicator::Release(bool finalize) {
     poll_id_ = 0;
   }
   if (device_.is_cuda() && device_.index < CudaDeviceCount()) keep_first(SetCurrentDevice(device_));
+  bool broken = false;
   if (state_ != nullptr) {
     // After a failure (this rank's, announced, or an asynchronous one) a finalize could wait
     // forever for work a failed peer never joins: abort instead.
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->broken.ok()) finalize = false;
+    broken = !state_->broken.ok() || (state_->notices != nullptr && state_->notices->broken());
+    if (broken) finalize = false;
   }
   if (state_ != nullptr && state_->comm != nullptr) {
     if (finalize) {
@@ -414,7 +416,7 @@ Status NcclCommunicator::Release(bool finalize) {
   if (state_ != nullptr) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->spare_events.clear();
-    state_->notices.reset();  // frees its duplicate communicator unless MPI is finalized
+    FailureNotices::Retire(std::move(state_->notices));
   }
   if (pool_ != nullptr) {
     keep_first(
@@ -427,7 +429,8 @@ Status NcclCommunicator::Release(bool finalize) {
   }
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (mpi_comm_ != MPI_COMM_NULL && !finalized) {
+  // After a failure the duplicate is abandoned, not freed (FailureNotices::Retire says why).
+  if (mpi_comm_ != MPI_COMM_NULL && !finalized && !broken) {
     keep_first(MpiStatus(MPI_Comm_free(&mpi_comm_), "MPI_Comm_free", rank_));
   }
   mpi_comm_ = MPI_COMM_NULL;
