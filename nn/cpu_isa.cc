@@ -20,13 +20,43 @@ bool HasV3() {
   return has;
 }
 
+bool HasV4() {
+  static const bool has = HasV3() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512cd") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
 }  // namespace
 
-const char* CpuIsaName(CpuIsa isa) { return isa == CpuIsa::kV3 ? "v3" : "v2"; }
+const char* CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kV4:
+      return "v4";
+    case CpuIsa::kV3:
+      return "v3";
+    default:
+      return "v2";
+  }
+}
 
-bool CpuSupports(CpuIsa isa) { return isa == CpuIsa::kV2 || HasV3(); }
+bool CpuSupports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kV2:
+      return true;
+    case CpuIsa::kV3:
+      return HasV3();
+    case CpuIsa::kV4:
+      return HasV4();
+  }
+  return false;
+}
 
-CpuIsa BestCpuIsa() { return HasV3() ? CpuIsa::kV3 : CpuIsa::kV2; }
+CpuIsa BestCpuIsa() {
+  if (HasV4() && __builtin_cpu_is("intel")) return CpuIsa::kV4;
+  return HasV3() ? CpuIsa::kV3 : CpuIsa::kV2;
+}
 
 StatusOr<CpuIsa> ParseCpuIsa(const std::string& value) {
   if (value.empty() || value == "auto") return BestCpuIsa();
@@ -35,14 +65,16 @@ StatusOr<CpuIsa> ParseCpuIsa(const std::string& value) {
     isa = CpuIsa::kV2;
   } else if (value == "v3") {
     isa = CpuIsa::kV3;
+  } else if (value == "v4") {
+    isa = CpuIsa::kV4;
   } else {
-    return InvalidArgument("CPU ISA '", value, "' is not one of auto, v2, v3");
+    return InvalidArgument("CPU ISA '", value, "' is not one of auto, v2, v3, v4");
   }
   if (!CpuSupports(isa)) {
     return FailedPrecondition(
         "CPU ISA ", CpuIsaName(isa),
         " requested but this CPU lacks it (x86-64-v3 needs AVX2, FMA, BMI1/2, "
-        "F16C, LZCNT, MOVBE); use v2 or auto");
+        "F16C, LZCNT, MOVBE; x86-64-v4 also AVX-512 F, BW, CD, DQ, VL); use a lower one or auto");
   }
   return isa;
 }

@@ -1,11 +1,12 @@
-// CpuIsa: parsing and errors, and the two compiled variants of the vectorised layers (Linear,
-// GELU, attention) against each other: the same results up to float rounding.
+// CpuIsa: parsing and errors, and the compiled variants of the vectorised layers (Linear, GELU,
+// attention) against each other: the same results up to float rounding.
 #include "nn/cpu_isa.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "nn/activation.h"
@@ -28,11 +29,21 @@ TEST(CpuIsaTest, Parses) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("'avx9'"), std::string::npos) << bad.status().ToString();
-  if (CpuSupports(CpuIsa::kV3)) {
-    EXPECT_EQ(*ParseCpuIsa("v3"), CpuIsa::kV3);
-  } else {
-    EXPECT_EQ(ParseCpuIsa("v3").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_STREQ(CpuIsaName(CpuIsa::kV4), "v4");
+  for (CpuIsa isa : {CpuIsa::kV3, CpuIsa::kV4}) {
+    const std::string name = CpuIsaName(isa);
+    if (CpuSupports(isa)) {
+      EXPECT_EQ(*ParseCpuIsa(name), isa);
+    } else {
+      StatusOr<CpuIsa> missing = ParseCpuIsa(name);
+      ASSERT_FALSE(missing.ok());
+      EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
+      EXPECT_NE(missing.status().message().find(name), std::string::npos);
+    }
   }
+  // v4 implies v3; auto never picks what the CPU lacks.
+  if (CpuSupports(CpuIsa::kV4)) EXPECT_TRUE(CpuSupports(CpuIsa::kV3));
+  EXPECT_TRUE(CpuSupports(BestCpuIsa()));
 }
 
 TEST(CpuIsaTest, EnvironmentChoosesAndErrorsNameTheVariable) {
@@ -49,26 +60,34 @@ TEST(CpuIsaTest, EnvironmentChoosesAndErrorsNameTheVariable) {
 TEST(CpuIsaTest, SetSwitchesTheActiveVariant) {
   ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kV2);
-  if (!CpuSupports(CpuIsa::kV3)) {
-    EXPECT_EQ(SetCpuIsa(CpuIsa::kV3).code(), StatusCode::kFailedPrecondition);
-    return;
+  for (CpuIsa isa : {CpuIsa::kV3, CpuIsa::kV4}) {
+    if (!CpuSupports(isa)) {
+      EXPECT_EQ(SetCpuIsa(isa).code(), StatusCode::kFailedPrecondition);
+      EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kV2) << "a refused SetCpuIsa changed the variant";
+      continue;
+    }
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    EXPECT_EQ(ActiveCpuIsa(), isa);
+    ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   }
-  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV3).ok());
-  EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kV3);
 }
 
-// Runs `layer` (which returns its outputs) under v2 and v3 and compares every output:
-// |v3 - v2| / max(|v2|, 1) < tol (the variants differ by float rounding only).
+// Runs `layer` (which returns its outputs) under v2 and under each wider variant the CPU has,
+// and compares every output: |vN - v2| / max(|v2|, 1) < tol (the variants differ by float
+// rounding only). Skips when the CPU has neither v3 nor v4 (reported as skipped).
 void ExpectVariantsAgree(const std::function<std::vector<std::vector<float>>()>& layer,
                          double tol) {
   if (!CpuSupports(CpuIsa::kV3)) GTEST_SKIP() << "this CPU has no x86-64-v3";
   ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   const std::vector<std::vector<float>> v2 = layer();
-  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV3).ok());
-  const std::vector<std::vector<float>> v3 = layer();
-  ASSERT_EQ(v2.size(), v3.size());
-  for (size_t i = 0; i < v2.size(); ++i) {
-    EXPECT_LT(MaxRelError(v3[i], v2[i], 1.0), tol) << "output " << i;
+  for (CpuIsa isa : {CpuIsa::kV3, CpuIsa::kV4}) {
+    if (!CpuSupports(isa)) continue;
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    const std::vector<std::vector<float>> wide = layer();
+    ASSERT_EQ(v2.size(), wide.size());
+    for (size_t i = 0; i < v2.size(); ++i) {
+      EXPECT_LT(MaxRelError(wide[i], v2[i], 1.0), tol) << CpuIsaName(isa) << " output " << i;
+    }
   }
 }
 

@@ -1,12 +1,13 @@
 // The vectorised kernels behind nn/linear.h, nn/activation.h and nn/attention.h, compiled once
-// per CPU ISA (nn/cpu_isa.h) into the namespaces shardema::nn::isa_v2 and isa_v3 (internal to
-// nn/; callers use the public headers, which dispatch on ActiveCpuIsa()).
+// per CPU ISA (nn/cpu_isa.h) into the namespaces shardema::nn::isa_v2, isa_v3 and isa_v4
+// (internal to nn/; callers use the public headers, which dispatch on ActiveCpuIsa()).
 //
-// Each *_kernels.cc is compiled twice (nn/BUILD): with the tree's flags and
-// SHARDEMA_NN_ISA=isa_v2, and with -march=x86-64-v3 and SHARDEMA_NN_ISA=isa_v3. In the v3 build
-// Eigen's namespace is renamed (-DEigen=EigenV3) so that none of its inline functions, compiled
-// with AVX2, can replace the portable copies the rest of the program links
-// (nn/isa_symbols_test.sh checks that the v3 objects define no symbol outside their namespaces).
+// Each *_kernels.cc is compiled three times (nn/BUILD): with the tree's flags and
+// SHARDEMA_NN_ISA=isa_v2, with -march=x86-64-v3 and SHARDEMA_NN_ISA=isa_v3, and with
+// -march=x86-64-v4 and SHARDEMA_NN_ISA=isa_v4. In the v3 and v4 builds Eigen's namespace is
+// renamed (-DEigen=EigenV3, EigenV4) so that none of its inline functions, compiled with AVX2 or
+// AVX-512, can replace the portable copies the rest of the program links (nn/isa_symbols_test.sh
+// checks that those objects define no symbol outside their namespaces).
 // Shapes, contracts and formulas: the public headers. Shapes are checked by the callers.
 #ifndef SHARDEMA_NN_ISA_KERNELS_H_
 #define SHARDEMA_NN_ISA_KERNELS_H_
@@ -36,10 +37,13 @@
 
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v2)
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v3)
+SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v4)
 
-// Calls isa_v2::fn or isa_v3::fn with the same arguments, as ActiveCpuIsa() says.
-#define SHARDEMA_NN_DISPATCH(fn, ...)                                                      \
-  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3 ? ::shardema::nn::isa_v3::fn(__VA_ARGS__) \
-                                                 : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
+// Calls isa_v2::fn, isa_v3::fn or isa_v4::fn with the same arguments, as ActiveCpuIsa() says.
+#define SHARDEMA_NN_DISPATCH(fn, ...)                                                       \
+  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV4                                            \
+       ? ::shardema::nn::isa_v4::fn(__VA_ARGS__)                                            \
+       : ::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3 ? ::shardema::nn::isa_v3::fn(__VA_ARGS__) \
+                                                       : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
 
 #endif  // SHARDEMA_NN_ISA_KERNELS_H_

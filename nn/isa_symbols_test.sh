@@ -1,38 +1,60 @@
 #!/usr/bin/env bash
-# Checks the link-time isolation of the x86-64-v3 kernels (nn/isa_kernels.h): every symbol the
-# v3 archive defines for the linker lies in shardema::nn::isa_v3 or Eigen's renamed namespace
-# EigenV3, so no AVX2-compiled inline function (a weak symbol) can replace a portable copy used
-# elsewhere in the program; and the v3 archive really uses 256-bit AVX registers and FMA while
-# the v2 archive uses neither.
-#   isa_symbols_test.sh <files of :isa_kernels_v2> -- <files of :isa_kernels_v3>
+# Checks the link-time isolation of the x86-64-v3 and -v4 kernels (nn/isa_kernels.h): every symbol
+# the v3 (v4) archive defines for the linker lies in shardema::nn::isa_v3 (isa_v4) or Eigen's
+# renamed namespace EigenV3 (EigenV4), so no AVX2- or AVX-512-compiled inline function (a weak
+# symbol) can replace a portable copy used elsewhere in the program; and that the v3 archive
+# really uses 256-bit AVX registers and FMA, the v4 archive 512-bit registers and FMA, while the
+# v2 archive uses neither.
+#   isa_symbols_test.sh <files of :isa_kernels_v2> -- <files of :isa_kernels_v3> \
+#       -- <files of :isa_kernels_v4>
 set -euo pipefail
-v2=() v3=() side=v2
+declare -A archives=([v2]="" [v3]="" [v4]="")
+sides=(v2 v3 v4)
+side=0
 for f in "$@"; do
-  if [ "$f" = "--" ]; then side=v3; continue; fi
-  case "$f" in *.a) if [ "$side" = v2 ]; then v2+=("$f"); else v3+=("$f"); fi ;; esac
+  if [ "$f" = "--" ]; then side=$((side + 1)); continue; fi
+  [ "$side" -lt 3 ] || { echo "FAIL: more than three groups of files: $*"; exit 1; }
+  case "$f" in *.a) archives[${sides[$side]}]+=" $f" ;; esac
 done
-[ "${#v2[@]}" -gt 0 ] && [ "${#v3[@]}" -gt 0 ] || { echo "FAIL: no archives given: $*"; exit 1; }
+for s in "${sides[@]}"; do
+  [ -n "${archives[$s]}" ] || { echo "FAIL: no $s archive given: $*"; exit 1; }
+done
 fail=0
-# Global definitions (upper-case nm types: T text, W/V weak, D/B/R data, u unique).
-leaks="$(nm -C --defined-only "${v3[@]}" | awk '$2 ~ /^[TWVDBRGSu]$/ {$1=""; $2=""; print}' |
-  grep -v -e 'isa_v3::' -e 'EigenV3::' -e '^ *DW\.ref\.__gxx_personality_v0$' || true)"
-if [ -n "$leaks" ]; then
-  echo "FAIL: the v3 kernels define symbols outside their namespaces:"
-  echo "$leaks"
+count_insn() {  # pattern archives... -> number of matching instructions
+  local pattern="$1"
+  shift
+  objdump -d --no-show-raw-insn "$@" | grep -c -E "$pattern" || true
+}
+for s in v3 v4; do
+  # shellcheck disable=SC2086
+  # Global definitions (upper-case nm types: T text, W/V weak, D/B/R data, u unique).
+  leaks="$(nm -C --defined-only ${archives[$s]} | awk '$2 ~ /^[TWVDBRGSu]$/ {$1=""; $2=""; print}' |
+    grep -v -e "isa_$s::" -e "Eigen${s^^}::" -e '^ *DW\.ref\.__gxx_personality_v0$' || true)"
+  if [ -n "$leaks" ]; then
+    echo "FAIL: the $s kernels define symbols outside their namespaces:"
+    echo "$leaks"
+    fail=1
+  fi
+done
+# shellcheck disable=SC2086
+v2_vec="$(count_insn '%[yz]mm' ${archives[v2]})"
+# shellcheck disable=SC2086
+v3_ymm="$(count_insn '%ymm' ${archives[v3]})" v3_zmm="$(count_insn '%zmm' ${archives[v3]})"
+# shellcheck disable=SC2086
+v3_fma="$(count_insn 'vfmadd|vfnmadd|vfmsub' ${archives[v3]})"
+# shellcheck disable=SC2086
+v4_zmm="$(count_insn '%zmm' ${archives[v4]})" v4_fma="$(count_insn 'vfmadd|vfnmadd|vfmsub' ${archives[v4]})"
+echo "v3: ${v3_ymm} instructions on ymm, ${v3_zmm} on zmm, ${v3_fma} FMA;" \
+  "v4: ${v4_zmm} on zmm, ${v4_fma} FMA; v2: ${v2_vec} on ymm/zmm"
+if [ "$v3_ymm" -lt 100 ] || [ "$v3_fma" -lt 10 ] || [ "$v3_zmm" -ne 0 ]; then
+  echo "FAIL: the v3 kernels do not look compiled for AVX2/FMA (and only that)"
   fail=1
 fi
-count_insn() { objdump -d --no-show-raw-insn "$@" | grep -c -E "$pattern" || true; }
-pattern='%ymm'
-v3_ymm="$(count_insn "${v3[@]}")"
-v2_ymm="$(count_insn "${v2[@]}")"
-pattern='vfmadd|vfnmadd|vfmsub'
-v3_fma="$(count_insn "${v3[@]}")"
-echo "v3: ${v3_ymm} instructions on ymm registers, ${v3_fma} FMA; v2: ${v2_ymm} on ymm"
-if [ "$v3_ymm" -lt 100 ] || [ "$v3_fma" -lt 10 ]; then
-  echo "FAIL: the v3 kernels do not look compiled for AVX2/FMA"
+if [ "$v4_zmm" -lt 100 ] || [ "$v4_fma" -lt 10 ]; then
+  echo "FAIL: the v4 kernels do not look compiled for AVX-512"
   fail=1
 fi
-if [ "$v2_ymm" -ne 0 ]; then
+if [ "$v2_vec" -ne 0 ]; then
   echo "FAIL: the portable kernels use AVX registers"
   fail=1
 fi
