@@ -32,23 +32,17 @@ bool HasV4() {
 
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kV4:
-      return "v4";
-    case CpuIsa::kV3:
-      return "v3";
-    default:
-      return "v2";
+    case CpuIsa::kV4: return "v4";
+    case CpuIsa::kV3: return "v3";
+    default: return "v2";
   }
 }
 
 bool CpuSupports(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kV2:
-      return true;
-    case CpuIsa::kV3:
-      return HasV3();
-    case CpuIsa::kV4:
-      return HasV4();
+    case CpuIsa::kV2: return true;
+    case CpuIsa::kV3: return HasV3();
+    case CpuIsa::kV4: return HasV4();
   }
   return false;
 }

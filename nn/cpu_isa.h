@@ -46,8 +46,8 @@ bool CpuSupports(CpuIsa isa);
 // kV3 and kV2 it supports.
 CpuIsa BestCpuIsa();
 
-// Parses "auto" (or "") -> BestCpuIsa(), "v2", "v3", "v4". Errors: kInvalidArgument naming the value
-// and the choices; kFailedPrecondition when the CPU lacks the named ISA.
+// Parses "auto" (or "") -> BestCpuIsa(), "v2", "v3", "v4". Errors: kInvalidArgument naming the
+// value and the choices; kFailedPrecondition when the CPU lacks the named ISA.
 StatusOr<CpuIsa> ParseCpuIsa(const std::string& value);
 
 // ParseCpuIsa of $SHARDEMA_CPU_ISA (unset = "auto"); errors name the variable.

@@ -40,10 +40,9 @@ SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v3)
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v4)
 
 // Calls isa_v2::fn, isa_v3::fn or isa_v4::fn with the same arguments, as ActiveCpuIsa() says.
-#define SHARDEMA_NN_DISPATCH(fn, ...)                                                       \
-  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV4                                            \
-       ? ::shardema::nn::isa_v4::fn(__VA_ARGS__)                                            \
-       : ::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3 ? ::shardema::nn::isa_v3::fn(__VA_ARGS__) \
-                                                       : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
+#define SHARDEMA_NN_DISPATCH(fn, ...)                                                        \
+  (::shardema::nn::ActiveCpuIsa() == CpuIsa::kV4   ? ::shardema::nn::isa_v4::fn(__VA_ARGS__) \
+   : ::shardema::nn::ActiveCpuIsa() == CpuIsa::kV3 ? ::shardema::nn::isa_v3::fn(__VA_ARGS__) \
+                                                   : ::shardema::nn::isa_v2::fn(__VA_ARGS__))
 
 #endif  // SHARDEMA_NN_ISA_KERNELS_H_
