@@ -22,6 +22,31 @@ bool BiasFirstKeepsBits(int64_t rows, int64_t in, int64_t out) {
   Eigen::internal::computeProductBlockingSizes<float, float, 1, Eigen::Index>(kc, mc, nc, 1);
   return kc >= in;
 }
+
+// Y.row(r) = b (set) or += b (!set) for every row, one contiguous row at a time (Eigen's
+// rowwise() broadcast over a row-major map compiles to scalar stores).
+template <typename M>
+void BroadcastBias(M& Y, const float* b, bool set) {
+  const RowVecMapC bias(b, Y.cols());
+  for (Eigen::Index r = 0; r < Y.rows(); ++r) {
+    RowVecMap row(Y.row(r).data(), Y.cols());
+    if (set) {
+      row = bias;
+    } else {
+      row += bias;
+    }
+  }
+}
+
+// db (+)= the column sums of DY [rows, cols] (row-major, any row stride): the rows are added in
+// row order into one f32 accumulator row, vectorised across the columns, so each column is summed
+// in row order whatever the column split between threads.
+template <typename M>
+void ColumnSums(const M& DY, float* db, bool accumulate) {
+  RowVecMap DB(db, DY.cols());
+  if (!accumulate) DB.setZero();
+  for (Eigen::Index r = 0; r < DY.rows(); ++r) DB += RowVecMapC(DY.row(r).data(), DY.cols());
+}
 }  // namespace
 
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
@@ -30,12 +55,12 @@ void LinearForward(const CpuContext& ctx, const float* x, const float* w, const 
   ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
     Map Y(y + r0 * out, r1 - r0, out);
     if (b != nullptr && BiasFirstKeepsBits(r1 - r0, in, out)) {
-      Y.rowwise() = RowVecMapC(b, out);
+      BroadcastBias(Y, b, /*set=*/true);
       Y.noalias() += MapC(x + r0 * in, r1 - r0, in) * W.transpose();
       return;
     }
     Y.noalias() = MapC(x + r0 * in, r1 - r0, in) * W.transpose();
-    if (b != nullptr) Y.rowwise() += RowVecMapC(b, out);
+    if (b != nullptr) BroadcastBias(Y, b, /*set=*/false);
   });
 }
 
@@ -53,14 +78,7 @@ void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const
         DW.noalias() = DY.transpose() * X;
       }
     }
-    if (db != nullptr) {
-      RowVecMap DB(db + o0, o1 - o0);
-      if (accumulate) {
-        DB += DY.colwise().sum();
-      } else {
-        DB = DY.colwise().sum();
-      }
-    }
+    if (db != nullptr) ColumnSums(DY, db + o0, accumulate);
   };
   if (dw != nullptr || db != nullptr) {
     ctx.ParallelFor(out, kGrain, [&](int64_t o0, int64_t o1) {
