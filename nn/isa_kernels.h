@@ -1,6 +1,8 @@
-// The vectorised kernels behind nn/linear.h, nn/activation.h and nn/attention.h, compiled once
-// per CPU ISA (nn/cpu_isa.h) into the namespaces shardema::nn::isa_v2, isa_v3 and isa_v4
-// (internal to nn/; callers use the public headers, which dispatch on ActiveCpuIsa()).
+// The vectorised kernels behind nn/linear.h, nn/activation.h, nn/attention.h and the
+// cross-entropy rows of nn/loss.h (CrossEntropyRows: CrossEntropyLoss's per-row terms and
+// dlogits; its argument checks stay in loss.cc), compiled once per CPU ISA (nn/cpu_isa.h) into
+// the namespaces shardema::nn::isa_v2, isa_v3 and isa_v4 (internal to nn/; callers use the public
+// headers, which dispatch on ActiveCpuIsa()).
 //
 // Each *_kernels.cc is compiled three times (nn/BUILD): with the tree's flags and
 // SHARDEMA_NN_ISA=isa_v2, with -march=x86-64-v3 and SHARDEMA_NN_ISA=isa_v3, and with
@@ -33,6 +35,9 @@
                         float* out, float* att);                                                  \
   void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,        \
                          const float* att, const float* dout, float* dqkv);                       \
+  void CrossEntropyRows(const CpuContext& ctx, const float* logits, const int64_t* targets,       \
+                        int64_t rows, int64_t classes, double norm, float* dlogits,               \
+                        double* row_loss);                                                        \
   }
 
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v2)

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 namespace shardema::nn {
@@ -10,72 +9,77 @@ namespace {
 constexpr int64_t kRowGrain = 16;
 constexpr int64_t kColumnGrain = 32;
 
-// Rows per interleaved group: the per-row double sums are serial chains (their order fixes the
-// bits), so kGroup rows advance side by side to overlap the chains' latencies. Each row's sums
-// still run over its elements in order: the same bits as one row at a time.
-constexpr int64_t kGroup = 4;
+// The row sums (forward: sum x, sum (x - mean)^2; backward: sum g, sum g * xhat) run in kLanes
+// independent double partial sums: lane l takes the elements l, l + kLanes, l + 2 kLanes, ...
+// in order, and the lanes are added in lane order at the end. That order is fixed by the code,
+// not by the vector width, and nothing is contracted into an FMA (ISO C++: -ffp-contract=off), so
+// the clones below (x86-64-v4, -v3 and the portable build, picked by the CPU at load time)
+// compute the same bits; the independent lanes also keep the adds' latency off the critical path.
+constexpr int kLanes = 16;
 
-// Forward of rows [r, r + R).
-template <int R>
-void ForwardRows(const float* x, const float* w, const float* b, int64_t r, int64_t c, float eps,
-                 float* y, float* mean, float* rstd) {
-  const float* xr[R];
-  double sum[R], sq[R], m[R];
-  for (int k = 0; k < R; ++k) xr[k] = x + (r + k) * c, sum[k] = 0, sq[k] = 0;
-  for (int64_t i = 0; i < c; ++i) {
-#pragma GCC unroll 4
-    for (int k = 0; k < R; ++k) sum[k] += xr[k][i];
-  }
-  for (int k = 0; k < R; ++k) m[k] = sum[k] / double(c);
-  for (int64_t i = 0; i < c; ++i) {
-#pragma GCC unroll 4
-    for (int k = 0; k < R; ++k) sq[k] += (xr[k][i] - m[k]) * (xr[k][i] - m[k]);
-  }
-  for (int k = 0; k < R; ++k) {
-    const float mf = float(m[k]), sf = float(1.0 / std::sqrt(sq[k] / double(c) + double(eps)));
-    mean[r + k] = mf;
-    rstd[r + k] = sf;
-    float* yr = y + (r + k) * c;
-    for (int64_t i = 0; i < c; ++i) yr[i] = (xr[k][i] - mf) * sf * w[i] + b[i];
-  }
+// Each row function is compiled for AVX-512, AVX2 and the tree's baseline; the loader picks the
+// best the CPU has (the same bits, see above).
+#define SHARDEMA_LN_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+double AddLanes(const double* acc) {
+  double s = 0;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
 }
 
-// dx of rows [r, r + R).
-template <int R>
-void BackwardRows(const float* x, const float* w, const float* mean, const float* rstd,
-                  const float* dy, int64_t r, int64_t c, float* dx) {
-  const float *xr[R], *dyr[R];
-  float m[R], s[R];
-  double sum_g[R], sum_gx[R];
-  for (int k = 0; k < R; ++k) {
-    xr[k] = x + (r + k) * c, dyr[k] = dy + (r + k) * c;
-    m[k] = mean[r + k], s[k] = rstd[r + k], sum_g[k] = 0, sum_gx[k] = 0;
+// y, mean, rstd of one row of c elements.
+SHARDEMA_LN_CLONES void ForwardRow(const float* x, const float* w, const float* b, int64_t c,
+                                   float eps, float* y, float* mean, float* rstd) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= c; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += double(x[i + l]);
   }
-  for (int64_t i = 0; i < c; ++i) {
-#pragma GCC unroll 4
-    for (int k = 0; k < R; ++k) {
-      const float xhat = (xr[k][i] - m[k]) * s[k];
-      const float g = dyr[k][i] * w[i];
-      sum_g[k] += g;
-      sum_gx[k] += double(g) * xhat;
+  for (int l = 0; i < c; ++i, ++l) acc[l] += double(x[i]);
+  const double m = AddLanes(acc) / double(c);
+  double sq[kLanes] = {};
+  i = 0;
+  for (; i + kLanes <= c; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = double(x[i + l]) - m;
+      sq[l] += d * d;
     }
   }
-  for (int k = 0; k < R; ++k) {
-    const float mg = float(sum_g[k] / double(c)), mgx = float(sum_gx[k] / double(c));
-    float* dxr = dx + (r + k) * c;
-    for (int64_t i = 0; i < c; ++i) {
-      const float xhat = (xr[k][i] - m[k]) * s[k];
-      dxr[i] = s[k] * (dyr[k][i] * w[i] - mg - xhat * mgx);
-    }
+  for (int l = 0; i < c; ++i, ++l) {
+    const double d = double(x[i]) - m;
+    sq[l] += d * d;
   }
+  const float mf = float(m), sf = float(1.0 / std::sqrt(AddLanes(sq) / double(c) + double(eps)));
+  *mean = mf;
+  *rstd = sf;
+  for (i = 0; i < c; ++i) y[i] = (x[i] - mf) * sf * w[i] + b[i];
 }
 
-// Calls fn.template operator()<kGroup>(r) for full groups of [r0, r1), then <1> for the rest.
-template <typename Fn>
-void ForEachRowGroup(int64_t r0, int64_t r1, Fn fn) {
-  int64_t r = r0;
-  for (; r + kGroup <= r1; r += kGroup) fn(std::integral_constant<int, kGroup>(), r);
-  for (; r < r1; ++r) fn(std::integral_constant<int, 1>(), r);
+// dx of one row of c elements.
+SHARDEMA_LN_CLONES void BackwardRow(const float* x, const float* w, float m, float s,
+                                    const float* dy, int64_t c, float* dx) {
+  double sum_g[kLanes] = {}, sum_gx[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= c; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float xhat = (x[i + l] - m) * s;
+      const float g = dy[i + l] * w[i + l];
+      sum_g[l] += double(g);
+      sum_gx[l] += double(g) * double(xhat);
+    }
+  }
+  for (int l = 0; i < c; ++i, ++l) {
+    const float xhat = (x[i] - m) * s;
+    const float g = dy[i] * w[i];
+    sum_g[l] += double(g);
+    sum_gx[l] += double(g) * double(xhat);
+  }
+  const float mg = float(AddLanes(sum_g) / double(c)), mgx = float(AddLanes(sum_gx) / double(c));
+  for (i = 0; i < c; ++i) {
+    const float xhat = (x[i] - m) * s;
+    dx[i] = s * (dy[i] * w[i] - mg - xhat * mgx);
+  }
 }
 
 }  // namespace
@@ -83,9 +87,9 @@ void ForEachRowGroup(int64_t r0, int64_t r1, Fn fn) {
 void LayerNormForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
                       int64_t rows, int64_t c, float eps, float* y, float* mean, float* rstd) {
   ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
-    ForEachRowGroup(r0, r1, [&](auto group, int64_t r) {
-      ForwardRows<decltype(group)::value>(x, w, b, r, c, eps, y, mean, rstd);
-    });
+    for (int64_t r = r0; r < r1; ++r) {
+      ForwardRow(x + r * c, w, b, c, eps, y + r * c, mean + r, rstd + r);
+    }
   });
 }
 
@@ -94,9 +98,9 @@ void LayerNormBackward(const CpuContext& ctx, const float* x, const float* w, co
                        float* dw, float* db, bool accumulate) {
   if (dx != nullptr) {
     ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
-      ForEachRowGroup(r0, r1, [&](auto group, int64_t r) {
-        BackwardRows<decltype(group)::value>(x, w, mean, rstd, dy, r, c, dx);
-      });
+      for (int64_t r = r0; r < r1; ++r) {
+        BackwardRow(x + r * c, w, mean[r], rstd[r], dy + r * c, c, dx + r * c);
+      }
     });
   }
   if (dw == nullptr && db == nullptr) return;

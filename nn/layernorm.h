@@ -7,8 +7,10 @@
 // Backward, with g = dy * w (per element) and means over the row's C elements:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dw (+)= sum over rows of dy * xhat,   db (+)= sum over rows of dy
-// Row statistics and the dw/db column sums are accumulated in double (stored as f32); xhat is
-// recomputed from x, mean, rstd in the backward. dx is overwritten; dw/db are overwritten
+// Row statistics and the dw/db column sums are accumulated in double (stored as f32); each row sum
+// runs in 16 lanes (lane l: elements l, l + 16, ... in order; the lanes added in order at the
+// end), vectorised for the CPU's widest ISA with the same bits on every ISA. xhat is recomputed
+// from x, mean, rstd in the backward. dx is overwritten; dw/db are overwritten
 // (accumulate == false) or added to. dx may be null; dw and db may be null (frozen affine).
 // Threads: rows split for y/dx, columns for dw/db (each column summed over rows in order): the
 // same bits at every thread count.

@@ -141,5 +141,58 @@ TEST(LayerNormTest, SameBitsAtEveryThreadCount) {
   EXPECT_EQ(db[0], db[1]);
 }
 
+// The forward and the dx of the backward sum each row in 16 double lanes (lane l: elements l,
+// l + 16, ...; lanes added in order) with no FMA, so whichever clone the CPU runs (x86-64-v4, -v3
+// or the portable one) gives the bits of this scalar reference, compiled for the baseline.
+TEST(LayerNormTest, EveryCloneGivesTheBitsOfTheDocumentedLaneOrder) {
+  constexpr int kLanes = 16;
+  auto lane_sum = [&](int64_t c, auto term) {
+    double acc[kLanes] = {};
+    for (int64_t i = 0; i < c; ++i) acc[i % kLanes] += term(i);
+    double s = 0;
+    for (double a : acc) s += a;
+    return s;
+  };
+  const CpuContext ctx;
+  for (int64_t c : {5, 16, 128, 131}) {  // a tail only, whole lanes, both
+    const int64_t rows = 3;
+    auto x = Uniform(size_t(rows * c), 51, -3.f, 3.f), w = Uniform(size_t(c), 52, 0.5f, 1.5f),
+         b = Uniform(size_t(c), 53), dy = Uniform(size_t(rows * c), 54);
+    std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)),
+        rstd(static_cast<size_t>(rows)), dx(x.size());
+    LayerNormForward(ctx, x.data(), w.data(), b.data(), rows, c, 1e-5f, y.data(), mean.data(),
+                     rstd.data());
+    LayerNormBackward(ctx, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), rows, c,
+                      dx.data(), nullptr, nullptr);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * c;
+      const float* dyr = dy.data() + r * c;
+      const double m = lane_sum(c, [&](int64_t i) { return double(xr[i]); }) / double(c);
+      const double sq = lane_sum(c, [&](int64_t i) {
+        const double d = double(xr[i]) - m;
+        return d * d;
+      });
+      const float mf = float(m), sf = float(1.0 / std::sqrt(sq / double(c) + 1e-5));
+      ASSERT_EQ(std::memcmp(&mean[size_t(r)], &mf, sizeof mf), 0) << "c " << c << " row " << r;
+      ASSERT_EQ(std::memcmp(&rstd[size_t(r)], &sf, sizeof sf), 0) << "c " << c << " row " << r;
+      const double sg = lane_sum(c, [&](int64_t i) { return double(dyr[i] * w[size_t(i)]); });
+      const double sgx = lane_sum(c, [&](int64_t i) {
+        const float xhat = (xr[i] - mf) * sf;
+        return double(dyr[i] * w[size_t(i)]) * double(xhat);
+      });
+      const float mg = float(sg / double(c)), mgx = float(sgx / double(c));
+      for (int64_t i = 0; i < c; ++i) {
+        const float yi = (xr[i] - mf) * sf * w[size_t(i)] + b[size_t(i)];
+        const float xhat = (xr[i] - mf) * sf;
+        const float dxi = sf * (dyr[i] * w[size_t(i)] - mg - xhat * mgx);
+        ASSERT_EQ(std::memcmp(&y[size_t(r * c + i)], &yi, sizeof yi), 0)
+            << c << " " << r << " " << i;
+        ASSERT_EQ(std::memcmp(&dx[size_t(r * c + i)], &dxi, sizeof dxi), 0)
+            << c << " " << r << " " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardema::nn

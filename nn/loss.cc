@@ -4,12 +4,10 @@
 #include <cmath>
 #include <vector>
 
-#include <Eigen/Core>
+#include "nn/cpu_isa.h"
+#include "nn/isa_kernels.h"
 
 namespace shardema::nn {
-namespace {
-constexpr int64_t kRowGrain = 64;
-}  // namespace
 
 StatusOr<double> MseLoss(const CpuContext& ctx, const float* y, const float* t, int64_t n,
                          double norm, float* dy) {
@@ -37,27 +35,8 @@ StatusOr<double> CrossEntropyLoss(const CpuContext& ctx, const float* logits,
     }
   }
   std::vector<double> row_loss(size_t(std::max<int64_t>(rows, 0)));
-  ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
-    // e = exp(y - max) of one row, vectorised. The array is Eigen-aligned and its size fixed,
-    // so the split into packets and scalar tail, hence the bits, never depend on addresses.
-    Eigen::ArrayXd e(classes);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* row = logits + r * classes;
-      const int64_t label = targets[r];
-      float mx = row[0];
-      for (int64_t c = 1; c < classes; ++c) mx = std::max(mx, row[c]);
-      for (int64_t c = 0; c < classes; ++c) e[c] = double(row[c]) - double(mx);
-      e = e.exp();
-      double sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += e[c];
-      row_loss[size_t(r)] = double(mx) + std::log(sum) - double(row[label]);
-      if (dlogits == nullptr) continue;
-      const double inv = 1.0 / sum;
-      float* d = dlogits + r * classes;
-      for (int64_t c = 0; c < classes; ++c) d[c] = float(e[c] * inv / norm);
-      d[label] = float((e[label] * inv - 1.0) / norm);
-    }
-  });
+  SHARDEMA_NN_DISPATCH(CrossEntropyRows, ctx, logits, targets, rows, classes, norm, dlogits,
+                       row_loss.data());
   double total = 0;
   for (double l : row_loss) total += l;
   return total / norm;
