@@ -43,11 +43,17 @@ void ActivationForward(const CpuContext& ctx, Activation act, const float* z, fl
         }
         break;
       case Activation::kGeluTanh:
-        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& t) {
+        ForEachBlock(i0, i1, [&](int64_t b0, int64_t len, Eigen::ArrayXf& scratch) {
           ArrC x(z + b0, len);
-          t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
-          Arr(a + b0, len) = 0.5f * x * (1.f + t);
-          if (tanh_out != nullptr) Arr(tanh_out + b0, len) = t;
+          auto gelu = [&](auto&& t) {
+            t = (kSqrt2OverPi * x * (1.f + kGeluCubic * x * x)).tanh();
+            Arr(a + b0, len) = 0.5f * x * (1.f + t);
+          };
+          if (tanh_out != nullptr) {
+            gelu(Arr(tanh_out + b0, len));  // the tanh goes straight to where it is kept
+          } else {
+            gelu(scratch);
+          }
         });
         break;
     }
