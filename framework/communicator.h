@@ -52,6 +52,13 @@ struct CollectiveOptions {
   int root = 0;                  // Broadcast only
   // CUDA backends enqueue on (after) this stream; CPU backends ignore it.
   Stream stream;
+  // ReduceScatter only: the caller discards `send` after the operation, so the backend may use it
+  // as scratch: from the call until Wait() returns its contents change, and afterwards they are
+  // unspecified (recv holds the result, in place too). The MPI ring (kRing) then adds the
+  // received partial sums into send and passes them on from there: its temporary is one receive
+  // buffer per chunk in flight instead of two, with bit-identical results. Other collectives and
+  // backends ignore it.
+  bool overwrite_send = false;
 };
 
 // How the MPI backend reduce-scatters (the NCCL backend ignores it).
@@ -85,11 +92,15 @@ struct CommOptions {
   // to an f32 device temporary of count·world·4 bytes, reduces in f32 and rounds once. The MPI
   // backend always accumulates in f32 and ignores it.
   bool widen_half_reductions = false;
-  // MPI backend: the reduce-scatter algorithm, and the ring's chunk (bytes of f32 per message).
+  // MPI backend: the reduce-scatter algorithm, the ring's chunk (bytes of f32 per message) and
+  // how many chunks it keeps in flight at once (0: all). Each chunk in flight holds a receive
+  // temporary of 2 chunks (1 with CollectiveOptions::overwrite_send) for the call's duration, so
+  // a ring reduce-scatter's temporary is at most 2 x 4 x 1 MiB by default, whatever the count.
   // kRing is the default: bench/comm_bench measured it 1.8-2.2x the busbw of OpenMPI's
   // MPI_Ireduce_scatter_block at 16 MiB (2 and 4 ranks), and train_mlp's step 0.91x.
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
   size_t ring_chunk_bytes = size_t(1) << 20;
+  size_t ring_chunks_in_flight = 4;
 };
 
 // A pending collective.

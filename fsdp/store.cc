@@ -509,9 +509,13 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
   const size_t esize = DTypeSize(options_.reduce_dtype);
   char* base = s.grad_buf.as<char>();
   if (!DirectUnits()) {  // one rank: its slice is the whole buffer, nothing to reduce
-    StatusOr<std::unique_ptr<Work>> w = comm_->ReduceScatterAsync(
-        base, base + size_t(rank()) * size_t(u.shard_numel) * esize, size_t(u.shard_numel),
-        options_.reduce_dtype, CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg));
+    // The buffer is released after the fold of this rank's slice: the collective may use the
+    // rest as scratch (the MPI ring's receive temporary then stays a few chunks).
+    CollectiveOptions co = CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg);
+    co.overwrite_send = true;
+    StatusOr<std::unique_ptr<Work>> w =
+        comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
+                                  size_t(u.shard_numel), options_.reduce_dtype, co);
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
   }

@@ -36,7 +36,9 @@
 //                                pass; the bits of ReduceOp::kAvg); elsewhere ReduceOp::kAvg. One
 //                                rank on the CPU: no collective, the fold reads the buffer.
 //                                The unit gradient buffer is then released. A rank that never
-//                                asked for UnitGrads(u) takes part with zeros.
+//                                asked for UnitGrads(u) takes part with zeros. The collective
+//                                may use the buffer as scratch (overwrite_send): the views of
+//                                UnitGrads(u) must not be read once it is issued.
 // Averaging contract: if each rank writes the gradient of the MEAN loss over its local
 // micro-batch, and all micro-batches (over ranks and accumulation steps) have the same size, the
 // gradient shard equals the gradient of the mean loss over the global batch. Ranks with unequal

@@ -117,10 +117,15 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     wait.Stop();
     RETURN_IF_ERROR(AtUse(views.status(), "backward gather", i));
     Trace("wait", u);
-    if (i > 0) {
+    // Prefetch the previous use: at once, or with a split backward once the pending
+    // reduce-scatter's gradient buffer is free (below), so the two do not add up.
+    const auto prefetch = [&]() -> Status {
+      if (i == 0) return Status::Ok();
       RETURN_IF_ERROR(AtUse(store_->GatherAsync(schedule_.units[i - 1]).status(), "prefetch", i));
       Trace("gather", schedule_.units[i - 1]);
-    }
+      return Status::Ok();
+    };
+    if (!cb.split_backward()) RETURN_IF_ERROR(prefetch());
     UnitCall call;
     call.use = i;
     call.unit = u;
@@ -146,10 +151,15 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
         store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);
     RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
     if (cb.split_backward()) {
+      compute.Stop();
+      // The previous reduce-scatter overlapped backward_input; its buffer then serves the prefetch.
+      if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+      pending.reset();
+      RETURN_IF_ERROR(prefetch());
       Trace("backward_params", i);
+      ScopedPhase params_compute(times_, Phase::kBackward);
       RETURN_IF_ERROR(
           AtUse(RunCallback([&] { return cb.backward_params(call, *grads); }), "backward", i));
-      compute.Stop();
     } else {
       Trace("backward", i);
       RETURN_IF_ERROR(

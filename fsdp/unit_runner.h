@@ -17,12 +17,17 @@
 //             (UnitGrads: zeroed at its first backward use in this micro-batch unless the
 //             callbacks say backward_overwrites; a later use of the
 //             same unit finds the earlier use's gradient there and must ADD to it, see
-//             UnitCall::accumulate), Release(units[i]) (with a split backward:
-//             backward_input(i), Release(units[i]), UnitGrads, backward_params(i), so the
-//             gradient buffer can reuse the parameter buffer); after the unit's LAST backward use
+//             UnitCall::accumulate), Release(units[i]); after the unit's LAST backward use
 //             (its first forward use) ReduceScatterGradsAsync(units[i]); the previous
 //             reduce-scatter is waited only after the next use's backward compute (overlap), the
-//             last one before returning. Every unit's gradient is therefore reduce-scattered
+//             last one before returning. With a split backward the use runs backward_input(i),
+//             Release(units[i]), UnitGrads (so the gradient buffer can reuse the parameter
+//             buffer), then waits the previous reduce-scatter (which overlapped backward_input)
+//             and only then issues the prefetch GatherAsync(units[i-1]) (which overlaps
+//             backward_params(i)): the prefetched unit takes the memory of the previous unit's
+//             gradient instead of adding to it, so the backward's unit buffers peak at one
+//             unit's gradient plus the larger of the previous unit's gradient and the
+//             prefetched unit (fsdp/store.h memory). Every unit's gradient is reduce-scattered
 //             exactly once per micro-batch, after all its uses have contributed.
 // Step(K, ...) = ZeroGrad, then K micro-batches (prepare(m), ForwardBackward), then
 // CheckGradsReady: the store's running mean over micro-batches does the accumulation, so each
@@ -112,7 +117,8 @@ struct UnitCallbacks {
   // (e.g. a GEMM that assigns dW): the runner then asks for the unit's gradient buffer without
   // zeroing it first (UnitGrads(u, false)). Applies to backward_params alike.
   bool backward_overwrites = false;
-  // Optional split backward, used instead of `backward` when both are set. backward_input does
+  // Optional split backward, used instead of `backward` when both are set (the runner then also
+  // defers the prefetch, see Schedule). backward_input does
   // the part that reads the parameters (e.g. the input gradient dx = dy W); backward_params then
   // writes (or, with accumulate, adds to) the parameter gradients, which must not read the
   // parameters (e.g. dW = dy^T x, db). Between the two the runner releases the use's parameter

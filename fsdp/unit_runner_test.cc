@@ -602,6 +602,23 @@ TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferR
       EXPECT_LT(at("release " + std::to_string(sched.units[last])),
                 at("backward_params " + std::to_string(last)));
       EXPECT_EQ(std::count(trace.begin(), trace.end(), "backward 0"), 0);
+      if (sched.units.size() != kUnits) continue;
+      // The middle use: the previous reduce-scatter overlaps its input part and is waited
+      // before the prefetch of use 0 takes memory, which overlaps its parameter part.
+      const auto last_at = [&](const std::string& t) {
+        return trace.rend() - std::find(trace.rbegin(), trace.rend(), t);  // in the last backward
+      };
+      EXPECT_LT(last_at("backward_input 1"), last_at("rs_wait 2"));
+      EXPECT_LT(last_at("rs_wait 2"), last_at("gather 0"));
+      EXPECT_LT(last_at("gather 0"), last_at("backward_params 1"));
+      EXPECT_LT(last_at("backward_params 1"), last_at("rs 1"));
+      // So the plain chain's units (all of one size) need two unit buffers at most: the
+      // gathered and the prefetched unit in the forward; in the backward one unit's parameters
+      // (then its gradient) and the previous unit's gradient, or the prefetched unit.
+      const int64_t unit_bytes = s->layout().units()[0].padded_numel * int64_t(sizeof(float));
+      if (World()->world_size() > 1) {
+        EXPECT_EQ(peaks.back(), 2 * unit_bytes);
+      }
     }
     ASSERT_EQ(grads[0].size(), grads[1].size());
     EXPECT_EQ(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)), 0)

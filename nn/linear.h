@@ -8,6 +8,11 @@
 // Threads (nn/cpu_context.h): with ctx.threads() > 1 the GEMMs are split by output rows (y, dx)
 // or output features (dW, db) over the pool; with one thread each is a single Eigen product
 // (bit-identical to the MLP's historical math).
+// Memory: a product whose depth Eigen blocks (in for y, out for dx: more than a few hundred) and
+// whose weight side (out for y, in for dx) spans more than one panel of ~500 rows runs as one
+// product per panel, so Eigen's per-call packed copy of the weight is at most kc x ~500 floats
+// (under 1 MiB) instead of kc x the whole side (6.75 MiB for 4096 rows); the bits are those of
+// one product (the same depth blocks and kernel panels; linear_test checks the portable variant).
 // Contract: sizes >= 0; pointers may be null only where the header says so; outputs do not alias
 // inputs. Functions are pure apart from their outputs.
 #ifndef SHARDEMA_NN_LINEAR_H_

@@ -1,11 +1,15 @@
 // Linear: backward against finite differences (with and without bias, accumulate), threaded
-// results against the single-thread ones, and a known value.
+// results against the single-thread ones, a known value, and deep products cut into weight
+// panels against one Eigen product bit for bit.
 #include "nn/linear.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
+#include "nn/cpu_isa.h"
+#include "nn/eigen_maps.h"
 #include "nn/grad_check.h"
 
 namespace shardema::nn {
@@ -93,6 +97,36 @@ TEST(LinearTest, ThreadedMatchesSerial) {
   EXPECT_LT(MaxRelError(dw[1], dw[0], 1.0), 1e-5);
   EXPECT_LT(MaxRelError(db[1], db[0], 1.0), 1e-5);
   EXPECT_LT(MaxRelError(dx[1], dx[0], 1.0), 1e-5);
+}
+
+// Deep products (Eigen blocks the depth) whose weight side spans several panels are computed
+// panel by panel, so that Eigen's packed weight block stays small (linear_kernels.cc); the bits
+// must be those of one Eigen product. The reference is this file's Eigen, which is compiled like
+// the portable variant, so the layers run that variant here. Cases: several panels with a
+// remainder, a last panel of one row (joined to the one before), a shallow control.
+TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
+  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
+  struct Case {
+    int64_t rows, in, out;
+  };
+  CpuContext ctx(1);
+  for (const Case& k : {Case{12, 4096, 3072}, Case{7, 1000, 1013}, Case{5, 1000, 505},
+                        Case{3, 1013, 1000}, Case{2, 300, 1033}}) {
+    auto x = Uniform(size_t(k.rows * k.in), 71), w = Uniform(size_t(k.out * k.in), 72),
+         dy = Uniform(size_t(k.rows * k.out), 73);
+    std::vector<float> y(size_t(k.rows * k.out)), dx(x.size());
+    LinearForward(ctx, x.data(), w.data(), nullptr, k.rows, k.in, k.out, y.data());
+    LinearBackward(ctx, x.data(), w.data(), dy.data(), k.rows, k.in, k.out, nullptr, nullptr,
+                   dx.data());
+    const RowMat want_y = MapC(x.data(), k.rows, k.in) * MapC(w.data(), k.out, k.in).transpose();
+    const RowMat want_dx = MapC(dy.data(), k.rows, k.out) * MapC(w.data(), k.out, k.in);
+    EXPECT_EQ(std::memcmp(y.data(), want_y.data(), y.size() * sizeof(float)), 0)
+        << "y: rows " << k.rows << " in " << k.in << " out " << k.out;
+    EXPECT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)), 0)
+        << "dx: rows " << k.rows << " in " << k.in << " out " << k.out;
+  }
+  StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
 }
 
 }  // namespace

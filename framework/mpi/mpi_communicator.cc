@@ -163,13 +163,16 @@ Status CheckHostStream(const char* name, int rank, const Stream& stream) {
 }
 
 // Number of f32 elements of temporary an operation needs (0: none). Ring reduce-scatter: the
-// ring's receive buffers, after the f32 copy of a bf16/f16 input.
-size_t TempElems(const CollectiveCall& c, bool in_place, int world, bool ring) {
+// ring's receive buffers (`ring`, null for other operations), after the f32 copy of a bf16/f16
+// input (which the ring then overwrites).
+size_t TempElems(const CollectiveCall& c, bool in_place, int world,
+                 const RingReduceScatter::Options* ring, bool overwrite_send) {
   if (c.count == 0) return 0;
   if (c.kind == CollectiveKind::kAllReduce) return c.dtype == DType::kF32 ? 0 : c.count;
-  if (c.kind == CollectiveKind::kReduceScatter && ring) {
-    return (c.dtype == DType::kF32 ? 0 : c.count * size_t(world)) +
-           RingReduceScatter::TempElems(c.count, world);
+  if (c.kind == CollectiveKind::kReduceScatter && ring != nullptr) {
+    const bool f32 = c.dtype == DType::kF32;
+    return (f32 ? 0 : c.count * size_t(world)) +
+           RingReduceScatter::TempElems(c.count, world, *ring, !f32 || overwrite_send);
   }
   if (c.kind == CollectiveKind::kReduceScatter) {
     if (c.dtype != DType::kF32) return c.count * size_t(world);
@@ -387,7 +390,11 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   }
   const bool ring = c.kind == CollectiveKind::kReduceScatter &&
                     options_.reduce_scatter_algorithm == ReduceScatterAlgorithm::kRing;
-  const size_t temp_elems = local.ok() ? TempElems(c, in_place, world_size_, ring) : 0;
+  const RingReduceScatter::Options ring_options = RingOptions(c);
+  const size_t temp_elems =
+      local.ok()
+          ? TempElems(c, in_place, world_size_, ring ? &ring_options : nullptr, opts.overwrite_send)
+          : 0;
   if (temp_elems > 0) {
     StatusOr<Buffer> temp = Buffer::Allocate(temp_elems * sizeof(float), Device::Cpu());
     if (temp.ok()) {
@@ -437,7 +444,8 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       break;
     case CollectiveKind::kReduceScatter:
       if (ring) {
-        StatusOr<std::unique_ptr<RingReduceScatter>> r = StartRing(c, op.get());
+        StatusOr<std::unique_ptr<RingReduceScatter>> r =
+            StartRing(c, ring_options, opts.overwrite_send, op.get());
         if (!r.ok()) {
           op->done = true;
           return r.status();
@@ -481,30 +489,41 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   return std::unique_ptr<Work>(new MpiWork(std::move(op)));
 }
 
+RingReduceScatter::Options MpiCommunicator::RingOptions(const CollectiveCall& c) const {
+  RingReduceScatter::Options o;
+  o.average = c.op == ReduceOp::kAvg;
+  o.chunk_elems = std::max<size_t>(1, options_.ring_chunk_bytes / sizeof(float));
+  o.chunks_in_flight = options_.ring_chunks_in_flight;
+  return o;
+}
+
 StatusOr<std::unique_ptr<RingReduceScatter>> MpiCommunicator::StartRing(
-    const CollectiveCall& c, mpi_internal::PendingOp* op) {
+    const CollectiveCall& c, RingReduceScatter::Options o, bool overwrite_send,
+    mpi_internal::PendingOp* op) {
   const size_t count = c.count, world = size_t(world_size_);
   const DType dtype = c.dtype;
   float* temp = op->temp.as<float>();
-  const float* in = static_cast<const float*>(c.send);
-  float* out = static_cast<float*>(c.recv);  // f32: straight into recv (in place is fine)
-  float* ring_temp = temp;
-  if (dtype != DType::kF32) {
-    // Reduce an f32 copy of the input in place (this rank's block) and round once at Wait().
-    ConvertBuffer(c.send, dtype, temp, DType::kF32, count * world);
-    in = temp;
-    out = temp + size_t(rank_) * count;
-    ring_temp = temp + count * world;
-    void* recv = c.recv;
-    op->finish = [out, recv, count, dtype] { ConvertBuffer(out, DType::kF32, recv, dtype, count); };
-  }
-  const size_t chunk = std::max<size_t>(1, options_.ring_chunk_bytes / sizeof(float));
   int* tag_ub = nullptr;
   int found = 0;
   MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
-  const int tag = RingReduceScatter::FirstTag(ring_ops_++, found && tag_ub ? *tag_ub : 32767);
-  return RingReduceScatter::Start(comm_, rank_, world_size_, in, out, ring_temp, count,
-                                  c.op == ReduceOp::kAvg, tag, chunk);
+  o.tag = RingReduceScatter::FirstTag(ring_ops_++, found && tag_ub ? *tag_ub : 32767);
+  float* out = static_cast<float*>(c.recv);  // f32: straight into recv (in place is fine)
+  if (dtype == DType::kF32) {
+    const float* in = static_cast<const float*>(c.send);
+    if (!overwrite_send)
+      return RingReduceScatter::Start(comm_, rank_, world_size_, in, out, temp, count, o);
+    // The caller gave the send buffer up (CollectiveOptions::overwrite_send).
+    return RingReduceScatter::StartOverwriting(comm_, rank_, world_size_, const_cast<float*>(in),
+                                               out, temp, count, o);
+  }
+  // Reduce an f32 copy of the input (ours: overwritten) in place (this rank's block) and round
+  // once at Wait().
+  ConvertBuffer(c.send, dtype, temp, DType::kF32, count * world);
+  out = temp + size_t(rank_) * count;
+  void* recv = c.recv;
+  op->finish = [out, recv, count, dtype] { ConvertBuffer(out, DType::kF32, recv, dtype, count); };
+  return RingReduceScatter::StartOverwriting(comm_, rank_, world_size_, temp, out,
+                                             temp + count * world, count, o);
 }
 
 Status MpiCommunicator::Barrier() {

@@ -11,7 +11,9 @@
 // MPI_Ireduce_scatter_block as below; kRing runs RingReduceScatter (ring_reduce_scatter.h: W-1
 // steps of chunked MPI_Isend/MPI_Irecv to the next rank, the additions done here in f32, the same
 // dtype handling, kAvg and in-place rules; it progresses only inside Work::Test() and Wait(), so
-// a caller computing meanwhile calls Test() between pieces of work).
+// a caller computing meanwhile calls Test() between pieces of work). Its receive temporary is
+// CommOptions::ring_chunks_in_flight chunks of ring_chunk_bytes, twice that unless the caller
+// sets CollectiveOptions::overwrite_send (a bf16/f16 input's f32 copy is always overwritten).
 //
 // Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
 // buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
@@ -21,7 +23,7 @@
 // buffer; bf16/f16: before rounding). In place follows NCCL (framework/communicator.h): AllGather
 // -> MPI_IN_PLACE; AllReduce -> MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces
 // into a count-element temporary copied into place at Wait(), so the rest of the send buffer is
-// left untouched.
+// left untouched (unless CollectiveOptions::overwrite_send gives it up to the ring).
 //
 // Limits: counts above INT_MAX elements per call (MPI's int count) are rejected with
 // kInvalidArgument naming the count and the limit; callers split such buffers. Zero counts
@@ -62,8 +64,9 @@
 // Threading: one thread issues collectives and waits on a communicator's Work at a time
 // (MPI_THREAD_SERIALIZED); different threads may take turns. Create/FinalizeMpi are
 // internally serialised.
-// Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions and
-// in-place ReduceScatter own their temporaries inside the Work.
+// Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
+// in-place kMpi ReduceScatter and kRing ReduceScatter own their temporaries inside the Work,
+// allocated per call.
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 
@@ -143,8 +146,13 @@ class MpiCommunicator final : public CallCommunicator {
   // Local checks, then (check_args) the collective signature check, then the MPI call.
   StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
                                         const CollectiveOptions& opts) override;
-  // Starts a kRing reduce-scatter of `call` into op (whose temp is allocated).
+  // The ring's options for `call` from CommOptions (tag unset).
+  RingReduceScatter::Options RingOptions(const CollectiveCall& call) const;
+  // Starts a kRing reduce-scatter of `call` into op (whose temp is allocated for these options),
+  // overwriting the send buffer when the caller allows it (and always its f32 copy of bf16/f16).
   StatusOr<std::unique_ptr<RingReduceScatter>> StartRing(const CollectiveCall& call,
+                                                         RingReduceScatter::Options options,
+                                                         bool overwrite_send,
                                                          mpi_internal::PendingOp* op);
   // Fails with kFailedPrecondition "<op>: rank R: ..." after Shutdown(), and with BrokenStatus.
   Status CheckNotShutDown(const char* op) const;

@@ -14,17 +14,32 @@
 // most `chunk_elems` elements that advance independently through the steps, so the reduction of
 // one chunk overlaps the transfer of the next. W = 1: out = in (/1).
 //
+// Chunks in flight. At most Options::chunks_in_flight chunks (0: all) are in flight at once; each
+// holds a receive slot of chunk_elems floats in `temp` while it runs. They start in chunk order:
+// Start posts the first ones, and Progress starts the next chunk whenever one completes. Every
+// rank starts chunk k only after chunks 0..k-1, so the lowest unfinished chunk is in flight on
+// every rank and the operation cannot deadlock.
+//
+// Input. Start reads `in` only: each slot has two receive buffers (the partial sum received at
+// step s, while the one received at step s-1 is being sent). StartOverwriting may overwrite `in`
+// (the caller discards it): the partial sum received at step s is added into that block of `in`
+// and sent from there, so each slot has one receive buffer; afterwards the contents of `in` are
+// unspecified (except out, when it is in + rank*count). The additions, their operands and their
+// order are the same in both (received partial sum + own input), so the results are
+// bit-identical.
+//
 // Messages of chunk k use tag `tag + k` on `comm` (at most kMaxChunks chunks: larger chunks for
 // a larger count); every rank must start its operations in the same order with the same tags,
 // and operations in flight together on one communicator need disjoint tag ranges
 // (MpiCommunicator numbers them: FirstTag). Point-to-point traffic never matches collectives.
 //
-// Memory: in (count*W f32) must stay valid and unchanged, and out (count f32) and temp
-// (TempElems(count) f32, the receive buffers of even and odd steps; the caller allocates it, so an
-// allocation failure is known before any message moves) untouched, until the operation
-// completes; out may be in + rank*count (in place). Errors: kInternal for MPI errors (the
-// operation is then abandoned with requests possibly pending: the job aborts).
-// Threading: one thread at a time, as MPI_THREAD_SERIALIZED allows.
+// Memory: in (count*W f32) must stay valid, and unchanged by anyone else, and out (count f32)
+// and temp (TempElems(count, world, options) f32: slots x receive buffers x chunk; the caller
+// allocates it, so an allocation failure is known before any message moves) untouched, until the
+// operation completes; out may be in + rank*count (in place). Errors: kInternal for MPI errors
+// (the operation is then abandoned with requests possibly pending: the caller keeps in, out and
+// temp until exit, framework/keep_until_exit.h). Threading: one thread at a time, as
+// MPI_THREAD_SERIALIZED allows.
 #ifndef SHARDEMA_FRAMEWORK_MPI_RING_REDUCE_SCATTER_H_
 #define SHARDEMA_FRAMEWORK_MPI_RING_REDUCE_SCATTER_H_
 
@@ -49,42 +64,69 @@ class RingReduceScatter {
     return int(1 + (seq % ranges) * kMaxChunks);
   }
 
-  // f32 elements of the temporary an operation of `count` needs at `world` ranks.
-  static size_t TempElems(size_t count, int world) { return world > 1 ? 2 * count : 0; }
+  struct Options {
+    bool average = false;         // divide the sum by W
+    int tag = 0;                  // first tag (FirstTag)
+    size_t chunk_elems = 0;       // 0: one chunk per block; raised to ceil(count / kMaxChunks)
+    size_t chunks_in_flight = 0;  // 0: all chunks at once
+  };
 
-  // Posts the first step's messages. chunk_elems == 0: one chunk per block.
+  // Elements per chunk (the last chunk may be shorter) of an operation of `count`.
+  static size_t ChunkElems(size_t count, const Options& o);
+  // f32 elements of the temporary an operation of `count` needs at `world` ranks: (2 with Start,
+  // 1 with StartOverwriting) x min(chunks, chunks_in_flight) x ChunkElems.
+  static size_t TempElems(size_t count, int world, const Options& o, bool overwriting);
+
+  // Posts the first chunks' first messages; `in` is only read.
   static StatusOr<std::unique_ptr<RingReduceScatter>> Start(MPI_Comm comm, int rank, int world,
                                                             const float* in, float* out,
-                                                            float* temp, size_t count, bool average,
-                                                            int tag, size_t chunk_elems);
+                                                            float* temp, size_t count,
+                                                            const Options& o);
+  // The same, using `in` as scratch (see Input above); the result is bit-identical.
+  static StatusOr<std::unique_ptr<RingReduceScatter>> StartOverwriting(MPI_Comm comm, int rank,
+                                                                       int world, float* in,
+                                                                       float* out, float* temp,
+                                                                       size_t count,
+                                                                       const Options& o);
   ~RingReduceScatter() = default;
   RingReduceScatter(const RingReduceScatter&) = delete;
   RingReduceScatter& operator=(const RingReduceScatter&) = delete;
 
-  // Tests the outstanding messages without blocking, reduces what arrived and posts the next
-  // steps. Returns true once the output is complete (then always true).
+  // Tests the outstanding messages without blocking, reduces what arrived, posts the next
+  // steps and starts the next chunks. Returns true once the output is complete (then always
+  // true).
   StatusOr<bool> Progress();
 
  private:
   struct Chunk {
     size_t off = 0, len = 0;  // within a block
     int step = 0;
+    int slot = -1;  // receive slot while in flight
     bool done = false;
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // recv, send
   };
   RingReduceScatter() = default;
-  Status Post(Chunk& c);  // the messages of c.step
-  void Finish(Chunk& c);  // the last step's addition into out
+  static StatusOr<std::unique_ptr<RingReduceScatter>> Create(MPI_Comm comm, int rank, int world,
+                                                             const float* in, float* scratch,
+                                                             float* out, float* temp, size_t count,
+                                                             const Options& o);
+  Status StartNextChunk();  // takes a free slot, posts step 0
+  Status Post(Chunk& c);    // the messages of c.step
+  void Finish(Chunk& c);    // the last step's addition into out; frees the slot
+  float* Received(const Chunk& c, int step) const;  // c's receive buffer of that step
   const float* InBlock(int block) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_ = 1, tag_ = 0;
   const float* in_ = nullptr;
+  float* scratch_ = nullptr;  // == in_ with StartOverwriting, else null
   float* out_ = nullptr;
-  size_t count_ = 0;
+  size_t count_ = 0, chunk_elems_ = 0;
   bool average_ = false;
-  float* temp_ = nullptr;  // 2 * count: receive buffers of even and odd steps
+  float* temp_ = nullptr;  // slots x (2, or 1 when overwriting) x chunk_elems_
   std::vector<Chunk> chunks_;
+  std::vector<int> free_slots_;
+  size_t next_chunk_ = 0;  // the next chunk to start
   size_t remaining_ = 0;
 };
 

@@ -1,7 +1,9 @@
 // The ring reduce-scatter (CommOptions::reduce_scatter_algorithm = kRing) against the MPI
 // library's (kMpi) under real mpirun at 1-4 ranks: f32/bf16/f16, sum and average, in place and
 // out of place, per-rank counts that do not divide the chunk or relate to the world size,
-// several operations in flight, and progress through Work::Test().
+// several operations in flight, and progress through Work::Test(); a bounded number of chunks
+// in flight and an overwritten send buffer (CollectiveOptions::overwrite_send) give the same bits
+// within the temporary TempElems sizes.
 #include "framework/mpi/ring_reduce_scatter.h"
 
 #include <cmath>
@@ -17,10 +19,12 @@
 namespace shardema {
 namespace {
 
-std::unique_ptr<MpiCommunicator> Make(ReduceScatterAlgorithm algo, size_t chunk_bytes) {
+std::unique_ptr<MpiCommunicator> Make(ReduceScatterAlgorithm algo, size_t chunk_bytes,
+                                      size_t in_flight = CommOptions().ring_chunks_in_flight) {
   CommOptions o;
   o.reduce_scatter_algorithm = algo;
   o.ring_chunk_bytes = chunk_bytes;
+  o.ring_chunks_in_flight = in_flight;
   StatusOr<std::unique_ptr<MpiCommunicator>> c = MpiCommunicator::Create(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(c).value() : nullptr;
@@ -33,13 +37,14 @@ float RealVal(int r, size_t i) { return std::sin(float(i) * 0.37f + float(r) * 1
 
 // Reduce-scatters `count` per rank of f(rank, i) in `dtype` on `comm`; returns the f32 view.
 std::vector<float> RunRs(Communicator* comm, size_t count, DType dtype, ReduceOp op, bool in_place,
-                         float (*f)(int, size_t)) {
+                         float (*f)(int, size_t), bool overwrite_send = false) {
   const int rank = comm->rank(), world = comm->world_size();
   const size_t es = DTypeSize(dtype), full = count * size_t(world);
   std::vector<char> send(full * es + 1), recv(count * es + 1);
   for (size_t i = 0; i < full; ++i) StoreFromF32(send.data(), dtype, i, f(rank, i));
   CollectiveOptions o;
   o.op = op;
+  o.overwrite_send = overwrite_send;
   void* out = in_place ? send.data() + size_t(rank) * count * es : recv.data();
   Status s = comm->ReduceScatter(send.data(), out, count, dtype, o);
   EXPECT_TRUE(s.ok()) << s;
@@ -124,6 +129,114 @@ TEST(RingReduceScatterTest, SeveralInFlightProgressByTestAndWaitInAnyOrder) {
       ASSERT_EQ(recv[k][i], want) << "op " << k << " element " << i;
     }
   }
+}
+
+TEST(RingReduceScatterTest, TempElemsCountsSlotsOfChunks) {
+  RingReduceScatter::Options o;
+  o.chunk_elems = 100;
+  o.chunks_in_flight = 4;
+  EXPECT_EQ(RingReduceScatter::ChunkElems(1001, o), 100u);
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 4, o, false), 2u * 4 * 100);
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 4, o, true), 4u * 100);
+  EXPECT_EQ(RingReduceScatter::TempElems(250, 3, o, true), 3u * 100);  // 3 chunks < 4 slots
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 1, o, false), 0u);
+  EXPECT_EQ(RingReduceScatter::TempElems(0, 4, o, false), 0u);
+  o.chunks_in_flight = 0;  // all: the old 2 x count
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 2, o, false), 2u * 11 * 100);
+  o.chunk_elems = 1;  // at most kMaxChunks chunks
+  EXPECT_EQ(RingReduceScatter::ChunkElems(6400, o), 100u);
+  o.chunk_elems = 0;  // one chunk per block
+  EXPECT_EQ(RingReduceScatter::TempElems(77, 2, o, true), 77u);
+}
+
+// Bounded windows (1, 3 chunks in flight, and all) with and without overwrite_send give the bits
+// of the unbounded ring on values whose sums round, for every dtype, op and in-place form.
+TEST(RingReduceScatterTest, WindowsAndOverwrittenSendGiveTheSameBits) {
+  auto all = Make(ReduceScatterAlgorithm::kRing, 64, 0);
+  auto one = Make(ReduceScatterAlgorithm::kRing, 64, 1);
+  auto three = Make(ReduceScatterAlgorithm::kRing, 64, 3);
+  ASSERT_TRUE(all && one && three);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      for (bool in_place : {false, true}) {
+        for (size_t count : {size_t(1), size_t(17), size_t(1001)}) {
+          const std::vector<float> want = RunRs(all.get(), count, dtype, op, in_place, RealVal);
+          for (auto* comm : {all.get(), one.get(), three.get()}) {
+            for (bool overwrite : {false, true}) {
+              EXPECT_EQ(RunRs(comm, count, dtype, op, in_place, RealVal, overwrite), want)
+                  << DTypeName(dtype) << " " << ReduceOpName(op) << " in_place " << in_place
+                  << " count " << count << " overwrite " << overwrite;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without overwrite_send the send buffer is left as it was (out of place).
+TEST(RingReduceScatterTest, SendIsUntouchedUnlessGivenUp) {
+  auto ring = Make(ReduceScatterAlgorithm::kRing, 64, 2);
+  ASSERT_TRUE(ring);
+  const int world = ring->world_size(), rank = ring->rank();
+  const size_t count = 333;
+  std::vector<float> send(count * size_t(world)), recv(count);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = RealVal(rank, i);
+  const std::vector<float> before = send;
+  ASSERT_TRUE(ring->ReduceScatter(send.data(), recv.data(), count, DType::kF32).ok());
+  EXPECT_EQ(send, before);
+}
+
+// RingReduceScatter directly, with exactly TempElems of temporary between guard values: the ring
+// never writes outside it (nor outside `in` and `out`), at several windows and chunk sizes.
+TEST(RingReduceScatterTest, StaysInsideTempElems) {
+  auto comm = Make(ReduceScatterAlgorithm::kRing, 64);  // initialises MPI
+  ASSERT_TRUE(comm);
+  MPI_Comm dup = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &dup), MPI_SUCCESS);
+  const int world = comm->world_size(), rank = comm->rank();
+  const float kGuard = -12345.f;
+  const size_t pad = 64;
+  for (bool overwrite : {false, true}) {
+    for (size_t in_flight : {size_t(0), size_t(1), size_t(2), size_t(5)}) {
+      for (size_t chunk : {size_t(0), size_t(7), size_t(50)}) {
+        RingReduceScatter::Options o;
+        o.chunk_elems = chunk;
+        o.chunks_in_flight = in_flight;
+        o.tag = 1;
+        const size_t count = 203, n = RingReduceScatter::TempElems(count, world, o, overwrite);
+        std::vector<float> in(pad + count * size_t(world) + pad, kGuard),
+            out(count + 2 * pad, kGuard), temp(n + 2 * pad, kGuard);
+        for (size_t i = 0; i < count * size_t(world); ++i) in[pad + i] = IntVal(rank, i);
+        auto op = overwrite ? RingReduceScatter::StartOverwriting(dup, rank, world, &in[pad],
+                                                                  &out[pad], &temp[pad], count, o)
+                            : RingReduceScatter::Start(dup, rank, world, &in[pad], &out[pad],
+                                                       &temp[pad], count, o);
+        ASSERT_TRUE(op.ok()) << op.status();
+        bool done = false;
+        for (int i = 0; i < 100000000 && !done; ++i) {
+          StatusOr<bool> p = (*op)->Progress();
+          ASSERT_TRUE(p.ok()) << p.status();
+          done = *p;
+        }
+        ASSERT_TRUE(done);
+        for (size_t i = 0; i < pad; ++i) {
+          ASSERT_EQ(temp[i], kGuard);
+          ASSERT_EQ(temp[pad + n + i], kGuard) << "temp overrun, in_flight " << in_flight;
+          ASSERT_EQ(in[i], kGuard);
+          ASSERT_EQ(in[pad + count * size_t(world) + i], kGuard);
+          ASSERT_EQ(out[i], kGuard);
+          ASSERT_EQ(out[pad + count + i], kGuard);
+        }
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int q = 0; q < world; ++q) want += IntVal(q, size_t(rank) * count + i);
+          ASSERT_EQ(out[pad + i], want) << "element " << i << " overwrite " << overwrite;
+        }
+      }
+    }
+  }
+  MPI_Comm_free(&dup);
 }
 
 }  // namespace
