@@ -106,8 +106,10 @@ struct SaveOptions {
   int snapshot_threads = 0;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
-  // Poll: every agree_every-th call of a save starts the ranks' non-blocking agreement on "all
-  // writes done" (see Poll above); >= 1. Larger: fewer collectives, a later commit.
+  // Poll: every agree_every-th call of a phase (and its first) starts the ranks' non-blocking
+  // agreement on "my part is done" (see Poll above); >= 1. Larger: fewer collectives, a later
+  // commit (a caller that saves every K Polls with K <= agree_every gets one agreement per phase,
+  // so the commit often completes only in the next SaveAsync).
   int agree_every = 4;
   // Nice value of the background writer thread after its snapshot copy ([0, 19]; 0 keeps the
   // caller's priority; see above). See framework/thread_priority.h.
