@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/collective_bytes.h"
+#include "checkpoint/commit_probe.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/load.h"
 #include "checkpoint/test_util.h"
@@ -227,8 +228,11 @@ TEST_F(CheckpointMpiTest, AsyncCommitHappensAtTheSamePollCallOnEveryRank) {
     // Same answer on every rank at every call: nobody commits alone.
     for (float d : Gathered(comm_, done ? 1.f : 0.f))
       ASSERT_EQ(d, done ? 1.f : 0.f) << "call " << calls;
-    if (!done && rank_ == 0) {
-      EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+    if (!done && rank_ == 0) {  // rank 0's commit may be running: `latest` only names complete
+      const std::string latest = ReadLatest(root_).value();
+      EXPECT_TRUE(latest == "step_00000001" ||
+                  PathExists(JoinPath(JoinPath(root_, latest), "manifest.json")))
+          << latest;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -279,6 +283,123 @@ TEST_F(CheckpointMpiTest, OneRanksWriteFailureFailsThePollOnEveryRank) {
   EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
   EXPECT_EQ(ListDir(root_).value(), (std::vector<std::string>{"latest", "step_00000001"}));
   ExpectLoads(root_, 1);
+}
+
+// Polls on every rank until every rank has a result (the same Poll call everywhere, checked):
+// the result, and in `calls` the number of Poll calls.
+StatusOr<bool> PollTogether(Communicator* comm, CheckpointWriter& w, int* calls) {
+  StatusOr<bool> p = false;
+  for (*calls = 0; *calls < 20000;) {
+    p = w.Poll();
+    ++*calls;
+    const bool ended = !p.ok() || *p;
+    for (float e : Gathered(comm, ended ? 1.f : 0.f))
+      EXPECT_EQ(e, ended ? 1.f : 0.f) << "Poll call " << *calls << " ended on another rank only";
+    if (ended) return p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return p;
+}
+
+TEST_F(CheckpointMpiTest, HeldBackgroundCommitBlocksNoPollAndKeepsThePreviousLatest) {
+  SaveOptions o = SaveStepOneThenSmallWrites(2);
+  CommitProbe probe(root_, 2, /*hold=*/true);
+  if (rank_ == 0) o.fault_hook = probe.Hook();
+  CheckpointWriter w(root_, comm_, o);
+  OwnedState st = MyState(2);
+  ASSERT_TRUE(w.SaveAsync(st.state).ok());
+  // Poll until rank 0's commit has started (it is then held at its manifest write); every rank
+  // learns it at the same iteration.
+  bool reached = false;
+  for (int i = 0; i < 20000 && !reached; ++i) {
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_FALSE(*p) << "committed before rank 0's commit ran";
+    reached = Gathered(comm_, probe.reached() ? 1.f : 0.f)[0] == 1.f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(reached);
+  for (int i = 0; i < 5; ++i) {  // rank 0's commit is held: every Poll returns, nothing changes
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_FALSE(*p);
+    EXPECT_TRUE(w.pending());
+    EXPECT_EQ(w.last_committed_step(), -1);
+    if (rank_ == 0) {
+      EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+      EXPECT_FALSE(PathExists(JoinPath(root_, "step_00000002")));
+    }
+  }
+  EXPECT_TRUE(comm_->Barrier().ok());
+  if (rank_ == 0) probe.Release();
+  int calls = 0;
+  StatusOr<bool> done = PollTogether(comm_, w, &calls);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(*done);
+  if (world_ > 1) {
+    EXPECT_GT(calls, 1) << "the first Poll after the release only starts the agreement";
+  }
+  EXPECT_EQ(w.last_committed_step(), 2);
+  EXPECT_EQ(w.last_committed_dir(), JoinPath(root_, "step_00000002"));
+  EXPECT_EQ(probe.violations(), std::vector<std::string>{});
+  EXPECT_TRUE(w.Finish().ok());
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000002");
+  ExpectLoads(root_, 2);
+}
+
+TEST_F(CheckpointMpiTest, FailureOfRankZerosBackgroundCommitFailsThePollOnEveryRank) {
+  SaveOptions o = SaveStepOneThenSmallWrites(2);
+  if (rank_ == 0) {
+    o.fault_hook = [](const std::string& path, uint64_t, size_t) {
+      return path.find("manifest.xxh3") != std::string::npos ? EIO : 0;
+    };
+  }
+  CheckpointWriter w(root_, comm_, o);
+  OwnedState st = MyState(2);
+  ASSERT_TRUE(w.SaveAsync(st.state).ok());
+  int calls = 0;
+  Status failure = PollTogether(comm_, w, &calls).status();
+  EXPECT_EQ(failure.code(), StatusCode::kInternal) << failure;
+  EXPECT_NE(failure.message().find("save of step 2: rank 0's commit"), std::string::npos)
+      << failure;
+  EXPECT_NE(failure.message().find("manifest.xxh3"), std::string::npos) << failure;
+  EXPECT_FALSE(w.pending());
+  EXPECT_EQ(w.last_committed_step(), -1);
+  EXPECT_TRUE(w.Finish().ok());  // returned once, by that Poll
+  EXPECT_TRUE(comm_->Barrier().ok());
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+  EXPECT_EQ(ListDir(root_).value(), (std::vector<std::string>{"latest", "step_00000001"}));
+  ExpectLoads(root_, 1);
+}
+
+TEST_F(CheckpointMpiTest, NextSaveAsyncCompletesACommitInFlightOnEveryRank) {
+  SaveOptions o = SaveStepOneThenSmallWrites(2);
+  CommitProbe probe(root_, 2, /*hold=*/false);
+  if (rank_ == 0) o.fault_hook = probe.Hook();
+  CheckpointWriter w(root_, comm_, o);
+  OwnedState two = MyState(2);
+  ASSERT_TRUE(w.SaveAsync(two.state).ok());
+  bool started = false;  // rank 0's commit has started (it may have finished too)
+  for (int i = 0; i < 20000 && !started; ++i) {
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_FALSE(*p) << "Poll returned the outcome before rank 0's commit started";
+    started = Gathered(comm_, probe.reached() ? 1.f : 0.f)[0] == 1.f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started);
+  EXPECT_EQ(w.last_committed_step(), -1);
+  OwnedState three = MyState(3);
+  ASSERT_TRUE(w.SaveAsync(three.state).ok());  // first completes step 2's commit
+  EXPECT_EQ(w.last_committed_step(), 2);
+  EXPECT_TRUE(w.pending());
+  EXPECT_TRUE(w.Finish().ok());
+  EXPECT_EQ(w.last_committed_step(), 3);
+  EXPECT_EQ(probe.violations(), std::vector<std::string>{});
+  EXPECT_TRUE(comm_->Barrier().ok());
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000003");
+  ExpectLoads(root_, 3);
+  ExpectLoads(JoinPath(root_, "step_00000002"), 2);
 }
 
 TEST_F(CheckpointMpiTest, BytesLongerThanTheInlineFrameArriveWhole) {

@@ -7,6 +7,7 @@
 #include <new>
 #include <thread>
 
+#include "checkpoint/background_commit.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/rank_file.h"
@@ -142,10 +143,26 @@ struct CheckpointWriter::Pending {
   std::thread thread;
   std::atomic<bool> done{false};
   StatusOr<FileEntry> result = Status(StatusCode::kAborted, "rank file not written");
-  // Poll's agreement: calls so far, and the all-reduce in flight (its operands live here).
+  // Poll's agreement: calls so far in this phase, and the all-reduce in flight (its operands live
+  // here).
   int64_t polls = 0;
   std::unique_ptr<Work> agreement;
   float agree_mine = 0.f, agree_sum = 0.f;
+  // The second phase (StartCommit): the ranks have agreed on the file reports and rank 0's commit
+  // runs in `commit` (null on the other ranks) until FinishCommit broadcasts its outcome.
+  bool committing = false;
+  std::unique_ptr<BackgroundCommit> commit;
+
+  // Joins the writer thread; `commit`'s destructor joins rank 0's commit.
+  ~Pending() {
+    if (thread.joinable()) thread.join();
+  }
+
+  // This rank's part of the current phase is done: its file, then (rank 0) the commit.
+  bool LocalPartDone() const {
+    if (!committing) return done.load(std::memory_order_acquire);
+    return commit == nullptr || commit->done();
+  }
 
   // Runs on the background thread of an asynchronous save (or the caller's, for Save).
   void Write(int rank, const SaveOptions& options, bool background) {
@@ -194,9 +211,13 @@ Status CheckpointWriter::Finish() {
 
 CheckpointWriter::~CheckpointWriter() {
   if (pending_ == nullptr) return;
-  if (pending_->thread.joinable()) pending_->thread.join();
-  LOG_WARNING << "checkpoint: the save of step " << pending_->plan.step << " into '" << root_
-              << "' was never committed (call Finish() before destroying the writer)";
+  const int64_t step = pending_->plan.step;
+  const bool committing = pending_->committing;
+  pending_.reset();  // joins the writer thread and rank 0's commit
+  LOG_WARNING << "checkpoint: the save of step " << step << " into '" << root_ << "' was "
+              << (committing ? "committed by rank 0 but its outcome was never agreed"
+                             : "never committed")
+              << " (call Finish() before destroying the writer)";
 }
 
 StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(
@@ -290,21 +311,53 @@ StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes) {
   return r;
 }
 
-Status CheckpointWriter::Commit() {
-  Pending& p = *pending_;
-  if (p.agreement != nullptr) {
-    // Every rank issued it at the same Poll call: complete it before the commit's collectives.
-    Status st = p.agreement->Wait();
-    p.agreement.reset();
-    if (!st.ok()) {
-      if (p.thread.joinable()) p.thread.join();
-      pending_.reset();
-      return st.WithContext("save of step " + std::to_string(p.plan.step) + ": agreement");
+namespace {
+// The manifest of a save whose ranks reported `reports` (all-gathered, one per rank): `plan` with
+// every rank's file entry, after checking each report. Every rank decides the same, so a failed
+// write fails the save on every rank at the same call.
+StatusOr<Manifest> ManifestFromReports(const Manifest& plan,
+                                       const std::vector<std::string>& reports) {
+  const int world = int(reports.size());
+  Manifest manifest = plan;
+  for (int r = 0; r < world; ++r) {
+    const std::string what = "save of step " + std::to_string(plan.step) + ": rank " +
+                             std::to_string(r) + " of " + std::to_string(world);
+    const json j = json::parse(reports[size_t(r)], nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return Internal(what, ": unreadable file report");
+    Status s = DecodeStatus(j.value("status", std::string()));
+    if (!s.ok()) return Status(s.code(), what + ": " + s.message());
+    const auto file = j.find("file");
+    if (file == j.end()) return Internal(what, ": file report without a file");
+    StatusOr<FileEntry> f = FileEntryFromJson(*file, manifest.chunk_bytes, what);
+    if (!f.ok()) return f.status();
+    if (f->rank != r || f->bytes != manifest.RankFileBytes(r)) {
+      return Internal(what, ": reported rank ", f->rank, " with ", f->bytes,
+                      " bytes, expected rank ", r, " with ", manifest.RankFileBytes(r));
     }
+    manifest.files.push_back(std::move(f).value());
   }
-  if (p.thread.joinable()) p.thread.join();
-  const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
+  return manifest;
+}
+}  // namespace
+
+Status CheckpointWriter::CompleteAgreement() {
+  Pending& p = *pending_;
+  if (p.agreement == nullptr) return Status::Ok();
+  // Every rank issued it at the same Poll call (normally complete by now): complete it before
+  // any other collective.
+  Status st = p.agreement->Wait();
+  p.agreement.reset();
+  if (st.ok()) return st;
   const int64_t step = p.plan.step;
+  pending_.reset();
+  return st.WithContext("save of step " + std::to_string(step) + ": agreement");
+}
+
+Status CheckpointWriter::StartCommit(bool background) {
+  RETURN_IF_ERROR(CompleteAgreement());
+  Pending& p = *pending_;
+  if (p.thread.joinable()) p.thread.join();
+  const int rank = RankOf(comm_);
   json mine = {{"status", EncodeStatus(p.result.status())}};
   if (p.result.ok()) mine["file"] = FileEntryToJson(*p.result);
   StatusOr<std::vector<std::string>> all = AllGatherBytes(comm_, DumpLossless(mine));
@@ -312,43 +365,25 @@ Status CheckpointWriter::Commit() {
     pending_.reset();
     return all.status();
   }
-  CommitResult outcome;
-  outcome.step = step;
-  if (rank == 0) {
-    Status& result = outcome.status;
-    Manifest manifest = p.plan;
-    for (int r = 0; r < world && result.ok(); ++r) {
-      const std::string what = "save of step " + std::to_string(step) + ": rank " +
-                               std::to_string(r) + " of " + std::to_string(world);
-      json j = json::parse((*all)[size_t(r)], nullptr, false);
-      if (j.is_discarded()) {
-        result = Internal(what, ": unreadable file report");
-        break;
-      }
-      Status s = DecodeStatus(j.value("status", std::string()));
-      if (!s.ok()) {
-        result = Status(s.code(), what + ": " + s.message());
-        break;
-      }
-      StatusOr<FileEntry> f = FileEntryFromJson(j.at("file"), manifest.chunk_bytes, what);
-      if (!f.ok()) {
-        result = f.status();
-      } else if (f->rank != r || f->bytes != manifest.RankFileBytes(r)) {
-        result = Internal(what, ": reported rank ", f->rank, " with ", f->bytes,
-                          " bytes, expected rank ", r, " with ", manifest.RankFileBytes(r));
-      } else {
-        manifest.files.push_back(std::move(f).value());
-      }
-    }
-    if (result.ok()) {
-      StatusOr<std::string> dir = CommitStepDir(root_, manifest, CommitOpts());
-      deleter_->Add(removals_);
-      removals_.clear();
-      if (dir.ok()) outcome.dir = *dir;
-      result = dir.status();
-    }
-    if (!result.ok()) AbandonStepDir(root_, step).IgnoreError();
+  StatusOr<Manifest> manifest = ManifestFromReports(p.plan, *all);
+  if (!manifest.ok()) {
+    if (rank == 0) AbandonStepDir(root_, p.plan.step).IgnoreError();
+    pending_.reset();
+    return manifest.status();
   }
+  p.committing = true;
+  p.polls = 0;
+  if (rank == 0) {
+    p.commit = std::make_unique<BackgroundCommit>(root_, std::move(manifest).value(), CommitOpts(),
+                                                  deleter_.get(), background);
+  }
+  return Status::Ok();
+}
+
+Status CheckpointWriter::FinishCommit() {
+  RETURN_IF_ERROR(CompleteAgreement());
+  CommitResult outcome;
+  if (pending_->commit != nullptr) outcome = pending_->commit->Join();  // rank 0
   StatusOr<std::string> agreed = BroadcastBytes(comm_, EncodeCommitResult(outcome), 0);
   pending_.reset();
   if (!agreed.ok()) return agreed.status();
@@ -356,6 +391,20 @@ Status CheckpointWriter::Commit() {
   if (!decided.status.ok()) return decided.status;
   last_commit_ = std::move(decided);
   return Status::Ok();
+}
+
+Status CheckpointWriter::Commit() {
+  if (!pending_->committing) RETURN_IF_ERROR(StartCommit(/*background=*/false));
+  return FinishCommit();
+}
+
+StatusOr<bool> CheckpointWriter::NextPhase() {
+  if (!pending_->committing) {
+    RETURN_IF_ERROR(StartCommit(/*background=*/true));
+    return false;
+  }
+  RETURN_IF_ERROR(FinishCommit());
+  return true;
 }
 
 Status CheckpointWriter::Save(const CheckpointState& state) {
@@ -418,27 +467,16 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
 StatusOr<bool> CheckpointWriter::Poll() {
   if (pending_ == nullptr) return true;
   Pending& p = *pending_;
-  const bool local_done = p.done.load(std::memory_order_acquire);
+  const bool local_done = p.LocalPartDone();
   if (WorldSizeOf(comm_) == 1) {
     if (!local_done) return false;
-    RETURN_IF_ERROR(Commit());
-    return true;
+    return NextPhase();
   }
   ++p.polls;
   if (p.agreement != nullptr) {
     // Issued one Poll call ago on every rank: normally complete by now.
-    Status st = p.agreement->Wait();
-    p.agreement.reset();
-    if (!st.ok()) {
-      if (p.thread.joinable()) p.thread.join();
-      const int64_t step = p.plan.step;
-      pending_.reset();
-      return st.WithContext("save of step " + std::to_string(step) + ": agreement");
-    }
-    if (p.agree_sum == float(comm_->world_size())) {
-      RETURN_IF_ERROR(Commit());
-      return true;
-    }
+    RETURN_IF_ERROR(CompleteAgreement());
+    if (p.agree_sum == float(comm_->world_size())) return NextPhase();
   }
   if (p.polls % std::max(1, options_.agree_every) == 0 || p.polls == 1) {
     p.agree_mine = local_done ? 1.f : 0.f;
@@ -446,7 +484,6 @@ StatusOr<bool> CheckpointWriter::Poll() {
     StatusOr<std::unique_ptr<Work>> w =
         comm_->AllReduceAsync(&p.agree_mine, &p.agree_sum, 1, DType::kF32);
     if (!w.ok()) {
-      if (p.thread.joinable()) p.thread.join();
       const int64_t step = p.plan.step;
       pending_.reset();
       return w.status().WithContext("save of step " + std::to_string(step) + ": agreement");

@@ -21,20 +21,36 @@
 //                     do not modify the state); the caller must then call WaitSnapshot() before it
 //                     modifies any slot or buffer (e.g. before the optimizer step).
 //   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory.
-//   Poll()            never blocks on a collective while the save is in flight (call it e.g. every
-//                     step). It looks at this rank's writer locally; every
-//                     SaveOptions::agree_every-th Poll call of a save it starts a non-blocking
-//                     one-float all-reduce of "my write is done" (every rank starts it at the same
-//                     call), and the next Poll call collects its result, which the ranks issued a
-//                     call earlier, so it is normally complete. When it says every rank is done,
-//                     that Poll commits and returns true on every rank; otherwise Poll returns
-//                     false. So every rank commits at the same Poll call (a rank that finished
-//                     early never commits alone), and the first Poll of a save returns false.
-//   Wait()/Finish()   blocks until the pending write is done and commits it.
+//   Poll()            never blocks on a collective, a file write or rank 0's commit while the
+//                     save is in flight (call it e.g. every step). A save has two phases, and in
+//                     each Poll looks at this rank's part locally (phase 1: its file is written;
+//                     phase 2: rank 0's commit has finished; other ranks' part of phase 2 is
+//                     done at once). Every SaveOptions::agree_every-th Poll call of a phase (and
+//                     its first) starts a non-blocking one-float all-reduce of "my part is done"
+//                     (every rank starts it at the same call); the next Poll call collects its
+//                     result, which the ranks issued a call earlier, so it is normally complete.
+//                     When it says every rank is done:
+//                       phase 1 -> 2: that Poll runs "commit start" and returns false;
+//                       phase 2 end:  that Poll runs "commit finish" and returns true.
+//                     So every rank starts and finishes the commit at the same Poll call (a rank
+//                     that finished early never commits alone), the first Poll of a phase
+//                     returns false, and a Poll returns true (or the save's error) only once
+//                     the checkpoint is committed, or failed, on every rank.
+//   Wait()/Finish()   blocks until the pending write is done and commits it (in phase 2: until
+//                     rank 0's commit has finished), and returns the outcome.
 // "begin" is ONE all-gather of each rank's validation result and plan fingerprint (slot names and
 // dtypes, buffers, step and layout must match on every rank), after rank 0 has prepared the
-// temp directory. "commit" is ONE all-gather of the file reports, rank 0's commit, and ONE
-// broadcast of its outcome (collective_bytes.h: reports up to 4 KiB take one collective each).
+// temp directory.
+// "commit start" is ONE all-gather of the file reports (collective_bytes.h: reports up to 4 KiB
+// take one collective each), checked by every rank the same way (a failed write fails the save
+// here, on every rank); then rank 0 starts its commit (BackgroundCommit: manifest, fsyncs, rename,
+// `latest`, retention; FORMAT.md steps 4-8), on a thread of its own from Poll, inline from
+// Save/Wait/Finish. That thread does file I/O only.
+// "commit finish" waits for rank 0's commit (already finished when reached through Poll) and is
+// ONE broadcast of its outcome. last_committed_step()/dir() change there, on every rank at the
+// same call: the Poll that returns true, or Save/Wait/Finish/the next SaveAsync. Meanwhile rank 0
+// may already have renamed step_N and updated `latest` (a reader may see the new checkpoint
+// first); `latest` never names a checkpoint whose manifest is not durable (FORMAT.md).
 // With SaveOptions::writer_nice > 0 the background thread lowers its own priority once the
 // snapshot is taken, so the file writing and checksums yield the cores to the training threads.
 // Off by default: on a loaded machine a niced writer starves (nice 10 weighs ~1/10 of a normal
@@ -42,10 +58,12 @@
 // it ends (train_mlp, 8.4M parameters, 1 rank, load 12 on 2 cores: 3.9 s blocked at nice 10, at
 // most 27 ms at nice 0).
 //
-// Errors are never silent and are the same on every rank: a validation error or a rank's write
-// failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) is returned by the call
-// that commits that save (Save, Poll, Wait, Finish, or the next SaveAsync, which then starts no
-// new save); the temp directory is then removed and the previous checkpoint stays the latest.
+// Errors are never silent and are the same on every rank: a validation error, a rank's write
+// failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) or a failure of rank 0's
+// commit ("save of step N: rank 0's commit: " and the file) is returned by the call that ends
+// that save (Save, Poll, Wait, Finish, or the next SaveAsync, which then starts no new save); the
+// temp directory is then removed and the previous checkpoint stays the latest (a failed `latest`
+// update leaves step_N committed but unnamed, see FORMAT.md).
 // kAlreadyExists when the step is already the latest checkpoint. kInvalidArgument for a state that
 // does not match the communicator (rank, world size) or has null buffers.
 //
@@ -65,6 +83,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/background_commit.h"
 #include "checkpoint/background_deleter.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
@@ -87,31 +106,28 @@ struct SaveOptions {
   int snapshot_threads = 0;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
-  // Poll: every agree_every-th call of a save starts the ranks' non-blocking agreement on "all
-  // writes done" (see Poll above); >= 1. Larger: fewer collectives, a later commit.
+  // Poll: every agree_every-th call of a phase (and its first) starts the ranks' non-blocking
+  // agreement on "my part is done" (see Poll above); >= 1. Larger: fewer collectives, a later
+  // commit (a caller that saves every K Polls with K <= agree_every gets one agreement per phase,
+  // so the commit often completes only in the next SaveAsync).
   int agree_every = 4;
   // Nice value of the background writer thread after its snapshot copy ([0, 19]; 0 keeps the
   // caller's priority; see above). See framework/thread_priority.h.
   int writer_nice = 0;
 };
 
-// The outcome of a save's commit: rank 0 decides it and broadcasts it, so every rank returns the
-// same status and records the same directory.
-struct CommitResult {
-  Status status;  // OK: committed
-  int64_t step = -1;
-  std::string dir;  // the committed step directory (empty unless OK)
-};
-// The broadcast form (JSON: status code and message, step, dir) and back. Decode errors
-// (kInternal): not JSON, a missing or mistyped field, an OK result without a directory.
+// The broadcast form of a CommitResult (background_commit.h) (JSON: status code and message, step,
+// dir) and back. Decode errors (kInternal): not JSON, a missing or mistyped field, an OK result
+// without a directory.
 std::string EncodeCommitResult(const CommitResult& r);
 StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes);
 
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string root, Communicator* comm, SaveOptions options = {});
-  // Joins a running background write. A save not committed by Finish()/Wait()/Poll() is abandoned
-  // (a warning is logged; the next save removes its temp directory).
+  // Joins a running background write and rank 0's commit. A save not committed by
+  // Finish()/Wait()/Poll() is abandoned (a warning is logged; the next save removes its temp
+  // directory); a commit rank 0 had started completes on disk, unreported.
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -124,8 +140,10 @@ class CheckpointWriter {
   // Wait(), then waits for background deletions.
   Status Finish();
 
+  // A save is begun and its outcome not yet returned (it may be writing or committing).
   bool pending() const { return pending_ != nullptr; }
-  // Step and directory of the last checkpoint this writer committed (-1 / "" when none).
+  // Step and directory of the last checkpoint this writer committed (-1 / "" when none); updated
+  // by the call that returns the commit's outcome (see "commit finish" above).
   int64_t last_committed_step() const { return last_commit_.step; }
   const std::string& last_committed_dir() const { return last_commit_.dir; }
   const std::string& root() const { return root_; }
@@ -133,7 +151,14 @@ class CheckpointWriter {
  private:
   struct Pending;
   StatusOr<std::unique_ptr<Pending>> Begin(const CheckpointState& state);
+  // Phase 2 (see Poll above): start and finish the commit; Commit() does both, inline.
+  Status StartCommit(bool background);
+  Status FinishCommit();
   Status Commit();
+  // Poll: every rank's part of the current phase is done.
+  StatusOr<bool> NextPhase();
+  // Completes Poll's all-reduce in flight (if any); on failure abandons the pending save.
+  Status CompleteAgreement();
   CommitOptions CommitOpts();
 
   std::string root_;

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "checkpoint/commit_probe.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/load.h"
 #include "checkpoint/test_util.h"
@@ -250,6 +251,103 @@ TEST_F(WriterTest, ManifestOrLatestWriteFailureKeepsThePreviousCheckpoint) {
   replace.replace_committed = true;
   ASSERT_TRUE(CheckpointWriter(root_, nullptr, replace).Save(st[0].state).ok());
   EXPECT_EQ(ReadLatest(root_).value(), "step_00000002");
+  ExpectLoads(1, 0, 2);
+}
+
+// Polls `w` (1 ms apart, up to 20 s) until it returns true or an error.
+StatusOr<bool> PollUntilDone(CheckpointWriter& w) {
+  for (int i = 0; i < 20000; ++i) {
+    StatusOr<bool> p = w.Poll();
+    if (!p.ok() || *p) return p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+TEST_F(WriterTest, AsyncCommitRunsOffThePollingThreadAndKeepsTheLatestUntilComplete) {
+  StoreLayout l = MakeLayout(TestModel(), 1);
+  std::vector<OwnedState> one = MakeStates(l, DefaultSlots(), 1);
+  CheckpointWriter w1(root_, nullptr);
+  ASSERT_TRUE(w1.Save(one[0].state).ok());
+  CommitProbe probe(root_, 2, /*hold=*/true);
+  SaveOptions o;
+  o.fault_hook = probe.Hook();
+  CheckpointWriter w(root_, nullptr, o);
+  std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 2);
+  ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
+  // Poll until rank 0's commit has started (and is held at its manifest write).
+  for (int i = 0; i < 20000 && !probe.reached(); ++i) {
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_FALSE(*p) << "Poll returned the commit's outcome before the commit ran";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(probe.reached());
+  for (int i = 0; i < 3; ++i) {  // the commit is held: Poll returns at once, nothing changes
+    StatusOr<bool> p = w.Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_FALSE(*p);
+    EXPECT_TRUE(w.pending());
+    EXPECT_EQ(w.last_committed_step(), -1);
+    EXPECT_EQ(ReadLatest(root_).value(), "step_00000001");
+    EXPECT_FALSE(PathExists(JoinPath(root_, "step_00000002")));
+  }
+  probe.Release();
+  StatusOr<bool> done = PollUntilDone(w);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(*done);
+  EXPECT_FALSE(w.pending());
+  EXPECT_EQ(w.last_committed_step(), 2);
+  EXPECT_EQ(w.last_committed_dir(), JoinPath(root_, "step_00000002"));
+  EXPECT_EQ(ReadLatest(root_).value(), "step_00000002");
+  EXPECT_EQ(probe.violations(), std::vector<std::string>{});
+  ASSERT_TRUE(w.Finish().ok());
+  ExpectLoads(1, 0, 2);
+}
+
+TEST_F(WriterTest, FailureOfTheBackgroundCommitIsReturnedByPollAndKeepsThePrevious) {
+  StoreLayout l = MakeLayout(TestModel(), 1);
+  std::vector<OwnedState> one = MakeStates(l, DefaultSlots(), 1);
+  ASSERT_TRUE(CheckpointWriter(root_, nullptr).Save(one[0].state).ok());
+  for (const char* target : {"manifest.json", "manifest.xxh3"}) {
+    SaveOptions o;
+    o.fault_hook = FailWrites(target, 0, EIO);
+    CheckpointWriter w(root_, nullptr, o);
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 2);
+    ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
+    Status s = PollUntilDone(w).status();
+    EXPECT_EQ(s.code(), StatusCode::kInternal) << target << ": " << s;
+    EXPECT_NE(s.message().find("save of step 2: rank 0's commit"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(target), std::string::npos) << s;
+    EXPECT_FALSE(w.pending());
+    EXPECT_EQ(w.last_committed_step(), -1);
+    EXPECT_EQ(ReadLatest(root_).value(), "step_00000001") << target;
+    EXPECT_EQ(Entries(), (std::vector<std::string>{"latest", "step_00000001"})) << target;
+    EXPECT_TRUE(w.Finish().ok());  // the failure was returned once
+  }
+  ExpectLoads(1, 0, 1);
+}
+
+TEST_F(WriterTest, WaitAndTheNextSaveCompleteACommitInFlight) {
+  StoreLayout l = MakeLayout(TestModel(), 1);
+  CheckpointWriter w(root_, nullptr);
+  for (int64_t step : {1, 2}) {
+    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+    ASSERT_TRUE(w.SaveAsync(st[0].state).ok());  // step 2: completes step 1's commit first
+    EXPECT_EQ(w.last_committed_step(), step - 1 == 0 ? -1 : step - 1);
+    // Poll until the commit has started in the background (the writer is then committing: its
+    // Poll no longer returns false because of the file).
+    for (int i = 0; i < 20000 && !PathExists(JoinPath(root_, StepDirName(step))); ++i) {
+      StatusOr<bool> p = w.Poll();
+      ASSERT_TRUE(p.ok()) << p.status();
+      if (*p) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ASSERT_TRUE(w.Wait().ok());
+  EXPECT_FALSE(w.pending());
+  EXPECT_EQ(w.last_committed_step(), 2);
+  ASSERT_TRUE(w.Finish().ok());
   ExpectLoads(1, 0, 2);
 }
 
