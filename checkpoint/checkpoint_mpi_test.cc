@@ -301,6 +301,23 @@ StatusOr<bool> PollTogether(Communicator* comm, CheckpointWriter& w, int* calls)
   return p;
 }
 
+// Polls `w` on every rank until rank 0's commit has started (rank 0's probe says so; every rank
+// learns it at the same iteration through an all-gather). Every Poll must succeed and return false
+// (no outcome before rank 0's commit ran). Returns whether it started within the bound.
+::testing::AssertionResult PollUntilCommitStarted(Communicator* comm, CheckpointWriter& w,
+                                                  const CommitProbe& probe) {
+  for (int i = 0; i < 20000; ++i) {
+    StatusOr<bool> p = w.Poll();
+    if (!p.ok()) return ::testing::AssertionFailure() << "Poll " << i << ": " << p.status();
+    if (*p) return ::testing::AssertionFailure() << "Poll " << i << " returned the outcome first";
+    if (Gathered(comm, probe.reached() ? 1.f : 0.f)[0] == 1.f) {
+      return ::testing::AssertionSuccess();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return ::testing::AssertionFailure() << "rank 0's commit did not start within 20000 Polls";
+}
+
 TEST_F(CheckpointMpiTest, HeldBackgroundCommitBlocksNoPollAndKeepsThePreviousLatest) {
   SaveOptions o = SaveStepOneThenSmallWrites(2);
   CommitProbe probe(root_, 2, /*hold=*/true);
@@ -308,17 +325,8 @@ TEST_F(CheckpointMpiTest, HeldBackgroundCommitBlocksNoPollAndKeepsThePreviousLat
   CheckpointWriter w(root_, comm_, o);
   OwnedState st = MyState(2);
   ASSERT_TRUE(w.SaveAsync(st.state).ok());
-  // Poll until rank 0's commit has started (it is then held at its manifest write); every rank
-  // learns it at the same iteration.
-  bool reached = false;
-  for (int i = 0; i < 20000 && !reached; ++i) {
-    StatusOr<bool> p = w.Poll();
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_FALSE(*p) << "committed before rank 0's commit ran";
-    reached = Gathered(comm_, probe.reached() ? 1.f : 0.f)[0] == 1.f;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(reached);
+  // Rank 0's commit is then held at its manifest write.
+  ASSERT_TRUE(PollUntilCommitStarted(comm_, w, probe));
   for (int i = 0; i < 5; ++i) {  // rank 0's commit is held: every Poll returns, nothing changes
     StatusOr<bool> p = w.Poll();
     ASSERT_TRUE(p.ok()) << p.status();
@@ -379,15 +387,7 @@ TEST_F(CheckpointMpiTest, NextSaveAsyncCompletesACommitInFlightOnEveryRank) {
   CheckpointWriter w(root_, comm_, o);
   OwnedState two = MyState(2);
   ASSERT_TRUE(w.SaveAsync(two.state).ok());
-  bool started = false;  // rank 0's commit has started (it may have finished too)
-  for (int i = 0; i < 20000 && !started; ++i) {
-    StatusOr<bool> p = w.Poll();
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_FALSE(*p) << "Poll returned the outcome before rank 0's commit started";
-    started = Gathered(comm_, probe.reached() ? 1.f : 0.f)[0] == 1.f;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(started);
+  ASSERT_TRUE(PollUntilCommitStarted(comm_, w, probe));  // it may have finished too
   EXPECT_EQ(w.last_committed_step(), -1);
   OwnedState three = MyState(3);
   ASSERT_TRUE(w.SaveAsync(three.state).ok());  // first completes step 2's commit
