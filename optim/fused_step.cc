@@ -208,17 +208,25 @@ SHARDEMA_KERNEL void RunRange(const Plan& plan, int64_t begin, int64_t end) {
   }
 }
 
-// The drivers: one compiled for AVX2+FMA (hardware fma, 8-wide), one portable (fmaf from the C
-// library). Both compute the same bits.
-__attribute__((target("avx2,fma"), flatten)) void RunRangeAvx2(const Plan& plan, int64_t begin,
-                                                               int64_t end) {
+// The drivers: one compiled for AVX-512 (16-wide), one for AVX2+FMA (hardware fma, 8-wide), one
+// portable (fmaf from the C library). All compute the same bits (fused_step_test runs each path
+// the CPU has against the portable one).
+#define SHARDEMA_AVX512_TARGET \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,prefer-vector-width=512"), flatten))
+#define SHARDEMA_AVX2_TARGET __attribute__((target("avx2,fma"), flatten))
+SHARDEMA_AVX512_TARGET void RunRangeAvx512(const Plan& plan, int64_t begin, int64_t end) {
+  RunRange(plan, begin, end);
+}
+SHARDEMA_AVX2_TARGET void RunRangeAvx2(const Plan& plan, int64_t begin, int64_t end) {
   RunRange(plan, begin, end);
 }
 __attribute__((flatten)) void RunRangePortable(const Plan& plan, int64_t begin, int64_t end) {
   RunRange(plan, begin, end);
 }
-__attribute__((target("avx2,fma"), flatten)) void EmaAvx2(const EmaScalars& s, int64_t n, float* e,
-                                                          const float* p) {
+SHARDEMA_AVX512_TARGET void EmaAvx512(const EmaScalars& s, int64_t n, float* e, const float* p) {
+  EmaBlockF32(s, n, e, p);
+}
+SHARDEMA_AVX2_TARGET void EmaAvx2(const EmaScalars& s, int64_t n, float* e, const float* p) {
   EmaBlockF32(s, n, e, p);
 }
 __attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float* e,
@@ -226,21 +234,28 @@ __attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float*
   EmaBlockF32(s, n, e, p);
 }
 
-std::atomic<bool> g_force_portable{false};
+// The widest path this CPU has, capped by SetFusedStepIsaForTesting.
+std::atomic<FusedStepIsa> g_isa_cap{FusedStepIsa::kBest};
 
-bool HasAvx2Fma() {
-  static const bool has = [] {
+FusedStepIsa CpuPath() {
+  static const FusedStepIsa best = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+      return FusedStepIsa::kPortable;
+    }
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    return avx512 ? FusedStepIsa::kAvx512 : FusedStepIsa::kAvx2;
   }();
-  return has && !g_force_portable.load(std::memory_order_relaxed);
+  const FusedStepIsa cap = g_isa_cap.load(std::memory_order_relaxed);
+  return cap == FusedStepIsa::kBest ? best : std::max(best, cap);  // larger = narrower
 }
 
 void RunRangeBest(const Plan& plan, int64_t begin, int64_t end) {
-  if (HasAvx2Fma()) {
-    RunRangeAvx2(plan, begin, end);
-  } else {
-    RunRangePortable(plan, begin, end);
+  switch (CpuPath()) {
+    case FusedStepIsa::kAvx512: RunRangeAvx512(plan, begin, end); return;
+    case FusedStepIsa::kAvx2: RunRangeAvx2(plan, begin, end); return;
+    default: RunRangePortable(plan, begin, end); return;
   }
 }
 
@@ -311,15 +326,21 @@ void FusedStepCpu(const FusedStepArgs& args) {
 void EmaUpdateCpu(float* ema, const float* master, int64_t n, double beta) {
   if (n <= 0) return;
   const EmaScalars s = MakeEmaScalars(beta);
-  if (HasAvx2Fma()) {
-    EmaAvx2(s, n, ema, master);
-  } else {
-    EmaPortable(s, n, ema, master);
+  switch (CpuPath()) {
+    case FusedStepIsa::kAvx512: EmaAvx512(s, n, ema, master); return;
+    case FusedStepIsa::kAvx2: EmaAvx2(s, n, ema, master); return;
+    default: EmaPortable(s, n, ema, master); return;
   }
 }
 
+void SetFusedStepIsaForTesting(FusedStepIsa cap) {
+  g_isa_cap.store(cap, std::memory_order_relaxed);
+}
+
+FusedStepIsa FusedStepIsaInUse() { return CpuPath(); }
+
 void SetFusedStepPortableForTesting(bool portable) {
-  g_force_portable.store(portable, std::memory_order_relaxed);
+  SetFusedStepIsaForTesting(portable ? FusedStepIsa::kPortable : FusedStepIsa::kBest);
 }
 
 double SumSquaresCpu(const float* x, int64_t n) {

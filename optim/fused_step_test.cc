@@ -239,21 +239,41 @@ TEST(FusedStepTest, ThreadsGiveTheSameBits) {
   EXPECT_TRUE(one == automatic);
 }
 
-TEST(FusedStepTest, PortablePathGivesTheSameBits) {
+// The code paths this CPU can take (FusedStepIsaInUse under each cap), widest first, each once.
+std::vector<FusedStepIsa> PathsOfThisCpu() {
+  std::vector<FusedStepIsa> paths;
+  for (FusedStepIsa cap : {FusedStepIsa::kAvx512, FusedStepIsa::kAvx2, FusedStepIsa::kPortable}) {
+    SetFusedStepIsaForTesting(cap);
+    if (paths.empty() || paths.back() != FusedStepIsaInUse()) paths.push_back(FusedStepIsaInUse());
+  }
+  SetFusedStepIsaForTesting(FusedStepIsa::kBest);
+  return paths;
+}
+
+TEST(FusedStepTest, EveryPathGivesTheBitsOfThePortableOne) {
+  const std::vector<FusedStepIsa> paths = PathsOfThisCpu();
+  ASSERT_EQ(paths.back(), FusedStepIsa::kPortable);
+  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512";
   const int64_t n = 5000;
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
-    State fast(n, 31), portable(n, 31);
-    for (State* s : {&fast, &portable}) {
-      SetFusedStepPortableForTesting(s == &portable);
+    std::vector<State> states;
+    states.reserve(paths.size());
+    for (FusedStepIsa path : paths) {
+      SetFusedStepIsaForTesting(path);
+      states.emplace_back(n, 31);
+      State* s = &states.back();
       const EmaTarget targets[2] = {{s->e0.data(), 0.9}, {s->e1.data(), 0.2}};  // both lerps
       FusedStepArgs a = AdamWArgs(*s, targets, 2);
       a.kind = kind;
       a.momentum = 0.9;
       a.nesterov = true;
       FusedStepCpu(a);
+      EmaUpdateCpu(s->e0.data(), s->master.data(), n, 0.7);  // the EMA-only entry point too
     }
-    SetFusedStepPortableForTesting(false);
-    EXPECT_TRUE(fast == portable) << "kind " << int(kind);
+    SetFusedStepIsaForTesting(FusedStepIsa::kBest);
+    for (size_t i = 0; i + 1 < states.size(); ++i) {
+      EXPECT_TRUE(states[i] == states.back()) << "kind " << int(kind) << " path " << int(paths[i]);
+    }
   }
 }
 
@@ -561,12 +581,14 @@ TEST(FusedStepStorageTest, StochasticRoundingDependsOnGlobalIndexNotOnTheSplit) 
   }
 }
 
-TEST(FusedStepStorageTest, PortablePathComputesTheSameBits) {
+TEST(FusedStepStorageTest, EveryPathComputesTheBitsOfThePortableOne) {
+  const std::vector<FusedStepIsa> paths = PathsOfThisCpu();
+  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512";
   const int64_t n = 4111;
-  std::vector<std::vector<uint16_t>> out[2];
-  std::vector<float> masters[2];
-  for (int portable = 0; portable < 2; ++portable) {
-    SetFusedStepPortableForTesting(portable == 1);
+  std::vector<std::vector<std::vector<uint16_t>>> out(paths.size());
+  std::vector<std::vector<float>> masters(paths.size());
+  for (size_t path = 0; path < paths.size(); ++path) {
+    SetFusedStepIsaForTesting(paths[path]);
     Sgd s(n, 41);
     std::vector<uint16_t> d = Bf16Of(Random(n, 43, -0.1f, 0.1f)), e = Bf16Of(Random(n, 44, -1, 1)),
                           r = e, ds = d;
@@ -575,12 +597,14 @@ TEST(FusedStepStorageTest, PortablePathComputesTheSameBits) {
                             {r.data(), 0.3, EmaStorage::kBF16},
                             {ds.data(), 0.999, EmaStorage::kDeltaBF16Sr, 10}};
     FusedStepCpu(s.Args(t, 4));
-    out[portable] = {d, e, r, ds};
-    masters[portable] = s.master;
+    out[path] = {d, e, r, ds};
+    masters[path] = s.master;
   }
-  SetFusedStepPortableForTesting(false);
-  EXPECT_EQ(out[0], out[1]);
-  EXPECT_EQ(masters[0], masters[1]);
+  SetFusedStepIsaForTesting(FusedStepIsa::kBest);
+  for (size_t path = 0; path + 1 < paths.size(); ++path) {
+    EXPECT_EQ(out[path], out.back()) << "path " << int(paths[path]);
+    EXPECT_EQ(masters[path], masters.back()) << "path " << int(paths[path]);
+  }
 }
 
 }  // namespace
