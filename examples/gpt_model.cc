@@ -208,8 +208,8 @@ Status GptModel::BlockForward(size_t block, const float* const* p, const float* 
   a->atty.resize(size_t(n * C));
   RETURN_IF_ERROR(nn::AttentionForward(ctx_, as, a->qkv.data(), a->atty.data(), a->att.data()));
   a->x1.resize(size_t(n * C));
-  nn::LinearForward(ctx_, a->atty.data(), p[kAProjW], p[kAProjB], n, C, C, y);
-  nn::ResidualForward(ctx_, x, y, a->x1.data(), n * C);
+  nn::LinearForwardResidual(ctx_, a->atty.data(), p[kAProjW], p[kAProjB], x, n, C, C,
+                            a->x1.data());  // x1 = x + c_proj(attn)
   a->ln2.resize(size_t(n * C));
   a->mean2.resize(size_t(n));
   a->rstd2.resize(size_t(n));
@@ -220,8 +220,8 @@ Status GptModel::BlockForward(size_t block, const float* const* p, const float* 
   a->tanh.resize(size_t(n * 4 * C));
   nn::LinearForward(ctx_, a->ln2.data(), p[kFcW], p[kFcB], n, C, 4 * C, a->h.data());
   nn::GeluTanhForwardSaving(ctx_, a->h.data(), a->g.data(), a->tanh.data(), n * 4 * C);
-  nn::LinearForward(ctx_, a->g.data(), p[kMProjW], p[kMProjB], n, 4 * C, C, y);
-  nn::ResidualForward(ctx_, a->x1.data(), y, y, n * C);
+  nn::LinearForwardResidual(ctx_, a->g.data(), p[kMProjW], p[kMProjB], a->x1.data(), n, 4 * C, C,
+                            y);  // y = x1 + c_proj(gelu(c_fc(ln_2(x1))))
   return Status::Ok();
 }
 

@@ -23,7 +23,7 @@
 #define SHARDEMA_NN_DECLARE_ISA_KERNELS(ns)                                                       \
   namespace shardema::nn::ns {                                                                    \
   void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,       \
-                     int64_t rows, int64_t in, int64_t out, float* y);                            \
+                     const float* residual, int64_t rows, int64_t in, int64_t out, float* y);     \
   void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,     \
                       int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,     \
                       bool accumulate);                                                           \

@@ -7,7 +7,12 @@ namespace shardema::nn {
 
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
                    int64_t rows, int64_t in, int64_t out, float* y) {
-  SHARDEMA_NN_DISPATCH(LinearForward, ctx, x, w, b, rows, in, out, y);
+  SHARDEMA_NN_DISPATCH(LinearForward, ctx, x, w, b, nullptr, rows, in, out, y);
+}
+
+void LinearForwardResidual(const CpuContext& ctx, const float* x, const float* w, const float* b,
+                           const float* residual, int64_t rows, int64_t in, int64_t out, float* y) {
+  SHARDEMA_NN_DISPATCH(LinearForward, ctx, x, w, b, residual, rows, in, out, y);
 }
 
 void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,

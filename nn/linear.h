@@ -28,6 +28,13 @@ namespace shardema::nn {
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
                    int64_t rows, int64_t in, int64_t out, float* y);
 
+// A Linear followed by a residual add, in one pass fewer: y = residual + (x W^T + b), computed as
+// (residual + b) + x W^T (the residual and bias start the product's accumulator, so the result
+// may differ from LinearForward then ResidualForward in the last bits). residual [rows, out] may
+// be y itself (an in-place residual add); b may be null.
+void LinearForwardResidual(const CpuContext& ctx, const float* x, const float* w, const float* b,
+                           const float* residual, int64_t rows, int64_t in, int64_t out, float* y);
+
 // Given dy[rows, out]: dW = dy^T x and db = column sums of dy are written (accumulate == false)
 // or added (accumulate == true: tied weights, gradient accumulation) into dw[out, in] and
 // db[out]; dx[rows, in] = dy W is always overwritten. dx may be null (the input needs no

@@ -84,16 +84,37 @@ void ColumnSums(const M& DY, float* db, bool accumulate) {
 }  // namespace
 
 void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,
-                   int64_t rows, int64_t in, int64_t out, float* y) {
+                   const float* residual, int64_t rows, int64_t in, int64_t out, float* y) {
   MapC W(w, out, in);
   ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
     Map Y(y + r0 * out, r1 - r0, out);
-    if (b != nullptr && BiasFirstKeepsBits(r1 - r0, in, out)) {
-      BroadcastBias(Y, b, /*set=*/true);
-      Y.noalias() += MapC(x + r0 * in, r1 - r0, in) * W.transpose();
+    MapC X(x + r0 * in, r1 - r0, in);
+    if (residual != nullptr) {
+      // The residual (and the bias) start the accumulator: y = (residual + b) + x W^T, one pass
+      // fewer than the product followed by a residual add. residual may be y itself.
+      for (int64_t r = 0; r < r1 - r0; ++r) {
+        RowVecMap row(Y.row(r).data(), out);
+        const RowVecMapC res(residual + (r0 + r) * out, out);
+        if (b != nullptr) {
+          row = res + RowVecMapC(b, out);
+        } else {
+          row = res;
+        }
+      }
+      ForEachWeightPanel(r1 - r0, in, out, [&](int64_t o0, int64_t o1) {
+        if (o1 - o0 == out) {
+          Y.noalias() += X * W.transpose();
+        } else {
+          Y.middleCols(o0, o1 - o0).noalias() += X * W.middleRows(o0, o1 - o0).transpose();
+        }
+      });
       return;
     }
-    MapC X(x + r0 * in, r1 - r0, in);
+    if (b != nullptr && BiasFirstKeepsBits(r1 - r0, in, out)) {
+      BroadcastBias(Y, b, /*set=*/true);
+      Y.noalias() += X * W.transpose();
+      return;
+    }
     ForEachWeightPanel(r1 - r0, in, out, [&](int64_t o0, int64_t o1) {
       if (o1 - o0 == out) {
         Y.noalias() = X * W.transpose();

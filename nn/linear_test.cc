@@ -104,6 +104,38 @@ TEST(LinearTest, ThreadedMatchesSerial) {
 // must be those of one Eigen product. The reference is this file's Eigen, which is compiled like
 // the portable variant, so the layers run that variant here. Cases: several panels with a
 // remainder, a last panel of one row (joined to the one before), a shallow control.
+// LinearForwardResidual = LinearForward, then the residual add, up to the rounding of the other
+// summation order; in place (residual == y), without a bias, threaded, and with a depth Eigen
+// blocks and a weight side split into panels (in 700, out 1100).
+TEST(LinearTest, ResidualFormMatchesTheProductThenTheAdd) {
+  struct Shape {
+    int64_t rows, in, out;
+  };
+  for (const Shape& sh : {Shape{37, 70, 45}, Shape{24, 700, 1100}}) {
+    for (int threads : {1, 2}) {
+      const CpuContext ctx(threads);
+      auto x = Uniform(size_t(sh.rows * sh.in), 61), w = Uniform(size_t(sh.out * sh.in), 62),
+           b = Uniform(size_t(sh.out), 63), res = Uniform(size_t(sh.rows * sh.out), 64);
+      for (const float* bias : {static_cast<const float*>(b.data()), (const float*)nullptr}) {
+        std::vector<float> want(res.size()), got(res.size()), in_place = res;
+        LinearForward(ctx, x.data(), w.data(), bias, sh.rows, sh.in, sh.out, want.data());
+        for (size_t i = 0; i < want.size(); ++i) want[i] += res[i];
+        LinearForwardResidual(ctx, x.data(), w.data(), bias, res.data(), sh.rows, sh.in, sh.out,
+                              got.data());
+        LinearForwardResidual(ctx, x.data(), w.data(), bias, in_place.data(), sh.rows, sh.in,
+                              sh.out, in_place.data());
+        EXPECT_LT(MaxRelError(got, want, 1.0), 1e-5) << sh.in << " " << threads;
+        EXPECT_EQ(std::memcmp(got.data(), in_place.data(), got.size() * sizeof(float)), 0)
+            << "in place differs, in " << sh.in << " threads " << threads;
+        // Not vacuous: the residual is really there.
+        std::vector<float> plain(res.size());
+        LinearForward(ctx, x.data(), w.data(), bias, sh.rows, sh.in, sh.out, plain.data());
+        EXPECT_GT(MaxRelError(got, plain, 1.0), 1e-2);
+      }
+    }
+  }
+}
+
 TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
   ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   struct Case {
