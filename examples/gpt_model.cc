@@ -14,7 +14,6 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/precision.h"
-#include "nn/residual.h"
 
 namespace shardema::examples {
 namespace {
@@ -233,7 +232,6 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   const nn::AttentionShape as{rows_, seq_, C, shape_.n_head};
   dbig_.resize(size_t(n * 4 * C));
   dtmp_.resize(size_t(n * C));
-  dln_.resize(size_t(n * C));
   dqkv_.resize(size_t(n * 3 * C));
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   nn::LinearBackward(ctx_, a.g.data(), p[kMProjW], dy_.data(), n, 4 * C, C, g[kMProjW], g[kMProjB],
@@ -242,8 +240,8 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   nn::LinearBackward(ctx_, a.ln2.data(), p[kFcW], dbig_.data(), n, C, 4 * C, g[kFcW], g[kFcB],
                      dtmp_.data(), accumulate);
   nn::LayerNormBackward(ctx_, a.x1.data(), p[kLn2W], a.mean2.data(), a.rstd2.data(), dtmp_.data(),
-                        n, C, dln_.data(), g[kLn2W], g[kLn2B], accumulate);
-  nn::AddInPlace(ctx_, dy_.data(), dln_.data(), n * C);  // dL/dx1
+                        n, C, dy_.data(), g[kLn2W], g[kLn2B], accumulate,
+                        /*add_dx=*/true);  // dy_ += the branch's: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   nn::LinearBackward(ctx_, a.atty.data(), p[kAProjW], dy_.data(), n, C, C, g[kAProjW], g[kAProjB],
                      dtmp_.data(), accumulate);
@@ -252,8 +250,8 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
   nn::LinearBackward(ctx_, a.ln1.data(), p[kAttnW], dqkv_.data(), n, C, 3 * C, g[kAttnW], g[kAttnB],
                      dtmp_.data(), accumulate);
   nn::LayerNormBackward(ctx_, x, p[kLn1W], a.mean1.data(), a.rstd1.data(), dtmp_.data(), n, C,
-                        dln_.data(), g[kLn1W], g[kLn1B], accumulate);
-  nn::AddInPlace(ctx_, dy_.data(), dln_.data(), n * C);  // dL/dx
+                        dy_.data(), g[kLn1W], g[kLn1B], accumulate,
+                        /*add_dx=*/true);  // dy_ += the branch's: dL/dx
   return Status::Ok();
 }
 

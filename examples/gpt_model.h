@@ -172,7 +172,7 @@ class GptModel final : public GptLm, private UnitModule {
   std::vector<BlockActs> acts_;  // per block (empty with recompute)
   BlockActs scratch_acts_;       // with recompute: the one block's activations in use
   std::vector<float> lnf_mean_, lnf_rstd_, logits_, dlogits_;
-  std::vector<float> dy_, dtmp_, dln_, dbig_, dqkv_;  // backward scratch
+  std::vector<float> dy_, dtmp_, dbig_, dqkv_;  // backward scratch
   std::vector<std::vector<float>> widened_;
 };
 

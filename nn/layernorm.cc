@@ -56,9 +56,9 @@ SHARDEMA_LN_CLONES void ForwardRow(const float* x, const float* w, const float* 
   for (i = 0; i < c; ++i) y[i] = (x[i] - mf) * sf * w[i] + b[i];
 }
 
-// dx of one row of c elements.
+// dx of one row of c elements, written (add false) or added (add true).
 SHARDEMA_LN_CLONES void BackwardRow(const float* x, const float* w, float m, float s,
-                                    const float* dy, int64_t c, float* dx) {
+                                    const float* dy, int64_t c, bool add, float* dx) {
   double sum_g[kLanes] = {}, sum_gx[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= c; i += kLanes) {
@@ -78,7 +78,8 @@ SHARDEMA_LN_CLONES void BackwardRow(const float* x, const float* w, float m, flo
   const float mg = float(AddLanes(sum_g) / double(c)), mgx = float(AddLanes(sum_gx) / double(c));
   for (i = 0; i < c; ++i) {
     const float xhat = (x[i] - m) * s;
-    dx[i] = s * (dy[i] * w[i] - mg - xhat * mgx);
+    const float v = s * (dy[i] * w[i] - mg - xhat * mgx);
+    dx[i] = add ? dx[i] + v : v;
   }
 }
 
@@ -95,11 +96,11 @@ void LayerNormForward(const CpuContext& ctx, const float* x, const float* w, con
 
 void LayerNormBackward(const CpuContext& ctx, const float* x, const float* w, const float* mean,
                        const float* rstd, const float* dy, int64_t rows, int64_t c, float* dx,
-                       float* dw, float* db, bool accumulate) {
+                       float* dw, float* db, bool accumulate, bool add_dx) {
   if (dx != nullptr) {
     ctx.ParallelFor(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        BackwardRow(x + r * c, w, mean[r], rstd[r], dy + r * c, c, dx + r * c);
+        BackwardRow(x + r * c, w, mean[r], rstd[r], dy + r * c, c, add_dx, dx + r * c);
       }
     });
   }

@@ -10,8 +10,10 @@
 // Row statistics and the dw/db column sums are accumulated in double (stored as f32); each row sum
 // runs in 16 lanes (lane l: elements l, l + 16, ... in order; the lanes added in order at the
 // end), vectorised for the CPU's widest ISA with the same bits on every ISA. xhat is recomputed
-// from x, mean, rstd in the backward. dx is overwritten; dw/db are overwritten
-// (accumulate == false) or added to. dx may be null; dw and db may be null (frozen affine).
+// from x, mean, rstd in the backward. dx is overwritten (add_dx == false) or added to (add_dx ==
+// true: a residual trunk's gradient gets the LayerNorm's in one pass, the same bits as writing it
+// and adding it after); dw/db are overwritten (accumulate == false) or added to. dx may be null;
+// dw and db may be null (frozen affine).
 // Threads: rows split for y/dx, columns for dw/db (each column summed over rows in order): the
 // same bits at every thread count.
 #ifndef SHARDEMA_NN_LAYERNORM_H_
@@ -28,7 +30,7 @@ void LayerNormForward(const CpuContext& ctx, const float* x, const float* w, con
 
 void LayerNormBackward(const CpuContext& ctx, const float* x, const float* w, const float* mean,
                        const float* rstd, const float* dy, int64_t rows, int64_t c, float* dx,
-                       float* dw, float* db, bool accumulate = false);
+                       float* dw, float* db, bool accumulate = false, bool add_dx = false);
 
 }  // namespace shardema::nn
 

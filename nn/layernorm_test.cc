@@ -141,6 +141,27 @@ TEST(LayerNormTest, SameBitsAtEveryThreadCount) {
   EXPECT_EQ(db[0], db[1]);
 }
 
+// add_dx adds the row gradients into dx with the bits of writing them and adding them after.
+TEST(LayerNormTest, AddDxEqualsWriteThenAdd) {
+  const CpuContext ctx(2);
+  const int64_t rows = 5, c = 37;
+  auto x = Uniform(size_t(rows * c), 71, -2.f, 2.f), w = Uniform(size_t(c), 72, 0.5f, 1.5f),
+       b = Uniform(size_t(c), 73), dy = Uniform(size_t(rows * c), 74),
+       trunk = Uniform(size_t(rows * c), 75);
+  std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+  LayerNormForward(ctx, x.data(), w.data(), b.data(), rows, c, 1e-5f, y.data(), mean.data(),
+                   rstd.data());
+  std::vector<float> dx(x.size()), added = trunk;
+  LayerNormBackward(ctx, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), rows, c,
+                    dx.data(), nullptr, nullptr);
+  LayerNormBackward(ctx, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), rows, c,
+                    added.data(), nullptr, nullptr, /*accumulate=*/false, /*add_dx=*/true);
+  for (size_t i = 0; i < dx.size(); ++i) {
+    const float want = trunk[i] + dx[i];
+    ASSERT_EQ(std::memcmp(&added[i], &want, sizeof want), 0) << i;
+  }
+}
+
 // The forward and the dx of the backward sum each row in 16 double lanes (lane l: elements l,
 // l + 16, ...; lanes added in order) with no FMA, so whichever clone the CPU runs (x86-64-v4, -v3
 // or the portable one) gives the bits of this scalar reference, compiled for the baseline.
