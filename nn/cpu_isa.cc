@@ -3,30 +3,13 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "framework/cpu_features.h"
+
 namespace shardema::nn {
 namespace {
 
 // 0: not chosen yet; otherwise the CpuIsa value.
 std::atomic<uint8_t> g_active{0};
-
-bool HasV3() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe") &&
-           __builtin_cpu_supports("lzcnt");
-  }();
-  return has;
-}
-
-bool HasV4() {
-  static const bool has = HasV3() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512cd") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return has;
-}
 
 }  // namespace
 
@@ -41,15 +24,15 @@ const char* CpuIsaName(CpuIsa isa) {
 bool CpuSupports(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kV2: return true;
-    case CpuIsa::kV3: return HasV3();
-    case CpuIsa::kV4: return HasV4();
+    case CpuIsa::kV3: return CpuHasX86_64V3();
+    case CpuIsa::kV4: return CpuHasX86_64V4();
   }
   return false;
 }
 
 CpuIsa BestCpuIsa() {
-  if (HasV4() && __builtin_cpu_is("intel")) return CpuIsa::kV4;
-  return HasV3() ? CpuIsa::kV3 : CpuIsa::kV2;
+  if (CpuHasX86_64V4() && CpuIsIntel()) return CpuIsa::kV4;
+  return CpuHasX86_64V3() ? CpuIsa::kV3 : CpuIsa::kV2;
 }
 
 StatusOr<CpuIsa> ParseCpuIsa(const std::string& value) {

@@ -57,6 +57,24 @@ void ForEachWeightPanel(int64_t rows, int64_t depth, int64_t m, const Fn& fn) {
   }
 }
 
+// Y[rows, out] = X W^T (add false) or += X W^T (add true), W [out, in], one product per weight
+// panel (ForEachWeightPanel).
+void PanelProduct(const MapC& X, const MapC& W, Map& Y, bool add) {
+  ForEachWeightPanel(X.rows(), X.cols(), W.rows(), [&](int64_t o0, int64_t o1) {
+    if (o1 - o0 == W.rows()) {
+      if (add) {
+        Y.noalias() += X * W.transpose();
+      } else {
+        Y.noalias() = X * W.transpose();
+      }
+    } else if (add) {
+      Y.middleCols(o0, o1 - o0).noalias() += X * W.middleRows(o0, o1 - o0).transpose();
+    } else {
+      Y.middleCols(o0, o1 - o0).noalias() = X * W.middleRows(o0, o1 - o0).transpose();
+    }
+  });
+}
+
 // Y.row(r) = b (set) or += b (!set) for every row, one contiguous row at a time (Eigen's
 // rowwise() broadcast over a row-major map compiles to scalar stores).
 template <typename M>
@@ -101,13 +119,7 @@ void LinearForward(const CpuContext& ctx, const float* x, const float* w, const 
           row = res;
         }
       }
-      ForEachWeightPanel(r1 - r0, in, out, [&](int64_t o0, int64_t o1) {
-        if (o1 - o0 == out) {
-          Y.noalias() += X * W.transpose();
-        } else {
-          Y.middleCols(o0, o1 - o0).noalias() += X * W.middleRows(o0, o1 - o0).transpose();
-        }
-      });
+      PanelProduct(X, W, Y, /*add=*/true);
       return;
     }
     if (b != nullptr && BiasFirstKeepsBits(r1 - r0, in, out)) {
@@ -115,13 +127,7 @@ void LinearForward(const CpuContext& ctx, const float* x, const float* w, const 
       Y.noalias() += X * W.transpose();
       return;
     }
-    ForEachWeightPanel(r1 - r0, in, out, [&](int64_t o0, int64_t o1) {
-      if (o1 - o0 == out) {
-        Y.noalias() = X * W.transpose();
-      } else {
-        Y.middleCols(o0, o1 - o0).noalias() = X * W.middleRows(o0, o1 - o0).transpose();
-      }
-    });
+    PanelProduct(X, W, Y, /*add=*/false);
     if (b != nullptr) BroadcastBias(Y, b, /*set=*/false);
   });
 }

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "framework/cpu_features.h"
 #include "optim/fused_step_scalars.h"
 
 namespace shardema {
@@ -238,15 +239,9 @@ __attribute__((flatten)) void EmaPortable(const EmaScalars& s, int64_t n, float*
 std::atomic<FusedStepIsa> g_isa_cap{FusedStepIsa::kBest};
 
 FusedStepIsa CpuPath() {
-  static const FusedStepIsa best = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-      return FusedStepIsa::kPortable;
-    }
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-    return avx512 ? FusedStepIsa::kAvx512 : FusedStepIsa::kAvx2;
-  }();
+  static const FusedStepIsa best = CpuHasX86_64V4()  ? FusedStepIsa::kAvx512
+                                   : CpuHasAvx2Fma() ? FusedStepIsa::kAvx2
+                                                     : FusedStepIsa::kPortable;
   const FusedStepIsa cap = g_isa_cap.load(std::memory_order_relaxed);
   return cap == FusedStepIsa::kBest ? best : std::max(best, cap);  // larger = narrower
 }

@@ -1,0 +1,22 @@
+// CpuFeatures: what this x86-64 CPU can run, read once from CPUID (GCC's __builtin_cpu_supports)
+// for the code that picks a vectorised path at run time: the layer kit's ISA variants
+// (nn/cpu_isa.h) and the fused optimizer step's drivers (optim/fused_step.h).
+//
+//   CpuHasAvx2Fma()    AVX2 and FMA (the fused step's 8-wide path).
+//   CpuHasX86_64V3()   the x86-64-v3 level: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
+//   CpuHasX86_64V4()   x86-64-v3 and AVX-512 F, BW, CD, DQ, VL.
+//   CpuIsIntel()       the vendor is Intel (nn's "auto" prefers 512-bit vectors only there).
+// No errors. Threading: thread-safe (each answer is computed once, then cached).
+#ifndef SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
+#define SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
+
+namespace shardema {
+
+bool CpuHasAvx2Fma();
+bool CpuHasX86_64V3();
+bool CpuHasX86_64V4();
+bool CpuIsIntel();
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
