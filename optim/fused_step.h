@@ -38,8 +38,9 @@
 //   master moves, so a delta slot must be a target of every pass once it has started.
 //
 // The results do not depend on the CPU: the same code is compiled for AVX-512 (used where the
-// CPU is x86-64-v4, framework/cpu_features.h), for AVX2+FMA, and portably with the C library's correctly rounded
-// fmaf (machines without AVX2/FMA; slower), all with the same bits; nor on num_threads.
+// CPU is x86-64-v4, framework/cpu_features.h), for AVX2+FMA, and portably with the C library's
+// correctly rounded fmaf (machines without AVX2/FMA; slower), all with the same bits; nor on
+// num_threads.
 //
 // Memory: no allocation (beyond starting threads when num_threads allows extra ones).
 // Threading: the function itself may use up to `num_threads` threads on disjoint ranges (joined
