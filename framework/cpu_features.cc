@@ -1,5 +1,7 @@
 #include "framework/cpu_features.h"
 
+#include <cpuid.h>
+
 namespace shardema {
 
 bool CpuHasAvx2Fma() {
@@ -31,6 +33,23 @@ bool CpuIsIntel() {
     return __builtin_cpu_is("intel") != 0;
   }();
   return is;
+}
+
+int CpuAmdFamily() {
+  static const int family = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd") == 0) return 0;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+    const int base = static_cast<int>((eax >> 8) & 0xF);
+    return base == 0xF ? base + static_cast<int>((eax >> 20) & 0xFF) : base;
+  }();
+  return family;
+}
+
+bool CpuPrefersAvx512() {
+  static const bool prefers = CpuHasX86_64V4() && (CpuIsIntel() || CpuAmdFamily() >= 0x1A);
+  return prefers;
 }
 
 }  // namespace shardema

@@ -5,7 +5,12 @@
 //   CpuHasAvx2Fma()    AVX2 and FMA (the fused step's 8-wide path).
 //   CpuHasX86_64V3()   the x86-64-v3 level: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
 //   CpuHasX86_64V4()   x86-64-v3 and AVX-512 F, BW, CD, DQ, VL.
-//   CpuIsIntel()       the vendor is Intel (nn's "auto" prefers 512-bit vectors only there).
+//   CpuIsIntel()       the vendor is Intel.
+//   CpuAmdFamily()     the AMD family number from CPUID leaf 1 (base + extended family: 0x19 Zen 3/4,
+//                      0x1A Zen 5), 0 on other vendors.
+//   CpuPrefersAvx512() x86-64-v4 and cores that run 512-bit vectors at full width: Intel, or AMD
+//                      family 0x1A and later (Zen 5). Zen 4 splits each 512-bit operation in two
+//                      and measured no faster with them, so nn's "auto" keeps it on x86-64-v3.
 // No errors. Threading: thread-safe (each answer is computed once, then cached).
 #ifndef SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
 #define SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
@@ -16,6 +21,8 @@ bool CpuHasAvx2Fma();
 bool CpuHasX86_64V3();
 bool CpuHasX86_64V4();
 bool CpuIsIntel();
+int CpuAmdFamily();
+bool CpuPrefersAvx512();
 
 }  // namespace shardema
 

@@ -18,6 +18,22 @@ TEST(CpuFeaturesTest, AgreesWithTheCompilerBuiltins) {
   EXPECT_EQ(CpuIsIntel(), __builtin_cpu_is("intel") != 0);
 }
 
+TEST(CpuFeaturesTest, Avx512PreferenceFollowsVendorAndFamily) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd") == 0) {
+    EXPECT_EQ(CpuAmdFamily(), 0);
+  } else {
+    EXPECT_GE(CpuAmdFamily(), 0xF);  // every AMD CPU with x86-64 reports an extended family
+  }
+  if (__builtin_cpu_is("amdfam19h") != 0) {
+    EXPECT_EQ(CpuAmdFamily(), 0x19);
+    EXPECT_FALSE(CpuPrefersAvx512());  // Zen 3/4: split 512-bit operations
+  }
+  EXPECT_EQ(CpuPrefersAvx512(),
+            CpuHasX86_64V4() && (CpuIsIntel() || CpuAmdFamily() >= 0x1A));
+  if (CpuPrefersAvx512()) EXPECT_TRUE(CpuHasX86_64V4());
+}
+
 TEST(CpuFeaturesTest, AnswersAreStable) {
   const bool v3 = CpuHasX86_64V3(), v4 = CpuHasX86_64V4();
   for (int i = 0; i < 3; ++i) {

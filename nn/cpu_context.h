@@ -15,6 +15,10 @@
 // Threading: a context is used by one thread at a time (ParallelFor is not re-entrant and must
 // not be called from inside one of its own chunks). Layers may be called from any thread that
 // owns the context. The pool's threads live as long as the context.
+//
+// Stack: the GEMMs keep Eigen's two packing blocks on the running thread's stack (up to 2 MiB
+// each, nn/BUILD's EIGEN_BLOCK_COPTS), so call the layers from threads with at least 6 MiB of
+// stack: the main thread and std::thread get 8 MiB by default (ulimit -s), as do the pool's.
 #ifndef SHARDEMA_NN_CPU_CONTEXT_H_
 #define SHARDEMA_NN_CPU_CONTEXT_H_
 

@@ -31,7 +31,7 @@ bool CpuSupports(CpuIsa isa) {
 }
 
 CpuIsa BestCpuIsa() {
-  if (CpuHasX86_64V4() && CpuIsIntel()) return CpuIsa::kV4;
+  if (CpuPrefersAvx512()) return CpuIsa::kV4;
   return CpuHasX86_64V3() ? CpuIsa::kV3 : CpuIsa::kV2;
 }
 

@@ -8,9 +8,11 @@
 //   kV2  the portable build (the rest of the tree's flags);
 //   kV3  x86-64-v3, when the CPU has AVX2, FMA, BMI1/2, F16C, LZCNT and MOVBE;
 //   kV4  x86-64-v4, when it also has AVX-512 F, BW, CD, DQ and VL.
-// "auto" (the default) takes kV4 on Intel CPUs with AVX-512 (two 512-bit FMA ports on the
-// server parts: the benchmark GPT's 1-rank step took 64 ms with kV4 against 83-89 ms with kV3
-// on a Sapphire Rapids core) and kV3 on any other CPU with AVX2 (AMD Zen 4 runs 512-bit
+// "auto" (the default) takes kV4 where CpuPrefersAvx512() (framework/cpu_features.h): Intel CPUs
+// with AVX-512 (two 512-bit FMA ports on the server parts: the benchmark GPT's 1-rank step took
+// 64 ms with kV4 against 83-89 ms with kV3 on a Sapphire Rapids core) and AMD Zen 5 (family 0x1A,
+// 512-bit datapaths: the 19.9M MLP's forward + backward at 48 rows took 51 ms with kV4 against
+// 67 ms with kV3 on an EPYC core), and kV3 on any other CPU with AVX2 (AMD Zen 4 runs 512-bit
 // operations as two 256-bit halves: an x86-64-v4 build measured no faster than kV3 there);
 // SHARDEMA_CPU_ISA=v4 forces it.
 // The variants compute the same formulas but may differ in the last bits (FMA contracts,
@@ -42,7 +44,7 @@ const char* CpuIsaName(CpuIsa isa);  // "v2", "v3", "v4"
 // True when this CPU can run `isa` (kV2 always).
 bool CpuSupports(CpuIsa isa);
 
-// The variant "auto" picks on this CPU (see above): kV4 on Intel with AVX-512, else the best of
+// The variant "auto" picks on this CPU (see above): kV4 where CpuPrefersAvx512(), else the best of
 // kV3 and kV2 it supports.
 CpuIsa BestCpuIsa();
 
