@@ -22,7 +22,10 @@
 #              being train_mlp --bench-json's process CPU time of the run summed over the ranks
 #              (the writer thread's included). A save hides when block_ms is small and a core is
 #              free for its cpu_ms. Ranks run with OMPI_MCA_mpi_yield_when_idle=1 (unless set), as in
-# step_bench. Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10)
+# step_bench, and --bind-to none: mpirun binds each of up to 2 ranks to one core by default, and
+# the writer thread then shares its rank's core with the training (1 rank, 48 steps, a save every
+# 12, Zen 5: median step 31.8 ms without saves, 54-61 ms with async saves when bound, 31.9 ms
+# unbound; train_mlp warns when it is bound to one core with --async-save). Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10)
 # ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=...`.
 set -euo pipefail
 
@@ -64,7 +67,7 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms"
   local t0 t1
   t0="$(date +%s.%N)"
   OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}" \
-    mpirun --allow-run-as-root --oversubscribe -np "$world" "$train" --layers "$layers" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$world" "$train" --layers "$layers" \
     --batch "$batch" --optim adamw --ema 0.999,0.9999 --steps "$steps" --log-every 0 \
     --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }

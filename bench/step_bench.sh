@@ -19,12 +19,14 @@
 # includes its ~0.3-0.7 GB of libraries, "torch_base" is its RSS before the model).
 # Roofline (STEP_ROOFLINE, bench/step_roofline.cc): the same GEMM shapes through the same nn
 # code, the step's collectives and the optimizer pass, each alone; bound = max(compute, comm) +
-# optimizer; step_efficiency = bound / our step time.
+# optimizer; step_efficiency = bound / our step time. serial = compute + comm + optimizer, the
+# bound when the ranks' own cores move the collectives (shared-memory MPI with a rank per core:
+# nothing is left to overlap them with compute); eff_serial = serial / our step time.
 # PyTorch: $PYTHON, else bench/peer/.venv/bin/python, created with `python3 -m venv` and
 # `pip install torch numpy safetensors` when missing (the test suite never needs it); without a
 # working `import torch` the torch columns read na.
 # Ends with `summary: ours_ms_wN=... torch_ms_wN=... step_ratio_wN=... step_efficiency_wN=...
-# ours_rss_mib_wN=... torch_rss_mib_wN=...` for each world size.
+# ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=...` for each world size.
 set -euo pipefail
 
 train="${1:?usage: step_bench.sh TRAIN_MLP FSDP2_PEER STEP_ROOFLINE [flags]}"
@@ -101,14 +103,14 @@ bound() {  # world -> one JSON line
 
 echo "# step_bench: MLP $layers, global batch $batch, gelu, mse, AdamW, 2 EMA slots; $steps timed steps after $warmup; $repeats interleaved repeats; $threads thread(s) per rank; $cores cores; torch ${torch_info:-na}"
 echo "# load before: $(uptime | sed 's/.*load/load/')"
-printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %8s\n' world ours_ms torch_ms ratio ours_cpu torch_cpu ours_rss torch_rss torch_base bound_ms eff isa
+printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' world ours_ms torch_ms ratio ours_cpu torch_cpu ours_rss torch_rss torch_base bound_ms eff serial_ms eff_serial isa
 summary=""
 for w in $worlds; do
   if [ $((batch % w)) -ne 0 ]; then
     echo "step_bench: --batch $batch is not divisible by world $w" >&2
     exit 2
   fi
-  om=() tm=() oc=() tc=() orss=() trss=() tbase=() bm=()
+  om=() tm=() oc=() tc=() orss=() trss=() tbase=() bm=() sm=()
   isa=na
   for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
@@ -118,17 +120,20 @@ for w in $worlds; do
     tm+=("$(field "$j" step_ms)"); tc+=("$(field "$j" cpu_ms)"); trss+=("$(field "$j" peak_rss_mib)")
     tbase+=("$(field "$j" base_rss_mib)")
     j="$(bound "$w")"
-    bm+=("$(field "$j" bound_ms)")
+    bm+=("$(field "$j" bound_ms)"); sm+=("$(field "$j" serial_ms)")
   done
   o="$(median "${om[@]}")" t="$(median "${tm[@]}")" b="$(median "${bm[@]}")"
-  ratio="$(div "$o" "$t")" eff="$(div "$b" "$o")"
+  sb="$(median "${sm[@]}")"
+  ratio="$(div "$o" "$t")" eff="$(div "$b" "$o")" effs="$(div "$sb" "$o")"
   ors="$(median "${orss[@]}")" trs="$(median "${trss[@]}")"
-  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %8s\n' "$w" "$(fmt "$o")" "$(fmt "$t")" \
-    "$ratio" "$(fmt "$(median "${oc[@]}")")" "$(fmt "$(median "${tc[@]}")")" "$(fmt "$ors")" \
-    "$(fmt "$trs")" "$(fmt "$(median "${tbase[@]}")")" "$(fmt "$b")" "$eff" "$isa"
+  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' "$w" "$(fmt "$o")" \
+    "$(fmt "$t")" "$ratio" "$(fmt "$(median "${oc[@]}")")" "$(fmt "$(median "${tc[@]}")")" \
+    "$(fmt "$ors")" "$(fmt "$trs")" "$(fmt "$(median "${tbase[@]}")")" "$(fmt "$b")" "$eff" \
+    "$(fmt "$sb")" "$effs" "$isa"
   echo "#   runs (wall ms): ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
   summary+=" ours_ms_w${w}=$(fmt "$o") torch_ms_w${w}=$(fmt "$t") step_ratio_w${w}=${ratio}"
   summary+=" step_efficiency_w${w}=${eff} ours_rss_mib_w${w}=$(fmt "$ors") torch_rss_mib_w${w}=$(fmt "$trs")"
+  summary+=" eff_serial_w${w}=${effs}"
 done
 echo "# load after: $(uptime | sed 's/.*load/load/')"
 echo "summary:${summary}"

@@ -12,8 +12,11 @@
 //          (a single rank needs no communication);
 // optim    the fused AdamW + 2 EMA pass (optim/fused_step.h) over the rank's 1/W shard.
 // bound = max(compute, comm) + optim: a step that overlaps all communication with compute.
+// serial = compute + comm + optim: the bound when the collectives cannot overlap compute because
+//          the same cores move them (shared-memory MPI: each rank's copies and ring additions run
+//          on its own core, and with as many ranks as cores no core is left over).
 // Each part: median over --repeats runs (after one warm-up), max over ranks. Rank 0 prints one
-// JSON line {"world", "compute_ms", "comm_ms", "optim_ms", "bound_ms", "cpu_isa"}.
+// JSON line {"world", "compute_ms", "comm_ms", "optim_ms", "bound_ms", "serial_ms", "cpu_isa"}.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -187,10 +190,11 @@ int Main(int argc, char** argv) {
   }
   if (c.rank() == 0) {
     const double bound = std::max(worst[0], worst[1]) + worst[2];
+    const double serial = worst[0] + worst[1] + worst[2];
     std::printf(
         "{\"world\": %d, \"compute_ms\": %.4f, \"comm_ms\": %.4f, \"optim_ms\": %.4f, "
-        "\"bound_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
-        world, worst[0], worst[1], worst[2], bound, nn::CpuIsaName(*isa));
+        "\"bound_ms\": %.4f, \"serial_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
+        world, worst[0], worst[1], worst[2], bound, serial, nn::CpuIsaName(*isa));
   }
   comm->reset();
   return MpiCommunicator::FinalizeMpi().ok() ? 0 : 1;

@@ -416,25 +416,47 @@ Status CheckpointWriter::Save(const CheckpointState& state) {
   return Commit();
 }
 
+uint64_t CheckpointWriter::StagingBytes(const Manifest& plan, int rank) {
+  uint64_t total = 0;
+  for (const SlotEntry& s : plan.slots) total += AlignUp(s.bytes_per_rank, 64);
+  if (rank == 0) {
+    for (const BufferEntry& b : plan.buffers) total += AlignUp(b.bytes, 64);
+  }
+  return total;
+}
+
+bool CheckpointWriter::GrowStaging(uint64_t bytes, bool touch) {
+  if (staging_bytes_ >= bytes) return true;
+  staging_.reset();
+  staging_bytes_ = 0;
+  try {
+    staging_.reset(new char[size_t(bytes)]);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  staging_bytes_ = bytes;
+  if (touch) std::memset(staging_.get(), 0, size_t(bytes));
+  return true;
+}
+
+Status CheckpointWriter::ReserveStaging(const CheckpointState& state) {
+  ASSIGN_OR_RETURN(Manifest plan, PlanForState(state, options_.chunk_bytes));
+  const uint64_t total = StagingBytes(plan, state.rank);
+  if (!GrowStaging(total, /*touch=*/true)) {
+    return ResourceExhausted("asynchronous saves: cannot allocate ", total,
+                             " bytes of staging memory on rank ", state.rank);
+  }
+  return Status::Ok();
+}
+
 Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   RETURN_IF_ERROR(Wait());
   ASSIGN_OR_RETURN(pending_, Begin(state));
   Pending& p = *pending_;
   const int rank = RankOf(comm_);
   // Snapshot into the staging buffer: slots, then (rank 0) buffers, each 64-byte aligned.
-  uint64_t total = 0;
-  for (const SlotEntry& s : p.plan.slots) total += AlignUp(s.bytes_per_rank, 64);
-  if (rank == 0) {
-    for (const BufferEntry& b : p.plan.buffers) total += AlignUp(b.bytes, 64);
-  }
-  try {
-    if (staging_bytes_ < total) {
-      staging_.reset();
-      staging_bytes_ = 0;
-      staging_.reset(new char[size_t(total)]);
-      staging_bytes_ = total;
-    }
-  } catch (const std::bad_alloc&) {
+  const uint64_t total = StagingBytes(p.plan, rank);
+  if (!GrowStaging(total, /*touch=*/false)) {
     p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
                                  total, " bytes of staging memory on rank ", rank);
     p.done.store(true);

@@ -134,6 +134,12 @@ class CheckpointWriter {
 
   Status Save(const CheckpointState& state);
   Status SaveAsync(const CheckpointState& state);
+  // Local: allocates the staging memory SaveAsync would need for `state` (or keeps a larger one)
+  // and touches every page, so that the first asynchronous snapshot pays no page faults and a
+  // process short of memory learns it now (kResourceExhausted, naming the bytes and rank), not
+  // at its first save. kInvalidArgument for a state SaveAsync would refuse. Optional: without it
+  // the first SaveAsync allocates the memory (untouched; its snapshot copy faults it in).
+  Status ReserveStaging(const CheckpointState& state);
   StatusOr<bool> Poll();
   void WaitSnapshot();
   Status Wait();
@@ -160,6 +166,10 @@ class CheckpointWriter {
   // Completes Poll's all-reduce in flight (if any); on failure abandons the pending save.
   Status CompleteAgreement();
   CommitOptions CommitOpts();
+  // Bytes of the snapshot of `plan` on `rank`: slots, then (rank 0) buffers, 64-byte aligned.
+  static uint64_t StagingBytes(const Manifest& plan, int rank);
+  // Makes staging_ at least `bytes` (zero-filled when `touch`); false when allocation fails.
+  bool GrowStaging(uint64_t bytes, bool touch);
 
   std::string root_;
   Communicator* comm_;

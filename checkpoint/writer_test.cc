@@ -133,6 +133,28 @@ TEST_F(WriterTest, AsyncSaveWritesTheSnapshotNotLaterChanges) {
   EXPECT_EQ(dest.buffer_data[0], ExpectedBuffer("bn.running_mean", 5));
 }
 
+TEST_F(WriterTest, ReservedStagingServesTheAsyncSavesAndBadStatesAreRefused) {
+  StoreLayout l = MakeLayout(TestModelWithBig(100000), 1);
+  std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), 4);
+  CheckpointWriter w(root_, nullptr);
+  ASSERT_TRUE(w.ReserveStaging(st[0].state).ok());
+  // The snapshot goes into the reserved memory; later changes to the state are not saved.
+  ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
+  for (auto& d : st[0].slot_data) std::memset(d.data(), 0x5A, d.size());
+  ASSERT_TRUE(w.Finish().ok());
+  OwnedState dest = MakeDest(l, 0, DefaultSlots());
+  ASSERT_TRUE(LoadCheckpoint(root_, nullptr, dest.state).ok());
+  for (size_t s = 0; s < DefaultSlots().size(); ++s) {
+    EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, 0, DefaultSlots()[s], 4)) << s;
+  }
+  // A state SaveAsync would refuse is refused here too, naming what is wrong.
+  CheckpointState bad = st[0].state;
+  bad.rank = 3;  // a 1-rank layout
+  Status r = w.ReserveStaging(bad);
+  EXPECT_EQ(r.code(), StatusCode::kInvalidArgument) << r;
+  EXPECT_NE(r.message().find("rank 3"), std::string::npos) << r;
+}
+
 TEST_F(WriterTest, BackgroundSnapshotIsTakenBeforeWaitSnapshotReturns) {
   StoreLayout l = MakeLayout(TestModelWithBig(200000), 1);
   SaveOptions o;

@@ -198,6 +198,8 @@ Status Trainer::Setup() {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
     saver_ = std::make_unique<CheckpointSaver>(config_, comm_);
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, saver_->ReserveStaging(*state_, data_),
+                                  "--async-save staging memory"));
   }
   const std::string metrics_path = !c.metrics.empty()   ? c.metrics
                                    : c.ckpt_dir.empty() ? ""
@@ -547,7 +549,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
-    if (!already) RETURN_IF_ERROR(saver_->Save(*state_, data_, s.final_step));
+    if (!already) RETURN_IF_ERROR(saver_->SaveFinal(*state_, data_, s.final_step));
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }

@@ -84,8 +84,15 @@ class CheckpointSaver {
  public:
   CheckpointSaver(const TrainConfig& config, Communicator* comm);
 
+  // Local. With --async-save, reserves and touches the writer's staging memory for the state
+  // now (CheckpointWriter::ReserveStaging): the first save then stalls no step, and a rank short
+  // of memory fails at setup rather than at its first save. Nothing without --async-save.
+  Status ReserveStaging(const TrainState& state, const Dataset& data);
   // Collective. Writes the checkpoint of `step` (async or not per the config).
   Status Save(const TrainState& state, const Dataset& data, int64_t step);
+  // Collective. The run's last checkpoint: synchronous even with --async-save (nothing is left
+  // to overlap it with, so a snapshot would only add a copy); commits a pending save first.
+  Status SaveFinal(const TrainState& state, const Dataset& data, int64_t step);
   // Local. Blocks until a pending asynchronous save no longer reads the training state; call it
   // before anything changes the persistent slots (the optimizer step). Cheap when none is pending.
   void WaitSnapshot();

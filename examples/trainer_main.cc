@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "examples/device_comm.h"
 #include "examples/trainer.h"
+#include "framework/cpu_features.h"
 #include "framework/logging.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/rank_env.h"
@@ -72,6 +74,13 @@ int TrainerMain(int argc, char** argv, const char* program,
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
   if (!comm.ok()) return Finish(program, comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;
+  if (config.async_save && rank0 && CpusAllowed() == 1 && std::thread::hardware_concurrency() > 1) {
+    LOG_WARNING << program
+                << ": --async-save: rank 0 may run on one core only (mpirun binds each of up to 2 "
+                   "ranks to a core by default), so the background writer takes its CPU from the "
+                   "training steps; launch with mpirun --bind-to none, or --map-by slot:PE=2, to "
+                   "give it a core of its own";
+  }
 
   // --device cuda: the NCCL communicator of the store, on the rank's GPU (null for the CPU).
   StatusOr<std::unique_ptr<Communicator>> device_comm =

@@ -1,6 +1,7 @@
 #include "framework/cpu_features.h"
 
 #include <cpuid.h>
+#include <sched.h>
 
 namespace shardema {
 
@@ -50,6 +51,14 @@ int CpuAmdFamily() {
 bool CpuPrefersAvx512() {
   static const bool prefers = CpuHasX86_64V4() && (CpuIsIntel() || CpuAmdFamily() >= 0x1A);
   return prefers;
+}
+
+int CpusAllowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
 }
 
 }  // namespace shardema

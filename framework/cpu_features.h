@@ -11,7 +11,9 @@
 //   CpuPrefersAvx512() x86-64-v4 and cores that run 512-bit vectors at full width: Intel, or AMD
 //                      family 0x1A and later (Zen 5). Zen 4 splits each 512-bit operation in two
 //                      and measured no faster with them, so nn's "auto" keeps it on x86-64-v3.
-// No errors. Threading: thread-safe (each answer is computed once, then cached).
+//   CpusAllowed()      how many CPUs the calling thread may run on now (sched_getaffinity; 1
+//                      when a launcher bound it to one core); not cached, >= 1.
+// No errors. Threading: thread-safe (each answer but CpusAllowed is computed once, then cached).
 #ifndef SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
 #define SHARDEMA_FRAMEWORK_CPU_FEATURES_H_
 
@@ -23,6 +25,7 @@ bool CpuHasX86_64V4();
 bool CpuIsIntel();
 int CpuAmdFamily();
 bool CpuPrefersAvx512();
+int CpusAllowed();
 
 }  // namespace shardema
 

@@ -2,6 +2,9 @@
 #include "framework/cpu_features.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <thread>
 
 namespace shardema {
 namespace {
@@ -32,6 +35,27 @@ TEST(CpuFeaturesTest, Avx512PreferenceFollowsVendorAndFamily) {
   EXPECT_EQ(CpuPrefersAvx512(),
             CpuHasX86_64V4() && (CpuIsIntel() || CpuAmdFamily() >= 0x1A));
   if (CpuPrefersAvx512()) EXPECT_TRUE(CpuHasX86_64V4());
+}
+
+TEST(CpuFeaturesTest, CpusAllowedFollowsTheThreadsAffinity) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(CpusAllowed(), CPU_COUNT(&all));
+  // A thread bound to one CPU (as mpirun's --bind-to core does to a rank) sees 1.
+  std::thread([&all] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &all)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_EQ(CpusAllowed(), 1);
+  }).join();
+  EXPECT_EQ(CpusAllowed(), CPU_COUNT(&all));  // the other thread's binding is its own
 }
 
 TEST(CpuFeaturesTest, AnswersAreStable) {
