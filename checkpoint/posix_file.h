@@ -7,6 +7,17 @@
 // treated as the errno of a failed write (e.g. ENOSPC to simulate a full disk mid-file). Tests use
 // it because root bypasses permission bits and a tiny tmpfs is not always available.
 //
+// Direct writes: WritableFile also opens the file with O_DIRECT where the file system allows it,
+// and writes every piece whose file offset, source address and length are multiples of
+// kDirectIoAlign through that descriptor: the bytes go from the caller's memory to the device
+// without a copy into the page cache (a 160 MiB rank file: ~2.2 GB/s and almost no CPU, against
+// ~0.4 GB/s for buffered writes + fsync, whose page-cache copy and write-back cost ~1 core-second
+// per GB, taken from the training ranks by an asynchronous save). Other pieces (headers, padding,
+// the unaligned tail of a section) are written through the ordinary descriptor; the kernel keeps
+// the two coherent, and Sync's fsync covers both. A file system without O_DIRECT (tmpfs), or a
+// direct write refused with EINVAL (a device with larger blocks), falls back to buffered writes
+// for that file. SHARDEMA_DIRECT_IO=0 turns direct writes off.
+//
 // Threading: a WritableFile/ReadableFile is used by one thread at a time; the free functions are
 // thread-safe.
 #ifndef SHARDEMA_CHECKPOINT_POSIX_FILE_H_
@@ -24,6 +35,10 @@
 namespace shardema {
 
 using WriteFaultHook = std::function<int(const std::string& path, uint64_t offset, size_t length)>;
+
+// Alignment of offset, address and length for a direct write (the page size: a multiple of the
+// logical block size of common devices).
+inline constexpr uint64_t kDirectIoAlign = 4096;
 
 // A file opened for writing: sequential appends (Append) or positional writes (WriteAt).
 class WritableFile {
@@ -51,13 +66,18 @@ class WritableFile {
 
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Bytes written through the O_DIRECT descriptor so far (tests, benchmarks).
+  uint64_t direct_bytes() const { return direct_bytes_; }
 
  private:
-  WritableFile(std::string path, int fd, WriteFaultHook hook)
-      : path_(std::move(path)), fd_(fd), hook_(std::move(hook)) {}
+  WritableFile(std::string path, int fd, WriteFaultHook hook);
+  // pwrite(2)s all n bytes at `pos` through `fd`, retrying short writes and EINTR.
+  Status WriteAll(int fd, uint64_t pos, const char* p, size_t n);
   std::string path_;
   int fd_ = -1;
+  int direct_fd_ = -1;  // O_DIRECT descriptor of the same file, or -1
   uint64_t size_ = 0;
+  uint64_t direct_bytes_ = 0;
   WriteFaultHook hook_;
 };
 

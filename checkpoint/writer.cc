@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -418,22 +419,22 @@ Status CheckpointWriter::Save(const CheckpointState& state) {
 
 uint64_t CheckpointWriter::StagingBytes(const Manifest& plan, int rank) {
   uint64_t total = 0;
-  for (const SlotEntry& s : plan.slots) total += AlignUp(s.bytes_per_rank, 64);
+  for (const SlotEntry& s : plan.slots) total += AlignUp(s.bytes_per_rank, kDirectIoAlign);
   if (rank == 0) {
-    for (const BufferEntry& b : plan.buffers) total += AlignUp(b.bytes, 64);
+    for (const BufferEntry& b : plan.buffers) total += AlignUp(b.bytes, kDirectIoAlign);
   }
   return total;
 }
+
+void CheckpointWriter::FreeBytes::operator()(char* p) const { std::free(p); }
 
 bool CheckpointWriter::GrowStaging(uint64_t bytes, bool touch) {
   if (staging_bytes_ >= bytes) return true;
   staging_.reset();
   staging_bytes_ = 0;
-  try {
-    staging_.reset(new char[size_t(bytes)]);
-  } catch (const std::bad_alloc&) {
-    return false;
-  }
+  void* mem = std::aligned_alloc(size_t(kDirectIoAlign), size_t(AlignUp(bytes, kDirectIoAlign)));
+  if (mem == nullptr) return false;
+  staging_.reset(static_cast<char*>(mem));
   staging_bytes_ = bytes;
   if (touch) std::memset(staging_.get(), 0, size_t(bytes));
   return true;
@@ -454,7 +455,8 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   ASSIGN_OR_RETURN(pending_, Begin(state));
   Pending& p = *pending_;
   const int rank = RankOf(comm_);
-  // Snapshot into the staging buffer: slots, then (rank 0) buffers, each 64-byte aligned.
+  // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
+  // the rank file writes them to the device directly, posix_file.h).
   const uint64_t total = StagingBytes(p.plan, rank);
   if (!GrowStaging(total, /*touch=*/false)) {
     p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
@@ -466,7 +468,7 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs) {
     if (n > 0) p.copies.push_back({src, staging_.get() + off, size_t(n)});
     ptrs->push_back(staging_.get() + off);
-    off += AlignUp(n, 64);
+    off += AlignUp(n, kDirectIoAlign);
   };
   for (size_t i = 0; i < p.plan.slots.size(); ++i)
     stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);

@@ -177,7 +177,11 @@ class CheckpointWriter {
   std::unique_ptr<Pending> pending_;
   // Asynchronous snapshot, reused; not zero-initialised (every byte used is copied first).
   // Host memory; a GPU store stages its device slots into host (pinned) memory before saving.
-  std::unique_ptr<char[]> staging_;
+  // Page-aligned (std::aligned_alloc, freed with std::free).
+  struct FreeBytes {
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char, FreeBytes> staging_;
   uint64_t staging_bytes_ = 0;
   std::vector<std::string> removals_;  // directories renamed for deletion (rank 0)
   std::unique_ptr<BackgroundDeleter> deleter_;

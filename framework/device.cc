@@ -16,6 +16,9 @@ namespace shardema {
 
 namespace {
 constexpr size_t kHostAlign = 64;
+// Host buffers of at least kPageAlignFrom bytes start on a page: the checkpoint writer's direct
+// (O_DIRECT) writes need page-aligned sources.
+constexpr size_t kPageAlign = 4096, kPageAlignFrom = size_t(64) << 10;
 
 Status NoCuda(Device d) {
   return Unavailable("device ", d.ToString(), " requested but ",
@@ -190,8 +193,9 @@ StatusOr<Buffer> Buffer::Allocate(size_t bytes, Device device, MemoryKind kind) 
     return b;
   }
 #endif
-  size_t rounded = (alloc + kHostAlign - 1) / kHostAlign * kHostAlign;
-  b.data_ = std::aligned_alloc(kHostAlign, rounded);
+  const size_t align = alloc >= kPageAlignFrom ? kPageAlign : kHostAlign;
+  size_t rounded = (alloc + align - 1) / align * align;
+  b.data_ = std::aligned_alloc(align, rounded);
   if (b.data_ == nullptr) {
     return ResourceExhausted("cannot allocate ", bytes, " bytes of host memory");
   }
