@@ -14,6 +14,11 @@
 #   sync_cost_s  = (sync - none) / S      the steps a sync save blocks
 #   async_cost_s = (async - none) / S     the step-time increase an async save causes (snapshot,
 #                                         writer CPU taken from the ranks, agreement, commit)
+# and the same from rank 0's training loop alone (train_mlp --bench-json "loop_ms": every step with
+# its saves and Polls, without process start, setup, final evaluation and final save, whose
+# run-to-run spread hides costs of a few ms): loop_ms_save = (mode's loop - none's) / S, and
+# async_loop_ratio = async's / sync's, the goal figure (<= 0.10: an async save costs the training
+# steps at most a tenth of what a sync save does);
 # and, less distorted by the load of a shared machine, two more figures per mid-run save:
 #   block_ms = (mode's "save" phase - none's) / S: the time the training thread of rank 0 spent
 #              inside the save calls (train_mlp --profile: SaveAsync, WaitSnapshot, Poll, commit),
@@ -25,8 +30,9 @@
 # step_bench, and --bind-to none: mpirun binds each of up to 2 ranks to one core by default, and
 # the writer thread then shares its rank's core with the training (1 rank, 48 steps, a save every
 # 12, Zen 5: median step 31.8 ms without saves, 54-61 ms with async saves when bound, 31.9 ms
-# unbound; train_mlp warns when it is bound to one core with --async-save). Ends with `summary: async_cost_ratio=<async_cost_s / sync_cost_s> (goal <= 0.10)
-# ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=...`.
+# unbound; train_mlp warns when it is bound to one core with --async-save). Ends with `summary: async_loop_ratio=... (goal <= 0.10)
+# async_cost_ratio=<async_cost_s / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=...
+# async_cpu_ms=...`.
 set -euo pipefail
 
 train="${1:?usage: save_stall_bench.sh TRAIN_MLP [flags]}"
@@ -57,7 +63,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/save_stall_bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 
-run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms"
+run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
   local mode="$1" extra=()
   case "$mode" in
     sync) extra=(--save-every "$save_every") ;;
@@ -72,26 +78,30 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms"
     --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
   t1="$(date +%s.%N)"
-  local cpu
-  cpu="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["run_cpu_ms"])' 2>/dev/null || echo 0)"
+  local cpu loop
+  read -r cpu loop <<<"$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["run_cpu_ms"], j["loop_ms"])' \
+    2>/dev/null || echo 0 0)"
   local save
   save="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | awk '$1 == "save" {print $2}' | tail -1)"
-  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" 'BEGIN{printf "%.3f %.1f %.1f", b-a, c, d}'
+  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" \
+    'BEGIN{printf "%.3f %.1f %.1f %.1f", b-a, c, d, e}'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
 none=() sync=() async=() none_cpu=() sync_cpu=() async_cpu=() none_blk=() sync_blk=() async_blk=()
+none_loop=() sync_loop=() async_loop=()
 for _ in $(seq "$repeats"); do
   for mode in none sync async; do
-    read -r wall cpu blk <<<"$(run "$mode")"
-    eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk)"
+    read -r wall cpu blk loop <<<"$(run "$mode")"
+    eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk) ${mode}_loop+=($loop)"
   done
 done
 echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]}"
 echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | async ${async_cpu[*]}"
 echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]}"
+echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]}"
 echo "#   load: $(uptime | sed 's/.*load/load/')"
 n="$(median "${none[@]}")"
 s="$(median "${sync[@]}")"
@@ -102,14 +112,18 @@ ac="$(median "${async_cpu[@]}")"
 nb="$(median "${none_blk[@]}")"
 sb="$(median "${sync_blk[@]}")"
 ab="$(median "${async_blk[@]}")"
+nl="$(median "${none_loop[@]}")"
+sl="$(median "${sync_loop[@]}")"
+al="$(median "${async_loop[@]}")"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
-    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" 'BEGIN {
+    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v nl="$nl" -v sl="$sl" -v al="$al" 'BEGIN {
   sc = (s - n) / k; ac = (a - n) / k;
+  slm = (sl - nl) / k; alm = (al - nl) / k;
   scm = (scpu - nc) / k; acm = (acpu - nc) / k;
   sbm = (sblk - nb) / k; abm = (ablk - nb) / k;
-  printf "%8s %10s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "block_ms", "cpu_ms_per_save";
-  printf "%8s %10.3f %14s %14s %16s\n", "none", n, "-", "-", "-";
-  printf "%8s %10.3f %14.4f %14.1f %16.1f\n", "sync", s, sc, sbm, scm;
-  printf "%8s %10.3f %14.4f %14.1f %16.1f\n", "async", a, ac, abm, acm;
-  printf "summary: async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f\n",
-         (sc > 0 ? ac / sc : 0), sc, ac, n, (sbm > 0 ? abm / sbm : 0), sbm, abm, scm, acm }'
+  printf "%8s %10s %14s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "loop_ms_save", "block_ms", "cpu_ms_per_save";
+  printf "%8s %10.3f %14s %14s %14s %16s\n", "none", n, "-", "-", "-", "-";
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "sync", s, sc, slm, sbm, scm;
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "async", a, ac, alm, abm, acm;
+  printf "summary: async_loop_ratio=%.3f async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f\n",
+         (slm > 0 ? alm / slm : 0), (sc > 0 ? ac / sc : 0), sc, ac, n, slm, alm, (sbm > 0 ? abm / sbm : 0), sbm, abm, scm, acm }'

@@ -82,6 +82,9 @@ struct TrainSummary {
   // --profile: rank 0's time per phase over the whole run, and that run's wall time.
   PhaseTimes phases;
   double run_ms = 0;
+  // This rank's wall time of the training loop: every step with its evaluations, snapshots and
+  // mid-run saves or Polls (not the setup, the final evaluation or the final save).
+  double loop_ms = 0;
   int64_t state_bytes_per_rank = 0;  // master + moments + EMA slots (store StateBytesPerRank)
   // Rank 0's other store memory (store MemoryReport): the fp32 gradient shard, a bf16/f16
   // compute shard (0 for f32), and the high-water mark of its unit buffers (gathered parameters
