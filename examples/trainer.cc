@@ -539,7 +539,8 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
   }
   s.loop_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
+          .count();
   s.final_step = state_->step();
   {
     ScopedPhase eval(ph, Phase::kEval);

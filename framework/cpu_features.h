@@ -6,7 +6,7 @@
 //   CpuHasX86_64V3()   the x86-64-v3 level: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
 //   CpuHasX86_64V4()   x86-64-v3 and AVX-512 F, BW, CD, DQ, VL.
 //   CpuIsIntel()       the vendor is Intel.
-//   CpuAmdFamily()     the AMD family number from CPUID leaf 1 (base + extended family: 0x19 Zen 3/4,
+//   CpuAmdFamily()     the AMD family from CPUID leaf 1 (base + extended family: 0x19 Zen 3/4,
 //                      0x1A Zen 5), 0 on other vendors.
 //   CpuPrefersAvx512() x86-64-v4 and cores that run 512-bit vectors at full width: Intel, or AMD
 //                      family 0x1A and later (Zen 5). Zen 4 splits each 512-bit operation in two

@@ -3,8 +3,8 @@
 // A Device names where memory lives and kernels run. A Stream is a non-owning handle: on CPU it is
 // empty (work is synchronous on the calling thread); on CUDA it wraps a cudaStream_t (nullptr =
 // the legacy default stream). Buffer owns bytes on a Device: 64-byte aligned host memory (4096-byte
-// aligned from 64 KiB up, so a checkpoint can write it to disk directly, checkpoint/posix_file.h), or
-// cudaMalloc'd device memory, or pinned host memory (cudaHostAlloc) for staging copies.
+// aligned from 64 KiB up, so a checkpoint can write it to disk directly, checkpoint/posix_file.h),
+// or cudaMalloc'd device memory, or pinned host memory (cudaHostAlloc) for staging copies.
 //
 // CUDA calls are compiled only under --config=cuda (SHARDEMA_WITH_CUDA=1). Without it, or without
 // a visible GPU, CudaDeviceCount() is 0 and any CUDA request returns kUnavailable.
