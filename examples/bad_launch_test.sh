@@ -5,7 +5,9 @@
 #   2. a model that cannot fit in memory (--layers 100000,100000): refused before allocating,
 #      with the estimate and the available memory, within seconds (no abort, no paging);
 #   3. a rank stopped with SIGSTOP mid-run: its peer gives up after --collective-timeout and
-#      aborts the job, which exits non-zero naming the collective and the step.
+#      aborts the job, which exits non-zero naming the collective and the step;
+#   4. --async-save on a rank that may run on one core only (taskset, as mpirun's default binding
+#      does): a warning naming --bind-to none; none when the rank has more than one core.
 # Usage: bad_launch_test.sh TRAIN_MLP MPI_RUN
 set -uo pipefail
 train="$1"; mpirun_sh="$2"
@@ -51,4 +53,19 @@ kill -9 $ranks 2>/dev/null
 grep -q 'collective timeout' "$tmp/stop.err" ||
   fail "stopped rank: no 'collective timeout' error: $(tail -5 "$tmp/stop.err")"
 grep -Eq 'step [0-9]+' "$tmp/stop.err" || fail "stopped rank: the error does not name the step"
+echo "== 4. --async-save bound to one core -> a warning; unbound -> none"
+if [ "$(nproc)" -lt 2 ]; then
+  echo "bad_launch_test: case 4 needs 2 CPUs, this machine has $(nproc): not checked"
+else
+  cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
+  taskset -c "$cpu" "$mpirun_sh" 1 "$train" "${common[@]}" --ckpt-dir "$tmp/bound" --async-save \
+    >"$tmp/bound.out" 2>"$tmp/bound.err" || fail "bound --async-save run failed: $(tail -5 "$tmp/bound.err")"
+  grep -q 'async-save: rank 0 may run on one core only.*--bind-to none' "$tmp/bound.err" ||
+    fail "bound to CPU $cpu: no warning: $(cat "$tmp/bound.err")"
+  "$mpirun_sh" 1 "$train" "${common[@]}" --ckpt-dir "$tmp/free" --async-save \
+    >"$tmp/free.out" 2>"$tmp/free.err" || fail "unbound --async-save run failed: $(tail -5 "$tmp/free.err")"
+  if grep -q 'may run on one core only' "$tmp/free.err"; then
+    fail "unbound: warned anyway: $(cat "$tmp/free.err")"
+  fi
+fi
 echo "bad_launch_test: OK"
