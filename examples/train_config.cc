@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "framework/byte_size.h"
+
 namespace shardema::examples {
 namespace {
 
@@ -56,6 +58,7 @@ struct RawFlags {
   bool ema_no_interval_correction = false;
   bool no_comm_checks = false;
   std::string reduce_scatter;
+  std::string unit_memory_limit = "0";
 };
 
 Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
@@ -142,6 +145,12 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
     return InvalidArgument("--batch ", c.batch, " is not divisible by --grad-accum ", c.grad_accum);
   }
   if (c.steps < 0) return InvalidArgument("--steps ", c.steps, " < 0");
+  ASSIGN_OR_RETURN(const uint64_t unit_limit,
+                   ParseByteSize(raw.unit_memory_limit, "--unit-memory-limit"));
+  if (unit_limit > uint64_t(INT64_MAX)) {
+    return InvalidArgument("--unit-memory-limit ", raw.unit_memory_limit, " is too large");
+  }
+  c.unit_memory_limit = int64_t(unit_limit);
 
   if (raw.optim == "adamw") {
     c.optim = OptimizerKind::kAdamW;
@@ -416,6 +425,7 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["optimizer_threads"] = optimizer_threads;
   j["compute_threads"] = compute_threads;
   j["profile"] = profile;
+  j["unit_memory_limit"] = unit_memory_limit;
   return j;
 }
 
@@ -614,6 +624,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
                  "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
       ->capture_default_str();
   app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
+  app.add_option("--unit-memory-limit", raw.unit_memory_limit,
+                 "bound on each rank's unit buffers (gathered, prefetched, gradient), e.g. 48MiB; "
+                 "a prefetch that would exceed it waits for its use (0: no bound)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

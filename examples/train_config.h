@@ -115,6 +115,8 @@ struct TrainConfig {
   int optimizer_threads = 1;
   int compute_threads = 1;  // --compute-threads: threads of the CPU layers per rank (>= 1)
   bool profile = false;     // --profile: per-phase time breakdown at the end (rank 0)
+  // --unit-memory-limit: StoreOptions::unit_memory_limit_bytes (0: no bound).
+  int64_t unit_memory_limit = 0;
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;

@@ -73,6 +73,20 @@ TEST(TrainConfigTest, DefaultsNeedOnlyLayers) {
   EXPECT_TRUE(c.device.is_cpu());
   EXPECT_TRUE(c.comm_checks);
   EXPECT_TRUE(c.data.empty());
+  EXPECT_EQ(c.unit_memory_limit, 0);
+}
+
+TEST(TrainConfigTest, UnitMemoryLimitTakesByteSizes) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--unit-memory-limit", "49MiB"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.unit_memory_limit, int64_t(49) << 20);
+  EXPECT_EQ(p->config.AgreementJson()["unit_memory_limit"], int64_t(49) << 20);
+  p = Parse({"--layers", "4,3", "--unit-memory-limit", "1000"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.unit_memory_limit, 1000);
+  ExpectError({"--layers", "4,3", "--unit-memory-limit", "48 parsecs"},
+              {"--unit-memory-limit", "48 parsecs"});
+  ExpectError({"--layers", "4,3", "--unit-memory-limit", "-5"}, {"--unit-memory-limit"});
 }
 
 TEST(TrainConfigTest, EmaFlagsExpandInOrder) {

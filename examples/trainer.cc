@@ -150,6 +150,7 @@ Status Trainer::Setup() {
   StoreOptions so;
   so.compute_dtype = c.precision;
   so.reduce_dtype = DType::kF32;
+  so.unit_memory_limit_bytes = c.unit_memory_limit;
   Communicator* store_comm = comm_;
   if (device_comm_ != nullptr) {
     so.device = device_comm_->device();

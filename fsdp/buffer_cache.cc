@@ -13,14 +13,32 @@ UnitBufferCache::UnitBufferCache(Device device, const Options& options)
                                                       : options_.keep == Options::Keep::kYes;
 }
 
+std::multimap<size_t, UnitBufferCache::Cached>::const_iterator UnitBufferCache::BestFit(
+    size_t bytes) const {
+  auto it = bytes > 0 ? free_.lower_bound(bytes) : free_.end();
+  if (it != free_.end() && double(it->first) <= double(bytes) * options_.max_fit) return it;
+  return free_.end();
+}
+
+bool UnitBufferCache::Fits(size_t bytes) const {
+  if (options_.limit_bytes <= 0) return true;
+  auto it = BestFit(bytes);
+  if (it != free_.end()) return live_bytes_ + cached_bytes_ <= options_.limit_bytes;
+  return live_bytes_ + int64_t(bytes) <= options_.limit_bytes;
+}
+
 StatusOr<Buffer> UnitBufferCache::Acquire(size_t bytes) {
   Buffer b;
-  auto it = bytes > 0 ? free_.lower_bound(bytes) : free_.end();
-  if (it != free_.end() && double(it->first) <= double(bytes) * options_.max_fit) {
+  auto fit = BestFit(bytes);
+  if (fit != free_.end()) {
+    auto it = free_.erase(fit, fit);  // a mutable iterator to the same element
     b = std::move(it->second.buffer);
     free_.erase(it);
     cached_bytes_ -= int64_t(b.size());
   } else {
+    if (options_.limit_bytes > 0) {
+      EvictTo(std::max<int64_t>(0, options_.limit_bytes - live_bytes_ - int64_t(bytes)));
+    }
     ASSIGN_OR_RETURN(b, Buffer::Allocate(bytes, device_));
   }
   live_bytes_ += int64_t(b.size());

@@ -13,6 +13,10 @@
 //     Release that would exceed it frees the longest-cached buffers first; a buffer larger than
 //     the cap is freed at once. (Freeing a CUDA buffer synchronizes the device; the store sizes
 //     the cap so that a training step's working set fits and steady state frees nothing.)
+//   * limited (Options::limit_bytes > 0): an Acquire that allocates first frees cached buffers
+//     until what is held (handed out + cached + the new buffer) is within the limit, so the
+//     cache never holds more than max(limit, what is handed out). Fits(n) says whether an
+//     Acquire(n) now stays within it (the caller decides whether to ask: a prefetch can wait).
 // peak_bytes() is the high-water mark of the bytes held through the cache (handed out and not
 // yet released, plus cached): the unit buffer memory the store needed at its worst.
 //
@@ -48,6 +52,8 @@ class UnitBufferCache {
     int64_t max_cached_bytes = int64_t(1) << 30;
     // Best fit: a cached buffer serves requests of at least 1/max_fit of its size (>= 1).
     double max_fit = 2.0;
+    // Bound on the bytes held (handed out + cached) that allocating respects (0: none).
+    int64_t limit_bytes = 0;
   };
 
   explicit UnitBufferCache(Device device) : UnitBufferCache(device, Options()) {}
@@ -67,6 +73,9 @@ class UnitBufferCache {
   void Release(Buffer buffer);
   // Frees every cached buffer.
   void Clear();
+  // True when Acquire(bytes) now keeps the held bytes within Options::limit_bytes (always true
+  // without a limit): a cached buffer serves it within the limit, or live + bytes fit.
+  bool Fits(size_t bytes) const;
 
   // Bytes held in the cache (not handed out).
   int64_t cached_bytes() const { return cached_bytes_; }
@@ -83,6 +92,8 @@ class UnitBufferCache {
   };
   // Frees the longest-cached buffers until cached_bytes_ <= limit.
   void EvictTo(int64_t limit);
+  // The cached buffer best fit serves `bytes` from, or free_.end().
+  std::multimap<size_t, Cached>::const_iterator BestFit(size_t bytes) const;
 
   Device device_;
   Options options_;

@@ -100,6 +100,35 @@ TEST(UnitBufferCacheTest, CachedBytesNeverExceedTheCap) {
   }
 }
 
+TEST(UnitBufferCacheTest, ALimitFreesCachedBuffersBeforeAllocatingPastIt) {
+  UnitBufferCache::Options o = Keeping(10000, 1e18);
+  o.limit_bytes = 10000;
+  UnitBufferCache cache(Device::Cpu(), o);
+  Buffer big = Take(cache, 6000);
+  void* pbig = big.data();
+  EXPECT_TRUE(cache.Fits(4000));   // 6000 + 4000 held
+  EXPECT_FALSE(cache.Fits(4001));  // over the limit: a scheduler would wait
+  cache.Release(std::move(big));
+  EXPECT_TRUE(cache.Fits(6000));     // the cached buffer serves it
+  Buffer small = Take(cache, 1000);  // any cached buffer serves a smaller request
+  EXPECT_EQ(small.data(), pbig);
+  EXPECT_EQ(cache.cached_bytes(), 0);
+  cache.Release(std::move(small));
+  Buffer other = Take(cache, 7000);  // no fit: the cached 6000 goes first (6000 + 7000 > limit)
+  EXPECT_EQ(cache.cached_bytes(), 0);
+  EXPECT_EQ(cache.live_bytes(), 7000);
+  EXPECT_EQ(cache.peak_bytes(), 7000);
+  // What is needed is still handed out past the limit (the caller asked despite Fits).
+  Buffer more = Take(cache, 5000);
+  EXPECT_EQ(cache.live_bytes(), 12000);
+  cache.Release(std::move(other));
+  cache.Release(std::move(more));
+  EXPECT_LE(cache.cached_bytes(), 10000);  // the cap
+  // Without a limit everything fits.
+  UnitBufferCache unlimited(Device::Cpu(), Keeping(10000));
+  EXPECT_TRUE(unlimited.Fits(size_t(1) << 40));
+}
+
 TEST(UnitBufferCacheTest, PeakIsTheHighWaterMarkOfLivePlusCached) {
   UnitBufferCache cache(Device::Cpu(), Keeping(1 << 20));
   Buffer a = Take(cache, 1000), b = Take(cache, 2000);

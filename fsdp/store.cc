@@ -77,7 +77,24 @@ UnitBufferCache::Options CacheOptions(const StoreLayout& layout, const StoreOpti
   o.keep = UnitBufferCache::Options::Keep::kYes;  // CPU too: no per-step allocation and faults
   o.max_cached_bytes =
       2 * largest * int64_t(DTypeSize(options.compute_dtype) + DTypeSize(options.reduce_dtype));
+  if (options.unit_memory_limit_bytes > 0) {  // see StoreOptions::unit_memory_limit_bytes
+    o.limit_bytes = options.unit_memory_limit_bytes;
+    o.max_cached_bytes = std::min(o.max_cached_bytes, o.limit_bytes);
+    o.max_fit = 1e18;  // any cached buffer serves a smaller unit
+  }
   return o;
+}
+
+// The largest unit's parameter or gradient buffer in bytes, and that unit's name.
+std::pair<int64_t, std::string> LargestUnitBuffer(const StoreLayout& layout,
+                                                  const StoreOptions& options) {
+  const int64_t esize =
+      int64_t(std::max(DTypeSize(options.compute_dtype), DTypeSize(options.reduce_dtype)));
+  std::pair<int64_t, std::string> out{0, ""};
+  for (const UnitLayout& u : layout.units()) {
+    if (u.padded_numel * esize > out.first) out = {u.padded_numel * esize, u.name};
+  }
+  return out;
 }
 
 }  // namespace
@@ -126,6 +143,19 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     return InvalidArgument("ShardedParameterStore: compute/reduce dtype must be f32, bf16 or f16");
   }
   ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm->world_size()));
+  if (options.unit_memory_limit_bytes < 0) {
+    return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ",
+                           options.unit_memory_limit_bytes, " is negative (0: no bound)");
+  }
+  if (options.unit_memory_limit_bytes > 0) {
+    const auto [largest, name] = LargestUnitBuffer(layout, options);
+    if (options.unit_memory_limit_bytes < largest) {
+      return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ",
+                             options.unit_memory_limit_bytes, " is below the largest unit buffer, ",
+                             largest, " bytes (unit '", name, "' at ", layout.world_size(),
+                             " rank(s)); use at least that, or 0");
+    }
+  }
   std::set<std::string> names;
   for (const UnitLayout& u : layout.units()) {
     for (const ParamLayout& p : u.params) names.insert(p.name);
@@ -366,6 +396,19 @@ void ShardedParameterStore::FreeUnitGrads(UnitState& s) {
   cache_.Release(std::move(s.grad_buf));
   s.grad_buf = Buffer();
   s.grad_live = false;
+}
+
+bool ShardedParameterStore::UnitBufferFits(size_t unit) const {
+  if (options_.unit_memory_limit_bytes <= 0 || DirectUnits() || unit >= units_.size()) return true;
+  if (units_[unit]->params != UnitState::Params::kReleased) return true;
+  return cache_.Fits(size_t(layout_.units()[unit].padded_numel) *
+                     DTypeSize(options_.compute_dtype));
+}
+
+bool ShardedParameterStore::UnitGradsFit(size_t unit) const {
+  if (options_.unit_memory_limit_bytes <= 0 || unit >= units_.size()) return true;
+  if (units_[unit]->grad_live) return true;
+  return cache_.Fits(size_t(layout_.units()[unit].padded_numel) * DTypeSize(options_.reduce_dtype));
 }
 
 StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {

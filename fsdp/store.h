@@ -22,6 +22,10 @@
 //                                no buffer and no copy, the views point into the compute shard
 //                                (which holds the whole unit).
 //   Release(u)                   drops a reference; at zero the unit buffer is freed.
+//   UnitBufferFits(u)            local: whether GatherAsync(u) now stays within
+//                                StoreOptions::unit_memory_limit_bytes (always true without a
+//                                bound, and for a unit that is gathered, in flight or needs no
+//                                buffer). UnitGradsFit(u): the same for UnitGrads(u).
 //   ReleaseAfterForward(u)       as Release, except that with reshard_after_forward == false the
 //                                buffer is kept (cached) at zero references so the backward's
 //                                Gather(u) costs nothing; ReshardAll() frees cached buffers.
@@ -118,6 +122,15 @@ struct StoreOptions {
   DType reduce_dtype = DType::kF32;   // dtype of unit gradient buffers and the reduce-scatter
   Device device = Device::Cpu();      // where shards and unit buffers live: CPU or a CUDA GPU
   bool reshard_after_forward = true;  // see ReleaseAfterForward
+  // Bound on the unit buffer memory (gathered, prefetched and gradient unit buffers, cached ones
+  // included), in bytes; 0: none (the cache keeps up to two of the largest unit's parameter and
+  // gradient buffers). With a bound (at least the largest unit's parameter and gradient buffer),
+  // the cache frees cached buffers before allocating past it, and a cached buffer serves any
+  // smaller unit; UnitBufferFits tells a scheduler (fsdp/unit_runner.h) whether a prefetch
+  // would exceed it, and the runner then gathers the unit at its use instead (after the
+  // pending reduce-scatter has given its buffer back). It trades the overlap of those gathers
+  // for memory, like DeepSpeed's stage3_max_live_parameters.
+  int64_t unit_memory_limit_bytes = 0;
   // CUDA only: the compute stream (a stream of `device`). A CPU stream, the default, makes the
   // store create and own a non-blocking stream on `device`. Ignored for a CPU device.
   Stream stream;
@@ -249,6 +262,9 @@ class ShardedParameterStore {
 
   // ---- Parameters: gather / release ----
   StatusOr<GatherHandle> GatherAsync(size_t unit);
+  bool UnitBufferFits(size_t unit) const;
+  // The same for UnitGrads(u) (true when the unit's gradient buffer is live already).
+  bool UnitGradsFit(size_t unit) const;
   StatusOr<std::vector<TensorView>> Gather(size_t unit);
   // Completes a gather this rank holds a reference to. Errors: kFailedPrecondition when the unit
   // is not gathered.

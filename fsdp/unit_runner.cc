@@ -73,18 +73,25 @@ Status UnitRunner::RunCallback(const std::function<Status()>& callback) {
 Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool train) {
   const size_t n = num_uses();
   PhaseTimes* times = Timing(train);
-  RETURN_IF_ERROR(store_->GatherAsync(schedule_.units[0]).status());
-  Trace("gather", schedule_.units[0]);
+  // issued[i]: use i's gather was issued (the first at once, the others as prefetches when they
+  // fit the store's unit memory bound, else at their use).
+  std::vector<bool> issued(n, false);
   for (size_t i = 0; i < n; ++i) {
     const size_t u = schedule_.units[i];
+    if (!issued[i]) {
+      RETURN_IF_ERROR(AtUse(store_->GatherAsync(u).status(), "gather", i));
+      Trace("gather", u);
+      issued[i] = true;
+    }
     ScopedPhase wait(times, Phase::kGatherWait);
     StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
     wait.Stop();
     RETURN_IF_ERROR(AtUse(views.status(), "gather", i));
     Trace("wait", u);
-    if (i + 1 < n) {
+    if (i + 1 < n && store_->UnitBufferFits(schedule_.units[i + 1])) {
       RETURN_IF_ERROR(AtUse(store_->GatherAsync(schedule_.units[i + 1]).status(), "prefetch", i));
       Trace("gather", schedule_.units[i + 1]);
+      issued[i + 1] = true;
     }
     UnitCall call;
     call.use = i;
@@ -109,9 +116,19 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
 Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
   std::vector<bool> written(store_->num_units(), false);
   std::optional<ReduceScatterHandle> pending;
+  std::vector<bool> issued(num_uses(), false);  // as in RunForward
+  issued.back() = true;                         // the last use stays gathered from the forward
   for (size_t i = num_uses(); i-- > 0;) {
     const size_t u = schedule_.units[i];
-    // Gathered: the last use kept from the forward, the others prefetched below.
+    if (!issued[i]) {  // its prefetch did not fit the unit memory bound: gather it now, once the
+                       // pending reduce-scatter has given its gradient buffer back
+      if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+      pending.reset();
+      RETURN_IF_ERROR(AtUse(store_->GatherAsync(u).status(), "backward gather", i));
+      Trace("gather", u);
+      issued[i] = true;
+    }
+    // Gathered: the last use kept from the forward, the others prefetched below or just above.
     ScopedPhase wait(times_, Phase::kGatherWait);
     StatusOr<std::vector<TensorView>> views = store_->WaitGather(u);
     wait.Stop();
@@ -120,9 +137,10 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     // Prefetch the previous use: at once, or with a split backward once the pending
     // reduce-scatter's gradient buffer is free (below), so the two do not add up.
     const auto prefetch = [&]() -> Status {
-      if (i == 0) return Status::Ok();
+      if (i == 0 || !store_->UnitBufferFits(schedule_.units[i - 1])) return Status::Ok();
       RETURN_IF_ERROR(AtUse(store_->GatherAsync(schedule_.units[i - 1]).status(), "prefetch", i));
       Trace("gather", schedule_.units[i - 1]);
+      issued[i - 1] = true;
       return Status::Ok();
     };
     if (!cb.split_backward()) RETURN_IF_ERROR(prefetch());
@@ -146,6 +164,10 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
           AtUse(RunCallback([&] { return cb.backward_input(call, *views); }), "backward", i));
       RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));  // before the gradient buffer
       Trace("release", u);
+    }
+    if (pending && !store_->UnitGradsFit(u)) {  // give the pending gradient buffer back first
+      RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+      pending.reset();
     }
     StatusOr<std::vector<TensorView>> grads =
         store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);

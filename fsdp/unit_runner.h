@@ -29,6 +29,12 @@
 //             unit's gradient plus the larger of the previous unit's gradient and the
 //             prefetched unit (fsdp/store.h memory). Every unit's gradient is reduce-scattered
 //             exactly once per micro-batch, after all its uses have contributed.
+// Unit memory bound (StoreOptions::unit_memory_limit_bytes): a prefetch is issued only when
+// store->UnitBufferFits says it stays within the bound; otherwise the unit is gathered at its use
+// (in the backward after waiting the pending reduce-scatter, whose gradient buffer it then
+// reuses), without overlap; likewise a gradient buffer that does not fit (UnitGradsFit) is
+// asked for only after the pending reduce-scatter has completed. Without a bound the schedule is
+// exactly the one above.
 // Step(K, ...) = ZeroGrad, then K micro-batches (prepare(m), ForwardBackward), then
 // CheckGradsReady: the store's running mean over micro-batches does the accumulation, so each
 // micro-batch's callbacks write the gradient of the MEAN loss over that micro-batch's local

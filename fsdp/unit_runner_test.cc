@@ -185,9 +185,11 @@ class Chain {
 };
 
 std::unique_ptr<ShardedParameterStore> MakeStore(bool reshard_after_forward,
-                                                 Communicator* comm = World()) {
+                                                 Communicator* comm = World(),
+                                                 int64_t unit_memory_limit = 0) {
   StoreOptions o;
   o.reshard_after_forward = reshard_after_forward;
+  o.unit_memory_limit_bytes = unit_memory_limit;
   auto s = ShardedParameterStore::Create(ChainUnits(), {}, comm, o);
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return nullptr;
@@ -628,6 +630,66 @@ TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferR
     EXPECT_LE(peaks[1], peaks[0]);
     if (World()->world_size() > 1 && sched.units.size() == kUnits) EXPECT_LT(peaks[1], peaks[0]);
   }
+}
+
+TEST(UnitRunnerTest, AUnitMemoryBoundGathersAtTheUseWithIdenticalGradients) {
+  // The plain chain's units are of one size: with a bound of one unit buffer no prefetch fits,
+  // so every gather is issued at its use, after the previous unit's buffers went back (the
+  // bound is then exceeded only by what a use itself needs).
+  const int64_t unit_bytes = MakeStore(true)->layout().units()[0].padded_numel * int64_t(4);
+  for (const UnitSchedule& sched : {Sequential(), Tied()}) {
+    for (bool split : {false, true}) {
+      std::vector<std::vector<float>> grads;
+      std::vector<int64_t> peaks;
+      std::vector<std::string> bounded_trace;
+      for (int64_t limit : {int64_t(0), unit_bytes}) {
+        auto s = MakeStore(true, World(), limit);
+        ASSERT_NE(s, nullptr);
+        Chain chain = LocalChain(sched.units.size());
+        UnitRunner runner = MakeRunner(s.get(), sched);
+        std::vector<std::string> trace;
+        runner.set_trace(&trace);
+        UnitCallbacks cb = split ? chain.SplitCallbacks() : chain.Callbacks();
+        cb.backward_overwrites = true;
+        const auto prepare = [&](int64_t m) {
+          chain.SetMicroBatch(m);
+          return Status::Ok();
+        };
+        for (int step = 0; step < 2; ++step) ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
+        grads.push_back(GradShard(*s));
+        peaks.push_back(s->MemoryReport().back().bytes);  // "unit_peak"
+        if (limit > 0) bounded_trace = trace;
+      }
+      EXPECT_EQ(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)), 0)
+          << sched.units.size() << " uses, split " << split;
+      if (World()->world_size() == 1) continue;  // one rank gathers nothing
+      // What a use needs regardless of the bound: its parameters, then (split) or together with
+      // them (unsplit) its gradient, plus the tied unit's gradient, which accumulates from the
+      // last use to the first. Nothing beyond that: no prefetch on top.
+      const bool tied = sched.units.size() != kUnits;
+      const int64_t needed = ((split ? 1 : 2) + (tied ? 1 : 0)) * unit_bytes;
+      EXPECT_EQ(peaks[1], needed) << sched.units.size() << " uses, split " << split;
+      EXPECT_LT(peaks[1], peaks[0]) << sched.units.size() << " uses, split " << split;
+      // Never two units gathered at once: each "gather u" follows the previous unit's release.
+      int held = 0;
+      for (const std::string& t : bounded_trace) {
+        if (t.rfind("gather ", 0) == 0) ++held;
+        if (t.rfind("release", 0) == 0) --held;
+        EXPECT_LE(held, 1) << t;
+      }
+    }
+  }
+  // A bound below the largest unit buffer cannot work: refused at Create, naming the unit.
+  StoreOptions o;
+  o.unit_memory_limit_bytes = unit_bytes - 1;
+  auto bad = ShardedParameterStore::Create(ChainUnits(), {}, World(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("below the largest unit buffer"), std::string::npos)
+      << bad.status();
+  o.unit_memory_limit_bytes = -1;
+  EXPECT_EQ(ShardedParameterStore::Create(ChainUnits(), {}, World(), o).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
