@@ -55,24 +55,31 @@ WritableFile::WritableFile(std::string path, int fd, WriteFaultHook hook)
 
 Status WritableFile::Append(const void* data, size_t n) { return WriteAt(size_, data, n); }
 
+StatusOr<size_t> WritableFile::WriteOnce(int fd, uint64_t pos, const char* p, size_t n, int* err) {
+  const size_t len = std::min<size_t>(n, size_t(1) << 30);
+  *err = 0;
+  const int injected = hook_ ? hook_(path_, pos, len) : 0;
+  ssize_t w = -1;
+  while (injected == 0 && *err == 0) {
+    w = ::pwrite(fd, p, len, off_t(pos));
+    if (w >= 0) break;
+    if (errno != EINTR) *err = errno;
+  }
+  if (injected != 0 || *err != 0) {
+    return ErrnoToStatus(injected != 0 ? injected : *err,
+                         "write '" + path_ + "' at offset " + std::to_string(pos));
+  }
+  size_ = std::max(size_, pos + uint64_t(w));
+  return size_t(w);
+}
+
 Status WritableFile::WriteAll(int fd, uint64_t pos, const char* p, size_t n) {
+  int err = 0;
   while (n > 0) {
-    size_t len = std::min<size_t>(n, size_t(1) << 30);
-    if (hook_) {
-      int err = hook_(path_, pos, len);
-      if (err != 0) {
-        return ErrnoToStatus(err, "write '" + path_ + "' at offset " + std::to_string(pos));
-      }
-    }
-    ssize_t w = ::pwrite(fd, p, len, off_t(pos));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write '" + path_ + "' at offset " + std::to_string(pos));
-    }
+    ASSIGN_OR_RETURN(const size_t w, WriteOnce(fd, pos, p, n, &err));
     p += w;
-    n -= size_t(w);
-    pos += uint64_t(w);
-    size_ = std::max(size_, pos);
+    n -= w;
+    pos += w;
   }
   return Status::Ok();
 }
@@ -81,42 +88,26 @@ Status WritableFile::WriteAt(uint64_t offset, const void* data, size_t n) {
   if (fd_ < 0) return FailedPrecondition("write '", path_, "': file is closed");
   const char* p = static_cast<const char*>(data);
   const uint64_t direct = n / kDirectIoAlign * kDirectIoAlign;
+  uint64_t done = 0;  // bytes written directly
   if (direct_fd_ >= 0 && direct > 0 && offset % kDirectIoAlign == 0 &&
       reinterpret_cast<uintptr_t>(p) % kDirectIoAlign == 0) {
-    // The aligned prefix straight to the device; a short direct write leaves an aligned or
-    // unaligned remainder, which the buffered path below finishes.
-    uint64_t done = 0;
+    // The aligned prefix straight to the device; the buffered path below finishes what a short
+    // or unaligned direct write leaves.
     while (done < direct) {
-      const size_t len = size_t(std::min<uint64_t>(direct - done, uint64_t(1) << 30));
-      if (hook_) {
-        int err = hook_(path_, offset + done, len);
-        if (err != 0) {
-          return ErrnoToStatus(err,
-                               "write '" + path_ + "' at offset " + std::to_string(offset + done));
-        }
-      }
-      ssize_t w = ::pwrite(direct_fd_, p + done, len, off_t(offset + done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && errno == EINVAL) {  // the device wants another alignment: buffered from now on
+      int err = 0;
+      StatusOr<size_t> w = WriteOnce(direct_fd_, offset + done, p + done, direct - done, &err);
+      if (!w.ok() && err == EINVAL) {  // the device wants another alignment: buffered from now on
         ::close(direct_fd_);
         direct_fd_ = -1;
         break;
       }
-      if (w < 0) {
-        return ErrnoToStatus(errno,
-                             "write '" + path_ + "' at offset " + std::to_string(offset + done));
-      }
-      if (w == 0 || uint64_t(w) % kDirectIoAlign != 0) {  // finish the rest buffered
-        done += uint64_t(w);
-        break;
-      }
-      done += uint64_t(w);
+      if (!w.ok()) return w.status();
+      done += *w;
+      if (*w == 0 || *w % kDirectIoAlign != 0) break;
     }
     direct_bytes_ += done;
-    size_ = std::max(size_, offset + done);
-    return WriteAll(fd_, offset + done, p + done, n - size_t(done));
   }
-  return WriteAll(fd_, offset, p, n);
+  return WriteAll(fd_, offset + done, p + done, n - size_t(done));
 }
 
 Status WritableFile::Sync() {

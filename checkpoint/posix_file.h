@@ -71,7 +71,11 @@ class WritableFile {
 
  private:
   WritableFile(std::string path, int fd, WriteFaultHook hook);
-  // pwrite(2)s all n bytes at `pos` through `fd`, retrying short writes and EINTR.
+  // One pwrite(2) of up to min(n, 1 GiB) bytes at `pos` through `fd`, after asking the fault
+  // hook, retrying EINTR: the bytes written, or the error as a Status (*err: pwrite's own errno,
+  // 0 for an error the hook injected).
+  StatusOr<size_t> WriteOnce(int fd, uint64_t pos, const char* p, size_t n, int* err);
+  // All n bytes at `pos` through `fd` (short writes continue).
   Status WriteAll(int fd, uint64_t pos, const char* p, size_t n);
   std::string path_;
   int fd_ = -1;
