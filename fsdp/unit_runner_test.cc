@@ -573,26 +573,44 @@ TEST(UnitRunnerTest, OverwritingBackwardSkipsZeroingWithTheSameGradients) {
   }
 }
 
+// Two optimizer steps of two micro-batches each (overwriting backward callbacks, split or not) on
+// a fresh store with the given unit memory bound: the gradient shard, the unit buffers' peak and
+// the runner's trace.
+struct TwoSteps {
+  std::vector<float> grads;
+  int64_t unit_peak = 0;
+  std::vector<std::string> trace;
+};
+
+TwoSteps RunTwoSteps(const UnitSchedule& sched, bool split, int64_t unit_memory_limit = 0) {
+  TwoSteps out;
+  auto s = MakeStore(true, World(), unit_memory_limit);
+  if (s == nullptr) return out;
+  Chain chain = LocalChain(sched.units.size());
+  UnitRunner runner = MakeRunner(s.get(), sched);
+  runner.set_trace(&out.trace);
+  UnitCallbacks cb = split ? chain.SplitCallbacks() : chain.Callbacks();
+  cb.backward_overwrites = true;
+  const auto prepare = [&](int64_t m) {
+    chain.SetMicroBatch(m);
+    return Status::Ok();
+  };
+  for (int step = 0; step < 2; ++step) EXPECT_TRUE(runner.Step(2, prepare, cb).ok());
+  out.grads = GradShard(*s);
+  out.unit_peak = s->MemoryReport().back().bytes;  // "unit_peak"
+  return out;
+}
+
 TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferReused) {
   for (const UnitSchedule& sched : {Sequential(), Tied()}) {
     std::vector<std::vector<float>> grads;
     std::vector<int64_t> peaks;
     for (bool split : {false, true}) {
-      auto s = MakeStore(true);
-      ASSERT_NE(s, nullptr);
-      Chain chain = LocalChain(sched.units.size());
-      UnitRunner runner = MakeRunner(s.get(), sched);
-      std::vector<std::string> trace;
-      runner.set_trace(&trace);
-      UnitCallbacks cb = split ? chain.SplitCallbacks() : chain.Callbacks();
-      cb.backward_overwrites = true;
-      const auto prepare = [&](int64_t m) {
-        chain.SetMicroBatch(m);
-        return Status::Ok();
-      };
-      for (int step = 0; step < 2; ++step) ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
-      grads.push_back(GradShard(*s));
-      peaks.push_back(s->MemoryReport().back().bytes);  // "unit_peak"
+      TwoSteps run = RunTwoSteps(sched, split);
+      ASSERT_FALSE(run.grads.empty());
+      grads.push_back(run.grads);
+      peaks.push_back(run.unit_peak);
+      const std::vector<std::string>& trace = run.trace;
       if (!split) continue;
       // The last use's input part, then its release, then its gradients.
       const size_t last = sched.units.size() - 1;
@@ -617,7 +635,8 @@ TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferR
       // So the plain chain's units (all of one size) need two unit buffers at most: the
       // gathered and the prefetched unit in the forward; in the backward one unit's parameters
       // (then its gradient) and the previous unit's gradient, or the prefetched unit.
-      const int64_t unit_bytes = s->layout().units()[0].padded_numel * int64_t(sizeof(float));
+      const int64_t unit_bytes =
+          MakeStore(true)->layout().units()[0].padded_numel * int64_t(sizeof(float));
       if (World()->world_size() > 1) {
         EXPECT_EQ(peaks.back(), 2 * unit_bytes);
       }
@@ -643,22 +662,11 @@ TEST(UnitRunnerTest, AUnitMemoryBoundGathersAtTheUseWithIdenticalGradients) {
       std::vector<int64_t> peaks;
       std::vector<std::string> bounded_trace;
       for (int64_t limit : {int64_t(0), unit_bytes}) {
-        auto s = MakeStore(true, World(), limit);
-        ASSERT_NE(s, nullptr);
-        Chain chain = LocalChain(sched.units.size());
-        UnitRunner runner = MakeRunner(s.get(), sched);
-        std::vector<std::string> trace;
-        runner.set_trace(&trace);
-        UnitCallbacks cb = split ? chain.SplitCallbacks() : chain.Callbacks();
-        cb.backward_overwrites = true;
-        const auto prepare = [&](int64_t m) {
-          chain.SetMicroBatch(m);
-          return Status::Ok();
-        };
-        for (int step = 0; step < 2; ++step) ASSERT_TRUE(runner.Step(2, prepare, cb).ok());
-        grads.push_back(GradShard(*s));
-        peaks.push_back(s->MemoryReport().back().bytes);  // "unit_peak"
-        if (limit > 0) bounded_trace = trace;
+        TwoSteps run = RunTwoSteps(sched, split, limit);
+        ASSERT_FALSE(run.grads.empty());
+        grads.push_back(run.grads);
+        peaks.push_back(run.unit_peak);
+        if (limit > 0) bounded_trace = run.trace;
       }
       EXPECT_EQ(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)), 0)
           << sched.units.size() << " uses, split " << split;
