@@ -10,6 +10,7 @@
 #include "framework/keep_until_exit.h"
 #include "fsdp/device_ops.h"
 #include "fsdp/slot_names.h"
+#include "fsdp/unit_memory.h"
 
 namespace shardema {
 
@@ -67,36 +68,6 @@ Status CheckDevices(Device device, const Communicator& comm, Stream stream) {
   return Status::Ok();
 }
 
-// The unit buffer cache's bound: two units' parameters and gradients of the largest unit (the
-// gathered unit and the prefetched next one, and two gradient buffers in flight), so a training
-// step's working set stays cached and nothing larger is kept.
-UnitBufferCache::Options CacheOptions(const StoreLayout& layout, const StoreOptions& options) {
-  int64_t largest = 0;
-  for (const UnitLayout& u : layout.units()) largest = std::max(largest, u.padded_numel);
-  UnitBufferCache::Options o;
-  o.keep = UnitBufferCache::Options::Keep::kYes;  // CPU too: no per-step allocation and faults
-  o.max_cached_bytes =
-      2 * largest * int64_t(DTypeSize(options.compute_dtype) + DTypeSize(options.reduce_dtype));
-  if (options.unit_memory_limit_bytes > 0) {  // see StoreOptions::unit_memory_limit_bytes
-    o.limit_bytes = options.unit_memory_limit_bytes;
-    o.max_cached_bytes = std::min(o.max_cached_bytes, o.limit_bytes);
-    o.max_fit = 1e18;  // any cached buffer serves a smaller unit
-  }
-  return o;
-}
-
-// The largest unit's parameter or gradient buffer in bytes, and that unit's name.
-std::pair<int64_t, std::string> LargestUnitBuffer(const StoreLayout& layout,
-                                                  const StoreOptions& options) {
-  const int64_t esize =
-      int64_t(std::max(DTypeSize(options.compute_dtype), DTypeSize(options.reduce_dtype)));
-  std::pair<int64_t, std::string> out{0, ""};
-  for (const UnitLayout& u : layout.units()) {
-    if (u.padded_numel * esize > out.first) out = {u.padded_numel * esize, u.name};
-  }
-  return out;
-}
-
 }  // namespace
 
 StatusOr<std::vector<TensorView>> GatherHandle::Wait() const { return store_->WaitGather(unit_); }
@@ -110,7 +81,8 @@ ShardedParameterStore::ShardedParameterStore(StoreLayout layout, std::vector<Par
       options_(options),
       stream_{options.device, nullptr},
       registry_(layout_.local_numel(), options.device),
-      cache_(options.device, CacheOptions(layout_, options)) {}
+      cache_(options.device, UnitCacheOptions(layout_, options.compute_dtype, options.reduce_dtype,
+                                              options.unit_memory_limit_bytes)) {}
 
 ShardedParameterStore::~ShardedParameterStore() {
   for (auto& s : units_) {
@@ -143,19 +115,8 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     return InvalidArgument("ShardedParameterStore: compute/reduce dtype must be f32, bf16 or f16");
   }
   ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm->world_size()));
-  if (options.unit_memory_limit_bytes < 0) {
-    return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ",
-                           options.unit_memory_limit_bytes, " is negative (0: no bound)");
-  }
-  if (options.unit_memory_limit_bytes > 0) {
-    const auto [largest, name] = LargestUnitBuffer(layout, options);
-    if (options.unit_memory_limit_bytes < largest) {
-      return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ",
-                             options.unit_memory_limit_bytes, " is below the largest unit buffer, ",
-                             largest, " bytes (unit '", name, "' at ", layout.world_size(),
-                             " rank(s)); use at least that, or 0");
-    }
-  }
+  RETURN_IF_ERROR(CheckUnitMemoryLimit(layout, options.compute_dtype, options.reduce_dtype,
+                                       options.unit_memory_limit_bytes));
   std::set<std::string> names;
   for (const UnitLayout& u : layout.units()) {
     for (const ParamLayout& p : u.params) names.insert(p.name);

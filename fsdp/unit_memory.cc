@@ -1,0 +1,43 @@
+#include "fsdp/unit_memory.h"
+
+#include <algorithm>
+
+namespace shardema {
+
+UnitBufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_dtype,
+                                          DType reduce_dtype, int64_t limit_bytes) {
+  int64_t largest = 0;
+  for (const UnitLayout& u : layout.units()) largest = std::max(largest, u.padded_numel);
+  UnitBufferCache::Options o;
+  o.keep = UnitBufferCache::Options::Keep::kYes;
+  o.max_cached_bytes = 2 * largest * int64_t(DTypeSize(compute_dtype) + DTypeSize(reduce_dtype));
+  if (limit_bytes > 0) {
+    o.limit_bytes = limit_bytes;
+    o.max_cached_bytes = std::min(o.max_cached_bytes, limit_bytes);
+    o.max_fit = 1e18;
+  }
+  return o;
+}
+
+Status CheckUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype, DType reduce_dtype,
+                            int64_t limit_bytes) {
+  if (limit_bytes < 0) {
+    return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ", limit_bytes,
+                           " is negative (0: no bound)");
+  }
+  if (limit_bytes == 0) return Status::Ok();
+  const int64_t esize = int64_t(std::max(DTypeSize(compute_dtype), DTypeSize(reduce_dtype)));
+  const UnitLayout* largest = nullptr;
+  for (const UnitLayout& u : layout.units()) {
+    if (largest == nullptr || u.padded_numel > largest->padded_numel) largest = &u;
+  }
+  if (largest != nullptr && limit_bytes < largest->padded_numel * esize) {
+    return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ", limit_bytes,
+                           " is below the largest unit buffer, ", largest->padded_numel * esize,
+                           " bytes (unit '", largest->name, "' at ", layout.world_size(),
+                           " rank(s)); use at least that, or 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardema
