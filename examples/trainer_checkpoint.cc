@@ -191,23 +191,25 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
         return o;
       }()) {}
 
+StatusOr<CheckpointState> CheckpointSaver::View(const TrainState& state, const Dataset& data,
+                                                int64_t step) const {
+  return state.CheckpointView(TrainerSections(config_, data, WorldSizeOf(comm_), step));
+}
+
 Status CheckpointSaver::ReserveStaging(const TrainState& state, const Dataset& data) {
   if (!config_.async_save) return Status::Ok();
-  ASSIGN_OR_RETURN(CheckpointState view, state.CheckpointView(TrainerSections(
-                                             config_, data, WorldSizeOf(comm_), state.step())));
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, state.step()));
   return writer_.ReserveStaging(view);
 }
 
 Status CheckpointSaver::Save(const TrainState& state, const Dataset& data, int64_t step) {
-  ASSIGN_OR_RETURN(CheckpointState view,
-                   state.CheckpointView(TrainerSections(config_, data, WorldSizeOf(comm_), step)));
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, step));
   if (config_.async_save) return writer_.SaveAsync(view);
   return writer_.Save(view);
 }
 
 Status CheckpointSaver::SaveFinal(const TrainState& state, const Dataset& data, int64_t step) {
-  ASSIGN_OR_RETURN(CheckpointState view,
-                   state.CheckpointView(TrainerSections(config_, data, WorldSizeOf(comm_), step)));
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, step));
   return writer_.Save(view);
 }
 

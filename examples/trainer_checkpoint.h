@@ -105,6 +105,8 @@ class CheckpointSaver {
   const std::string& last_committed_dir() const { return writer_.last_committed_dir(); }
 
  private:
+  // The checkpoint view of `state` at `step` with the trainer's sections.
+  StatusOr<CheckpointState> View(const TrainState& state, const Dataset& data, int64_t step) const;
   const TrainConfig& config_;
   Communicator* comm_;
   CheckpointWriter writer_;
