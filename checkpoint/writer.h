@@ -166,7 +166,7 @@ class CheckpointWriter {
   // Completes Poll's all-reduce in flight (if any); on failure abandons the pending save.
   Status CompleteAgreement();
   CommitOptions CommitOpts();
-  // Bytes of the snapshot of `plan` on `rank`: slots, then (rank 0) buffers, 64-byte aligned.
+  // Bytes of the snapshot of `plan` on `rank`: slots, then (rank 0) buffers, each page-aligned.
   static uint64_t StagingBytes(const Manifest& plan, int rank);
   // Makes staging_ at least `bytes` (zero-filled when `touch`); false when allocation fails.
   bool GrowStaging(uint64_t bytes, bool touch);

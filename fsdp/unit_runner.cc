@@ -116,14 +116,19 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
 Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
   std::vector<bool> written(store_->num_units(), false);
   std::optional<ReduceScatterHandle> pending;
+  // Waits the pending reduce-scatter, if any (its gradient buffer then goes back to the store).
+  const auto wait_pending = [&]() -> Status {
+    if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+    pending.reset();
+    return Status::Ok();
+  };
   std::vector<bool> issued(num_uses(), false);  // as in RunForward
   issued.back() = true;                         // the last use stays gathered from the forward
   for (size_t i = num_uses(); i-- > 0;) {
     const size_t u = schedule_.units[i];
     if (!issued[i]) {  // its prefetch did not fit the unit memory bound: gather it now, once the
                        // pending reduce-scatter has given its gradient buffer back
-      if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
-      pending.reset();
+      RETURN_IF_ERROR(wait_pending());
       RETURN_IF_ERROR(AtUse(store_->GatherAsync(u).status(), "backward gather", i));
       Trace("gather", u);
       issued[i] = true;
@@ -165,18 +170,15 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
       RETURN_IF_ERROR(AtUse(store_->Release(u), "release", i));  // before the gradient buffer
       Trace("release", u);
     }
-    if (pending && !store_->UnitGradsFit(u)) {  // give the pending gradient buffer back first
-      RETURN_IF_ERROR(WaitReduceScatter(&*pending));
-      pending.reset();
-    }
+    // A gradient buffer past the unit memory bound: give the pending one back first.
+    if (!store_->UnitGradsFit(u)) RETURN_IF_ERROR(wait_pending());
     StatusOr<std::vector<TensorView>> grads =
         store_->UnitGrads(u, /*zeroed=*/!cb.backward_overwrites);
     RETURN_IF_ERROR(AtUse(grads.status(), "gradient buffer", i));
     if (cb.split_backward()) {
       compute.Stop();
       // The previous reduce-scatter overlapped backward_input; its buffer then serves the prefetch.
-      if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
-      pending.reset();
+      RETURN_IF_ERROR(wait_pending());
       RETURN_IF_ERROR(prefetch());
       Trace("backward_params", i);
       ScopedPhase params_compute(times_, Phase::kBackward);
@@ -195,11 +197,10 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     RETURN_IF_ERROR(AtUse(rs.status(), "reduce-scatter", i));
     Trace("rs", u);
     // The previous reduce-scatter overlapped this use's backward compute.
-    if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
+    RETURN_IF_ERROR(wait_pending());
     pending = *rs;
   }
-  if (pending) RETURN_IF_ERROR(WaitReduceScatter(&*pending));
-  return Status::Ok();
+  return wait_pending();
 }
 
 Status UnitRunner::WaitReduceScatter(ReduceScatterHandle* h) {
