@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "nn/grad_check.h"
@@ -53,6 +54,25 @@ TEST(ActivationTest, KnownValues) {
   ActivationForward(ctx, Activation::kRelu, z, a, 3);
   EXPECT_EQ(a[1], 0.f);
   EXPECT_STREQ(ActivationName(Activation::kGeluTanh), "gelu_tanh");
+}
+
+// The bound the GPU kernels are held to as well (nn/cuda/elementwise_kernels_test.cc).
+TEST(ActivationTest, GeluTanhIsWithinItsF32BoundOfADoubleEvaluation) {
+  auto z = Uniform(100003, 15, -8.f, 8.f), da = Uniform(z.size(), 16);
+  z[0] = 0.f;
+  z[1] = -0.f;
+  std::vector<float> a(z.size()), dz(z.size());
+  CpuContext ctx(1);
+  ActivationForward(ctx, Activation::kGeluTanh, z.data(), a.data(), int64_t(z.size()));
+  ActivationBackward(ctx, Activation::kGeluTanh, z.data(), da.data(), dz.data(), int64_t(z.size()));
+  const double ratio = testing::GeluTanhErrorRatio(z, da, a, dz);
+  EXPECT_LE(ratio, 1.0);
+  // Not vacuous: a relative error of 1e-5 anywhere near |x| ~ 1 is outside it.
+  for (size_t i = 0; i < z.size(); ++i) {
+    if (std::fabs(z[i]) > 0.5f && std::fabs(z[i]) < 1.5f) a[i] *= 1.f + 1e-5f;
+  }
+  EXPECT_GT(testing::GeluTanhErrorRatio(z, da, a, dz), 1.0);
+  std::printf("gelu_tanh f32 error / bound: %.3f\n", ratio);
 }
 
 TEST(ActivationTest, SameBitsAtEveryThreadCount) {

@@ -58,4 +58,25 @@ double MaxRelError(const std::vector<float>& got, const std::vector<float>& want
   return err;
 }
 
+double GeluTanhErrorRatio(const std::vector<float>& z, const std::vector<float>& da,
+                          const std::vector<float>& a, const std::vector<float>& dz) {
+  EXPECT_TRUE(da.size() == z.size() && a.size() == z.size() && dz.size() == z.size());
+  const double kC = std::sqrt(2.0 / M_PI), kK = 0.044715, eps = std::ldexp(1.0, -23);
+  double worst = 0;
+  for (size_t i = 0; i < std::min({z.size(), da.size(), a.size(), dz.size()}); ++i) {
+    const double x = z[i], t = std::tanh(kC * (x + kK * x * x * x));
+    const double want_a = 0.5 * x * (1 + t);
+    const double want_d =
+        double(da[i]) * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kC * (1 + 3 * kK * x * x));
+    const double bound_a = 8 * eps * (std::fabs(want_a) + std::fabs(x));
+    const double bound_d = 16 * eps * (1 + std::fabs(x) * (1 + 3 * kK * x * x)) * std::fabs(da[i]) +
+                           4 * eps * std::fabs(want_d);
+    for (double r : {std::fabs(a[i] - want_a) / std::max(bound_a, 1e-300),
+                     std::fabs(dz[i] - want_d) / std::max(bound_d, 1e-300)}) {
+      worst = std::isnan(r) ? INFINITY : std::max(worst, r);
+    }
+  }
+  return worst;
+}
+
 }  // namespace shardema::nn::testing

@@ -28,6 +28,14 @@ void ExpectGradient(const std::function<double()>& loss, std::vector<float>* x,
 
 // Largest |got - want| / max(|want|, floor) (infinity for a NaN).
 double MaxRelError(const std::vector<float>& got, const std::vector<float>& want, double floor);
+// gelu_tanh in f32 against a double evaluation of the same formula. Both directions compute
+// 1 + tanh(u) and 1 - tanh(u)^2 (u = sqrt(2/pi) (x + 0.044715 x^3)), which cancel where |x| is
+// large, so an f32 implementation with a tanh good to a few ulp is only accurate relative to the
+// terms it adds: the bounds are 8 eps (|a| + |x|) for a and
+// 16 eps (1 + |x| (1 + 3 * 0.044715 x^2)) |da| + 4 eps |dz| for dz (eps = 2^-23). Returns the
+// largest error / bound over both outputs (<= 1 passes; infinity for a NaN).
+double GeluTanhErrorRatio(const std::vector<float>& z, const std::vector<float>& da,
+                          const std::vector<float>& a, const std::vector<float>& dz);
 
 }  // namespace shardema::nn::testing
 

@@ -229,7 +229,7 @@ TEST_F(OptimizerCudaTest, CheckpointStagingRoundTrip) {
     EXPECT_EQ(std::string(static_cast<char*>(staged->state.slots[i].data), n * 4), before[i])
         << cv->slots[i].name;
   }
-  EXPECT_EQ(staged->state.meta.at("step"), 3);
+  EXPECT_EQ(staged->state.meta.at(TrainState::kOptimizerSection).at("progress").at("step"), 3);
   TrainStep(cpu, 4);
   ExpectSameState(cpu, dev, "step 4 after staging");
 

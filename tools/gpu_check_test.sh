@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh's run mode on a fake package: skipped checks are never passes, a machine
-# without a GPU skips everything and exits 0, a failing test makes the script exit 1.
+# without a GPU skips everything and exits 0, a failing test makes the script exit 1, --only
+# selects checks, and a sanitizer run with nothing to check is a SKIP (after a pass only).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -60,4 +61,29 @@ rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
 [ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 14 skipped" ] || fail "failing counts: $out"
+# 4. --only: just the matching checks; a pattern that matches none is an error.
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
+        --only '^(ran_test|bad_test)$' 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "--only: exit $rc: $out"
+[ "$(echo "$out" | tail -1)" = "1 passed, 1 failed, 0 skipped" ] || fail "--only counts: $out"
+out=$(GPU_CHECK_GPUS=1 "$tmp/a/gpu_check.sh" --report "$tmp/e.txt" --only 'no_such_check' 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "matches no check" || fail "--only with no match: $out"
+
+# 5. A sanitizer run of a binary that makes no CUDA call (compute-sanitizer exits 255 after it
+# passed): SKIP with the reason; the same message after failed cases stays a FAIL.
+cat > "$tmp/sanitizer" <<'B'
+#!/usr/bin/env bash
+while [[ "$1" == --* ]]; do shift 2; done
+"$@"
+echo "========= Error: Target application terminated before first instrumented API call"
+exit 255
+B
+chmod +x "$tmp/sanitizer"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER="$tmp/sanitizer" "$tmp/a/gpu_check.sh" \
+        --report "$tmp/f.txt" --only '^compute-sanitizer memcheck (ran|bad)_test$' 2>&1)
+echo "$out" | grep -qE '^SKIP compute-sanitizer memcheck ran_test +the binary passed without a CUDA call' ||
+  fail "sanitizer, no CUDA call: $out"
+echo "$out" | grep -qE '^FAIL compute-sanitizer memcheck bad_test' || fail "sanitizer, failed: $out"
+[ "$(echo "$out" | tail -1)" = "0 passed, 1 failed, 1 skipped" ] || fail "sanitizer counts: $out"
 echo PASS

@@ -138,19 +138,25 @@ TEST_F(ElementwiseKernelsTest, ActivationsMatchTheCpu) {
   const auto da = Random(z.size(), 32);
   for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
     SCOPED_TRACE(ActivationName(act));
-    // relu and erf-gelu are evaluated identically (double); gelu_tanh uses tanhf on the GPU and
-    // Eigen's f32 tanh on the CPU (a few ulp apart).
-    const double floor = act == Activation::kGeluTanh ? 1e-3 : 1e-6;
-    const double tol = act == Activation::kGeluTanh ? 1e-5 : 1e-6;
     std::vector<float> a(z.size()), dz(z.size());
     ActivationForward(cpu, act, z.data(), a.data(), int64_t(z.size()));
     ActivationBackward(cpu, act, z.data(), da.data(), dz.data(), int64_t(z.size()));
     float *gz = Up(z), *gda = Up(da), *ga = Alloc<float>(z.size(), NAN);
     ASSERT_TRUE(LaunchActivationForward(act, gz, ga, int64_t(z.size()), s()).ok());
-    EXPECT_LT(MaxRelError(Down(ga, a.size()), a, floor), tol);
+    const std::vector<float> got_a = Down(ga, a.size());
     // In place, as the model uses it on its own buffers.
     ASSERT_TRUE(LaunchActivationBackward(act, gz, gda, gda, int64_t(z.size()), s()).ok());
-    EXPECT_LT(MaxRelError(Down(gda, dz.size()), dz, floor), tol);
+    const std::vector<float> got_dz = Down(gda, dz.size());
+    if (act == Activation::kGeluTanh) {
+      // tanhf here, Eigen's f32 tanh on the CPU: a few ulp apart, which the cancellation in
+      // 1 + tanh and 1 - tanh^2 magnifies at large |x| (0.06% seen on an H100). Both are held
+      // to the same f32 bound against a double evaluation (nn/grad_check.h).
+      EXPECT_LE(testing::GeluTanhErrorRatio(z, da, got_a, got_dz), 1.0);
+      EXPECT_LE(testing::GeluTanhErrorRatio(z, da, a, dz), 1.0);
+    } else {  // relu and erf-gelu are evaluated identically (double) on both
+      EXPECT_LT(MaxRelError(got_a, a, 1e-6), 1e-6);
+      EXPECT_LT(MaxRelError(got_dz, dz, 1e-6), 1e-6);
+    }
   }
 }
 
