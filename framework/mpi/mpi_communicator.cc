@@ -32,7 +32,8 @@ struct PendingOp {
   double timeout_s = 0;  // CommOptions::timeout_seconds
   WaitPoll poll;         // the communicator's failure notices
   MPI_Request request = MPI_REQUEST_NULL;
-  Buffer temp;                   // f32 temporary (bf16/f16 reductions, in-place ReduceScatter)
+  Buffer temp;  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter, ring slots)
+  std::shared_ptr<ScratchPool> pool;  // where `temp` came from and goes back to once done
   std::function<void()> finish;  // post-processing once the data has arrived
   bool done = false;
   Status status;
@@ -54,6 +55,7 @@ struct PendingOp {
     ring.reset();
     if (finish) finish();
     finish = nullptr;
+    if (pool != nullptr) pool->Give(std::move(temp));
     temp = Buffer();
     return status;
   }
@@ -396,9 +398,10 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
           ? TempElems(c, in_place, world_size_, ring ? &ring_options : nullptr, opts.overwrite_send)
           : 0;
   if (temp_elems > 0) {
-    StatusOr<Buffer> temp = Buffer::Allocate(temp_elems * sizeof(float), Device::Cpu());
+    StatusOr<Buffer> temp = scratch_->Take(temp_elems * sizeof(float));
     if (temp.ok()) {
       op->temp = std::move(temp).value();
+      op->pool = scratch_;
     } else {
       local = temp.status().WithContext(std::string(name) + ": rank " + std::to_string(rank_) +
                                         ": f32 temporary");

@@ -66,7 +66,8 @@
 // internally serialised.
 // Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
 // in-place kMpi ReduceScatter and kRing ReduceScatter own their temporaries inside the Work,
-// allocated per call.
+// taken from the communicator's ScratchPool (framework/scratch_pool.h) and given back when the
+// operation completes (at most 256 MiB kept between calls; a failed operation keeps its own).
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 
@@ -84,6 +85,7 @@
 #include "framework/mpi/mpi_wait.h"
 #include "framework/mpi/ring_reduce_scatter.h"
 #include "framework/rank_env.h"
+#include "framework/scratch_pool.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -172,6 +174,9 @@ class MpiCommunicator final : public CallCommunicator {
   uint64_t ring_ops_ = 0;                    // ring reduce-scatters issued: their message tags
   // Issued operations not yet known to be complete (pruned as Works finish).
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
+  // Temporaries of operations (ring slots, f32 copies), back here once an operation completes:
+  // the next step's collectives reuse them instead of faulting in fresh pages.
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
 };
 
 }  // namespace shardema
