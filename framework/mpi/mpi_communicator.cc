@@ -34,7 +34,7 @@ struct PendingOp {
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter, ring slots)
   std::shared_ptr<ScratchPool> pool;  // where `temp` came from and goes back to once done
-  std::function<void()> finish;  // post-processing once the data has arrived
+  std::function<void()> finish;       // post-processing once the data has arrived
   bool done = false;
   Status status;
 
