@@ -52,7 +52,7 @@ TEST(ScratchPoolTest, BoundsFreeTheSmallestFirst) {
   for (Buffer& b : held) pool.Give(std::move(b));  // 1 + 2 + 1 MiB: over both bounds
   EXPECT_EQ(pool.kept_buffers(), 1u);
   EXPECT_EQ(pool.kept_bytes(), size_t(2) << 20);  // the largest survives
-  pool.Give(Buffer());                             // nothing to keep
+  pool.Give(Buffer());                            // nothing to keep
   EXPECT_EQ(pool.kept_buffers(), 1u);
 }
 
