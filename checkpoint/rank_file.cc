@@ -2,15 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace shardema {
 
 RankFileWriter::RankFileWriter(std::unique_ptr<WritableFile> file, const RankFileHeader& header,
                                uint64_t chunk_bytes, const RankFileWriteOptions& options)
-    : file_(std::move(file)), header_(header), options_(options), hash_(chunk_bytes) {
-  const size_t n = size_t(std::max<uint64_t>(options.io_bytes, 4096));
-  bufs_[0].resize(n);
-  bufs_[1].resize(n);
+    : file_(std::move(file)),
+      header_(header),
+      options_(options),
+      hash_(chunk_bytes),
+      buf_bytes_(size_t(std::max<uint64_t>(options.io_bytes, 4096))) {
   io_ = std::thread([this] { IoLoop(); });
 }
 
@@ -64,7 +66,7 @@ Status RankFileWriter::Submit(const char* data, size_t n, int buffer) {
 
 Status RankFileWriter::FlushBuffer() {
   if (used_ == 0) return Status::Ok();
-  RETURN_IF_ERROR(Submit(bufs_[cur_].data(), used_, cur_));
+  RETURN_IF_ERROR(Submit(bufs_[cur_].get(), used_, cur_));
   cur_ ^= 1;
   used_ = 0;
   std::unique_lock<std::mutex> l(mu_);
@@ -80,15 +82,24 @@ Status RankFileWriter::Drain() {
 
 Status RankFileWriter::Append(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
+  if (n > 0 && bufs_[0] == nullptr) {  // uninitialised: the pages are touched as they fill
+    for (std::unique_ptr<char[]>& b : bufs_) {
+      b.reset(new (std::nothrow) char[buf_bytes_]);
+      if (b == nullptr) {
+        return ResourceExhausted("'", file_->path(), "': cannot allocate the ", buf_bytes_,
+                                 "-byte write buffers");
+      }
+    }
+  }
   while (n > 0) {
-    std::vector<char>& b = bufs_[cur_];
-    size_t take = std::min(n, b.size() - used_);
-    std::memcpy(b.data() + used_, p, take);
+    char* b = bufs_[cur_].get();
+    size_t take = std::min(n, buf_bytes_ - used_);
+    std::memcpy(b + used_, p, take);
     hash_.Update(p, take);
     used_ += take;
     p += take;
     n -= take;
-    if (used_ == b.size()) RETURN_IF_ERROR(FlushBuffer());
+    if (used_ == buf_bytes_) RETURN_IF_ERROR(FlushBuffer());
   }
   return Status::Ok();
 }
@@ -96,7 +107,7 @@ Status RankFileWriter::Append(const void* data, size_t n) {
 Status RankFileWriter::AppendStable(const void* data, size_t n) {
   RETURN_IF_ERROR(FlushBuffer());  // keep the order of the bytes
   const char* p = static_cast<const char*>(data);
-  const size_t io = bufs_[0].size();
+  const size_t io = buf_bytes_;
   while (n > 0) {
     const size_t take = std::min(n, io);
     hash_.Update(p, take);  // overlaps the write of the previous piece

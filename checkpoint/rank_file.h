@@ -11,8 +11,10 @@
 // kResourceExhausted), returned by the next call after the failing write; kInternal when Finish
 // finds a size other than the header's.
 // Threading: one caller thread at a time (plus the writer's own I/O thread).
-// Memory: two buffers of `io_bytes` for Append; AppendStable writes straight from the caller's
-// memory.
+// Memory: two buffers of `io_bytes` for Append, allocated at its first call and never cleared:
+// only the pages Append fills are touched (a save whose bulk goes through AppendStable, as
+// WriteRankFile's does, touches a few pages of them instead of faulting in and zeroing 2 x 16 MiB
+// every save); AppendStable writes straight from the caller's memory.
 #ifndef SHARDEMA_CHECKPOINT_RANK_FILE_H_
 #define SHARDEMA_CHECKPOINT_RANK_FILE_H_
 
@@ -76,7 +78,8 @@ class RankFileWriter {
   RankFileHeader header_;
   RankFileWriteOptions options_;
   ChunkedHash hash_;
-  std::vector<char> bufs_[2];
+  std::unique_ptr<char[]> bufs_[2];  // io_bytes each, from Append's first call
+  size_t buf_bytes_ = 0;
   bool busy_[2] = {false, false};
   int cur_ = 0;
   size_t used_ = 0;
