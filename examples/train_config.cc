@@ -626,8 +626,7 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
   app.add_option("--unit-memory-limit", raw.unit_memory_limit,
                  "bound on each rank's unit buffers (gathered, prefetched, gradient), e.g. 48MiB; "
-                 "a prefetch that would exceed it waits for its use; also shrinks the ring "
-                 "reduce-scatter's chunks to 256 KiB (0: no bound)")
+                 "a prefetch that would exceed it waits for its use (0: no bound)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -71,9 +71,6 @@ int TrainerMain(int argc, char** argv, const char* program,
   co.check_args = config.comm_checks;
   co.timeout_seconds = config.collective_timeout;
   co.reduce_scatter_algorithm = config.reduce_scatter;
-  // A memory-bounded run also keeps the ring reduce-scatter's temporaries (which the
-  // communicator keeps for reuse) at 4 x 256 KiB instead of 4 x 1 MiB.
-  if (config.unit_memory_limit > 0) co.ring_chunk_bytes = size_t(256) << 10;
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
   if (!comm.ok()) return Finish(program, comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;

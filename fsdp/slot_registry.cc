@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "framework/keep_until_exit.h"
 #include "fsdp/device_ops.h"
 #include "fsdp/slot_names.h"
 
@@ -229,6 +230,10 @@ std::vector<std::string> SlotRegistry::BufferNames() const {
   std::vector<std::string> out;
   for (const BufferEntry& e : buffers_) out.push_back(e.name);
   return out;
+}
+
+void SlotRegistry::KeepMemoryUntilExit(SlotHandle h) {
+  KeepMovedUntilExit(std::move(slots_[h.index_].mem));
 }
 
 Status SlotRegistry::SwapBuffers(const std::string& a, const std::string& b) {

@@ -131,6 +131,9 @@ class SlotRegistry {
     return e.info.dtype == DType::kF32 ? e.mem.as<float>() : nullptr;
   }
   void* RawData(SlotHandle h) const { return slots_[h.index_].mem.data(); }
+  // Moves the slot's memory into framework/keep_until_exit.h (a collective given up after a
+  // failure may still write it); the slot has no memory afterwards. For a store being destroyed.
+  void KeepMemoryUntilExit(SlotHandle h);
   const SlotInfo& Info(SlotHandle h) const { return slots_[h.index_].info; }
   // Every slot's handle, in registration order.
   std::vector<SlotHandle> SlotHandles() const;

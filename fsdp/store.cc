@@ -26,6 +26,9 @@ struct ShardedParameterStore::UnitState {
   bool reduce_pending = false;
   Buffer grad_buf;
   std::unique_ptr<Work> reduce_work;
+  // The reduce-scatter in flight writes straight into the gradient shard (first micro-batch on
+  // the CPU with f32 gradients, see ReduceScatterGradsAsync): no fold follows.
+  bool reduce_direct = false;
   int64_t micro_batches = 0;
 };
 
@@ -85,6 +88,7 @@ ShardedParameterStore::ShardedParameterStore(StoreLayout layout, std::vector<Par
                                               options.unit_memory_limit_bytes)) {}
 
 ShardedParameterStore::~ShardedParameterStore() {
+  bool keep_grad_shard = grad_shard_given_up_;
   for (auto& s : units_) {
     // A collective given up after a failure may still use its buffers: keep them.
     if (s->gather_work && !s->gather_work->Wait().ok()) {
@@ -92,11 +96,13 @@ ShardedParameterStore::~ShardedParameterStore() {
     }
     if (s->reduce_work && !s->reduce_work->Wait().ok()) {
       KeepMovedUntilExit(std::move(s->grad_buf));
+      keep_grad_shard = keep_grad_shard || s->reduce_direct;
     }
     // Works order the compute stream: drop them while it exists.
     s->gather_work.reset();
     s->reduce_work.reset();
   }
+  if (keep_grad_shard) registry_.KeepMemoryUntilExit(grad_slot_);
   if (device().is_cuda()) {
     // Device buffers are freed below; let the queued work that uses them finish first.
     SynchronizeStream(stream_).IgnoreError();
@@ -515,11 +521,19 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
   if (!DirectUnits()) {  // one rank: its slice is the whole buffer, nothing to reduce
     // The buffer is released after the fold of this rank's slice: the collective may use the
     // rest as scratch (the MPI ring's receive temporary then stays a few chunks).
-    CollectiveOptions co = CollOpts(FoldDivisor() > 1 ? ReduceOp::kSum : ReduceOp::kAvg);
+    // The first micro-batch of a step on the CPU with f32 gradients: the averaging
+    // reduce-scatter writes this rank's slice straight into the gradient shard, which is what
+    // that fold would store there (the sum / W, a float division either way: the same bits), so
+    // no fold pass follows, and the MPI ring then needs no receive temporary (its output lies
+    // outside the buffer, ring_reduce_scatter.h).
+    s.reduce_direct = FoldDivisor() > 1 && s.micro_batches == 0;
+    char* out = s.reduce_direct ? reinterpret_cast<char*>(grad_shard() + layout_.local_offset(unit))
+                                : base + size_t(rank()) * size_t(u.shard_numel) * esize;
+    CollectiveOptions co =
+        CollOpts(FoldDivisor() > 1 && !s.reduce_direct ? ReduceOp::kSum : ReduceOp::kAvg);
     co.overwrite_send = true;
     StatusOr<std::unique_ptr<Work>> w =
-        comm_->ReduceScatterAsync(base, base + size_t(rank()) * size_t(u.shard_numel) * esize,
-                                  size_t(u.shard_numel), options_.reduce_dtype, co);
+        comm_->ReduceScatterAsync(base, out, size_t(u.shard_numel), options_.reduce_dtype, co);
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
   }
@@ -536,9 +550,16 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
-    KeepMovedUntilExit(std::move(s.grad_buf));  // may still be read/written
+    KeepMovedUntilExit(std::move(s.grad_buf));                       // may still be read/written
+    grad_shard_given_up_ = grad_shard_given_up_ || s.reduce_direct;  // so may the gradient shard
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
+  }
+  if (s.reduce_direct) {  // already in the gradient shard: the first micro-batch's fold
+    ++s.micro_batches;
+    s.reduce_direct = false;
+    FreeUnitGrads(s);
+    return Status::Ok();
   }
   // Running mean over micro-batches (fsdp/device_ops.h FoldMeanOn), queued on the compute
   // stream after the reduce-scatter on CUDA.

@@ -369,6 +369,9 @@ class ShardedParameterStore {
   SlotRegistry registry_;
   SlotHandle master_slot_;  // kMasterSlot (fsdp/slot_names.h)
   SlotHandle grad_slot_;    // kGradSlot
+  // A reduce-scatter into the gradient shard was given up after a failure: the destructor keeps
+  // the shard's memory until exit (a late receive may still write it).
+  bool grad_shard_given_up_ = false;
   UnitBufferCache cache_;
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;

@@ -174,7 +174,8 @@ size_t TempElems(const CollectiveCall& c, bool in_place, int world,
   if (c.kind == CollectiveKind::kReduceScatter && ring != nullptr) {
     const bool f32 = c.dtype == DType::kF32;
     return (f32 ? 0 : c.count * size_t(world)) +
-           RingReduceScatter::TempElems(c.count, world, *ring, !f32 || overwrite_send);
+           RingReduceScatter::TempElems(c.count, world, *ring, !f32 || overwrite_send,
+                                        /*out_apart=*/f32 && overwrite_send && !in_place);
   }
   if (c.kind == CollectiveKind::kReduceScatter) {
     if (c.dtype != DType::kF32) return c.count * size_t(world);

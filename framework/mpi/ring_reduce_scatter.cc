@@ -24,8 +24,9 @@ size_t RingReduceScatter::ChunkElems(size_t count, const Options& o) {
   return std::max(chunk, (count + kMaxChunks - 1) / kMaxChunks);
 }
 
-size_t RingReduceScatter::TempElems(size_t count, int world, const Options& o, bool overwriting) {
-  if (world <= 1 || count == 0) return 0;
+size_t RingReduceScatter::TempElems(size_t count, int world, const Options& o, bool overwriting,
+                                    bool out_apart) {
+  if (world <= 1 || count == 0 || (overwriting && out_apart)) return 0;
   const size_t chunk = ChunkElems(count, o);
   return (overwriting ? 1 : 2) * Slots(NumChunks(count, chunk), o.chunks_in_flight) * chunk;
 }
@@ -65,6 +66,8 @@ StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Create(MPI_Comm 
     return op;
   }
   op->temp_ = temp;
+  op->receive_in_place_ =
+      scratch != nullptr && (out + count <= scratch || out >= scratch + count * size_t(world));
   op->chunk_elems_ = ChunkElems(count, o);
   for (size_t off = 0; off < count; off += op->chunk_elems_) {
     Chunk c;
@@ -82,6 +85,9 @@ StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Create(MPI_Comm 
 const float* RingReduceScatter::InBlock(int block) const { return in_ + size_t(block) * count_; }
 
 float* RingReduceScatter::Received(const Chunk& c, int step) const {
+  if (receive_in_place_) {  // out at step 0, then the block sent at the step before
+    return step == 0 ? out_ + c.off : scratch_ + size_t(Mod(rank_ - step, world_)) * count_ + c.off;
+  }
   const size_t buffers = scratch_ != nullptr ? 1 : 2;
   return temp_ + (size_t(c.slot) * buffers + size_t(step) % buffers) * chunk_elems_;
 }

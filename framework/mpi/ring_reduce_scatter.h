@@ -24,9 +24,13 @@
 // step s, while the one received at step s-1 is being sent). StartOverwriting may overwrite `in`
 // (the caller discards it): the partial sum received at step s is added into that block of `in`
 // and sent from there, so each slot has one receive buffer; afterwards the contents of `in` are
-// unspecified (except out, when it is in + rank*count). The additions, their operands and their
-// order are the same in both (received partial sum + own input), so the results are
-// bit-identical.
+// unspecified (except out, when it is in + rank*count). When `out` lies outside `in`, it needs no
+// temporary at all: a chunk's step-0 partial sum is received into its place in `out`, and the one
+// of step s >= 1 into block (r-s) of `in`, which this rank sent at step s-1 (a chunk posts step s
+// only after both messages of step s-1 completed) and never reads again (its own input of block
+// (r-s-2) and of block r, which the next steps add, lie elsewhere). The additions, their operands
+// and their order are the same in every form (received partial sum + own input), so the results
+// are bit-identical.
 //
 // Messages of chunk k use tag `tag + k` on `comm` (at most kMaxChunks chunks: larger chunks for
 // a larger count); every rank must start its operations in the same order with the same tags,
@@ -74,8 +78,10 @@ class RingReduceScatter {
   // Elements per chunk (the last chunk may be shorter) of an operation of `count`.
   static size_t ChunkElems(size_t count, const Options& o);
   // f32 elements of the temporary an operation of `count` needs at `world` ranks: (2 with Start,
-  // 1 with StartOverwriting) x min(chunks, chunks_in_flight) x ChunkElems.
-  static size_t TempElems(size_t count, int world, const Options& o, bool overwriting);
+  // 1 with StartOverwriting) x min(chunks, chunks_in_flight) x ChunkElems; 0 with
+  // StartOverwriting when `out` lies outside `in` (out_apart: `temp` is then not used).
+  static size_t TempElems(size_t count, int world, const Options& o, bool overwriting,
+                          bool out_apart = false);
 
   // Posts the first chunks' first messages; `in` is only read.
   static StatusOr<std::unique_ptr<RingReduceScatter>> Start(MPI_Comm comm, int rank, int world,
@@ -123,7 +129,8 @@ class RingReduceScatter {
   float* out_ = nullptr;
   size_t count_ = 0, chunk_elems_ = 0;
   bool average_ = false;
-  float* temp_ = nullptr;  // slots x (2, or 1 when overwriting) x chunk_elems_
+  float* temp_ = nullptr;          // slots x (2, or 1 when overwriting) x chunk_elems_
+  bool receive_in_place_ = false;  // overwriting with out outside in: no temporary (Received)
   std::vector<Chunk> chunks_;
   std::vector<int> free_slots_;
   size_t next_chunk_ = 0;  // the next chunk to start

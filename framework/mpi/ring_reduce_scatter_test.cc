@@ -141,6 +141,8 @@ TEST(RingReduceScatterTest, TempElemsCountsSlotsOfChunks) {
   EXPECT_EQ(RingReduceScatter::TempElems(250, 3, o, true), 3u * 100);  // 3 chunks < 4 slots
   EXPECT_EQ(RingReduceScatter::TempElems(1001, 1, o, false), 0u);
   EXPECT_EQ(RingReduceScatter::TempElems(0, 4, o, false), 0u);
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 4, o, true, /*out_apart=*/true), 0u);
+  EXPECT_EQ(RingReduceScatter::TempElems(1001, 4, o, false, /*out_apart=*/true), 2u * 4 * 100);
   o.chunks_in_flight = 0;  // all: the old 2 x count
   EXPECT_EQ(RingReduceScatter::TempElems(1001, 2, o, false), 2u * 11 * 100);
   o.chunk_elems = 1;  // at most kMaxChunks chunks
@@ -188,7 +190,8 @@ TEST(RingReduceScatterTest, SendIsUntouchedUnlessGivenUp) {
 }
 
 // RingReduceScatter directly, with exactly TempElems of temporary between guard values: the ring
-// never writes outside it (nor outside `in` and `out`), at several windows and chunk sizes.
+// never writes outside it (nor outside `in` and `out`), at several windows and chunk sizes;
+// overwriting with `out` apart from `in` (TempElems 0) writes no temporary at all.
 TEST(RingReduceScatterTest, StaysInsideTempElems) {
   auto comm = Make(ReduceScatterAlgorithm::kRing, 64);  // initialises MPI
   ASSERT_TRUE(comm);
@@ -197,14 +200,17 @@ TEST(RingReduceScatterTest, StaysInsideTempElems) {
   const int world = comm->world_size(), rank = comm->rank();
   const float kGuard = -12345.f;
   const size_t pad = 64;
-  for (bool overwrite : {false, true}) {
+  for (int form = 0; form < 3; ++form) {  // Start, StartOverwriting, and that with out apart
+    const bool overwrite = form > 0, apart = form == 2;
     for (size_t in_flight : {size_t(0), size_t(1), size_t(2), size_t(5)}) {
       for (size_t chunk : {size_t(0), size_t(7), size_t(50)}) {
         RingReduceScatter::Options o;
         o.chunk_elems = chunk;
         o.chunks_in_flight = in_flight;
         o.tag = 1;
-        const size_t count = 203, n = RingReduceScatter::TempElems(count, world, o, overwrite);
+        const size_t count = 203,
+                     n = RingReduceScatter::TempElems(count, world, o, overwrite, apart);
+        if (apart) EXPECT_EQ(n, 0u);
         std::vector<float> in(pad + count * size_t(world) + pad, kGuard),
             out(count + 2 * pad, kGuard), temp(n + 2 * pad, kGuard);
         for (size_t i = 0; i < count * size_t(world); ++i) in[pad + i] = IntVal(rank, i);
@@ -231,7 +237,7 @@ TEST(RingReduceScatterTest, StaysInsideTempElems) {
         for (size_t i = 0; i < count; ++i) {
           float want = 0;
           for (int q = 0; q < world; ++q) want += IntVal(q, size_t(rank) * count + i);
-          ASSERT_EQ(out[pad + i], want) << "element " << i << " overwrite " << overwrite;
+          ASSERT_EQ(out[pad + i], want) << "element " << i << " form " << form;
         }
       }
     }
