@@ -36,9 +36,11 @@
 //                                rank's slice into the fp32 gradient shard as a running mean over
 //                                micro-batches: after k reduce-scatters since ZeroGrad() the
 //                                shard holds (1/k) * sum of the k world averages. On the CPU with
-//                                f32 gradients the collective sums and the fold divides by W (one
-//                                pass; the bits of ReduceOp::kAvg); elsewhere ReduceOp::kAvg. One
-//                                rank on the CPU: no collective, the fold reads the buffer.
+//                                f32 gradients the first micro-batch's collective averages straight
+//                                into the shard (no fold pass, no ring temporary), later ones sum
+//                                and the fold divides by W (one pass; the bits of ReduceOp::kAvg);
+//                                elsewhere ReduceOp::kAvg. One rank on the CPU: no collective, the
+//                                fold reads the buffer.
 //                                The unit gradient buffer is then released. A rank that never
 //                                asked for UnitGrads(u) takes part with zeros. The collective
 //                                may use the buffer as scratch (overwrite_send): the views of
@@ -343,8 +345,9 @@ class ShardedParameterStore {
   // One rank on the CPU: a unit's shard is the whole unit, so gathers hand out views of the
   // compute shard and reduce-scatters are no-ops (the fold reads the unit gradient buffer).
   bool DirectUnits() const { return world_size() == 1 && device().is_cpu(); }
-  // CPU with f32 gradients: the reduce-scatter sums and the fold divides by the world size (one
-  // pass instead of two, the same bits as averaging first); elsewhere the collective averages.
+  // CPU with f32 gradients: from the second micro-batch on, the reduce-scatter sums and the fold
+  // divides by the world size (one pass instead of two, the same bits as averaging first; the
+  // first micro-batch averages straight into the shard); elsewhere the collective averages.
   int FoldDivisor() const {
     return device().is_cpu() && options_.reduce_dtype == DType::kF32 ? world_size() : 1;
   }
