@@ -16,7 +16,8 @@ namespace {
 
 struct AlignedBytes {
   explicit AlignedBytes(size_t n)
-      : p(static_cast<char*>(std::aligned_alloc(kDirectIoAlign, n + kDirectIoAlign))) {}
+      : p(static_cast<char*>(
+            std::aligned_alloc(kDirectIoAlign, (n / kDirectIoAlign + 2) * kDirectIoAlign))) {}
   ~AlignedBytes() { std::free(p); }
   char* p;
 };

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "nn/isa_clones.h"
+
 namespace shardema::nn {
 namespace {
 constexpr int64_t kRowGrain = 16;
@@ -17,10 +19,8 @@ constexpr int64_t kColumnGrain = 32;
 // compute the same bits; the independent lanes also keep the adds' latency off the critical path.
 constexpr int kLanes = 16;
 
-// Each row function is compiled for AVX-512, AVX2 and the tree's baseline; the loader picks the
-// best the CPU has (the same bits, see above).
-#define SHARDEMA_LN_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// Each row function is compiled for AVX-512, AVX2 and the tree's baseline (nn/isa_clones.h; the
+// same bits, see above).
 
 double AddLanes(const double* acc) {
   double s = 0;
@@ -29,8 +29,8 @@ double AddLanes(const double* acc) {
 }
 
 // y, mean, rstd of one row of c elements.
-SHARDEMA_LN_CLONES void ForwardRow(const float* x, const float* w, const float* b, int64_t c,
-                                   float eps, float* y, float* mean, float* rstd) {
+SHARDEMA_ISA_CLONES void ForwardRow(const float* x, const float* w, const float* b, int64_t c,
+                                    float eps, float* y, float* mean, float* rstd) {
   double acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= c; i += kLanes) {
@@ -57,8 +57,8 @@ SHARDEMA_LN_CLONES void ForwardRow(const float* x, const float* w, const float* 
 }
 
 // dx of one row of c elements, written (add false) or added (add true).
-SHARDEMA_LN_CLONES void BackwardRow(const float* x, const float* w, float m, float s,
-                                    const float* dy, int64_t c, bool add, float* dx) {
+SHARDEMA_ISA_CLONES void BackwardRow(const float* x, const float* w, float m, float s,
+                                     const float* dy, int64_t c, bool add, float* dx) {
   double sum_g[kLanes] = {}, sum_gx[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= c; i += kLanes) {

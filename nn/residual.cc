@@ -1,19 +1,19 @@
 #include "nn/residual.h"
 
+#include "nn/isa_clones.h"
+
 namespace shardema::nn {
 namespace {
 constexpr int64_t kGrain = 1 << 15;
 
-// The element loops, compiled for AVX-512, AVX2 and the tree's baseline; the loader picks the
-// best the CPU has. One addition per element: every clone computes the same bits.
-#define SHARDEMA_RESIDUAL_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// The element loops, compiled for AVX-512, AVX2 and the tree's baseline (nn/isa_clones.h). One
+// addition per element: every clone computes the same bits.
 
-SHARDEMA_RESIDUAL_CLONES void Add(const float* a, const float* b, float* out, int64_t n) {
+SHARDEMA_ISA_CLONES void Add(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-SHARDEMA_RESIDUAL_CLONES void AddTo(float* dst, const float* src, int64_t n) {
+SHARDEMA_ISA_CLONES void AddTo(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 

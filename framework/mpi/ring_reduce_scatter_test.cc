@@ -210,7 +210,9 @@ TEST(RingReduceScatterTest, StaysInsideTempElems) {
         o.tag = 1;
         const size_t count = 203,
                      n = RingReduceScatter::TempElems(count, world, o, overwrite, apart);
-        if (apart) EXPECT_EQ(n, 0u);
+        if (apart) {
+          EXPECT_EQ(n, 0u);
+        }
         std::vector<float> in(pad + count * size_t(world) + pad, kGuard),
             out(count + 2 * pad, kGuard), temp(n + 2 * pad, kGuard);
         for (size_t i = 0; i < count * size_t(world); ++i) in[pad + i] = IntVal(rank, i);
