@@ -26,9 +26,6 @@ struct ShardedParameterStore::UnitState {
   bool reduce_pending = false;
   Buffer grad_buf;
   std::unique_ptr<Work> reduce_work;
-  // The reduce-scatter in flight writes straight into the gradient shard (first micro-batch on
-  // the CPU with f32 gradients, see ReduceScatterGradsAsync): no fold follows.
-  bool reduce_direct = false;
   int64_t micro_batches = 0;
 };
 
@@ -38,8 +35,7 @@ bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t =
 
 // A buffer of `bytes` from `cache` whose bytes [zero_from, bytes) are zeroed (zeroing queued on
 // `stream` on CUDA).
-StatusOr<Buffer> ZeroedBuffer(UnitBufferCache& cache, Stream stream, size_t bytes,
-                              size_t zero_from) {
+StatusOr<Buffer> ZeroedBuffer(BufferCache& cache, Stream stream, size_t bytes, size_t zero_from) {
   StatusOr<Buffer> b = cache.Acquire(bytes);
   if (!b.ok()) return b.status();
   Status st = FillZero(stream, b->as<char>() + zero_from, bytes - std::min(zero_from, bytes));
@@ -96,7 +92,7 @@ ShardedParameterStore::~ShardedParameterStore() {
     }
     if (s->reduce_work && !s->reduce_work->Wait().ok()) {
       KeepMovedUntilExit(std::move(s->grad_buf));
-      keep_grad_shard = keep_grad_shard || s->reduce_direct;
+      keep_grad_shard = keep_grad_shard || ReducesIntoShard(*s);
     }
     // Works order the compute stream: drop them while it exists.
     s->gather_work.reset();
@@ -365,6 +361,10 @@ void ShardedParameterStore::FreeUnitGrads(UnitState& s) {
   s.grad_live = false;
 }
 
+bool ShardedParameterStore::ReducesIntoShard(const UnitState& s) const {
+  return FoldDivisor() > 1 && s.micro_batches == 0;
+}
+
 bool ShardedParameterStore::UnitBufferFits(size_t unit) const {
   if (options_.unit_memory_limit_bytes <= 0 || DirectUnits() || unit >= units_.size()) return true;
   if (units_[unit]->params != UnitState::Params::kReleased) return true;
@@ -526,11 +526,10 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     // that fold would store there (the sum / W, a float division either way: the same bits), so
     // no fold pass follows, and the MPI ring then needs no receive temporary (its output lies
     // outside the buffer, ring_reduce_scatter.h).
-    s.reduce_direct = FoldDivisor() > 1 && s.micro_batches == 0;
-    char* out = s.reduce_direct ? reinterpret_cast<char*>(grad_shard() + layout_.local_offset(unit))
-                                : base + size_t(rank()) * size_t(u.shard_numel) * esize;
-    CollectiveOptions co =
-        CollOpts(FoldDivisor() > 1 && !s.reduce_direct ? ReduceOp::kSum : ReduceOp::kAvg);
+    const bool direct = ReducesIntoShard(s);
+    char* out = direct ? reinterpret_cast<char*>(grad_shard() + layout_.local_offset(unit))
+                       : base + size_t(rank()) * size_t(u.shard_numel) * esize;
+    CollectiveOptions co = CollOpts(FoldDivisor() > 1 && !direct ? ReduceOp::kSum : ReduceOp::kAvg);
     co.overwrite_send = true;
     StatusOr<std::unique_ptr<Work>> w =
         comm_->ReduceScatterAsync(base, out, size_t(u.shard_numel), options_.reduce_dtype, co);
@@ -550,14 +549,13 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
-    KeepMovedUntilExit(std::move(s.grad_buf));                       // may still be read/written
-    grad_shard_given_up_ = grad_shard_given_up_ || s.reduce_direct;  // so may the gradient shard
+    KeepMovedUntilExit(std::move(s.grad_buf));  // may still be read/written
+    grad_shard_given_up_ = grad_shard_given_up_ || ReducesIntoShard(s);  // so may the shard
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
-  if (s.reduce_direct) {  // already in the gradient shard: the first micro-batch's fold
+  if (ReducesIntoShard(s)) {  // already in the gradient shard: the first micro-batch's fold
     ++s.micro_batches;
-    s.reduce_direct = false;
     FreeUnitGrads(s);
     return Status::Ok();
   }

@@ -73,7 +73,7 @@
 //     step): the wait orders the stream and queues the fold (LaunchFoldMean), it never blocks;
 //   * gradient zeroing (LaunchFillZero) and the compute-copy refresh (LaunchConvert) are queued
 //     on the stream; InitFromFull/InitFromFunction stage through host memory and copy up.
-// Unit buffers come from a UnitBufferCache (fsdp/buffer_cache.h), which keeps released buffers
+// Unit buffers come from a BufferCache (framework/buffer_cache.h), which keeps released buffers
 // (best fit, at most two of the largest unit's parameter + gradient buffers) for reuse instead of
 // freeing them: on CUDA in stream order, on the CPU so that a step neither allocates nor
 // page-faults its unit buffers again. On the CPU every call completes before returning.
@@ -108,12 +108,12 @@
 #include <utility>
 #include <vector>
 
+#include "framework/buffer_cache.h"
 #include "framework/communicator.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
-#include "fsdp/buffer_cache.h"
 #include "fsdp/layout.h"
 #include "fsdp/slot_registry.h"
 
@@ -351,6 +351,10 @@ class ShardedParameterStore {
   int FoldDivisor() const {
     return device().is_cpu() && options_.reduce_dtype == DType::kF32 ? world_size() : 1;
   }
+  // Whether unit `s`'s reduce-scatter (issued, or in flight: micro_batches counts the folded ones)
+  // averages straight into the gradient shard instead of the unit buffer: the first micro-batch
+  // with FoldDivisor() > 1. No fold follows it.
+  bool ReducesIntoShard(const UnitState& s) const;
   std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
   void FreeUnitParams(UnitState& s);
   void FreeUnitGrads(UnitState& s);
@@ -375,7 +379,7 @@ class ShardedParameterStore {
   // A reduce-scatter into the gradient shard was given up after a failure: the destructor keeps
   // the shard's memory until exit (a late receive may still write it).
   bool grad_shard_given_up_ = false;
-  UnitBufferCache cache_;
+  BufferCache cache_;
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;
   std::map<int, ShardUpdateGuard> guards_;

@@ -3,13 +3,25 @@
 #include <algorithm>
 
 namespace shardema {
+namespace {
 
-UnitBufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_dtype,
-                                          DType reduce_dtype, int64_t limit_bytes) {
-  int64_t largest = 0;
-  for (const UnitLayout& u : layout.units()) largest = std::max(largest, u.padded_numel);
-  UnitBufferCache::Options o;
-  o.keep = UnitBufferCache::Options::Keep::kYes;
+// The unit with the most (padded) elements, or null for a layout without units.
+const UnitLayout* LargestUnit(const StoreLayout& layout) {
+  const UnitLayout* largest = nullptr;
+  for (const UnitLayout& u : layout.units()) {
+    if (largest == nullptr || u.padded_numel > largest->padded_numel) largest = &u;
+  }
+  return largest;
+}
+
+}  // namespace
+
+BufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_dtype,
+                                      DType reduce_dtype, int64_t limit_bytes) {
+  const UnitLayout* unit = LargestUnit(layout);
+  const int64_t largest = unit != nullptr ? unit->padded_numel : 0;
+  BufferCache::Options o;
+  o.keep = BufferCache::Options::Keep::kYes;
   o.max_cached_bytes = 2 * largest * int64_t(DTypeSize(compute_dtype) + DTypeSize(reduce_dtype));
   if (limit_bytes > 0) {
     o.limit_bytes = limit_bytes;
@@ -27,10 +39,7 @@ Status CheckUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype, DTyp
   }
   if (limit_bytes == 0) return Status::Ok();
   const int64_t esize = int64_t(std::max(DTypeSize(compute_dtype), DTypeSize(reduce_dtype)));
-  const UnitLayout* largest = nullptr;
-  for (const UnitLayout& u : layout.units()) {
-    if (largest == nullptr || u.padded_numel > largest->padded_numel) largest = &u;
-  }
+  const UnitLayout* largest = LargestUnit(layout);
   if (largest != nullptr && limit_bytes < largest->padded_numel * esize) {
     return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ", limit_bytes,
                            " is below the largest unit buffer, ", largest->padded_numel * esize,

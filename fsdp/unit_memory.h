@@ -1,4 +1,4 @@
-// Unit memory policy of a sharded store (fsdp/store.h): how its UnitBufferCache is configured
+// Unit memory policy of a sharded store (fsdp/store.h): how its BufferCache is configured
 // for a layout, and the check of a bound on the unit buffers (StoreOptions::
 // unit_memory_limit_bytes).
 //
@@ -16,15 +16,15 @@
 
 #include <cstdint>
 
+#include "framework/buffer_cache.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
-#include "fsdp/buffer_cache.h"
 #include "fsdp/layout.h"
 
 namespace shardema {
 
-UnitBufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_dtype,
-                                          DType reduce_dtype, int64_t limit_bytes);
+BufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_dtype,
+                                      DType reduce_dtype, int64_t limit_bytes);
 Status CheckUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype, DType reduce_dtype,
                             int64_t limit_bytes);
 

@@ -20,8 +20,8 @@ TEST(UnitMemoryTest, CacheKeepsTwoLargestUnitsOrTheBound) {
   const StoreLayout l = TwoUnits(3);
   const int64_t big = l.units()[1].padded_numel;  // >= 1000, a multiple of 3
   ASSERT_GE(big, 1000);
-  UnitBufferCache::Options o = UnitCacheOptions(l, DType::kBF16, DType::kF32, 0);
-  EXPECT_EQ(o.keep, UnitBufferCache::Options::Keep::kYes);
+  BufferCache::Options o = UnitCacheOptions(l, DType::kBF16, DType::kF32, 0);
+  EXPECT_EQ(o.keep, BufferCache::Options::Keep::kYes);
   EXPECT_EQ(o.max_cached_bytes, 2 * big * (2 + 4));
   EXPECT_EQ(o.limit_bytes, 0);
   EXPECT_DOUBLE_EQ(o.max_fit, 2.0);

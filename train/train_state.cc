@@ -90,17 +90,14 @@ StatusOr<StepResult> TrainState::Step() {
   EmaStep ema;
   bool awaited = false;  // CUDA: this step's decision was read before the pass
   if (emas_ != nullptr) {
+    if (res.pending) RETURN_IF_ERROR(CommitDeferredEma());  // optimizer_->step() is exact after it
     // The updates before this step. Read before the Await below: once this step's decision is
     // resolved, optimizer_->step() counts this step too.
-    int64_t before = optimizer_->step();
-    if (res.pending) {
-      RETURN_IF_ERROR(CommitDeferredEma());  // optimizer_->step() is exact after it
-      before = optimizer_->step();
-      if (NeedsDecision()) {
-        ASSIGN_OR_RETURN(res, optimizer_->Await(res));
-        if (res.skipped) return res;
-        awaited = true;
-      }
+    const int64_t before = optimizer_->step();
+    if (res.pending && NeedsDecision()) {
+      ASSIGN_OR_RETURN(res, optimizer_->Await(res));
+      if (res.skipped) return res;
+      awaited = true;
     }
     ASSIGN_OR_RETURN(ema, emas_->PlanStep(before));
   }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/buffer_cache.h"
 #include "framework/device.h"
 #include "framework/fault_injection.h"
 #include "framework/keep_until_exit.h"
@@ -24,6 +25,27 @@
 namespace shardema {
 namespace mpi_internal {
 
+// The communicator's temporaries, kept for reuse (BufferCache on the host, Keep::kYes, at most
+// 256 MiB cached) and shared with the operations that give theirs back when they complete.
+struct TempCache {
+  std::mutex mu;
+  BufferCache cache{Device::Cpu(), [] {
+                      BufferCache::Options o;
+                      o.keep = BufferCache::Options::Keep::kYes;
+                      o.max_cached_bytes = int64_t(256) << 20;
+                      return o;
+                    }()};
+  StatusOr<Buffer> Take(size_t bytes) {
+    std::lock_guard<std::mutex> l(mu);
+    return cache.Acquire(bytes);
+  }
+  void Give(Buffer b) {
+    if (b.data() == nullptr) return;
+    std::lock_guard<std::mutex> l(mu);
+    cache.Release(std::move(b));
+  }
+};
+
 // An issued MPI request and what Wait() does after MPI_Wait. Shared by the Work handed to the
 // caller and the communicator (which completes it at Shutdown()).
 struct PendingOp {
@@ -33,8 +55,8 @@ struct PendingOp {
   WaitPoll poll;         // the communicator's failure notices
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter, ring slots)
-  std::shared_ptr<ScratchPool> pool;  // where `temp` came from and goes back to once done
-  std::function<void()> finish;       // post-processing once the data has arrived
+  std::shared_ptr<TempCache> pool;  // where `temp` came from and goes back to once done
+  std::function<void()> finish;     // post-processing once the data has arrived
   bool done = false;
   Status status;
 
@@ -193,7 +215,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEn
       world_size_(world_size),
       local_env_(std::move(local_env)),
       options_(options),
-      arg_checks_(options) {}
+      arg_checks_(options),
+      temps_(std::make_shared<mpi_internal::TempCache>()) {}
 
 MpiCommunicator::~MpiCommunicator() { Shutdown().IgnoreError(); }
 
@@ -399,10 +422,10 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
           ? TempElems(c, in_place, world_size_, ring ? &ring_options : nullptr, opts.overwrite_send)
           : 0;
   if (temp_elems > 0) {
-    StatusOr<Buffer> temp = scratch_->Take(temp_elems * sizeof(float));
+    StatusOr<Buffer> temp = temps_->Take(temp_elems * sizeof(float));
     if (temp.ok()) {
       op->temp = std::move(temp).value();
-      op->pool = scratch_;
+      op->pool = temps_;
     } else {
       local = temp.status().WithContext(std::string(name) + ": rank " + std::to_string(rank_) +
                                         ": f32 temporary");

@@ -66,7 +66,7 @@
 // internally serialised.
 // Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
 // in-place kMpi ReduceScatter and kRing ReduceScatter own their temporaries inside the Work,
-// taken from the communicator's ScratchPool (framework/scratch_pool.h) and given back when the
+// taken from the communicator's BufferCache (framework/buffer_cache.h) and given back when the
 // operation completes (at most 256 MiB kept between calls; a failed operation keeps its own).
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
@@ -85,13 +85,13 @@
 #include "framework/mpi/mpi_wait.h"
 #include "framework/mpi/ring_reduce_scatter.h"
 #include "framework/rank_env.h"
-#include "framework/scratch_pool.h"
 #include "framework/status.h"
 
 namespace shardema {
 
 namespace mpi_internal {
 struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
+struct TempCache;  // the operations' temporaries, kept for reuse (mpi_communicator.cc)
 }  // namespace mpi_internal
 
 class MpiCommunicator final : public CallCommunicator {
@@ -176,7 +176,7 @@ class MpiCommunicator final : public CallCommunicator {
   std::vector<std::weak_ptr<mpi_internal::PendingOp>> pending_;
   // Temporaries of operations (ring slots, f32 copies), back here once an operation completes:
   // the next step's collectives reuse them instead of faulting in fresh pages.
-  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
+  std::shared_ptr<mpi_internal::TempCache> temps_;
 };
 
 }  // namespace shardema

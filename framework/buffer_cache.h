@@ -1,4 +1,6 @@
-// UnitBufferCache: the memory of the store's per-unit parameter and gradient buffers.
+// BufferCache: Buffers acquired and released at a high rate, kept for reuse: the sharded store's
+// per-unit parameter and gradient buffers (fsdp/store.h), the MPI communicator's temporaries
+// (framework/mpi/mpi_communicator.h, Keep::kYes on the host: no fresh pages per collective).
 //
 // A sharded store acquires a unit buffer for every gather and every backward and releases it
 // soon after. On the host that is cheap and the store's memory should be exactly what is live,
@@ -30,8 +32,8 @@
 // Errors: Acquire passes Buffer::Allocate's (kResourceExhausted naming the size, kUnavailable).
 // Threading: one thread, like the store. Memory: see above; buffers acquired and never released
 // count as held until the cache is destroyed.
-#ifndef SHARDEMA_FSDP_BUFFER_CACHE_H_
-#define SHARDEMA_FSDP_BUFFER_CACHE_H_
+#ifndef SHARDEMA_FRAMEWORK_BUFFER_CACHE_H_
+#define SHARDEMA_FRAMEWORK_BUFFER_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -42,7 +44,7 @@
 
 namespace shardema {
 
-class UnitBufferCache {
+class BufferCache {
  public:
   struct Options {
     // Keep released buffers for reuse (default: on CUDA devices only).
@@ -56,10 +58,10 @@ class UnitBufferCache {
     int64_t limit_bytes = 0;
   };
 
-  explicit UnitBufferCache(Device device) : UnitBufferCache(device, Options()) {}
-  UnitBufferCache(Device device, const Options& options);
-  UnitBufferCache(const UnitBufferCache&) = delete;
-  UnitBufferCache& operator=(const UnitBufferCache&) = delete;
+  explicit BufferCache(Device device) : BufferCache(device, Options()) {}
+  BufferCache(Device device, const Options& options);
+  BufferCache(const BufferCache&) = delete;
+  BufferCache& operator=(const BufferCache&) = delete;
 
   Device device() const { return device_; }
   // True when released buffers are kept for reuse.
@@ -107,4 +109,4 @@ class UnitBufferCache {
 
 }  // namespace shardema
 
-#endif  // SHARDEMA_FSDP_BUFFER_CACHE_H_
+#endif  // SHARDEMA_FRAMEWORK_BUFFER_CACHE_H_

@@ -1,6 +1,6 @@
-// UnitBufferCache: frees at once on the CPU by default, recycles on CUDA (skips without a GPU);
+// BufferCache: frees at once on the CPU by default, recycles on CUDA (skips without a GPU);
 // best fit, the byte cap and the peak are tested on host memory with Keep::kYes.
-#include "fsdp/buffer_cache.h"
+#include "framework/buffer_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 namespace shardema {
 namespace {
 
-TEST(UnitBufferCacheTest, CpuFreesOnRelease) {
-  UnitBufferCache cache(Device::Cpu());
+TEST(BufferCacheTest, CpuFreesOnRelease) {
+  BufferCache cache(Device::Cpu());
   EXPECT_FALSE(cache.caching());
   auto a = cache.Acquire(1000);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -29,23 +29,23 @@ TEST(UnitBufferCacheTest, CpuFreesOnRelease) {
   EXPECT_EQ(cache.cached_buffers(), 0u);
 }
 
-UnitBufferCache::Options Keeping(int64_t cap, double fit = 2.0) {
-  UnitBufferCache::Options o;
-  o.keep = UnitBufferCache::Options::Keep::kYes;
+BufferCache::Options Keeping(int64_t cap, double fit = 2.0) {
+  BufferCache::Options o;
+  o.keep = BufferCache::Options::Keep::kYes;
   o.max_cached_bytes = cap;
   o.max_fit = fit;
   return o;
 }
 
-Buffer Take(UnitBufferCache& cache, size_t bytes) {
+Buffer Take(BufferCache& cache, size_t bytes) {
   auto b = cache.Acquire(bytes);
   EXPECT_TRUE(b.ok()) << b.status();
   EXPECT_GE(b->size(), bytes);
   return b.ok() ? std::move(b).value() : Buffer();
 }
 
-TEST(UnitBufferCacheTest, BestFitWithinTheFitRatio) {
-  UnitBufferCache cache(Device::Cpu(), Keeping(1 << 20));
+TEST(BufferCacheTest, BestFitWithinTheFitRatio) {
+  BufferCache cache(Device::Cpu(), Keeping(1 << 20));
   EXPECT_TRUE(cache.caching());
   Buffer a = Take(cache, 4096), b = Take(cache, 8192), c = Take(cache, 16384);
   void* pa = a.data();
@@ -66,9 +66,9 @@ TEST(UnitBufferCacheTest, BestFitWithinTheFitRatio) {
   EXPECT_EQ(cache.live_bytes(), 8192 + 4096 + 5000);
 }
 
-TEST(UnitBufferCacheTest, CachedBytesNeverExceedTheCap) {
+TEST(BufferCacheTest, CachedBytesNeverExceedTheCap) {
   const int64_t cap = 10000;
-  UnitBufferCache cache(Device::Cpu(), Keeping(cap));
+  BufferCache cache(Device::Cpu(), Keeping(cap));
   Buffer a = Take(cache, 4000), b = Take(cache, 4000), c = Take(cache, 4000);
   void* pc = c.data();
   cache.Release(std::move(a));
@@ -100,10 +100,10 @@ TEST(UnitBufferCacheTest, CachedBytesNeverExceedTheCap) {
   }
 }
 
-TEST(UnitBufferCacheTest, ALimitFreesCachedBuffersBeforeAllocatingPastIt) {
-  UnitBufferCache::Options o = Keeping(10000, 1e18);
+TEST(BufferCacheTest, ALimitFreesCachedBuffersBeforeAllocatingPastIt) {
+  BufferCache::Options o = Keeping(10000, 1e18);
   o.limit_bytes = 10000;
-  UnitBufferCache cache(Device::Cpu(), o);
+  BufferCache cache(Device::Cpu(), o);
   Buffer big = Take(cache, 6000);
   void* pbig = big.data();
   EXPECT_TRUE(cache.Fits(4000));   // 6000 + 4000 held
@@ -125,12 +125,12 @@ TEST(UnitBufferCacheTest, ALimitFreesCachedBuffersBeforeAllocatingPastIt) {
   cache.Release(std::move(more));
   EXPECT_LE(cache.cached_bytes(), 10000);  // the cap
   // Without a limit everything fits.
-  UnitBufferCache unlimited(Device::Cpu(), Keeping(10000));
+  BufferCache unlimited(Device::Cpu(), Keeping(10000));
   EXPECT_TRUE(unlimited.Fits(size_t(1) << 40));
 }
 
-TEST(UnitBufferCacheTest, PeakIsTheHighWaterMarkOfLivePlusCached) {
-  UnitBufferCache cache(Device::Cpu(), Keeping(1 << 20));
+TEST(BufferCacheTest, PeakIsTheHighWaterMarkOfLivePlusCached) {
+  BufferCache cache(Device::Cpu(), Keeping(1 << 20));
   Buffer a = Take(cache, 1000), b = Take(cache, 2000);
   EXPECT_EQ(cache.peak_bytes(), 3000);
   cache.Release(std::move(a));
@@ -146,8 +146,8 @@ TEST(UnitBufferCacheTest, PeakIsTheHighWaterMarkOfLivePlusCached) {
   EXPECT_EQ(cache.peak_bytes(), 8000);
 }
 
-TEST(UnitBufferCacheTest, CpuDefaultTracksThePeakButKeepsNothing) {
-  UnitBufferCache cache(Device::Cpu());
+TEST(BufferCacheTest, CpuDefaultTracksThePeakButKeepsNothing) {
+  BufferCache cache(Device::Cpu());
   Buffer a = Take(cache, 100), b = Take(cache, 300);
   cache.Release(std::move(a));
   cache.Release(std::move(b));
@@ -156,15 +156,15 @@ TEST(UnitBufferCacheTest, CpuDefaultTracksThePeakButKeepsNothing) {
   EXPECT_EQ(cache.peak_bytes(), 400);
 }
 
-TEST(UnitBufferCacheTest, CudaWithoutGpuIsUnavailable) {
+TEST(BufferCacheTest, CudaWithoutGpuIsUnavailable) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
-  UnitBufferCache cache(Device::Cuda(0));
+  BufferCache cache(Device::Cuda(0));
   EXPECT_EQ(cache.Acquire(64).status().code(), StatusCode::kUnavailable);
 }
 
-TEST(UnitBufferCacheTest, CudaRecyclesBySize) {
+TEST(BufferCacheTest, CudaRecyclesBySize) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  UnitBufferCache cache(Device::Cuda(0));
+  BufferCache cache(Device::Cuda(0));
   EXPECT_TRUE(cache.caching());
   auto a = cache.Acquire(4096);
   auto b = cache.Acquire(8192);

@@ -1,11 +1,11 @@
-#include "fsdp/buffer_cache.h"
+#include "framework/buffer_cache.h"
 
 #include <algorithm>
 #include <utility>
 
 namespace shardema {
 
-UnitBufferCache::UnitBufferCache(Device device, const Options& options)
+BufferCache::BufferCache(Device device, const Options& options)
     : device_(device), options_(options) {
   options_.max_cached_bytes = std::max<int64_t>(0, options_.max_cached_bytes);
   options_.max_fit = std::max(1.0, options_.max_fit);
@@ -13,27 +13,25 @@ UnitBufferCache::UnitBufferCache(Device device, const Options& options)
                                                       : options_.keep == Options::Keep::kYes;
 }
 
-std::multimap<size_t, UnitBufferCache::Cached>::const_iterator UnitBufferCache::BestFit(
+std::multimap<size_t, BufferCache::Cached>::const_iterator BufferCache::BestFit(
     size_t bytes) const {
   auto it = bytes > 0 ? free_.lower_bound(bytes) : free_.end();
   if (it != free_.end() && double(it->first) <= double(bytes) * options_.max_fit) return it;
   return free_.end();
 }
 
-bool UnitBufferCache::Fits(size_t bytes) const {
+bool BufferCache::Fits(size_t bytes) const {
   if (options_.limit_bytes <= 0) return true;
   auto it = BestFit(bytes);
   if (it != free_.end()) return live_bytes_ + cached_bytes_ <= options_.limit_bytes;
   return live_bytes_ + int64_t(bytes) <= options_.limit_bytes;
 }
 
-StatusOr<Buffer> UnitBufferCache::Acquire(size_t bytes) {
+StatusOr<Buffer> BufferCache::Acquire(size_t bytes) {
   Buffer b;
   auto fit = BestFit(bytes);
   if (fit != free_.end()) {
-    auto it = free_.erase(fit, fit);  // a mutable iterator to the same element
-    b = std::move(it->second.buffer);
-    free_.erase(it);
+    b = std::move(free_.extract(fit).mapped().buffer);
     cached_bytes_ -= int64_t(b.size());
   } else {
     if (options_.limit_bytes > 0) {
@@ -46,7 +44,7 @@ StatusOr<Buffer> UnitBufferCache::Acquire(size_t bytes) {
   return b;
 }
 
-void UnitBufferCache::Release(Buffer buffer) {
+void BufferCache::Release(Buffer buffer) {
   if (buffer.data() == nullptr) return;
   const int64_t bytes = int64_t(buffer.size());
   live_bytes_ = std::max<int64_t>(0, live_bytes_ - bytes);
@@ -56,7 +54,7 @@ void UnitBufferCache::Release(Buffer buffer) {
   free_.emplace(size_t(bytes), Cached{std::move(buffer), ++releases_});
 }
 
-void UnitBufferCache::EvictTo(int64_t limit) {
+void BufferCache::EvictTo(int64_t limit) {
   while (cached_bytes_ > limit && !free_.empty()) {
     auto oldest = free_.begin();
     for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -67,7 +65,7 @@ void UnitBufferCache::EvictTo(int64_t limit) {
   }
 }
 
-void UnitBufferCache::Clear() {
+void BufferCache::Clear() {
   free_.clear();
   cached_bytes_ = 0;
 }
