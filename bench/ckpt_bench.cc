@@ -19,7 +19,7 @@
 //                plain steps before the save). Best of the second and third asynchronous saves,
 //                whose staging memory is already allocated (the first one, which also allocates
 //                it, is shown as stall_async_first)
-//   stall_async_bg   the same with SaveOptions::snapshot_in_background: the snapshot copy overlaps
+//   stall_async_bg   the same with SaveOptions::Snapshot::kInBackground: the snapshot copy overlaps
 //                the step's compute; WaitSnapshot() before the (simulated) optimizer step
 //   async_to_commit  wall time from SaveAsync to the Poll that committed (last save)
 //   export       ExportSafetensors of a --export-bytes checkpoint (f32 slot, saved at 4 ranks)
@@ -311,7 +311,7 @@ Status Run(const Flags& f) {
     stall_async = copy_in_call.second;
     RETURN_IF_ERROR(writer.Finish());
     SaveOptions bo;
-    bo.snapshot_in_background = true;
+    bo.snapshot = SaveOptions::Snapshot::kInBackground;
     CheckpointWriter overlapped(JoinPath(root, "ckpt_overlap"), comm, bo);
     ASSIGN_OR_RETURN(auto overlap, async_saves(overlapped, true));
     stall_overlap = overlap.second;

@@ -10,6 +10,8 @@
 #   none    --ckpt-dir with only the final save (every mode makes that one)
 #   sync    + --save-every K (blocking saves)
 #   async   + --save-every K --async-save (background writer; the trainer Polls every step)
+#   inplace + --async-snapshot in-place (the writer writes straight from the state, no snapshot
+#             copy; the optimizer step waits until the rank file is written)
 # and takes each mode's median whole-run wall time. Per mid-run save (S = saves in the run):
 #   sync_cost_s  = (sync - none) / S      the steps a sync save blocks
 #   async_cost_s = (async - none) / S     the step-time increase an async save causes (snapshot,
@@ -30,9 +32,9 @@
 # step_bench, and --bind-to none: mpirun binds each of up to 2 ranks to one core by default, and
 # the writer thread then shares its rank's core with the training (1 rank, 48 steps, a save every
 # 12, Zen 5: median step 31.8 ms without saves, 54-61 ms with async saves when bound, 31.9 ms
-# unbound; train_mlp warns when it is bound to one core with --async-save). Ends with `summary: async_loop_ratio=... (goal <= 0.10)
-# async_cost_ratio=<async_cost_s / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=...
-# async_cpu_ms=...`.
+# unbound; train_mlp warns when it is bound to one core with --async-save). Ends with
+# `summary: async_loop_ratio=... inplace_loop_ratio=... (goal <= 0.10) async_cost_ratio=<async_cost_s
+# / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=... inplace_cpu_ms=...`.
 set -euo pipefail
 
 train="${1:?usage: save_stall_bench.sh TRAIN_MLP [flags]}"
@@ -68,6 +70,7 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
   case "$mode" in
     sync) extra=(--save-every "$save_every") ;;
     async) extra=(--save-every "$save_every" --async-save) ;;
+    inplace) extra=(--save-every "$save_every" --async-save --async-snapshot in-place) ;;
   esac
   rm -rf "$work/ckpt"
   local t0 t1
@@ -90,18 +93,19 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
-none=() sync=() async=() none_cpu=() sync_cpu=() async_cpu=() none_blk=() sync_blk=() async_blk=()
-none_loop=() sync_loop=() async_loop=()
+none=() sync=() async=() inplace=() none_cpu=() sync_cpu=() async_cpu=() inplace_cpu=()
+none_blk=() sync_blk=() async_blk=() inplace_blk=() none_loop=() sync_loop=() async_loop=()
+inplace_loop=()
 for _ in $(seq "$repeats"); do
-  for mode in none sync async; do
+  for mode in none sync async inplace; do
     read -r wall cpu blk loop <<<"$(run "$mode")"
     eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk) ${mode}_loop+=($loop)"
   done
 done
-echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]}"
-echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | async ${async_cpu[*]}"
-echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]}"
-echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]}"
+echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]} | inplace ${inplace[*]}"
+echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | async ${async_cpu[*]} | inplace ${inplace_cpu[*]}"
+echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]} | inplace ${inplace_blk[*]}"
+echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]} | inplace ${inplace_loop[*]}"
 echo "#   load: $(uptime | sed 's/.*load/load/')"
 n="$(median "${none[@]}")"
 s="$(median "${sync[@]}")"
@@ -115,15 +119,21 @@ ab="$(median "${async_blk[@]}")"
 nl="$(median "${none_loop[@]}")"
 sl="$(median "${sync_loop[@]}")"
 al="$(median "${async_loop[@]}")"
+i="$(median "${inplace[@]}")"
+ic="$(median "${inplace_cpu[@]}")"
+ib="$(median "${inplace_blk[@]}")"
+il="$(median "${inplace_loop[@]}")"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
-    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v nl="$nl" -v sl="$sl" -v al="$al" 'BEGIN {
-  sc = (s - n) / k; ac = (a - n) / k;
-  slm = (sl - nl) / k; alm = (al - nl) / k;
-  scm = (scpu - nc) / k; acm = (acpu - nc) / k;
-  sbm = (sblk - nb) / k; abm = (ablk - nb) / k;
+    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v nl="$nl" -v sl="$sl" -v al="$al" \
+    -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" 'BEGIN {
+  sc = (s - n) / k; ac = (a - n) / k; ic = (i - n) / k;
+  slm = (sl - nl) / k; alm = (al - nl) / k; ilm = (il - nl) / k;
+  scm = (scpu - nc) / k; acm = (acpu - nc) / k; icm = (icpu - nc) / k;
+  sbm = (sblk - nb) / k; abm = (ablk - nb) / k; ibm = (iblk - nb) / k;
   printf "%8s %10s %14s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "loop_ms_save", "block_ms", "cpu_ms_per_save";
   printf "%8s %10.3f %14s %14s %14s %16s\n", "none", n, "-", "-", "-", "-";
   printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "sync", s, sc, slm, sbm, scm;
   printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "async", a, ac, alm, abm, acm;
-  printf "summary: async_loop_ratio=%.3f async_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f\n",
-         (slm > 0 ? alm / slm : 0), (sc > 0 ? ac / sc : 0), sc, ac, n, slm, alm, (sbm > 0 ? abm / sbm : 0), sbm, abm, scm, acm }'
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "inplace", i, ic, ilm, ibm, icm;
+  printf "summary: async_loop_ratio=%.3f inplace_loop_ratio=%.3f async_cost_ratio=%.3f inplace_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f inplace_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f inplace_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f inplace_cpu_ms=%.1f\n",
+         (slm > 0 ? alm / slm : 0), (slm > 0 ? ilm / slm : 0), (sc > 0 ? ac / sc : 0), (sc > 0 ? ic / sc : 0), sc, ac, n, slm, alm, ilm, (sbm > 0 ? abm / sbm : 0), sbm, abm, ibm, scm, acm, icm }'

@@ -165,14 +165,13 @@ struct CheckpointWriter::Pending {
     return commit == nullptr || commit->done();
   }
 
-  // Runs on the background thread of an asynchronous save (or the caller's, for Save).
+  // Runs on the background thread of an asynchronous save (or the caller's, for Save). The
+  // caller's memory is read until the copies are made, or (in place: slot_ptrs and buffer_ptrs
+  // are the caller's) until the file is written.
   void Write(int rank, const SaveOptions& options, bool background) {
+    const bool in_place = background && options.snapshot == SaveOptions::Snapshot::kInPlace;
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
-    {
-      std::lock_guard<std::mutex> l(mu);
-      snapshot_taken = true;
-    }
-    cv.notify_all();
+    if (!in_place) ReleaseSnapshot();
     if (background && options.writer_nice > 0) {
       Status st = LowerThisThreadPriority(options.writer_nice);
       if (!st.ok()) LOG_WARNING << "checkpoint writer thread keeps its priority: " << st;
@@ -183,7 +182,16 @@ struct CheckpointWriter::Pending {
     } catch (const std::bad_alloc&) {
       result = ResourceExhausted("writing rank ", rank, "'s file: out of memory");
     }
+    if (in_place) ReleaseSnapshot();
     done.store(true, std::memory_order_release);
+  }
+
+  void ReleaseSnapshot() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      snapshot_taken = true;
+    }
+    cv.notify_all();
   }
 
   void WaitSnapshot() {
@@ -442,6 +450,7 @@ bool CheckpointWriter::GrowStaging(uint64_t bytes, bool touch) {
 
 Status CheckpointWriter::ReserveStaging(const CheckpointState& state) {
   ASSIGN_OR_RETURN(Manifest plan, PlanForState(state, options_.chunk_bytes));
+  if (options_.snapshot == SaveOptions::Snapshot::kInPlace) return Status::Ok();  // none needed
   const uint64_t total = StagingBytes(plan, state.rank);
   if (!GrowStaging(total, /*touch=*/true)) {
     return ResourceExhausted("asynchronous saves: cannot allocate ", total,
@@ -455,6 +464,16 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   ASSIGN_OR_RETURN(pending_, Begin(state));
   Pending& p = *pending_;
   const int rank = RankOf(comm_);
+  Pending* raw = &p;
+  const SaveOptions* opts = &options_;
+  if (options_.snapshot == SaveOptions::Snapshot::kInPlace) {
+    // No snapshot: the writer thread reads the caller's memory until WaitSnapshot.
+    p.slot_ptrs = SlotPointers(state);
+    p.buffer_ptrs = BufferPointers(state);
+    p.snapshot_taken = false;
+    p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
+    return Status::Ok();
+  }
   // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
   // the rank file writes them to the device directly, posix_file.h).
   const uint64_t total = StagingBytes(p.plan, rank);
@@ -476,14 +495,12 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
     for (size_t i = 0; i < p.plan.buffers.size(); ++i)
       stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
   }
-  if (!options_.snapshot_in_background) {
+  if (options_.snapshot == SaveOptions::Snapshot::kAtBegin) {
     ParallelCopy(p.copies, options_.snapshot_threads);
     p.copies.clear();
   } else {
     p.snapshot_taken = false;
   }
-  Pending* raw = &p;
-  const SaveOptions* opts = &options_;
   p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
   return Status::Ok();
 }

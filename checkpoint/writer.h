@@ -15,12 +15,18 @@
 //   SaveAsync(state)  [commit a pending save] + begin: validates, agrees on the plan, rank 0 makes
 //                     the temp directory, copies every slot and buffer into host staging buffers
 //                     (the snapshot: the caller may modify its buffers as soon as this returns),
-//                     then starts the background writer and returns. With
-//                     SaveOptions::snapshot_in_background the copy is made by the background
-//                     thread instead, overlapping the caller's work (e.g. forward/backward, which
-//                     do not modify the state); the caller must then call WaitSnapshot() before it
-//                     modifies any slot or buffer (e.g. before the optimizer step).
-//   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory.
+//                     then starts the background writer and returns (SaveOptions::snapshot
+//                     kAtBegin). With kInBackground the copy is made by the background thread
+//                     instead, overlapping the caller's work (e.g. forward/backward, which do not
+//                     modify the state); with kInPlace nothing is copied: the background thread
+//                     writes the rank file straight from the caller's memory (no staging memory,
+//                     no copy; the optimizer step then waits if writing the file takes longer
+//                     than the work it overlaps). With either, the caller must call
+//                     WaitSnapshot() before it modifies any slot or buffer (e.g. before the
+//                     optimizer step).
+//   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory
+//                     (kInBackground: its copy is taken; kInPlace: the rank file's data is
+//                     written, checksummed and durable).
 //   Poll()            never blocks on a collective, a file write or rank 0's commit while the
 //                     save is in flight (call it e.g. every step). A save has two phases, and in
 //                     each Poll looks at this rank's part locally (phase 1: its file is written;
@@ -72,9 +78,11 @@
 // names, which readers ignore; Finish() and the destructor wait for the deletions.
 //
 // Memory: an asynchronous save holds one host copy of the rank's slots and buffers (reused from
-// save to save when the size does not grow); the rank-file writer two io_bytes buffers.
+// save to save when the size does not grow), none with kInPlace; the rank-file writer two
+// io_bytes buffers.
 // Threading: one thread calls a writer; the state's memory must stay valid and unchanged during
-// Save, during SaveAsync (until it returns), and with snapshot_in_background until WaitSnapshot.
+// Save, during SaveAsync (until it returns), and with kInBackground or kInPlace until
+// WaitSnapshot.
 #ifndef SHARDEMA_CHECKPOINT_WRITER_H_
 #define SHARDEMA_CHECKPOINT_WRITER_H_
 
@@ -100,7 +108,13 @@ struct SaveOptions {
   uint64_t io_bytes = uint64_t(16) << 20;     // largest single write(2)
   bool fsync = true;                          // off only for tests that do not need durability
   WriteFaultHook fault_hook;                  // tests: simulate ENOSPC/EIO on any write
-  bool snapshot_in_background = false;        // see SaveAsync / WaitSnapshot above
+  // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above).
+  enum class Snapshot : uint8_t {
+    kAtBegin = 0,       // SaveAsync copies the state into staging memory before it returns
+    kInBackground = 1,  // the writer thread copies it; WaitSnapshot waits for the copy
+    kInPlace = 2,       // no copy: the writer reads the caller's memory until WaitSnapshot
+  };
+  Snapshot snapshot = Snapshot::kAtBegin;
   // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);
   // 0 = min(4, hardware threads).
   int snapshot_threads = 0;
@@ -138,7 +152,8 @@ class CheckpointWriter {
   // and touches every page, so that the first asynchronous snapshot pays no page faults and a
   // process short of memory learns it now (kResourceExhausted, naming the bytes and rank), not
   // at its first save. kInvalidArgument for a state SaveAsync would refuse. Optional: without it
-  // the first SaveAsync allocates the memory (untouched; its snapshot copy faults it in).
+  // the first SaveAsync allocates the memory (untouched; its snapshot copy faults it in). With
+  // Snapshot::kInPlace there is no staging memory: it only checks the state.
   Status ReserveStaging(const CheckpointState& state);
   StatusOr<bool> Poll();
   void WaitSnapshot();

@@ -155,27 +155,37 @@ TEST_F(WriterTest, ReservedStagingServesTheAsyncSavesAndBadStatesAreRefused) {
   EXPECT_NE(r.message().find("rank 3"), std::string::npos) << r;
 }
 
-TEST_F(WriterTest, BackgroundSnapshotIsTakenBeforeWaitSnapshotReturns) {
+TEST_F(WriterTest, BackgroundAndInPlaceSavesReadTheStateOnlyUntilWaitSnapshotReturns) {
   StoreLayout l = MakeLayout(TestModelWithBig(200000), 1);
-  SaveOptions o;
-  o.snapshot_in_background = true;
-  CheckpointWriter w(root_, nullptr, o);
-  for (int64_t step : {3, 4}) {
-    std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
-    ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
-    w.WaitSnapshot();
-    // The optimizer step modifies everything right after WaitSnapshot.
-    for (auto& d : st[0].slot_data) std::memset(d.data(), 0x77, d.size());
-    for (auto& b : st[0].buffer_data) std::fill(b.begin(), b.end(), 9.f);
-    ASSERT_TRUE(w.Wait().ok());
-    OwnedState dest = MakeDest(l, 0, DefaultSlots());
-    ASSERT_TRUE(LoadCheckpoint(root_, nullptr, dest.state).ok());
-    for (size_t s = 0; s < DefaultSlots().size(); ++s) {
-      EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, 0, DefaultSlots()[s], step)) << s;
+  for (SaveOptions::Snapshot mode :
+       {SaveOptions::Snapshot::kInBackground, SaveOptions::Snapshot::kInPlace}) {
+    SaveOptions o;
+    o.snapshot = mode;
+    o.io_bytes = 64 << 10;  // many writes, each slowed down: WaitSnapshot must wait for them
+    o.fault_hook = [](const std::string&, uint64_t, size_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      return 0;
+    };
+    CheckpointWriter w(root_, nullptr, o);
+    const int64_t first = mode == SaveOptions::Snapshot::kInPlace ? 5 : 3;  // one root, new steps
+    for (int64_t step : {first, first + 1}) {
+      std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
+      ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
+      w.WaitSnapshot();
+      // The optimizer step modifies everything right after WaitSnapshot.
+      for (auto& d : st[0].slot_data) std::memset(d.data(), 0x77, d.size());
+      for (auto& b : st[0].buffer_data) std::fill(b.begin(), b.end(), 9.f);
+      ASSERT_TRUE(w.Wait().ok());
+      OwnedState dest = MakeDest(l, 0, DefaultSlots());
+      ASSERT_TRUE(LoadCheckpoint(root_, nullptr, dest.state).ok());
+      for (size_t s = 0; s < DefaultSlots().size(); ++s) {
+        EXPECT_TRUE(dest.slot_data[s] == ExpectedSlotBytes(l, 0, DefaultSlots()[s], step))
+            << "mode " << int(mode) << " slot " << s;
+      }
+      EXPECT_EQ(dest.buffer_data[1], ExpectedBuffer("ema_0.999/bn.running_mean", step));
     }
-    EXPECT_EQ(dest.buffer_data[1], ExpectedBuffer("ema_0.999/bn.running_mean", step));
+    ASSERT_TRUE(w.Finish().ok());
   }
-  ASSERT_TRUE(w.Finish().ok());
 }
 
 TEST_F(WriterTest, NextSaveCommitsThePendingAsyncSave) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "framework/byte_size.h"
+#include "fsdp/unit_memory.h"
 
 namespace shardema::examples {
 namespace {
@@ -58,7 +59,8 @@ struct RawFlags {
   bool ema_no_interval_correction = false;
   bool no_comm_checks = false;
   std::string reduce_scatter;
-  std::string unit_memory_limit = "0";
+  std::string unit_memory_limit = "auto";
+  std::string async_snapshot = "copy";
 };
 
 Status AddEmaList(const std::string& flag, const std::string& text, const std::string& prefix,
@@ -145,12 +147,18 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
     return InvalidArgument("--batch ", c.batch, " is not divisible by --grad-accum ", c.grad_accum);
   }
   if (c.steps < 0) return InvalidArgument("--steps ", c.steps, " < 0");
-  ASSIGN_OR_RETURN(const uint64_t unit_limit,
-                   ParseByteSize(raw.unit_memory_limit, "--unit-memory-limit"));
-  if (unit_limit > uint64_t(INT64_MAX)) {
-    return InvalidArgument("--unit-memory-limit ", raw.unit_memory_limit, " is too large");
+  if (raw.unit_memory_limit == "auto") {
+    c.unit_memory_limit = TrainConfig::kUnitMemoryAuto;
+  } else if (raw.unit_memory_limit == "one-unit") {
+    c.unit_memory_limit = kUnitMemoryLimitOneUnit;
+  } else {
+    ASSIGN_OR_RETURN(const uint64_t unit_limit,
+                     ParseByteSize(raw.unit_memory_limit, "--unit-memory-limit"));
+    if (unit_limit > uint64_t(INT64_MAX)) {
+      return InvalidArgument("--unit-memory-limit ", raw.unit_memory_limit, " is too large");
+    }
+    c.unit_memory_limit = int64_t(unit_limit);
   }
-  c.unit_memory_limit = int64_t(unit_limit);
 
   if (raw.optim == "adamw") {
     c.optim = OptimizerKind::kAdamW;
@@ -213,6 +221,10 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
   if (c.discard_newer_steps && c.resume_step < 0) {
     return InvalidArgument(
         "--discard-newer-steps needs --resume-step S (the step to continue from)");
+  }
+  c.async_in_place = raw.async_snapshot == "in-place";
+  if (c.async_in_place && !c.async_save) {
+    return InvalidArgument("--async-snapshot in-place needs --async-save");
   }
   if (!ckpt && (c.resume || c.async_save || c.save_every > 0)) {
     return InvalidArgument(c.resume       ? "--resume"
@@ -426,6 +438,7 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["compute_threads"] = compute_threads;
   j["profile"] = profile;
   j["unit_memory_limit"] = unit_memory_limit;
+  j["async_snapshot"] = async_in_place ? "in-place" : "copy";
   return j;
 }
 
@@ -575,6 +588,13 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
       ->capture_default_str();
   app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
   app.add_flag("--async-save", c.async_save, "write checkpoints in the background");
+  app.add_option("--async-snapshot", raw.async_snapshot,
+                 "with --async-save: copy (the writer thread copies the state during the next "
+                 "forward/backward, then writes the copy) or in-place (no copy, no staging "
+                 "memory: it writes straight from the state, and the next optimizer step waits "
+                 "until the rank file is written)")
+      ->check(CLI::IsMember({"copy", "in-place"}))
+      ->capture_default_str();
   app.add_option(
          "--ema-snapshot-every", c.ema_snapshot_every,
          "every K steps snapshot the power-function EMA slots into CKPT_DIR/ema_snapshots for "
@@ -626,7 +646,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
   app.add_flag("--profile", c.profile, "print a per-phase time breakdown at the end (rank 0)");
   app.add_option("--unit-memory-limit", raw.unit_memory_limit,
                  "bound on each rank's unit buffers (gathered, prefetched, gradient), e.g. 48MiB; "
-                 "a prefetch that would exceed it waits for its use (0: no bound)")
+                 "a prefetch that would exceed it waits for its use. 0: no bound; one-unit: the "
+                 "largest unit's buffer; auto: on CPU with every rank on one node and a unit over "
+                 "1MiB, the largest unit + 1MiB (units over 1MiB gathered at their use: the same "
+                 "cores move the bytes), else 0")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -87,6 +87,8 @@ struct TrainConfig {
   int64_t save_every = 0;  // 0 = only at the end
   int keep = 2;
   bool async_save = false;
+  // --async-snapshot in-place: SaveOptions::Snapshot::kInPlace instead of kInBackground.
+  bool async_in_place = false;
   bool resume = false;
   int64_t resume_step = -1;  // --resume-step: this committed step (implies resume); -1 = none
   bool discard_newer_steps = false;  // with --resume-step: delete committed steps after it
@@ -115,8 +117,11 @@ struct TrainConfig {
   int optimizer_threads = 1;
   int compute_threads = 1;  // --compute-threads: threads of the CPU layers per rank (>= 1)
   bool profile = false;     // --profile: per-phase time breakdown at the end (rank 0)
-  // --unit-memory-limit: StoreOptions::unit_memory_limit_bytes (0: no bound).
-  int64_t unit_memory_limit = 0;
+  // --unit-memory-limit: StoreOptions::unit_memory_limit_bytes (0: no bound; one-unit:
+  // kUnitMemoryLimitOneUnit), or kUnitMemoryAuto ("auto", the default: Trainer bounds a CPU
+  // run on one node with a unit over 1 MiB to the largest unit + 1 MiB, and nothing else).
+  static constexpr int64_t kUnitMemoryAuto = -2;
+  int64_t unit_memory_limit = kUnitMemoryAuto;
 
   // Everything, for the checkpoint meta ("trainer.config").
   nlohmann::json ToJson() const;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/unit_memory.h"
+
 namespace shardema::examples {
 namespace {
 
@@ -73,7 +75,7 @@ TEST(TrainConfigTest, DefaultsNeedOnlyLayers) {
   EXPECT_TRUE(c.device.is_cpu());
   EXPECT_TRUE(c.comm_checks);
   EXPECT_TRUE(c.data.empty());
-  EXPECT_EQ(c.unit_memory_limit, 0);
+  EXPECT_EQ(c.unit_memory_limit, TrainConfig::kUnitMemoryAuto);
 }
 
 TEST(TrainConfigTest, UnitMemoryLimitTakesByteSizes) {
@@ -84,9 +86,36 @@ TEST(TrainConfigTest, UnitMemoryLimitTakesByteSizes) {
   p = Parse({"--layers", "4,3", "--unit-memory-limit", "1000"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.unit_memory_limit, 1000);
+  p = Parse({"--layers", "4,3", "--unit-memory-limit", "0"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.unit_memory_limit, 0);
+  p = Parse({"--layers", "4,3", "--unit-memory-limit", "one-unit"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.unit_memory_limit, kUnitMemoryLimitOneUnit);
+  p = Parse({"--layers", "4,3", "--unit-memory-limit", "auto"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.unit_memory_limit, TrainConfig::kUnitMemoryAuto);
+  ExpectError({"--layers", "4,3", "--unit-memory-limit", "Auto"}, {"--unit-memory-limit", "Auto"});
   ExpectError({"--layers", "4,3", "--unit-memory-limit", "48 parsecs"},
               {"--unit-memory-limit", "48 parsecs"});
   ExpectError({"--layers", "4,3", "--unit-memory-limit", "-5"}, {"--unit-memory-limit"});
+}
+
+TEST(TrainConfigTest, AsyncSnapshotIsCopyOrInPlaceWithAsyncSave) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-save"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->config.async_in_place);
+  EXPECT_EQ(p->config.AgreementJson()["async_snapshot"], "copy");
+  p = Parse(
+      {"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-save", "--async-snapshot", "in-place"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->config.async_in_place);
+  EXPECT_EQ(p->config.AgreementJson()["async_snapshot"], "in-place");
+  ExpectError({"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-snapshot", "in-place"},
+              {"--async-snapshot in-place needs --async-save"});
+  ExpectError(
+      {"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-save", "--async-snapshot", "inplace"},
+      {"--async-snapshot", "inplace"});
 }
 
 TEST(TrainConfigTest, EmaFlagsExpandInOrder) {

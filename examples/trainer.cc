@@ -150,15 +150,16 @@ Status Trainer::Setup() {
   StoreOptions so;
   so.compute_dtype = c.precision;
   so.reduce_dtype = DType::kF32;
-  so.unit_memory_limit_bytes = c.unit_memory_limit;
   Communicator* store_comm = comm_;
   if (device_comm_ != nullptr) {
     so.device = device_comm_->device();
     store_comm = device_comm_;
   }
-  StatusOr<std::unique_ptr<ShardedParameterStore>> s = ShardedParameterStore::Create(
-      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers), {}, store_comm,
-      so);
+  const std::vector<UnitSpec> units =
+      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers);
+  ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so));
+  StatusOr<std::unique_ptr<ShardedParameterStore>> s =
+      ShardedParameterStore::Create(units, {}, store_comm, so);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
   Status init;
   if (c.model == ModelKind::kGpt) {
@@ -219,6 +220,15 @@ Status Trainer::Setup() {
              << "; data " << data_.source << " (" << data_.rows
              << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ")
              << (emas() ? emas()->size() : 0) << " EMA slot(s)";
+    const int64_t bound = store()->options().unit_memory_limit_bytes;
+    LOG_INFO << "unit buffers: "
+             << (bound == 0 ? std::string("no bound (prefetch)")
+                            : "at most " + std::to_string(bound) + " bytes" +
+                                  (c.unit_memory_limit == TrainConfig::kUnitMemoryAuto
+                                       ? " (auto: the largest unit + 1 MiB on one node's CPU, "
+                                         "so only units up to 1 MiB are prefetched beside it; "
+                                         "--unit-memory-limit 0 prefetches all)"
+                                       : ""));
     if (resume_.resumed) {
       LOG_INFO << "resumed from " << resume_.dir << " at step " << resume_.step << " (saved on "
                << resume_.saved_world_size << " rank(s)" << (resume_.resharded ? ", resharded" : "")
@@ -348,6 +358,21 @@ Status Trainer::CheckDevice() const {
                            " of ", comm_->world_size());
   }
   return Status::Ok();
+}
+
+StatusOr<int64_t> Trainer::UnitMemoryLimit(const std::vector<UnitSpec>& units,
+                                           const StoreOptions& so) {
+  if (config_.unit_memory_limit != TrainConfig::kUnitMemoryAuto) return config_.unit_memory_limit;
+  if (so.device.is_cuda()) return int64_t(0);  // NCCL's gathers overlap the kernels
+  StatusOr<RankEnv> env = DiscoverRankEnv();
+  const float mine = env.ok() && env->local_size == comm_->world_size() ? 1.f : 0.f;
+  float on_one_node = 0.f;
+  RETURN_IF_ERROR(comm_->AllReduce(&mine, &on_one_node, 1, DType::kF32));
+  if (on_one_node != float(comm_->world_size())) return int64_t(0);
+  ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm_->world_size()));
+  const int64_t largest = MinUnitMemoryLimit(layout, so.compute_dtype, so.reduce_dtype);
+  if (largest <= kSmallUnitPrefetchBytes) return int64_t(0);  // every gather is latency-bound
+  return largest + kSmallUnitPrefetchBytes;
 }
 
 Status Trainer::AgreeOnCpuIsa() {

@@ -186,8 +186,11 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
         SaveOptions o;
         o.keep_last = config.keep;
         // --async-save: the snapshot copy itself runs on the writer thread, overlapping the next
-        // step's forward/backward; the trainer calls WaitSnapshot() before the optimizer step.
-        o.snapshot_in_background = config.async_save;
+        // step's forward/backward (--async-snapshot in-place: no copy, the writer writes from the
+        // state); the trainer calls WaitSnapshot() before the optimizer step.
+        o.snapshot = !config.async_save      ? SaveOptions::Snapshot::kAtBegin
+                     : config.async_in_place ? SaveOptions::Snapshot::kInPlace
+                                             : SaveOptions::Snapshot::kInBackground;
         return o;
       }()) {}
 

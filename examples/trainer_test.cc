@@ -130,6 +130,46 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
   EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
 }
 
+TEST(TrainerTest, AutoUnitMemoryGathersLargeUnitsAtTheirUseOnOneNode) {
+  // Tests run under mpirun on one machine, on the CPU: --unit-memory-limit auto (the default)
+  // bounds the unit buffers to the largest unit's + 1 MiB. With two units of about 1.1 MiB and
+  // two small ones, the small ones are still prefetched, but a large unit is never gathered
+  // beside the other; 0 prefetches everything. The schedule changes, the arithmetic does not.
+  const std::string args =
+      "--layers 8,1024,288,1024,4 --activation gelu --loss mse --batch 24 --steps 3 --ema 0.9 "
+      "--seed 3 --synthetic-rows 40 --eval-batch 8";
+  StatusOr<TrainRun> bounded = Train(args, World());
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  StatusOr<TrainRun> free = Train(args + " --unit-memory-limit 0", World());
+  ASSERT_TRUE(free.ok()) << free.status();
+  std::vector<int64_t> bytes;  // f32 unit buffers, as padded for this world size
+  for (const UnitLayout& u : bounded->trainer->store()->layout().units()) {
+    bytes.push_back(u.padded_numel * 4);
+  }
+  ASSERT_EQ(bytes.size(), size_t(4));
+  const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
+  EXPECT_GE(largest, (1024 * 288 + 288) * 4);
+  EXPECT_EQ(bounded->trainer->store()->options().unit_memory_limit_bytes,
+            largest + Trainer::kSmallUnitPrefetchBytes);
+  EXPECT_EQ(free->trainer->store()->options().unit_memory_limit_bytes, 0);
+  ASSERT_EQ(bounded->summary.losses.size(), free->summary.losses.size());
+  for (size_t i = 0; i < free->summary.losses.size(); ++i) {
+    EXPECT_EQ(bounded->summary.losses[i], free->summary.losses[i]) << "step " << i + 1;
+  }
+  // A model whose units are all latency-bound (up to 1 MiB) keeps every prefetch.
+  StatusOr<TrainRun> small =
+      Train("--layers 6,40,33,3 --batch 24 --steps 1 --synthetic-rows 40", World());
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->trainer->store()->options().unit_memory_limit_bytes, 0);
+  if (World()->world_size() > 1) {  // one rank gathers nothing
+    // Unbounded, the two large units' buffers are held at once (a prefetch beside its
+    // neighbour); bounded, one large unit and at most the small ones.
+    EXPECT_GE(free->summary.unit_peak_bytes, bytes[1] + bytes[2]);
+    EXPECT_LE(bounded->summary.unit_peak_bytes, largest + Trainer::kSmallUnitPrefetchBytes);
+    EXPECT_LT(bounded->summary.unit_peak_bytes, bytes[1] + bytes[2]);
+  }
+}
+
 TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
   const std::string args =
       "--layers 4,6,3 --activation gelu --loss mse --batch 12 --steps 6 --lr 0.05 --ema 0.7 "
@@ -295,6 +335,40 @@ TEST(TrainerTest, ResumeIsBitExact) {
     if (j.contains("loss")) steps.push_back(j["step"].get<int64_t>());
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST(TrainerTest, InPlaceAsyncSavesResumeBitExactly) {
+  // --async-snapshot in-place writes the mid-run checkpoints straight from the state while the
+  // next step's forward/backward runs; the optimizer step waits for the write. The checkpoint of
+  // step 4 (mid-run, asynchronous) must hold exactly the state of step 4.
+  const std::string a = TestPath("straight_ip"), b = TestPath("in_place");
+  StatusOr<TrainRun> straight =
+      Train(std::string(kResumeArgs) + " --steps 8 --ckpt-dir " + a, World());
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  StatusOr<TrainRun> first =
+      Train(std::string(kResumeArgs) +
+                " --steps 6 --async-save --async-snapshot in-place --save-every 2 --keep 3 "
+                "--ckpt-dir " +
+                b,
+            World());
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(first->summary.losses[i], straight->summary.losses[i]);
+  StatusOr<TrainRun> second = Train(std::string(kResumeArgs) +
+                                        " --steps 8 --resume-step 4 --discard-newer-steps "
+                                        "--ckpt-dir " +
+                                        b,
+                                    World());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->summary.start_step, 4);
+  ASSERT_EQ(second->summary.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(second->summary.losses[i], straight->summary.losses[4 + i]) << "step " << 5 + i;
+  if (World()->rank() != 0) return;
+  const auto want = SlotBytes(a), got = SlotBytes(b);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_TRUE(want[s].second == got[s].second) << "slot " << want[s].first << " differs";
+  }
 }
 
 // --ema-snapshot-every: snapshots of an interrupted run survive the resume, the resumed run adds

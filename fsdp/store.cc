@@ -117,8 +117,10 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     return InvalidArgument("ShardedParameterStore: compute/reduce dtype must be f32, bf16 or f16");
   }
   ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm->world_size()));
-  RETURN_IF_ERROR(CheckUnitMemoryLimit(layout, options.compute_dtype, options.reduce_dtype,
-                                       options.unit_memory_limit_bytes));
+  StoreOptions resolved = options;  // the unit memory bound in bytes (kUnitMemoryLimitOneUnit)
+  ASSIGN_OR_RETURN(resolved.unit_memory_limit_bytes,
+                   ResolveUnitMemoryLimit(layout, options.compute_dtype, options.reduce_dtype,
+                                          options.unit_memory_limit_bytes));
   std::set<std::string> names;
   for (const UnitLayout& u : layout.units()) {
     for (const ParamLayout& p : u.params) names.insert(p.name);
@@ -131,7 +133,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     }
   }
   std::unique_ptr<ShardedParameterStore> s(
-      new ShardedParameterStore(std::move(layout), buffers, comm, options));
+      new ShardedParameterStore(std::move(layout), buffers, comm, resolved));
   if (options.device.is_cuda()) {
     if (options.stream.device == options.device) {
       s->stream_ = options.stream;

@@ -116,6 +116,7 @@
 #include "framework/tensor.h"
 #include "fsdp/layout.h"
 #include "fsdp/slot_registry.h"
+#include "fsdp/unit_memory.h"
 
 namespace shardema {
 
@@ -126,12 +127,14 @@ struct StoreOptions {
   bool reshard_after_forward = true;  // see ReleaseAfterForward
   // Bound on the unit buffer memory (gathered, prefetched and gradient unit buffers, cached ones
   // included), in bytes; 0: none (the cache keeps up to two of the largest unit's parameter and
-  // gradient buffers). With a bound (at least the largest unit's parameter and gradient buffer),
-  // the cache frees cached buffers before allocating past it, and a cached buffer serves any
-  // smaller unit; UnitBufferFits tells a scheduler (fsdp/unit_runner.h) whether a prefetch
+  // gradient buffers). With a bound (at least the largest unit's buffer in the wider of the two
+  // dtypes), the cache frees cached buffers before allocating past it, and a cached buffer serves
+  // any smaller unit; UnitBufferFits tells a scheduler (fsdp/unit_runner.h) whether a prefetch
   // would exceed it, and the runner then gathers the unit at its use instead (after the
   // pending reduce-scatter has given its buffer back). It trades the overlap of those gathers
-  // for memory, like DeepSpeed's stage3_max_live_parameters.
+  // for memory, like DeepSpeed's stage3_max_live_parameters. kUnitMemoryLimitOneUnit
+  // (fsdp/unit_memory.h) asks for the tightest bound, the largest unit's buffer; options()
+  // reports the bound in bytes.
   int64_t unit_memory_limit_bytes = 0;
   // CUDA only: the compute stream (a stream of `device`). A CPU stream, the default, makes the
   // store create and own a non-blocking stream on `device`. Ignored for a CPU device.

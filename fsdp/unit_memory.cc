@@ -31,22 +31,31 @@ BufferCache::Options UnitCacheOptions(const StoreLayout& layout, DType compute_d
   return o;
 }
 
-Status CheckUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype, DType reduce_dtype,
-                            int64_t limit_bytes) {
+int64_t MinUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype, DType reduce_dtype) {
+  const UnitLayout* largest = LargestUnit(layout);
+  if (largest == nullptr) return 0;
+  return largest->padded_numel *
+         int64_t(std::max(DTypeSize(compute_dtype), DTypeSize(reduce_dtype)));
+}
+
+StatusOr<int64_t> ResolveUnitMemoryLimit(const StoreLayout& layout, DType compute_dtype,
+                                         DType reduce_dtype, int64_t limit_bytes) {
+  if (limit_bytes == 0) return int64_t(0);
+  const int64_t min_bytes = MinUnitMemoryLimit(layout, compute_dtype, reduce_dtype);
+  if (limit_bytes == kUnitMemoryLimitOneUnit) return min_bytes;
   if (limit_bytes < 0) {
     return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ", limit_bytes,
-                           " is negative (0: no bound)");
+                           " is negative (0: no bound, ", kUnitMemoryLimitOneUnit,
+                           ": one largest unit buffer)");
   }
-  if (limit_bytes == 0) return Status::Ok();
-  const int64_t esize = int64_t(std::max(DTypeSize(compute_dtype), DTypeSize(reduce_dtype)));
-  const UnitLayout* largest = LargestUnit(layout);
-  if (largest != nullptr && limit_bytes < largest->padded_numel * esize) {
+  if (limit_bytes < min_bytes) {
+    const UnitLayout* largest = LargestUnit(layout);
     return InvalidArgument("ShardedParameterStore: unit_memory_limit_bytes ", limit_bytes,
-                           " is below the largest unit buffer, ", largest->padded_numel * esize,
-                           " bytes (unit '", largest->name, "' at ", layout.world_size(),
+                           " is below the largest unit buffer, ", min_bytes, " bytes (unit '",
+                           largest->name, "' at ", layout.world_size(),
                            " rank(s)); use at least that, or 0");
   }
-  return Status::Ok();
+  return limit_bytes;
 }
 
 }  // namespace shardema

@@ -34,17 +34,32 @@ TEST(UnitMemoryTest, CacheKeepsTwoLargestUnitsOrTheBound) {
 TEST(UnitMemoryTest, TheBoundMustHoldTheLargestUnitBuffer) {
   const StoreLayout l = TwoUnits(3);
   const int64_t bytes = l.units()[1].padded_numel * 4;  // the f32 side is the wider one
-  EXPECT_TRUE(CheckUnitMemoryLimit(l, DType::kF32, DType::kF32, 0).ok());
-  EXPECT_TRUE(CheckUnitMemoryLimit(l, DType::kBF16, DType::kF32, bytes).ok());
-  Status s = CheckUnitMemoryLimit(l, DType::kBF16, DType::kF32, bytes - 1);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MinUnitMemoryLimit(l, DType::kBF16, DType::kF32), bytes);
+  EXPECT_EQ(MinUnitMemoryLimit(l, DType::kBF16, DType::kBF16), bytes / 2);
+  StatusOr<int64_t> r = ResolveUnitMemoryLimit(l, DType::kF32, DType::kF32, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 0);
+  r = ResolveUnitMemoryLimit(l, DType::kBF16, DType::kF32, bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, bytes);
+  r = ResolveUnitMemoryLimit(l, DType::kBF16, DType::kF32, kUnitMemoryLimitOneUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, bytes);
+  r = ResolveUnitMemoryLimit(l, DType::kBF16, DType::kF32, bytes - 1);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   for (const std::string& part : {std::to_string(bytes - 1), std::to_string(bytes) + " bytes",
                                   std::string("unit 'big'"), std::string("3 rank(s)")}) {
-    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s;
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << part << " in " << r.status();
   }
-  s = CheckUnitMemoryLimit(l, DType::kF32, DType::kF32, -1);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("negative"), std::string::npos) << s;
+  r = ResolveUnitMemoryLimit(l, DType::kF32, DType::kF32, -2);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("negative"), std::string::npos) << r.status();
+}
+
+TEST(UnitMemoryTest, ALayoutWithoutUnitsNeedsNoBound) {
+  StatusOr<StoreLayout> l = StoreLayout::Build({}, 2);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(MinUnitMemoryLimit(*l, DType::kF32, DType::kF32), 0);
 }
 
 }  // namespace

@@ -695,9 +695,14 @@ TEST(UnitRunnerTest, AUnitMemoryBoundGathersAtTheUseWithIdenticalGradients) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("below the largest unit buffer"), std::string::npos)
       << bad.status();
-  o.unit_memory_limit_bytes = -1;
+  o.unit_memory_limit_bytes = -2;
   EXPECT_EQ(ShardedParameterStore::Create(ChainUnits(), {}, World(), o).status().code(),
             StatusCode::kInvalidArgument);
+  // kUnitMemoryLimitOneUnit is that one unit buffer, reported in bytes.
+  o.unit_memory_limit_bytes = kUnitMemoryLimitOneUnit;
+  auto one = ShardedParameterStore::Create(ChainUnits(), {}, World(), o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)->options().unit_memory_limit_bytes, unit_bytes);
 }
 
 TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
