@@ -21,14 +21,16 @@
 //                it, is shown as stall_async_first)
 //   stall_async_bg   the same with SaveOptions::Snapshot::kInBackground: the snapshot copy overlaps
 //                the step's compute; WaitSnapshot() before the (simulated) optimizer step
+//   stall_async_inplace  the same with SaveOptions::Snapshot::kInPlace: no copy, the writer
+//                writes from the state and WaitSnapshot() waits until the rank file is written
 //   async_to_commit  wall time from SaveAsync to the Poll that committed (last save)
 //   export       ExportSafetensors of a --export-bytes checkpoint (f32 slot, saved at 4 ranks)
 //                to bf16, in a fresh child process; extra memory = VmHWM after - VmHWM before
 // summary: save_vs_seqwrite = GB/s(save_sync) / GB/s(seqwrite) (goal >= 0.8),
 //   async_stall_ratio = stall_async_bg / stall_sync (goal <= 0.05): the mode train_mlp
-//   --async-save uses; async_inline_stall_ratio = stall_async / stall_sync (snapshot copied
-//   inside SaveAsync),
-//   export_peak_mib = the child's extra peak memory (goal <= 64).
+//   --async-save uses; async_inplace_stall_ratio = stall_async_inplace / stall_sync
+//   (--async-snapshot in-place); async_inline_stall_ratio = stall_async / stall_sync (snapshot
+//   copied inside SaveAsync), export_peak_mib = the child's extra peak memory (goal <= 64).
 // Files go to a directory under --dir, removed at the end.
 #include <fcntl.h>
 #include <spawn.h>
@@ -225,7 +227,7 @@ Status Run(const Flags& f) {
 
   std::vector<Row> rows;
   double seq = 1e30, save = 1e30, stall_async = 0, stall_async_first = 0, stall_overlap = 0,
-         async_total = 0;
+         stall_in_place = 0, async_total = 0;
   double step_baseline = 0;
   int gemm_reps = 0;
   int64_t async_steps = 0;
@@ -316,6 +318,12 @@ Status Run(const Flags& f) {
     ASSIGN_OR_RETURN(auto overlap, async_saves(overlapped, true));
     stall_overlap = overlap.second;
     RETURN_IF_ERROR(overlapped.Finish());
+    SaveOptions io;
+    io.snapshot = SaveOptions::Snapshot::kInPlace;
+    CheckpointWriter in_place(JoinPath(root, "ckpt_in_place"), comm, io);
+    ASSIGN_OR_RETURN(auto written_in_place, async_saves(in_place, true));
+    stall_in_place = written_in_place.second;
+    RETURN_IF_ERROR(in_place.Finish());
   }
   rows.push_back({"seqwrite", state_bytes, seq});
   rows.push_back({"save_sync", state_bytes, save});
@@ -323,6 +331,7 @@ Status Run(const Flags& f) {
   rows.push_back({"stall_async_first", state_bytes, stall_async_first});
   rows.push_back({"stall_async", state_bytes, stall_async});
   rows.push_back({"stall_async_bg", state_bytes, stall_overlap});
+  rows.push_back({"stall_async_inplace", state_bytes, stall_in_place});
   rows.push_back({"async_to_commit", state_bytes, async_total});
 
   // Export of a model larger than the 64 MiB bound, in a fresh child process (rank 0).
@@ -370,19 +379,20 @@ Status Run(const Flags& f) {
         "# time = slowest rank; GB/s = bytes / time; stall = extra step time while saving\n");
     std::printf("# fake step: %d GEMM reps, baseline %.1f ms; last async save spanned %lld steps\n",
                 gemm_reps, step_baseline * 1e3, static_cast<long long>(async_steps));
-    std::printf("# %-18s %12s %10s %9s\n", "what", "bytes", "time_s", "GB/s");
+    std::printf("# %-20s %12s %10s %9s\n", "what", "bytes", "time_s", "GB/s");
     for (const Row& r : rows) {
-      std::printf("  %-18s %12llu %10.4f %9.3f\n", r.what.c_str(),
+      std::printf("  %-20s %12llu %10.4f %9.3f\n", r.what.c_str(),
                   static_cast<unsigned long long>(r.bytes), r.secs,
                   r.secs > 0 ? double(r.bytes) / r.secs / 1e9 : 0.0);
     }
-    std::printf("  %-18s %12llu %10.4f %9.3f   extra peak memory %.1f MiB (bound 64)\n",
+    std::printf("  %-20s %12llu %10.4f %9.3f   extra peak memory %.1f MiB (bound 64)\n",
                 "export_bf16", static_cast<unsigned long long>(exported), export_secs,
                 export_secs > 0 ? double(exported) / export_secs / 1e9 : 0.0, export_peak_mib);
     std::printf(
-        "summary: save_vs_seqwrite=%.3f async_stall_ratio=%.4f async_inline_stall_ratio=%.4f "
-        "export_peak_mib=%.1f\n",
-        seq / save, stall_overlap / save, stall_async / save, export_peak_mib);
+        "summary: save_vs_seqwrite=%.3f async_stall_ratio=%.4f async_inplace_stall_ratio=%.4f "
+        "async_inline_stall_ratio=%.4f export_peak_mib=%.1f\n",
+        seq / save, stall_overlap / save, stall_in_place / save, stall_async / save,
+        export_peak_mib);
   }
   RETURN_IF_ERROR(comm->Barrier());
   if (rank == 0) RETURN_IF_ERROR(RemoveTree(root));
