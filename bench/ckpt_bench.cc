@@ -312,18 +312,19 @@ Status Run(const Flags& f) {
     stall_async_first = copy_in_call.first;
     stall_async = copy_in_call.second;
     RETURN_IF_ERROR(writer.Finish());
-    SaveOptions bo;
-    bo.snapshot = SaveOptions::Snapshot::kInBackground;
-    CheckpointWriter overlapped(JoinPath(root, "ckpt_overlap"), comm, bo);
-    ASSIGN_OR_RETURN(auto overlap, async_saves(overlapped, true));
-    stall_overlap = overlap.second;
-    RETURN_IF_ERROR(overlapped.Finish());
-    SaveOptions io;
-    io.snapshot = SaveOptions::Snapshot::kInPlace;
-    CheckpointWriter in_place(JoinPath(root, "ckpt_in_place"), comm, io);
-    ASSIGN_OR_RETURN(auto written_in_place, async_saves(in_place, true));
-    stall_in_place = written_in_place.second;
-    RETURN_IF_ERROR(in_place.Finish());
+    // The modes that read the state during the step: best stall of their later saves.
+    auto overlapped_stall = [&](SaveOptions::Snapshot mode, const char* dir) -> StatusOr<double> {
+      SaveOptions o;
+      o.snapshot = mode;
+      CheckpointWriter w(JoinPath(root, dir), comm, o);
+      ASSIGN_OR_RETURN(auto stalls, async_saves(w, true));
+      RETURN_IF_ERROR(w.Finish());
+      return stalls.second;
+    };
+    ASSIGN_OR_RETURN(stall_overlap,
+                     overlapped_stall(SaveOptions::Snapshot::kInBackground, "ckpt_overlap"));
+    ASSIGN_OR_RETURN(stall_in_place,
+                     overlapped_stall(SaveOptions::Snapshot::kInPlace, "ckpt_in_place"));
   }
   rows.push_back({"seqwrite", state_bytes, seq});
   rows.push_back({"save_sync", state_bytes, save});

@@ -464,43 +464,41 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
   ASSIGN_OR_RETURN(pending_, Begin(state));
   Pending& p = *pending_;
   const int rank = RankOf(comm_);
-  Pending* raw = &p;
-  const SaveOptions* opts = &options_;
   if (options_.snapshot == SaveOptions::Snapshot::kInPlace) {
     // No snapshot: the writer thread reads the caller's memory until WaitSnapshot.
     p.slot_ptrs = SlotPointers(state);
     p.buffer_ptrs = BufferPointers(state);
-    p.snapshot_taken = false;
-    p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
-    return Status::Ok();
-  }
-  // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
-  // the rank file writes them to the device directly, posix_file.h).
-  const uint64_t total = StagingBytes(p.plan, rank);
-  if (!GrowStaging(total, /*touch=*/false)) {
-    p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
-                                 total, " bytes of staging memory on rank ", rank);
-    p.done.store(true);
-    return Status::Ok();  // reported collectively by the commit
-  }
-  uint64_t off = 0;
-  auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs) {
-    if (n > 0) p.copies.push_back({src, staging_.get() + off, size_t(n)});
-    ptrs->push_back(staging_.get() + off);
-    off += AlignUp(n, kDirectIoAlign);
-  };
-  for (size_t i = 0; i < p.plan.slots.size(); ++i)
-    stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);
-  if (rank == 0) {
-    for (size_t i = 0; i < p.plan.buffers.size(); ++i)
-      stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
-  }
-  if (options_.snapshot == SaveOptions::Snapshot::kAtBegin) {
-    ParallelCopy(p.copies, options_.snapshot_threads);
-    p.copies.clear();
   } else {
-    p.snapshot_taken = false;
+    // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
+    // the rank file writes them to the device directly, posix_file.h).
+    const uint64_t total = StagingBytes(p.plan, rank);
+    if (!GrowStaging(total, /*touch=*/false)) {
+      p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
+                                   total, " bytes of staging memory on rank ", rank);
+      p.done.store(true);
+      return Status::Ok();  // reported collectively by the commit
+    }
+    uint64_t off = 0;
+    auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs) {
+      if (n > 0) p.copies.push_back({src, staging_.get() + off, size_t(n)});
+      ptrs->push_back(staging_.get() + off);
+      off += AlignUp(n, kDirectIoAlign);
+    };
+    for (size_t i = 0; i < p.plan.slots.size(); ++i)
+      stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs);
+    if (rank == 0) {
+      for (size_t i = 0; i < p.plan.buffers.size(); ++i)
+        stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs);
+    }
+    if (options_.snapshot == SaveOptions::Snapshot::kAtBegin) {
+      ParallelCopy(p.copies, options_.snapshot_threads);
+      p.copies.clear();
+    }
   }
+  // Only a snapshot copied here is taken already; the others are released by the writer thread.
+  p.snapshot_taken = options_.snapshot == SaveOptions::Snapshot::kAtBegin;
+  Pending* raw = &p;
+  const SaveOptions* opts = &options_;
   p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
   return Status::Ok();
 }

@@ -130,13 +130,14 @@ Status Trainer::Setup() {
   const int rank = comm_->rank(), world = comm_->world_size();
   RETURN_IF_ERROR(c.CheckForWorld(world));
   RETURN_IF_ERROR(AgreeOnConfig(c.AgreementJson(), comm_));
+  const StatusOr<RankEnv> env = DiscoverRankEnv();  // ranks on this node: 0 when unknown
+  const int ranks_on_node = env.ok() ? env->local_size : 0;
   {
     // Refuse what cannot fit before allocating anything (every rank decides alike).
     StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, world);
     Status fits = mem.status();
     if (mem.ok()) {
-      StatusOr<RankEnv> env = DiscoverRankEnv();
-      fits = CheckFitsInMemory(*mem, env.ok() ? env->local_size : 1, AvailableMemoryBytes());
+      fits = CheckFitsInMemory(*mem, std::max(1, ranks_on_node), AvailableMemoryBytes());
     }
     RETURN_IF_ERROR(AgreeOnStatus(comm_, fits, "memory"));
   }
@@ -157,7 +158,7 @@ Status Trainer::Setup() {
   }
   const std::vector<UnitSpec> units =
       c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers);
-  ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so));
+  ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so, ranks_on_node));
   StatusOr<std::unique_ptr<ShardedParameterStore>> s =
       ShardedParameterStore::Create(units, {}, store_comm, so);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
@@ -361,11 +362,10 @@ Status Trainer::CheckDevice() const {
 }
 
 StatusOr<int64_t> Trainer::UnitMemoryLimit(const std::vector<UnitSpec>& units,
-                                           const StoreOptions& so) {
+                                           const StoreOptions& so, int ranks_on_node) {
   if (config_.unit_memory_limit != TrainConfig::kUnitMemoryAuto) return config_.unit_memory_limit;
   if (so.device.is_cuda()) return int64_t(0);  // NCCL's gathers overlap the kernels
-  StatusOr<RankEnv> env = DiscoverRankEnv();
-  const float mine = env.ok() && env->local_size == comm_->world_size() ? 1.f : 0.f;
+  const float mine = ranks_on_node == comm_->world_size() ? 1.f : 0.f;
   float on_one_node = 0.f;
   RETURN_IF_ERROR(comm_->AllReduce(&mine, &on_one_node, 1, DType::kF32));
   if (on_one_node != float(comm_->world_size())) return int64_t(0);

@@ -155,7 +155,9 @@ class Trainer {
   // so a rank holds one large unit instead of two. Measured (bench/README.md): the 19.9M MLP
   // at W=4 196 instead of 212 MiB per rank and no slower; a GPT of 0.8 MB blocks keeps its
   // prefetch (gathering each block at its use cost it 10 % at W=2).
-  StatusOr<int64_t> UnitMemoryLimit(const std::vector<UnitSpec>& units, const StoreOptions& so);
+  // `ranks_on_node`: the launcher's local size (framework/rank_env.h), 0 when unknown.
+  StatusOr<int64_t> UnitMemoryLimit(const std::vector<UnitSpec>& units, const StoreOptions& so,
+                                    int ranks_on_node);
   // One optimizer step (step = completed steps before it): the global mean loss and the
   // optimizer's result.
   StatusOr<std::pair<double, StepResult>> TrainStep(int64_t step);
