@@ -18,7 +18,9 @@
 #                                         writer CPU taken from the ranks, agreement, commit)
 # and the same from rank 0's training loop alone (train_mlp --bench-json "loop_ms": every step with
 # its saves and Polls, without process start, setup, final evaluation and final save, whose
-# run-to-run spread hides costs of a few ms): loop_ms_save = (mode's loop - none's) / S, and
+# run-to-run spread hides costs of a few ms): loop_ms_save = the median over repeats of (mode's
+# loop - the same repeat's none loop) / S (paired: the machine's speed drifts by +-10 % between
+# repeats, more than a save costs; runs of one repeat are seconds apart), and
 # async_loop_ratio = async's / sync's, the goal figure (<= 0.10: an async save costs the training
 # steps at most a tenth of what a sync save does);
 # and, less distorted by the load of a shared machine, two more figures per mid-run save:
@@ -116,13 +118,22 @@ ac="$(median "${async_cpu[@]}")"
 nb="$(median "${none_blk[@]}")"
 sb="$(median "${sync_blk[@]}")"
 ab="$(median "${async_blk[@]}")"
-nl="$(median "${none_loop[@]}")"
-sl="$(median "${sync_loop[@]}")"
-al="$(median "${async_loop[@]}")"
+# The loop figures pair each mode's run with the no-save run of the same repeat (run a few
+# seconds apart, so the machine's drift between repeats cancels): the median over repeats of
+# (mode's loop - none's loop).
+paired() {  # mode_array_name -> median over repeats of (mode's loop - none's loop)
+  local -n xs="$1"
+  local d=() i
+  for i in "${!xs[@]}"; do d+=("$(awk -v a="${xs[$i]}" -v b="${none_loop[$i]}" 'BEGIN{print a-b}')"); done
+  median "${d[@]}"
+}
+nl=0
+sl="$(paired sync_loop)"
+al="$(paired async_loop)"
 i="$(median "${inplace[@]}")"
 ic="$(median "${inplace_cpu[@]}")"
 ib="$(median "${inplace_blk[@]}")"
-il="$(median "${inplace_loop[@]}")"
+il="$(paired inplace_loop)"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
     -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v nl="$nl" -v sl="$sl" -v al="$al" \
     -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" 'BEGIN {

@@ -1,14 +1,67 @@
 #include "checkpoint/checksum.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 
+#include "framework/cpu_features.h"
+
 namespace shardema {
 
-uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+namespace {
+struct Kernels {
+  uint64_t (*oneshot)(const void*, size_t);
+  void (*reset)(Xxh3State*);
+  void (*update)(Xxh3State*, const void*, size_t);
+  uint64_t (*digest)(const Xxh3State*);
+  void (*copy_and_update)(Xxh3State*, const void*, void*, size_t);
+};
+
+#define SHARDEMA_XXH3_KERNELS(ns) \
+  Kernels { ns::Oneshot, ns::Reset, ns::Update, ns::Digest, ns::CopyAndUpdate }
+const Kernels kV2 = SHARDEMA_XXH3_KERNELS(xxh3_v2);
+const Kernels kV3 = SHARDEMA_XXH3_KERNELS(xxh3_v3);
+const Kernels kV4 = SHARDEMA_XXH3_KERNELS(xxh3_v4);
+#undef SHARDEMA_XXH3_KERNELS
+
+ChecksumIsa BestIsa() {
+  static const ChecksumIsa best = CpuPrefersAvx512() ? ChecksumIsa::kAvx512
+                                  : CpuHasX86_64V3() ? ChecksumIsa::kAvx2
+                                                     : ChecksumIsa::kSse2;
+  return best;
+}
+
+std::atomic<ChecksumIsa> g_cap{ChecksumIsa::kBest};
+
+// Each path's digests are the same; only the speed differs. A wider cap than the CPU is ignored.
+ChecksumIsa IsaInUse() {
+  return std::max(BestIsa(), g_cap.load(std::memory_order_relaxed));  // larger = narrower
+}
+
+const Kernels& K() {
+  switch (IsaInUse()) {
+    case ChecksumIsa::kAvx512: return kV4;
+    case ChecksumIsa::kAvx2: return kV3;
+    default: return kV2;
+  }
+}
+}  // namespace
+
+ChecksumIsa ChecksumIsaInUse() { return IsaInUse(); }
+
+const char* ChecksumIsaName(ChecksumIsa isa) {
+  switch (isa) {
+    case ChecksumIsa::kAvx512: return "avx512";
+    case ChecksumIsa::kAvx2: return "avx2";
+    case ChecksumIsa::kSse2: return "sse2";
+    default: return "best";
+  }
+}
+
+void SetChecksumIsaForTesting(ChecksumIsa cap) { g_cap.store(cap, std::memory_order_relaxed); }
+
+uint64_t Xxh3(const void* data, size_t n) { return K().oneshot(data, n); }
 
 std::string HashToHex(uint64_t h) {
   char buf[17];
@@ -81,25 +134,31 @@ uint64_t DigestOfChunks(const std::vector<uint64_t>& chunk_digests) {
   return Xxh3(bytes.data(), bytes.size());
 }
 
-struct StreamingHash::State {
-  XXH3_state_t* s = XXH3_createState();
-  ~State() { XXH3_freeState(s); }
-};
-
-StreamingHash::StreamingHash() : state_(new State) { Reset(); }
-StreamingHash::~StreamingHash() = default;
-void StreamingHash::Reset() { XXH3_64bits_reset(state_->s); }
-void StreamingHash::Update(const void* data, size_t n) { XXH3_64bits_update(state_->s, data, n); }
-uint64_t StreamingHash::Digest() const { return XXH3_64bits_digest(state_->s); }
+StreamingHash::StreamingHash() { Reset(); }
+void StreamingHash::Reset() { K().reset(&state_); }
+void StreamingHash::Update(const void* data, size_t n) { K().update(&state_, data, n); }
+void StreamingHash::CopyAndUpdate(const void* src, void* dst, size_t n) {
+  K().copy_and_update(&state_, src, dst, n);
+}
+uint64_t StreamingHash::Digest() const { return K().digest(&state_); }
 
 ChunkedHash::ChunkedHash(uint64_t chunk_bytes) : chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1)) {}
 
-void ChunkedHash::Update(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
+void ChunkedHash::Update(const void* data, size_t n) { Feed(data, nullptr, n); }
+void ChunkedHash::CopyAndUpdate(const void* src, void* dst, size_t n) { Feed(src, dst, n); }
+
+void ChunkedHash::Feed(const void* src, void* dst, size_t n) {
+  const char* p = static_cast<const char*>(src);
+  char* out = static_cast<char*>(dst);
   bytes_ += n;
   while (n > 0) {
     size_t take = size_t(std::min<uint64_t>(n, chunk_bytes_ - in_chunk_));
-    chunk_.Update(p, take);
+    if (out != nullptr) {
+      chunk_.CopyAndUpdate(p, out, take);
+      out += take;
+    } else {
+      chunk_.Update(p, take);
+    }
     in_chunk_ += take;
     p += take;
     n -= take;

@@ -10,16 +10,21 @@
 // (printf "%016llx"); a file's chunk digests are stored as one string of 16 hex digits per chunk,
 // concatenated in chunk order.
 //
+// Speed: the hashing runs the widest XXH3 code the CPU has (AVX-512, AVX2 or SSE2, picked at run
+// time; xxh3_kernels.h), with the same digests on every path. CopyAndUpdate copies bytes and
+// hashes them in one trip through memory (a snapshot and its checksum for the price of the copy,
+// plus hashing from the cache).
+//
 // Threading: objects are not thread-safe; distinct objects may be used from any thread.
 #ifndef SHARDEMA_CHECKPOINT_CHECKSUM_H_
 #define SHARDEMA_CHECKPOINT_CHECKSUM_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/xxh3_kernels.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -45,21 +50,23 @@ uint64_t NumChunks(uint64_t file_bytes, uint64_t chunk_bytes);
 // The file digest of a list of chunk digests (see above).
 uint64_t DigestOfChunks(const std::vector<uint64_t>& chunk_digests);
 
-// Streaming XXH3-64 of a byte sequence.
+// Streaming XXH3-64 of a byte sequence. No allocation.
 class StreamingHash {
  public:
   StreamingHash();
-  ~StreamingHash();
   StreamingHash(const StreamingHash&) = delete;
   StreamingHash& operator=(const StreamingHash&) = delete;
 
   void Reset();
   void Update(const void* data, size_t n);
+  // Copies n bytes from src to dst (non-overlapping) and feeds them, as Update(src, n) would,
+  // in one pass (block by block, each block hashed while it is in the cache). Stores to a
+  // 16-byte aligned dst bypass the caches.
+  void CopyAndUpdate(const void* src, void* dst, size_t n);
   uint64_t Digest() const;
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  Xxh3State state_;
 };
 
 // One digest per `chunk_bytes` chunk, in one pass, and the file digest made from them.
@@ -69,6 +76,9 @@ class ChunkedHash {
 
   // Feeds the next n bytes of the stream.
   void Update(const void* data, size_t n);
+  // Copies the next n bytes of the stream from src to dst and feeds them (StreamingHash's
+  // CopyAndUpdate): the same digests as Update(src, n).
+  void CopyAndUpdate(const void* src, void* dst, size_t n);
   // Closes the last (partial) chunk. Call once, after the last Update.
   void Finish();
 
@@ -78,12 +88,30 @@ class ChunkedHash {
   const std::vector<uint64_t>& chunks() const { return chunks_; }
 
  private:
+  // Update (dst null) or CopyAndUpdate.
+  void Feed(const void* src, void* dst, size_t n);
+
   uint64_t chunk_bytes_;
   uint64_t bytes_ = 0;
   uint64_t in_chunk_ = 0;  // bytes of the current chunk seen so far
   StreamingHash chunk_;
   std::vector<uint64_t> chunks_;
 };
+
+// The XXH3 code paths, widest first.
+enum class ChecksumIsa : uint8_t { kBest = 0, kAvx512 = 1, kAvx2 = 2, kSse2 = 3 };
+
+// The path later calls take on this CPU (never kBest): kAvx512 where the CPU runs 512-bit
+// vectors at full width (framework/cpu_features.h CpuPrefersAvx512), kAvx2 on x86-64-v3, else
+// kSse2.
+ChecksumIsa ChecksumIsaInUse();
+// "avx512", "avx2", "sse2" ("best" for kBest).
+const char* ChecksumIsaName(ChecksumIsa isa);
+
+// Testing hook: caps the path of later calls in this process at `cap` (kBest:
+// no cap; a cap wider than the CPU runs changes nothing), so tests can check that every path
+// computes the same digests. Do not change it while hashes run.
+void SetChecksumIsaForTesting(ChecksumIsa cap);
 
 }  // namespace shardema
 

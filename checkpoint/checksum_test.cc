@@ -1,5 +1,6 @@
 #include "checkpoint/checksum.h"
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,6 +61,83 @@ TEST(ChecksumTest, HexRoundTripAndErrors) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("file 7"), std::string::npos);
   EXPECT_NE(s.message().find("expected 4"), std::string::npos);
+}
+
+// Every XXH3 path this CPU runs gives the digests of the SSE2 baseline, for lengths across
+// XXH3's size classes (0-16, 17-128, 129-240, long) and odd splits of a streamed input; and two
+// digests fixed by XXH3-64's definition.
+TEST(ChecksumTest, EveryIsaPathComputesTheSameDigests) {
+  std::vector<char> data(300000);
+  std::mt19937 rng(11);
+  for (char& c : data) c = char(rng());
+  const std::vector<size_t> lengths = {0,   1,   3,    16,   17,    100,   128,   129,
+                                       240, 241, 1024, 4096, 65536, 65537, 300000};
+  auto digests = [&] {
+    std::vector<uint64_t> out;
+    for (size_t n : lengths) out.push_back(Xxh3(data.data(), n));
+    StreamingHash s;
+    size_t pos = 0;
+    std::mt19937 split(3);
+    while (pos < data.size()) {
+      const size_t n = std::min<size_t>(split() % 70000, data.size() - pos);
+      s.Update(data.data() + pos, n);
+      pos += n;
+    }
+    out.push_back(s.Digest());
+    return out;
+  };
+  SetChecksumIsaForTesting(ChecksumIsa::kSse2);
+  ASSERT_EQ(ChecksumIsaInUse(), ChecksumIsa::kSse2);
+  const std::vector<uint64_t> base = digests();
+  EXPECT_EQ(base[0], 0x2d06800538d394c2ull);  // XXH3-64 of the empty input
+  EXPECT_EQ(Xxh3("abc", 3), 0x78af5f94892f3950ull);
+  int paths = 1;
+  for (ChecksumIsa isa : {ChecksumIsa::kAvx2, ChecksumIsa::kAvx512, ChecksumIsa::kBest}) {
+    SetChecksumIsaForTesting(isa);
+    if (isa != ChecksumIsa::kBest && ChecksumIsaInUse() != isa) continue;  // not on this CPU
+    paths += isa != ChecksumIsa::kBest;
+    EXPECT_EQ(digests(), base) << ChecksumIsaName(ChecksumIsaInUse());
+  }
+  SetChecksumIsaForTesting(ChecksumIsa::kBest);
+  std::printf("checked %d XXH3 path(s); in use: %s\n", paths, ChecksumIsaName(ChecksumIsaInUse()));
+}
+
+// CopyAndUpdate makes an exact copy and the digests Update would, on every path, for aligned and
+// unaligned destinations (the streaming-store path and the memcpy path), sizes that are and are
+// not multiples of the 64-byte store width and of the copy block, and chunk boundaries inside a
+// call.
+TEST(ChecksumTest, CopyAndUpdateCopiesExactlyAndHashesLikeUpdate) {
+  std::vector<char> src(3 * kXxh3CopyBlock + 777);
+  std::mt19937 rng(5);
+  for (char& c : src) c = char(rng());
+  std::vector<char> dst_mem(src.size() + 64);
+  for (ChecksumIsa isa : {ChecksumIsa::kSse2, ChecksumIsa::kAvx2, ChecksumIsa::kAvx512}) {
+    SetChecksumIsaForTesting(isa);
+    if (ChecksumIsaInUse() != isa) continue;
+    for (size_t misalign : {size_t(0), size_t(1), size_t(8)}) {
+      char* dst =
+          dst_mem.data() + (64 - reinterpret_cast<uintptr_t>(dst_mem.data()) % 64) % 64 + misalign;
+      ASSERT_LE(dst + src.size(), dst_mem.data() + dst_mem.size());
+      const uint64_t C = 100000;  // chunk boundaries fall inside blocks and calls
+      ChunkedHash copied(C), plain(C);
+      std::memset(dst, 0x5a, src.size());
+      size_t pos = 0;
+      for (size_t n : {size_t(5), size_t(64), kXxh3CopyBlock + 3, size_t(1000), src.size()}) {
+        n = std::min(n, src.size() - pos);
+        copied.CopyAndUpdate(src.data() + pos, dst + pos, n);
+        plain.Update(src.data() + pos, n);
+        pos += n;
+      }
+      ASSERT_EQ(pos, src.size());
+      copied.Finish();
+      plain.Finish();
+      EXPECT_EQ(std::memcmp(dst, src.data(), src.size()), 0)
+          << ChecksumIsaName(isa) << " misalign " << misalign;
+      EXPECT_EQ(copied.chunks(), plain.chunks()) << ChecksumIsaName(isa);
+      EXPECT_EQ(copied.bytes(), plain.bytes());
+    }
+  }
+  SetChecksumIsaForTesting(ChecksumIsa::kBest);
 }
 
 }  // namespace

@@ -54,9 +54,9 @@ void RankFileWriter::IoLoop() {
   }
 }
 
-Status RankFileWriter::Submit(const char* data, size_t n, int buffer) {
+Status RankFileWriter::Submit(const char* data, size_t n, int buffer, bool bounded) {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [this] { return jobs_.size() < 2 || !io_error_.ok(); });
+  cv_.wait(l, [&] { return !bounded || jobs_.size() < 2 || !io_error_.ok(); });
   if (!io_error_.ok()) return io_error_;
   if (buffer >= 0) busy_[buffer] = true;
   jobs_.push_back(Job{data, n, buffer});
@@ -118,11 +118,33 @@ Status RankFileWriter::AppendStable(const void* data, size_t n) {
   return Status::Ok();
 }
 
+Status RankFileWriter::AppendCopy(const void* src, char* stage, size_t n) {
+  RETURN_IF_ERROR(FlushBuffer());  // keep the order of the bytes
+  const char* p = static_cast<const char*>(src);
+  while (n > 0) {
+    const size_t take = std::min(n, buf_bytes_);
+    hash_.CopyAndUpdate(p, stage, take);
+    RETURN_IF_ERROR(Submit(stage, take, -1, /*bounded=*/false));
+    p += take;
+    stage += take;
+    n -= take;
+  }
+  return Status::Ok();
+}
+
 Status RankFileWriter::PadTo(uint64_t offset) {
-  static const char kZeros[4096] = {};
+  // Zeros from one static block (page-aligned for direct I/O), queued without the two-write
+  // bound unless they complete a partly filled buffer (after the header): padding between two
+  // AppendCopy sections must not wait for the device either.
+  alignas(4096) static const char kZeros[64 << 10] = {};
   while (this->offset() < offset) {
-    size_t take = size_t(std::min<uint64_t>(sizeof(kZeros), offset - this->offset()));
-    RETURN_IF_ERROR(Append(kZeros, take));
+    const size_t take = size_t(std::min<uint64_t>(sizeof(kZeros), offset - this->offset()));
+    if (used_ > 0) {
+      RETURN_IF_ERROR(Append(kZeros, take));
+      continue;
+    }
+    hash_.Update(kZeros, take);
+    RETURN_IF_ERROR(Submit(kZeros, take, -1, /*bounded=*/false));
   }
   return Status::Ok();
 }
@@ -149,36 +171,47 @@ StatusOr<FileEntry> RankFileWriter::Finish() {
 StatusOr<FileEntry> WriteRankFile(const std::string& path, const Manifest& manifest, int rank,
                                   const std::vector<const void*>& slot_data,
                                   const std::vector<const void*>& buffer_data,
-                                  const RankFileWriteOptions& options) {
+                                  const RankFileWriteOptions& options,
+                                  const RankFileSnapshot* snapshot) {
+  const size_t num_buffers = rank == 0 ? manifest.buffers.size() : 0;
   if (slot_data.size() != manifest.slots.size()) {
     return InvalidArgument("'", path, "': ", slot_data.size(), " slot buffers for ",
                            manifest.slots.size(), " slots");
   }
-  if (rank == 0 && buffer_data.size() != manifest.buffers.size()) {
+  if (rank == 0 && buffer_data.size() != num_buffers) {
     return InvalidArgument("'", path, "': ", buffer_data.size(), " replicated buffers for ",
-                           manifest.buffers.size(), " in the manifest");
+                           num_buffers, " in the manifest");
+  }
+  if (snapshot != nullptr &&
+      (snapshot->slots.size() != slot_data.size() || snapshot->buffers.size() != num_buffers)) {
+    return InvalidArgument("'", path, "': a snapshot of ", snapshot->slots.size(), " slots and ",
+                           snapshot->buffers.size(), " buffers for ", slot_data.size(), " and ",
+                           num_buffers);
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<RankFileWriter> w,
       RankFileWriter::Create(path, manifest.HeaderFor(rank), manifest.chunk_bytes, options));
+  // One section: padding up to its offset, then its bytes (copied first with a snapshot).
+  auto section = [&](const std::string& what, uint64_t offset, uint64_t bytes, const void* data,
+                     char* stage) -> Status {
+    RETURN_IF_ERROR(w->PadTo(offset));
+    if (bytes > 0 && (data == nullptr || (snapshot != nullptr && stage == nullptr))) {
+      return InvalidArgument(what, ": null ", data == nullptr ? "data" : "snapshot", " for ", bytes,
+                             " bytes");
+    }
+    return snapshot != nullptr ? w->AppendCopy(data, stage, bytes) : w->AppendStable(data, bytes);
+  };
   for (size_t i = 0; i < manifest.slots.size(); ++i) {
     const SlotEntry& s = manifest.slots[i];
-    RETURN_IF_ERROR(w->PadTo(s.offset));
-    if (s.bytes_per_rank > 0 && slot_data[i] == nullptr) {
-      return InvalidArgument("slot '", s.name, "': null data for ", s.bytes_per_rank, " bytes");
-    }
-    RETURN_IF_ERROR(w->AppendStable(slot_data[i], s.bytes_per_rank));
+    RETURN_IF_ERROR(section("slot '" + s.name + "'", s.offset, s.bytes_per_rank, slot_data[i],
+                            snapshot != nullptr ? snapshot->slots[i] : nullptr));
   }
-  if (rank == 0) {
-    for (size_t i = 0; i < manifest.buffers.size(); ++i) {
-      const BufferEntry& b = manifest.buffers[i];
-      RETURN_IF_ERROR(w->PadTo(b.offset));
-      if (b.bytes > 0 && buffer_data[i] == nullptr) {
-        return InvalidArgument("buffer '", b.name, "': null data for ", b.bytes, " bytes");
-      }
-      RETURN_IF_ERROR(w->AppendStable(buffer_data[i], b.bytes));
-    }
+  for (size_t i = 0; i < num_buffers; ++i) {
+    const BufferEntry& b = manifest.buffers[i];
+    RETURN_IF_ERROR(section("buffer '" + b.name + "'", b.offset, b.bytes, buffer_data[i],
+                            snapshot != nullptr ? snapshot->buffers[i] : nullptr));
   }
+  if (snapshot != nullptr && snapshot->on_copied) snapshot->on_copied();
   RETURN_IF_ERROR(w->PadTo(manifest.RankFileBytes(rank)));
   return w->Finish();
 }

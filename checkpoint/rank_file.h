@@ -2,10 +2,11 @@
 // computing the chunk checksums as the bytes go out (no second pass), with the write(2)s on an
 // I/O thread so that hashing the next piece overlaps writing the previous one.
 //
-// Usage: Create (writes the header), then Append / AppendStable the sections in manifest order
-// with PadTo between them, then Finish, which checks the size against the header, fsyncs, closes
-// and returns the FileEntry for the manifest. Data goes out in sequential write(2)s of at most
-// `io_bytes`; at most two writes are queued at a time.
+// Usage: Create (writes the header), then Append / AppendStable / AppendCopy the sections in
+// manifest order with PadTo between them, then Finish, which checks the size against the header,
+// fsyncs, closes and returns the FileEntry for the manifest. Data goes out in sequential write(2)s
+// of at most `io_bytes`; Append and AppendStable wait while two writes are queued, AppendCopy
+// never waits for the device (its copies are the queued data).
 //
 // Errors: the write/fsync errno as a Status naming the file and offset (ENOSPC ->
 // kResourceExhausted), returned by the next call after the failing write; kInternal when Finish
@@ -14,13 +15,15 @@
 // Memory: two buffers of `io_bytes` for Append, allocated at its first call and never cleared:
 // only the pages Append fills are touched (a save whose bulk goes through AppendStable, as
 // WriteRankFile's does, touches a few pages of them instead of faulting in and zeroing 2 x 16 MiB
-// every save); AppendStable writes straight from the caller's memory.
+// every save); AppendStable writes straight from the caller's memory, AppendCopy from the staging
+// memory it copies into. Padding comes from one static page-aligned block of zeros.
 #ifndef SHARDEMA_CHECKPOINT_RANK_FILE_H_
 #define SHARDEMA_CHECKPOINT_RANK_FILE_H_
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,6 +57,12 @@ class RankFileWriter {
   Status Append(const void* data, size_t n);
   // The same without copying: `data` must stay valid and unchanged until Finish() returns.
   Status AppendStable(const void* data, size_t n);
+  // Copies n bytes from `src` into `stage` and checksums them in the same pass
+  // (ChunkedHash::CopyAndUpdate), queueing the writes from `stage` as each io_bytes piece is
+  // copied: it returns as soon as everything is copied, whatever the device's speed. `src` may
+  // change once this returns; `stage` (n bytes, not overlapping src; page-aligned for direct
+  // I/O) must stay valid and unchanged until Finish() returns.
+  Status AppendCopy(const void* src, char* stage, size_t n);
   // Appends zeros up to file offset `offset` (no-op when already there).
   Status PadTo(uint64_t offset);
   uint64_t offset() const { return hash_.bytes(); }
@@ -69,9 +78,10 @@ class RankFileWriter {
   };
   RankFileWriter(std::unique_ptr<WritableFile> file, const RankFileHeader& header,
                  uint64_t chunk_bytes, const RankFileWriteOptions& options);
-  Status Submit(const char* data, size_t n, int buffer);  // queues a write (blocks at 2 queued)
-  Status FlushBuffer();                                   // submits the current buffer
-  Status Drain();                                         // waits for every queued write
+  // Queues a write; with `bounded`, first waits while two are queued.
+  Status Submit(const char* data, size_t n, int buffer, bool bounded = true);
+  Status FlushBuffer();  // submits the current buffer
+  Status Drain();        // waits for every queued write
   void IoLoop();
 
   std::unique_ptr<WritableFile> file_;
@@ -93,13 +103,27 @@ class RankFileWriter {
   std::thread io_;
 };
 
+// A snapshot taken while the file is written (WriteRankFile): section i's bytes are copied into
+// slots[i] (buffers[i]) and checksummed in the same pass, and the file is written from the copy;
+// once the last section is copied, on_copied runs (on the calling thread) and the sources may
+// change from then on. Each vector is empty (no snapshot) or has one non-null, page-aligned
+// destination per section of the file (slots; buffers on rank 0).
+struct RankFileSnapshot {
+  std::vector<char*> slots;
+  std::vector<char*> buffers;
+  std::function<void()> on_copied;
+};
+
 // Writes rank `rank`'s whole file from memory: slot_data[i] holds manifest.slots[i]'s
 // bytes_per_rank bytes, buffer_data[i] (rank 0 only; ignored otherwise) manifest.buffers[i]'s.
-// The memory must stay unchanged during the call.
+// The memory must stay unchanged during the call, or, with a `snapshot`, until its on_copied
+// runs. Errors: kInvalidArgument for a missing section or a snapshot of the wrong shape; the
+// writer's errors.
 StatusOr<FileEntry> WriteRankFile(const std::string& path, const Manifest& manifest, int rank,
                                   const std::vector<const void*>& slot_data,
                                   const std::vector<const void*>& buffer_data,
-                                  const RankFileWriteOptions& options);
+                                  const RankFileWriteOptions& options,
+                                  const RankFileSnapshot* snapshot = nullptr);
 
 }  // namespace shardema
 

@@ -110,9 +110,12 @@ struct SaveOptions {
   WriteFaultHook fault_hook;                  // tests: simulate ENOSPC/EIO on any write
   // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above).
   enum class Snapshot : uint8_t {
-    kAtBegin = 0,       // SaveAsync copies the state into staging memory before it returns
-    kInBackground = 1,  // the writer thread copies it; WaitSnapshot waits for the copy
-    kInPlace = 2,       // no copy: the writer reads the caller's memory until WaitSnapshot
+    kAtBegin = 0,  // SaveAsync copies the state into staging memory before it returns
+    // The writer thread copies it, checksumming each block as it copies it and queueing the
+    // writes as it goes (one pass over the state, never waiting for the device);
+    // WaitSnapshot waits for the copy.
+    kInBackground = 1,
+    kInPlace = 2,  // no copy: the writer reads the caller's memory until WaitSnapshot
   };
   Snapshot snapshot = Snapshot::kAtBegin;
   // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);

@@ -37,12 +37,32 @@ for s in "${srcs[@]}"; do  # the library, instrumented for coverage (rebuilt whe
   fi
   objs+=("$o")
 done
+# framework/cpu_features.cc (checksum.cc picks its XXH3 path with it) with the tree's compiler:
+# clang 14's __builtin_cpu_supports does not know f16c, movbe and lzcnt (uninstrumented: it only
+# reads CPUID).
+o="$out/obj/framework_cpu_features.o"
+if [ ! -f "$o" ] || [ framework/cpu_features.cc -nt "$o" ]; then
+  g++ -std=c++17 -O1 -g -I. -c framework/cpu_features.cc -o "$o" ||
+    { echo "fuzz: build of framework/cpu_features.cc FAILED"; exit 1; }
+fi
+objs+=("$o")
+# checksum.cc's XXH3 kernels, one object per x86-64 level (as checkpoint/BUILD builds them).
+for isa in v2 v3 v4; do
+  o="$out/obj/xxh3_kernels_$isa.o"
+  march=()
+  [ "$isa" != v2 ] && march=(-march=x86-64-$isa)
+  if [ ! -f "$o" ] || [ checkpoint/xxh3_kernels.cc -nt "$o" ] || [ checkpoint/xxh3_kernels.h -nt "$o" ]; then
+    "$CXX" "${cflags[@]}" "${march[@]}" -DSHARDEMA_XXH3_ISA="xxh3_$isa" -fsanitize=fuzzer-no-link \
+      -c checkpoint/xxh3_kernels.cc -o "$o" || { echo "fuzz: build of xxh3_kernels ($isa) FAILED"; exit 1; }
+  fi
+  objs+=("$o")
+done
 
 total_execs=0
 total_findings=0
 for t in "${targets[@]}"; do
   bin="$out/${t}_fuzz"
-  if ! "$CXX" "${cflags[@]}" -fsanitize=fuzzer "checkpoint/fuzz/${t}_fuzz.cc" "${objs[@]}" -lxxhash -o "$bin"; then
+  if ! "$CXX" "${cflags[@]}" -fsanitize=fuzzer "checkpoint/fuzz/${t}_fuzz.cc" "${objs[@]}" -o "$bin"; then
     echo "fuzz: $t: FAILED (build)"
     total_findings=$((total_findings + 1))
     continue

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Checks the link-time isolation of the x86-64-v3 and -v4 kernels (nn/isa_kernels.h): every symbol
+# Checks the link-time isolation of the x86-64-v3 and -v4 kernels (nn/isa_kernels.h; run through
+# tests/isa_symbols.bzl): every symbol
 # the v3 (v4) archive defines for the linker lies in shardema::nn::isa_v3 (isa_v4) or Eigen's
 # renamed namespace EigenV3 (EigenV4), so no AVX2- or AVX-512-compiled inline function (a weak
 # symbol) can replace a portable copy used elsewhere in the program; and that the v3 archive
 # really uses 256-bit AVX registers and FMA, the v4 archive 512-bit registers and FMA, while the
 # v2 archive uses neither.
-#   isa_symbols_test.sh <files of :isa_kernels_v2> -- <files of :isa_kernels_v3> \
-#       -- <files of :isa_kernels_v4>
+#   isa_symbols_test.sh [--prefix isa_] [--no-fma] <files of :isa_kernels_v2> \
+#       -- <files of :isa_kernels_v3> -- <files of :isa_kernels_v4>
+# Other kernels compiled the same way use it too (checkpoint's XXH3 kernels: --prefix xxh3_
+# --no-fma, namespaces shardema::xxh3_v3 / xxh3_v4, integer code without FMA).
 set -euo pipefail
+prefix=isa_
+need_fma=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix="$2"; shift 2 ;;
+    --no-fma) need_fma=0; shift ;;
+    *) break ;;
+  esac
+done
 declare -A archives=([v2]="" [v3]="" [v4]="")
 sides=(v2 v3 v4)
 side=0
@@ -29,7 +41,7 @@ for s in v3 v4; do
   # shellcheck disable=SC2086
   # Global definitions (upper-case nm types: T text, W/V weak, D/B/R data, u unique).
   leaks="$(nm -C --defined-only ${archives[$s]} | awk '$2 ~ /^[TWVDBRGSu]$/ {$1=""; $2=""; print}' |
-    grep -v -e "isa_$s::" -e "Eigen${s^^}::" -e '^ *DW\.ref\.__gxx_personality_v0$' || true)"
+    grep -v -e "${prefix}$s::" -e "Eigen${s^^}::" -e '^ *DW\.ref\.__gxx_personality_v0$' || true)"
   if [ -n "$leaks" ]; then
     echo "FAIL: the $s kernels define symbols outside their namespaces:"
     echo "$leaks"
@@ -46,11 +58,12 @@ v3_fma="$(count_insn 'vfmadd|vfnmadd|vfmsub' ${archives[v3]})"
 v4_zmm="$(count_insn '%zmm' ${archives[v4]})" v4_fma="$(count_insn 'vfmadd|vfnmadd|vfmsub' ${archives[v4]})"
 echo "v3: ${v3_ymm} instructions on ymm, ${v3_zmm} on zmm, ${v3_fma} FMA;" \
   "v4: ${v4_zmm} on zmm, ${v4_fma} FMA; v2: ${v2_vec} on ymm/zmm"
-if [ "$v3_ymm" -lt 100 ] || [ "$v3_fma" -lt 10 ] || [ "$v3_zmm" -ne 0 ]; then
+min_fma=$((10 * need_fma))
+if [ "$v3_ymm" -lt 100 ] || [ "$v3_fma" -lt "$min_fma" ] || [ "$v3_zmm" -ne 0 ]; then
   echo "FAIL: the v3 kernels do not look compiled for AVX2/FMA (and only that)"
   fail=1
 fi
-if [ "$v4_zmm" -lt 100 ] || [ "$v4_fma" -lt 10 ]; then
+if [ "$v4_zmm" -lt 100 ] || [ "$v4_fma" -lt "$min_fma" ]; then
   echo "FAIL: the v4 kernels do not look compiled for AVX-512"
   fail=1
 fi

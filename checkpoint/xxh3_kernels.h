@@ -1,0 +1,47 @@
+// The XXH3-64 kernels behind checkpoint/checksum.h, compiled once per x86-64 level into
+// namespaces xxh3_v2 (SSE2, the tree's baseline), xxh3_v3 (AVX2) and xxh3_v4 (AVX-512) from
+// xxh3_kernels.cc (built with -DSHARDEMA_XXH3_ISA=xxh3_vN and the level's -march), so that
+// checksum.cc can run the widest this CPU has. XXH3-64's definition does not depend on the vector
+// width: every variant computes the same digests (checksum_test checks it for each variant the
+// CPU runs).
+//
+// Internal to checksum.cc (and its test); not a public interface.
+// Threading: the functions keep no state; a state object is used by one thread at a time.
+#ifndef SHARDEMA_CHECKPOINT_XXH3_KERNELS_H_
+#define SHARDEMA_CHECKPOINT_XXH3_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace shardema {
+
+// Storage for one streaming XXH3 state (XXH3_state_t: 576 bytes, 64-byte aligned; each variant
+// checks that it fits). The layout of XXH3_state_t is the same in every variant.
+struct alignas(64) Xxh3State {
+  unsigned char bytes[640];
+};
+
+// Bytes per block of CopyAndUpdate: the copy reads a block into the core's L1/L2, and the hash
+// then reads it from there (one trip through memory instead of two).
+inline constexpr size_t kXxh3CopyBlock = size_t(64) << 10;
+
+#define SHARDEMA_DECLARE_XXH3_KERNELS(ns)                                                  \
+  namespace ns {                                                                           \
+  uint64_t Oneshot(const void* data, size_t n);                                            \
+  void Reset(Xxh3State* s);                                                                \
+  void Update(Xxh3State* s, const void* data, size_t n);                                   \
+  uint64_t Digest(const Xxh3State* s);                                                     \
+  /* Copies n bytes src -> dst (the arrays must not overlap) and feeds them to s, block */ \
+  /* by block; the stores to dst bypass the caches where dst is 16-byte aligned. */        \
+  void CopyAndUpdate(Xxh3State* s, const void* src, void* dst, size_t n);                  \
+  }
+
+SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v2)
+SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v3)
+SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v4)
+
+#undef SHARDEMA_DECLARE_XXH3_KERNELS
+
+}  // namespace shardema
+
+#endif  // SHARDEMA_CHECKPOINT_XXH3_KERNELS_H_
