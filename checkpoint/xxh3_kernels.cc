@@ -19,13 +19,15 @@ namespace shardema {
 namespace SHARDEMA_XXH3_ISA {
 namespace {
 
-static_assert(sizeof(XXH3_state_t) <= sizeof(Xxh3State), "Xxh3State too small");
-static_assert(alignof(XXH3_state_t) <= alignof(Xxh3State), "Xxh3State under-aligned");
+static_assert(alignof(XXH3_state_t) <= 64, "XXH3_state_t wants more than 64-byte alignment");
+static_assert(sizeof(XXH3_state_t) + 63 <= sizeof(Xxh3State::bytes), "Xxh3State too small");
 
-XXH3_state_t* State(Xxh3State* s) { return reinterpret_cast<XXH3_state_t*>(s->bytes); }
-const XXH3_state_t* State(const Xxh3State* s) {
-  return reinterpret_cast<const XXH3_state_t*>(s->bytes);
+// The state at the first 64-byte boundary of s->bytes.
+XXH3_state_t* State(Xxh3State* s) {
+  return reinterpret_cast<XXH3_state_t*>((reinterpret_cast<uintptr_t>(s->bytes) + 63) &
+                                         ~uintptr_t{63});
 }
+const XXH3_state_t* State(const Xxh3State* s) { return State(const_cast<Xxh3State*>(s)); }
 
 // Copies n bytes with non-temporal stores (dst 16-byte aligned, n a multiple of 64): the copy
 // goes to memory without evicting what the training keeps in the caches, and without reading the

@@ -16,9 +16,15 @@
 namespace shardema {
 
 // Storage for one streaming XXH3 state (XXH3_state_t: 576 bytes, 64-byte aligned; each variant
-// checks that it fits). The layout of XXH3_state_t is the same in every variant.
-struct alignas(64) Xxh3State {
-  unsigned char bytes[640];
+// checks that it fits). The state lives at the first 64-byte boundary inside `bytes`, so that any
+// placement of this struct works (an over-aligned type is not honoured everywhere: e.g. on
+// AddressSanitizer's fake stack). Neither copyable nor movable: the offset depends on the address.
+// The layout of XXH3_state_t is the same in every variant.
+struct Xxh3State {
+  Xxh3State() = default;
+  Xxh3State(const Xxh3State&) = delete;
+  Xxh3State& operator=(const Xxh3State&) = delete;
+  unsigned char bytes[576 + 64];
 };
 
 // Bytes per block of CopyAndUpdate: the copy reads a block into the core's L1/L2, and the hash
