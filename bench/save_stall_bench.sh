@@ -127,7 +127,6 @@ paired() {  # mode_array_name -> median over repeats of (mode's loop - none's lo
   for i in "${!xs[@]}"; do d+=("$(awk -v a="${xs[$i]}" -v b="${none_loop[$i]}" 'BEGIN{print a-b}')"); done
   median "${d[@]}"
 }
-nl=0
 sl="$(paired sync_loop)"
 al="$(paired async_loop)"
 i="$(median "${inplace[@]}")"
@@ -135,10 +134,10 @@ ic="$(median "${inplace_cpu[@]}")"
 ib="$(median "${inplace_blk[@]}")"
 il="$(paired inplace_loop)"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
-    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v nl="$nl" -v sl="$sl" -v al="$al" \
+    -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v sl="$sl" -v al="$al" \
     -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" 'BEGIN {
   sc = (s - n) / k; ac = (a - n) / k; ic = (i - n) / k;
-  slm = (sl - nl) / k; alm = (al - nl) / k; ilm = (il - nl) / k;
+  slm = sl / k; alm = al / k; ilm = il / k;
   scm = (scpu - nc) / k; acm = (acpu - nc) / k; icm = (icpu - nc) / k;
   sbm = (sblk - nb) / k; abm = (ablk - nb) / k; ibm = (iblk - nb) / k;
   printf "%8s %10s %14s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "loop_ms_save", "block_ms", "cpu_ms_per_save";

@@ -105,28 +105,26 @@ Status RankFileWriter::Append(const void* data, size_t n) {
 }
 
 Status RankFileWriter::AppendStable(const void* data, size_t n) {
-  RETURN_IF_ERROR(FlushBuffer());  // keep the order of the bytes
-  const char* p = static_cast<const char*>(data);
-  const size_t io = buf_bytes_;
-  while (n > 0) {
-    const size_t take = std::min(n, io);
-    hash_.Update(p, take);  // overlaps the write of the previous piece
-    RETURN_IF_ERROR(Submit(p, take, -1));
-    p += take;
-    n -= take;
-  }
-  return Status::Ok();
+  return AppendPieces(static_cast<const char*>(data), nullptr, n);
 }
 
 Status RankFileWriter::AppendCopy(const void* src, char* stage, size_t n) {
+  return AppendPieces(static_cast<const char*>(src), stage, n);
+}
+
+Status RankFileWriter::AppendPieces(const char* p, char* stage, size_t n) {
   RETURN_IF_ERROR(FlushBuffer());  // keep the order of the bytes
-  const char* p = static_cast<const char*>(src);
   while (n > 0) {
     const size_t take = std::min(n, buf_bytes_);
-    hash_.CopyAndUpdate(p, stage, take);
-    RETURN_IF_ERROR(Submit(stage, take, -1, /*bounded=*/false));
+    if (stage == nullptr) {
+      hash_.Update(p, take);  // overlaps the write of the previous piece
+      RETURN_IF_ERROR(Submit(p, take, -1));
+    } else {
+      hash_.CopyAndUpdate(p, stage, take);
+      RETURN_IF_ERROR(Submit(stage, take, -1, /*bounded=*/false));  // the copy is the queue
+      stage += take;
+    }
     p += take;
-    stage += take;
     n -= take;
   }
   return Status::Ok();

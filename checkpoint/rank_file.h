@@ -78,6 +78,8 @@ class RankFileWriter {
   };
   RankFileWriter(std::unique_ptr<WritableFile> file, const RankFileHeader& header,
                  uint64_t chunk_bytes, const RankFileWriteOptions& options);
+  // AppendStable (stage null: written from p) and AppendCopy (copied into stage first).
+  Status AppendPieces(const char* p, char* stage, size_t n);
   // Queues a write; with `bounded`, first waits while two are queued.
   Status Submit(const char* data, size_t n, int buffer, bool bounded = true);
   Status FlushBuffer();  // submits the current buffer

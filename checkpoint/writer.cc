@@ -140,7 +140,6 @@ struct CheckpointWriter::Pending {
   // Background snapshot (kInBackground): the staging destination of each section, copied and
   // checksummed in one pass while the file is written (slot_ptrs/buffer_ptrs are the sources).
   RankFileSnapshot snapshot;
-  bool background_snapshot = false;
   std::mutex mu;
   std::condition_variable cv;
   bool snapshot_taken = true;
@@ -169,8 +168,8 @@ struct CheckpointWriter::Pending {
   }
 
   // Runs on the background thread of an asynchronous save (or the caller's, for Save). The
-  // caller's memory is read until the snapshot is copied (background_snapshot: released as soon
-  // as the copy is made, while the file is still being written), or (in place: slot_ptrs and
+  // caller's memory is read until the snapshot is copied (kInBackground: released as soon as the
+  // copy is made, while the file is still being written), or (in place: slot_ptrs and
   // buffer_ptrs are the caller's) until the file is written. The thread lowers its priority
   // (writer_nice) once it no longer reads the caller's memory.
   void Write(int rank, const SaveOptions& options, bool background) {
@@ -179,24 +178,26 @@ struct CheckpointWriter::Pending {
       Status st = LowerThisThreadPriority(options.writer_nice);
       if (!st.ok()) LOG_WARNING << "checkpoint writer thread keeps its priority: " << st;
     };
-    const bool in_place = background && options.snapshot == SaveOptions::Snapshot::kInPlace;
-    if (background_snapshot) {
+    const SaveOptions::Snapshot mode =
+        background ? options.snapshot : SaveOptions::Snapshot::kAtBegin;
+    const bool copy_here = mode == SaveOptions::Snapshot::kInBackground;
+    if (copy_here) {
       snapshot.on_copied = [&] {
         ReleaseSnapshot();
         lower_priority();
       };
-    } else if (!in_place) {
+    } else if (mode == SaveOptions::Snapshot::kAtBegin) {
       ReleaseSnapshot();  // taken already (or none needed: Save's caller waits)
       lower_priority();
     }
     try {
-      result =
-          WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs, buffer_ptrs,
-                        RankOptions(options), background_snapshot ? &snapshot : nullptr);
+      result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs,
+                             buffer_ptrs, RankOptions(options), copy_here ? &snapshot : nullptr);
     } catch (const std::bad_alloc&) {
       result = ResourceExhausted("writing rank ", rank, "'s file: out of memory");
     }
-    ReleaseSnapshot();  // in place, or a write that failed before its copy was complete
+    snapshot.on_copied = nullptr;  // it refers to this call's locals
+    ReleaseSnapshot();             // in place, or a write that failed before its copy was complete
     done.store(true, std::memory_order_release);
   }
 
@@ -513,7 +514,6 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
         stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs, &p.snapshot.buffers);
     }
     if (at_begin) ParallelCopy(copies, options_.snapshot_threads);
-    p.background_snapshot = !at_begin;
   }
   // Only a snapshot copied here is taken already; the others are released by the writer thread.
   p.snapshot_taken = options_.snapshot == SaveOptions::Snapshot::kAtBegin;

@@ -30,32 +30,30 @@ srcs=(framework/status.cc framework/dtype.cc framework/device.cc framework/tenso
 san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 cflags=(-std=c++17 -O1 -g -I. -DSHARDEMA_WITH_CUDA=0 "${san[@]}")
 objs=()
-for s in "${srcs[@]}"; do  # the library, instrumented for coverage (rebuilt when newer)
-  o="$out/obj/$(echo "$s" | tr / _).o"
-  if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find "${s%/*}" -name '*.h' -newer "$o" 2>/dev/null | head -1)" ]; then
-    "$CXX" "${cflags[@]}" -fsanitize=fuzzer-no-link -c "$s" -o "$o" || { echo "fuzz: build of $s FAILED"; exit 1; }
+# compile NAME SRC COMPILER FLAGS...: $out/obj/NAME.o from SRC, rebuilt when SRC or a header
+# beside it is newer; appended to objs.
+compile() {
+  local o="$out/obj/$1.o" src="$2"
+  shift 2
+  if [ ! -f "$o" ] || [ "$src" -nt "$o" ] ||
+     [ -n "$(find "${src%/*}" -name '*.h' -newer "$o" 2>/dev/null | head -1)" ]; then
+    "$@" -c "$src" -o "$o" || { echo "fuzz: build of $src ($1) FAILED"; exit 1; }
   fi
   objs+=("$o")
+}
+for s in "${srcs[@]}"; do  # the library, instrumented for coverage
+  compile "$(echo "$s" | tr / _)" "$s" "$CXX" "${cflags[@]}" -fsanitize=fuzzer-no-link
 done
 # framework/cpu_features.cc (checksum.cc picks its XXH3 path with it) with the tree's compiler:
 # clang 14's __builtin_cpu_supports does not know f16c, movbe and lzcnt (uninstrumented: it only
 # reads CPUID).
-o="$out/obj/framework_cpu_features.o"
-if [ ! -f "$o" ] || [ framework/cpu_features.cc -nt "$o" ]; then
-  g++ -std=c++17 -O1 -g -I. -c framework/cpu_features.cc -o "$o" ||
-    { echo "fuzz: build of framework/cpu_features.cc FAILED"; exit 1; }
-fi
-objs+=("$o")
+compile framework_cpu_features framework/cpu_features.cc g++ -std=c++17 -O1 -g -I.
 # checksum.cc's XXH3 kernels, one object per x86-64 level (as checkpoint/BUILD builds them).
 for isa in v2 v3 v4; do
-  o="$out/obj/xxh3_kernels_$isa.o"
   march=()
   [ "$isa" != v2 ] && march=(-march=x86-64-$isa)
-  if [ ! -f "$o" ] || [ checkpoint/xxh3_kernels.cc -nt "$o" ] || [ checkpoint/xxh3_kernels.h -nt "$o" ]; then
-    "$CXX" "${cflags[@]}" "${march[@]}" -DSHARDEMA_XXH3_ISA="xxh3_$isa" -fsanitize=fuzzer-no-link \
-      -c checkpoint/xxh3_kernels.cc -o "$o" || { echo "fuzz: build of xxh3_kernels ($isa) FAILED"; exit 1; }
-  fi
-  objs+=("$o")
+  compile "xxh3_kernels_$isa" checkpoint/xxh3_kernels.cc "$CXX" "${cflags[@]}" "${march[@]}" \
+    -DSHARDEMA_XXH3_ISA="xxh3_$isa" -fsanitize=fuzzer-no-link
 done
 
 total_execs=0
