@@ -7,9 +7,16 @@ bench_field() {
     "$1" "$2" 2>/dev/null || echo na
 }
 
+# The largest number of a JSON list such as "[320.5, 320.6]" (a plain number stays; "na" stays).
+bench_max() {
+  "${BENCH_PYTHON:-python3}" -c 'import json,sys
+v = json.loads(sys.argv[1])
+print(max(v) if isinstance(v, list) else v)' "$1" 2>/dev/null || echo na
+}
+
 # Median of the arguments, "na" ignored ("na" when none is left).
 bench_median() {
-  printf '%s\n' "$@" | grep -v '^na$' | sort -g |
+  printf '%s\n' "$@" | { grep -v '^na$' || true; } | sort -g |
     awk '{a[NR]=$1} END {if (NR==0) print "na"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
 }
 

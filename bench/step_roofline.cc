@@ -15,11 +15,11 @@
 // serial = compute + comm + optim: the bound when the collectives cannot overlap compute because
 //          the same cores move them (shared-memory MPI: each rank's copies and ring additions run
 //          on its own core, and with as many ranks as cores no core is left over).
-// Each part: median over --repeats runs (after one warm-up), max over ranks. Rank 0 prints one
-// JSON line {"world", "compute_ms", "comm_ms", "optim_ms", "bound_ms", "serial_ms", "cpu_isa"}.
+// Each part: median over --repeats runs (after one warm-up), max over ranks (bench/roofline.h).
+// Rank 0 prints one JSON line {"world", "compute_ms", "comm_ms", "optim_ms", "bound_ms",
+// "serial_ms", "cpu_isa"}.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_util.h"
+#include "bench/roofline.h"
 #include "framework/device.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/status.h"
@@ -35,38 +35,11 @@
 #include "nn/cpu_context.h"
 #include "nn/cpu_isa.h"
 #include "nn/linear.h"
-#include "optim/fused_step.h"
 
 namespace shardema {
 namespace {
 
-// n floats of host memory allocated as the trainer allocates its buffers (framework/device.h
-// Buffer: page-aligned, on huge pages from 8 MiB), so that each part alone runs on the same kind
-// of memory as in a step (the collectives' single copy pins it page by page).
-class Floats {
- public:
-  static StatusOr<Floats> Make(size_t n, float value) {
-    ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(n * sizeof(float), Device::Cpu()));
-    Floats f;
-    f.buf_ = std::move(b);
-    f.n_ = n;
-    std::fill(f.data(), f.data() + n, value);
-    return f;
-  }
-  float* data() const { return buf_.as<float>(); }
-  size_t size() const { return n_; }
-
- private:
-  Buffer buf_;
-  size_t n_ = 0;
-};
-
-double TimeMs(const std::function<Status()>& fn, Status* st) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Status s = fn();
-  if (!s.ok() && st->ok()) *st = s;
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using bench::Floats;
 
 int Main(int argc, char** argv) {
   CLI::App app{"step_roofline: one train_mlp step's compute, collectives and optimizer alone"};
@@ -172,64 +145,23 @@ int Main(int argc, char** argv) {
     return c.AllReduce(&s, &r, 1, DType::kF32);
   };
 
-  // The fused AdamW + 2 EMA pass over this rank's shard.
-  const int64_t n = (total + world - 1) / world;
-  Floats g = make(n, 1e-3f), m = make(n, 0.1f), ea = make(n, 0.f), eas = make(n, 0.f),
-         e1 = make(n, 0.f), e2 = make(n, 0.f);
   if (!alloc_status.ok()) {
     std::fprintf(stderr, "step_roofline: %s\n", alloc_status.ToString().c_str());
     return 1;
   }
-  const EmaTarget targets[2] = {{e1.data(), 0.999}, {e2.data(), 0.9999}};
-  int64_t step = 0;
-  auto optim = [&]() -> Status {
-    FusedStepArgs f;
-    f.n = n;
-    f.kind = OptimizerKind::kAdamW;
-    f.grad = g.data();
-    f.master = m.data();
-    f.exp_avg = ea.data();
-    f.exp_avg_sq = eas.data();
-    f.emas = targets;
-    f.num_emas = 2;
-    f.lr = 1e-3;
-    f.weight_decay = 0.01;
-    f.step = ++step;
-    f.num_threads = threads;
-    FusedStepCpu(f);
-    return Status::Ok();
-  };
-
-  // Each part: one warm-up, then --repeats runs after a barrier; median, max over ranks.
-  Status st;
-  std::vector<float> med(3);
-  const std::function<Status()> parts[3] = {compute, comms, optim};
-  for (int p = 0; p < 3; ++p) {
-    std::vector<double> t;
-    for (int r = 0; r <= repeats; ++r) {
-      if (!c.Barrier().ok()) return 1;
-      const double ms = TimeMs(parts[p], &st);
-      if (r > 0) t.push_back(ms);
-    }
-    med[size_t(p)] = float(bench::Median(t));
-  }
-  if (!st.ok()) {
-    std::fprintf(stderr, "step_roofline: %s\n", st.ToString().c_str());
+  // The fused AdamW + 2 EMA pass over this rank's shard.
+  StatusOr<bench::OptimizerPart> optim = bench::OptimizerPart::Make((total + world - 1) / world,
+                                                                    /*num_emas=*/2, threads);
+  StatusOr<bench::RooflineParts> parts =
+      optim.ok() ? bench::TimeParts(
+                       &c, compute, comms, [&] { return optim->Run(); }, repeats)
+                 : optim.status();
+  if (!parts.ok()) {
+    std::fprintf(stderr, "step_roofline: %s\n", parts.status().ToString().c_str());
     return 1;
   }
-  std::vector<float> all(size_t(3 * world));
-  if (!c.AllGather(med.data(), all.data(), 3, DType::kF32).ok()) return 1;
-  float worst[3] = {0, 0, 0};
-  for (int r = 0; r < world; ++r) {
-    for (int p = 0; p < 3; ++p) worst[p] = std::max(worst[p], all[size_t(3 * r + p)]);
-  }
   if (c.rank() == 0) {
-    const double bound = std::max(worst[0], worst[1]) + worst[2];
-    const double serial = worst[0] + worst[1] + worst[2];
-    std::printf(
-        "{\"world\": %d, \"compute_ms\": %.4f, \"comm_ms\": %.4f, \"optim_ms\": %.4f, "
-        "\"bound_ms\": %.4f, \"serial_ms\": %.4f, \"cpu_isa\": \"%s\"}\n",
-        world, worst[0], worst[1], worst[2], bound, serial, nn::CpuIsaName(*isa));
+    std::printf("%s\n", bench::RooflineJson(world, *parts, nn::CpuIsaName(*isa)).c_str());
   }
   comm->reset();
   return MpiCommunicator::FinalizeMpi().ok() ? 0 : 1;

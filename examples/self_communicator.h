@@ -1,9 +1,11 @@
 // SelfCommunicator: a Communicator of world size 1 on the CPU, for in-process serial reference
-// runs inside multi-rank tests (e.g. the trainer at W = 1 on rank 0 beside the real W-rank run).
+// runs inside multi-rank tests (e.g. the trainer at W = 1 on rank 0 beside the real W-rank run)
+// and benchmarks (bench/gpt_roofline: the model's compute alone on every rank).
 //
 // With one rank every collective is a copy: AllGather/Broadcast/AllReduce/ReduceScatter copy
 // send to recv (kAvg divides by 1, so it is a copy too), in place is a no-op. Works complete at
-// once. Header-only; test use only. Threading: one thread, like any communicator.
+// once. Header-only; for tests and benchmarks, not for training. Threading: one thread, like any
+// communicator.
 #ifndef SHARDEMA_EXAMPLES_SELF_COMMUNICATOR_H_
 #define SHARDEMA_EXAMPLES_SELF_COMMUNICATOR_H_
 
