@@ -18,8 +18,8 @@
 // Tokens are random bytes (the work does not depend on them). All ranks run every part at the
 // same time. Rank 0 prints one JSON line (bench/roofline.h RooflineJson).
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -106,11 +106,10 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
   ASSIGN_OR_RETURN(GptOnStore local, MakeGpt(&self, shape, threads));
   ASSIGN_OR_RETURN(bench::OptimizerPart optim,
                    bench::OptimizerPart::Make(local_numel, /*num_emas=*/2, threads));
-  ASSIGN_OR_RETURN(
-      bench::RooflineParts parts,
-      bench::TimeParts(
-          mpi.get(), [&] { return Step(local, b); }, [&] { return comms.Run(); },
-          [&] { return optim.Run(); }, repeats));
+  ASSIGN_OR_RETURN(bench::RooflineParts parts,
+                   bench::TimeParts(
+                       mpi.get(), [&] { return Step(local, b); }, [&] { return comms.Run(); },
+                       [&] { return optim.Run(); }, repeats));
   if (mpi->rank() == 0) {
     size_t gathers = 0, scatters = 0;
     for (const bench::CollectiveCall& c : calls) {

@@ -12,8 +12,8 @@ namespace shardema {
 namespace bench {
 
 StatusOr<Floats> Floats::Make(size_t n, float value) {
-  ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(std::max<size_t>(n, 1) * sizeof(float),
-                                              Device::Cpu()));
+  ASSIGN_OR_RETURN(Buffer b,
+                   Buffer::Allocate(std::max<size_t>(n, 1) * sizeof(float), Device::Cpu()));
   Floats f;
   f.buf_ = std::move(b);
   f.n_ = n;
@@ -23,14 +23,10 @@ StatusOr<Floats> Floats::Make(size_t n, float value) {
 
 const char* CollectiveKindName(CollectiveCall::Kind k) {
   switch (k) {
-    case CollectiveCall::Kind::kAllGather:
-      return "all_gather";
-    case CollectiveCall::Kind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveCall::Kind::kAllReduce:
-      return "all_reduce";
-    case CollectiveCall::Kind::kBroadcast:
-      return "broadcast";
+    case CollectiveCall::Kind::kAllGather: return "all_gather";
+    case CollectiveCall::Kind::kReduceScatter: return "reduce_scatter";
+    case CollectiveCall::Kind::kAllReduce: return "all_reduce";
+    case CollectiveCall::Kind::kBroadcast: return "broadcast";
   }
   return "unknown";
 }
@@ -77,14 +73,10 @@ namespace {
 std::pair<size_t, size_t> CallSizes(const CollectiveCall& c, int world) {
   const size_t w = size_t(world);
   switch (c.kind) {
-    case CollectiveCall::Kind::kAllGather:
-      return {c.count, c.count * w};
-    case CollectiveCall::Kind::kReduceScatter:
-      return {c.count * w, c.count};
-    case CollectiveCall::Kind::kAllReduce:
-      return {c.count, c.count};
-    case CollectiveCall::Kind::kBroadcast:
-      return {c.count, 0};
+    case CollectiveCall::Kind::kAllGather: return {c.count, c.count * w};
+    case CollectiveCall::Kind::kReduceScatter: return {c.count * w, c.count};
+    case CollectiveCall::Kind::kAllReduce: return {c.count, c.count};
+    case CollectiveCall::Kind::kBroadcast: return {c.count, 0};
   }
   return {0, 0};
 }
@@ -98,10 +90,10 @@ StatusOr<CollectiveReplay> CollectiveReplay::Make(Communicator* comm,
   for (const CollectiveCall& c : calls) {
     const auto sizes = CallSizes(c, comm->world_size());
     const size_t esize = DTypeSize(c.dtype);
-    ASSIGN_OR_RETURN(Buffer send, Buffer::Allocate(std::max<size_t>(sizes.first * esize, 1),
-                                                   Device::Cpu()));
-    ASSIGN_OR_RETURN(Buffer recv, Buffer::Allocate(std::max<size_t>(sizes.second * esize, 1),
-                                                   Device::Cpu()));
+    ASSIGN_OR_RETURN(Buffer send,
+                     Buffer::Allocate(std::max<size_t>(sizes.first * esize, 1), Device::Cpu()));
+    ASSIGN_OR_RETURN(Buffer recv,
+                     Buffer::Allocate(std::max<size_t>(sizes.second * esize, 1), Device::Cpu()));
     // Zeros: finite values for every reduction, whatever the dtype.
     std::fill(send.as<char>(), send.as<char>() + send.size(), char(0));
     std::fill(recv.as<char>(), recv.as<char>() + recv.size(), char(0));
@@ -134,8 +126,7 @@ Status CollectiveReplay::Run() {
       case CollectiveCall::Kind::kBroadcast:
         RETURN_IF_ERROR(comm_->Broadcast(send, c.count, c.dtype, o));
         break;
-      default:
-        return Internal("CollectiveReplay: call ", i, " of unknown kind ", int(c.kind));
+      default: return Internal("CollectiveReplay: call ", i, " of unknown kind ", int(c.kind));
     }
   }
   return Status::Ok();

@@ -12,8 +12,8 @@
 // part, the maximum over ranks.
 //
 // RecordingCommunicator: a Communicator that forwards every call to another one and records each
-// collective's kind, element count, dtype, op, root and overwrite_send: run one real step through it and
-// CollectiveReplay repeats exactly those collectives alone (same sizes, same order).
+// collective's kind, element count, dtype, op, root and overwrite_send: run one real step through
+// it and CollectiveReplay repeats exactly those collectives alone (same sizes, same order).
 //
 // Memory: Floats are framework Buffers (page-aligned, on huge pages from 8 MiB: the kind of
 // memory the trainer's shards and unit buffers are), allocated before any timed part.

@@ -104,9 +104,9 @@ TEST(TimePartsTest, TimesEachPartMedianAndWritesTheJsonLine) {
   examples::SelfCommunicator self;
   int calls[3] = {0, 0, 0};
   auto spin = [](double ms) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
-    while (std::chrono::steady_clock::now() < end) {
-    }
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+    while (std::chrono::steady_clock::now() < end) {}
   };
   StatusOr<RooflineParts> p = TimeParts(
       &self,
