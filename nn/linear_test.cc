@@ -1,11 +1,15 @@
 // Linear: backward against finite differences (with and without bias, accumulate), threaded
-// results against the single-thread ones, a known value, and deep products cut into weight
-// panels against one Eigen product bit for bit.
+// results against the single-thread ones, a known value, deep products cut into weight panels
+// against one Eigen product bit for bit, and the skinny forward (48 rows or fewer) against a
+// double-precision product in every ISA variant this CPU runs.
 #include "nn/linear.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "nn/cpu_isa.h"
@@ -146,18 +150,78 @@ TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
                         Case{3, 1013, 1000}, Case{2, 300, 1033}}) {
     auto x = Uniform(size_t(k.rows * k.in), 71), w = Uniform(size_t(k.out * k.in), 72),
          dy = Uniform(size_t(k.rows * k.out), 73);
-    std::vector<float> y(size_t(k.rows * k.out)), dx(x.size());
-    LinearForward(ctx, x.data(), w.data(), nullptr, k.rows, k.in, k.out, y.data());
+    // The forward takes Eigen's product above 48 rows (the skinny kernel below that).
+    const int64_t fwd_rows = 48 + k.rows;
+    auto xf = Uniform(size_t(fwd_rows * k.in), 74);
+    std::vector<float> y(size_t(fwd_rows * k.out)), dx(x.size());
+    LinearForward(ctx, xf.data(), w.data(), nullptr, fwd_rows, k.in, k.out, y.data());
     LinearBackward(ctx, x.data(), w.data(), dy.data(), k.rows, k.in, k.out, nullptr, nullptr,
                    dx.data());
-    const RowMat want_y = MapC(x.data(), k.rows, k.in) * MapC(w.data(), k.out, k.in).transpose();
+    const RowMat want_y = MapC(xf.data(), fwd_rows, k.in) * MapC(w.data(), k.out, k.in).transpose();
     const RowMat want_dx = MapC(dy.data(), k.rows, k.out) * MapC(w.data(), k.out, k.in);
     EXPECT_EQ(std::memcmp(y.data(), want_y.data(), y.size() * sizeof(float)), 0)
-        << "y: rows " << k.rows << " in " << k.in << " out " << k.out;
+        << "y: rows " << fwd_rows << " in " << k.in << " out " << k.out;
     EXPECT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)), 0)
         << "dx: rows " << k.rows << " in " << k.in << " out " << k.out;
   }
   StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+}
+
+// The skinny forward (a few rows and a large weight, linear_kernels.cc UseSkinny: each output one
+// dot product of an x row and a W row, W read in place) in every variant this CPU runs: against a
+// double-precision product within f32 rounding of the depth's sum (every row, every 5th output
+// feature); the same bits with 1 and 3 threads (they split the output features); the bias added
+// to the product's bits; the residual form, in place too. The shapes take that path (weights of
+// 3.1M to 8.4M floats) and cover the register blocks' remainders: rows not a multiple of the row
+// block (6, 4 or 6 rows for v4, v3, v2), features not a multiple of the feature block (4, 3, 2),
+// depths with a tail after the last vector.
+TEST(LinearTest, SkinnyForwardMatchesADoubleProductInEveryVariant) {
+  struct Case {
+    int64_t rows, in, out;
+  };
+  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
+    if (!CpuSupports(isa)) continue;
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    for (const Case& k : {Case{1, 4099, 771}, Case{5, 1537, 2051}, Case{12, 2049, 1543},
+                          Case{13, 2047, 2053}, Case{48, 2900, 2897}}) {
+      auto x = Uniform(size_t(k.rows * k.in), 81), w = Uniform(size_t(k.out * k.in), 82),
+           b = Uniform(size_t(k.out), 83), res = Uniform(size_t(k.rows * k.out), 84);
+      const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(k.rows) +
+                               " in " + std::to_string(k.in) + " out " + std::to_string(k.out);
+      std::vector<float> y1(res.size()), y3(res.size()), yb(res.size()), yr(res.size());
+      LinearForward(CpuContext(1), x.data(), w.data(), nullptr, k.rows, k.in, k.out, y1.data());
+      LinearForward(CpuContext(3), x.data(), w.data(), nullptr, k.rows, k.in, k.out, y3.data());
+      EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0) << what;
+      double worst = 0;  // |error| / (sum over the depth of |x w|), per element
+      for (int64_t r = 0; r < k.rows; ++r) {
+        for (int64_t o = 0; o < k.out; o += 5) {
+          double dot = 0, mag = 0;
+          for (int64_t i = 0; i < k.in; ++i) {
+            const double p = double(x[size_t(r * k.in + i)]) * double(w[size_t(o * k.in + i)]);
+            dot += p;
+            mag += std::fabs(p);
+          }
+          worst = std::max(worst, std::fabs(double(y1[size_t(r * k.out + o)]) - dot) / mag);
+        }
+      }
+      EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(k.in)))) << what;
+      LinearForward(CpuContext(1), x.data(), w.data(), b.data(), k.rows, k.in, k.out, yb.data());
+      for (size_t i = 0; i < yb.size(); ++i) {
+        ASSERT_EQ(yb[i], y1[i] + b[i % size_t(k.out)]) << what << " element " << i;
+      }
+      LinearForwardResidual(CpuContext(1), x.data(), w.data(), b.data(), res.data(), k.rows, k.in,
+                            k.out, yr.data());
+      std::vector<float> in_place = res;
+      LinearForwardResidual(CpuContext(3), x.data(), w.data(), b.data(), in_place.data(), k.rows,
+                            k.in, k.out, in_place.data());
+      for (size_t i = 0; i < yr.size(); ++i) {
+        ASSERT_EQ(yr[i], (res[i] + b[i % size_t(k.out)]) + y1[i]) << what << " element " << i;
+      }
+      EXPECT_EQ(std::memcmp(yr.data(), in_place.data(), yr.size() * sizeof(float)), 0) << what;
+    }
+  }
   ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
 }
 
