@@ -225,5 +225,51 @@ TEST(LinearTest, SkinnyForwardMatchesADoubleProductInEveryVariant) {
   ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
 }
 
+// The input gradient dx = dy W for a few rows in every variant this CPU runs: against a
+// double-precision product (every row, every 3rd column). The v4 variant takes the skinny kernel
+// there (linear_kernels.cc UseSkinnyDx: W read in place, blocks of 6 rows by 64 columns); its
+// bits must not depend on the threads (they split the columns in whole blocks). Shapes: row
+// counts around the row block, widths with a partial last block (vectors, then single columns),
+// and the 25-48-row band where only a large W takes it.
+TEST(LinearTest, SkinnyInputGradientMatchesADoubleProduct) {
+  struct Case {
+    int64_t rows, in, out;
+  };
+  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
+    if (!CpuSupports(isa)) continue;
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    for (const Case& k :
+         {Case{1, 200, 300}, Case{5, 1000, 513}, Case{12, 777, 1024}, Case{24, 64, 2048},
+          Case{13, 3, 40}, Case{30, 2900, 2897}, Case{48, 2053, 300}}) {
+      auto w = Uniform(size_t(k.out * k.in), 91), dy = Uniform(size_t(k.rows * k.out), 92);
+      const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(k.rows) +
+                               " in " + std::to_string(k.in) + " out " + std::to_string(k.out);
+      std::vector<float> dx1(size_t(k.rows * k.in)), dx3(dx1.size());
+      LinearBackward(CpuContext(1), nullptr, w.data(), dy.data(), k.rows, k.in, k.out, nullptr,
+                     nullptr, dx1.data());
+      LinearBackward(CpuContext(3), nullptr, w.data(), dy.data(), k.rows, k.in, k.out, nullptr,
+                     nullptr, dx3.data());
+      if (isa == CpuIsa::kV4) {
+        EXPECT_EQ(std::memcmp(dx1.data(), dx3.data(), dx1.size() * sizeof(float)), 0) << what;
+      }
+      double worst = 0;  // |error| / (sum over the depth of |dy w|), per element
+      for (int64_t r = 0; r < k.rows; ++r) {
+        for (int64_t i = 0; i < k.in; i += 3) {
+          double dot = 0, mag = 0;
+          for (int64_t o = 0; o < k.out; ++o) {
+            const double p = double(dy[size_t(r * k.out + o)]) * double(w[size_t(o * k.in + i)]);
+            dot += p;
+            mag += std::fabs(p);
+          }
+          worst = std::max(worst, std::fabs(double(dx1[size_t(r * k.in + i)]) - dot) / mag);
+        }
+      }
+      EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(k.out)))) << what;
+    }
+  }
+  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+}
+
 }  // namespace
 }  // namespace shardema::nn
