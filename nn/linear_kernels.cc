@@ -194,83 +194,106 @@ void SkinnyProduct(const float* x, int64_t rows, const float* w, int64_t in, int
   for (; o < o1; ++o) DotRows<1, kRb>(x, 0, rows, w, o, in, out, ep, y);
 }
 
-// ---- Skinny input gradients: dx = dy W for a few rows (UseSkinnyDx) ----
-// Eigen's dx = dy W packs W too (without transposing it) and its kernel then runs on a few rows;
-// reading W in place is faster with 512-bit vectors: 12 rows of [4096, 3072] 6.3 -> 3.5 ms, 24
-// rows 7.7 -> 5.4, 48 rows 9.9 -> 8.5 on a Zen 5 core, and at 24 rows or fewer for every MLP
-// shape measured (the AVX2 and SSE variants were slower than Eigen: their 64- and 96-byte column
-// strips read W too thinly, so they keep Eigen's product). A block of kDxRows dy rows by
-// kDxVecs vectors of dx columns accumulates in registers over the depth (W's rows), one
-// accumulator per element: dx[r, i] = sum over o, in order, of dy[r, o] W[o, i] (fused
-// multiply-adds), the same bits whichever block or thread computes it: the threads split the
-// columns in whole blocks, columns after the last whole vector take the scalar loop.
-constexpr int kDxRows = 6, kDxVecs = 4;
-constexpr int64_t kDxBlock = int64_t(kDxVecs) * kLanes;  // columns per block
+// ---- Skinny backward products on x86-64-v4: dx = dy W and dW = dy^T x for a few rows ----
+// Both are sums of broadcast-times-vector products: a block of R output rows by C vectors of
+// output columns accumulates in zmm registers,
+//   acc[a][c] += s[k * sk + a * sr] * v[k * vk + c * kLanes]   for k = 0 .. n-1, in order,
+// one accumulator per element (fused multiply-adds), then is stored (or added to the output:
+// old + sum, as Eigen's C += A B adds its product). What an element gets depends on neither the
+// row blocking nor the threads (they split whole 64-column blocks, or dW's rows), so no thread
+// count changes a bit; columns after the last whole vector take the same sum in scalar code.
+//   dx[r, i] = sum over o of dy[r, o] W[o, i]: Eigen packs W (without transposing it) and then
+//     runs its kernel on a few rows; reading W in place: 12 rows of [4096, 3072] 6.3 -> 3.5 ms,
+//     24 rows 7.7 -> 5.4, 48 rows 9.9 -> 8.5 on a Zen 5 core (UseSkinnyDx).
+//   dW[o, i] = sum over the rows r of dy[r, o] x[r, i] (depth = rows): Eigen zero-fills dW, then
+//     reads and writes it again in its kernel; here it is written once: [4096, 3072] at 12 rows
+//     4.3 -> 1.9 ms, 24 rows 5.1 -> 2.8, 48 rows 8.5 -> 5.0, and faster for every MLP shape
+//     measured up to 48 rows. Its sums are Eigen's own (depth order from zero, one block): the
+//     bits came out identical in every shape compared.
+// The AVX2 and SSE variants keep Eigen's products: their narrower register blocks were slower.
+constexpr int kBlockRows = 6, kBlockVecs = 4;
+constexpr int64_t kBlockCols = int64_t(kBlockVecs) * kLanes;  // 64 columns
 
 bool UseSkinnyDx(int64_t rows, int64_t in, int64_t out) {
   if (kVecBytes != 64) return false;
   return rows <= 24 || (rows <= 48 && in * out >= (int64_t(8) << 20));
 }
+bool UseSkinnyDw(int64_t rows) { return kVecBytes == 64 && rows <= 48; }
 
-// dx[r0 + r, i0 + c * kLanes ...] for r < RB, c < C.
-template <int RB, int C>
-inline void DxBlock(const float* dy, int64_t r0, const float* w, int64_t i0, int64_t in,
-                    int64_t out, float* dx) {
-  Vec acc[RB][C];
+// The operands of one broadcast-FMA product (see above); dst row a is dst + a * ld.
+struct OuterFma {
+  const float* s;
+  int64_t sk, sr;
+  const float* v;
+  int64_t vk;
+  int64_t n;
+  float* dst;
+  int64_t ld;
+  bool accumulate;
+};
+
+// Output rows [a0, a0 + R) by C vectors of columns from column j.
+template <int R, int C>
+inline void FmaBlock(const OuterFma& f, int64_t a0, int64_t j) {
+  Vec acc[R][C];
 #pragma GCC unroll 8
-  for (int r = 0; r < RB; ++r) {
+  for (int a = 0; a < R; ++a) {
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = Vec{};
+    for (int c = 0; c < C; ++c) acc[a][c] = Vec{};
   }
-  const float* d = dy + r0 * out;
-  for (int64_t o = 0; o < out; ++o) {
-    Vec wv[C];
+  const float* s = f.s + a0 * f.sr;
+  for (int64_t k = 0; k < f.n; ++k) {
+    Vec vv[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) wv[c] = LoadVec(w + o * in + i0 + c * kLanes);
+    for (int c = 0; c < C; ++c) vv[c] = LoadVec(f.v + k * f.vk + j + c * kLanes);
 #pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r) {
-      const float s = d[r * out + o];
+    for (int a = 0; a < R; ++a) {
+      const float sa = s[k * f.sk + a * f.sr];
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[r][c] += s * wv[c];
+      for (int c = 0; c < C; ++c) acc[a][c] += sa * vv[c];
     }
   }
-  for (int r = 0; r < RB; ++r) {
+  for (int a = 0; a < R; ++a) {
     for (int c = 0; c < C; ++c) {
-      std::memcpy(dx + (r0 + r) * in + i0 + c * kLanes, &acc[r][c], sizeof(Vec));
+      float* d = f.dst + (a0 + a) * f.ld + j + c * kLanes;
+      if (f.accumulate) acc[a][c] = LoadVec(d) + acc[a][c];
+      std::memcpy(d, &acc[a][c], sizeof(Vec));
     }
   }
 }
 
-// dy rows [r, rows) for the columns of one block of C vectors at i0.
-template <int RB, int C>
-void DxRows(const float* dy, int64_t r, int64_t rows, const float* w, int64_t i0, int64_t in,
-            int64_t out, float* dx) {
-  for (; r + RB <= rows; r += RB) DxBlock<RB, C>(dy, r, w, i0, in, out, dx);
-  if constexpr (RB > 1) {
-    if (r < rows) DxRows<RB - 1, C>(dy, r, rows, w, i0, in, out, dx);
+// Output rows [a, a_end) for the columns of C vectors at j: blocks of R rows, then fewer.
+template <int R, int C>
+void FmaRows(const OuterFma& f, int64_t a, int64_t a_end, int64_t j) {
+  for (; a + R <= a_end; a += R) FmaBlock<R, C>(f, a, j);
+  if constexpr (R > 1) {
+    if (a < a_end) FmaRows<R - 1, C>(f, a, a_end, j);
   }
 }
 
-// dx columns of the blocks [b0, b1) (kDxBlock columns each; the last block holds the rest).
-void SkinnyDx(const float* dy, int64_t rows, const float* w, int64_t in, int64_t out, int64_t b0,
-              int64_t b1, float* dx) {
+// Output rows [a0, a1) by the column blocks [b0, b1) of a product `cols` columns wide (the last
+// block holds what is left: whole vectors, then single columns).
+void FmaProduct(const OuterFma& f, int64_t a0, int64_t a1, int64_t b0, int64_t b1, int64_t cols) {
   for (int64_t b = b0; b < b1; ++b) {
-    int64_t i = b * kDxBlock;
-    const int64_t end = std::min(in, i + kDxBlock);
-    if (end - i == kDxBlock) {
-      DxRows<kDxRows, kDxVecs>(dy, 0, rows, w, i, in, out, dx);
+    int64_t j = b * kBlockCols;
+    const int64_t end = std::min(cols, j + kBlockCols);
+    if (end - j == kBlockCols) {
+      FmaRows<kBlockRows, kBlockVecs>(f, a0, a1, j);
       continue;
     }
-    for (; i + kLanes <= end; i += kLanes) DxRows<kDxRows, 1>(dy, 0, rows, w, i, in, out, dx);
-    for (; i < end; ++i) {
-      for (int64_t r = 0; r < rows; ++r) {
-        float s = 0.f;
-        for (int64_t o = 0; o < out; ++o) s += dy[r * out + o] * w[o * in + i];
-        dx[r * in + i] = s;
+    for (; j + kLanes <= end; j += kLanes) FmaRows<kBlockRows, 1>(f, a0, a1, j);
+    for (; j < end; ++j) {
+      for (int64_t a = a0; a < a1; ++a) {
+        float sum = 0.f;
+        for (int64_t k = 0; k < f.n; ++k) sum += f.s[k * f.sk + a * f.sr] * f.v[k * f.vk + j];
+        float* d = f.dst + a * f.ld + j;
+        *d = f.accumulate ? *d + sum : sum;
       }
     }
   }
 }
+
+int64_t ColumnBlocks(int64_t cols) { return (cols + kBlockCols - 1) / kBlockCols; }
 
 // Y.row(r) = b (set) or += b (!set) for every row, one contiguous row at a time (Eigen's
 // rowwise() broadcast over a row-major map compiles to scalar stores).
@@ -342,7 +365,11 @@ void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const
   MapC X(x, rows, in);
   // dW rows [o0, o1) and db[o0, o1) from the dy columns [o0, o1) (DY: that block of dy).
   auto weight_grads = [&](const auto& DY, int64_t o0, int64_t o1) {
-    if (dw != nullptr) {
+    if (dw != nullptr && UseSkinnyDw(rows)) {
+      // dW[o, i] = sum over r of dy[r, o] x[r, i]: rows o, depth r.
+      const OuterFma f{dy, out, 1, x, in, rows, dw, in, accumulate};
+      FmaProduct(f, o0, o1, 0, ColumnBlocks(in), in);
+    } else if (dw != nullptr) {
       Map DW(dw + o0 * in, o1 - o0, in);
       if (accumulate) {
         DW.noalias() += DY.transpose() * X;
@@ -362,8 +389,10 @@ void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const
     });
   }
   if (dx != nullptr && UseSkinnyDx(rows, in, out)) {
-    ctx.ParallelFor((in + kDxBlock - 1) / kDxBlock, 1,
-                    [&](int64_t b0, int64_t b1) { SkinnyDx(dy, rows, w, in, out, b0, b1, dx); });
+    // dx[r, i] = sum over o of dy[r, o] W[o, i]: rows r, depth o, threads over column blocks.
+    const OuterFma f{dy, 1, out, w, in, out, dx, in, false};
+    ctx.ParallelFor(ColumnBlocks(in), 1,
+                    [&](int64_t b0, int64_t b1) { FmaProduct(f, 0, rows, b0, b1, in); });
   } else if (dx != nullptr) {
     MapC W(w, out, in);
     ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {

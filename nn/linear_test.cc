@@ -225,13 +225,15 @@ TEST(LinearTest, SkinnyForwardMatchesADoubleProductInEveryVariant) {
   ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
 }
 
-// The input gradient dx = dy W for a few rows in every variant this CPU runs: against a
-// double-precision product (every row, every 3rd column). The v4 variant takes the skinny kernel
-// there (linear_kernels.cc UseSkinnyDx: W read in place, blocks of 6 rows by 64 columns); its
-// bits must not depend on the threads (they split the columns in whole blocks). Shapes: row
-// counts around the row block, widths with a partial last block (vectors, then single columns),
-// and the 25-48-row band where only a large W takes it.
-TEST(LinearTest, SkinnyInputGradientMatchesADoubleProduct) {
+// The backward's products for a few rows in every variant this CPU runs, against double-precision
+// products: dx = dy W (every row, every 3rd column) and dW = dy^T x (every 3rd row and column).
+// The v4 variant takes the skinny kernels there (linear_kernels.cc UseSkinnyDx, UseSkinnyDw: the
+// weight read in place, dW written once, blocks of 6 rows by 64 columns); its bits must not depend
+// on the threads (they split dx's column blocks and dW's rows), and accumulating adds the same
+// product to what dW held, bit for bit. Shapes: row counts around the row block, widths with a
+// partial last block (vectors, then single columns), the 25-48-row band where only a large W
+// takes the dx kernel, and 49 rows (Eigen's products in every variant).
+TEST(LinearTest, SkinnyBackwardMatchesADoubleProduct) {
   struct Case {
     int64_t rows, in, out;
   };
@@ -241,31 +243,60 @@ TEST(LinearTest, SkinnyInputGradientMatchesADoubleProduct) {
     ASSERT_TRUE(SetCpuIsa(isa).ok());
     for (const Case& k :
          {Case{1, 200, 300}, Case{5, 1000, 513}, Case{12, 777, 1024}, Case{24, 64, 2048},
-          Case{13, 3, 40}, Case{30, 2900, 2897}, Case{48, 2053, 300}}) {
-      auto w = Uniform(size_t(k.out * k.in), 91), dy = Uniform(size_t(k.rows * k.out), 92);
+          Case{13, 3, 40}, Case{30, 2900, 2897}, Case{48, 2053, 300}, Case{49, 100, 70}}) {
+      auto x = Uniform(size_t(k.rows * k.in), 90), w = Uniform(size_t(k.out * k.in), 91),
+           dy = Uniform(size_t(k.rows * k.out), 92), old = Uniform(size_t(k.out * k.in), 93);
       const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(k.rows) +
                                " in " + std::to_string(k.in) + " out " + std::to_string(k.out);
-      std::vector<float> dx1(size_t(k.rows * k.in)), dx3(dx1.size());
-      LinearBackward(CpuContext(1), nullptr, w.data(), dy.data(), k.rows, k.in, k.out, nullptr,
+      std::vector<float> dx1(x.size()), dx3(x.size()), dw1(w.size()), dw3(w.size()), acc = old;
+      LinearBackward(CpuContext(1), x.data(), w.data(), dy.data(), k.rows, k.in, k.out, dw1.data(),
                      nullptr, dx1.data());
-      LinearBackward(CpuContext(3), nullptr, w.data(), dy.data(), k.rows, k.in, k.out, nullptr,
+      LinearBackward(CpuContext(3), x.data(), w.data(), dy.data(), k.rows, k.in, k.out, dw3.data(),
                      nullptr, dx3.data());
-      if (isa == CpuIsa::kV4) {
+      LinearBackward(CpuContext(3), x.data(), w.data(), dy.data(), k.rows, k.in, k.out, acc.data(),
+                     nullptr, nullptr, /*accumulate=*/true);
+      // Where v4 takes the skinny kernels (the rules of UseSkinnyDx and UseSkinnyDw).
+      const bool skinny_dx = k.rows <= 24 || (k.rows <= 48 && k.in * k.out >= (8 << 20));
+      if (isa == CpuIsa::kV4 && skinny_dx) {
         EXPECT_EQ(std::memcmp(dx1.data(), dx3.data(), dx1.size() * sizeof(float)), 0) << what;
       }
-      double worst = 0;  // |error| / (sum over the depth of |dy w|), per element
-      for (int64_t r = 0; r < k.rows; ++r) {
-        for (int64_t i = 0; i < k.in; i += 3) {
-          double dot = 0, mag = 0;
-          for (int64_t o = 0; o < k.out; ++o) {
-            const double p = double(dy[size_t(r * k.out + o)]) * double(w[size_t(o * k.in + i)]);
-            dot += p;
-            mag += std::fabs(p);
-          }
-          worst = std::max(worst, std::fabs(double(dx1[size_t(r * k.in + i)]) - dot) / mag);
+      if (isa == CpuIsa::kV4 && k.rows <= 48) {
+        EXPECT_EQ(std::memcmp(dw1.data(), dw3.data(), dw1.size() * sizeof(float)), 0) << what;
+        for (size_t i = 0; i < acc.size(); ++i) {
+          ASSERT_EQ(acc[i], old[i] + dw1[i]) << what << " dW element " << i;
         }
       }
-      EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(k.out)))) << what;
+      // |error| / (sum of |terms|) per element, over depth n: within n f32 roundings.
+      auto check = [&](const std::vector<float>& got, int64_t n_rows, int64_t n_cols, int64_t depth,
+                       int64_t row_step, auto term, const char* name) {
+        double worst = 0;
+        for (int64_t a = 0; a < n_rows; a += row_step) {
+          for (int64_t b = 0; b < n_cols; b += 3) {
+            double sum = 0, mag = 0;
+            for (int64_t d = 0; d < depth; ++d) {
+              const double t = term(a, b, d);
+              sum += t;
+              mag += std::fabs(t);
+            }
+            worst = std::max(
+                worst, std::fabs(double(got[size_t(a * n_cols + b)]) - sum) / std::max(mag, 1e-30));
+          }
+        }
+        EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(depth))))
+            << what << " " << name;
+      };
+      check(
+          dx1, k.rows, k.in, k.out, 1,
+          [&](int64_t r, int64_t i, int64_t o) {
+            return double(dy[size_t(r * k.out + o)]) * double(w[size_t(o * k.in + i)]);
+          },
+          "dx");
+      check(
+          dw1, k.out, k.in, k.rows, 3,
+          [&](int64_t o, int64_t i, int64_t r) {
+            return double(dy[size_t(r * k.out + o)]) * double(x[size_t(r * k.in + i)]);
+          },
+          "dW");
     }
   }
   ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
