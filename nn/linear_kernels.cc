@@ -207,9 +207,9 @@ void SkinnyProduct(const float* x, int64_t rows, const float* w, int64_t in, int
 //     24 rows 7.7 -> 5.4, 48 rows 9.9 -> 8.5 on a Zen 5 core (UseSkinnyDx).
 //   dW[o, i] = sum over the rows r of dy[r, o] x[r, i] (depth = rows): Eigen zero-fills dW, then
 //     reads and writes it again in its kernel; here it is written once: [4096, 3072] at 12 rows
-//     4.3 -> 1.9 ms, 24 rows 5.1 -> 2.8, 48 rows 8.5 -> 5.0, and faster for every MLP shape
-//     measured up to 48 rows. Its sums are Eigen's own (depth order from zero, one block): the
-//     bits came out identical in every shape compared.
+//     4.3 -> 1.9 ms, 24 rows 5.1 -> 2.8, 48 rows 8.5 -> 5.0 (UseSkinnyDw). Its sums are Eigen's
+//     own (depth order from zero, one block): the bits came out identical in every shape
+//     compared.
 // The AVX2 and SSE variants keep Eigen's products: their narrower register blocks were slower.
 constexpr int kBlockRows = 6, kBlockVecs = 4;
 constexpr int64_t kBlockCols = int64_t(kBlockVecs) * kLanes;  // 64 columns
@@ -218,7 +218,12 @@ bool UseSkinnyDx(int64_t rows, int64_t in, int64_t out) {
   if (kVecBytes != 64) return false;
   return rows <= 24 || (rows <= 48 && in * out >= (int64_t(8) << 20));
 }
-bool UseSkinnyDw(int64_t rows) { return kVecBytes == 64 && rows <= 48; }
+// dW only for a large W (16 MiB or more): in whole training steps of the 1.25M and 5.0M MLPs
+// (weights of 0.25M to 3.1M floats) Eigen's products were as fast or faster, though alone the
+// kernel beat them there too.
+bool UseSkinnyDw(int64_t rows, int64_t in, int64_t out) {
+  return kVecBytes == 64 && rows <= 48 && in * out >= (int64_t(4) << 20);
+}
 
 // The operands of one broadcast-FMA product (see above); dst row a is dst + a * ld.
 struct OuterFma {
@@ -365,10 +370,14 @@ void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const
   MapC X(x, rows, in);
   // dW rows [o0, o1) and db[o0, o1) from the dy columns [o0, o1) (DY: that block of dy).
   auto weight_grads = [&](const auto& DY, int64_t o0, int64_t o1) {
-    if (dw != nullptr && UseSkinnyDw(rows)) {
+    if (dw != nullptr && UseSkinnyDw(rows, in, out)) {
       // dW[o, i] = sum over r of dy[r, o] x[r, i]: rows o, depth r.
+      // Row blocks outermost: dW is written row after row (the column-strip order of dx would
+      // scatter its writes across dW's rows: slower than Eigen on the 1.25M MLP's shapes).
       const OuterFma f{dy, out, 1, x, in, rows, dw, in, accumulate};
-      FmaProduct(f, o0, o1, 0, ColumnBlocks(in), in);
+      for (int64_t a = o0; a < o1; a += kBlockRows) {
+        FmaProduct(f, a, std::min(o1, a + kBlockRows), 0, ColumnBlocks(in), in);
+      }
     } else if (dw != nullptr) {
       Map DW(dw + o0 * in, o1 - o0, in);
       if (accumulate) {
