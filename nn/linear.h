@@ -7,7 +7,10 @@
 //
 // Threads (nn/cpu_context.h): with ctx.threads() > 1 the GEMMs are split by output rows (y, dx)
 // or output features (dW, db) over the pool; with one thread each is a single Eigen product
-// (bit-identical to the MLP's historical math).
+// (bit-identical to the MLP's historical math). A few rows against a large W take skinny kernels
+// instead, which read W in place (linear_kernels.cc UseSkinny, UseSkinnyDx, UseSkinnyDw;
+// nn/README.md): their threads split y's output features, dx's 64-column blocks or dW's rows, and
+// every thread count gives the same bits there.
 // Memory: a product whose depth Eigen blocks (in for y, out for dx: more than a few hundred) and
 // whose weight side (out for y, in for dx) spans more than one panel of ~500 rows runs as one
 // product per panel, so Eigen's per-call packed copy of the weight is at most kc x ~500 floats
