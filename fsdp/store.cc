@@ -24,6 +24,10 @@ struct ShardedParameterStore::UnitState {
 
   bool grad_live = false;
   bool reduce_pending = false;
+  // CPU: the unit's region of the gradient shard still holds what it held before the last
+  // ZeroGrad, which owes it zeros: the first reduce-scatter or fold after ZeroGrad writes the
+  // whole region, so the fill is only made if the shard is read first (grad_shard()).
+  bool shard_stale = false;
   Buffer grad_buf;
   std::unique_ptr<Work> reduce_work;
   int64_t micro_batches = 0;
@@ -269,7 +273,19 @@ Status ShardedParameterStore::WriteMasterFromHost(const std::function<Status(flo
 // ---- Shards ----
 
 float* ShardedParameterStore::master() const { return registry_.Data(master_slot_); }
-float* ShardedParameterStore::grad_shard() const { return registry_.Data(grad_slot_); }
+float* ShardedParameterStore::grad_shard() const {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& st = *units_[u];
+    // A region whose first reduce-scatter writes it right now is not filled under it.
+    if (!st.shard_stale || (st.reduce_pending && ReducesIntoShard(st))) continue;
+    const UnitLayout& ul = layout_.units()[u];
+    std::fill_n(GradShardData() + layout_.local_offset(u), size_t(ul.shard_numel), 0.f);
+    st.shard_stale = false;
+  }
+  return GradShardData();
+}
+
+float* ShardedParameterStore::GradShardData() const { return registry_.Data(grad_slot_); }
 
 void* ShardedParameterStore::compute_shard() const {
   return compute_aliases_master() ? static_cast<void*>(master()) : compute_.data();
@@ -529,7 +545,7 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     // no fold pass follows, and the MPI ring then needs no receive temporary (its output lies
     // outside the buffer, ring_reduce_scatter.h).
     const bool direct = ReducesIntoShard(s);
-    char* out = direct ? reinterpret_cast<char*>(grad_shard() + layout_.local_offset(unit))
+    char* out = direct ? reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit))
                        : base + size_t(rank()) * size_t(u.shard_numel) * esize;
     CollectiveOptions co = CollOpts(FoldDivisor() > 1 && !direct ? ReduceOp::kSum : ReduceOp::kAvg);
     co.overwrite_send = true;
@@ -556,6 +572,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
     FreeUnitGrads(s);
     return st.WithContext("reduce-scatter of unit '" + u.name + "'");
   }
+  s.shard_stale = false;      // the reduce-scatter wrote the region, or the fold below does
   if (ReducesIntoShard(s)) {  // already in the gradient shard: the first micro-batch's fold
     ++s.micro_batches;
     FreeUnitGrads(s);
@@ -567,8 +584,8 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   const size_t n = size_t(u.shard_numel);
   const size_t esize = DTypeSize(options_.reduce_dtype);
   const char* mine = s.grad_buf.as<char>() + size_t(rank()) * n * esize;
-  st = FoldMeanOn(stream_, grad_shard() + layout_.local_offset(unit), mine, options_.reduce_dtype,
-                  int64_t(n), k, FoldDivisor());
+  st = FoldMeanOn(stream_, GradShardData() + layout_.local_offset(unit), mine,
+                  options_.reduce_dtype, int64_t(n), k, FoldDivisor());
   FreeUnitGrads(s);
   return st.ok() ? st : st.WithContext("gradient fold of unit '" + u.name + "'");
 }
@@ -598,10 +615,17 @@ Status ShardedParameterStore::ZeroGrad() {
                                 "' has a reduce-scatter in flight: wait for it first");
     }
   }
-  RETURN_IF_ERROR(FillZero(stream_, grad_shard(), size_t(layout_.local_numel()) * sizeof(float)));
-  for (auto& s : units_) {
-    s->micro_batches = 0;
-    FreeUnitGrads(*s);
+  // On the CPU the fill is deferred (UnitState::shard_stale): a step's first reduce-scatter or
+  // fold overwrites each unit's region, so the shard is not written twice per step.
+  if (!device().is_cpu()) {
+    RETURN_IF_ERROR(
+        FillZero(stream_, GradShardData(), size_t(layout_.local_numel()) * sizeof(float)));
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = *units_[u];
+    s.micro_batches = 0;
+    s.shard_stale = device().is_cpu() && layout_.units()[u].shard_numel > 0;
+    FreeUnitGrads(s);
   }
   return Status::Ok();
 }

@@ -49,7 +49,9 @@
 // micro-batch, and all micro-batches (over ranks and accumulation steps) have the same size, the
 // gradient shard equals the gradient of the mean loss over the global batch. Ranks with unequal
 // local batch sizes pre-scale their gradient by local_size * W * k / global_size.
-// ZeroGrad() resets the shard and the micro-batch count. The optimizer steps once per
+// ZeroGrad() resets the shard (on the CPU lazily: the first reduce-scatter of each unit overwrites
+// its region, and grad_shard() zeroes a region read before that) and the micro-batch count. The
+// optimizer steps once per
 // optimizer step (after all micro-batches), never per micro-batch.
 //
 // Whenever the master changes (optimizer step, EMA swap, initialisation, checkpoint load) the
@@ -249,8 +251,11 @@ class ShardedParameterStore {
 
   // ---- Shards ----
   // Pointers into device memory on a CUDA store (use LocalToHost to read them on the host).
-  float* master() const;      // registry slot "params" (changes on EMA swap: re-fetch)
-  float* grad_shard() const;  // registry slot "grad"
+  float* master() const;  // registry slot "params" (changes on EMA swap: re-fetch)
+  // Registry slot "grad". On the CPU, ZeroGrad() defers its fill: a unit's region is zeroed
+  // here, when read before the unit's first reduce-scatter since ZeroGrad() wrote it (which a
+  // step never does). Read the slot through this call, not through registry().
+  float* grad_shard() const;
   bool compute_aliases_master() const { return options_.compute_dtype == DType::kF32; }
   void* compute_shard() const;  // local_numel elements of compute dtype
   // Fails when a unit is gathered (references held) or a gather is in flight; runs the
@@ -359,6 +364,8 @@ class ShardedParameterStore {
   // with FoldDivisor() > 1. No fold follows it.
   bool ReducesIntoShard(const UnitState& s) const;
   std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
+  // The gradient shard's memory as it is (no deferred fill: see grad_shard()).
+  float* GradShardData() const;
   void FreeUnitParams(UnitState& s);
   void FreeUnitGrads(UnitState& s);
   CollectiveOptions CollOpts(ReduceOp op = ReduceOp::kSum) const;

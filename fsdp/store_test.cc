@@ -302,6 +302,47 @@ TEST(StoreTest, AccumulatingThreeMicroBatchesEqualsOneBigBatch) {
   }
 }
 
+// ZeroGrad defers its fill on the CPU (each unit's first reduce-scatter overwrites its region):
+// a step that reduces only unit 0 must still read zeros for every other unit, not the values the
+// previous step left there, and unit 0's new average.
+TEST(StoreTest, ZeroGradZeroesTheRegionsAStepDidNotReduce) {
+  auto s = MakeStore(StoreOptions{});
+  ASSERT_NE(s, nullptr);
+  const int r = s->rank(), w = s->world_size();
+  for (size_t u = 0; u < s->num_units(); ++u) {
+    WriteGrads(s.get(), u, [&](const std::string& n, int64_t i) { return GradValue(r, 0, n, i); });
+    ASSERT_TRUE(s->ReduceScatterGrads(u).ok());
+  }
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < s->layout().local_numel(); ++i) nonzero += s->grad_shard()[i] != 0.f;
+  ASSERT_GT(nonzero, 0);  // the first step left values behind
+  ASSERT_TRUE(s->ZeroGrad().ok());
+  WriteGrads(s.get(), 0, [&](const std::string& n, int64_t i) { return GradValue(r, 1, n, i); });
+  ASSERT_TRUE(s->ReduceScatterGrads(0).ok());
+  int64_t bad = 0, checked = 0;
+  for (const LocalParamPiece& pc : s->layout().LocalPieces(r)) {
+    const ParamLayout& p = s->layout().units()[pc.unit].params[pc.param];
+    for (int64_t k = 0; k < pc.numel; ++k) {
+      float want = 0.f;
+      if (pc.unit == 0) {
+        for (int q = 0; q < w; ++q) want += GradValue(q, 1, p.name, pc.param_begin + k);
+        want /= float(w);
+      }
+      bad += s->grad_shard()[pc.local_begin + k] != want;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << checked;
+  for (size_t u = 0; u < s->num_units(); ++u) {  // padding too
+    const UnitLayout& ul = s->layout().units()[u];
+    for (int64_t i = 0; i < ul.shard_numel; ++i) {
+      if (r * ul.shard_numel + i >= ul.numel) {
+        ASSERT_EQ(s->grad_shard()[s->layout().local_offset(u) + i], 0.f) << ul.name;
+      }
+    }
+  }
+}
+
 TEST(StoreTest, GradProtocolErrors) {
   auto s = MakeStore(StoreOptions{});
   ASSERT_NE(s, nullptr);
