@@ -168,6 +168,49 @@ TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
   ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
 }
 
+// Runs fn(isa) under every CPU variant this machine has, then restores the variant the
+// environment asks for.
+template <typename Fn>
+void ForEachCpuIsa(const Fn& fn) {
+  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
+    if (!CpuSupports(isa)) continue;
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    fn(isa);
+  }
+  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+}
+
+// got[a, b] (n_cols wide) against sum over d < depth of term(a, b, d) in double, for every
+// row_step-th row and col_step-th column: the worst |error| / (sum of |terms|), to be within the
+// f32 rounding of a depth-long sum.
+template <typename Term>
+double WorstScaledError(const std::vector<float>& got, int64_t n_rows, int64_t n_cols,
+                        int64_t depth, int64_t row_step, int64_t col_step, const Term& term) {
+  double worst = 0;
+  for (int64_t a = 0; a < n_rows; a += row_step) {
+    for (int64_t b = 0; b < n_cols; b += col_step) {
+      double sum = 0, mag = 0;
+      for (int64_t d = 0; d < depth; ++d) {
+        const double t = term(a, b, d);
+        sum += t;
+        mag += std::fabs(t);
+      }
+      worst = std::max(worst,
+                       std::fabs(double(got[size_t(a * n_cols + b)]) - sum) / std::max(mag, 1e-30));
+    }
+  }
+  return worst;
+}
+double DepthTolerance(int64_t depth) {
+  return 1e-6 * std::max<double>(1.0, std::sqrt(double(depth)));
+}
+
+std::string ShapeName(CpuIsa isa, int64_t rows, int64_t in, int64_t out) {
+  return std::string(CpuIsaName(isa)) + " rows " + std::to_string(rows) + " in " +
+         std::to_string(in) + " out " + std::to_string(out);
+}
+
 // The skinny forward (a few rows and a large weight, linear_kernels.cc UseSkinny: each output one
 // dot product of an x row and a W row, W read in place) in every variant this CPU runs: against a
 // double-precision product within f32 rounding of the depth's sum (every row, every 5th output
@@ -180,33 +223,23 @@ TEST(LinearTest, SkinnyForwardMatchesADoubleProductInEveryVariant) {
   struct Case {
     int64_t rows, in, out;
   };
-  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
-  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
-    if (!CpuSupports(isa)) continue;
-    ASSERT_TRUE(SetCpuIsa(isa).ok());
+  ForEachCpuIsa([](CpuIsa isa) {
     for (const Case& k : {Case{1, 4099, 771}, Case{5, 1537, 2051}, Case{12, 2049, 1543},
                           Case{13, 2047, 2053}, Case{48, 2900, 2897}}) {
       auto x = Uniform(size_t(k.rows * k.in), 81), w = Uniform(size_t(k.out * k.in), 82),
            b = Uniform(size_t(k.out), 83), res = Uniform(size_t(k.rows * k.out), 84);
-      const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(k.rows) +
-                               " in " + std::to_string(k.in) + " out " + std::to_string(k.out);
+      const std::string what = ShapeName(isa, k.rows, k.in, k.out);
       std::vector<float> y1(res.size()), y3(res.size()), yb(res.size()), yr(res.size());
       LinearForward(CpuContext(1), x.data(), w.data(), nullptr, k.rows, k.in, k.out, y1.data());
       LinearForward(CpuContext(3), x.data(), w.data(), nullptr, k.rows, k.in, k.out, y3.data());
       EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0) << what;
-      double worst = 0;  // |error| / (sum over the depth of |x w|), per element
-      for (int64_t r = 0; r < k.rows; ++r) {
-        for (int64_t o = 0; o < k.out; o += 5) {
-          double dot = 0, mag = 0;
-          for (int64_t i = 0; i < k.in; ++i) {
-            const double p = double(x[size_t(r * k.in + i)]) * double(w[size_t(o * k.in + i)]);
-            dot += p;
-            mag += std::fabs(p);
-          }
-          worst = std::max(worst, std::fabs(double(y1[size_t(r * k.out + o)]) - dot) / mag);
-        }
-      }
-      EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(k.in)))) << what;
+      EXPECT_LT(WorstScaledError(y1, k.rows, k.out, k.in, 1, 5,
+                                 [&](int64_t r, int64_t o, int64_t i) {
+                                   return double(x[size_t(r * k.in + i)]) *
+                                          double(w[size_t(o * k.in + i)]);
+                                 }),
+                DepthTolerance(k.in))
+          << what;
       LinearForward(CpuContext(1), x.data(), w.data(), b.data(), k.rows, k.in, k.out, yb.data());
       for (size_t i = 0; i < yb.size(); ++i) {
         ASSERT_EQ(yb[i], y1[i] + b[i % size_t(k.out)]) << what << " element " << i;
@@ -221,8 +254,7 @@ TEST(LinearTest, SkinnyForwardMatchesADoubleProductInEveryVariant) {
       }
       EXPECT_EQ(std::memcmp(yr.data(), in_place.data(), yr.size() * sizeof(float)), 0) << what;
     }
-  }
-  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+  });
 }
 
 // The backward's products for a few rows in every variant this CPU runs, against double-precision
@@ -238,18 +270,14 @@ TEST(LinearTest, SkinnyBackwardMatchesADoubleProduct) {
   struct Case {
     int64_t rows, in, out;
   };
-  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
-  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
-    if (!CpuSupports(isa)) continue;
-    ASSERT_TRUE(SetCpuIsa(isa).ok());
+  ForEachCpuIsa([](CpuIsa isa) {
     for (const Case& k :
          {Case{1, 200, 300}, Case{5, 1000, 513}, Case{12, 777, 1024}, Case{24, 64, 2048},
           Case{13, 3, 40}, Case{30, 2900, 2897}, Case{48, 2053, 300}, Case{49, 100, 70},
           Case{7, 2049, 2049}, Case{48, 1029, 4100}}) {
       auto x = Uniform(size_t(k.rows * k.in), 90), w = Uniform(size_t(k.out * k.in), 91),
            dy = Uniform(size_t(k.rows * k.out), 92), old = Uniform(size_t(k.out * k.in), 93);
-      const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(k.rows) +
-                               " in " + std::to_string(k.in) + " out " + std::to_string(k.out);
+      const std::string what = ShapeName(isa, k.rows, k.in, k.out);
       std::vector<float> dx1(x.size()), dx3(x.size()), dw1(w.size()), dw3(w.size()), acc = old;
       LinearBackward(CpuContext(1), x.data(), w.data(), dy.data(), k.rows, k.in, k.out, dw1.data(),
                      nullptr, dx1.data());
@@ -268,40 +296,22 @@ TEST(LinearTest, SkinnyBackwardMatchesADoubleProduct) {
           ASSERT_EQ(acc[i], old[i] + dw1[i]) << what << " dW element " << i;
         }
       }
-      // |error| / (sum of |terms|) per element, over depth n: within n f32 roundings.
-      auto check = [&](const std::vector<float>& got, int64_t n_rows, int64_t n_cols, int64_t depth,
-                       int64_t row_step, auto term, const char* name) {
-        double worst = 0;
-        for (int64_t a = 0; a < n_rows; a += row_step) {
-          for (int64_t b = 0; b < n_cols; b += 3) {
-            double sum = 0, mag = 0;
-            for (int64_t d = 0; d < depth; ++d) {
-              const double t = term(a, b, d);
-              sum += t;
-              mag += std::fabs(t);
-            }
-            worst = std::max(
-                worst, std::fabs(double(got[size_t(a * n_cols + b)]) - sum) / std::max(mag, 1e-30));
-          }
-        }
-        EXPECT_LT(worst, 1e-6 * std::max<double>(1.0, std::sqrt(double(depth))))
-            << what << " " << name;
-      };
-      check(
-          dx1, k.rows, k.in, k.out, 1,
-          [&](int64_t r, int64_t i, int64_t o) {
-            return double(dy[size_t(r * k.out + o)]) * double(w[size_t(o * k.in + i)]);
-          },
-          "dx");
-      check(
-          dw1, k.out, k.in, k.rows, 3,
-          [&](int64_t o, int64_t i, int64_t r) {
-            return double(dy[size_t(r * k.out + o)]) * double(x[size_t(r * k.in + i)]);
-          },
-          "dW");
+      EXPECT_LT(WorstScaledError(dx1, k.rows, k.in, k.out, 1, 3,
+                                 [&](int64_t r, int64_t i, int64_t o) {
+                                   return double(dy[size_t(r * k.out + o)]) *
+                                          double(w[size_t(o * k.in + i)]);
+                                 }),
+                DepthTolerance(k.out))
+          << what << " dx";
+      EXPECT_LT(WorstScaledError(dw1, k.out, k.in, k.rows, 3, 3,
+                                 [&](int64_t o, int64_t i, int64_t r) {
+                                   return double(dy[size_t(r * k.out + o)]) *
+                                          double(x[size_t(r * k.in + i)]);
+                                 }),
+                DepthTolerance(k.rows))
+          << what << " dW";
     }
-  }
-  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+  });
 }
 
 }  // namespace
