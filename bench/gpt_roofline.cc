@@ -80,7 +80,7 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
 
   // The collectives of one micro-batch on the W-rank store, recorded, then the step's scalars.
   bench::RecordingCommunicator recorder(mpi.get());
-  std::vector<bench::CollectiveCall> calls;
+  std::vector<bench::RecordedCall> calls;
   int64_t local_numel = 0;
   {
     ASSIGN_OR_RETURN(GptOnStore sharded, MakeGpt(&recorder, shape, threads));
@@ -89,11 +89,11 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
     local_numel = sharded.store->layout().local_numel();
     calls = recorder.calls();
   }
-  bench::CollectiveCall loss, norm;
-  loss.kind = bench::CollectiveCall::Kind::kAllReduce;
+  bench::RecordedCall loss, norm;
+  loss.kind = CollectiveKind::kAllReduce;
   loss.count = 1;
   loss.op = ReduceOp::kAvg;
-  norm.kind = bench::CollectiveCall::Kind::kAllGather;
+  norm.kind = CollectiveKind::kAllGather;
   norm.count = sizeof(double);
   norm.dtype = DType::kU8;
   calls.push_back(loss);
@@ -112,9 +112,9 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
                        [&] { return optim.Run(); }, repeats));
   if (mpi->rank() == 0) {
     size_t gathers = 0, scatters = 0;
-    for (const bench::CollectiveCall& c : calls) {
-      gathers += c.kind == bench::CollectiveCall::Kind::kAllGather ? 1 : 0;
-      scatters += c.kind == bench::CollectiveCall::Kind::kReduceScatter ? 1 : 0;
+    for (const bench::RecordedCall& c : calls) {
+      gathers += c.kind == CollectiveKind::kAllGather ? 1 : 0;
+      scatters += c.kind == CollectiveKind::kReduceScatter ? 1 : 0;
     }
     std::fprintf(stderr,
                  "# gpt_roofline: %zu collectives per step (%zu all-gathers, %zu reduce-scatters)"

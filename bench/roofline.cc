@@ -21,82 +21,51 @@ StatusOr<Floats> Floats::Make(size_t n, float value) {
   return f;
 }
 
-const char* CollectiveKindName(CollectiveCall::Kind k) {
-  switch (k) {
-    case CollectiveCall::Kind::kAllGather: return "all_gather";
-    case CollectiveCall::Kind::kReduceScatter: return "reduce_scatter";
-    case CollectiveCall::Kind::kAllReduce: return "all_reduce";
-    case CollectiveCall::Kind::kBroadcast: return "broadcast";
-  }
-  return "unknown";
-}
-
-void RecordingCommunicator::Record(CollectiveCall::Kind kind, size_t count, DType dtype,
-                                   const CollectiveOptions& o) {
-  CollectiveCall c;
-  c.kind = kind;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = o.op;
-  c.root = o.root;
-  c.overwrite_send = o.overwrite_send;
-  calls_.push_back(c);
-}
-
-StatusOr<std::unique_ptr<Work>> RecordingCommunicator::AllGatherAsync(
-    const void* send, void* recv, size_t count, DType dtype, const CollectiveOptions& opts) {
-  Record(CollectiveCall::Kind::kAllGather, count, dtype, opts);
-  return inner_->AllGatherAsync(send, recv, count, dtype, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> RecordingCommunicator::ReduceScatterAsync(
-    const void* send, void* recv, size_t count, DType dtype, const CollectiveOptions& opts) {
-  Record(CollectiveCall::Kind::kReduceScatter, count, dtype, opts);
-  return inner_->ReduceScatterAsync(send, recv, count, dtype, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> RecordingCommunicator::AllReduceAsync(
-    const void* send, void* recv, size_t count, DType dtype, const CollectiveOptions& opts) {
-  Record(CollectiveCall::Kind::kAllReduce, count, dtype, opts);
-  return inner_->AllReduceAsync(send, recv, count, dtype, opts);
-}
-
-StatusOr<std::unique_ptr<Work>> RecordingCommunicator::BroadcastAsync(
-    void* buf, size_t count, DType dtype, const CollectiveOptions& opts) {
-  Record(CollectiveCall::Kind::kBroadcast, count, dtype, opts);
-  return inner_->BroadcastAsync(buf, count, dtype, opts);
-}
-
 namespace {
 
-// Elements of the send and receive buffers of `c` at `world` ranks.
-std::pair<size_t, size_t> CallSizes(const CollectiveCall& c, int world) {
-  const size_t w = size_t(world);
-  switch (c.kind) {
-    case CollectiveCall::Kind::kAllGather: return {c.count, c.count * w};
-    case CollectiveCall::Kind::kReduceScatter: return {c.count * w, c.count};
-    case CollectiveCall::Kind::kAllReduce: return {c.count, c.count};
-    case CollectiveCall::Kind::kBroadcast: return {c.count, 0};
+// `call`'s collective on `comm` with these buffers (a broadcast's is `send`).
+StatusOr<std::unique_ptr<Work>> IssueOn(Communicator* comm, const CollectiveCall& call,
+                                        const void* send, void* recv,
+                                        const CollectiveOptions& opts) {
+  switch (call.kind) {
+    case CollectiveKind::kAllGather:
+      return comm->AllGatherAsync(send, recv, call.count, call.dtype, opts);
+    case CollectiveKind::kReduceScatter:
+      return comm->ReduceScatterAsync(send, recv, call.count, call.dtype, opts);
+    case CollectiveKind::kAllReduce:
+      return comm->AllReduceAsync(send, recv, call.count, call.dtype, opts);
+    case CollectiveKind::kBroadcast:
+      return comm->BroadcastAsync(const_cast<void*>(send), call.count, call.dtype, opts);
+    default: return Internal("a ", CollectiveName(call.kind), " is not a collective to issue");
   }
-  return {0, 0};
 }
 
 }  // namespace
 
+StatusOr<std::unique_ptr<Work>> RecordingCommunicator::Issue(const CollectiveCall& call,
+                                                             const CollectiveOptions& opts) {
+  RecordedCall r;
+  static_cast<CollectiveCall&>(r) = call;
+  r.overwrite_send = opts.overwrite_send;
+  calls_.push_back(r);
+  return IssueOn(inner_, call, call.send, call.recv, opts);
+}
+
 StatusOr<CollectiveReplay> CollectiveReplay::Make(Communicator* comm,
-                                                  std::vector<CollectiveCall> calls) {
+                                                  std::vector<RecordedCall> calls) {
   CollectiveReplay r;
   r.comm_ = comm;
-  for (const CollectiveCall& c : calls) {
-    const auto sizes = CallSizes(c, comm->world_size());
+  // Zeros: finite values for every reduction, whatever the dtype.
+  auto zeros = [](size_t bytes) -> StatusOr<Buffer> {
+    ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(std::max<size_t>(bytes, 1), Device::Cpu()));
+    std::fill(b.as<char>(), b.as<char>() + b.size(), char(0));
+    return b;
+  };
+  const int world = comm->world_size();
+  for (const RecordedCall& c : calls) {
     const size_t esize = DTypeSize(c.dtype);
-    ASSIGN_OR_RETURN(Buffer send,
-                     Buffer::Allocate(std::max<size_t>(sizes.first * esize, 1), Device::Cpu()));
-    ASSIGN_OR_RETURN(Buffer recv,
-                     Buffer::Allocate(std::max<size_t>(sizes.second * esize, 1), Device::Cpu()));
-    // Zeros: finite values for every reduction, whatever the dtype.
-    std::fill(send.as<char>(), send.as<char>() + send.size(), char(0));
-    std::fill(recv.as<char>(), recv.as<char>() + recv.size(), char(0));
+    ASSIGN_OR_RETURN(Buffer send, zeros(c.send_elems(world) * esize));
+    ASSIGN_OR_RETURN(Buffer recv, zeros(c.recv_elems(world) * esize));
     r.send_.push_back(std::move(send));
     r.recv_.push_back(std::move(recv));
   }
@@ -106,28 +75,14 @@ StatusOr<CollectiveReplay> CollectiveReplay::Make(Communicator* comm,
 
 Status CollectiveReplay::Run() {
   for (size_t i = 0; i < calls_.size(); ++i) {
-    const CollectiveCall& c = calls_[i];
+    const RecordedCall& c = calls_[i];
     CollectiveOptions o;
     o.op = c.op;
     o.root = c.root;
     o.overwrite_send = c.overwrite_send;
-    void* send = send_[i].data();
-    void* recv = recv_[i].data();
-    switch (c.kind) {
-      case CollectiveCall::Kind::kAllGather:
-        RETURN_IF_ERROR(comm_->AllGather(send, recv, c.count, c.dtype, o));
-        break;
-      case CollectiveCall::Kind::kReduceScatter:
-        RETURN_IF_ERROR(comm_->ReduceScatter(send, recv, c.count, c.dtype, o));
-        break;
-      case CollectiveCall::Kind::kAllReduce:
-        RETURN_IF_ERROR(comm_->AllReduce(send, recv, c.count, c.dtype, o));
-        break;
-      case CollectiveCall::Kind::kBroadcast:
-        RETURN_IF_ERROR(comm_->Broadcast(send, c.count, c.dtype, o));
-        break;
-      default: return Internal("CollectiveReplay: call ", i, " of unknown kind ", int(c.kind));
-    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Work> w,
+                     IssueOn(comm_, c, send_[i].data(), recv_[i].data(), o));
+    RETURN_IF_ERROR(w->Wait());
   }
   return Status::Ok();
 }

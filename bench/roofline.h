@@ -18,7 +18,7 @@
 // Memory: Floats are framework Buffers (page-aligned, on huge pages from 8 MiB: the kind of
 // memory the trainer's shards and unit buffers are), allocated before any timed part.
 // Errors: allocation failures (kResourceExhausted), communicator errors pass through; kInternal
-// for a recorded call of unknown kind. Threading: one thread per communicator.
+// for a call of a kind no collective has (kBarrier). Threading: one thread per communicator.
 #ifndef SHARDEMA_BENCH_ROOFLINE_H_
 #define SHARDEMA_BENCH_ROOFLINE_H_
 
@@ -32,6 +32,8 @@
 #include "framework/communicator.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
+#include "framework/mpi/call_communicator.h"
+#include "framework/mpi/collective_args.h"
 #include "framework/status.h"
 
 namespace shardema {
@@ -49,40 +51,24 @@ class Floats {
   size_t n_ = 0;
 };
 
-// One collective as a step made it.
-struct CollectiveCall {
-  enum class Kind { kAllGather, kReduceScatter, kAllReduce, kBroadcast };
-  Kind kind = Kind::kAllReduce;
-  size_t count = 0;  // the call's count argument (per rank for all-gather / reduce-scatter)
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  bool overwrite_send = false;  // CollectiveOptions::overwrite_send (the ring's scratch use)
+// One collective as a step made it: the call as the backends see it
+// (framework/mpi/collective_args.h: kind, count, dtype, op, root; send and recv are the recorded
+// run's buffers, never used again) and CollectiveOptions::overwrite_send (the ring's scratch use).
+struct RecordedCall : CollectiveCall {
+  bool overwrite_send = false;
 };
-const char* CollectiveKindName(CollectiveCall::Kind k);
 
 // Forwards everything to `inner` (which must outlive it) and records the collectives.
-class RecordingCommunicator final : public Communicator {
+class RecordingCommunicator final : public CallCommunicator {
  public:
   explicit RecordingCommunicator(Communicator* inner) : inner_(inner) {}
-  const std::vector<CollectiveCall>& calls() const { return calls_; }
+  const std::vector<RecordedCall>& calls() const { return calls_; }
   void Clear() { calls_.clear(); }
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
   Device device() const override { return inner_->device(); }
   std::string backend_name() const override { return inner_->backend_name(); }
-  StatusOr<std::unique_ptr<Work>> AllGatherAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts) override;
-  StatusOr<std::unique_ptr<Work>> ReduceScatterAsync(const void* send, void* recv, size_t count,
-                                                     DType dtype,
-                                                     const CollectiveOptions& opts) override;
-  StatusOr<std::unique_ptr<Work>> AllReduceAsync(const void* send, void* recv, size_t count,
-                                                 DType dtype,
-                                                 const CollectiveOptions& opts) override;
-  StatusOr<std::unique_ptr<Work>> BroadcastAsync(void* buf, size_t count, DType dtype,
-                                                 const CollectiveOptions& opts) override;
   Status Barrier() override { return inner_->Barrier(); }
   Status Shutdown() override { return inner_->Shutdown(); }
   Status AnnounceFailure(const Status& failure) override {
@@ -91,23 +77,23 @@ class RecordingCommunicator final : public Communicator {
   void Abort(const Status& why, int exit_code) override { inner_->Abort(why, exit_code); }
 
  private:
-  void Record(CollectiveCall::Kind kind, size_t count, DType dtype, const CollectiveOptions& o);
+  StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
+                                        const CollectiveOptions& opts) override;
   Communicator* inner_;
-  std::vector<CollectiveCall> calls_;
+  std::vector<RecordedCall> calls_;
 };
 
 // `calls` issued again through `comm`, each blocking, in order. Make allocates every send and
-// receive buffer (an all-gather sends count and receives count * W elements, a reduce-scatter
-// the other way round, an all-reduce count each, a broadcast one buffer); Run issues them.
+// receive buffer (CollectiveCall::send_elems / recv_elems at comm's world size); Run issues them.
 class CollectiveReplay {
  public:
-  static StatusOr<CollectiveReplay> Make(Communicator* comm, std::vector<CollectiveCall> calls);
+  static StatusOr<CollectiveReplay> Make(Communicator* comm, std::vector<RecordedCall> calls);
   Status Run();
   size_t size() const { return calls_.size(); }
 
  private:
   Communicator* comm_ = nullptr;
-  std::vector<CollectiveCall> calls_;
+  std::vector<RecordedCall> calls_;
   std::vector<Buffer> send_, recv_;
 };
 

@@ -27,21 +27,21 @@ TEST(RecordingCommunicatorTest, RecordsEveryCollectiveAndForwardsIt) {
   CollectiveOptions root;
   ASSERT_TRUE(rec.Broadcast(a.data(), 12, DType::kU8, root).ok());
   ASSERT_TRUE(rec.Barrier().ok());  // not a recorded collective
-  const std::vector<CollectiveCall>& c = rec.calls();
+  const std::vector<RecordedCall>& c = rec.calls();
   ASSERT_EQ(c.size(), 4u);
-  EXPECT_EQ(c[0].kind, CollectiveCall::Kind::kAllGather);
+  EXPECT_EQ(c[0].kind, CollectiveKind::kAllGather);
   EXPECT_EQ(c[0].count, 3u);
-  EXPECT_EQ(c[1].kind, CollectiveCall::Kind::kReduceScatter);
+  EXPECT_EQ(c[1].kind, CollectiveKind::kReduceScatter);
   EXPECT_EQ(c[1].count, 2u);
   EXPECT_EQ(c[1].op, ReduceOp::kAvg);
   EXPECT_TRUE(c[1].overwrite_send);
   EXPECT_FALSE(c[0].overwrite_send);
-  EXPECT_EQ(c[2].kind, CollectiveCall::Kind::kAllReduce);
+  EXPECT_EQ(c[2].kind, CollectiveKind::kAllReduce);
   EXPECT_EQ(c[2].dtype, DType::kBF16);
-  EXPECT_EQ(c[3].kind, CollectiveCall::Kind::kBroadcast);
+  EXPECT_EQ(c[3].kind, CollectiveKind::kBroadcast);
   EXPECT_EQ(c[3].count, 12u);
   EXPECT_EQ(c[3].dtype, DType::kU8);
-  EXPECT_STREQ(CollectiveKindName(c[3].kind), "broadcast");
+  EXPECT_STREQ(CollectiveName(c[3].kind), "broadcast");
   rec.Clear();
   EXPECT_TRUE(rec.calls().empty());
 }
@@ -66,8 +66,8 @@ TEST(CollectiveReplayTest, IssuesTheRecordedCallsInOrder) {
     EXPECT_EQ(again.calls()[i].count, rec.calls()[i % 3].count) << i;
   }
   // A call the inner communicator refuses fails the replay with its error.
-  CollectiveCall bad;
-  bad.kind = CollectiveCall::Kind::kAllReduce;
+  RecordedCall bad;
+  bad.kind = CollectiveKind::kAllReduce;
   bad.count = 4;
   bad.dtype = DType::kU8;  // SelfCommunicator reduces floating types only
   StatusOr<CollectiveReplay> refused = CollectiveReplay::Make(&self, {bad});
