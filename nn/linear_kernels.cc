@@ -186,7 +186,7 @@ void DotRows(const float* x, int64_t r, int64_t rows, const float* w, int64_t o0
   }
 }
 
-// y[rows, out] (+)= x W^T for the output features [o0, o1).
+// y[rows, out] = x W^T, with the epilogue's bias and residual, for the output features [o0, o1).
 void SkinnyProduct(const float* x, int64_t rows, const float* w, int64_t in, int64_t out,
                    int64_t o0, int64_t o1, const Epilogue& ep, float* y) {
   int64_t o = o0;
@@ -214,15 +214,16 @@ void SkinnyProduct(const float* x, int64_t rows, const float* w, int64_t in, int
 constexpr int kBlockRows = 6, kBlockVecs = 4;
 constexpr int64_t kBlockCols = int64_t(kBlockVecs) * kLanes;  // 64 columns
 
+constexpr bool kSkinnyBackward = kVecBytes == 64;  // x86-64-v4 only (see above)
+
 bool UseSkinnyDx(int64_t rows, int64_t in, int64_t out) {
-  if (kVecBytes != 64) return false;
-  return rows <= 24 || (rows <= 48 && in * out >= (int64_t(8) << 20));
+  return kSkinnyBackward && (rows <= 24 || (rows <= 48 && in * out >= (int64_t(8) << 20)));
 }
 // dW only for a large W (16 MiB or more): in whole training steps of the 1.25M and 5.0M MLPs
 // (weights of 0.25M to 3.1M floats) Eigen's products were as fast or faster, though alone the
 // kernel beat them there too.
 bool UseSkinnyDw(int64_t rows, int64_t in, int64_t out) {
-  return kVecBytes == 64 && rows <= 48 && in * out >= (int64_t(4) << 20);
+  return kSkinnyBackward && rows <= 48 && in * out >= (int64_t(4) << 20);
 }
 
 // The operands of one broadcast-FMA product (see above); dst row a is dst + a * ld.
