@@ -32,10 +32,15 @@ bench_round() {
   awk -v a="$1" 'BEGIN{printf "%.1f", a}'
 }
 
-# The PyTorch peer's interpreter: DIR/.venv/bin/python, creating the venv with
-# `pip install torch numpy safetensors` when it is missing. Prints the path; returns 1 (with the
-# reason on stderr) when it cannot be made.
+# The PyTorch peer's interpreter: $PYTHON when set, else DIR/.venv/bin/python, creating the venv
+# with `pip install torch numpy safetensors` when it is missing. Prints the path; returns 1 (with
+# the reason on stderr) when it cannot be made or cannot import torch.
 bench_peer_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    "$PYTHON" -c 'import torch' 2>/dev/null || { echo "# $PYTHON: import torch fails" >&2; return 1; }
+    echo "$PYTHON"
+    return
+  fi
   local venv="$1/.venv"
   if [ ! -x "$venv/bin/python" ]; then
     echo "# creating $venv (pip install torch numpy safetensors)" >&2

@@ -27,8 +27,8 @@
 # (--eval-batch B/W), so that its peak RSS is the training's, as the peer's (which has no
 # evaluation) is. State bytes per rank: master + moments + EMA shards (ours: the store's
 # StateBytesPerRank; torch: the FSDP2 shards of parameters, AdamW moments and EMA copies).
-# The peer runs in bench/peer/.venv (created with `pip install torch numpy safetensors` when
-# missing); when that fails the torch columns read "na" and the ratios are skipped.
+# The peer runs in $PYTHON when set, else in bench/peer/.venv (created with `pip install torch
+# numpy safetensors` when missing); when that fails the torch columns read "na" and the ratios are skipped.
 # Prints a table and ends with
 #   summary: step_ratio_w1=... step_ratio_w2=... step_ratio_w4=... state_bytes_per_rank=...
 # (ours / torch per world; state_bytes_per_rank: ours at the largest world; more key=value pairs

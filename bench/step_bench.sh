@@ -29,6 +29,14 @@
 # ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=...` for each world size.
 set -euo pipefail
 
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
+# bench_lib.sh: beside this script in the source tree, in the runfiles under `bazel run`.
+lib="$here/bench_lib.sh"
+[ -f "$lib" ] || lib="$root/bench/bench_lib.sh"
+# shellcheck source=bench/bench_lib.sh
+. "$lib"
+
 train="${1:?usage: step_bench.sh TRAIN_MLP FSDP2_PEER STEP_ROOFLINE [flags]}"
 peer="${2:?}"
 roofline="${3:?}"
@@ -61,26 +69,16 @@ mpirun_=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpirun_+=(--allow-run-as-root)
 
 # PyTorch: an explicit $PYTHON, or the peer's own venv (created on first use).
-root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$(dirname "$0")/.." && pwd)}"
-venv="$root/bench/peer/.venv"
-python="${PYTHON:-$venv/bin/python}"
-if [ -z "${PYTHON:-}" ] && [ ! -x "$python" ]; then
-  echo "# creating $venv (pip install torch numpy safetensors)"
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q torch numpy safetensors >&2 || true
+python=""
+if python="$(bench_peer_python "$root/bench/peer")"; then :; else python=""; fi
+have_torch=0 torch_info=na
+if [ -n "$python" ]; then
+  torch_info="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)" && have_torch=1
 fi
-have_torch=1
-torch_info="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)" || have_torch=0
-[ "$have_torch" = 1 ] || echo "# torch: '$python -c \"import torch\"' failed; PyTorch columns read na"
+[ "$have_torch" = 1 ] || echo "# torch: no working 'import torch'; PyTorch columns read na"
 
-# One JSON field (a list: its maximum) of a one-line JSON object; na when missing.
-field() {
-  python3 -c 'import json,sys
-v = json.loads(sys.argv[1]).get(sys.argv[2], "na")
-print(max(v) if isinstance(v, list) else v)' "$1" "$2" 2>/dev/null || echo na
-}
-median() { printf '%s\n' "$@" | grep -v '^na$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "na"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-fmt() { [ "$1" = na ] && echo na || printf '%.1f' "$1"; }
-div() { if [ "$1" = na ] || [ "$2" = na ]; then echo na; else awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; fi; }
+# One number of a run's JSON line (a list: its largest), "na" when missing.
+num() { bench_max "$(bench_field "$1" "$2")"; }
 # The last JSON line of a run's output ('{}' when the run failed: its columns read na).
 json_line() { sed 's/^\[[0-9,]*\]<stdout>://' | { grep '^{' || echo '{}'; } | tail -1; }
 
@@ -114,25 +112,25 @@ for w in $worlds; do
   isa=na
   for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
-    om+=("$(field "$j" step_ms)"); oc+=("$(field "$j" cpu_ms)"); orss+=("$(field "$j" peak_rss_mib)")
-    isa="$(field "$j" cpu_isa)"
+    om+=("$(num "$j" step_ms)"); oc+=("$(num "$j" cpu_ms)"); orss+=("$(num "$j" peak_rss_mib)")
+    isa="$(bench_field "$j" cpu_isa)"
     j="$(theirs "$w")"
-    tm+=("$(field "$j" step_ms)"); tc+=("$(field "$j" cpu_ms)"); trss+=("$(field "$j" peak_rss_mib)")
-    tbase+=("$(field "$j" base_rss_mib)")
+    tm+=("$(num "$j" step_ms)"); tc+=("$(num "$j" cpu_ms)"); trss+=("$(num "$j" peak_rss_mib)")
+    tbase+=("$(num "$j" base_rss_mib)")
     j="$(bound "$w")"
-    bm+=("$(field "$j" bound_ms)"); sm+=("$(field "$j" serial_ms)")
+    bm+=("$(num "$j" bound_ms)"); sm+=("$(num "$j" serial_ms)")
   done
-  o="$(median "${om[@]}")" t="$(median "${tm[@]}")" b="$(median "${bm[@]}")"
-  sb="$(median "${sm[@]}")"
-  ratio="$(div "$o" "$t")" eff="$(div "$b" "$o")" effs="$(div "$sb" "$o")"
-  ors="$(median "${orss[@]}")" trs="$(median "${trss[@]}")"
-  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' "$w" "$(fmt "$o")" \
-    "$(fmt "$t")" "$ratio" "$(fmt "$(median "${oc[@]}")")" "$(fmt "$(median "${tc[@]}")")" \
-    "$(fmt "$ors")" "$(fmt "$trs")" "$(fmt "$(median "${tbase[@]}")")" "$(fmt "$b")" "$eff" \
-    "$(fmt "$sb")" "$effs" "$isa"
+  o="$(bench_median "${om[@]}")" t="$(bench_median "${tm[@]}")" b="$(bench_median "${bm[@]}")"
+  sb="$(bench_median "${sm[@]}")"
+  ratio="$(bench_ratio "$o" "$t")" eff="$(bench_ratio "$b" "$o")" effs="$(bench_ratio "$sb" "$o")"
+  ors="$(bench_median "${orss[@]}")" trs="$(bench_median "${trss[@]}")"
+  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' "$w" "$(bench_round "$o")" \
+    "$(bench_round "$t")" "$ratio" "$(bench_round "$(bench_median "${oc[@]}")")" "$(bench_round "$(bench_median "${tc[@]}")")" \
+    "$(bench_round "$ors")" "$(bench_round "$trs")" "$(bench_round "$(bench_median "${tbase[@]}")")" "$(bench_round "$b")" "$eff" \
+    "$(bench_round "$sb")" "$effs" "$isa"
   echo "#   runs (wall ms): ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
-  summary+=" ours_ms_w${w}=$(fmt "$o") torch_ms_w${w}=$(fmt "$t") step_ratio_w${w}=${ratio}"
-  summary+=" step_efficiency_w${w}=${eff} ours_rss_mib_w${w}=$(fmt "$ors") torch_rss_mib_w${w}=$(fmt "$trs")"
+  summary+=" ours_ms_w${w}=$(bench_round "$o") torch_ms_w${w}=$(bench_round "$t") step_ratio_w${w}=${ratio}"
+  summary+=" step_efficiency_w${w}=${eff} ours_rss_mib_w${w}=$(bench_round "$ors") torch_rss_mib_w${w}=$(bench_round "$trs")"
   summary+=" eff_serial_w${w}=${effs}"
 done
 echo "# load after: $(uptime | sed 's/.*load/load/')"

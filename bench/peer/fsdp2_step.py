@@ -78,12 +78,15 @@ def _entry(rank, worker, args):
 
 def shard(model, units):
     """fully_shard each module of `units`, then the root; DDP when FSDP2 is unavailable.
-    Returns (the wrapped model, "fsdp2" or "ddp")."""
+    Returns (the wrapped model, "fsdp2" or "ddp"). The mesh is named "cpu": without one,
+    fully_shard takes the accelerator's device type and moves the shards to a visible GPU."""
     try:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
         for m in units:
-            fully_shard(m)
-        fully_shard(model)
+            fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         return model, "fsdp2"
     except (ImportError, RuntimeError, ValueError, NotImplementedError):
         return torch.nn.parallel.DistributedDataParallel(model), "ddp"
