@@ -39,6 +39,13 @@
 # / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=... inplace_cpu_ms=...`.
 set -euo pipefail
 
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# bench_lib.sh: beside this script in the source tree, in the runfiles under `bazel run`.
+lib="$here/bench_lib.sh"
+[ -f "$lib" ] || lib="${BUILD_WORKSPACE_DIRECTORY:-$here/..}/bench/bench_lib.sh"
+# shellcheck source=bench/bench_lib.sh
+. "$lib"
+
 train="${1:?usage: save_stall_bench.sh TRAIN_MLP [flags]}"
 shift
 layers=1024,2048,2048,1024
@@ -92,7 +99,6 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
   awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" \
     'BEGIN{printf "%.3f %.1f %.1f %.1f", b-a, c, d, e}'
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
 none=() sync=() async=() inplace=() none_cpu=() sync_cpu=() async_cpu=() inplace_cpu=()
@@ -109,15 +115,15 @@ echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | a
 echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]} | inplace ${inplace_blk[*]}"
 echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]} | inplace ${inplace_loop[*]}"
 echo "#   load: $(uptime | sed 's/.*load/load/')"
-n="$(median "${none[@]}")"
-s="$(median "${sync[@]}")"
-a="$(median "${async[@]}")"
-nc="$(median "${none_cpu[@]}")"
-sc="$(median "${sync_cpu[@]}")"
-ac="$(median "${async_cpu[@]}")"
-nb="$(median "${none_blk[@]}")"
-sb="$(median "${sync_blk[@]}")"
-ab="$(median "${async_blk[@]}")"
+n="$(bench_median "${none[@]}")"
+s="$(bench_median "${sync[@]}")"
+a="$(bench_median "${async[@]}")"
+nc="$(bench_median "${none_cpu[@]}")"
+sc="$(bench_median "${sync_cpu[@]}")"
+ac="$(bench_median "${async_cpu[@]}")"
+nb="$(bench_median "${none_blk[@]}")"
+sb="$(bench_median "${sync_blk[@]}")"
+ab="$(bench_median "${async_blk[@]}")"
 # The loop figures pair each mode's run with the no-save run of the same repeat (run a few
 # seconds apart, so the machine's drift between repeats cancels): the median over repeats of
 # (mode's loop - none's loop).
@@ -125,13 +131,13 @@ paired() {  # mode_array_name -> median over repeats of (mode's loop - none's lo
   local -n xs="$1"
   local d=() i
   for i in "${!xs[@]}"; do d+=("$(awk -v a="${xs[$i]}" -v b="${none_loop[$i]}" 'BEGIN{print a-b}')"); done
-  median "${d[@]}"
+  bench_median "${d[@]}"
 }
 sl="$(paired sync_loop)"
 al="$(paired async_loop)"
-i="$(median "${inplace[@]}")"
-ic="$(median "${inplace_cpu[@]}")"
-ib="$(median "${inplace_blk[@]}")"
+i="$(bench_median "${inplace[@]}")"
+ic="$(bench_median "${inplace_cpu[@]}")"
+ib="$(bench_median "${inplace_blk[@]}")"
 il="$(paired inplace_loop)"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
     -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v sl="$sl" -v al="$al" \
