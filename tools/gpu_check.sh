@@ -28,6 +28,9 @@
 #      (SKIP when the machine has fewer GPUs than ranks);
 #   3. gpu_optimizer_bench (its summary line goes into the report), against the PyTorch peer
 #      (torch_fused_adamw.py) where the machine's python3 has torch with CUDA;
+#   3b. the CPU step benchmarks' PyTorch FSDP2 peers (bench/peer/torch_fsdp2_{mlp,gpt}.py), a
+#      2-rank step of a tiny model each, on the CPU while a GPU is visible (PASS when the peer
+#      prints its JSON line; SKIP when the machine's python3 has no torch);
 #   4. a 2-rank train_mlp --device cuda run in which one rank is killed (SIGKILL) once training
 #      runs: PASS when the job exits, non-zero, within --kill-bound seconds (default 60);
 #   5. compute-sanitizer memcheck, racecheck and synccheck over each binary of 1. and over a
@@ -145,6 +148,12 @@ package() {
 
   cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh"
   cp bench/peer/torch_fused_adamw.py "$dir/torch_fused_adamw.py" || die "copy the PyTorch peer"
+  # The step benchmarks' peers, in the repository's layout (the GPT peer imports
+  # examples/testdata/gpt_torch.py by its path relative to bench/peer).
+  mkdir -p "$dir/peer/bench/peer" "$dir/peer/examples/testdata" &&
+    cp bench/peer/fsdp2_step.py bench/peer/torch_fsdp2_mlp.py bench/peer/torch_fsdp2_gpt.py \
+      "$dir/peer/bench/peer/" && cp examples/testdata/gpt_torch.py "$dir/peer/examples/testdata/" ||
+    die "copy the FSDP2 peers"
   chmod +x "$dir/gpu_check.sh"
   write_env "$dir/env.sh"
   {
@@ -290,6 +299,8 @@ plan_checks() {
   done < "$pkg/MANIFEST"
   # The quick checks first, the slow sanitizer runs last.
   echo "bench gpu_optimizer_bench"
+  echo "peer torch_fsdp2_mlp"
+  echo "peer torch_fsdp2_gpt"
   echo "kill train_mlp"
   for tool in memcheck racecheck synccheck; do
     while read -r kind name label; do
@@ -305,6 +316,7 @@ check_name() {  # plan line -> report name
     mpi) echo "$2 np=$3" ;;
     sanitize) echo "compute-sanitizer $2 $3" ;;
     bench) echo "$2" ;;
+    peer) echo "$2.py, 2 ranks on the CPU beside the GPU" ;;
     kill) echo "train_mlp np=2 --device cuda, one rank killed" ;;
   esac
 }
@@ -362,6 +374,34 @@ kill_test() {  # 2-rank training, SIGKILL to one rank, the job must end within $
     record FAIL "$check" "the job exited 0 after a rank was killed; log: $log"
   else
     record PASS "$check" "exited $rc ${waited} s after the kill (bound ${kill_bound} s)"
+  fi
+}
+
+# 3b: a CPU step peer (bench/peer), 2 ranks of a tiny model, on a machine where a GPU is visible.
+# GPU_CHECK_PYTHON: the interpreter (tests of this script; "none" hides it), default python3.
+peer_check() {  # $1: check name, $2: peer (torch_fsdp2_mlp or torch_fsdp2_gpt)
+  local python="${GPU_CHECK_PYTHON:-python3}" script="$pkg/peer/bench/peer/$2.py"
+  local log="$logs/$2.log" args rc line
+  if [ ! -f "$script" ]; then
+    record SKIP "$1" "not in this package"
+    return
+  fi
+  if [ "$python" = none ] || ! "$python" -c 'import torch' > /dev/null 2>&1; then
+    record SKIP "$1" "$python cannot import torch"
+    return
+  fi
+  args=(--world 2 --steps 2 --warmup 1 --port $((29500 + RANDOM % 2000)))
+  case "$2" in
+    torch_fsdp2_mlp) args+=(--layers 16,32,8 --batch 8) ;;
+    *) args+=(--n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch 4) ;;
+  esac
+  timeout 300 "$python" "$script" "${args[@]}" < /dev/null > "$log" 2>&1
+  rc=$?
+  line=$(grep '^{' "$log" | tail -1)
+  if [ "$rc" != 0 ] || [ -z "$line" ]; then
+    record FAIL "$1" "exit $rc$([ -z "$line" ] && echo ', no JSON line'); log: $log"
+  else
+    record PASS "$1" "wrap $(echo "$line" | sed -n 's/.*"wrap": *"\([a-z0-9]*\)".*/\1/p')"
   fi
 }
 
@@ -493,6 +533,7 @@ run_checks() {
         fi
         run_plain "$name" 600 "$pkg/bin/gpu_optimizer_bench" "${torch_args[@]}"
         grep '^summary:' "$logs/gpu_optimizer_bench.log" 2>/dev/null | sed 's/^/  /' | tee -a "$report" ;;
+      peer) peer_check "$name" "${p[1]}" ;;
       kill)
         if [ "$gpus" -lt 2 ]; then
           record SKIP "$name" "needs 2 GPUs (one rank per GPU), the machine has $gpus"

@@ -38,9 +38,9 @@ out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
 echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
-# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + kill = 13 checks.
-[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 13 skipped" ] || fail "no GPU counts: $out"
-[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 13 skipped" ] || fail "report"
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + 2 peers + kill = 15 checks.
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 15 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 15 skipped" ] || fail "report"
 
 # 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b.txt" 2>&1)
@@ -50,8 +50,9 @@ echo "$out" | grep -qE '^PASS ran_test +1 cases' || fail "ran_test: $out"
 echo "$out" | grep -qE '^SKIP skip_test +1 of 1 cases skipped: no CUDA device visible' || fail "skip: $out"
 echo "$out" | grep -qE '^SKIP train_mlp np=2 .*needs 2 GPUs' || fail "kill test: $out"
 echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
+echo "$out" | grep -qE '^SKIP torch_fsdp2_mlp.py, 2 ranks .* +not in this package' || fail "peer: $out"
 grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
-[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 11 skipped" ] || fail "one GPU counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 13 skipped" ] || fail "one GPU counts: $out"
 
 # 3. A failing test: FAIL, exit 1.
 cp "$tmp/a/bin/fake_test" "$tmp/a/bin/bad_test"
@@ -60,7 +61,7 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 14 skipped" ] || fail "failing counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 16 skipped" ] || fail "failing counts: $out"
 # 4. --only: just the matching checks; a pattern that matches none is an error.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
         --only '^(ran_test|bad_test)$' 2>&1)
@@ -86,4 +87,23 @@ echo "$out" | grep -qE '^SKIP compute-sanitizer memcheck ran_test +the binary pa
   fail "sanitizer, no CUDA call: $out"
 echo "$out" | grep -qE '^FAIL compute-sanitizer memcheck bad_test' || fail "sanitizer, failed: $out"
 [ "$(echo "$out" | tail -1)" = "0 passed, 1 failed, 1 skipped" ] || fail "sanitizer counts: $out"
+# 6. The FSDP2 step peers: a peer that prints its JSON line is a PASS naming its wrap, one that
+# fails is a FAIL; without torch both are SKIP.
+mkdir -p "$tmp/a/peer/bench/peer"
+printf 'echo progress\necho %s\n' "'{\"world\": 2, \"step_ms\": 1.5, \"wrap\": \"fsdp2\"}'" \
+  > "$tmp/a/peer/bench/peer/torch_fsdp2_mlp.py"
+printf 'echo Traceback >&2\nexit 1\n' > "$tmp/a/peer/bench/peer/torch_fsdp2_gpt.py"
+printf '#!/usr/bin/env bash\n[ "$1" = -c ] && exit 0\nexec bash "$@"\n' > "$tmp/fakepy"
+chmod +x "$tmp/fakepy"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_PYTHON="$tmp/fakepy" "$tmp/a/gpu_check.sh" \
+        --report "$tmp/g.txt" --only 'torch_fsdp2' 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "peers: exit $rc: $out"
+echo "$out" | grep -qE '^PASS torch_fsdp2_mlp.py, 2 ranks .* +wrap fsdp2$' || fail "peer pass: $out"
+echo "$out" | grep -qE '^FAIL torch_fsdp2_gpt.py, 2 ranks .* +exit 1, no JSON line' ||
+  fail "peer fail: $out"
+[ "$(echo "$out" | tail -1)" = "1 passed, 1 failed, 0 skipped" ] || fail "peer counts: $out"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_PYTHON=none "$tmp/a/gpu_check.sh" --report "$tmp/h.txt" \
+        --only 'torch_fsdp2' 2>&1)
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 2 skipped" ] || fail "peers without torch: $out"
 echo PASS
