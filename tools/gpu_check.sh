@@ -5,6 +5,8 @@
 #       In the repository: builds with --config=cuda and assembles DIR, a folder that runs on its
 #       own (no Bazel, no MPI install): every gpu-tagged test binary (the NCCL/store/optimizer/
 #       trainer multi-rank ones included), train_mlp, gpu_optimizer_bench, their data files,
+#       the CPU builds of train_mlp and step_roofline with the step benchmark and its PyTorch
+#       peers (for --step-bench and check 3b),
 #       the OpenMPI runtime (mpirun, orted, libraries, MCA components, PMIx, help files) copied
 #       from this machine's install, the other shared libraries they need, env.sh (PATH,
 #       LD_LIBRARY_PATH, OPAL_PREFIX and the other install-dir variables) and this script.
@@ -18,6 +20,13 @@
 #       In a package, on any machine (no GPU needed): proves the packaged MPI runtime works
 #       (2-rank MPI start-up and finalize of a test binary, a 2-rank and a singleton
 #       train_mlp --device cpu run); prints "runtime check: ok" or what failed. Not a GPU check.
+#   DIR/gpu_check.sh --step-bench [bench/step_bench.sh flags]
+#       In a package, on any machine: the CPU step benchmark (ours vs the PyTorch FSDP2 peer, with
+#       the roofline) with the package's CPU builds of train_mlp and step_roofline (cpu/, built
+#       without CUDA) and its OpenMPI, CMA single copy
+#       where a 2-rank probe shows it works, the peer under $PYTHON (default python3). For a
+#       machine with more cores than this one, e.g. the GPU machines' (bench/README.md). Not a
+#       GPU check.
 #   tools/gpu_check.sh [run options]
 #       In the repository: --package into a temporary folder, then runs it.
 #
@@ -38,7 +47,8 @@
 #      when it refuses the device, as on some virtualised GPUs); the slowest checks, run last.
 # Without a GPU every check is SKIP ("no GPU" line first) and the script exits 0; any FAIL makes
 # it exit 1. Last line: "N passed, M failed, K skipped". For tests of this script only,
-# GPU_CHECK_GPUS=N overrides the GPU count and GPU_CHECK_SANITIZER=none hides compute-sanitizer.
+# GPU_CHECK_GPUS=N overrides the GPU count, GPU_CHECK_SANITIZER=none hides compute-sanitizer and
+# GPU_CHECK_PYTHON names the peers' interpreter ("none" hides it).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -107,6 +117,16 @@ package() {
   for label in $mpibins; do add_bin "$label" mpi; done
   add_bin //examples:train_mlp tool
   add_bin //bench:gpu_optimizer_bench tool
+  # --step-bench's binaries, built without CUDA: the CPU tables' own build, without the CUDA
+  # libraries in their RSS.
+  local cpu_root
+  "${BAZEL[@]}" build //examples:train_mlp //bench:step_roofline || die "the CPU build failed"
+  cpu_root=$("${BAZEL[@]}" info bazel-bin 2>/dev/null) || die "bazel info failed"
+  mkdir -p "$dir/cpu"
+  for path in "$cpu_root/examples/train_mlp" "$cpu_root/bench/step_roofline"; do
+    cp -L "$path" "$dir/cpu/" && chmod u+w "$dir/cpu/$(basename "$path")" || die "copy $path"
+    copy_libs_of "$path"
+  done
   for label in $datafiles; do  # //pkg:path/in/pkg -> root/pkg/path/in/pkg
     path="$(echo "${label#//}" | sed 's#:#/#')"
     mkdir -p "$dir/root/$(dirname "$path")" && cp -L "$path" "$dir/root/$path" || die "copy $path"
@@ -144,7 +164,7 @@ package() {
     for c in "$dir"/mpi/pmix/lib/pmix/*.so; do [ -e "$c" ] && copy_libs_of "$c"; done
   fi
   chmod -R u+w "$dir"
-  strip --strip-unneeded "$dir"/bin/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so 2>/dev/null
+  strip --strip-unneeded "$dir"/bin/* "$dir"/cpu/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so 2>/dev/null
 
   cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh"
   cp bench/peer/torch_fused_adamw.py "$dir/torch_fused_adamw.py" || die "copy the PyTorch peer"
@@ -152,8 +172,8 @@ package() {
   # examples/testdata/gpt_torch.py by its path relative to bench/peer).
   mkdir -p "$dir/peer/bench/peer" "$dir/peer/examples/testdata" &&
     cp bench/peer/fsdp2_step.py bench/peer/torch_fsdp2_mlp.py bench/peer/torch_fsdp2_gpt.py \
-      "$dir/peer/bench/peer/" && cp examples/testdata/gpt_torch.py "$dir/peer/examples/testdata/" ||
-    die "copy the FSDP2 peers"
+      "$dir/peer/bench/peer/" && cp examples/testdata/gpt_torch.py "$dir/peer/examples/testdata/" &&
+    cp bench/step_bench.sh bench/bench_lib.sh "$dir/peer/bench/" || die "copy the FSDP2 peers"
   chmod +x "$dir/gpu_check.sh"
   write_env "$dir/env.sh"
   {
@@ -427,6 +447,26 @@ runtime_check() {
   exit 1
 }
 
+# --step-bench: bench/step_bench.sh with the package's binaries and MPI (see the header).
+step_bench() {
+  pkg="$here"
+  # OpenMPI's single copy (CMA) unless set: env.sh turns it off for the checks, but a benchmark
+  # must not run without it (tests/mpi_run.sh's note). A 2-rank probe decides.
+  export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-cma}"
+  # shellcheck source=/dev/null
+  source "$pkg/env.sh"
+  # shellcheck disable=SC2046
+  if ! (cd "$pkg/root" && timeout 120 $(mpirun_cmd 2) "$pkg/cpu/train_mlp" --layers 8,16,2 \
+          --loss mse --batch 8 --steps 2 --log-every 0) < /dev/null > /dev/null 2>&1; then
+    echo "# single copy '$OMPI_MCA_btl_vader_single_copy_mechanism' failed a 2-rank probe: none"
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  fi
+  echo "# single copy: $OMPI_MCA_btl_vader_single_copy_mechanism; $(nproc --all) cores;" \
+    "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
+  PYTHON="${PYTHON:-python3}" exec bash "$pkg/peer/bench/step_bench.sh" "$pkg/cpu/train_mlp" \
+    "$pkg/peer/bench/peer/torch_fsdp2_mlp.py" "$pkg/cpu/step_roofline" "$@"
+}
+
 run_checks() {
   local report_arg="" max_ranks=8 only=""
   kill_bound=60
@@ -437,7 +477,8 @@ run_checks() {
       --kill-bound) kill_bound="$2"; shift 2 ;;
       --only) only="$2"; shift 2 ;;
       --runtime-check) runtime_check ;;
-      -h|--help) sed -n '2,38p' "$self"; exit 0 ;;
+      --step-bench) shift; step_bench "$@" ;;
+      -h|--help) sed -n '2,51p' "$self"; exit 0 ;;
       *) die "unknown argument $1 (see --help)" ;;
     esac
   done
