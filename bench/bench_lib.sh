@@ -7,11 +7,12 @@ bench_field() {
     "$1" "$2" 2>/dev/null || echo na
 }
 
-# The largest number of a JSON list such as "[320.5, 320.6]" (a plain number stays; "na" stays).
-bench_max() {
+# One field of a one-line JSON object, a list's largest element for a list such as
+# "peak_rss_mib": [320.5, 320.6] ("na" when missing or not JSON).
+bench_field_max() {
   "${BENCH_PYTHON:-python3}" -c 'import json,sys
-v = json.loads(sys.argv[1])
-print(max(v) if isinstance(v, list) else v)' "$1" 2>/dev/null || echo na
+v = json.loads(sys.argv[1])[sys.argv[2]]
+print(max(v) if isinstance(v, list) else v)' "$1" "$2" 2>/dev/null || echo na
 }
 
 # Median of the arguments, "na" ignored ("na" when none is left).

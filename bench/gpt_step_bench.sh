@@ -28,7 +28,8 @@
 # evaluation) is. State bytes per rank: master + moments + EMA shards (ours: the store's
 # StateBytesPerRank; torch: the FSDP2 shards of parameters, AdamW moments and EMA copies).
 # The peer runs in $PYTHON when set, else in bench/peer/.venv (created with `pip install torch
-# numpy safetensors` when missing); when that fails the torch columns read "na" and the ratios are skipped.
+# numpy safetensors` when missing); when that fails the torch columns read "na" and the ratios
+# are skipped.
 # Prints a table and ends with
 #   summary: step_ratio_w1=... step_ratio_w2=... step_ratio_w4=... state_bytes_per_rank=...
 # (ours / torch per world; state_bytes_per_rank: ours at the largest world; more key=value pairs
@@ -81,8 +82,7 @@ roofline="$(realpath "$roofline" 2>/dev/null || echo "$roofline")"
 cores="$(nproc --all)"
 export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 
-peer_python=""
-if peer_python="$(bench_peer_python "$root/bench/peer")"; then :; else peer_python=""; fi
+peer_python="$(bench_peer_python "$root/bench/peer")" || peer_python=""
 mpirun_flags=(--oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
 
@@ -127,12 +127,12 @@ for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
     ours_ms[$w]+=" $(bench_round "$(bench_field "$j" step_ms)")"
     ours_cpu[$w]+=" $(bench_round "$(bench_field "$j" cpu_ms)")"
-    ours_rss[$w]+=" $(bench_round "$(bench_max "$(bench_field "$j" peak_rss_mib)")")"
+    ours_rss[$w]+=" $(bench_round "$(bench_field_max "$j" peak_rss_mib)")"
     ours_state[$w]="$(bench_field "$j" state_bytes_per_rank)"
     j="$(torch_peer "$w")"
     torch_ms[$w]+=" $(bench_round "$(bench_field "$j" step_ms)")"
     torch_cpu[$w]+=" $(bench_round "$(bench_field "$j" cpu_ms)")"
-    torch_rss[$w]+=" $(bench_round "$(bench_max "$(bench_field "$j" peak_rss_mib)")")"
+    torch_rss[$w]+=" $(bench_round "$(bench_field_max "$j" peak_rss_mib)")"
     torch_state[$w]="$(bench_field "$j" state_bytes_per_rank)"
     wrap[$w]="$(bench_field "$j" wrap)"
     j="$(bound "$w")"

@@ -40,9 +40,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
 # bench_lib.sh: beside this script in the source tree, in the runfiles under `bazel run`.
 lib="$here/bench_lib.sh"
-[ -f "$lib" ] || lib="${BUILD_WORKSPACE_DIRECTORY:-$here/..}/bench/bench_lib.sh"
+[ -f "$lib" ] || lib="$root/bench/bench_lib.sh"
 # shellcheck source=bench/bench_lib.sh
 . "$lib"
 

@@ -69,16 +69,13 @@ mpirun_=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpirun_+=(--allow-run-as-root)
 
 # PyTorch: an explicit $PYTHON, or the peer's own venv (created on first use).
-python=""
-if python="$(bench_peer_python "$root/bench/peer")"; then :; else python=""; fi
+python="$(bench_peer_python "$root/bench/peer")" || python=""
 have_torch=0 torch_info=na
 if [ -n "$python" ]; then
   torch_info="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)" && have_torch=1
 fi
 [ "$have_torch" = 1 ] || echo "# torch: no working 'import torch'; PyTorch columns read na"
 
-# One number of a run's JSON line (a list: its largest), "na" when missing.
-num() { bench_max "$(bench_field "$1" "$2")"; }
 # The last JSON line of a run's output ('{}' when the run failed: its columns read na).
 json_line() { sed 's/^\[[0-9,]*\]<stdout>://' | { grep '^{' || echo '{}'; } | tail -1; }
 
@@ -112,25 +109,30 @@ for w in $worlds; do
   isa=na
   for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
-    om+=("$(num "$j" step_ms)"); oc+=("$(num "$j" cpu_ms)"); orss+=("$(num "$j" peak_rss_mib)")
+    om+=("$(bench_field_max "$j" step_ms)") oc+=("$(bench_field_max "$j" cpu_ms)")
+    orss+=("$(bench_field_max "$j" peak_rss_mib)")
     isa="$(bench_field "$j" cpu_isa)"
     j="$(theirs "$w")"
-    tm+=("$(num "$j" step_ms)"); tc+=("$(num "$j" cpu_ms)"); trss+=("$(num "$j" peak_rss_mib)")
-    tbase+=("$(num "$j" base_rss_mib)")
+    tm+=("$(bench_field_max "$j" step_ms)") tc+=("$(bench_field_max "$j" cpu_ms)")
+    trss+=("$(bench_field_max "$j" peak_rss_mib)")
+    tbase+=("$(bench_field_max "$j" base_rss_mib)")
     j="$(bound "$w")"
-    bm+=("$(num "$j" bound_ms)"); sm+=("$(num "$j" serial_ms)")
+    bm+=("$(bench_field_max "$j" bound_ms)") sm+=("$(bench_field_max "$j" serial_ms)")
   done
   o="$(bench_median "${om[@]}")" t="$(bench_median "${tm[@]}")" b="$(bench_median "${bm[@]}")"
   sb="$(bench_median "${sm[@]}")"
   ratio="$(bench_ratio "$o" "$t")" eff="$(bench_ratio "$b" "$o")" effs="$(bench_ratio "$sb" "$o")"
   ors="$(bench_median "${orss[@]}")" trs="$(bench_median "${trss[@]}")"
-  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' "$w" "$(bench_round "$o")" \
-    "$(bench_round "$t")" "$ratio" "$(bench_round "$(bench_median "${oc[@]}")")" "$(bench_round "$(bench_median "${tc[@]}")")" \
-    "$(bench_round "$ors")" "$(bench_round "$trs")" "$(bench_round "$(bench_median "${tbase[@]}")")" "$(bench_round "$b")" "$eff" \
+  printf '%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s\n' "$w" \
+    "$(bench_round "$o")" "$(bench_round "$t")" "$ratio" \
+    "$(bench_round "$(bench_median "${oc[@]}")")" "$(bench_round "$(bench_median "${tc[@]}")")" \
+    "$(bench_round "$ors")" "$(bench_round "$trs")" \
+    "$(bench_round "$(bench_median "${tbase[@]}")")" "$(bench_round "$b")" "$eff" \
     "$(bench_round "$sb")" "$effs" "$isa"
   echo "#   runs (wall ms): ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
-  summary+=" ours_ms_w${w}=$(bench_round "$o") torch_ms_w${w}=$(bench_round "$t") step_ratio_w${w}=${ratio}"
-  summary+=" step_efficiency_w${w}=${eff} ours_rss_mib_w${w}=$(bench_round "$ors") torch_rss_mib_w${w}=$(bench_round "$trs")"
+  summary+=" ours_ms_w${w}=$(bench_round "$o") torch_ms_w${w}=$(bench_round "$t")"
+  summary+=" step_ratio_w${w}=${ratio} step_efficiency_w${w}=${eff}"
+  summary+=" ours_rss_mib_w${w}=$(bench_round "$ors") torch_rss_mib_w${w}=$(bench_round "$trs")"
   summary+=" eff_serial_w${w}=${effs}"
 done
 echo "# load after: $(uptime | sed 's/.*load/load/')"

@@ -140,6 +140,13 @@ TEST(LinearTest, ResidualFormMatchesTheProductThenTheAdd) {
   }
 }
 
+// Selects the CPU variant the environment asks for (CpuIsaFromEnv; the portable one when that
+// fails), after a test that chose its own.
+void RestoreCpuIsaFromEnv() {
+  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
+  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+}
+
 TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
   ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   struct Case {
@@ -164,21 +171,19 @@ TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
     EXPECT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)), 0)
         << "dx: rows " << k.rows << " in " << k.in << " out " << k.out;
   }
-  StatusOr<CpuIsa> env = CpuIsaFromEnv();
-  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+  RestoreCpuIsaFromEnv();
 }
 
 // Runs fn(isa) under every CPU variant this machine has, then restores the variant the
 // environment asks for.
 template <typename Fn>
 void ForEachCpuIsa(const Fn& fn) {
-  const StatusOr<CpuIsa> env = CpuIsaFromEnv();
   for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
     if (!CpuSupports(isa)) continue;
     ASSERT_TRUE(SetCpuIsa(isa).ok());
     fn(isa);
   }
-  ASSERT_TRUE(SetCpuIsa(env.ok() ? *env : CpuIsa::kV2).ok());
+  RestoreCpuIsaFromEnv();
 }
 
 // got[a, b] (n_cols wide) against sum over d < depth of term(a, b, d) in double, for every

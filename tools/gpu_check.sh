@@ -23,10 +23,9 @@
 #   DIR/gpu_check.sh --step-bench [bench/step_bench.sh flags]
 #       In a package, on any machine: the CPU step benchmark (ours vs the PyTorch FSDP2 peer, with
 #       the roofline) with the package's CPU builds of train_mlp and step_roofline (cpu/, built
-#       without CUDA) and its OpenMPI, CMA single copy
-#       where a 2-rank probe shows it works, the peer under $PYTHON (default python3). For a
-#       machine with more cores than this one, e.g. the GPU machines' (bench/README.md). Not a
-#       GPU check.
+#       without CUDA) and its OpenMPI, CMA single copy where a 2-rank probe shows it works, the
+#       peer under $PYTHON (default python3). For a machine with more cores than this one, e.g.
+#       the GPU machines' (bench/README.md). Not a GPU check.
 #   tools/gpu_check.sh [run options]
 #       In the repository: --package into a temporary folder, then runs it.
 #
@@ -164,7 +163,8 @@ package() {
     for c in "$dir"/mpi/pmix/lib/pmix/*.so; do [ -e "$c" ] && copy_libs_of "$c"; done
   fi
   chmod -R u+w "$dir"
-  strip --strip-unneeded "$dir"/bin/* "$dir"/cpu/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so 2>/dev/null
+  strip --strip-unneeded "$dir"/bin/* "$dir"/cpu/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so \
+    2>/dev/null
 
   cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh"
   cp bench/peer/torch_fused_adamw.py "$dir/torch_fused_adamw.py" || die "copy the PyTorch peer"
@@ -478,7 +478,7 @@ run_checks() {
       --only) only="$2"; shift 2 ;;
       --runtime-check) runtime_check ;;
       --step-bench) shift; step_bench "$@" ;;
-      -h|--help) sed -n '2,51p' "$self"; exit 0 ;;
+      -h|--help) sed -n '2,50p' "$self"; exit 0 ;;
       *) die "unknown argument $1 (see --help)" ;;
     esac
   done
