@@ -23,6 +23,13 @@
 # repeats, more than a save costs; runs of one repeat are seconds apart), and
 # async_loop_ratio = async's / sync's, the goal figure (<= 0.10: an async save costs the training
 # steps at most a tenth of what a sync save does);
+# the same cost measured inside each run (in-run, free of the drift between runs): train_mlp
+# --bench-json's "steps_ms" (rank 0's time of every step), and for each mid-run save at step s
+# with K = --save-every, h = K/2: step_cost = sum over steps s+1..s+h of (step time - the median
+# of steps s+h+1..s+K-1), the median over the run's saves; the no-save run gets the same figure
+# at the same steps (the control: ~0). A mode's in-run cost per save = its step_cost - none's +
+# its block_ms (below), and async_inrun_ratio = async's / sync's (it misses only what a save
+# costs more than h steps after it; the per-step logs show the cost gone by s+3);
 # and, less distorted by the load of a shared machine, two more figures per mid-run save:
 #   block_ms = (mode's "save" phase - none's) / S: the time the training thread of rank 0 spent
 #              inside the save calls (train_mlp --profile: SaveAsync, WaitSnapshot, Poll, commit),
@@ -36,7 +43,8 @@
 # 12, Zen 5: median step 31.8 ms without saves, 54-61 ms with async saves when bound, 31.9 ms
 # unbound; train_mlp warns when it is bound to one core with --async-save). Ends with
 # `summary: async_loop_ratio=... inplace_loop_ratio=... (goal <= 0.10) async_cost_ratio=<async_cost_s
-# / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=... inplace_cpu_ms=...`.
+# / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=... inplace_cpu_ms=...
+# async_inrun_ratio=... inplace_inrun_ratio=... sync_inrun_ms=... ... none_step_cost_ms=...`.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -75,7 +83,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/save_stall_bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 
-run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
+run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
   local mode="$1" extra=()
   case "$mode" in
     sync) extra=(--save-every "$save_every") ;;
@@ -91,30 +99,39 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms"
     --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
   t1="$(date +%s.%N)"
-  local cpu loop
-  read -r cpu loop <<<"$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["run_cpu_ms"], j["loop_ms"])' \
-    2>/dev/null || echo 0 0)"
+  local cpu loop stepc
+  read -r cpu loop stepc <<<"$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
+    python3 -c '
+import json, statistics, sys
+j = json.load(sys.stdin)
+t, K = j["steps_ms"], int(sys.argv[1])
+h = K // 2
+costs = [sum(t[s + k - 1] for k in range(1, h + 1)) - h * statistics.median(t[s + h:s + K - 1])
+         for s in range(K, len(t) - K + 2, K)] if K >= 4 else []
+print(j["run_cpu_ms"], j["loop_ms"], statistics.median(costs) if costs else 0)' "$save_every" \
+    2>/dev/null || echo 0 0 0)"
   local save
   save="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | awk '$1 == "save" {print $2}' | tail -1)"
-  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" \
-    'BEGIN{printf "%.3f %.1f %.1f %.1f", b-a, c, d, e}'
+  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" -v f="$stepc" \
+    'BEGIN{printf "%.3f %.1f %.1f %.1f %.2f", b-a, c, d, e, f}'
 }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
 none=() sync=() async=() inplace=() none_cpu=() sync_cpu=() async_cpu=() inplace_cpu=()
 none_blk=() sync_blk=() async_blk=() inplace_blk=() none_loop=() sync_loop=() async_loop=()
-inplace_loop=()
+inplace_loop=() none_stc=() sync_stc=() async_stc=() inplace_stc=()
 for _ in $(seq "$repeats"); do
   for mode in none sync async inplace; do
-    read -r wall cpu blk loop <<<"$(run "$mode")"
+    read -r wall cpu blk loop stc <<<"$(run "$mode")"
     eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk) ${mode}_loop+=($loop)"
+    eval "${mode}_stc+=($stc)"
   done
 done
 echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]} | inplace ${inplace[*]}"
 echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | async ${async_cpu[*]} | inplace ${inplace_cpu[*]}"
 echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]} | inplace ${inplace_blk[*]}"
 echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]} | inplace ${inplace_loop[*]}"
+echo "#   in-run step cost (ms per save, rank 0): none ${none_stc[*]} | sync ${sync_stc[*]} | async ${async_stc[*]} | inplace ${inplace_stc[*]}"
 echo "#   load: $(uptime | sed 's/.*load/load/')"
 n="$(bench_median "${none[@]}")"
 s="$(bench_median "${sync[@]}")"
@@ -140,17 +157,23 @@ i="$(bench_median "${inplace[@]}")"
 ic="$(bench_median "${inplace_cpu[@]}")"
 ib="$(bench_median "${inplace_blk[@]}")"
 il="$(paired inplace_loop)"
+nst="$(bench_median "${none_stc[@]}")"
+sst="$(bench_median "${sync_stc[@]}")"
+ast="$(bench_median "${async_stc[@]}")"
+ist="$(bench_median "${inplace_stc[@]}")"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
     -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v sl="$sl" -v al="$al" \
-    -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" 'BEGIN {
+    -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" \
+    -v nst="$nst" -v sst="$sst" -v ast="$ast" -v ist="$ist" 'BEGIN {
   sc = (s - n) / k; ac = (a - n) / k; ic = (i - n) / k;
   slm = sl / k; alm = al / k; ilm = il / k;
   scm = (scpu - nc) / k; acm = (acpu - nc) / k; icm = (icpu - nc) / k;
   sbm = (sblk - nb) / k; abm = (ablk - nb) / k; ibm = (iblk - nb) / k;
-  printf "%8s %10s %14s %14s %14s %16s\n", "mode", "wall_s", "per_save_s", "loop_ms_save", "block_ms", "cpu_ms_per_save";
-  printf "%8s %10.3f %14s %14s %14s %16s\n", "none", n, "-", "-", "-", "-";
-  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "sync", s, sc, slm, sbm, scm;
-  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "async", a, ac, alm, abm, acm;
-  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f\n", "inplace", i, ic, ilm, ibm, icm;
-  printf "summary: async_loop_ratio=%.3f inplace_loop_ratio=%.3f async_cost_ratio=%.3f inplace_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f inplace_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f inplace_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f inplace_cpu_ms=%.1f\n",
-         (slm > 0 ? alm / slm : 0), (slm > 0 ? ilm / slm : 0), (sc > 0 ? ac / sc : 0), (sc > 0 ? ic / sc : 0), sc, ac, n, slm, alm, ilm, (sbm > 0 ? abm / sbm : 0), sbm, abm, ibm, scm, acm, icm }'
+  s_in = sst - nst + sbm; a_in = ast - nst + abm; i_in = ist - nst + ibm;
+  printf "%8s %10s %14s %14s %14s %16s %12s\n", "mode", "wall_s", "per_save_s", "loop_ms_save", "block_ms", "cpu_ms_per_save", "inrun_ms";
+  printf "%8s %10.3f %14s %14s %14s %16s %12.1f\n", "none", n, "-", "-", "-", "-", nst;
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f %12.1f\n", "sync", s, sc, slm, sbm, scm, s_in;
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f %12.1f\n", "async", a, ac, alm, abm, acm, a_in;
+  printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f %12.1f\n", "inplace", i, ic, ilm, ibm, icm, i_in;
+  printf "summary: async_loop_ratio=%.3f inplace_loop_ratio=%.3f async_cost_ratio=%.3f inplace_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f inplace_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f inplace_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f inplace_cpu_ms=%.1f async_inrun_ratio=%.3f inplace_inrun_ratio=%.3f sync_inrun_ms=%.1f async_inrun_ms=%.1f inplace_inrun_ms=%.1f none_step_cost_ms=%.1f\n",
+         (slm > 0 ? alm / slm : 0), (slm > 0 ? ilm / slm : 0), (sc > 0 ? ac / sc : 0), (sc > 0 ? ic / sc : 0), sc, ac, n, slm, alm, ilm, (sbm > 0 ? abm / sbm : 0), sbm, abm, ibm, scm, acm, icm, (s_in > 0 ? a_in / s_in : 0), (s_in > 0 ? i_in / s_in : 0), s_in, a_in, i_in, nst }'

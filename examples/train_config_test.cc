@@ -263,6 +263,19 @@ TEST(TrainConfigTest, NoCommChecksFlag) {
   EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
 }
 
+TEST(TrainConfigTest, CommThreadFlag) {
+  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->config.comm_thread);
+  EXPECT_FALSE(p->config.AgreementJson().at("comm_thread").get<bool>());
+  p = Parse({"--layers", "4,3", "--comm-thread"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->config.comm_thread);
+  EXPECT_TRUE(p->config.AgreementJson().at("comm_thread").get<bool>());
+  EXPECT_FALSE(p->config.ToJson().contains("comm_thread"));  // not a checkpoint hyperparameter
+  EXPECT_FALSE(Parse({"--layers", "4,3", "--comm-thread=maybe"}).ok());
+}
+
 TEST(TrainConfigTest, ReduceScatterFlag) {
   StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--reduce-scatter", "ring"});
   ASSERT_TRUE(p.ok()) << p.status();

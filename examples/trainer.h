@@ -86,6 +86,9 @@ struct TrainSummary {
   // This rank's wall time of the training loop: every step with its evaluations, snapshots and
   // mid-run saves or Polls (not the setup, the final evaluation or the final save).
   double loop_ms = 0;
+  // This rank's wall time of every step run here (start_step+1 ...), as timed for the median
+  // (the step itself: not its evaluation, snapshot, save or Poll after it).
+  std::vector<double> step_ms;
   int64_t state_bytes_per_rank = 0;  // master + moments + EMA slots (store StateBytesPerRank)
   // Rank 0's other store memory (store MemoryReport): the fp32 gradient shard, a bf16/f16
   // compute shard (0 for f32), and the high-water mark of its unit buffers (gathered parameters

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -42,6 +43,14 @@ std::string Printable(const std::string& text) {
   return out;
 }
 
+// Each value rounded to a multiple of `unit` (the bench JSON's per-step times: 1 us).
+std::vector<double> RoundedTo(const std::vector<double>& v, double unit) {
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (double x : v) out.push_back(std::round(x / unit) * unit);
+  return out;
+}
+
 }  // namespace
 
 int TrainerMain(int argc, char** argv, const char* program,
@@ -71,6 +80,7 @@ int TrainerMain(int argc, char** argv, const char* program,
   co.check_args = config.comm_checks;
   co.timeout_seconds = config.collective_timeout;
   co.reduce_scatter_algorithm = config.reduce_scatter;
+  co.progress_thread = config.comm_thread;
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
   if (!comm.ok()) return Finish(program, comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;
@@ -135,6 +145,7 @@ int TrainerMain(int argc, char** argv, const char* program,
                           {"cpu_ms", summary->median_step_cpu_ms},
                           {"run_cpu_ms", summary->run_cpu_ms},
                           {"loop_ms", summary->loop_ms},
+                          {"steps_ms", RoundedTo(summary->step_ms, 0.001)},
                           {"peak_rss_mib", summary->peak_rss_mib},
                           {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
                           {"compute_threads", config.compute_threads},

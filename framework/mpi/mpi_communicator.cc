@@ -1,5 +1,7 @@
 #include "framework/mpi/mpi_communicator.h"
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -128,15 +131,27 @@ namespace {
 
 using mpi_internal::PendingOp;
 
+// `mu`: the communicator's progress-thread lock (null without the thread).
 class MpiWork final : public Work {
  public:
-  explicit MpiWork(std::shared_ptr<PendingOp> op) : op_(std::move(op)) {}
-  ~MpiWork() override { op_->Complete().IgnoreError(); }
-  Status Wait() override { return op_->Complete(); }
-  bool Test() override { return op_->Test(); }
+  MpiWork(std::shared_ptr<PendingOp> op, std::shared_ptr<std::mutex> mu)
+      : op_(std::move(op)), mu_(std::move(mu)) {}
+  ~MpiWork() override { Wait().IgnoreError(); }
+  Status Wait() override {
+    std::unique_lock<std::mutex> held;
+    if (mu_ != nullptr) held = std::unique_lock<std::mutex>(*mu_);
+    return op_->Complete();
+  }
+  bool Test() override {
+    if (mu_ == nullptr) return op_->Test();
+    // The progress thread moves the operation: only look whether it is done (never block).
+    std::unique_lock<std::mutex> held(*mu_, std::try_to_lock);
+    return held.owns_lock() && op_->done;
+  }
 
  private:
   std::shared_ptr<PendingOp> op_;
+  std::shared_ptr<std::mutex> mu_;
 };
 
 // Process-wide MPI bookkeeping. Leaked on purpose so the atexit hook can use it at any point.
@@ -229,9 +244,13 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
+  // A progress thread makes MPI calls beside the caller's (other communicators included).
+  const int required = options.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+  const char* required_name =
+      options.progress_thread ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED";
   if (!initialized) {
-    RETURN_IF_ERROR(MpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
-                              "MPI_Init_thread", -1));
+    RETURN_IF_ERROR(
+        MpiStatus(MPI_Init_thread(nullptr, nullptr, required, &provided), "MPI_Init_thread", -1));
     ps.we_initialized = true;
     // We own MPI: errors on MPI_COMM_WORLD (the dup below) are returned, not fatal.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -242,10 +261,11 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   } else {
     MPI_Query_thread(&provided);
   }
-  if (provided < MPI_THREAD_SERIALIZED) {
+  if (provided < required) {
     return FailedPrecondition("MpiCommunicator::Create: MPI provides thread level ", provided,
-                              " but MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED,
-                              ") or better is required");
+                              " but ", required_name, " (", required, ") or better is required",
+                              options.progress_thread ? " by the progress thread" : "",
+                              initialized ? " (MPI was initialised before, at that level)" : "");
   }
 
   MPI_Comm comm = MPI_COMM_NULL;
@@ -298,6 +318,11 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   if (!notices.ok()) return fail(notices.status().WithContext("MpiCommunicator::Create"));
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
   c->notices_ = std::move(notices).value();
+  if (options.progress_thread) {
+    c->ops_mu_ = std::make_shared<std::mutex>();
+    MpiCommunicator* raw = c.get();
+    c->progress_ = std::thread([raw] { raw->ProgressLoop(); });
+  }
   ps.live.insert(c.get());
   return c;
 }
@@ -320,9 +345,55 @@ Status MpiCommunicator::FinalizeMpi() {
   return first.ok() ? s : first;
 }
 
+std::unique_lock<std::mutex> MpiCommunicator::LockOps() const {
+  if (ops_mu_ == nullptr) return std::unique_lock<std::mutex>();
+  return std::unique_lock<std::mutex>(*ops_mu_);
+}
+
+void MpiCommunicator::ProgressLoop() {
+  std::unique_lock<std::mutex> held(*ops_mu_);
+  const auto pause = std::chrono::microseconds(std::max(0, options_.progress_poll_us));
+  while (!stop_progress_) {
+    const uint64_t seen = issued_;
+    bool in_flight = false;
+    for (const auto& weak : pending_) {
+      std::shared_ptr<PendingOp> op = weak.lock();
+      if (op == nullptr || op->done) continue;
+      if (!op->Test()) {
+        in_flight = true;
+      } else if (op->status.ok()) {
+        progress_completed_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!in_flight) {
+      progress_cv_.wait(held, [&] { return stop_progress_ || issued_ != seen; });
+      continue;
+    }
+    held.unlock();  // the caller may issue, wait or look in between
+    if (pause.count() > 0) {
+      std::this_thread::sleep_for(pause);
+    } else {
+      std::this_thread::yield();
+    }
+    held.lock();
+  }
+}
+
+void MpiCommunicator::StopProgressThread() {
+  if (!progress_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> held(*ops_mu_);
+    stop_progress_ = true;
+  }
+  progress_cv_.notify_all();
+  progress_.join();
+}
+
 Status MpiCommunicator::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
+  // From here on only this thread makes this communicator's MPI calls.
+  StopProgressThread();
   // After a failure (here or announced by a peer) outstanding operations may never complete: give
   // them up instead of waiting for the collective timeout.
   const Status broken = BrokenStatus("shutdown");
@@ -397,6 +468,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                                        const CollectiveOptions& opts) {
   const char* name = CollectiveName(c.kind);
   RETURN_IF_ERROR(CheckNotShutDown(name));
+  std::unique_lock<std::mutex> held = LockOps();
   auto op = std::make_shared<PendingOp>();
   op->name = name;
   op->rank = rank_;
@@ -435,7 +507,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds, Poll()));
   if (c.count == 0) {
     op->done = true;
-    return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+    return std::unique_ptr<Work>(new MpiWork(std::move(op), ops_mu_));
   }
 
   const int n = static_cast<int>(c.count);  // <= INT_MAX, checked above
@@ -513,7 +585,12 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   }
   still.push_back(op);
   pending_ = std::move(still);
-  return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+  ++issued_;
+  if (ops_mu_ != nullptr) {
+    held.unlock();
+    progress_cv_.notify_one();
+  }
+  return std::unique_ptr<Work>(new MpiWork(std::move(op), ops_mu_));
 }
 
 RingReduceScatter::Options MpiCommunicator::RingOptions(const CollectiveCall& c) const {
@@ -557,6 +634,7 @@ Status MpiCommunicator::Barrier() {
   CollectiveCall c;
   c.kind = CollectiveKind::kBarrier;
   RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
+  std::unique_lock<std::mutex> held = LockOps();
   if (arg_checks_.Due(c)) {
     return CheckCallIfDue(arg_checks_, comm_, rank_, c, Status::Ok(), options_.timeout_seconds,
                           Poll());

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -698,6 +700,76 @@ TEST(LifecycleTest, CheckArgsOff) {
   st = c->AllReduce(nullptr, recv.data(), count, DType::kF32);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
   c.reset();  // the destructor shuts down
+  ExpectStillInStep();
+}
+
+// CommOptions::progress_thread needs MPI_THREAD_MULTIPLE. Under a world that initialised MPI
+// with it (this binary's progress-thread run) a second communicator with a thread starts and
+// reduces correctly; under one initialised MPI_THREAD_SERIALIZED, Create refuses on every rank
+// before any collective, naming the level it needs and why.
+TEST(LifecycleTest, ProgressThreadNeedsThreadMultiple) {
+  CommOptions o;
+  o.progress_thread = true;
+  auto created = MpiCommunicator::Create(o);
+  if (testing::MpiWorld()->options().progress_thread) {
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) {
+      MpiCommunicator& c = **created;
+      const size_t count = 1000;
+      Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+      for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+      EXPECT_TRUE(c.ReduceScatter(send.data(), recv.data(), count, DType::kF32).ok());
+      const size_t base = Rank() * count;
+      EXPECT_EQ(
+          Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }), "");
+      EXPECT_TRUE(c.Shutdown().ok());
+    }
+  } else {
+    EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition) << created.status();
+    EXPECT_TRUE(Contains(created.status(), "MPI_THREAD_MULTIPLE")) << created.status();
+    EXPECT_TRUE(Contains(created.status(), "by the progress thread")) << created.status();
+  }
+  ExpectStillInStep();
+}
+
+// With a progress thread, a ring reduce-scatter (several steps, each posted by the ring's own
+// Progress) and an all-gather complete while the caller makes no call at all: the thread
+// counts both, and the caller's Test() then only sees them complete. Without one nothing moves
+// them but the caller's calls (the counter stays 0). The values are right either way.
+TEST(AsyncTest, ProgressThreadCompletesOperationsWithoutTheCaller) {
+  MpiCommunicator* w = testing::MpiWorld();
+  const bool threaded = w->options().progress_thread;
+  const int64_t before = w->completed_by_progress_thread();
+  const size_t count = size_t(1) << 20, gathered = size_t(1) << 18;  // 4 MiB blocks: 4 chunks
+  Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+  Buf part(DType::kF32, gathered), all(DType::kF32, gathered * Size());
+  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+  for (size_t j = 0; j < gathered; ++j) part.set(j, Val(Rank(), j, 1));
+  auto rs = w->ReduceScatterAsync(send.data(), recv.data(), count, DType::kF32);
+  auto ag = w->AllGatherAsync(part.data(), all.data(), gathered, DType::kF32);
+  ASSERT_TRUE(rs.ok() && ag.ok()) << rs.status() << " " << ag.status();  // failed on every rank
+  if (threaded) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (w->completed_by_progress_thread() < before + 2 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(w->completed_by_progress_thread(), before + 2);
+    EXPECT_TRUE((*rs)->Test());
+    EXPECT_TRUE((*ag)->Test());
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(w->completed_by_progress_thread(), 0);
+  }
+  EXPECT_TRUE((*rs)->Wait().ok());
+  EXPECT_TRUE((*ag)->Wait().ok());
+  const size_t base = Rank() * count;
+  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
+            "");
+  for (int q = 0; q < Size(); ++q) {
+    EXPECT_EQ(Diff(all, q * gathered, gathered, [q](size_t i) { return Val(q, i, 1); }), "")
+        << "block of rank " << q;
+  }
   ExpectStillInStep();
 }
 
