@@ -115,6 +115,14 @@ struct PendingOp {
   }
 };
 
+// The progress thread's lock, held by the communicator and its Works; `completed` is notified
+// after a pass of the thread that completed an operation, `stopped` set once it has stopped.
+struct ProgressSync {
+  std::mutex mu;
+  std::condition_variable completed;
+  bool stopped = false;
+};
+
 }  // namespace mpi_internal
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -130,28 +138,40 @@ extern "C" int dlclose(void*) { return 0; }
 namespace {
 
 using mpi_internal::PendingOp;
+using mpi_internal::ProgressSync;
 
-// `mu`: the communicator's progress-thread lock (null without the thread).
+// `sync`: the communicator's progress thread (null without one).
 class MpiWork final : public Work {
  public:
-  MpiWork(std::shared_ptr<PendingOp> op, std::shared_ptr<std::mutex> mu)
-      : op_(std::move(op)), mu_(std::move(mu)) {}
+  MpiWork(std::shared_ptr<PendingOp> op, std::shared_ptr<ProgressSync> sync)
+      : op_(std::move(op)), sync_(std::move(sync)) {}
   ~MpiWork() override { Wait().IgnoreError(); }
   Status Wait() override {
-    std::unique_lock<std::mutex> held;
-    if (mu_ != nullptr) held = std::unique_lock<std::mutex>(*mu_);
-    return op_->Complete();
+    if (sync_ == nullptr) return op_->Complete();
+    std::unique_lock<std::mutex> held(sync_->mu);
+    if (op_->done || sync_->stopped) return op_->Complete();
+    // The progress thread completes it; this thread sleeps, watching the collective timeout and
+    // the failure notices as a wait of its own would.
+    Status st = WaitUntilDone(
+        [&]() -> StatusOr<bool> {
+          if (!op_->done && !sync_->stopped)
+            sync_->completed.wait_for(held, std::chrono::microseconds(200));
+          return op_->done || sync_->stopped;
+        },
+        op_->timeout_s, op_->name, op_->rank, op_->poll);
+    if (!st.ok() && !op_->done) op_->Fail(st);
+    return op_->Complete();  // done: its status; stopped meanwhile: completes it here
   }
   bool Test() override {
-    if (mu_ == nullptr) return op_->Test();
+    if (sync_ == nullptr) return op_->Test();
     // The progress thread moves the operation: only look whether it is done (never block).
-    std::unique_lock<std::mutex> held(*mu_, std::try_to_lock);
+    std::unique_lock<std::mutex> held(sync_->mu, std::try_to_lock);
     return held.owns_lock() && op_->done;
   }
 
  private:
   std::shared_ptr<PendingOp> op_;
-  std::shared_ptr<std::mutex> mu_;
+  std::shared_ptr<ProgressSync> sync_;
 };
 
 // Process-wide MPI bookkeeping. Leaked on purpose so the atexit hook can use it at any point.
@@ -319,7 +339,7 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
   c->notices_ = std::move(notices).value();
   if (options.progress_thread) {
-    c->ops_mu_ = std::make_shared<std::mutex>();
+    c->sync_ = std::make_shared<ProgressSync>();
     MpiCommunicator* raw = c.get();
     c->progress_ = std::thread([raw] { raw->ProgressLoop(); });
   }
@@ -346,25 +366,27 @@ Status MpiCommunicator::FinalizeMpi() {
 }
 
 std::unique_lock<std::mutex> MpiCommunicator::LockOps() const {
-  if (ops_mu_ == nullptr) return std::unique_lock<std::mutex>();
-  return std::unique_lock<std::mutex>(*ops_mu_);
+  if (sync_ == nullptr) return std::unique_lock<std::mutex>();
+  return std::unique_lock<std::mutex>(sync_->mu);
 }
 
 void MpiCommunicator::ProgressLoop() {
-  std::unique_lock<std::mutex> held(*ops_mu_);
+  std::unique_lock<std::mutex> held(sync_->mu);
   const auto pause = std::chrono::microseconds(std::max(0, options_.progress_poll_us));
   while (!stop_progress_) {
     const uint64_t seen = issued_;
-    bool in_flight = false;
+    bool in_flight = false, completed = false;
     for (const auto& weak : pending_) {
       std::shared_ptr<PendingOp> op = weak.lock();
       if (op == nullptr || op->done) continue;
       if (!op->Test()) {
         in_flight = true;
-      } else if (op->status.ok()) {
-        progress_completed_.fetch_add(1, std::memory_order_relaxed);
+        continue;
       }
+      completed = true;
+      if (op->status.ok()) progress_completed_.fetch_add(1, std::memory_order_relaxed);
     }
+    if (completed) sync_->completed.notify_all();
     if (!in_flight) {
       progress_cv_.wait(held, [&] { return stop_progress_ || issued_ != seen; });
       continue;
@@ -382,11 +404,16 @@ void MpiCommunicator::ProgressLoop() {
 void MpiCommunicator::StopProgressThread() {
   if (!progress_.joinable()) return;
   {
-    std::lock_guard<std::mutex> held(*ops_mu_);
+    std::lock_guard<std::mutex> held(sync_->mu);
     stop_progress_ = true;
   }
   progress_cv_.notify_all();
   progress_.join();
+  {
+    std::lock_guard<std::mutex> held(sync_->mu);
+    sync_->stopped = true;  // a Wait() still sleeping completes its operation itself
+  }
+  sync_->completed.notify_all();
 }
 
 Status MpiCommunicator::Shutdown() {
@@ -507,7 +534,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds, Poll()));
   if (c.count == 0) {
     op->done = true;
-    return std::unique_ptr<Work>(new MpiWork(std::move(op), ops_mu_));
+    return std::unique_ptr<Work>(new MpiWork(std::move(op), sync_));
   }
 
   const int n = static_cast<int>(c.count);  // <= INT_MAX, checked above
@@ -586,11 +613,11 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   still.push_back(op);
   pending_ = std::move(still);
   ++issued_;
-  if (ops_mu_ != nullptr) {
+  if (sync_ != nullptr) {
     held.unlock();
     progress_cv_.notify_one();
   }
-  return std::unique_ptr<Work>(new MpiWork(std::move(op), ops_mu_));
+  return std::unique_ptr<Work>(new MpiWork(std::move(op), sync_));
 }
 
 RingReduceScatter::Options MpiCommunicator::RingOptions(const CollectiveCall& c) const {

@@ -69,11 +69,12 @@
 // initialised below it): the communicator starts one thread that, while operations are in
 // flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
 // (post-processing, temporaries back to the cache) every progress_poll_us, and sleeps on a
-// condition variable when none is. One mutex per communicator orders it with the caller: Issue,
-// Barrier, Wait() and Shutdown() hold it (a Wait polls the operation itself, as without the
-// thread); Work::Test() only tries it and returns whether the operation is complete, without an
-// MPI call, so the copies and additions of the transfers run on the thread's core and never
-// inside the caller's Test(). Shutdown() stops and joins the thread first. Results are
+// condition variable when none is. One mutex per communicator orders it with the caller: Issue
+// and Barrier hold it; Work::Test() only tries it and returns whether the operation is complete,
+// and Work::Wait() sleeps until the thread completes it (with the same timeout and failure-notice
+// polls as without the thread), neither making an MPI call, so the copies and additions of the
+// transfers run on the thread's core, never the caller's. Shutdown() stops and joins the thread
+// first, then completes what is left itself. Results are
 // bit-identical with and without it (the same MPI calls and additions, in the same order per
 // operation).
 // Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
@@ -108,6 +109,8 @@ namespace shardema {
 namespace mpi_internal {
 struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
 struct TempCache;  // the operations' temporaries, kept for reuse (mpi_communicator.cc)
+// The progress thread's lock and its "an operation completed" signal (mpi_communicator.cc).
+struct ProgressSync;
 }  // namespace mpi_internal
 
 class MpiCommunicator final : public CallCommunicator {
@@ -202,9 +205,9 @@ class MpiCommunicator final : public CallCommunicator {
   // Temporaries of operations (ring slots, f32 copies), back here once an operation completes:
   // the next step's collectives reuse them instead of faulting in fresh pages.
   std::shared_ptr<mpi_internal::TempCache> temps_;
-  // The progress thread (CommOptions::progress_thread): ops_mu_ (null without it) guards the MPI
-  // calls of this communicator, pending_, issued_ and stop_progress_.
-  std::shared_ptr<std::mutex> ops_mu_;
+  // The progress thread (CommOptions::progress_thread): sync_'s mutex (sync_ is null without
+  // it) guards the MPI calls of this communicator, pending_, issued_ and stop_progress_.
+  std::shared_ptr<mpi_internal::ProgressSync> sync_;
   std::condition_variable progress_cv_;  // Issue -> the idle thread; Shutdown -> stop
   std::thread progress_;
   bool stop_progress_ = false;

@@ -636,6 +636,37 @@ TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
   EXPECT_TRUE(c.Shutdown().ok());
 }
 
+// The same in Work::Wait (no argument check), with a progress thread where the world has one
+// (its Wait sleeps while the thread moves the operation, and still polls the failure notices).
+TEST(LifecycleTest, AnnouncedFailureEndsAPeersWorkWait) {
+  CommOptions o;
+  o.timeout_seconds = 600;
+  o.check_args = false;
+  o.progress_thread = testing::MpiWorld()->options().progress_thread;
+  auto created = MpiCommunicator::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  MpiCommunicator& c = **created;
+  const int rank = c.rank(), world = c.world_size(), failing = world - 1;
+  std::vector<float> send(4, float(rank)), recv(4 * size_t(world));
+  if (rank == failing) {
+    EXPECT_EQ(c.AnnounceFailure(ResourceExhausted("boom")).code(), StatusCode::kResourceExhausted);
+  } else {
+    auto work = c.AllGatherAsync(send.data(), recv.data(), send.size(), DType::kF32);
+    EXPECT_TRUE(work.ok()) << work.status();
+    if (work.ok()) {
+      const Status st = (*work)->Wait();
+      EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+      EXPECT_NE(st.message().find("all_gather: rank " + std::to_string(rank) + ": rank " +
+                                  std::to_string(failing) + " of " + std::to_string(world) +
+                                  " failed and left the job: boom"),
+                std::string::npos)
+          << st;
+      EXPECT_EQ((*work)->Wait().code(), StatusCode::kAborted) << "Wait is idempotent";
+    }
+  }
+  EXPECT_TRUE(c.Shutdown().ok());
+}
+
 TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
   std::unique_ptr<MpiCommunicator> c = Fresh(CommOptions());
   ASSERT_NE(c, nullptr);
