@@ -607,9 +607,14 @@ CommOptions NoChecks() {
 // A failure announced by one rank (AnnounceFailure) ends its peers' wait on a collective it never
 // joins, with kAborted naming it and its message; then every call fails at once and Shutdown
 // gives the pending operation up instead of waiting (the timeout is 600 s: no wait rescues it).
-TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
+// With check_args the peers wait in the argument check (the first use of the signature);
+// without, in Work::Wait, and then with a progress thread where the world has one (its Wait
+// sleeps while the thread moves the operation, and still polls the failure notices).
+void ExpectPeersSeeAnAnnouncedFailure(bool check_args) {
   CommOptions o;
   o.timeout_seconds = 600;
+  o.check_args = check_args;
+  o.progress_thread = !check_args && testing::MpiWorld()->options().progress_thread;
   auto created = MpiCommunicator::Create(o);
   ASSERT_TRUE(created.ok()) << created.status();
   MpiCommunicator& c = **created;
@@ -620,14 +625,16 @@ TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
     EXPECT_EQ(st.message(), "boom");
   } else {
-    const Status st = c.AllGather(send.data(), recv.data(), send.size(), DType::kF32);
+    auto work = c.AllGatherAsync(send.data(), recv.data(), send.size(), DType::kF32);
+    const Status st = work.ok() ? (*work)->Wait() : work.status();
     EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
-    // In the argument check: the first use of the signature.
-    EXPECT_NE(st.message().find("all_gather (argument check): rank " + std::to_string(rank) +
-                                ": rank " + std::to_string(failing) + " of " +
-                                std::to_string(world) + " failed and left the job: boom"),
-              std::string::npos)
+    EXPECT_NE(
+        st.message().find(std::string(check_args ? "all_gather (argument check)" : "all_gather") +
+                          ": rank " + std::to_string(rank) + ": rank " + std::to_string(failing) +
+                          " of " + std::to_string(world) + " failed and left the job: boom"),
+        std::string::npos)
         << st;
+    if (work.ok()) EXPECT_EQ((*work)->Wait().code(), StatusCode::kAborted) << "idempotent";
   }
   const Status again = c.AllGather(send.data(), recv.data(), send.size(), DType::kF32);
   EXPECT_EQ(again.code(), StatusCode::kAborted) << again;
@@ -636,35 +643,12 @@ TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
   EXPECT_TRUE(c.Shutdown().ok());
 }
 
-// The same in Work::Wait (no argument check), with a progress thread where the world has one
-// (its Wait sleeps while the thread moves the operation, and still polls the failure notices).
+TEST(LifecycleTest, AnnouncedFailureEndsPeersWaitsAndBreaksTheCommunicator) {
+  ExpectPeersSeeAnAnnouncedFailure(/*check_args=*/true);
+}
+
 TEST(LifecycleTest, AnnouncedFailureEndsAPeersWorkWait) {
-  CommOptions o;
-  o.timeout_seconds = 600;
-  o.check_args = false;
-  o.progress_thread = testing::MpiWorld()->options().progress_thread;
-  auto created = MpiCommunicator::Create(o);
-  ASSERT_TRUE(created.ok()) << created.status();
-  MpiCommunicator& c = **created;
-  const int rank = c.rank(), world = c.world_size(), failing = world - 1;
-  std::vector<float> send(4, float(rank)), recv(4 * size_t(world));
-  if (rank == failing) {
-    EXPECT_EQ(c.AnnounceFailure(ResourceExhausted("boom")).code(), StatusCode::kResourceExhausted);
-  } else {
-    auto work = c.AllGatherAsync(send.data(), recv.data(), send.size(), DType::kF32);
-    EXPECT_TRUE(work.ok()) << work.status();
-    if (work.ok()) {
-      const Status st = (*work)->Wait();
-      EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
-      EXPECT_NE(st.message().find("all_gather: rank " + std::to_string(rank) + ": rank " +
-                                  std::to_string(failing) + " of " + std::to_string(world) +
-                                  " failed and left the job: boom"),
-                std::string::npos)
-          << st;
-      EXPECT_EQ((*work)->Wait().code(), StatusCode::kAborted) << "Wait is idempotent";
-    }
-  }
-  EXPECT_TRUE(c.Shutdown().ok());
+  ExpectPeersSeeAnAnnouncedFailure(/*check_args=*/false);
 }
 
 TEST(ArgCheckTest, DefaultChecksEachSignatureOnce) {
