@@ -26,6 +26,10 @@
 #       without CUDA) and its OpenMPI, CMA single copy where a 2-rank probe shows it works, the
 #       peer under $PYTHON (default python3). For a machine with more cores than this one, e.g.
 #       the GPU machines' (bench/README.md). Not a GPU check.
+#   DIR/gpu_check.sh --save-bench [bench/save_stall_bench.sh flags]
+#       In a package, on any machine: what a checkpoint save costs the package's CPU train_mlp,
+#       sync vs async (bench/save_stall_bench.sh), with the same MPI set-up as --step-bench, the
+#       checkpoints in $TMPDIR. Not a GPU check.
 #   tools/gpu_check.sh [run options]
 #       In the repository: --package into a temporary folder, then runs it.
 #
@@ -173,7 +177,8 @@ package() {
   mkdir -p "$dir/peer/bench/peer" "$dir/peer/examples/testdata" &&
     cp bench/peer/fsdp2_step.py bench/peer/torch_fsdp2_mlp.py bench/peer/torch_fsdp2_gpt.py \
       "$dir/peer/bench/peer/" && cp examples/testdata/gpt_torch.py "$dir/peer/examples/testdata/" &&
-    cp bench/step_bench.sh bench/bench_lib.sh "$dir/peer/bench/" || die "copy the FSDP2 peers"
+    cp bench/step_bench.sh bench/save_stall_bench.sh bench/bench_lib.sh "$dir/peer/bench/" \
+      || die "copy the FSDP2 peers"
   chmod +x "$dir/gpu_check.sh"
   write_env "$dir/env.sh"
   {
@@ -447,11 +452,11 @@ runtime_check() {
   exit 1
 }
 
-# --step-bench: bench/step_bench.sh with the package's binaries and MPI (see the header).
-step_bench() {
+# The CPU benchmarks' MPI: the package's, with OpenMPI's single copy (CMA) unless set (env.sh
+# turns it off for the checks, but a benchmark must not run without it: tests/mpi_run.sh's note),
+# where a 2-rank probe shows it works.
+bench_mpi() {
   pkg="$here"
-  # OpenMPI's single copy (CMA) unless set: env.sh turns it off for the checks, but a benchmark
-  # must not run without it (tests/mpi_run.sh's note). A 2-rank probe decides.
   export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-cma}"
   # shellcheck source=/dev/null
   source "$pkg/env.sh"
@@ -463,6 +468,11 @@ step_bench() {
   fi
   echo "# single copy: $OMPI_MCA_btl_vader_single_copy_mechanism; $(nproc --all) cores;" \
     "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
+}
+
+# --step-bench: bench/step_bench.sh with the package's binaries and MPI (see the header).
+step_bench() {
+  bench_mpi
   PYTHON="${PYTHON:-python3}" exec bash "$pkg/peer/bench/step_bench.sh" "$pkg/cpu/train_mlp" \
     "$pkg/peer/bench/peer/torch_fsdp2_mlp.py" "$pkg/cpu/step_roofline" "$@"
 }
@@ -478,6 +488,8 @@ run_checks() {
       --only) only="$2"; shift 2 ;;
       --runtime-check) runtime_check ;;
       --step-bench) shift; step_bench "$@" ;;
+      --save-bench) shift; bench_mpi; exec bash "$pkg/peer/bench/save_stall_bench.sh" \
+        "$pkg/cpu/train_mlp" "$@" ;;
       -h|--help) sed -n '2,50p' "$self"; exit 0 ;;
       *) die "unknown argument $1 (see --help)" ;;
     esac

@@ -56,6 +56,7 @@ struct PendingOp {
   int rank = -1;
   double timeout_s = 0;  // CommOptions::timeout_seconds
   WaitPoll poll;         // the communicator's failure notices
+  size_t bytes = 0;      // the larger of its send and receive buffers (kSmallOpBytes)
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter, ring slots)
   std::shared_ptr<TempCache> pool;  // where `temp` came from and goes back to once done
@@ -116,12 +117,19 @@ struct PendingOp {
 };
 
 // The progress thread's lock, held by the communicator and its Works; `completed` is notified
-// after a pass of the thread that completed an operation, `stopped` set once it has stopped.
+// after a pass of the thread that completed an operation, `stopped` set once it has stopped;
+// `waiters`: Works sleeping in Wait() (the thread then yields between passes instead of
+// sleeping).
 struct ProgressSync {
   std::mutex mu;
   std::condition_variable completed;
   bool stopped = false;
+  int waiters = 0;
 };
+
+// With a progress thread, Wait() completes an operation of at most this many bytes itself (a
+// loss or norm all-reduce: latency, not copies) instead of handing it over to the thread.
+constexpr size_t kSmallOpBytes = size_t(64) << 10;
 
 }  // namespace mpi_internal
 
@@ -149,9 +157,11 @@ class MpiWork final : public Work {
   Status Wait() override {
     if (sync_ == nullptr) return op_->Complete();
     std::unique_lock<std::mutex> held(sync_->mu);
-    if (op_->done || sync_->stopped) return op_->Complete();
+    if (op_->done || sync_->stopped || op_->bytes <= mpi_internal::kSmallOpBytes)
+      return op_->Complete();
     // The progress thread completes it; this thread sleeps, watching the collective timeout and
     // the failure notices as a wait of its own would.
+    ++sync_->waiters;
     Status st = WaitUntilDone(
         [&]() -> StatusOr<bool> {
           if (!op_->done && !sync_->stopped)
@@ -159,6 +169,7 @@ class MpiWork final : public Work {
           return op_->done || sync_->stopped;
         },
         op_->timeout_s, op_->name, op_->rank, op_->poll);
+    --sync_->waiters;
     if (!st.ok() && !op_->done) op_->Fail(st);
     return op_->Complete();  // done: its status; stopped meanwhile: completes it here
   }
@@ -391,8 +402,9 @@ void MpiCommunicator::ProgressLoop() {
       progress_cv_.wait(held, [&] { return stop_progress_ || issued_ != seen; });
       continue;
     }
+    const bool waited_for = sync_->waiters > 0;
     held.unlock();  // the caller may issue, wait or look in between
-    if (pause.count() > 0) {
+    if (pause.count() > 0 && !waited_for) {
       std::this_thread::sleep_for(pause);
     } else {
       std::this_thread::yield();
@@ -501,6 +513,10 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   op->rank = rank_;
   op->timeout_s = options_.timeout_seconds;
   op->poll = Poll();
+  op->bytes = c.count * DTypeSize(c.dtype) *
+              (c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter
+                   ? size_t(world_size_)
+                   : 1);
 
   // Local checks and allocations first, so that their failure is reported to every rank.
   bool in_place = false;

@@ -69,11 +69,13 @@
 // initialised below it): the communicator starts one thread that, while operations are in
 // flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
 // (post-processing, temporaries back to the cache) every progress_poll_us, and sleeps on a
-// condition variable when none is. One mutex per communicator orders it with the caller: Issue
-// and Barrier hold it; Work::Test() only tries it and returns whether the operation is complete,
-// and Work::Wait() sleeps until the thread completes it (with the same timeout and failure-notice
-// polls as without the thread), neither making an MPI call, so the copies and additions of the
-// transfers run on the thread's core, never the caller's. Shutdown() stops and joins the thread
+// condition variable when none is (it yields instead of pausing while a Wait() waits). One mutex
+// per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() only tries
+// it and returns whether the operation is complete, and Work::Wait() sleeps until the thread
+// completes it (with the same timeout and failure-notice polls as without the thread), neither
+// making an MPI call, so the copies and additions of the transfers run on the thread's core,
+// never the caller's. Only an operation of at most 64 KiB (a loss or norm all-reduce: latency,
+// no copies to speak of) is completed by Wait() itself. Shutdown() stops and joins the thread
 // first, then completes what is left itself. Results are
 // bit-identical with and without it (the same MPI calls and additions, in the same order per
 // operation).

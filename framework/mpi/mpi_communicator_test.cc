@@ -619,7 +619,8 @@ void ExpectPeersSeeAnAnnouncedFailure(bool check_args) {
   ASSERT_TRUE(created.ok()) << created.status();
   MpiCommunicator& c = **created;
   const int rank = c.rank(), world = c.world_size(), failing = world - 1;
-  std::vector<float> send(4, float(rank)), recv(4 * size_t(world));
+  // 128 KiB per rank: above what a Wait() completes itself with a progress thread.
+  std::vector<float> send(size_t(1) << 15, float(rank)), recv(send.size() * size_t(world));
   if (rank == failing) {
     const Status st = c.AnnounceFailure(ResourceExhausted("boom"));
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
