@@ -27,11 +27,12 @@
 # working `import torch` the torch columns read na.
 # --comm-thread: each repeat also runs ours with train_mlp --comm-thread (a progress thread per
 # rank moves the collectives, CommOptions::progress_thread), interleaved with the rest; two more
-# columns (ct_ms, eff_ct = bound / ct_ms) and summary keys (ct_ms_wN, ct_efficiency_wN, ct_vs_ours_wN =
-# ct_ms / ours_ms). It can only gain where cores are left idle by the ranks.
+# columns (ct_ms, eff_ct = bound / ct_ms) and, per world size, summary keys ct_ms_wN,
+# ct_efficiency_wN and ct_vs_ours_wN = ct_ms / ours_ms. It can only gain where cores are left
+# idle by the ranks.
 # Ends with `summary: ours_ms_wN=... torch_ms_wN=... step_ratio_wN=... step_efficiency_wN=...
-# ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=...` for each world size (then the
-# --comm-thread keys).
+# ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=... [ct_ms_wN=... ...]` for each world
+# size.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -153,13 +154,16 @@ for w in $worlds; do
     "$(bench_round "$ors")" "$(bench_round "$trs")" \
     "$(bench_round "$(bench_median "${tbase[@]}")")" "$(bench_round "$b")" "$eff" \
     "$(bench_round "$sb")" "$effs" "$isa" "${ct_cols[@]}"
-  echo "#   runs (wall ms): ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}${cm[*]:+ | comm thread ${cm[*]}}"
+  runs="ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
+  echo "#   runs (wall ms): $runs${cm[*]:+ | comm thread ${cm[*]}}"
   summary+=" ours_ms_w${w}=$(bench_round "$o") torch_ms_w${w}=$(bench_round "$t")"
   summary+=" step_ratio_w${w}=${ratio} step_efficiency_w${w}=${eff}"
   summary+=" ours_rss_mib_w${w}=$(bench_round "$ors") torch_rss_mib_w${w}=$(bench_round "$trs")"
   summary+=" eff_serial_w${w}=${effs}"
-  [ "$comm_thread" = 1 ] && summary+=" ct_ms_w${w}=${ct_cols[0]} ct_efficiency_w${w}=${ct_cols[1]}" \
-    && summary+=" ct_vs_ours_w${w}=$(bench_ratio "$c" "$o")"
+  if [ "$comm_thread" = 1 ]; then
+    summary+=" ct_ms_w${w}=${ct_cols[0]} ct_efficiency_w${w}=${ct_cols[1]}"
+    summary+=" ct_vs_ours_w${w}=$(bench_ratio "$c" "$o")"
+  fi
 done
 echo "# load after: $(uptime | sed 's/.*load/load/')"
 echo "summary:${summary}"
