@@ -33,6 +33,22 @@ bench_round() {
   awk -v a="$1" 'BEGIN{printf "%.1f", a}'
 }
 
+# What each save costs the steps after it, inside one run (save_stall_bench's in-run figure):
+# reads train_mlp --bench-json's line on stdin ("steps_ms": rank 0's time of every step, step 1
+# first) and, for every mid-run save at step s = K, 2K, ... with K = $1 (--save-every) and
+# h = K/2, sums over steps s+1..s+h the step time minus the median of steps s+h+1..s+K-1 (the
+# same run's steps away from the save); prints the median over the saves whose window lies
+# inside the run (0 when none does, or K < 4; "na" when the line has no steps_ms).
+bench_save_step_cost() {
+  "${BENCH_PYTHON:-python3}" -c '
+import json, statistics, sys
+t, K = json.loads(sys.stdin.read())["steps_ms"], int(sys.argv[1])
+h = K // 2
+costs = [sum(t[s + k - 1] for k in range(1, h + 1)) - h * statistics.median(t[s + h:s + K - 1])
+         for s in range(K, len(t) - K + 2, K)] if K >= 4 else []
+print(statistics.median(costs) if costs else 0)' "$1" 2>/dev/null || echo na
+}
+
 # The PyTorch peer's interpreter: $PYTHON when set, else DIR/.venv/bin/python, creating the venv
 # with `pip install torch numpy safetensors` when it is missing. Prints the path; returns 1 (with
 # the reason on stderr) when it cannot be made or cannot import torch.

@@ -99,17 +99,13 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
     --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
   t1="$(date +%s.%N)"
-  local cpu loop stepc
-  read -r cpu loop stepc <<<"$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | grep '^{' | tail -1 |
-    python3 -c '
-import json, statistics, sys
-j = json.load(sys.stdin)
-t, K = j["steps_ms"], int(sys.argv[1])
-h = K // 2
-costs = [sum(t[s + k - 1] for k in range(1, h + 1)) - h * statistics.median(t[s + h:s + K - 1])
-         for s in range(K, len(t) - K + 2, K)] if K >= 4 else []
-print(j["run_cpu_ms"], j["loop_ms"], statistics.median(costs) if costs else 0)' "$save_every" \
-    2>/dev/null || echo 0 0 0)"
+  local cpu loop stepc line
+  line="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | { grep '^{' || echo '{}'; } | tail -1)"
+  cpu="$(bench_field "$line" run_cpu_ms)" loop="$(bench_field "$line" loop_ms)"
+  stepc="$(bench_save_step_cost "$save_every" <<<"$line")"
+  [ "$cpu" != na ] || cpu=0
+  [ "$loop" != na ] || loop=0
+  [ "$stepc" != na ] || stepc=0
   local save
   save="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | awk '$1 == "save" {print $2}' | tail -1)"
   awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" -v f="$stepc" \
