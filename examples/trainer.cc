@@ -511,7 +511,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.start_step = state_->step();  // skipped steps included: one step counter
   s.num_params = store()->layout().total_numel();
   s.state_bytes_per_rank = store()->StateBytesPerRank();
-  std::vector<double> times_ms, cpu_ms;
+  std::vector<double> cpu_ms;  // of the timed steps (after --bench-warmup)
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
   const double run_cpu0 = ProcessCpuMs();
@@ -530,10 +530,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     s.step_ms.push_back(ms);
     // CUDA: the step's norm and skip decision are read here (Optimizer::Await), for logging.
     ASSIGN_OR_RETURN(StepResult r, state_->optimizer()->Await(outcome.second));
-    if (done - s.start_step > c.bench_warmup) {
-      times_ms.push_back(ms);
-      cpu_ms.push_back(ProcessCpuMs() - cpu0);
-    }
+    if (done - s.start_step > c.bench_warmup) cpu_ms.push_back(ProcessCpuMs() - cpu0);
     s.losses.push_back(outcome.first);
     s.grad_norms.push_back(r.grad_norm);
     if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
@@ -595,10 +592,12 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (m.kind == "unit_peak") s.unit_peak_bytes = std::max(s.unit_peak_bytes, m.bytes);
   }
   // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
-  s.timed_steps = int64_t(times_ms.size());
+  // The timed steps are those after --bench-warmup: step_ms's tail, cpu_ms's length.
+  s.timed_steps = int64_t(cpu_ms.size());
+  const std::vector<double> timed(s.step_ms.end() - s.timed_steps, s.step_ms.end());
   const int world = comm_->world_size();
   std::vector<float> all(size_t(4 * world));
-  const float mine[4] = {float(Median(times_ms)), float(Median(cpu_ms)), float(PeakRssMib()),
+  const float mine[4] = {float(Median(timed)), float(Median(cpu_ms)), float(PeakRssMib()),
                          float(ProcessCpuMs() - run_cpu0)};
   RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 4, DType::kF32));
   for (int r = 0; r < world; ++r) {
