@@ -99,17 +99,16 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
     --bench-json --profile --ckpt-dir "$work/ckpt" --keep 2 "${extra[@]}" >"$work/log" 2>&1 \
     || { echo "save_stall_bench: train_mlp ($mode) failed:" >&2; tail -20 "$work/log" >&2; exit 1; }
   t1="$(date +%s.%N)"
-  local cpu loop stepc line
-  line="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | { grep '^{' || echo '{}'; } | tail -1)"
-  cpu="$(bench_field "$line" run_cpu_ms)" loop="$(bench_field "$line" loop_ms)"
-  stepc="$(bench_save_step_cost "$save_every" <<<"$line")"
-  [ "$cpu" != na ] || cpu=0
-  [ "$loop" != na ] || loop=0
-  [ "$stepc" != na ] || stepc=0
-  local save
-  save="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log" | awk '$1 == "save" {print $2}' | tail -1)"
-  awk -v a="$t0" -v b="$t1" -v c="$cpu" -v d="${save:-0}" -v e="$loop" -v f="$stepc" \
-    'BEGIN{printf "%.3f %.1f %.1f %.1f %.2f", b-a, c, d, e, f}'
+  # Rank 0's output (mpirun's rank tags stripped): the JSON line and the profile's "save" row.
+  local out line
+  out="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log")"
+  line="$({ grep '^{' <<<"$out" || echo '{}'; } | tail -1)"
+  # A missing figure ("na", "") reads 0.
+  awk -v a="$t0" -v b="$t1" -v c="$(bench_field "$line" run_cpu_ms)" \
+    -v d="$(awk '$1 == "save" {print $2}' <<<"$out" | tail -1)" \
+    -v e="$(bench_field "$line" loop_ms)" -v f="$(bench_save_step_cost "$save_every" <<<"$line")" \
+    'function z(x) { return x == "na" || x == "" ? 0 : x }
+     BEGIN { printf "%.3f %.1f %.1f %.1f %.2f", b-a, z(c), z(d), z(e), z(f) }'
 }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
