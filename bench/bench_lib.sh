@@ -39,14 +39,43 @@ bench_round() {
 # h = K/2, sums over steps s+1..s+h the step time minus the median of steps s+h+1..s+K-1 (the
 # same run's steps away from the save); prints the median over the saves whose window lies
 # inside the run (0 when none does, or K < 4; "na" when the line has no steps_ms).
+# With $2, a comma-separated list of s values (0-based: the window starts at steps_ms[s]), those
+# replace the save steps, e.g. bench_pass_starts's floor passes ("na" when none lies inside).
 bench_save_step_cost() {
   "${BENCH_PYTHON:-python3}" -c '
 import json, statistics, sys
 t, K = json.loads(sys.stdin.read())["steps_ms"], int(sys.argv[1])
 h = K // 2
+given = len(sys.argv) > 2
+starts = [int(x) for x in sys.argv[2].split(",") if x] if given else range(K, len(t) - K + 2, K)
 costs = [sum(t[s + k - 1] for k in range(1, h + 1)) - h * statistics.median(t[s + h:s + K - 1])
-         for s in range(K, len(t) - K + 2, K)] if K >= 4 else []
-print(statistics.median(costs) if costs else 0)' "$1" 2>/dev/null || echo na
+         for s in starts if K <= s <= len(t) - K + 1] if K >= 4 else []
+print(statistics.median(costs) if costs else ("na" if given else 0))' "$@" 2>/dev/null || echo na
+}
+
+# The steps at which save_floor's passes began: reads train_mlp --bench-json's line on stdin
+# ("steps_start_unix_ms": when each of rank 0's steps began) and the JSON lines save_floor printed
+# into the files $2... (one per rank, passes on the same schedule). Pass k starts at the earliest
+# of the files' k-th starts, and s is the step running then (0-based: the largest s whose start
+# is not later). Prints, comma-separated, the s of each pass that began during the loop (not
+# before the first step's start nor after the last step's end) at least K = $1 steps after the
+# previous one kept (so its window and baseline stay clean); "" when none did (or the line has no
+# step starts).
+bench_pass_starts() {
+  "${BENCH_PYTHON:-python3}" -c '
+import bisect, json, sys
+line = json.loads(sys.stdin.read())
+K, st, end = int(sys.argv[1]), line["steps_start_unix_ms"], 0
+if st:
+    end = st[-1] + line["steps_ms"][-1]
+runs = [json.loads(open(f).read().split("\n")[0])["passes"] for f in sys.argv[2:]]
+out = []
+for k in range(min(len(r) for r in runs) if runs else 0):
+    a = min(r[k][0] for r in runs)
+    s = bisect.bisect_right(st, a) - 1
+    if s >= 0 and a < end and (not out or s >= out[-1] + K):
+        out.append(s)
+print(",".join(map(str, out)))' "$@" 2>/dev/null || true
 }
 
 # The PyTorch peer's interpreter: $PYTHON when set, else DIR/.venv/bin/python, creating the venv

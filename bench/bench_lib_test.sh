@@ -48,5 +48,30 @@ for s in (12, 24, 36):
     t[s + 1] += 2.0
 print(json.dumps({"steps_ms": t}))' | bench_save_step_cost 12)" 7.0
 
+
+# save_floor's passes: rank 0's steps start every 10 ms from t = 1000; two ranks' pass files on
+# one schedule. Pass 0 starts at 1124.5 (the earlier file's) during step index 12; pass 1 at 1305
+# during index 30; pass 2 at 1310 is dropped (within K = 12 steps of pass 1), as are a pass
+# before the loop and one after its last step's start.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo '{"bytes":4096,"copy":false,"passes":[[990,995],[1125,1180],[1305.5,1350],[1310,1330],[2000,2001]]}' >"$work/r0.json"
+echo '{"bytes":4096,"copy":false,"passes":[[991,996],[1124.5,1170],[1305,1340],[1311,1331],[2000,2001]]}' >"$work/r1.json"
+timeline() {  # -> a 48-step JSON line with steps_start_unix_ms, bumps after indices 12 and 30
+  python3 -c 'import json
+t = [10.0] * 48
+for s in (12, 30):
+    t[s] += 5.0
+    t[s + 1] += 2.0
+print(json.dumps({"steps_ms": t, "steps_start_unix_ms": [1000.0 + 10 * i for i in range(48)]}))'
+}
+expect "pass starts" "$(timeline | bench_pass_starts 12 "$work/r0.json" "$work/r1.json")" 12,30
+expect "pass starts, one file" "$(timeline | bench_pass_starts 12 "$work/r0.json")" 12,30
+expect "pass starts, no step starts" "$(steps 1 | bench_pass_starts 12 "$work/r0.json")" ""
+expect "pass cost" "$(timeline | bench_save_step_cost 12 12,30)" 7.0
+expect "pass cost, control" "$(steps 0 | bench_save_step_cost 12 12,30)" 0.0
+expect "pass cost, no pass inside" "$(timeline | bench_save_step_cost 12 "")" na
+expect "pass cost, a pass too late" "$(timeline | bench_save_step_cost 12 40)" na
+
 [ "$failures" = 0 ] || { echo "bench_lib_test: $failures failed"; exit 1; }
 echo "bench_lib_test: PASS"

@@ -518,6 +518,9 @@ StatusOr<TrainSummary> Trainer::Run() {
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
+    s.step_start_unix_ms.push_back(std::chrono::duration<double, std::milli>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
     const double cpu0 = ProcessCpuMs();
     auto stepped = TrainStep(step);
     if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));

@@ -89,6 +89,9 @@ struct TrainSummary {
   // This rank's wall time of every step run here (start_step+1 ...), as timed for the median
   // (the step itself: not its evaluation, snapshot, save or Poll after it).
   std::vector<double> step_ms;
+  // When each of those steps began on this rank, in Unix-epoch milliseconds (the system clock):
+  // lines the steps up with work outside the process (bench/save_stall_bench's floor passes).
+  std::vector<double> step_start_unix_ms;
   int64_t state_bytes_per_rank = 0;  // master + moments + EMA slots (store StateBytesPerRank)
   // Rank 0's other store memory (store MemoryReport): the fp32 gradient shard, a bf16/f16
   // compute shard (0 for f32), and the high-water mark of its unit buffers (gathered parameters

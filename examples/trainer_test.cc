@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -128,6 +129,20 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
   EXPECT_EQ(m.grad_bytes_per_rank * 4, m.state_bytes_per_rank);
   EXPECT_EQ(m.compute_bytes_per_rank, 0);
   EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
+  // Each step's start on the system clock: one per step, in order, each at least the previous
+  // step's time later (1 % for a clock being slewed), all within this run.
+  ASSERT_EQ(m.step_start_unix_ms.size(), m.step_ms.size());
+  ASSERT_EQ(m.step_ms.size(), m.losses.size());
+  const double now_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  for (size_t i = 0; i < m.step_ms.size(); ++i) {
+    EXPECT_LE(m.step_start_unix_ms[i], now_ms);
+    EXPECT_GT(m.step_start_unix_ms[i], now_ms - m.run_ms - 60e3);
+    if (i > 0) {
+      EXPECT_GE(m.step_start_unix_ms[i] - m.step_start_unix_ms[i - 1], 0.99 * m.step_ms[i - 1]);
+    }
+  }
 }
 
 TEST(TrainerTest, AutoUnitMemoryGathersLargeUnitsAtTheirUseOnOneNode) {

@@ -28,7 +28,7 @@
 #       the GPU machines' (bench/README.md). Not a GPU check.
 #   DIR/gpu_check.sh --save-bench [bench/save_stall_bench.sh flags]
 #       In a package, on any machine: what a checkpoint save costs the package's CPU train_mlp,
-#       sync vs async (bench/save_stall_bench.sh), with the same MPI set-up as --step-bench, the
+#       sync vs async, and the floor of any save there (bench/save_stall_bench.sh), with the same MPI set-up as --step-bench, the
 #       checkpoints in $TMPDIR. Not a GPU check.
 #   tools/gpu_check.sh [run options]
 #       In the repository: --package into a temporary folder, then runs it.
@@ -123,10 +123,12 @@ package() {
   # --step-bench's binaries, built without CUDA: the CPU tables' own build, without the CUDA
   # libraries in their RSS.
   local cpu_root
-  "${BAZEL[@]}" build //examples:train_mlp //bench:step_roofline || die "the CPU build failed"
+  "${BAZEL[@]}" build //examples:train_mlp //bench:step_roofline //bench:save_floor ||
+    die "the CPU build failed"
   cpu_root=$("${BAZEL[@]}" info bazel-bin 2>/dev/null) || die "bazel info failed"
   mkdir -p "$dir/cpu"
-  for path in "$cpu_root/examples/train_mlp" "$cpu_root/bench/step_roofline"; do
+  for path in "$cpu_root/examples/train_mlp" "$cpu_root/bench/step_roofline" \
+    "$cpu_root/bench/save_floor"; do
     cp -L "$path" "$dir/cpu/" && chmod u+w "$dir/cpu/$(basename "$path")" || die "copy $path"
     copy_libs_of "$path"
   done
@@ -489,7 +491,7 @@ run_checks() {
       --runtime-check) runtime_check ;;
       --step-bench) shift; step_bench "$@" ;;
       --save-bench) shift; bench_mpi; exec bash "$pkg/peer/bench/save_stall_bench.sh" \
-        "$pkg/cpu/train_mlp" "$@" ;;
+        "$pkg/cpu/train_mlp" "$pkg/cpu/save_floor" "$@" ;;
       -h|--help) sed -n '2,50p' "$self"; exit 0 ;;
       *) die "unknown argument $1 (see --help)" ;;
     esac
