@@ -2,8 +2,10 @@
 // the same disk, the training stall of an asynchronous save against a synchronous one, and the
 // peak extra memory of a safetensors export of a model larger than its 64 MiB bound.
 //
-//   tests/mpi_run.sh N bazel-bin/bench/ckpt_bench [--bytes 1G] [--export-bytes 512M]
-//       [--dir /tmp] [--reps 3] [--step-ms 50] [--steps-between 5]
+//   mpirun --oversubscribe --bind-to none -np N bazel-bin/bench/ckpt_bench [--bytes 1G]
+//       [--export-bytes 512M] [--dir /tmp] [--reps 3] [--step-ms 50] [--steps-between 5]
+//   (plain mpirun, not tests/mpi_run.sh, which turns off OpenMPI's shared-memory single copy;
+//   as root add --allow-run-as-root)
 //
 // State: --bytes over all ranks, as four f32 slots (params, exp_avg, exp_avg_sq, ema) of a
 // 64-unit model, sharded over the N ranks (StoreLayout).
