@@ -6,7 +6,7 @@
 #   (or bench/save_stall_bench.sh TRAIN_MLP SAVE_FLOOR [flags] outside Bazel)
 #
 # Runs train_mlp (AdamW, 2 EMA slots, the same seed) under plain mpirun (not tests/mpi_run.sh,
-# which turns off OpenMPI's shared-memory single copy) three ways, alternately, --repeats times:
+# which turns off OpenMPI's shared-memory single copy) in six modes, alternately, --repeats times:
 #   none    --ckpt-dir with only the final save (every mode makes that one)
 #   sync    + --save-every K (blocking saves)
 #   async   + --save-every K --async-save (background writer; the trainer Polls every step)
