@@ -94,14 +94,15 @@ trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 
 # floor/copy: starts one save_floor per rank, passes every K+1 steps of this repeat's none run
-# (none runs first), over that run's wall time; appends their PIDs to the caller's `floors`.
+# (none runs first: its JSON line in none.json, its wall time the last of `none`), over that
+# run's wall time; appends their PIDs to the caller's `floors`.
 start_floors() {  # mode
   local line bytes period passes start r copy=()
   [ "$1" = copy ] && copy=(--copy)
   line="$(cat "$work/none.json")"
   bytes="$(bench_field "$line" state_bytes_per_rank)"
   period="$(awk -v m="$(bench_field "$line" step_ms)" -v k="$save_every" 'BEGIN{print m*(k+1)}')"
-  passes="$(awk -v w="$(cat "$work/none.wall")" -v p="$period" 'BEGIN{print int(w*1000/p)+2}')"
+  passes="$(awk -v w="${none[-1]}" -v p="$period" 'BEGIN{print int(w*1000/p)+2}')"
   start=$(($(date +%s%3N) + 100))
   rm -rf "$work/floor" && mkdir -p "$work/floor"
   for r in $(seq 0 $((world - 1))); do
@@ -137,8 +138,7 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
   local out line
   out="$(sed 's/^\[[0-9,]*\]<stdout>://' "$work/log")"
   line="$({ grep '^{' <<<"$out" || echo '{}'; } | tail -1)"
-  echo "$line" >"$work/$mode.json"
-  awk -v a="$t0" -v b="$t1" 'BEGIN { print b-a }' >"$work/$mode.wall"
+  [ "$mode" = none ] && echo "$line" >"$work/none.json"  # start_floors' schedule
   local at=()  # the steps the floor passes began at (default: the saves' steps)
   [ ${#floors[@]} -gt 0 ] && at=("$(bench_pass_starts "$save_every" "$work"/floor/r*.json <<<"$line")")
   # A missing figure ("na", "") reads 0, but a missing step cost stays "na" (medians skip it).

@@ -28,8 +28,8 @@
 #       the GPU machines' (bench/README.md). Not a GPU check.
 #   DIR/gpu_check.sh --save-bench [bench/save_stall_bench.sh flags]
 #       In a package, on any machine: what a checkpoint save costs the package's CPU train_mlp,
-#       sync vs async, and the floor of any save there (bench/save_stall_bench.sh), with the same MPI set-up as --step-bench, the
-#       checkpoints in $TMPDIR. Not a GPU check.
+#       sync vs async, and the floor of any save there (bench/save_stall_bench.sh), with the
+#       same MPI set-up as --step-bench, the checkpoints in $TMPDIR. Not a GPU check.
 #   tools/gpu_check.sh [run options]
 #       In the repository: --package into a temporary folder, then runs it.
 #
