@@ -20,24 +20,31 @@
 #include "nn/attention.h"
 #include "nn/cpu_context.h"
 
-#define SHARDEMA_NN_DECLARE_ISA_KERNELS(ns)                                                       \
-  namespace shardema::nn::ns {                                                                    \
-  void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,       \
-                     const float* residual, int64_t rows, int64_t in, int64_t out, float* y);     \
-  void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,     \
-                      int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,     \
-                      bool accumulate);                                                           \
-  void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,         \
-                         int64_t n, float* tanh_out);                                             \
-  void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da, \
-                          float* dz, int64_t n, const float* tanh_in);                            \
-  void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,         \
-                        float* out, float* att);                                                  \
-  void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,        \
-                         const float* att, const float* dout, float* dqkv);                       \
-  void CrossEntropyRows(const CpuContext& ctx, const float* logits, const int64_t* targets,       \
-                        int64_t rows, int64_t classes, double norm, float* dlogits,               \
-                        double* row_loss);                                                        \
+#define SHARDEMA_NN_DECLARE_ISA_KERNELS(ns)                                                        \
+  namespace shardema::nn::ns {                                                                     \
+  void LinearForward(const CpuContext& ctx, const float* x, const float* w, const float* b,        \
+                     const float* residual, int64_t rows, int64_t in, int64_t out, float* y);      \
+  void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,      \
+                      int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,      \
+                      bool accumulate);                                                            \
+  void LinearForwardUntransposed(const CpuContext& ctx, const float* x, const float* w,            \
+                                 const float* b, int64_t rows, int64_t in, int64_t out, float* y); \
+  void LinearBackwardUntransposed(const CpuContext& ctx, const float* x, const float* w,           \
+                                  const float* dy, int64_t rows, int64_t in, int64_t out,          \
+                                  float* dw, float* db, float* dx, bool accumulate);               \
+  void ColumnSums(const CpuContext& ctx, const float* dy, int64_t rows, int64_t cols, float* db,   \
+                  bool accumulate);                                                                \
+  void ActivationForward(const CpuContext& ctx, Activation act, const float* z, float* a,          \
+                         int64_t n, float* tanh_out);                                              \
+  void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, const float* da,  \
+                          float* dz, int64_t n, const float* tanh_in);                             \
+  void AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,          \
+                        float* out, float* att);                                                   \
+  void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,         \
+                         const float* att, const float* dout, float* dqkv);                        \
+  void CrossEntropyRows(const CpuContext& ctx, const float* logits, const int64_t* targets,        \
+                        int64_t rows, int64_t classes, double norm, float* dlogits,                \
+                        double* row_loss);                                                         \
   }
 
 SHARDEMA_NN_DECLARE_ISA_KERNELS(isa_v2)

@@ -21,4 +21,21 @@ void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const
   SHARDEMA_NN_DISPATCH(LinearBackward, ctx, x, w, dy, rows, in, out, dw, db, dx, accumulate);
 }
 
+void LinearForwardUntransposed(const CpuContext& ctx, const float* x, const float* w,
+                               const float* b, int64_t rows, int64_t in, int64_t out, float* y) {
+  SHARDEMA_NN_DISPATCH(LinearForwardUntransposed, ctx, x, w, b, rows, in, out, y);
+}
+
+void LinearBackwardUntransposed(const CpuContext& ctx, const float* x, const float* w,
+                                const float* dy, int64_t rows, int64_t in, int64_t out, float* dw,
+                                float* db, float* dx, bool accumulate) {
+  SHARDEMA_NN_DISPATCH(LinearBackwardUntransposed, ctx, x, w, dy, rows, in, out, dw, db, dx,
+                       accumulate);
+}
+
+void ColumnSums(const CpuContext& ctx, const float* dy, int64_t rows, int64_t cols, float* db,
+                bool accumulate) {
+  SHARDEMA_NN_DISPATCH(ColumnSums, ctx, dy, rows, cols, db, accumulate);
+}
+
 }  // namespace shardema::nn

@@ -320,10 +320,73 @@ void BroadcastBias(M& Y, const float* b, bool set) {
 // row order into one f32 accumulator row, vectorised across the columns, so each column is summed
 // in row order whatever the column split between threads.
 template <typename M>
-void ColumnSums(const M& DY, float* db, bool accumulate) {
+void AddColumnSums(const M& DY, float* db, bool accumulate) {
   RowVecMap DB(db, DY.cols());
   if (!accumulate) DB.setZero();
   for (Eigen::Index r = 0; r < DY.rows(); ++r) DB += RowVecMapC(DY.row(r).data(), DY.cols());
+}
+
+// dst[rows, m] = a[rows, depth] W[depth, m] (W row-major: the weight side, read in place by the
+// skinny kernel, else in panels of ~500 columns), overwritten: Linear's dx = dy W and the
+// untransposed forward y = x W. Threads split a's rows, or the skinny kernel's column blocks.
+void ProductNN(const CpuContext& ctx, const float* a, const float* w, int64_t rows, int64_t depth,
+               int64_t m, float* dst) {
+  if (UseSkinnyDx(rows, m, depth)) {
+    // dst[r, i] = sum over k of a[r, k] W[k, i]: rows r, depth k, threads over column blocks.
+    const OuterFma f{a, 1, depth, w, m, depth, dst, m, false};
+    ctx.ParallelFor(ColumnBlocks(m), 1,
+                    [&](int64_t b0, int64_t b1) { FmaProduct(f, 0, rows, b0, b1, m); });
+    return;
+  }
+  MapC W(w, depth, m);
+  ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
+    Map D(dst + r0 * m, r1 - r0, m);
+    MapC A(a + r0 * depth, r1 - r0, depth);
+    // dst^T = W^T a^T: the weight side has `m` rows and depth `depth`.
+    ForEachWeightPanel(r1 - r0, depth, m, [&](int64_t i0, int64_t i1) {
+      if (i1 - i0 == m) {
+        D.noalias() = A * W;
+      } else {
+        D.middleCols(i0, i1 - i0).noalias() = A * W.middleCols(i0, i1 - i0);
+      }
+    });
+  });
+}
+
+// dst[m, n] (+)= a[rows, m]^T b[rows, n] and col_sums[m] (+)= the column sums of a, written
+// (accumulate == false) or added: Linear's dW = dy^T x and db. dst (with b) or col_sums may be
+// null. Threads split the m features: each thread's dst rows and col_sums entries.
+void ProductTN(const CpuContext& ctx, const float* a, const float* b, int64_t rows, int64_t m,
+               int64_t n, float* dst, float* col_sums, bool accumulate) {
+  if (dst == nullptr && col_sums == nullptr) return;
+  // dst rows [a0, a1) and col_sums[a0, a1) from the a columns [a0, a1) (A: that block of a).
+  auto block = [&](const auto& A, int64_t a0, int64_t a1) {
+    if (dst != nullptr && UseSkinnyDw(rows, n, m)) {
+      // dst[o, i] = sum over r of a[r, o] b[r, i]: rows o, depth r.
+      // Row blocks outermost: dst is written row after row (the column-strip order of dx would
+      // scatter its writes across dst's rows: slower than Eigen on the 1.25M MLP's shapes).
+      const OuterFma f{a, m, 1, b, n, rows, dst, n, accumulate};
+      for (int64_t o = a0; o < a1; o += kBlockRows) {
+        FmaProduct(f, o, std::min(a1, o + kBlockRows), 0, ColumnBlocks(n), n);
+      }
+    } else if (dst != nullptr) {
+      Map D(dst + a0 * n, a1 - a0, n);
+      const MapC B(b, rows, n);
+      if (accumulate) {
+        D.noalias() += A.transpose() * B;
+      } else {
+        D.noalias() = A.transpose() * B;
+      }
+    }
+    if (col_sums != nullptr) AddColumnSums(A, col_sums + a0, accumulate);
+  };
+  ctx.ParallelFor(m, kGrain, [&](int64_t a0, int64_t a1) {
+    if (a1 - a0 == m) {
+      block(MapC(a, rows, m), a0, a1);
+    } else {
+      block(StridedC(a + a0, rows, a1 - a0, Eigen::OuterStride<>(m)), a0, a1);
+    }
+  });
 }
 }  // namespace
 
@@ -368,56 +431,32 @@ void LinearForward(const CpuContext& ctx, const float* x, const float* w, const 
 void LinearBackward(const CpuContext& ctx, const float* x, const float* w, const float* dy,
                     int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
                     bool accumulate) {
-  MapC X(x, rows, in);
-  // dW rows [o0, o1) and db[o0, o1) from the dy columns [o0, o1) (DY: that block of dy).
-  auto weight_grads = [&](const auto& DY, int64_t o0, int64_t o1) {
-    if (dw != nullptr && UseSkinnyDw(rows, in, out)) {
-      // dW[o, i] = sum over r of dy[r, o] x[r, i]: rows o, depth r.
-      // Row blocks outermost: dW is written row after row (the column-strip order of dx would
-      // scatter its writes across dW's rows: slower than Eigen on the 1.25M MLP's shapes).
-      const OuterFma f{dy, out, 1, x, in, rows, dw, in, accumulate};
-      for (int64_t a = o0; a < o1; a += kBlockRows) {
-        FmaProduct(f, a, std::min(o1, a + kBlockRows), 0, ColumnBlocks(in), in);
-      }
-    } else if (dw != nullptr) {
-      Map DW(dw + o0 * in, o1 - o0, in);
-      if (accumulate) {
-        DW.noalias() += DY.transpose() * X;
-      } else {
-        DW.noalias() = DY.transpose() * X;
-      }
-    }
-    if (db != nullptr) ColumnSums(DY, db + o0, accumulate);
-  };
-  if (dw != nullptr || db != nullptr) {
-    ctx.ParallelFor(out, kGrain, [&](int64_t o0, int64_t o1) {
-      if (o1 - o0 == out) {
-        weight_grads(MapC(dy, rows, out), o0, o1);
-      } else {
-        weight_grads(StridedC(dy + o0, rows, o1 - o0, Eigen::OuterStride<>(out)), o0, o1);
-      }
-    });
-  }
-  if (dx != nullptr && UseSkinnyDx(rows, in, out)) {
-    // dx[r, i] = sum over o of dy[r, o] W[o, i]: rows r, depth o, threads over column blocks.
-    const OuterFma f{dy, 1, out, w, in, out, dx, in, false};
-    ctx.ParallelFor(ColumnBlocks(in), 1,
-                    [&](int64_t b0, int64_t b1) { FmaProduct(f, 0, rows, b0, b1, in); });
-  } else if (dx != nullptr) {
-    MapC W(w, out, in);
-    ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
-      Map DX(dx + r0 * in, r1 - r0, in);
-      MapC DY(dy + r0 * out, r1 - r0, out);
-      // dx^T = W^T dy^T: the weight side has `in` rows and depth `out`.
-      ForEachWeightPanel(r1 - r0, out, in, [&](int64_t i0, int64_t i1) {
-        if (i1 - i0 == in) {
-          DX.noalias() = DY * W;
-        } else {
-          DX.middleCols(i0, i1 - i0).noalias() = DY * W.middleCols(i0, i1 - i0);
-        }
-      });
-    });
-  }
+  ProductTN(ctx, dy, x, rows, out, in, dw, db, accumulate);     // dW = dy^T x, db
+  if (dx != nullptr) ProductNN(ctx, dy, w, rows, out, in, dx);  // dx = dy W
+}
+
+void LinearForwardUntransposed(const CpuContext& ctx, const float* x, const float* w,
+                               const float* b, int64_t rows, int64_t in, int64_t out, float* y) {
+  ProductNN(ctx, x, w, rows, in, out, y);
+  if (b == nullptr) return;
+  ctx.ParallelFor(rows, kGrain, [&](int64_t r0, int64_t r1) {
+    Map Y(y + r0 * out, r1 - r0, out);
+    BroadcastBias(Y, b, /*set=*/false);
+  });
+}
+
+void LinearBackwardUntransposed(const CpuContext& ctx, const float* x, const float* w,
+                                const float* dy, int64_t rows, int64_t in, int64_t out, float* dw,
+                                float* db, float* dx, bool accumulate) {
+  ProductTN(ctx, x, dy, rows, in, out, dw, nullptr, accumulate);  // dW[in, out] = x^T dy
+  ColumnSums(ctx, dy, rows, out, db, accumulate);
+  // dx[rows, in] = dy W^T: the standard forward's product with W [in, out] as its [out, in].
+  if (dx != nullptr) LinearForward(ctx, dy, w, nullptr, nullptr, rows, out, in, dx);
+}
+
+void ColumnSums(const CpuContext& ctx, const float* dy, int64_t rows, int64_t cols, float* db,
+                bool accumulate) {
+  ProductTN(ctx, dy, nullptr, rows, cols, 0, nullptr, db, accumulate);
 }
 
 }  // namespace shardema::nn::SHARDEMA_NN_ISA

@@ -1,7 +1,8 @@
 // Linear: backward against finite differences (with and without bias, accumulate), threaded
 // results against the single-thread ones, a known value, deep products cut into weight panels
 // against one Eigen product bit for bit, and the skinny forward (48 rows or fewer) against a
-// double-precision product in every ISA variant this CPU runs.
+// double-precision product in every ISA variant this CPU runs; the untransposed Linear (x W, W
+// [in, out]) against naive loops and in a tied autoencoder; ColumnSums bit for bit.
 #include "nn/linear.h"
 
 #include <gtest/gtest.h>
@@ -186,16 +187,19 @@ void ForEachCpuIsa(const Fn& fn) {
   RestoreCpuIsaFromEnv();
 }
 
-// got[a, b] (n_cols wide) against sum over d < depth of term(a, b, d) in double, for every
-// row_step-th row and col_step-th column: the worst |error| / (sum of |terms|), to be within the
-// f32 rounding of a depth-long sum.
+// got[a, b] (n_cols wide) against base[a, b] (when given: what was accumulated onto, or a bias)
+// plus the sum over d < depth of term(a, b, d) in double, for every row_step-th row and
+// col_step-th column: the worst |error| / (|base| + sum of |terms|), to be within the f32
+// rounding of a depth-long sum.
 template <typename Term>
 double WorstScaledError(const std::vector<float>& got, int64_t n_rows, int64_t n_cols,
-                        int64_t depth, int64_t row_step, int64_t col_step, const Term& term) {
+                        int64_t depth, int64_t row_step, int64_t col_step, const Term& term,
+                        const std::vector<float>* base = nullptr) {
   double worst = 0;
   for (int64_t a = 0; a < n_rows; a += row_step) {
     for (int64_t b = 0; b < n_cols; b += col_step) {
-      double sum = 0, mag = 0;
+      const double b0 = base != nullptr ? double((*base)[size_t(a * n_cols + b)]) : 0.0;
+      double sum = b0, mag = std::fabs(b0);
       for (int64_t d = 0; d < depth; ++d) {
         const double t = term(a, b, d);
         sum += t;
@@ -315,6 +319,146 @@ TEST(LinearTest, SkinnyBackwardMatchesADoubleProduct) {
                                  }),
                 DepthTolerance(k.rows))
           << what << " dW";
+    }
+  });
+}
+
+// The untransposed Linear (y = x W + b, W [in, out]) in every variant this CPU runs, at 1 and 3
+// threads, against naive double loops: y with the bias (and its bits without it, the bias added
+// after), dx = dy W^T, dW = x^T dy and db written, then accumulated onto earlier values, and
+// null outputs leaving the others' bits alone. Shapes: tiny (coefficient-wise products), one
+// row, x86-64-v4's skinny kernels (24 rows or fewer; dW at 4M floats), the standard forward's
+// skinny kernel for dx (5 rows, a weight of 3.15M floats), and a depth Eigen blocks with a
+// weight side cut into panels (in 700, out 1100).
+TEST(LinearTest, UntransposedMatchesNaiveLoops) {
+  struct Case {
+    int64_t rows, in, out;
+  };
+  ForEachCpuIsa([](CpuIsa isa) {
+    for (const Case& k : {Case{3, 5, 4}, Case{1, 64, 48}, Case{37, 33, 41}, Case{12, 777, 1024},
+                          Case{5, 1537, 2051}, Case{20, 700, 1100}, Case{9, 2049, 2049}}) {
+      auto x = Uniform(size_t(k.rows * k.in), 101), w = Uniform(size_t(k.in * k.out), 102),
+           b = Uniform(size_t(k.out), 103), dy = Uniform(size_t(k.rows * k.out), 104),
+           old_dw = Uniform(size_t(k.in * k.out), 105), old_db = Uniform(size_t(k.out), 106);
+      std::vector<float> bias_rows(size_t(k.rows * k.out));
+      for (size_t i = 0; i < bias_rows.size(); ++i) bias_rows[i] = b[i % size_t(k.out)];
+      const auto xw = [&](int64_t r, int64_t o, int64_t i) {
+        return double(x[size_t(r * k.in + i)]) * double(w[size_t(i * k.out + o)]);
+      };
+      const auto dyw = [&](int64_t r, int64_t i, int64_t o) {
+        return double(dy[size_t(r * k.out + o)]) * double(w[size_t(i * k.out + o)]);
+      };
+      const auto xdy = [&](int64_t i, int64_t o, int64_t r) {
+        return double(x[size_t(r * k.in + i)]) * double(dy[size_t(r * k.out + o)]);
+      };
+      const auto dy_col = [&](int64_t, int64_t o, int64_t r) {
+        return double(dy[size_t(r * k.out + o)]);
+      };
+      const int64_t step = k.in * k.out > 100000 ? 7 : 1;
+      for (int threads : {1, 3}) {
+        const CpuContext ctx(threads);
+        const std::string what =
+            ShapeName(isa, k.rows, k.in, k.out) + " threads " + std::to_string(threads);
+        std::vector<float> y(size_t(k.rows * k.out)), y0(y.size()), dx(x.size()), dw(w.size()),
+            db(b.size()), dx_alone(x.size());
+        LinearForwardUntransposed(ctx, x.data(), w.data(), b.data(), k.rows, k.in, k.out, y.data());
+        LinearForwardUntransposed(ctx, x.data(), w.data(), nullptr, k.rows, k.in, k.out, y0.data());
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(y[i], y0[i] + bias_rows[i]) << what << " element " << i;
+        }
+        EXPECT_LT(WorstScaledError(y, k.rows, k.out, k.in, 1, step, xw, &bias_rows),
+                  DepthTolerance(k.in))
+            << what << " y";
+        LinearBackwardUntransposed(ctx, x.data(), w.data(), dy.data(), k.rows, k.in, k.out,
+                                   dw.data(), db.data(), dx.data());
+        EXPECT_LT(WorstScaledError(dx, k.rows, k.in, k.out, 1, step, dyw), DepthTolerance(k.out))
+            << what << " dx";
+        EXPECT_LT(WorstScaledError(dw, k.in, k.out, k.rows, step, step, xdy),
+                  DepthTolerance(k.rows))
+            << what << " dW";
+        EXPECT_LT(WorstScaledError(db, 1, k.out, k.rows, 1, 1, dy_col), DepthTolerance(k.rows))
+            << what << " db";
+        std::vector<float> acc_dw = old_dw, acc_db = old_db;
+        LinearBackwardUntransposed(ctx, x.data(), w.data(), dy.data(), k.rows, k.in, k.out,
+                                   acc_dw.data(), acc_db.data(), nullptr, /*accumulate=*/true);
+        EXPECT_LT(WorstScaledError(acc_dw, k.in, k.out, k.rows, step, step, xdy, &old_dw),
+                  DepthTolerance(k.rows))
+            << what << " accumulated dW";
+        EXPECT_LT(WorstScaledError(acc_db, 1, k.out, k.rows, 1, 1, dy_col, &old_db),
+                  DepthTolerance(k.rows))
+            << what << " accumulated db";
+        LinearBackwardUntransposed(ctx, x.data(), w.data(), dy.data(), k.rows, k.in, k.out, nullptr,
+                                   nullptr, dx_alone.data());
+        EXPECT_EQ(std::memcmp(dx.data(), dx_alone.data(), dx.size() * sizeof(float)), 0) << what;
+      }
+    }
+  });
+}
+
+// A tied autoencoder, the use the untransposed Linear is for: h = x W^T + b_e (the encoder,
+// nn.Linear(D, H) with W [H, D]), x_hat = h W + b_d (the decoder, the same W as [H -> D]), loss
+// <x_hat, r>. The decoder's LinearBackwardUntransposed writes dW, the encoder's LinearBackward
+// adds its part (accumulate), and dW, both biases and dx match finite differences, threaded too.
+TEST(LinearTest, TiedAutoencoderGradientsMatchFiniteDifferences) {
+  for (int threads : {1, 3}) {
+    const CpuContext ctx(threads);
+    const int64_t rows = 7, d = 6, h = 4;
+    auto x = Uniform(size_t(rows * d), 111), w = Uniform(size_t(h * d), 112),
+         be = Uniform(size_t(h), 113), bd = Uniform(size_t(d), 114),
+         r = Uniform(size_t(rows * d), 115);
+    std::vector<float> hid(size_t(rows * h)), xh(size_t(rows * d));
+    auto loss = [&] {
+      LinearForward(ctx, x.data(), w.data(), be.data(), rows, d, h, hid.data());
+      LinearForwardUntransposed(ctx, hid.data(), w.data(), bd.data(), rows, h, d, xh.data());
+      return Dot(xh, r);
+    };
+    loss();  // hid for the backward
+    std::vector<float> dw(w.size()), dbe(be.size()), dbd(bd.size()), dh(hid.size()), dx(x.size());
+    LinearBackwardUntransposed(ctx, hid.data(), w.data(), r.data(), rows, h, d, dw.data(),
+                               dbd.data(), dh.data());
+    LinearBackward(ctx, x.data(), w.data(), dh.data(), rows, d, h, dw.data(), dbe.data(), dx.data(),
+                   /*accumulate=*/true);
+    ExpectGradient(loss, &w, dw, 1e-2f, 1e-3, 1e-3, "tied dW");
+    ExpectGradient(loss, &be, dbe, 1e-2f, 1e-3, 1e-3, "encoder db");
+    ExpectGradient(loss, &bd, dbd, 1e-2f, 1e-3, 1e-3, "decoder db");
+    ExpectGradient(loss, &x, dx, 1e-2f, 1e-3, 1e-3, "dx");
+  }
+}
+
+// ColumnSums: each column summed in f32 in row order from 0 (or from db when accumulating) — the
+// bits of a naive loop — in every variant this CPU runs and at 1 and 3 threads, the bits of
+// LinearBackward's db; zero rows write zeros or leave db as it was.
+TEST(LinearTest, ColumnSumsAreRowOrderSumsAndLinearBackwardsBias) {
+  ForEachCpuIsa([](CpuIsa isa) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 3}, {7, 70}, {130, 1031}}) {
+      const auto dy = Uniform(size_t(rows * cols), 121), old = Uniform(size_t(cols), 122),
+                 x = Uniform(size_t(rows * 3), 123), w = Uniform(size_t(cols * 3), 124);
+      std::vector<float> want(size_t(cols), 0.f), want_acc = old;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          want[size_t(c)] += dy[size_t(r * cols + c)];
+          want_acc[size_t(c)] += dy[size_t(r * cols + c)];
+        }
+      }
+      for (int threads : {1, 3}) {
+        const CpuContext ctx(threads);
+        const std::string what = std::string(CpuIsaName(isa)) + " rows " + std::to_string(rows) +
+                                 " cols " + std::to_string(cols) + " threads " +
+                                 std::to_string(threads);
+        std::vector<float> db(size_t(cols), 9.f), acc = old, linear_db(db.size());
+        ColumnSums(ctx, dy.data(), rows, cols, db.data());
+        ColumnSums(ctx, dy.data(), rows, cols, acc.data(), /*accumulate=*/true);
+        LinearBackward(ctx, x.data(), w.data(), dy.data(), rows, 3, cols, nullptr, linear_db.data(),
+                       nullptr);
+        EXPECT_EQ(std::memcmp(db.data(), want.data(), db.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(acc.data(), want_acc.data(), acc.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(db.data(), linear_db.data(), db.size() * sizeof(float)), 0) << what;
+        std::vector<float> zero(size_t(cols), 9.f), kept = old;
+        ColumnSums(ctx, dy.data(), 0, cols, zero.data());
+        ColumnSums(ctx, dy.data(), 0, cols, kept.data(), /*accumulate=*/true);
+        EXPECT_EQ(zero, std::vector<float>(size_t(cols), 0.f)) << what;
+        EXPECT_EQ(kept, old) << what;
+      }
     }
   });
 }
