@@ -11,6 +11,35 @@ UnitSchedule SequentialSchedule(size_t num_units) {
   return s;
 }
 
+StatusOr<TensorView> ParamByName(const UnitCall& call, const std::vector<TensorView>& views,
+                                 const std::string& name) {
+  if (call.layout == nullptr || call.unit >= call.layout->units().size()) {
+    return FailedPrecondition(
+        "ParamByName('", name, "'): use ", call.use, " unit ", call.unit,
+        call.layout == nullptr ? ": the call has no layout" : ": the unit is not in the layout",
+        " (UnitCall::layout is set by UnitRunner)");
+  }
+  const UnitLayout& unit = call.layout->units()[call.unit];
+  const std::string where = "use " + std::to_string(call.use) + " (unit '" + unit.name + "')";
+  if (views.size() != unit.params.size()) {
+    return FailedPrecondition("ParamByName('", name, "'): ", where, " has ", unit.params.size(),
+                              " parameters but ", views.size(), " views were given");
+  }
+  for (size_t p = 0; p < unit.params.size(); ++p) {
+    if (unit.params[p].name == name) return views[p];
+  }
+  std::string listed;
+  for (const ParamLayout& p : unit.params) {
+    listed += (listed.empty() ? "" : ", ") + p.name + " " + ShapeToString(p.shape);
+  }
+  StatusOr<std::pair<size_t, size_t>> elsewhere = call.layout->Find(name);
+  return NotFound(
+      "ParamByName: ", where, " has no parameter '", name, "'",
+      elsewhere.ok() ? " (it belongs to unit '" + call.layout->units()[elsewhere->first].name + "')"
+                     : std::string(),
+      "; its parameters: ", listed.empty() ? "none" : listed);
+}
+
 UnitCallbacks UnitModule::Callbacks() {
   UnitCallbacks cb;
   cb.forward = [this](const UnitCall& c, const std::vector<TensorView>& p) {
@@ -100,6 +129,7 @@ Status UnitRunner::RunForward(const UnitCallbacks& cb, int64_t micro_batch, bool
     call.mode = !train ? ForwardMode::kEval
                        : (recompute(i) ? ForwardMode::kForwardNoSave : ForwardMode::kTrain);
     call.progress = Progress();
+    call.layout = &store_->layout();
     Trace("forward", i);
     ScopedPhase compute(times, Phase::kForward);
     RETURN_IF_ERROR(AtUse(RunCallback([&] { return cb.forward(call, *views); }), "forward", i));
@@ -154,6 +184,7 @@ Status UnitRunner::RunBackward(const UnitCallbacks& cb, int64_t micro_batch) {
     call.unit = u;
     call.micro_batch = micro_batch;
     call.progress = Progress();
+    call.layout = &store_->layout();
     ScopedPhase compute(times_, Phase::kBackward);
     if (recompute(i)) {
       call.mode = ForwardMode::kRecompute;

@@ -41,6 +41,10 @@
 // examples (the averaging contract of store.h).
 // Forward(...) runs the forward alone (evaluation: mode kEval, every unit released at the end).
 //
+// Parameters: a callback's `params` (and a backward's `grads`) are the unit's views in its layout
+// order (fsdp/layout.h, UnitLayout::params); ParamByName(call, views, name) finds one by its full
+// name instead of its index.
+//
 // Progress: on MPI a non-blocking collective moves only while the rank calls into MPI, so the
 // runner calls store->ProgressCollectives() (Work::Test) before and after every callback: the
 // reduce-scatter of unit u and the prefetch gather advance at the boundaries of the next
@@ -72,6 +76,7 @@
 #include "framework/phase_times.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
+#include "fsdp/layout.h"
 #include "fsdp/store.h"
 
 namespace shardema {
@@ -106,7 +111,24 @@ struct UnitCall {
   // pieces of its compute (e.g. between GEMMs); the runner itself calls it at every unit
   // boundary (before and after each callback). Never null inside a callback.
   std::function<void()> progress;
+  // The store's layout (its units and their parameters, fsdp/layout.h), for ParamByName; never
+  // null inside a callback (null in a UnitCall made by hand). Valid while the store lives.
+  const StoreLayout* layout = nullptr;
 };
+
+// Parameter lookup by name inside a callback. `views` are a callback's `params`, or a backward's
+// `grads` (both hold the unit's parameters in its layout order, layout->units()[unit].params), and
+// `name` a parameter's full name as registered (e.g. "layers.0.weight"); returns that
+// parameter's view (its shape, dtype and memory; a gradient view for `grads`). A linear scan of
+// the unit's parameters, no allocation on success.
+// Errors (nothing else changes): kNotFound when the unit has no such parameter, naming `name`,
+// the use and the unit and listing the unit's parameters with their shapes (and, for a
+// parameter of another unit, that unit: a tied weight belongs to the unit whose use this is not);
+// kFailedPrecondition when call.layout is null (a UnitCall not made by a UnitRunner), the unit is
+// not in it, or `views` has another count than the unit's parameters (the message gives both).
+// Threading: as the callback's (the layout is immutable).
+StatusOr<TensorView> ParamByName(const UnitCall& call, const std::vector<TensorView>& views,
+                                 const std::string& name);
 
 struct UnitCallbacks {
   // Forward of one use with the gathered parameter views (compute dtype, PyTorch shapes).

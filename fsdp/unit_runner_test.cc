@@ -1,6 +1,6 @@
 // UnitRunner at 1, 2 and 3 ranks (mpi_test): bit-identical to the hand-written protocol,
 // prefetch / release / reduce-scatter order, tied units against an unsharded serial reference,
-// recomputation, gradient accumulation and schedule errors.
+// recomputation, gradient accumulation, schedule errors and ParamByName.
 //
 // The test model is a chain of units, unit u = {"u{u}.weight" [D, D], "u{u}.bias" [D]}, each use
 // computing y = tanh(x W^T + b) on its rows; the loss of a rank is the mean over its local rows of
@@ -765,6 +765,35 @@ TEST(UnitRunnerTest, CallbackErrorNamesTheUse) {
   // Same failure on every rank: release what the failed forward left gathered.
   EXPECT_TRUE(s->Release(1).ok());
   EXPECT_TRUE(s->Release(2).ok());
+}
+
+// ParamByName in a tied schedule's (split) callbacks and in a hand-made call (no layout).
+TEST(UnitRunnerTest, ParamByNameFindsTheUsesViewsOrNamesTheUnitsParameters) {
+  auto s = MakeStore(true);
+  ASSERT_NE(s, nullptr);
+  UnitRunner runner = MakeRunner(s.get(), Tied());
+  int found = 0;  // views found by name: 4 forwards, 4 backward_input (params), 4 (grads)
+  const auto check = [&](const UnitCall& c, const std::vector<TensorView>& v) -> Status {
+    const std::string n = "u" + std::to_string(c.unit);
+    StatusOr<TensorView> w = ParamByName(c, v, n + ".weight"), b = ParamByName(c, v, n + ".bias");
+    found += w.ok() && b.ok() && w->data == v[0].data && b->data == v[1].data;
+    const Status miss = ParamByName(c, v, n + ".scale").status(),
+                 other = ParamByName(c, v, c.unit == 1 ? "u2.bias" : "u1.bias").status();
+    EXPECT_EQ(miss.code(), StatusCode::kNotFound);
+    EXPECT_NE(miss.message().find("use " + std::to_string(c.use) + " (unit '" + n +
+                                  "') has no parameter '" + n + ".scale'; its parameters: " + n +
+                                  ".weight [5, 5], " + n + ".bias [5]"),
+              std::string::npos)
+        << miss;
+    EXPECT_NE(other.message().find("(it belongs to unit 'u"), std::string::npos) << other;
+    EXPECT_EQ(ParamByName(c, {v[0]}, n + ".bias").status().code(), StatusCode::kFailedPrecondition);
+    return Status::Ok();
+  };
+  UnitCallbacks cb;
+  cb.forward = cb.backward_input = cb.backward_params = check;
+  ASSERT_TRUE(runner.ForwardBackward(cb).ok());
+  EXPECT_EQ(found, 12);
+  EXPECT_EQ(ParamByName(UnitCall{}, {}, "x").status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
