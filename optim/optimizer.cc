@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "framework/glob.h"
 #include "framework/logging.h"
+#include "fsdp/slot_registry.h"
 #include "optim/clip.h"
 #include "optim/step_ops.h"
 
@@ -296,7 +298,23 @@ StatusOr<StepResult> Optimizer::BeginStep() {
   return res;
 }
 
+Status Optimizer::CheckNoEmaSlots() const {
+  const SlotRegistry& reg = store_->registry();
+  std::string names;
+  for (const SlotHandle h : reg.SlotHandles()) {
+    const SlotInfo& info = reg.Info(h);
+    if (info.kind == SlotKind::kEma) names += (names.empty() ? "'" : ", '") + info.name + "'";
+  }
+  if (names.empty()) return Status::Ok();
+  return FailedPrecondition(
+      "Optimizer::Step at update ", step_, " with EMA slots ", names,
+      " in the store: call TrainState::Step() instead (it starts, plans and commits the EMA "
+      "slots around the optimizer's pass; a standalone optimizer step leaves them unstarted, "
+      "num_updates=0, and their export would be all zeros)");
+}
+
 StatusOr<StepResult> Optimizer::Step(const std::vector<EmaTarget>& emas) {
+  RETURN_IF_ERROR(CheckNoEmaSlots());
   ASSIGN_OR_RETURN(StepResult res, BeginStep());
   if (res.skipped) return res;
   return FinishStep(emas);

@@ -12,7 +12,11 @@
 // runs once per range with that group's hyperparameters. Padding is in no range: it stays zero.
 //
 // Step — collective, once per optimizer step after all micro-batches were reduce-scattered, in
-// two phases (Step(emas) runs both):
+// two phases. Step() runs both for a store without EMA slots; with EMA slots (any registry slot
+// of kind kEma) only TrainState::Step() (train/train_state.h) may step, because it plans the EMA
+// targets between the phases and commits their counters after: Step() is then refused (see
+// Step below) and the phases themselves are private to TrainState (a friend), so no public call
+// can advance the master past EMA slots that never start:
 //   BeginStep():
 //   1. checks: gradients complete (store->CheckGradsReady()), no unit gathered;
 //   2. global gradient norm (optim/clip.h, bit-identical on every rank);
@@ -65,7 +69,8 @@
 // moment slots this optimizer registered.
 //
 // Errors: kInvalidArgument for bad options (naming the field); kFailedPrecondition for protocol
-// misuse and mismatching checkpoints; communicator errors pass through.
+// misuse (Step() beside EMA slots included) and mismatching checkpoints; communicator errors pass
+// through.
 // Threading: one thread, like the store. The store must outlive the optimizer.
 #ifndef SHARDEMA_OPTIM_OPTIMIZER_H_
 #define SHARDEMA_OPTIM_OPTIMIZER_H_
@@ -86,6 +91,8 @@
 #include "optim/lr_schedule.h"
 
 namespace shardema {
+
+class TrainState;  // train/train_state.h: the only caller of BeginStep / FinishStep
 
 const char* OptimizerKindName(OptimizerKind k);  // "adamw", "sgd"
 
@@ -147,16 +154,12 @@ class Optimizer {
   static StatusOr<std::unique_ptr<Optimizer>> Create(ShardedParameterStore* store,
                                                      OptimizerOptions options);
 
-  // Phases 1-4 (see above). Collective. A skipped step returns skipped = true and needs no
-  // FinishStep; on CUDA the result is pending and FinishStep is always called (the pass skips on
-  // the device). Errors: kFailedPrecondition (gradients incomplete, a unit gathered); on CUDA a
-  // resolved earlier step's error (see above) and this rank's own sum-of-squares failure (the
-  // step is queued and skips on every rank).
-  StatusOr<StepResult> BeginStep();
-  // Phases 5-6 for the step BeginStep began (not skipped). Local. Errors: kFailedPrecondition
-  // without such a step; kInvalidArgument for a null target.
-  StatusOr<StepResult> FinishStep(const std::vector<EmaTarget>& emas);
-  // BeginStep, then FinishStep(emas) unless skipped.
+  // One optimizer step of a store without EMA slots: BeginStep, then FinishStep(emas) unless
+  // skipped (`emas`: plain targets the caller owns, not registry slots). Collective.
+  // Errors: kFailedPrecondition, before anything changes, when the store's registry holds EMA
+  // slots (the message names them and TrainState::Step(), which must step instead: a standalone
+  // step never starts them, and an export of one would be its zero fill); BeginStep's and
+  // FinishStep's errors.
   StatusOr<StepResult> Step(const std::vector<EmaTarget>& emas = {});
 
   // Updates / skipped steps among the resolved steps (CPU: every step; CUDA: see Sync()).
@@ -198,8 +201,23 @@ class Optimizer {
     int group = -1;
     int64_t global_begin = 0;  // global element index of local_begin (FusedStepArgs)
   };
+  // The two phases of a step (see above); TrainState::Step() runs them around EmaSlots::PlanStep
+  // and CommitStep, Step() back to back.
+  friend class TrainState;
+  // Phases 1-4 (see above). Collective. A skipped step returns skipped = true and needs no
+  // FinishStep; on CUDA the result is pending and FinishStep is always called (the pass skips on
+  // the device). Errors: kFailedPrecondition (gradients incomplete, a unit gathered); on CUDA a
+  // resolved earlier step's error (see above) and this rank's own sum-of-squares failure (the
+  // step is queued and skips on every rank).
+  StatusOr<StepResult> BeginStep();
+  // Phases 5-6 for the step BeginStep began (not skipped). Local. Errors: kFailedPrecondition
+  // without such a step; kInvalidArgument for a null target.
+  StatusOr<StepResult> FinishStep(const std::vector<EmaTarget>& emas);
+
   Optimizer(ShardedParameterStore* store, OptimizerOptions options);
   Status CheckReady() const;
+  // OK when the store's registry holds no EMA slot; else kFailedPrecondition naming them.
+  Status CheckNoEmaSlots() const;
 
   StatusOr<double> GradNorm();
   StatusOr<StepResult> BeginDeviceStep();

@@ -396,6 +396,41 @@ TEST(OptimizerTest, StepIsRefusedWhileGatheredSwappedOrIncomplete) {
   EXPECT_NE(st.message().find("beta1"), std::string::npos) << st;
 }
 
+// The optimizer's one-call Step() beside EMA slots is refused before anything changes (it would
+// advance the master while the slots never start: num_updates 0, an all-zero export); the
+// TrainState's Step() then steps and starts them. Without EMA slots Step() steps.
+TEST(OptimizerTest, StandaloneStepIsRefusedBesideEmaSlots) {
+  Rig rig = MakeRig(OptimizerOptions{}, {Ema("ema_c", EmaScheduleKind::kConstant, 0.9),
+                                         Ema("ema_late", EmaScheduleKind::kConstant, 0.5, 2)});
+  ASSERT_NE(rig.opt, nullptr);
+  FeedGrads(rig.store, [](int r, const std::string& n, int64_t i) { return Grad(1, r, n, i); });
+  const std::vector<std::string> before = Snapshot(rig);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    StatusOr<StepResult> res = rig.opt->Step();
+    EXPECT_EQ(res.status().code(), StatusCode::kFailedPrecondition) << "attempt " << attempt;
+    for (const char* part : {"TrainState::Step()", "'ema_c', 'ema_late'", "num_updates=0"}) {
+      EXPECT_NE(res.status().message().find(part), std::string::npos)
+          << part << ": " << res.status();
+    }
+  }
+  EXPECT_EQ(rig.opt->step(), 0);
+  EXPECT_EQ(rig.opt->total_steps(), 0);
+  EXPECT_TRUE(Snapshot(rig) == before) << "a refused step changed state";
+  EXPECT_FALSE(rig.emas->counters(0).started());
+  auto res = rig.state->Step();
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->step, 1);
+  EXPECT_EQ(rig.emas->counters(0).started_at, 0);
+  EXPECT_EQ(rig.emas->counters(0).num_updates, 1);
+
+  Rig plain = MakeRig(OptimizerOptions{});
+  ASSERT_NE(plain.opt, nullptr);
+  FeedGrads(plain.store, [](int r, const std::string& n, int64_t i) { return Grad(1, r, n, i); });
+  auto stepped = plain.opt->Step();
+  ASSERT_TRUE(stepped.ok()) << stepped.status();
+  EXPECT_EQ(stepped->step, 1);
+}
+
 TEST(ClipTest, GlobalNormIsIdenticalOnEveryRankAndMatchesTorchCoefficient) {
   Communicator* comm = World();
   const int r = comm->rank();
