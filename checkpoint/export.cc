@@ -197,6 +197,44 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
 
 }  // namespace
 
+Status CheckSlotStarted(const json& meta, const std::string& slot, int64_t step,
+                        const std::string& where) {
+  ASSIGN_OR_RETURN(SlotMeta found, FindSlotMeta(meta, slot, where));
+  const json& progress = found.progress;
+  if (!progress.is_object() || !progress.contains("started_at") ||
+      !progress.at("started_at").is_number_integer() ||
+      progress.at("started_at").get<int64_t>() >= 0) {
+    return Status::Ok();
+  }
+  auto counter = [&progress](const char* key) {
+    return progress.contains(key)
+               ? progress.at(key).dump(-1, ' ', false, json::error_handler_t::replace)
+               : std::string("(absent)");
+  };
+  std::string when, advice;
+  if (found.config.is_object() && found.config.contains("start_step") &&
+      found.config.at("start_step").is_number_integer()) {
+    const int64_t start = found.config.at("start_step").get<int64_t>();
+    if (start >= step) {
+      when = "it starts after step " + std::to_string(start) + " (its start_step)";
+    } else {
+      when = "its start_step " + std::to_string(start) +
+             " had passed when it was added (or steps were skipped): it starts at the next "
+             "optimizer update";
+    }
+    advice = "train past step " + std::to_string(std::max(start, step)) +
+             " and export a checkpoint of a later step";
+  } else {
+    when = "it has not reached its start step";
+    advice = "train until it starts (its start_step) and export a checkpoint of a later step";
+  }
+  return FailedPrecondition("export: slot '", slot, "' of ", where, " (step ", step,
+                            ") never started: its counters say num_updates=",
+                            counter("num_updates"), ", started_at=", counter("started_at"),
+                            ", so it holds no weights (its values are the zero fill); ", when,
+                            ". Export slot 'params' (the live weights) instead, or ", advice);
+}
+
 StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta,
                                                             const std::string& slot, int64_t step,
                                                             const std::string& where) {
@@ -314,9 +352,9 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
     return NotFound("export: checkpoint '", reader->dir(), "' has no slot '", slot,
                     "' (its slots: ", have, ")");
   }
-  ASSIGN_OR_RETURN(const auto metadata,
-                   ExportMetadata(m.meta, slot, m.step,
-                                  "manifest '" + JoinPath(reader->dir(), kManifestName) + "'"));
+  const std::string where = "manifest '" + JoinPath(reader->dir(), kManifestName) + "'";
+  RETURN_IF_ERROR(CheckSlotStarted(m.meta, slot, m.step, where));
+  ASSIGN_OR_RETURN(const auto metadata, ExportMetadata(m.meta, slot, m.step, where));
   ASSIGN_OR_RETURN(ExportPlan plan, PlanExport(m, slot, dtype, out_path, metadata, options));
   ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(*reader, slot));
   ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst,

@@ -28,11 +28,16 @@
 // an index (a kill during the renames) or not named by it (an older set) are removed by the start
 // and the end of the next export to the same name (safetensors_index.h).
 //
+// A slot that never started is refused (CheckSlotStarted below): an EMA slot whose counters in
+// the meta say started_at < 0 holds the registry's zero fill (nothing was ever copied into it),
+// so its export would be a model of zeros.
 // Memory: piece_bytes (source dtype) + the converted piece + cache_chunks * chunk_bytes of the
 // checkpoint: about 24 MiB with the defaults, whatever the model size. Single process.
 // Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
-// the slots); kDataLoss for a malformed "tied_weights" (an alias of no parameter, or one that is
-// itself a tensor); write errors naming the file. Threading: thread-safe for distinct outputs.
+// the slots); kFailedPrecondition for a slot that never started (CheckSlotStarted); kDataLoss for
+// a malformed "tied_weights" (an alias of no parameter, or one that is itself a tensor) or slot
+// meta entry; write errors naming the file. Nothing is written on error before the writing
+// starts. Threading: thread-safe for distinct outputs.
 //
 // Lower level (also used by the post-hoc EMA reconstruction, ema/posthoc.h, which writes the same
 // files from other values): PlanExport computes the tensors, the grouping into files and each
@@ -111,6 +116,17 @@ struct ExportPlan {
   uint64_t total_bytes = 0;
   size_t num_tensors = 0;
 };
+
+// OK unless `slot`'s counters in the checkpoint meta (its "<section>.progress.slots" entry,
+// checkpoint/slot_meta.h; an EMA slot's EmaCounters, ema/ema_slots.h) say it never started:
+// "started_at" is a negative integer. A slot without counters (params, the moments), or whose
+// entry has no integer "started_at", passes. `step` is the checkpoint's; `where` names it.
+// Errors: kFailedPrecondition naming the slot, the checkpoint, its num_updates and started_at,
+// the step it starts after when its config entry has an integer "start_step", and what to do
+// (export "params", or train past that step and export a later checkpoint); kDataLoss as
+// FindSlotMeta for a malformed slot entry.
+Status CheckSlotStarted(const nlohmann::json& meta, const std::string& slot, int64_t step,
+                        const std::string& where);
 
 // The __metadata__ ExportSafetensors writes for `slot` (see above). Errors: kDataLoss naming
 // `where` (e.g. the manifest) and the key path when the slot's meta entry is malformed

@@ -14,6 +14,7 @@ namespace shardema {
 namespace {
 
 using namespace ckpt_test;  // NOLINT
+using json = nlohmann::json;
 
 // The f32 value the formula gives element `elem` of unit `unit` of a slot.
 float SourceValue(const SlotSpec& slot, size_t unit, int64_t elem, int64_t step) {
@@ -233,6 +234,49 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
   EXPECT_NE(s.message().find("'nope'"), std::string::npos) << s;
   ASSERT_TRUE(WriteFileAtomic(r2->index_file, "{\"weight_map\": {\"a\": \"../x\"}}", false).ok());
   EXPECT_EQ(SafetensorsSet::Open(r2->index_file).status().code(), StatusCode::kDataLoss);
+}
+
+// An EMA slot that never started (counters started_at -1: its values are the zero fill) is
+// refused naming the slot, its counters, its start and what to do, and nothing is written; a
+// started slot of the same checkpoint still exports.
+TEST_F(ExportTest, NeverStartedEmaSlotIsRefused) {
+  std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 42);
+  for (OwnedState& o : st) MarkEmaNotStarted(o.state.meta, "ema_bf16", 50, "bf16");
+  const std::string dir = JoinPath(base_, "late");
+  ASSERT_TRUE(SaveAllRanks(dir, StatesOf(st), SaveOptions{}).ok());
+  const std::string out = JoinPath(base_, "late.safetensors");
+  Status s = ExportSafetensors(dir, "ema_bf16", DType::kF32, out).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  for (const char* part :
+       {"slot 'ema_bf16'", "(step 42) never started", "num_updates=0", "started_at=-1",
+        "it starts after step 50 (its start_step)", "Export slot 'params'", "train past step 50"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << ": " << s;
+  }
+  EXPECT_FALSE(PathExists(out));
+  EXPECT_FALSE(PathExists(out + ".tmp"));
+  // The slot's meta entry decides, wherever it is: ema_0.999 (started) and params export.
+  StatusOr<ExportReport> r = ExportSafetensors(dir, "ema_0.999", DType::kF32, out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kF32, "ema_0.999/bn.running_mean");
+  ASSERT_TRUE(ExportSafetensors(dir, "params", DType::kF32, out).ok());
+
+  // A start step already behind the checkpoint (a slot added on resume), and none known.
+  json meta = TestMeta(0.999);
+  MarkEmaNotStarted(meta, "ema_bf16", 10, "bf16");
+  s = CheckSlotStarted(meta, "ema_bf16", 42, "the test meta");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("its start_step 10 had passed"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("train past step 42"), std::string::npos) << s;
+  meta["ema"]["config"]["slots"][1].erase("start_step");
+  s = CheckSlotStarted(meta, "ema_bf16", 42, "the test meta");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("train until it starts"), std::string::npos) << s;
+  // Counters without started_at (or a started one) pass; a malformed slot list is kDataLoss.
+  EXPECT_TRUE(CheckSlotStarted(meta, "ema_0.999", 42, "the test meta").ok());
+  meta["ema"]["progress"]["slots"][1]["started_at"] = 0;
+  EXPECT_TRUE(CheckSlotStarted(meta, "ema_bf16", 42, "the test meta").ok());
+  meta["ema"]["progress"]["slots"][1]["name"] = 5;
+  EXPECT_EQ(CheckSlotStarted(meta, "ema_bf16", 42, "the test meta").code(), StatusCode::kDataLoss);
 }
 
 TEST_F(ExportTest, UnknownSlotListsTheSlots) {

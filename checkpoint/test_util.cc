@@ -94,6 +94,16 @@ nlohmann::json TestMeta(double ema_decay) {
           {"data", {{"position", 4096}}}};
 }
 
+void MarkEmaNotStarted(nlohmann::json& meta, const std::string& slot, int64_t start_step,
+                       const std::string& storage) {
+  nlohmann::json config = {
+      {"name", slot}, {"kind", "constant"}, {"decay", 0.9}, {"start_step", start_step}};
+  if (!storage.empty()) config["storage"] = storage;
+  meta["ema"]["config"]["slots"].push_back(config);
+  meta["ema"]["progress"]["slots"].push_back(
+      {{"name", slot}, {"num_updates", 0}, {"last_update_step", -1}, {"started_at", -1}});
+}
+
 void RebindViews(OwnedState& o) {
   for (size_t i = 0; i < o.state.slots.size(); ++i) o.state.slots[i].data = o.slot_data[i].data();
   for (size_t i = 0; i < o.state.buffers.size(); ++i)

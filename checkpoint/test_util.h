@@ -53,6 +53,12 @@ OwnedState MakeDest(const StoreLayout& layout, int rank, const std::vector<SlotS
                     bool with_buffers = true);
 std::vector<float> ExpectedBuffer(const std::string& name, int64_t step);
 nlohmann::json TestMeta(double ema_decay);
+// Lists `slot` in meta's "ema" section (TestMeta's layout) as a constant EMA with `start_step`
+// that never started: progress {num_updates 0, last_update_step -1, started_at -1}, as
+// EmaSlots::ProgressJson writes a slot before its start. `storage` ("" for none) goes into its
+// config (e.g. "bf16" for the bf16 slot).
+void MarkEmaNotStarted(nlohmann::json& meta, const std::string& slot, int64_t start_step,
+                       const std::string& storage = "");
 
 // A fresh empty directory under $TEST_TMPDIR (or /tmp); removed by the caller or left for bazel.
 std::string NewTempDir(const std::string& tag);

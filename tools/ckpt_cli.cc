@@ -136,7 +136,9 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
                                      "in bounded memory");
   exp->add_option("DIR", raw.dir, kDirHelp)->required();
   exp->add_option("--slot", raw.slot,
-                  "the slot to export: params (the live weights) or an EMA slot (ema_...)")
+                  "the slot to export: params (the live weights) or an EMA slot (ema_...); an "
+                  "EMA slot that never started (num_updates=0, before its start_step) is refused "
+                  "(exit 1)")
       ->capture_default_str();
   AddOutputFormat(exp, raw);
   exp->add_option("-o,--output", raw.out, "OUT.safetensors")->required();

@@ -46,6 +46,13 @@ expect 2 "invalid_argument: reshard: --world must be >= 1, got 0" -- reshard "$T
 expect 3 "not_found: slot 'ema_0.9' is not in .*slots: params, exp_avg, ema_0.999, ema_bf16" -- \
   export "$TMP/a" --slot ema_0.9 -o "$TMP/x.safetensors"
 expect 3 "no committed checkpoint of step 7 .*committed steps: 42" -- inspect "$TMP/a" --step 7
+# An EMA slot that never started (its values are the zero fill): exit 1 naming the slot, its
+# counters, its start and what to do; nothing written. Its started sibling still exports.
+"$MAKE" "$TMP/late" 2 42 --not-started ema_bf16 100 >/dev/null || { echo "FAIL: make_test_checkpoint"; exit 1; }
+expect 1 "failed_precondition: export: slot 'ema_bf16' .*never started: its counters say num_updates=0, started_at=-1.*starts after step 100.*Export slot 'params'" -- \
+  export "$TMP/late" --slot ema_bf16 -o "$TMP/late_out/x.safetensors"
+[ ! -e "$TMP/late_out" ] || { echo "FAIL: a refused export created $TMP/late_out"; failures=$((failures + 1)); }
+expect 0 "exported slot 'ema_0.999'" -- export "$TMP/late" --slot ema_0.999 -o "$TMP/late_out/x.safetensors"
 
 # The happy path.
 expect 0 "world size  3 ranks" -- inspect "$TMP/a"

@@ -172,6 +172,10 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
     for (const SlotEntry& s : m.slots) names += (names.empty() ? "" : ", ") + s.name;
     return NotFound("slot '", options.slot, "' is not in ", dir, " (slots: ", names, ")");
   }
+  // A never-started EMA slot is refused before anything is created (ExportSafetensors refuses it
+  // too).
+  RETURN_IF_ERROR(CheckSlotStarted(m.meta, options.slot, m.step,
+                                   "manifest '" + JoinPath(dir, kManifestName) + "'"));
   if (const std::string parent = DirName(options.out); !IsDirectory(parent))
     RETURN_IF_ERROR(MakeDirs(parent));
   ExportOptions eo;

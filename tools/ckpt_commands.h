@@ -11,7 +11,10 @@
 //   Verify   every checksum of every file (VerifyCheckpoint); `all` verifies every committed
 //            checkpoint of a root. OK lines go to `out`; the failure is the returned status, whose
 //            message lists every problem naming the file.
-//   Export   one slot as safetensors (ExportSafetensors); prints the files written.
+//   Export   one slot as safetensors (ExportSafetensors); prints the files written. An EMA slot
+//            that never started (counters num_updates=0, started_at=-1: its values are the zero
+//            fill) is refused with kFailedPrecondition (exit 1) before anything is written
+//            (CheckSlotStarted, checkpoint/export.h).
 //   Reshard  a copy at another world size in a new root (ReshardCheckpoint: refused when the new
 //            root overlaps the source or the world size exceeds the largest unit's elements;
 //            committed like a save, so an interrupted run is completed by a re-run).

@@ -293,6 +293,30 @@ TEST_F(CkptCommandsTest, ExportSplitsByMaxFileSizeAndNamesMissingSlots) {
   EXPECT_NE(st.message().find("params, exp_avg, ema_0.999, ema_bf16"), std::string::npos) << st;
 }
 
+// A never-started EMA slot (counters started_at -1) is refused before anything is created.
+TEST_F(CkptCommandsTest, ExportRefusesANeverStartedEmaSlot) {
+  json meta = TestMeta(0.999);
+  MarkEmaNotStarted(meta, "ema_bf16", 100, "bf16");
+  const std::string dir = Save(JoinPath(base_, "late"), 2, kStep, &meta);
+  ExportCommandOptions o;
+  o.dir = dir;
+  o.slot = "ema_bf16";
+  o.out = JoinPath(base_, "late_out/model.safetensors");
+  Status st = Export(o, io_);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(ExitCodeFor(st), 1);
+  for (const char* part : {"slot 'ema_bf16'", "num_updates=0", "started_at=-1",
+                           "starts after step 100", "Export slot 'params'"}) {
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << ": " << st;
+  }
+  EXPECT_FALSE(PathExists(JoinPath(base_, "late_out")));
+  EXPECT_EQ(out_.str(), "");
+  o.slot = "ema_0.999";  // started: exports
+  st = Export(o, io_);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(SafetensorsFile::Open(o.out).ok());
+}
+
 TEST_F(CkptCommandsTest, ReshardThenDiffIsIdentical) {
   const std::string dst = JoinPath(base_, "resharded");
   ASSERT_TRUE(Reshard(ReshardCommandOptions{root_, std::nullopt, 5, dst}, io_).ok());

@@ -3,9 +3,13 @@
 // two replicated buffers) at world size WORLD and step STEP into ROOT, with 512-byte checksum
 // chunks so that every rank file has several chunks. With BIG, the model gets one more unit of
 // BIG elements (TestModelWithBig) and the default chunk size (large checkpoints for kill tests).
-//   make_test_checkpoint ROOT WORLD STEP [BIG]
+// With --not-started SLOT START (anywhere on the line), the meta lists SLOT as an EMA slot that
+// never started, with start_step START (MarkEmaNotStarted; storage bf16 for the bf16 slot).
+//   make_test_checkpoint ROOT WORLD STEP [BIG] [--not-started SLOT START]
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "checkpoint/test_util.h"
@@ -14,8 +18,22 @@
 int main(int argc, char** argv) {
   using namespace shardema;             // NOLINT
   using namespace shardema::ckpt_test;  // NOLINT
+  std::string not_started;
+  int64_t not_started_at = 0;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--not-started") == 0 && i + 2 < argc) {
+      not_started = argv[i + 1];
+      not_started_at = std::atoll(argv[i + 2]);
+      i += 2;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  argc = int(args.size());
+  argv = args.data();
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: %s ROOT WORLD STEP [BIG]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s ROOT WORLD STEP [BIG] [--not-started SLOT START]\n", argv[0]);
     return 2;
   }
   const int world = std::atoi(argv[2]);
@@ -27,6 +45,14 @@ int main(int argc, char** argv) {
   const int64_t big = argc == 5 ? std::atoll(argv[4]) : 0;
   std::vector<OwnedState> states = MakeStates(
       MakeLayout(big > 0 ? TestModelWithBig(big) : TestModel(), world), DefaultSlots(), step);
+  if (!not_started.empty()) {
+    std::string storage;
+    for (const SlotSpec& s : DefaultSlots()) {
+      if (s.name == not_started && s.dtype == DType::kBF16) storage = "bf16";
+    }
+    for (OwnedState& st : states)
+      MarkEmaNotStarted(st.state.meta, not_started, not_started_at, storage);
+  }
   SaveOptions o;
   if (big == 0) o.chunk_bytes = 512;
   o.fsync = false;
