@@ -17,7 +17,8 @@
 // Dtypes: f32, bf16, f16, and u8 for byte payloads, which AllGather and Broadcast move bit for
 // bit and the reductions refuse (kInvalidArgument). Reductions of bf16/f16 accumulate in f32 and
 // round once at the end (MPI; NCCL with CommOptions::widen_half_reductions, else natively in the
-// 16-bit type). kAvg divides the f32 sum by the world size.
+// 16-bit type). kAvg divides the f32 sum by the world size. Doubles on the host: AllReduceF64
+// (sum, avg, max), built on AllGather.
 //
 // Asynchronous variants return a Work handle; the buffers must stay alive and untouched until
 // Wait() returns. Several operations may be outstanding and be waited in any order. Wait() blocks
@@ -45,6 +46,11 @@ namespace shardema {
 
 enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
 const char* ReduceOpName(ReduceOp op);
+
+// Communicator::AllReduceF64's reductions (its own: the dtype collectives above reduce f32 sums
+// only, and f64 is no DType: stores, kernels and checkpoints never see one).
+enum class F64ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMax = 2 };
+const char* F64ReduceOpName(F64ReduceOp op);  // "sum", "avg", "max" ("?" for another value)
 
 // Per-call options.
 struct CollectiveOptions {
@@ -183,6 +189,32 @@ class Communicator {
   Status AllReduce(const void* send, void* recv, size_t count, DType dtype,
                    const CollectiveOptions& opts = {});
   Status Broadcast(void* buf, size_t count, DType dtype, const CollectiveOptions& opts = {});
+
+  // All-reduce of doubles on the host, for the few values f32 cannot carry (a loss or token
+  // count summed over a long run, a metric's sum of squares, a wall-time max): recv[i] = op over
+  // ranks of send[i]. Blocking and collective like the calls above (every rank passes the same
+  // count and op); send == recv (in place) or disjoint; count 0 is valid (recv untouched).
+  //   kSum  ((send_0[i] + send_1[i]) + send_2[i]) + ...: in rank order in double, starting from
+  //         rank 0's value, so every rank gets the same bits whatever the backend's algorithm;
+  //   kAvg  that sum / world_size();
+  //   kMax  NaN if any rank's value is NaN, else the largest (of equal values, the lowest rank's).
+  // How: one AllGather of each rank's values as bytes (DType::kU8), prefixed by its op, then the
+  // reduction on every rank; so any host backend (MPI, one process) runs it through the
+  // collectives above, with their argument check (a count that differs between ranks is an
+  // error on every rank). It moves world_size() times the bytes of an all-reduce: meant for
+  // scalars and short vectors, not tensors.
+  // Errors: kInvalidArgument "all_reduce_f64 (<op>, count N): rank R: ..." for null
+  // buffers with count > 0 (this rank still enters the gather, with a null buffer, so that the
+  // argument check, where it runs (CommOptions::check_args), reports this rank to its peers
+  // instead of leaving them waiting), an op outside F64ReduceOp, ranks that
+  // disagree on the op (every rank's error lists each rank's op), and a backend on a device
+  // other than the CPU (NCCL: host doubles are not its memory; use the MPI communicator it was
+  // bootstrapped from, on every rank); the gather's own errors with that prefix. recv is
+  // written only on success.
+  // Memory: (count + 1) x (world_size() + 1) doubles of host temporaries for the call.
+  // Threading: as the collectives (one thread issues collectives on a communicator at a time).
+  Status AllReduceF64(const double* send, double* recv, size_t count,
+                      F64ReduceOp op = F64ReduceOp::kSum);
 };
 
 }  // namespace shardema

@@ -20,7 +20,8 @@
 // (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert
 // the input to an f32 temporary when issued, reduce in f32 (MPI_FLOAT, MPI_SUM) and convert back
 // with one rounding at Wait(). kAvg divides the f32 sum by world_size() at Wait() (f32: in the recv
-// buffer; bf16/f16: before rounding). In place follows NCCL (framework/communicator.h): AllGather
+// buffer; bf16/f16: before rounding). Doubles: Communicator::AllReduceF64, one u8 all-gather
+// reduced on every rank. In place follows NCCL (framework/communicator.h): AllGather
 // -> MPI_IN_PLACE; AllReduce -> MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces
 // into a count-element temporary copied into place at Wait(), so the rest of the send buffer is
 // left untouched (unless CollectiveOptions::overwrite_send gives it up to the ring).

@@ -372,6 +372,19 @@ TEST_F(NcclTest, BytesMoveBitForBitAndAreNotReduced) {
   EXPECT_NE(st.message().find("dtype u8 cannot be reduced"), std::string::npos) << st;
 }
 
+// Host doubles are not the NCCL backend's memory: AllReduceF64 refuses before any collective,
+// naming the backend and its device, on every rank alike.
+TEST_F(NcclTest, AllReduceF64IsRefusedNamingTheBackend) {
+  double v = 1.5;
+  const Status st = comm_->AllReduceF64(&v, &v, 1, F64ReduceOp::kMax);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("all_reduce_f64 (max, count 1): rank " + std::to_string(rank()) +
+                              ": the nccl communicator reduces memory on cuda:"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(v, 1.5);
+}
+
 TEST_F(NcclTest, ZeroCountsAndDefaultStream) {
   EXPECT_TRUE(comm_->AllReduce(nullptr, nullptr, 0, DType::kBF16, opts_).ok());
   EXPECT_TRUE(comm_->AllGather(nullptr, nullptr, 0, DType::kF32, opts_).ok());
