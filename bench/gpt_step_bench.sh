@@ -16,7 +16,7 @@
 # wall time after a barrier, median over the timed steps, max over ranks. The two sides alternate
 # (ours, torch, roofline, for each world, for each repeat); the median over the repeats is
 # reported: wall ms, process CPU ms, and peak RSS per rank (max over ranks; torch's includes its
-# libraries). Roofline (bench/gpt_roofline.cc, bench/roofline.h): the model's forward + backward
+# libraries). Roofline (examples/gpt_roofline.cc, bench/roofline.h): the model's forward + backward
 # alone, the collectives its W-rank step makes alone, the optimizer pass alone; bound =
 # max(compute, comm) + optimizer, step_efficiency = bound / our step time; serial = their sum,
 # eff_serial = serial / our step time (the bound when the ranks' own cores move the collectives).
@@ -71,9 +71,9 @@ for w in $worlds; do
   fi
 done
 if [ -z "$train" ] || [ -z "$roofline" ]; then
-  (cd "$root" && bazel build //examples:train_gpt //bench:gpt_roofline >&2)
+  (cd "$root" && bazel build //examples:train_gpt //examples:gpt_roofline >&2)
   train="${train:-$root/bazel-bin/examples/train_gpt}"
-  roofline="${roofline:-$root/bazel-bin/bench/gpt_roofline}"
+  roofline="${roofline:-$root/bazel-bin/examples/gpt_roofline}"
 fi
 train="$(realpath "$train" 2>/dev/null || echo "$train")"
 roofline="$(realpath "$roofline" 2>/dev/null || echo "$roofline")"

@@ -1,5 +1,5 @@
 // The pieces of the step rooflines (bench/step_roofline.cc for train_mlp's MLP,
-// bench/gpt_roofline.cc for train_gpt's GPT): each part of a training step alone, timed the same
+// examples/gpt_roofline.cc for train_gpt's GPT): each part of a training step alone, timed the same
 // way, and the JSON line bench/step_bench.sh and bench/gpt_step_bench.sh read.
 //
 //   compute  the model's forward and backward of the rank's batch (each roofline its own way)

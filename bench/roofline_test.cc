@@ -5,14 +5,14 @@
 #include <chrono>
 #include <vector>
 
-#include "examples/self_communicator.h"
+#include "framework/self_communicator.h"
 
 namespace shardema {
 namespace bench {
 namespace {
 
 TEST(RecordingCommunicatorTest, RecordsEveryCollectiveAndForwardsIt) {
-  examples::SelfCommunicator self;
+  SelfCommunicator self;
   RecordingCommunicator rec(&self);
   EXPECT_EQ(rec.world_size(), 1);
   EXPECT_EQ(rec.backend_name(), "self");
@@ -47,7 +47,7 @@ TEST(RecordingCommunicatorTest, RecordsEveryCollectiveAndForwardsIt) {
 }
 
 TEST(CollectiveReplayTest, IssuesTheRecordedCallsInOrder) {
-  examples::SelfCommunicator self;
+  SelfCommunicator self;
   RecordingCommunicator rec(&self);
   std::vector<float> a(100, 1.f), b(100, 0.f);
   ASSERT_TRUE(rec.AllGather(a.data(), b.data(), 100, DType::kF32).ok());
@@ -101,7 +101,7 @@ TEST(RooflinePartsTest, BoundOverlapsCommunicationSerialAddsIt) {
 }
 
 TEST(TimePartsTest, TimesEachPartMedianAndWritesTheJsonLine) {
-  examples::SelfCommunicator self;
+  SelfCommunicator self;
   int calls[3] = {0, 0, 0};
   auto spin = [](double ms) {
     const auto end =

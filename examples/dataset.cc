@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "checkpoint/safetensors.h"
-#include "examples/rng.h"
+#include "framework/rng.h"
 #include "framework/tensor.h"
 #include "nn/activation.h"
 #include "nn/cpu_context.h"
@@ -203,23 +203,10 @@ Dataset MakeSyntheticDataset(uint64_t seed, const std::vector<int64_t>& layers,
   return d;
 }
 
-RowSpan MicroBatchSpan(int64_t batch, int64_t grad_accum, int64_t micro, int rank, int world) {
-  const int64_t per_micro = batch / grad_accum;
-  const int64_t per_rank = per_micro / world;
-  RowSpan s;
-  s.begin = micro * per_micro + int64_t(rank) * per_rank;
-  s.end = s.begin + per_rank;
-  return s;
-}
-
 int64_t BatchRow(int64_t step, int64_t batch, int64_t j, int64_t rows) {
   // (step*batch + j) mod rows with every factor reduced first (rows < 2^31 keeps it exact).
   const int64_t base = ((step % rows) * (batch % rows)) % rows;
   return (base + j % rows) % rows;
-}
-
-RowSpan EvalSpan(int64_t rows, int rank, int world) {
-  return RowSpan{rows * rank / world, rows * (rank + 1) / world};
 }
 
 namespace {

@@ -22,6 +22,7 @@
 
 #include "examples/mlp_math.h"
 #include "framework/status.h"
+#include "train/batch.h"
 
 namespace shardema::examples {
 
@@ -61,29 +62,9 @@ StatusOr<Dataset> LoadDataset(const std::string& path, mlp::Loss loss, int64_t i
 Dataset MakeSyntheticDataset(uint64_t seed, const std::vector<int64_t>& layers,
                              mlp::Activation activation, mlp::Loss loss, int64_t rows);
 
-// The j-range [begin, end) of micro-batch `micro` that `rank` takes (see above). Requires
-// batch % (grad_accum * world) == 0 (TrainConfig::CheckForWorld).
-struct RowSpan {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
-};
-RowSpan MicroBatchSpan(int64_t batch, int64_t grad_accum, int64_t micro, int rank, int world);
-
 // Dataset row of index j of step `step`: (step*batch + j) mod rows, without overflow.
 int64_t BatchRow(int64_t step, int64_t batch, int64_t j, int64_t rows);
 
-// The contiguous eval rows of `rank`: [rank*N/W, (rank+1)*N/W).
-RowSpan EvalSpan(int64_t rows, int rank, int world);
-
-// A batch copied out of a Dataset: inputs and targets of the listed rows, in order.
-struct Batch {
-  int64_t rows = 0;
-  std::vector<float> x;         // [rows, in_dim]
-  std::vector<float> y;         // mse
-  std::vector<int64_t> labels;  // cross_entropy
-  std::vector<int64_t> tokens;  // train_gpt: [rows, T + 1] (examples/gpt_data.h)
-};
 // Copies rows of the step's span (BatchRow for j in span).
 void FillStepBatch(const Dataset& d, int64_t step, int64_t batch, RowSpan span, Batch* out);
 // Copies dataset rows [span.begin, span.end).

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "examples/test_files.h"
-#include "examples/train_config.h"
+#include "train/train_config.h"
 
 namespace shardema::examples {
 namespace {
@@ -82,8 +82,8 @@ TEST(DatasetTest, EvalSpansCoverAllRowsOnce) {
 }
 
 TEST(DatasetTest, BatchNotDivisibleByWorldIsAnError) {
-  StatusOr<ParsedArgs> p =
-      ParseTrainConfig(std::vector<std::string>{"--layers", "2,2", "--batch", "6"});
+  StatusOr<ParsedMlpArgs> p =
+      ParseMlpConfig(std::vector<std::string>{"--layers", "2,2", "--batch", "6"});
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->config.CheckForWorld(3).ok());
   Status s = p->config.CheckForWorld(4);

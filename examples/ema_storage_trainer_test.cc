@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "examples/self_communicator.h"
 #include "examples/test_files.h"
-#include "examples/trainer.h"
 #include "examples/trainer_test_util.h"
+#include "framework/self_communicator.h"
 #include "tests/test_world.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 namespace {
@@ -105,19 +105,19 @@ TEST(EmaStorageTrainerTest, ResumeWithAnotherStorageIsAConfigDifference) {
   std::string args = std::string(kArgs) + " --steps 4 --resume --ckpt-dir " + dir;
   const std::string from = "e_bf16:decay=0.9,storage=bf16";
   args.replace(args.find(from), from.size(), "e_bf16:decay=0.9,storage=fp32");
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(ParseTestConfig(args), World());
+  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(ParseTestConfig(args), World());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("e_bf16.storage"), std::string::npos) << t.status();
 }
 
 TEST(EmaStorageTrainerTest, BadStorageFlagsAreRefused) {
-  StatusOr<ParsedArgs> c =
-      ParseTrainConfig(SplitArgs(std::string(kArgs) + " --steps 1 --ema-spec x:storage=fp8"));
+  StatusOr<ParsedMlpArgs> c =
+      ParseMlpConfig(SplitArgs(std::string(kArgs) + " --steps 1 --ema-spec x:storage=fp8"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("unknown EMA storage 'fp8'"), std::string::npos)
       << c.status();
-  c = ParseTrainConfig(
+  c = ParseMlpConfig(
       SplitArgs(std::string(kArgs) + " --steps 1 --ema-spec x:storage=delta_bf16,offload=true"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("cannot be offloaded"), std::string::npos) << c.status();

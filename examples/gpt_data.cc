@@ -5,7 +5,7 @@
 
 #include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
-#include "examples/rng.h"
+#include "framework/rng.h"
 
 namespace shardema::examples {
 namespace {

@@ -5,8 +5,7 @@
 #include <utility>
 
 #include "checkpoint/safetensors.h"
-#include "examples/init_file.h"
-#include "examples/rng.h"
+#include "framework/rng.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
@@ -14,6 +13,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/precision.h"
+#include "train/init_file.h"
 
 namespace shardema::examples {
 namespace {

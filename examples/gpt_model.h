@@ -43,11 +43,11 @@
 #include <vector>
 
 #include "examples/dataset.h"
-#include "examples/model.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "fsdp/unit_runner.h"
 #include "nn/cpu_context.h"
+#include "train/model.h"
 
 namespace shardema::examples {
 
@@ -111,7 +111,7 @@ Status SplitGptBatch(const Batch& batch, const GptShape& shape, GptTokens* out);
 
 // What a GPT language model (GptModel on the CPU, GptModelCuda on a GPU) shares: its shape and
 // sampling on top of a forward that yields the last position's logits.
-class GptLm : public Model {
+class GptLm : public ModelCompute {
  public:
   const GptShape& shape() const { return shape_; }
   // Generates `n` tokens after `prompt` (collective: every rank runs the same forwards and draws

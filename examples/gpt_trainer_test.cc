@@ -21,11 +21,11 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "ema/snapshot.h"
-#include "examples/self_communicator.h"
 #include "examples/test_files.h"
-#include "examples/trainer.h"
 #include "examples/trainer_test_util.h"
+#include "framework/self_communicator.h"
 #include "tests/test_world.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 namespace {
@@ -44,14 +44,14 @@ std::string ParityArgs() {
          "--data " + kData;
 }
 
-TrainConfig GptConfig(const std::string& args) {
-  StatusOr<ParsedArgs> p = ParseGptConfig(SplitArgs(args + " --log-every 0"));
+GptConfig Gpt(const std::string& args) {
+  StatusOr<ParsedGptArgs> p = ParseGptConfig(SplitArgs(args + " --log-every 0"));
   EXPECT_TRUE(p.ok()) << p.status() << " (" << args << ")";
-  return p.ok() ? p->config : TrainConfig();
+  return p.ok() ? p->config : GptConfig();
 }
 
 StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
-  return RunTrainer(GptConfig(args), comm);
+  return RunTrainer(Gpt(args), comm);
 }
 
 // The key bias (c_attn.bias[C:2C], C = 16 in every config here) has an exactly zero gradient
@@ -155,7 +155,7 @@ TEST(GptTrainerTest, ShuffledOrderIsWorldSizeInvariant) {
       "--n-layer 2 --n-head 4 --n-embd 16 --block-size 8 --batch 6 --grad-accum 1 --steps 20 "
       "--lr 3e-3 --ema 0.8 --seed 21 --data-order shuffled --data " +
       std::string(kData);
-  StatusOr<WorldAndSerial> runs = RunWorldAndSerial(GptConfig(args), World());
+  StatusOr<WorldAndSerial> runs = RunWorldAndSerial(Gpt(args), World());
   ASSERT_TRUE(runs.ok()) << runs.status();
   if (World()->rank() != 0) return;
   // Other row splits sum in other orders; 20 Adam steps amplify that to ~1e-4 with the FMA
@@ -265,7 +265,7 @@ TEST(GptTrainerTest, EmaSnapshotsAndNoMixingWithAnotherRunsSnapshots) {
 }
 
 TEST(GptTrainerTest, WeightDecayOnlyOnMatrices) {
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(GptConfig(ParityArgs()), World());
+  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(Gpt(ParityArgs()), World());
   ASSERT_TRUE(t.ok()) << t.status();
   const Optimizer& opt = *(*t)->optimizer();
   int matrices = 0, vectors = 0;
@@ -296,7 +296,7 @@ TEST(GptTrainerTest, InitErrors) {
   }
   ASSERT_TRUE(World()->Barrier().ok());
   StatusOr<std::unique_ptr<Trainer>> t =
-      Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
+      CreateTrainer(Gpt(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(
@@ -311,7 +311,7 @@ TEST(GptTrainerTest, InitErrors) {
     ASSERT_TRUE(WriteSafetensorsFile(path, tensors).ok());
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  t = Trainer::Create(GptConfig(ParityArgs() + " --init " + path), World());
+  t = CreateTrainer(Gpt(ParityArgs() + " --init " + path), World());
   ASSERT_FALSE(t.ok());
   EXPECT_NE(
       t.status().message().find("'transformer.wpe.weight': expected shape [8, 16], found [4, 16]"),

@@ -6,10 +6,10 @@
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_index.h"
-#include "examples/init_file.h"
-#include "examples/rng.h"
+#include "framework/rng.h"
 #include "nn/linear.h"
 #include "nn/precision.h"
+#include "train/init_file.h"
 
 namespace shardema::examples {
 namespace {
@@ -38,21 +38,13 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
     auto it = fan_in.find(p.name);
     if (it == fan_in.end())
       return InvalidArgument("InitMlpFromSeed: unknown parameter '", p.name, "'");
-    const double bound = 1.0 / std::sqrt(double(it->second));
-    SeededRng rng(seed, p.name);
-    for (int64_t i = 0; i < p.numel; ++i) out[i] = rng.Uniform(-bound, bound);
+    InitUniform(out, p.numel, LinearInitBound(it->second), seed, p.name);
     return Status::Ok();
   });
 }
 
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path) {
-  StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
-  if (!opened.ok()) return opened.status().WithContext("--init");
-  const SafetensorsSet& f = **opened;
-  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), {}, "--layers"));
-  return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
-    return f.ReadTensor(p.name, DType::kF32, out, p.numel);
-  });
+  return InitStoreFromFile(store, path, {}, "--layers");
 }
 
 MlpModel::MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers,

@@ -1,5 +1,6 @@
 // MlpModel: the multilayer perceptron of train_mlp on the CPU, run through the sharded parameter
-// store (the GPU twin is examples/cuda/mlp_model_cuda.h; both implement examples/model.h).
+// store (the GPU twin is examples/cuda/mlp_model_cuda.h; both implement train/model.h
+// ModelCompute).
 //
 // Model: Linear(D0->D1), act, Linear(D1->D2), act, ..., Linear(D(L-1)->DL) (no activation after
 // the last layer). Each Linear is one store unit "layers.{i}" holding "layers.{i}.weight"
@@ -34,11 +35,11 @@
 
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
-#include "examples/model.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "fsdp/unit_runner.h"
 #include "nn/cpu_context.h"
+#include "train/model.h"
 
 namespace shardema::examples {
 
@@ -59,7 +60,7 @@ Status InitMlpFromSeed(ShardedParameterStore* store, const std::vector<int64_t>&
 // corrupt file.
 Status InitMlpFromFile(ShardedParameterStore* store, const std::string& path);
 
-class MlpModel final : public Model, private UnitModule {
+class MlpModel final : public ModelCompute, private UnitModule {
  public:
   // compute_threads: the nn::CpuContext the layers run on (--compute-threads).
   MlpModel(ShardedParameterStore* store, std::vector<int64_t> layers, mlp::Activation activation,

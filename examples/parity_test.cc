@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "examples/trainer.h"
 #include "examples/trainer_test_util.h"
 #include "tests/test_world.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 namespace {
@@ -39,13 +39,13 @@ double MaxRelError(const std::vector<float>& got, const std::vector<float>& want
 }
 
 TEST(ParityTest, MatchesPyTorchAdamWClippingAndEma) {
-  StatusOr<ParsedArgs> args = ParseTrainConfig(std::vector<std::string>{
+  StatusOr<ParsedMlpArgs> args = ParseMlpConfig(std::vector<std::string>{
       "--layers",       "6,9,7,3", "--activation", "gelu", "--loss",  "mse",      "--batch", "8",
       "--steps",        "12",      "--lr",         "1e-2", "--betas", "0.9,0.95", "--eps",   "1e-8",
       "--weight-decay", "0.1",     "--clip-norm",  "1.0",  "--ema",   "0.9,0.99", "--data",  kData,
       "--init",         kInit,     "--log-every",  "0"});
   ASSERT_TRUE(args.ok()) << args.status();
-  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(args->config, World());
+  StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer(args->config, World());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   StatusOr<TrainSummary> summary = (*trainer)->Run();
   ASSERT_TRUE(summary.ok()) << summary.status();

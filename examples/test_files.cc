@@ -41,10 +41,10 @@ std::vector<std::string> SplitArgs(const std::string& s) {
   return out;
 }
 
-TrainConfig ParseTestConfig(const std::string& args) {
-  StatusOr<ParsedArgs> p = ParseTrainConfig(SplitArgs(args));
+MlpConfig ParseTestConfig(const std::string& args) {
+  StatusOr<ParsedMlpArgs> p = ParseMlpConfig(SplitArgs(args));
   EXPECT_TRUE(p.ok()) << p.status() << " for " << args;
-  return p.ok() ? p->config : TrainConfig{};
+  return p.ok() ? p->config : MlpConfig{};
 }
 
 }  // namespace shardema::examples

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/train_config.h"
+#include "examples/mlp_train.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
 
@@ -38,8 +38,8 @@ Status WriteSafetensorsFile(const std::string& path,
 std::vector<std::string> SplitArgs(const std::string& s);
 
 // Parses train_mlp flags given as one string; a parse error fails the calling test (gtest
-// EXPECT) and returns the default TrainConfig.
-TrainConfig ParseTestConfig(const std::string& args);
+// EXPECT) and returns the default MlpConfig.
+MlpConfig ParseTestConfig(const std::string& args);
 
 }  // namespace shardema::examples
 

@@ -1,4 +1,7 @@
-#include "examples/train_config.h"
+#include "train/train_config.h"
+
+#include "examples/gpt_train.h"
+#include "examples/mlp_train.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +13,31 @@
 namespace shardema::examples {
 namespace {
 
-StatusOr<ParsedArgs> Parse(std::vector<std::string> args) { return ParseTrainConfig(args); }
+StatusOr<ParsedMlpArgs> Parse(std::vector<std::string> args) { return ParseMlpConfig(args); }
+
+// What a checkpoint compares on resume and records: the trainer's part and the model's.
+template <class Config>
+nlohmann::json Hparams(const Config& c, std::unique_ptr<TrainModel> model) {
+  nlohmann::json h = c.HparamsJson();
+  h.update(model->Hparams());
+  return h;
+}
+nlohmann::json Hparams(const MlpConfig& c) { return Hparams(c, MakeMlpModel(c)); }
+nlohmann::json Hparams(const GptConfig& c) { return Hparams(c, MakeGptModel(c)); }
+nlohmann::json Record(const MlpConfig& c) {
+  nlohmann::json r = c.ToJson();
+  r.update(MakeMlpModel(c)->Config());
+  return r;
+}
+nlohmann::json Record(const GptConfig& c) {
+  nlohmann::json r = c.ToJson();
+  r.update(MakeGptModel(c)->Config());
+  return r;
+}
 
 // Expects an invalid-argument error whose message contains every fragment.
 void ExpectError(std::vector<std::string> args, std::vector<std::string> fragments) {
-  StatusOr<ParsedArgs> p = Parse(args);
+  StatusOr<ParsedMlpArgs> p = Parse(args);
   std::string joined;
   for (const std::string& a : args) joined += a + " ";
   ASSERT_FALSE(p.ok()) << joined;
@@ -26,7 +49,7 @@ void ExpectError(std::vector<std::string> args, std::vector<std::string> fragmen
 }
 
 TEST(TrainConfigTest, ParsesTheParitySetup) {
-  StatusOr<ParsedArgs> p =
+  StatusOr<ParsedMlpArgs> p =
       Parse({"--layers",    "6,9,7,3",  "--activation", "gelu",     "--loss",         "mse",
              "--batch",     "8",        "--steps",      "12",       "--lr",           "1e-2",
              "--betas",     "0.9,0.95", "--eps",        "1e-8",     "--weight-decay", "0.1",
@@ -34,7 +57,7 @@ TEST(TrainConfigTest, ParsesTheParitySetup) {
              "--init",      "i.st",     "--ckpt-dir",   "/tmp/x",   "--save-every",   "4",
              "--keep",      "3",        "--async-save", "--resume", "--seed",         "7"});
   ASSERT_TRUE(p.ok()) << p.status();
-  const TrainConfig& c = p->config;
+  const MlpConfig& c = p->config;
   EXPECT_FALSE(p->help);
   EXPECT_EQ(c.layers, (std::vector<int64_t>{6, 9, 7, 3}));
   EXPECT_EQ(c.activation, mlp::Activation::kGelu);
@@ -65,9 +88,9 @@ TEST(TrainConfigTest, ParsesTheParitySetup) {
 }
 
 TEST(TrainConfigTest, DefaultsNeedOnlyLayers) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3"});
   ASSERT_TRUE(p.ok()) << p.status();
-  const TrainConfig& c = p->config;
+  const MlpConfig& c = p->config;
   EXPECT_EQ(c.optim, OptimizerKind::kAdamW);
   EXPECT_EQ(c.precision, DType::kF32);
   EXPECT_EQ(c.lr_schedule, LrScheduleKind::kConstant);
@@ -79,7 +102,7 @@ TEST(TrainConfigTest, DefaultsNeedOnlyLayers) {
 }
 
 TEST(TrainConfigTest, UnitMemoryLimitTakesByteSizes) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--unit-memory-limit", "49MiB"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--unit-memory-limit", "49MiB"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.unit_memory_limit, int64_t(49) << 20);
   EXPECT_EQ(p->config.AgreementJson()["unit_memory_limit"], int64_t(49) << 20);
@@ -102,7 +125,7 @@ TEST(TrainConfigTest, UnitMemoryLimitTakesByteSizes) {
 }
 
 TEST(TrainConfigTest, AsyncSnapshotIsCopyOrInPlaceWithAsyncSave) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-save"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--ckpt-dir", "/tmp/x", "--async-save"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->config.async_in_place);
   EXPECT_EQ(p->config.AgreementJson()["async_snapshot"], "copy");
@@ -119,7 +142,7 @@ TEST(TrainConfigTest, AsyncSnapshotIsCopyOrInPlaceWithAsyncSave) {
 }
 
 TEST(TrainConfigTest, EmaFlagsExpandInOrder) {
-  StatusOr<ParsedArgs> p =
+  StatusOr<ParsedMlpArgs> p =
       Parse({"--layers", "4,3", "--ema", "0.999", "--ema-schedule", "warmup", "--ema-sigma-rel",
              "0.05,0.1", "--ema-half-life", "500", "--ema-start-step", "10", "--ema-interval", "4",
              "--ema-no-interval-correction", "--ema-spec",
@@ -198,17 +221,17 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
 }
 
 TEST(TrainConfigTest, RepeatedFlagsTakeTheLastValueEmaSpecsCollect) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--steps", "5", "--steps", "7", "--ema-spec",
-                                  "a:decay=0.5", "--ema-spec", "b:decay=0.6"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--steps", "5", "--steps", "7",
+                                     "--ema-spec", "a:decay=0.5", "--ema-spec", "b:decay=0.6"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.steps, 7);
   ASSERT_EQ(p->config.emas.size(), 2u);
   EXPECT_EQ(p->config.emas[1].name, "b");
-  EXPECT_FALSE(TrainConfig{}.CheckForWorld(1).ok());  // no layers
+  EXPECT_FALSE(MakeMlpModel(MlpConfig{})->Memory().ok());  // no layers
 }
 
 TEST(TrainConfigTest, CudaDeviceForms) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--device", "cuda"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--device", "cuda"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->config.device.is_cuda());
   EXPECT_TRUE(p->config.gpu_from_local_rank);
@@ -227,7 +250,7 @@ TEST(TrainConfigTest, CudaDeviceForms) {
 }
 
 TEST(TrainConfigTest, BatchMustSplitOverTheWorld) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--batch", "8"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--batch", "8"});
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->config.CheckForWorld(1).ok());
   EXPECT_TRUE(p->config.CheckForWorld(2).ok());
@@ -243,7 +266,7 @@ TEST(TrainConfigTest, BatchMustSplitOverTheWorld) {
 }
 
 TEST(TrainConfigTest, HelpIsNotAnError) {
-  StatusOr<ParsedArgs> p = Parse({"--help"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->help);
   for (const char* flag :
@@ -257,14 +280,14 @@ TEST(TrainConfigTest, HelpIsNotAnError) {
 }
 
 TEST(TrainConfigTest, NoCommChecksFlag) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--no-comm-checks"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--no-comm-checks"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->config.comm_checks);
   EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
 }
 
 TEST(TrainConfigTest, CommThreadFlag) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->config.comm_thread);
   EXPECT_FALSE(p->config.AgreementJson().at("comm_thread").get<bool>());
@@ -277,7 +300,7 @@ TEST(TrainConfigTest, CommThreadFlag) {
 }
 
 TEST(TrainConfigTest, ReduceScatterFlag) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--reduce-scatter", "ring"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--reduce-scatter", "ring"});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->config.reduce_scatter, ReduceScatterAlgorithm::kRing);
   EXPECT_EQ(p->config.AgreementJson().at("reduce_scatter").get<std::string>(), "ring");
@@ -291,30 +314,31 @@ TEST(TrainConfigTest, ReduceScatterFlag) {
 }
 
 TEST(TrainConfigTest, WarnsWhenConstantEmaHorizonIsLongNextToTheRun) {
-  StatusOr<ParsedArgs> p = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999,0.9"});
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999,0.9"});
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->warnings.size(), 1u);  // 0.999: horizon 1000 > 200; 0.9: horizon 10
   EXPECT_NE(p->warnings[0].find("'ema_0.999'"), std::string::npos) << p->warnings[0];
   EXPECT_NE(p->warnings[0].find("55% of its start weights"), std::string::npos) << p->warnings[0];
   EXPECT_NE(p->warnings[0].find("--ema-schedule warmup"), std::string::npos) << p->warnings[0];
-  StatusOr<ParsedArgs> warm =
+  StatusOr<ParsedMlpArgs> warm =
       Parse({"--layers", "4,3", "--steps", "600", "--ema", "0.999", "--ema-schedule", "warmup"});
   ASSERT_TRUE(warm.ok()) << warm.status();
   EXPECT_TRUE(warm->warnings.empty());
-  StatusOr<ParsedArgs> long_run = Parse({"--layers", "4,3", "--steps", "6000", "--ema", "0.999"});
+  StatusOr<ParsedMlpArgs> long_run =
+      Parse({"--layers", "4,3", "--steps", "6000", "--ema", "0.999"});
   ASSERT_TRUE(long_run.ok());
   EXPECT_TRUE(long_run->warnings.empty());
 }
 
 TEST(TrainConfigTest, HparamsHoldWhatMustMatchOnResume) {
-  StatusOr<ParsedArgs> a = Parse({"--layers", "4,3", "--steps", "10", "--ckpt-dir", "d"});
-  StatusOr<ParsedArgs> b = Parse({"--layers", "4,3", "--steps", "20", "--ckpt-dir", "e"});
-  StatusOr<ParsedArgs> c = Parse({"--layers", "4,5,3", "--steps", "10"});
+  StatusOr<ParsedMlpArgs> a = Parse({"--layers", "4,3", "--steps", "10", "--ckpt-dir", "d"});
+  StatusOr<ParsedMlpArgs> b = Parse({"--layers", "4,3", "--steps", "20", "--ckpt-dir", "e"});
+  StatusOr<ParsedMlpArgs> c = Parse({"--layers", "4,5,3", "--steps", "10"});
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  EXPECT_EQ(a->config.HparamsJson(), b->config.HparamsJson());  // more steps: same run
-  EXPECT_NE(a->config.HparamsJson(), c->config.HparamsJson());
-  EXPECT_NE(a->config.ToJson(), b->config.ToJson());
-  EXPECT_EQ(a->config.ToJson()["layers"], nlohmann::json({4, 3}));
+  EXPECT_EQ(Hparams(a->config), Hparams(b->config));  // more steps: same run
+  EXPECT_NE(Hparams(a->config), Hparams(c->config));
+  EXPECT_NE(Record(a->config), Record(b->config));
+  EXPECT_EQ(Record(a->config)["layers"], nlohmann::json({4, 3}));
 }
 
 TEST(TrainConfigTest, ListHelpers) {
@@ -332,7 +356,7 @@ TEST(TrainConfigTest, ListHelpers) {
 }
 
 TEST(TrainConfigTest, GptFlags) {
-  StatusOr<ParsedArgs> p =
+  StatusOr<ParsedGptArgs> p =
       ParseGptConfig(std::vector<std::string>{"--data",   "input.txt",    "--n-layer",
                                               "3",        "--n-head",     "4",
                                               "--n-embd", "48",           "--block-size",
@@ -341,8 +365,8 @@ TEST(TrainConfigTest, GptFlags) {
                                               "0.8",      "--recompute",  "--compute-threads",
                                               "2",        "--batch",      "8"});
   ASSERT_TRUE(p.ok()) << p.status();
-  const TrainConfig& c = p->config;
-  EXPECT_EQ(c.model, ModelKind::kGpt);
+  const GptConfig& c = p->config;
+  EXPECT_EQ(Record(c)["model"], "gpt");
   EXPECT_EQ(c.n_layer, 3);
   EXPECT_EQ(c.n_head, 4);
   EXPECT_EQ(c.n_embd, 48);
@@ -357,14 +381,14 @@ TEST(TrainConfigTest, GptFlags) {
   EXPECT_DOUBLE_EQ(c.beta2, 0.95);
   EXPECT_DOUBLE_EQ(c.clip_norm, 1.0);
   // The hyperparameters a resume compares hold the model shape and the data order.
-  const nlohmann::json h = c.HparamsJson();
+  const nlohmann::json h = Hparams(c);
   EXPECT_EQ(h["n_embd"], 48);
   EXPECT_EQ(h["data_order"], "sequential");
   EXPECT_FALSE(h.contains("layers"));
   EXPECT_TRUE(c.CheckForWorld(4).ok());
   EXPECT_FALSE(c.CheckForWorld(3).ok());
   // Default order, and errors naming the flag.
-  StatusOr<ParsedArgs> d = ParseGptConfig(std::vector<std::string>{"--data", "x"});
+  StatusOr<ParsedGptArgs> d = ParseGptConfig(std::vector<std::string>{"--data", "x"});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->config.data_order, DataOrder::kShuffled);
   for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -375,14 +399,13 @@ TEST(TrainConfigTest, GptFlags) {
            {{"--data", "x", "--block-size", "0"}, "must be >= 1"},
            {{"--data", "x", "--temperature", "-1"}, "--temperature"},
            {{"--data", "x", "--layers", "2,3"}, "--layers"}}) {
-    StatusOr<ParsedArgs> bad = ParseGptConfig(args);
+    StatusOr<ParsedGptArgs> bad = ParseGptConfig(args);
     ASSERT_FALSE(bad.ok()) << fragment;
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(bad.status().message().find(fragment), std::string::npos) << bad.status();
   }
   // train_mlp does not take the GPT flags.
-  EXPECT_FALSE(
-      ParseTrainConfig(std::vector<std::string>{"--layers", "2,3", "--n-layer", "2"}).ok());
+  EXPECT_FALSE(ParseMlpConfig(std::vector<std::string>{"--layers", "2,3", "--n-layer", "2"}).ok());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// train_gpt: a nanoGPT-shaped transformer on the sharded store (examples/gpt_model.h for the
-// model, examples/gpt_data.h for the data, examples/trainer.h for the loop).
-#include "examples/trainer_main.h"
+// train_gpt: a nanoGPT-shaped transformer on the sharded store (examples/gpt_train.h for the
+// model and its data, train/trainer.h for the loop).
+#include "examples/gpt_train.h"
 
 int main(int argc, char** argv) {
-  return shardema::examples::TrainerMain(argc, argv, "train_gpt",
-                                         shardema::examples::ParseGptConfig);
+  shardema::examples::GptConfig config;
+  return shardema::TrainerMain(argc, argv, shardema::examples::GptBinary(&config));
 }

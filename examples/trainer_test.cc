@@ -27,21 +27,21 @@
 #include "checkpoint/root_lock.h"
 #include "ema/snapshot.h"
 #include "examples/mlp_math.h"
-#include "examples/self_communicator.h"
 #include "examples/test_files.h"
-#include "examples/trainer.h"
 #include "examples/trainer_test_util.h"
+#include "framework/self_communicator.h"
 #include "nn/activation.h"
 #include "nn/cpu_context.h"
 #include "nn/linear.h"
 #include "tests/test_world.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 namespace {
 
 using ::shardema::testing::World;
 
-TrainConfig Config(const std::string& args) { return ParseTestConfig(args + " --log-every 0"); }
+MlpConfig Config(const std::string& args) { return ParseTestConfig(args + " --log-every 0"); }
 
 StatusOr<TrainRun> Train(const std::string& args, Communicator* comm) {
   return RunTrainer(Config(args), comm);
@@ -69,7 +69,7 @@ void ExpectWorldSizeInvariant(const std::string& args, double tol) {
         << "step " << i + 1;
   }
   // Not vacuous: training moved the weights and the EMA slots differ from the master.
-  StatusOr<std::unique_ptr<Trainer>> fresh = Trainer::Create(Config(args), &self);
+  StatusOr<std::unique_ptr<Trainer>> fresh = CreateTrainer(Config(args), &self);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   auto init = (*fresh)->store()->GatherSlotToRank((*fresh)->store()->master(), 0);
   ASSERT_TRUE(init.ok()) << init.status();
@@ -200,7 +200,8 @@ TEST(TrainerTest, EvalOfAnEmaSlotIsTheLossOfItsWeights) {
   EXPECT_EQ(e.rows, 37);
   if (World()->rank() != 0) return;
   // Independent forward over all rows with the gathered EMA weights.
-  const Dataset& d = run->trainer->data();
+  Batch d;  // every eval row, as the trainer's data gives them
+  run->trainer->data().FillEval({0, run->trainer->data().EvalRows()}, &d);
   const std::vector<int64_t> L = {4, 6, 3};
   const nn::CpuContext serial;
   std::vector<float> h = d.x, z;
@@ -236,7 +237,7 @@ TEST(TrainerTest, SyntheticTaskLearns) {
       Train("--layers 8,32,4 --batch 24 --steps 80 --lr 1e-2 --seed 4", World());
   ASSERT_TRUE(run.ok()) << run.status();
   StatusOr<std::unique_ptr<Trainer>> fresh =
-      Trainer::Create(Config("--layers 8,32,4 --batch 24 --seed 4"), World());
+      CreateTrainer(Config("--layers 8,32,4 --batch 24 --seed 4"), World());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   StatusOr<EvalLosses> before = (*fresh)->Evaluate(0);
   ASSERT_TRUE(before.ok()) << before.status();
@@ -416,7 +417,7 @@ TEST(TrainerTest, EmaSnapshotsSurviveResumeAndHoldTheSlots) {
 // Expects Trainer::Create to fail with `code` and a message holding every fragment.
 void ExpectCreateError(const std::string& args, StatusCode code,
                        std::vector<std::string> fragments) {
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(Config(args), World());
+  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(Config(args), World());
   ASSERT_FALSE(t.ok()) << args;
   EXPECT_EQ(t.status().code(), code) << t.status();
   for (const std::string& f : fragments) {
@@ -539,9 +540,9 @@ TEST(TrainerTest, InitFromAShardedExportReadsEveryShardAndOtherFilesAreNamed) {
   ASSERT_TRUE(World()->Barrier().ok());
   const std::string index = TestPath("init_sharded/model.safetensors.index.json");
   StatusOr<std::unique_ptr<Trainer>> a =
-      Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
+      CreateTrainer(Config(std::string(kResumeArgs) + " --steps 2 --init " + single), World());
   StatusOr<std::unique_ptr<Trainer>> b =
-      Trainer::Create(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
+      CreateTrainer(Config(std::string(kResumeArgs) + " --steps 2 --init " + index), World());
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   // The master weights (no EMA has started before the first step).

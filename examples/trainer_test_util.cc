@@ -6,13 +6,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "examples/self_communicator.h"
+#include "framework/self_communicator.h"
 
 namespace shardema::examples {
 
-StatusOr<TrainRun> RunTrainer(const TrainConfig& config, Communicator* comm) {
+StatusOr<TrainRun> RunTrainer(const TrainConfig& config, const MakeModel& make,
+                              Communicator* comm) {
   TrainRun r;
-  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(config, comm));
+  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(config, make(), comm));
   ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
   return r;
 }
@@ -30,13 +31,14 @@ std::vector<std::vector<FullTensor>> GatherState(const Trainer& t) {
   return out;
 }
 
-StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, Communicator* world) {
+StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, const MakeModel& make,
+                                           Communicator* world) {
   WorldAndSerial r;
-  ASSIGN_OR_RETURN(r.world, RunTrainer(config, world));
+  ASSIGN_OR_RETURN(r.world, RunTrainer(config, make, world));
   r.world_state = GatherState(*r.world.trainer);
   if (world->rank() != 0) return r;
   SelfCommunicator self;
-  ASSIGN_OR_RETURN(r.serial, RunTrainer(config, &self));
+  ASSIGN_OR_RETURN(r.serial, RunTrainer(config, make, &self));
   r.serial_state = GatherState(*r.serial.trainer);
   return r;
 }

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "examples/trainer.h"
+#include "examples/gpt_train.h"
+#include "examples/mlp_train.h"
 #include "framework/communicator.h"
 #include "framework/status.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 
@@ -20,8 +22,17 @@ struct TrainRun {
   TrainSummary summary;
 };
 
-// Trainer::Create + Run.
-StatusOr<TrainRun> RunTrainer(const TrainConfig& config, Communicator* comm);
+// Trainer::Create + Run with the model `make` returns.
+using MakeModel = std::function<std::unique_ptr<TrainModel>()>;
+StatusOr<TrainRun> RunTrainer(const TrainConfig& config, const MakeModel& make, Communicator* comm);
+inline StatusOr<TrainRun> RunTrainer(const MlpConfig& c, Communicator* comm) {
+  return RunTrainer(
+      c, [&c] { return MakeMlpModel(c); }, comm);
+}
+inline StatusOr<TrainRun> RunTrainer(const GptConfig& c, Communicator* comm) {
+  return RunTrainer(
+      c, [&c] { return MakeGptModel(c); }, comm);
+}
 
 // `config` trained by every rank of `world`, then (rank 0 only) by rank 0 alone in this process
 // (SelfCommunicator): the runs and their gathered states. On other ranks `serial` is empty.
@@ -32,7 +43,16 @@ struct WorldAndSerial {
   State world_state;   // on rank 0
   State serial_state;  // on rank 0
 };
-StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, Communicator* world);
+StatusOr<WorldAndSerial> RunWorldAndSerial(const TrainConfig& config, const MakeModel& make,
+                                           Communicator* world);
+inline StatusOr<WorldAndSerial> RunWorldAndSerial(const MlpConfig& c, Communicator* world) {
+  return RunWorldAndSerial(
+      c, [&c] { return MakeMlpModel(c); }, world);
+}
+inline StatusOr<WorldAndSerial> RunWorldAndSerial(const GptConfig& c, Communicator* world) {
+  return RunWorldAndSerial(
+      c, [&c] { return MakeGptModel(c); }, world);
+}
 
 // The master then every EMA slot, gathered on rank 0 (collective; empty tensors elsewhere).
 std::vector<std::vector<FullTensor>> GatherState(const Trainer& t);

@@ -45,17 +45,17 @@
 
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
-#include "examples/model.h"
 #include "framework/cuda/event.h"
 #include "framework/device.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "fsdp/unit_runner.h"
 #include "nn/cuda/cublas_gemm.h"
+#include "train/model.h"
 
 namespace shardema::examples {
 
-class MlpModelCuda final : public Model, private UnitModule {
+class MlpModelCuda final : public ModelCompute, private UnitModule {
  public:
   static StatusOr<std::unique_ptr<MlpModelCuda>> Create(ShardedParameterStore* store,
                                                         std::vector<int64_t> layers,

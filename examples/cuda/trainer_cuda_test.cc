@@ -21,12 +21,15 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "examples/device_comm.h"
+#include "examples/gpt_train.h"
+#include "examples/mlp_train.h"
 #include "examples/test_files.h"
-#include "examples/trainer.h"
+#include "examples/trainer_test_util.h"
 #include "framework/device.h"
 #include "tests/nccl_test_world.h"
 #include "tests/test_world.h"
+#include "train/device_comm.h"
+#include "train/trainer.h"
 
 namespace shardema::examples {
 namespace {
@@ -51,11 +54,20 @@ constexpr char kGptArgs[] =
     "--init examples/testdata/gpt_parity_init.safetensors --sample 24 --temperature 0.8 "
     "--log-every 0";
 
-TrainConfig Config(const std::string& args) {
-  if (args.find("--n-layer") == std::string::npos) return ParseTestConfig(args);
-  StatusOr<ParsedArgs> p = ParseGptConfig(SplitArgs(args));
+// The MLP's or (with --n-layer) the GPT's config, and its model.
+struct ModelRun {
+  std::shared_ptr<TrainConfig> config;
+  MakeModel make;
+};
+ModelRun Config(const std::string& args) {
+  if (args.find("--n-layer") == std::string::npos) {
+    auto c = std::make_shared<MlpConfig>(ParseTestConfig(args));
+    return {c, [c] { return MakeMlpModel(*c); }};
+  }
+  StatusOr<ParsedGptArgs> p = ParseGptConfig(SplitArgs(args));
   EXPECT_TRUE(p.ok()) << p.status() << " (" << args << ")";
-  return p.ok() ? p->config : TrainConfig();
+  auto c = std::make_shared<GptConfig>(p.ok() ? p->config : GptConfig());
+  return {c, [c] { return MakeGptModel(*c); }};
 }
 
 // The state of a run: master then every EMA slot, full tensors on rank 0 (empty elsewhere).
@@ -69,8 +81,8 @@ struct TrainedRun {
 StatusOr<TrainedRun> Train(const std::string& args, bool cuda) {
   TrainedRun r;
   Communicator* device_comm = cuda ? static_cast<Communicator*>(NcclWorld()) : nullptr;
-  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(Config(args + (cuda ? " --device cuda" : "")),
-                                              World(), device_comm));
+  const ModelRun run = Config(args + (cuda ? " --device cuda" : ""));
+  ASSIGN_OR_RETURN(r.trainer, Trainer::Create(*run.config, run.make(), World(), device_comm));
   if (r.trainer->device().is_cuda() != cuda)
     return Internal("trainer on ", r.trainer->device().ToString());
   ASSIGN_OR_RETURN(r.summary, r.trainer->Run());
@@ -277,7 +289,7 @@ TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
 
 TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {
   StatusOr<std::unique_ptr<Communicator>> none =
-      CreateDeviceCommunicator(Config(std::string(kParityArgs)), MpiWorld());
+      CreateDeviceCommunicator(*Config(std::string(kParityArgs)).config, MpiWorld());
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, nullptr) << "--device cpu needs no device communicator";
   const int gpus = CudaDeviceCount();
@@ -285,12 +297,12 @@ TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {
   const std::string why =
       gpus == 0 ? (BuiltWithCuda() ? "no CUDA device is visible" : "built without CUDA")
                 : "CUDA device(s) visible";
-  const TrainConfig c = Config(std::string(kParityArgs) + dev);
-  StatusOr<std::unique_ptr<Communicator>> comm = CreateDeviceCommunicator(c, MpiWorld());
+  const ModelRun c = Config(std::string(kParityArgs) + dev);
+  StatusOr<std::unique_ptr<Communicator>> comm = CreateDeviceCommunicator(*c.config, MpiWorld());
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), StatusCode::kUnavailable) << comm.status();
   EXPECT_NE(comm.status().message().find(why), std::string::npos) << comm.status();
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c, World());
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(*c.config, c.make(), World());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnavailable) << t.status();
   EXPECT_NE(t.status().message().find(why), std::string::npos) << t.status();

@@ -1,13 +1,13 @@
 // SelfCommunicator: a Communicator of world size 1 on the CPU, for in-process serial reference
 // runs inside multi-rank tests (e.g. the trainer at W = 1 on rank 0 beside the real W-rank run)
-// and benchmarks (bench/gpt_roofline: the model's compute alone on every rank).
+// and benchmarks (examples/gpt_roofline: the model's compute alone on every rank).
 //
 // With one rank every collective is a copy: AllGather/Broadcast/AllReduce/ReduceScatter copy
 // send to recv (kAvg divides by 1, so it is a copy too), in place is a no-op. Works complete at
 // once. Header-only; for tests and benchmarks, not for training. Threading: one thread, like any
 // communicator.
-#ifndef SHARDEMA_EXAMPLES_SELF_COMMUNICATOR_H_
-#define SHARDEMA_EXAMPLES_SELF_COMMUNICATOR_H_
+#ifndef SHARDEMA_FRAMEWORK_SELF_COMMUNICATOR_H_
+#define SHARDEMA_FRAMEWORK_SELF_COMMUNICATOR_H_
 
 #include <cstring>
 #include <memory>
@@ -15,7 +15,7 @@
 
 #include "framework/communicator.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 class SelfCommunicator final : public Communicator {
  public:
@@ -73,6 +73,6 @@ class SelfCommunicator final : public Communicator {
   bool shut_down_ = false;
 };
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_SELF_COMMUNICATOR_H_
+#endif  // SHARDEMA_FRAMEWORK_SELF_COMMUNICATOR_H_

@@ -1,6 +1,4 @@
-#include "examples/trainer_checkpoint.h"
-
-#include "examples/gpt_model.h"
+#include "train/trainer_checkpoint.h"
 
 #include <set>
 
@@ -13,7 +11,7 @@
 #include "ema/snapshot.h"
 #include "framework/logging.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 // What rank 0 finds in --ckpt-dir: nothing of a run, committed checkpoints, or only EMA
@@ -52,31 +50,24 @@ Status SnapshotsOfAnotherRun(const std::string& root) {
 
 }  // namespace
 
-nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, int world_size,
-                               int64_t step) {
+nlohmann::json TrainerSections(const TrainConfig& config, const TrainModel& model,
+                               const TrainData& data, int world_size, int64_t step) {
   nlohmann::json hparams = config.HparamsJson();
-  hparams["data_rows"] = data.rows;
+  hparams.update(model.Hparams());
+  hparams["data_rows"] = data.size();
+  nlohmann::json position = {{"next_step", step}, {"rows", data.size()}, {"source", data.source()}};
+  position.update(data.Progress(step, config.batch));
   nlohmann::json progress = {
       {"world_size", world_size},
-      {"data",
-       {{"next_step", step},
-        {"next_row", BatchRow(step, config.batch, 0, data.rows)},
-        {"rows", data.rows},
-        {"source", data.source}}},
+      {"data", position},
       {"rng",
        {{"seed", config.seed},
         {"generator", "splitmix64(seed ^ fnv1a(name)) per parameter / data tensor"},
         {"draws_during_training", 0}}}};
-  if (config.model == ModelKind::kGpt) {
-    // data.rows is the token count; the order is a pure function of (seed, step, j).
-    progress["data"]["order"] = DataOrderName(config.data_order);
-    progress["data"]["next_sequence"] = step * config.batch;
-  }
-  nlohmann::json meta = {
-      {"trainer", {{"config", hparams}, {"progress", progress}, {"run", config.ToJson()}}}};
-  if (config.model == ModelKind::kGpt) {
-    meta["tied_weights"] = GptTiedNames();  // exported under both names (checkpoint/export.h)
-  }
+  nlohmann::json run = config.ToJson();
+  run.update(model.Config());
+  nlohmann::json meta = {{"trainer", {{"config", hparams}, {"progress", progress}, {"run", run}}}};
+  meta.update(model.MetaSections());
   return meta;
 }
 
@@ -100,8 +91,9 @@ Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm) 
   return AgreeOnStatus(comm, made, "create --ckpt-dir '" + config.ckpt_dir + "'");
 }
 
-StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
-                                      TrainState* state, const Dataset& data) {
+StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainModel& model,
+                                      const TrainData& data, Communicator* comm,
+                                      TrainState* state) {
   ResumeInfo info;
   const std::string& root = config.ckpt_dir;
   ASSIGN_OR_RETURN(DirState dir_state, AgreeOnRoot(root, comm));
@@ -127,7 +119,8 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
     return ReadManifest(dir);
   }();
   RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), "--resume from '" + root + "'"));
-  const nlohmann::json extra = TrainerSections(config, data, WorldSizeOf(comm), state->step());
+  const nlohmann::json extra =
+      TrainerSections(config, model, data, WorldSizeOf(comm), state->step());
   ASSIGN_OR_RETURN(nlohmann::json run_meta, state->Meta(extra));
   HparamCheckOptions check;
   check.allow_override = true;  // collect the lines; decided below
@@ -181,8 +174,13 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* c
   return info;
 }
 
-CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
-    : config_(config), comm_(comm), writer_(config.ckpt_dir, comm, [&config] {
+CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& model,
+                                 const TrainData& data, Communicator* comm)
+    : config_(config),
+      model_(model),
+      data_(data),
+      comm_(comm),
+      writer_(config.ckpt_dir, comm, [&config] {
         SaveOptions o;
         o.keep_last = config.keep;
         // --async-save: the snapshot copy itself runs on the writer thread, overlapping the next
@@ -194,25 +192,24 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, Communicator* comm)
         return o;
       }()) {}
 
-StatusOr<CheckpointState> CheckpointSaver::View(const TrainState& state, const Dataset& data,
-                                                int64_t step) const {
-  return state.CheckpointView(TrainerSections(config_, data, WorldSizeOf(comm_), step));
+StatusOr<CheckpointState> CheckpointSaver::View(const TrainState& state, int64_t step) const {
+  return state.CheckpointView(TrainerSections(config_, model_, data_, WorldSizeOf(comm_), step));
 }
 
-Status CheckpointSaver::ReserveStaging(const TrainState& state, const Dataset& data) {
+Status CheckpointSaver::ReserveStaging(const TrainState& state) {
   if (!config_.async_save) return Status::Ok();
-  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, state.step()));
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, state.step()));
   return writer_.ReserveStaging(view);
 }
 
-Status CheckpointSaver::Save(const TrainState& state, const Dataset& data, int64_t step) {
-  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, step));
+Status CheckpointSaver::Save(const TrainState& state, int64_t step) {
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, step));
   if (config_.async_save) return writer_.SaveAsync(view);
   return writer_.Save(view);
 }
 
-Status CheckpointSaver::SaveFinal(const TrainState& state, const Dataset& data, int64_t step) {
-  ASSIGN_OR_RETURN(CheckpointState view, View(state, data, step));
+Status CheckpointSaver::SaveFinal(const TrainState& state, int64_t step) {
+  ASSIGN_OR_RETURN(CheckpointState view, View(state, step));
   return writer_.Save(view);
 }
 
@@ -228,4 +225,4 @@ Status CheckpointSaver::Finish() {
   return writer_.Finish();
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,4 +1,4 @@
-#include "examples/device_comm.h"
+#include "train/device_comm.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "framework/device.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 TEST(SelectGpuBeforeMpiTest, CpuSelectsNothing) {
@@ -48,4 +48,4 @@ TEST(SelectGpuBeforeMpiTest, FixedDeviceIsMadeCurrentWhenItExists) {
 }
 
 }  // namespace
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,6 +1,6 @@
 // AgreeOnConfig under mpirun: equal configurations agree; a value that differs on one rank
 // (or on every rank but rank 0) fails on every rank naming the flag, the values and the ranks.
-#include "examples/config_agreement.h"
+#include "train/config_agreement.h"
 
 #include <gtest/gtest.h>
 

@@ -1,32 +1,37 @@
-// Trainer: the training loop of train_mlp, as a library (the binary, the tests and the benchmark
-// drive the same code).
+// Trainer: the training loop of any model (train/model.h) over the sharded store, the fused
+// optimizer and the EMA slots, with checkpoints, resume at any world size, evaluation of the live
+// weights and of every EMA slot, metrics.jsonl, logging and the launch (train/trainer_main.h).
 //
 // Devices (--device). On the CPU one host communicator does everything. With --device cuda the
 // trainer takes two communicators over the same ranks: `comm`, a host one (MPI), for setup
 // agreement, checkpoints (collective file I/O on host memory), the loss/eval all-reduces and the
-// timing; and `device_comm`, one on the rank's GPU (NCCL, examples/device_comm.h), for the store:
+// timing; and `device_comm`, one on the rank's GPU (NCCL, train/device_comm.h), for the store:
 // gathers, reduce-scatters and the optimizer's norm run on it, ordered with the store's compute
-// stream by events. The store, the optimizer moments and the EMA slots live on the GPU; the
-// forward/backward is MlpModelCuda (cuBLAS, examples/cuda/mlp_model_cuda.h); batches are copied
-// up through pinned memory; checkpoints are staged to pinned host memory (TrainState) and are
-// device-independent: a checkpoint saved on the GPU resumes on the CPU and vice versa.
+// stream by events. The store, the optimizer moments and the EMA slots live on the GPU; the model's
+// Build gets the CUDA store and returns its GPU compute; batches are copied up by the model;
+// checkpoints are staged to pinned host memory (TrainState) and are device-independent: a
+// checkpoint saved on the GPU resumes on the CPU and vice versa.
 //
-// Create() builds, in this order: the data (--data or the synthetic task; --eval-data), the
-// sharded store with one unit per Linear layer, the parameters (--init or the seeded init), the
-// EMA slots and the optimizer; then either restores the latest checkpoint (--resume) or checks
-// that --ckpt-dir holds none. Run() then reads top to bottom:
+// Create() checks the configuration (agreed over the ranks: the same flags on every rank, the
+// memory estimate, the device, the CPU kernels), then builds, in this order: the data
+// (TrainModel::LoadData), the sharded store of the model's units, the parameters (--init or the
+// model's seeded init), the EMA slots and the optimizer (the model's parameter groups), the
+// model's compute (TrainModel::Build); then either restores the latest checkpoint (--resume) or
+// checks that --ckpt-dir holds none. Run() then reads top to bottom:
 //
 //   for step = start .. steps-1:
-//     ZeroGrad; for each micro-batch: copy the rank's rows, Model::ForwardBackward
+//     ZeroGrad; for each micro-batch: TrainData::FillTrain of the rank's span,
+//       ModelCompute::ForwardBackward
 //     TrainState::Step (clipping, the fused AdamW/SGD + EMA pass)
-//     loss = all-reduce mean of the ranks' losses; log; metrics.jsonl
+//     loss = all-reduce mean of the ranks' losses; log (with ETA); metrics.jsonl
 //     every --eval-every: Evaluate (live weights, then each started EMA slot swapped in)
 //     every --save-every: checkpoint (async: committed by Poll on later steps)
-//   final eval, final checkpoint, table of final eval losses (rank 0)
+//   final eval, the model's Sample hook, final checkpoint, table of final eval losses (rank 0)
 //
-// Evaluation shards the eval rows across ranks (EvalSpan) in chunks of --eval-batch rows, sums
-// the per-row losses, and all-reduces: the loss is the mean over all eval rows. EMA weights are
-// evaluated through EmaSlots::Swap / SwapBack, so the normal gather path sees them.
+// Evaluation shards the eval items across ranks (EvalSpan) in chunks of --eval-batch, sums the
+// per-row losses (ModelCompute::LossSum), and all-reduces: the loss is the mean over all eval
+// items. EMA weights are evaluated through EmaSlots::Swap / SwapBack, so the normal gather path
+// sees them.
 //
 // CPU kernels: Setup agrees on the nn/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any rank
 // supports); --compute-threads threads per rank run the layers. --profile adds each phase's wall
@@ -37,8 +42,8 @@
 // Errors: configuration and data errors (kInvalidArgument, kNotFound, kDataLoss, naming the flag
 // and file), checkpoint errors, and store/communicator errors; never aborts.
 // Threading: one thread. The communicator must outlive the trainer.
-#ifndef SHARDEMA_EXAMPLES_TRAINER_H_
-#define SHARDEMA_EXAMPLES_TRAINER_H_
+#ifndef SHARDEMA_TRAIN_TRAINER_H_
+#define SHARDEMA_TRAIN_TRAINER_H_
 
 #include <cstdint>
 #include <functional>
@@ -47,22 +52,19 @@
 #include <vector>
 
 #include "ema/ema_slots.h"
-#include "examples/dataset.h"
-#include "examples/gpt_data.h"
-#include "examples/metrics.h"
-#include "examples/mlp_model.h"
-#include "examples/model.h"
-#include "examples/train_config.h"
-#include "examples/trainer_checkpoint.h"
 #include "framework/communicator.h"
 #include "framework/phase_times.h"
 #include "framework/status.h"
 #include "fsdp/layout.h"
 #include "fsdp/store.h"
 #include "optim/optimizer.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/train_config.h"
 #include "train/train_state.h"
+#include "train/trainer_checkpoint.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 struct TrainSummary {
   int64_t start_step = 0;      // 0, or the step restored by --resume
@@ -100,14 +102,14 @@ struct TrainSummary {
   int64_t compute_bytes_per_rank = 0;
   int64_t unit_peak_bytes = 0;
   int64_t num_params = 0;
-  // train_gpt --sample N: ("live" or the EMA slot name, the generated bytes) after the final eval.
+  // The model's Sample hook: ("live" or the EMA slot name, its text) after the final eval.
   std::vector<std::pair<std::string, std::string>> samples;
 };
 
 // Whether `device` can run the trainer in this build on this machine: OK for the CPU; for CUDA
 // kUnavailable naming the reason (built without --config=cuda, no GPU visible, or an index past
 // the visible GPUs) and what to do. Local, no communication.
-Status CheckTrainDevice(Device device);
+Status CheckTrainDevice(Device device, const std::string& program = "this binary");
 
 class Trainer {
  public:
@@ -117,7 +119,10 @@ class Trainer {
   // over the world size; for --device cuda, CheckTrainDevice's kUnavailable, then
   // kInvalidArgument for a missing device_comm or one that is not on a CUDA device, on the
   // --device cuda:N given, or over other ranks than `comm`. Device errors are agreed by all ranks.
-  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, Communicator* comm,
+  // `model` must not be null.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config,
+                                                   std::unique_ptr<TrainModel> model,
+                                                   Communicator* comm,
                                                    Communicator* device_comm = nullptr);
 
   // Trains from the current step to config.steps (see above).
@@ -125,9 +130,8 @@ class Trainer {
 
   // Evaluation of the live weights and each started EMA slot after `step` steps. Collective.
   StatusOr<EvalLosses> Evaluate(int64_t step);
-  // train_gpt: config.sample bytes generated from the live weights and from each started EMA
-  // slot (GptModel::Sample with the prompt "\n", --temperature, the stream "sample" of --seed,
-  // the same for every slot). Collective. Empty for train_mlp or --sample 0.
+  // The model's Sample hook with the live weights and with each started EMA slot swapped in.
+  // Collective. Empty when the model's samples() is false.
   StatusOr<std::vector<std::pair<std::string, std::string>>> Samples();
 
   const TrainConfig& config() const { return config_; }
@@ -136,7 +140,9 @@ class Trainer {
   ShardedParameterStore* store() const { return state_->store(); }
   EmaSlots* emas() const { return state_->emas(); }  // null without EMA slots
   Optimizer* optimizer() const { return state_->optimizer(); }
-  const Dataset& data() const { return data_; }
+  const TrainData& data() const { return *data_; }
+  TrainModel& model() const { return *model_; }
+  ModelCompute& compute() const { return *compute_; }
   const ResumeInfo& resume_info() const { return resume_; }
 
   // --unit-memory-limit auto on one node's CPU (UnitMemoryLimit): units up to this size are
@@ -144,7 +150,8 @@ class Trainer {
   static constexpr int64_t kSmallUnitPrefetchBytes = int64_t(1) << 20;
 
  private:
-  Trainer(TrainConfig config, Communicator* comm, Communicator* device_comm);
+  Trainer(TrainConfig config, std::unique_ptr<TrainModel> model, Communicator* comm,
+          Communicator* device_comm);
   Status Setup();
   // CheckTrainDevice and the device communicator's checks (local).
   Status CheckDevice() const;
@@ -169,33 +176,26 @@ class Trainer {
   StatusOr<std::pair<double, StepResult>> TrainStep(int64_t step);
   // Mean loss over all eval rows of the weights currently in the master.
   StatusOr<double> EvalPass();
-  // The model family's pieces (train_mlp: Dataset rows; train_gpt: token sequences).
-  Status LoadData();
-  Status CreateModel();
-  void FillTrainBatch(int64_t step, RowSpan span);
-  int64_t EvalRows() const;
-  void FillEvalBatch(RowSpan span, Batch* out) const;
+  // Agreed: the store of the model's units and its parameters (--init or the seeded init).
+  StatusOr<std::unique_ptr<ShardedParameterStore>> CreateStore(int ranks_on_node);
   // Runs fn with the weights of the live master, then of each started EMA slot swapped in.
   Status ForEachWeights(const std::function<Status(const std::string& name)>& fn);
 
   TrainConfig config_;
   Communicator* comm_;
   Communicator* device_comm_;  // null on the CPU
-  // train_mlp: the rows. train_gpt: rows = number of tokens and source (checkpoint meta only).
-  Dataset data_;
-  Dataset eval_data_;                     // empty (rows 0) when the training rows are used
-  TokenData tokens_, eval_tokens_;        // train_gpt (eval_tokens_ empty: training tokens)
-  std::unique_ptr<SequenceOrder> order_;  // train_gpt
-  std::unique_ptr<TrainState> state_;     // store + EMA slots + optimizer
-  std::unique_ptr<Model> model_;          // MlpModel, MlpModelCuda or GptModel
-  PhaseTimes phases_;                     // --profile
-  std::unique_ptr<RootLock> ckpt_lock_;   // rank 0: --ckpt-dir's lock, held for the whole run
+  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<TrainData> data_;
+  std::unique_ptr<TrainState> state_;  // store + EMA slots + optimizer
+  std::unique_ptr<ModelCompute> compute_;
+  PhaseTimes phases_;                    // --profile
+  std::unique_ptr<RootLock> ckpt_lock_;  // rank 0: --ckpt-dir's lock, held for the whole run
   std::unique_ptr<CheckpointSaver> saver_;
   MetricsLog metrics_;
   ResumeInfo resume_;
   Batch batch_;
 };
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_TRAINER_H_
+#endif  // SHARDEMA_TRAIN_TRAINER_H_

@@ -6,7 +6,7 @@
 //   eval loss   of the slot's weights (the trainer's end-of-run evaluation)
 // and the slot's bytes per rank. Ends with one `summary: key=value ...` line.
 //
-// Run: mpirun -np W bazel-bin/bench/ema_storage_bench [--steps 2000] [--layers 32,256,256,8]
+// Run: mpirun -np W bazel-bin/examples/ema_storage_bench [--steps 2000] [--layers 32,256,256,8]
 // (extra trainer flags after --, e.g. -- --lr 1e-3).
 #include <cmath>
 #include <cstdio>
@@ -16,8 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "examples/train_config.h"
-#include "examples/trainer.h"
+#include "examples/mlp_train.h"
 #include "framework/ema_storage.h"
 #include "framework/mpi/mpi_communicator.h"
 
@@ -77,7 +76,7 @@ int Main(int argc, char** argv) {
     }
   }
   args.insert(args.end(), extra.begin(), extra.end());
-  StatusOr<examples::ParsedArgs> parsed = examples::ParseTrainConfig(args);
+  StatusOr<examples::ParsedMlpArgs> parsed = examples::ParseMlpConfig(args);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ema_storage_bench: %s\n", parsed.status().ToString().c_str());
     return 2;
@@ -87,13 +86,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ema_storage_bench: %s\n", comm.status().ToString().c_str());
     return 1;
   }
-  auto trainer = examples::Trainer::Create(parsed->config, comm->get());
-  StatusOr<examples::TrainSummary> summary = trainer.ok() ? (*trainer)->Run() : trainer.status();
+  auto trainer = examples::CreateTrainer(parsed->config, comm->get());
+  StatusOr<TrainSummary> summary = trainer.ok() ? (*trainer)->Run() : trainer.status();
   if (!summary.ok()) {
     std::fprintf(stderr, "ema_storage_bench: %s\n", summary.status().ToString().c_str());
     return 1;
   }
-  const examples::Trainer& t = **trainer;
+  const Trainer& t = **trainer;
   const bool lead = (*comm)->rank() == 0;
   size_t nparams = 0;
   for (const UnitLayout& u : t.store()->layout().units()) nparams += u.params.size();

@@ -15,17 +15,17 @@
 // NcclCommunicator::Create's (kInvalidArgument, kAborted, kInternal ...), on every rank.
 // Threading: the caller's thread; `host` must outlive the call, the result must be shut down
 // (or destroyed) before MPI is finalized.
-#ifndef SHARDEMA_EXAMPLES_DEVICE_COMM_H_
-#define SHARDEMA_EXAMPLES_DEVICE_COMM_H_
+#ifndef SHARDEMA_TRAIN_DEVICE_COMM_H_
+#define SHARDEMA_TRAIN_DEVICE_COMM_H_
 
 #include <memory>
 
-#include "examples/train_config.h"
 #include "framework/communicator.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/status.h"
+#include "train/train_config.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const TrainConfig& config,
                                                                  MpiCommunicator* host);
@@ -37,6 +37,6 @@ StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const TrainConf
 // CreateDeviceCommunicator reports the error on every rank). Returns the device made current.
 StatusOr<Device> SelectGpuBeforeMpi(const TrainConfig& config);
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_DEVICE_COMM_H_
+#endif  // SHARDEMA_TRAIN_DEVICE_COMM_H_

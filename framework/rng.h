@@ -5,14 +5,14 @@
 // SplitMix64 (Steele, Lea, Flood 2014; the seeding generator of xoshiro) with the 64-bit FNV-1a
 // hash of the name mixed into the seed. Uniform floats take the top 24 bits (exact in f32);
 // normals use Box-Muller in double. Header-only, pure values; thread-safe per object.
-#ifndef SHARDEMA_EXAMPLES_RNG_H_
-#define SHARDEMA_EXAMPLES_RNG_H_
+#ifndef SHARDEMA_FRAMEWORK_RNG_H_
+#define SHARDEMA_FRAMEWORK_RNG_H_
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-namespace shardema::examples {
+namespace shardema {
 
 class SeededRng {
  public:
@@ -51,6 +51,6 @@ class SeededRng {
   uint64_t state_;
 };
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_RNG_H_
+#endif  // SHARDEMA_FRAMEWORK_RNG_H_

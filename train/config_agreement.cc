@@ -1,4 +1,4 @@
-#include "examples/config_agreement.h"
+#include "train/config_agreement.h"
 
 #include <algorithm>
 #include <set>
@@ -6,7 +6,7 @@
 
 #include "checkpoint/collective_bytes.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 // "ema_start_step" -> "--ema-start-step".
@@ -63,4 +63,4 @@ Status AgreeOnConfig(const nlohmann::json& config, Communicator* comm) {
   return CompareRankConfigs(configs);
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,7 +1,7 @@
 // gpt_roofline: the parts of one train_gpt step alone, for bench/gpt_step_bench's
 // step_efficiency = bound / step time (bench/roofline.h: the parts, bound and serial).
 //
-//   mpirun -np W bazel-bin/bench/gpt_roofline --n-layer 4 --n-head 4 --n-embd 128
+//   mpirun -np W bazel-bin/examples/gpt_roofline --n-layer 4 --n-head 4 --n-embd 128
 //       --block-size 64 --batch 16 [--threads 1] [--repeats 10]
 //
 // compute  GptModel::ForwardBackward (examples/gpt_model.h, the code train_gpt runs) of this
@@ -29,8 +29,8 @@
 #include "bench/roofline.h"
 #include "examples/dataset.h"
 #include "examples/gpt_model.h"
-#include "examples/self_communicator.h"
 #include "framework/mpi/mpi_communicator.h"
+#include "framework/self_communicator.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "nn/cpu_isa.h"
@@ -38,7 +38,6 @@
 namespace shardema {
 namespace {
 
-using examples::Batch;
 using examples::GptModel;
 using examples::GptShape;
 
@@ -102,7 +101,7 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
   ASSIGN_OR_RETURN(bench::CollectiveReplay comms, bench::CollectiveReplay::Make(mpi.get(), calls));
 
   // The model alone: a one-rank store on every rank.
-  examples::SelfCommunicator self;
+  SelfCommunicator self;
   ASSIGN_OR_RETURN(GptOnStore local, MakeGpt(&self, shape, threads));
   ASSIGN_OR_RETURN(bench::OptimizerPart optim,
                    bench::OptimizerPart::Make(local_numel, /*num_emas=*/2, threads));

@@ -1,6 +1,4 @@
-#include "examples/train_config.h"
-
-#include <algorithm>
+#include "train/train_config.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -12,7 +10,7 @@
 #include "framework/byte_size.h"
 #include "fsdp/unit_memory.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 std::vector<std::string> SplitComma(const std::string& text) {
@@ -39,7 +37,9 @@ bool ParseInt(const std::string& s, int64_t* out) {
   return end == s.c_str() + s.size();
 }
 
-Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero = true) {
+}  // namespace
+
+Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero) {
   if (!std::isfinite(v) || (positive && (v < 0 || (!allow_zero && v == 0)))) {
     return InvalidArgument(flag, ": ", v, " is not a ",
                            positive ? (allow_zero ? "non-negative" : "positive") : "finite",
@@ -48,10 +48,11 @@ Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero 
   return Status::Ok();
 }
 
+namespace {
+
 // The raw strings CLI11 collects; converted and validated by Finish().
 struct RawFlags {
-  std::string layers, activation = "relu", loss = "mse", optim = "adamw", betas = "0.9,0.999";
-  std::string data_order = "shuffled";
+  std::string optim = "adamw", betas;
   std::string precision = "fp32", lr_schedule = "constant", device = "cpu";
   std::string ema, ema_schedule = "constant", ema_sigma_rel, ema_half_life;
   std::vector<std::string> ema_specs;
@@ -104,43 +105,7 @@ Status AddEmaList(const std::string& flag, const std::string& text, const std::s
   return Status::Ok();
 }
 
-Status FinishGpt(const RawFlags& raw, TrainConfig& c) {
-  if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1) {
-    return InvalidArgument("--n-layer ", c.n_layer, ", --n-head ", c.n_head, ", --n-embd ",
-                           c.n_embd, " and --block-size ", c.block_size, " must be >= 1");
-  }
-  if (c.n_embd % c.n_head != 0) {
-    return InvalidArgument("--n-embd ", c.n_embd, " is not divisible by --n-head ", c.n_head);
-  }
-  if (c.data.empty())
-    return InvalidArgument("--data is required (a text file, or .safetensors with tokens)");
-  ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(raw.data_order));
-  if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
-  RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
-  return Status::Ok();
-}
-
-Status FinishMlp(const RawFlags& raw, TrainConfig& c) {
-  if (raw.layers.empty()) return InvalidArgument("--layers is required (e.g. --layers 784,256,10)");
-  ASSIGN_OR_RETURN(c.layers, ParseIntList("--layers", raw.layers));
-  if (c.layers.size() < 2) {
-    return InvalidArgument("--layers ", raw.layers, ": need at least two sizes (input and output)");
-  }
-  for (int64_t d : c.layers) {
-    if (d <= 0) return InvalidArgument("--layers ", raw.layers, ": size ", d, " is not positive");
-  }
-  ASSIGN_OR_RETURN(c.activation, mlp::ParseActivation(raw.activation));
-  ASSIGN_OR_RETURN(c.loss, mlp::ParseLoss(raw.loss));
-  if (c.loss == mlp::Loss::kCrossEntropy && c.layers.back() < 2) {
-    return InvalidArgument("--loss cross_entropy needs at least 2 classes, --layers ends with ",
-                           c.layers.back());
-  }
-  if (c.synthetic_rows < 1) return InvalidArgument("--synthetic-rows ", c.synthetic_rows, " < 1");
-  return Status::Ok();
-}
-
 Status Finish(const RawFlags& raw, TrainConfig& c) {
-  RETURN_IF_ERROR(c.model == ModelKind::kGpt ? FinishGpt(raw, c) : FinishMlp(raw, c));
   if (c.batch < 1) return InvalidArgument("--batch ", c.batch, " < 1");
   if (c.grad_accum < 1) return InvalidArgument("--grad-accum ", c.grad_accum, " < 1");
   if (c.batch % c.grad_accum != 0) {
@@ -288,38 +253,6 @@ std::vector<std::string> EmaHorizonWarnings(const TrainConfig& c) {
   }
   return out;
 }
-const char* kGptDescription =
-    "Trains a nanoGPT-shaped transformer (byte vocabulary, PyTorch parameter names, lm_head tied\n"
-    "to wte) with the sharded parameter store, AdamW/SGD and sharded EMA slots.\n"
-    "Run as: mpirun -np W train_gpt --data input.txt --n-layer 4 --n-head 4 --n-embd 128 ...\n"
-    "--data: the raw bytes of a file are the tokens, or a .safetensors with tokens\n"
-    "(U8/U16/I32/I64 [N]). Step s uses --batch B sequences of --block-size T tokens; rank r of W\n"
-    "takes sequences j in [r*B/W, (r+1)*B/W) (per micro-batch with --grad-accum). --data-order\n"
-    "sequential: sequence j starts at ((s*B + j)*T) mod (N - T); shuffled: a seeded permutation,\n"
-    "per epoch, of the windows k*T (the same at every world size). Without --init, nanoGPT's\n"
-    "init (N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm 1/0) from\n"
-    "an RNG seeded by (--seed, parameter name). Weight decay applies to >= 2-D parameters only.\n"
-    "EMA flags as train_mlp (--ema, --ema-sigma-rel, --ema-half-life, --ema-spec,\n"
-    "--ema-snapshot-every).\n"
-    "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
-
-const char* kDescription =
-    "Trains a multilayer perceptron with the sharded parameter store (FSDP-style), AdamW/SGD and\n"
-    "sharded EMA slots. Run as: mpirun -np W train_mlp --layers 6,9,7,3 ...\n"
-    "Without --data the task is synthetic: --synthetic-rows inputs x ~ N(0, 1) (seeded) and\n"
-    "targets from a random teacher MLP of the same --layers and --activation (weights\n"
-    "U(-sqrt(3/in), sqrt(3/in)), biases U(-0.1, 0.1)); mse regresses its outputs, cross_entropy\n"
-    "predicts their argmax. Without --init, parameters are drawn like torch.nn.Linear\n"
-    "(U(-1/sqrt(in), 1/sqrt(in))) from an RNG seeded by (--seed, parameter name), so any world\n"
-    "size starts from the same weights. Step s uses rows (s*B + j) mod N, j < B; rank r of W\n"
-    "takes j in [r*B/W, (r+1)*B/W) (per micro-batch with --grad-accum).\n"
-    "EMA slots: --ema D,... (constant decay d by default, --ema-schedule warmup|power_warmup),\n"
-    "--ema-sigma-rel S,... (EDM2 power function, slots ema_pf_S), --ema-half-life H,... (slots\n"
-    "ema_hl_H, H in optimizer steps), and --ema-spec NAME:key=val,... for any EmaConfig field\n"
-    "(kind, decay, inv_gamma, power, min_decay, update_after_step, gamma, sigma_rel,\n"
-    "half_life_steps, rampup, start_step, interval, correct_interval, offload, buffer_rules).\n"
-    "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
-
 }  // namespace
 
 StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text) {
@@ -377,51 +310,33 @@ StatusOr<EmaConfig> ParseEmaSpec(const std::string& text) {
 nlohmann::json TrainConfig::ToJson() const {
   nlohmann::json emas_json = nlohmann::json::array();
   for (const EmaConfig& e : emas) emas_json.push_back(e.ToJson());
-  nlohmann::json model_json;
-  if (model == ModelKind::kGpt) {
-    model_json = {{"model", "gpt"},           {"n_layer", n_layer},
-                  {"n_head", n_head},         {"n_embd", n_embd},
-                  {"block_size", block_size}, {"data_order", DataOrderName(data_order)},
-                  {"sample", sample},         {"temperature", temperature},
-                  {"recompute", recompute},   {"compute_threads", compute_threads}};
-  } else {
-    model_json = {{"layers", layers},
-                  {"activation", activation == mlp::Activation::kRelu ? "relu" : "gelu"},
-                  {"loss", loss == mlp::Loss::kMse ? "mse" : "cross_entropy"},
-                  {"synthetic_rows", synthetic_rows}};
-  }
-  nlohmann::json j = {{"data", data},
-                      {"eval_data", eval_data},
-                      {"allow_nonfinite_data", allow_nonfinite_data},
-                      {"init", init},
-                      {"seed", seed},
-                      {"batch", batch},
-                      {"grad_accum", grad_accum},
-                      {"steps", steps},
-                      {"optim", OptimizerKindName(optim)},
-                      {"lr", lr},
-                      {"betas", {beta1, beta2}},
-                      {"eps", eps},
-                      {"weight_decay", weight_decay},
-                      {"momentum", momentum},
-                      {"clip_norm", clip_norm},
-                      {"precision", DTypeName(precision)},
-                      {"lr_schedule", LrScheduleName(lr_schedule)},
-                      {"warmup_steps", warmup_steps},
-                      {"min_lr", min_lr},
-                      {"emas", emas_json},
-                      {"ckpt_dir", ckpt_dir},
-                      {"metrics", metrics},
-                      {"save_every", save_every},
-                      {"keep", keep},
-                      {"async_save", async_save},
-                      {"ema_snapshot_every", ema_snapshot_every},
-                      {"eval_every", eval_every},
-                      {"eval_batch", eval_batch},
-                      {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
-                      {"allow_tf32", allow_tf32}};
-  j.update(model_json);
-  return j;
+  return {{"init", init},
+          {"seed", seed},
+          {"batch", batch},
+          {"grad_accum", grad_accum},
+          {"steps", steps},
+          {"optim", OptimizerKindName(optim)},
+          {"lr", lr},
+          {"betas", {beta1, beta2}},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"momentum", momentum},
+          {"clip_norm", clip_norm},
+          {"precision", DTypeName(precision)},
+          {"lr_schedule", LrScheduleName(lr_schedule)},
+          {"warmup_steps", warmup_steps},
+          {"min_lr", min_lr},
+          {"emas", emas_json},
+          {"ckpt_dir", ckpt_dir},
+          {"metrics", metrics},
+          {"save_every", save_every},
+          {"keep", keep},
+          {"async_save", async_save},
+          {"ema_snapshot_every", ema_snapshot_every},
+          {"eval_every", eval_every},
+          {"eval_batch", eval_batch},
+          {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
+          {"allow_tf32", allow_tf32}};
 }
 
 nlohmann::json TrainConfig::AgreementJson() const {
@@ -446,35 +361,16 @@ nlohmann::json TrainConfig::AgreementJson() const {
 nlohmann::json TrainConfig::HparamsJson() const {
   const nlohmann::json all = ToJson();
   nlohmann::json h;
-  const std::vector<const char*> keys =
-      model == ModelKind::kGpt
-          ? std::vector<const char*>{"model",      "n_layer",    "n_head",    "n_embd",
-                                     "block_size", "data",       "init",      "seed",
-                                     "batch",      "grad_accum", "precision", "data_order"}
-          : std::vector<const char*>{"layers",     "activation", "loss",           "data",
-                                     "init",       "seed",       "synthetic_rows", "batch",
-                                     "grad_accum", "precision"};
-  for (const char* k : keys) h[k] = all[k];
+  for (const char* k : {"init", "seed", "batch", "grad_accum", "precision"}) h[k] = all[k];
   return h;
 }
 
 Status TrainConfig::CheckForWorld(int world_size) const {
   if (world_size < 1) return InvalidArgument("world size ", world_size, " < 1");
   // A config built in code rather than parsed: the invariants the trainer relies on.
-  if (model == ModelKind::kGpt) {
-    if (n_layer < 1 || n_head < 1 || n_embd < 1 || block_size < 1 || n_embd % n_head != 0) {
-      return InvalidArgument("GPT shape: --n-layer ", n_layer, " --n-head ", n_head, " --n-embd ",
-                             n_embd, " --block-size ", block_size,
-                             " (n_embd must divide by n_head)");
-    }
-  } else if (layers.size() < 2)
-    return InvalidArgument("--layers: need at least two sizes, found ", layers.size());
-  for (int64_t d : model == ModelKind::kGpt ? std::vector<int64_t>{} : layers) {
-    if (d <= 0) return InvalidArgument("--layers: size ", d, " is not positive");
-  }
-  if (batch < 1 || grad_accum < 1 || eval_batch < 1 || synthetic_rows < 1) {
-    return InvalidArgument("--batch ", batch, ", --grad-accum ", grad_accum, ", --eval-batch ",
-                           eval_batch, " and --synthetic-rows ", synthetic_rows, " must be >= 1");
+  if (batch < 1 || grad_accum < 1 || eval_batch < 1) {
+    return InvalidArgument("--batch ", batch, ", --grad-accum ", grad_accum, " and --eval-batch ",
+                           eval_batch, " must be >= 1");
   }
   if (batch % (grad_accum * world_size) != 0) {
     return InvalidArgument("--batch ", batch, " is not divisible by --grad-accum ", grad_accum,
@@ -486,64 +382,28 @@ Status TrainConfig::CheckForWorld(int world_size) const {
 
 namespace {
 
-StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind model) {
+// "0.9,0.95" for the --betas default.
+std::string Betas(double b1, double b2) {
+  std::ostringstream o;
+  o << b1 << "," << b2;
+  return o.str();
+}
+
+StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig& c,
+                                 const ModelFlags& model) {
   ParsedArgs out;
-  TrainConfig& c = out.config;
-  c.model = model;
   RawFlags raw;
-  const bool gpt = model == ModelKind::kGpt;
-  if (gpt) {  // nanoGPT's defaults
-    c.weight_decay = 0.1;
-    c.clip_norm = 1.0;
-    raw.betas = "0.9,0.95";
-  }
-  CLI::App app(gpt ? kGptDescription : kDescription,
-               argc > 0 ? argv[0] : (gpt ? "train_gpt" : "train_mlp"));
+  CLI::App app(model.description, argc > 0 ? argv[0] : model.program);
   // A repeated flag takes its last value (argparse's rule), except --ema-spec, which collects.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(34);
-  // Model and data.
-  if (gpt) {
-    app.add_option("--n-layer", c.n_layer, "transformer blocks")->capture_default_str();
-    app.add_option("--n-head", c.n_head, "attention heads (divide --n-embd)")
-        ->capture_default_str();
-    app.add_option("--n-embd", c.n_embd, "model width C")->capture_default_str();
-    app.add_option("--block-size", c.block_size, "sequence length T")->capture_default_str();
-    app.add_option("--data", c.data,
-                   "text file (bytes are tokens) or .safetensors with tokens [N]");
-    app.add_option("--eval-data", c.eval_data,
-                   "like --data, for evaluation (default: training tokens)");
-    app.add_option("--data-order", raw.data_order, "shuffled | sequential")->capture_default_str();
-    app.add_option("--init", c.init,
-                   "safetensors with the model's PyTorch state_dict (lm_head optional)");
-    app.add_option("--seed", c.seed, "seed of the init, the data order and sampling")
-        ->capture_default_str();
-    app.add_option("--sample", c.sample, "bytes to generate at the end from live and EMA weights")
-        ->capture_default_str();
-    app.add_option("--temperature", c.temperature, "sampling temperature (0: argmax)")
-        ->capture_default_str();
-    app.add_flag("--recompute", c.recompute, "recompute each block's activations in the backward");
-  } else {
-    app.add_option("--layers", raw.layers,
-                   "Sizes D0,D1,...,DL: Linear(D0->D1), act, ..., Linear(->DL)");
-    app.add_option("--activation", raw.activation, "relu | gelu (exact erf)")
-        ->capture_default_str();
-    app.add_option("--loss", raw.loss, "mse | cross_entropy (means over the global batch)")
-        ->capture_default_str();
-    app.add_option("--data", c.data,
-                   "safetensors with x F32 [N, D0], y F32 [N, DL] (mse) or I64/I32 [N]");
-    app.add_option("--eval-data", c.eval_data,
-                   "safetensors like --data for evaluation (default: training rows)");
-    app.add_flag("--allow-nonfinite-data", c.allow_nonfinite_data,
-                 "skip --data/--eval-data rows holding NaN/Inf (logged count); default: refuse "
-                 "such data (exit 2)");
-    app.add_option("--init", c.init,
-                   "safetensors with layers.{i}.weight [D(i+1), Di] and layers.{i}.bias");
-    app.add_option("--seed", c.seed, "seed of the init and the synthetic task")
-        ->capture_default_str();
-    app.add_option("--synthetic-rows", c.synthetic_rows, "rows of the synthetic task")
-        ->capture_default_str();
-  }
+  // The model's flags (and its defaults of the trainer's), then the trainer's.
+  if (model.add) model.add(app, c);
+  raw.betas = Betas(c.beta1, c.beta2);
+  app.add_option("--init", c.init,
+                 "safetensors with the model's parameters by name (a PyTorch state_dict); "
+                 "default: the model's seeded init");
+  app.add_option("--seed", c.seed, "seed of the init and the model's data")->capture_default_str();
   // Batching.
   app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
   app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step")
@@ -669,6 +529,7 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
     c.reduce_scatter =
         raw.reduce_scatter == "ring" ? ReduceScatterAlgorithm::kRing : ReduceScatterAlgorithm::kMpi;
   }
+  if (model.finish) RETURN_IF_ERROR(model.finish());
   RETURN_IF_ERROR(Finish(raw, c));
   out.warnings = EmaHorizonWarnings(c);
   return out;
@@ -676,30 +537,16 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, ModelKind mo
 
 }  // namespace
 
-StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv) {
-  return ParseConfig(argc, argv, ModelKind::kMlp);
+StatusOr<ParsedArgs> ParseTrainArgs(int argc, const char* const* argv, TrainConfig* config,
+                                    const ModelFlags& model) {
+  return ParseConfig(argc, argv, *config, model);
 }
 
-StatusOr<ParsedArgs> ParseGptConfig(int argc, const char* const* argv) {
-  return ParseConfig(argc, argv, ModelKind::kGpt);
-}
-
-namespace {
-
-StatusOr<ParsedArgs> ParseVector(const std::vector<std::string>& args, ModelKind model) {
-  std::vector<const char*> argv = {model == ModelKind::kGpt ? "train_gpt" : "train_mlp"};
+StatusOr<ParsedArgs> ParseTrainArgs(const std::vector<std::string>& args, TrainConfig* config,
+                                    const ModelFlags& model) {
+  std::vector<const char*> argv = {model.program.c_str()};
   for (const std::string& a : args) argv.push_back(a.c_str());
-  return ParseConfig(int(argv.size()), argv.data(), model);
+  return ParseConfig(int(argv.size()), argv.data(), *config, model);
 }
 
-}  // namespace
-
-StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args) {
-  return ParseVector(args, ModelKind::kMlp);
-}
-
-StatusOr<ParsedArgs> ParseGptConfig(const std::vector<std::string>& args) {
-  return ParseVector(args, ModelKind::kGpt);
-}
-
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,6 +1,11 @@
-#include "examples/init_file.h"
+#include "train/init_file.h"
 
-namespace shardema::examples {
+#include <cmath>
+#include <memory>
+
+#include "framework/rng.h"
+
+namespace shardema {
 namespace {
 
 bool FloatDType(const std::string& d) { return d == "F32" || d == "BF16" || d == "F16"; }
@@ -42,4 +47,27 @@ Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
   return Status::Ok();
 }
 
-}  // namespace shardema::examples
+void InitUniform(float* out, int64_t n, double bound, uint64_t seed, const std::string& name) {
+  SeededRng rng(seed, name);
+  for (int64_t i = 0; i < n; ++i) out[i] = rng.Uniform(-bound, bound);
+}
+
+void InitNormal(float* out, int64_t n, double std, uint64_t seed, const std::string& name) {
+  SeededRng rng(seed, name);
+  for (int64_t i = 0; i < n; ++i) out[i] = float(std * double(rng.Normal()));
+}
+
+double LinearInitBound(int64_t fan_in) { return 1.0 / std::sqrt(double(fan_in)); }
+
+Status InitStoreFromFile(ShardedParameterStore* store, const std::string& path,
+                         const std::set<std::string>& optional, const std::string& model_flags) {
+  StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
+  if (!opened.ok()) return opened.status().WithContext("--init");
+  const SafetensorsSet& f = **opened;
+  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), optional, model_flags));
+  return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
+    return f.ReadTensor(p.name, DType::kF32, out, p.numel);
+  });
+}
+
+}  // namespace shardema

@@ -1,4 +1,4 @@
-#include "examples/trainer.h"
+#include "train/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,18 +11,15 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "ema/snapshot.h"
-#include "examples/config_agreement.h"
-#include "examples/cuda/gpt_model_cuda.h"
-#include "examples/cuda/mlp_model_cuda.h"
-#include "examples/gpt_model.h"
-#include "examples/memory_estimate.h"
 #include "framework/duration.h"
 #include "framework/fault_injection.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 #include "nn/cpu_isa.h"
+#include "train/config_agreement.h"
+#include "train/memory_estimate.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 double Median(std::vector<double> v) {
@@ -46,31 +43,7 @@ double PeakRssMib() {
   return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-const char* ProgramName(const TrainConfig& c) {
-  return c.model == ModelKind::kGpt ? "train_gpt" : "train_mlp";
-}
-
-GptShape GptShapeOf(const TrainConfig& c) {
-  GptShape s;
-  s.n_layer = c.n_layer;
-  s.n_head = c.n_head;
-  s.n_embd = c.n_embd;
-  s.block_size = c.block_size;
-  return s;
-}
-
-// nanoGPT's grouping: no weight decay for parameters with fewer than two dimensions (biases and
-// LayerNorm weights). Checked against the shapes in Trainer::Setup.
-std::vector<ParamGroupRule> NoDecayRules(const TrainConfig& c) {
-  if (c.model != ModelKind::kGpt) return {};
-  std::vector<ParamGroupRule> rules(2);
-  rules[0].pattern = "*.bias";
-  rules[1].pattern = "*.ln_*.weight";
-  for (ParamGroupRule& r : rules) r.weight_decay = 0.0;
-  return rules;
-}
-
-OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
+OptimizerOptions OptimizerOptionsFor(const TrainConfig& c, const TrainModel& model) {
   OptimizerOptions o;
   o.kind = c.optim;
   o.lr.kind = c.lr_schedule;
@@ -86,19 +59,19 @@ OptimizerOptions OptimizerOptionsFor(const TrainConfig& c) {
   o.defaults.momentum = c.momentum;
   o.max_grad_norm = c.clip_norm;
   o.num_threads = c.optimizer_threads;
-  o.groups = NoDecayRules(c);
+  o.groups = model.ParamGroups();
   return o;
 }
 
 }  // namespace
 
-Status CheckTrainDevice(Device device) {
+Status CheckTrainDevice(Device device, const std::string& program) {
   if (device.is_cpu()) return Status::Ok();
   const std::string flag = "--device " + device.ToString();
   if (!BuiltWithCuda()) {
-    return Unavailable(flag,
-                       ": this train_mlp was built without CUDA; rebuild it with "
-                       "`bazel build --config=cuda //examples:train_mlp`, or use --device cpu");
+    return Unavailable(flag, ": ", program,
+                       " was built without CUDA; rebuild it with `bazel build --config=cuda`, or "
+                       "use --device cpu");
   }
   const int gpus = CudaDeviceCount();
   if (gpus == 0) {
@@ -113,14 +86,20 @@ Status CheckTrainDevice(Device device) {
   return Status::Ok();
 }
 
-Trainer::Trainer(TrainConfig config, Communicator* comm, Communicator* device_comm)
-    : config_(std::move(config)), comm_(comm), device_comm_(device_comm) {}
+Trainer::Trainer(TrainConfig config, std::unique_ptr<TrainModel> model, Communicator* comm,
+                 Communicator* device_comm)
+    : config_(std::move(config)),
+      comm_(comm),
+      device_comm_(device_comm),
+      model_(std::move(model)) {}
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Communicator* comm,
-                                                   Communicator* device_comm) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
+                                                   std::unique_ptr<TrainModel> model,
+                                                   Communicator* comm, Communicator* device_comm) {
   if (comm == nullptr) return InvalidArgument("Trainer::Create: null communicator");
+  if (model == nullptr) return InvalidArgument("Trainer::Create: null model");
   if (config.device.is_cpu()) device_comm = nullptr;
-  std::unique_ptr<Trainer> t(new Trainer(config, comm, device_comm));
+  std::unique_ptr<Trainer> t(new Trainer(config, std::move(model), comm, device_comm));
   RETURN_IF_ERROR(t->Setup());
   return t;
 }
@@ -129,80 +108,64 @@ Status Trainer::Setup() {
   const TrainConfig& c = config_;
   const int rank = comm_->rank(), world = comm_->world_size();
   RETURN_IF_ERROR(c.CheckForWorld(world));
-  RETURN_IF_ERROR(AgreeOnConfig(c.AgreementJson(), comm_));
+  {
+    nlohmann::json agreed = c.AgreementJson();
+    agreed.update(model_->Config());
+    RETURN_IF_ERROR(AgreeOnConfig(agreed, comm_));
+  }
   const StatusOr<RankEnv> env = DiscoverRankEnv();  // ranks on this node: 0 when unknown
   const int ranks_on_node = env.ok() ? env->local_size : 0;
   {
     // Refuse what cannot fit before allocating anything (every rank decides alike).
-    StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, world);
-    Status fits = mem.status();
-    if (mem.ok()) {
-      fits = CheckFitsInMemory(*mem, std::max(1, ranks_on_node), AvailableMemoryBytes());
+    StatusOr<ModelMemory> model_mem = model_->Memory();
+    Status fits = model_mem.status();
+    if (fits.ok()) {
+      StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, *model_mem, world);
+      fits = mem.ok() ? CheckFitsInMemory(*mem, std::max(1, ranks_on_node), AvailableMemoryBytes())
+                      : mem.status();
     }
     RETURN_IF_ERROR(AgreeOnStatus(comm_, fits, "memory"));
   }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
   RETURN_IF_ERROR(AgreeOnCpuIsa());
 
-  // Data: every rank reads the same file(s); the outcome is agreed so all ranks fail alike.
-  RETURN_IF_ERROR(LoadData());
+  // Data: every rank reads the same file(s); the model agrees the outcome over the ranks.
+  ASSIGN_OR_RETURN(data_, model_->LoadData(comm_));
+  if (data_ == nullptr) return Internal(model_->name(), ": LoadData returned no data");
 
-  // Store, parameters, EMA slots, optimizer.
-  StoreOptions so;
-  so.compute_dtype = c.precision;
-  so.reduce_dtype = DType::kF32;
-  Communicator* store_comm = comm_;
-  if (device_comm_ != nullptr) {
-    so.device = device_comm_->device();
-    store_comm = device_comm_;
-  }
-  const std::vector<UnitSpec> units =
-      c.model == ModelKind::kGpt ? GptUnits(GptShapeOf(c)) : MlpUnits(c.layers);
-  ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so, ranks_on_node));
-  StatusOr<std::unique_ptr<ShardedParameterStore>> s =
-      ShardedParameterStore::Create(units, {}, store_comm, so);
-  RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
-  Status init;
-  if (c.model == ModelKind::kGpt) {
-    init = c.init.empty() ? InitGptFromSeed(s->get(), GptShapeOf(c), c.seed)
-                          : InitGptFromFile(s->get(), c.init);
-  } else {
-    init = c.init.empty() ? InitMlpFromSeed(s->get(), c.layers, c.seed)
-                          : InitMlpFromFile(s->get(), c.init);
-  }
-  if (init.ok()) init = InjectedFault("trainer.init");
-  RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
+  // Store and parameters, EMA slots and optimizer, the model's compute.
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardedParameterStore> sharded, CreateStore(ranks_on_node));
   // The optimizer and EMA state is allocated on every rank: agreed, so that a rank that cannot
   // allocate it does not leave its peers waiting in the first collective.
   const Status injected = InjectedFault("trainer.state");
   StatusOr<std::unique_ptr<TrainState>> state =
-      injected.ok() ? TrainState::Create(std::move(s).value(), c.emas, OptimizerOptionsFor(c))
-                    : StatusOr<std::unique_ptr<TrainState>>(injected);
+      injected.ok()
+          ? TrainState::Create(std::move(sharded), c.emas, OptimizerOptionsFor(c, *model_))
+          : StatusOr<std::unique_ptr<TrainState>>(injected);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, state.status(), "optimizer and EMA state"));
   state_ = std::move(state).value();
-  for (const UnitLayout& u : store()->layout().units()) {
-    for (const ParamLayout& p : u.params) {
-      const bool decays = optimizer()->group_hyper(optimizer()->GroupOf(p.name)).weight_decay != 0;
-      if (c.model == ModelKind::kGpt && c.weight_decay != 0 && decays != (p.shape.size() >= 2)) {
-        return Internal("weight decay grouping: parameter '", p.name, "' of shape ",
-                        ShapeToString(p.shape), (decays ? " decays" : " does not decay"));
-      }
-    }
-  }
-  RETURN_IF_ERROR(CreateModel());
-  if (c.profile) model_->SetPhaseTimes(&phases_);
+  ModelContext context;
+  context.store = store();
+  context.comm = comm_;
+  context.optimizer = optimizer();
+  context.compute_threads = c.compute_threads;
+  context.allow_tf32 = c.allow_tf32;
+  StatusOr<std::unique_ptr<ModelCompute>> compute = model_->Build(context);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, compute.status(), model_->name() + " model"));
+  compute_ = std::move(compute).value();
+  if (c.profile) compute_->SetPhaseTimes(&phases_);
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
     ASSIGN_OR_RETURN(ckpt_lock_, LockCheckpointDir(c, comm_));
     if (c.resume) {
-      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, comm_, state_.get(), data_));
+      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, *model_, *data_, comm_, state_.get()));
     } else {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
-    saver_ = std::make_unique<CheckpointSaver>(config_, comm_);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, saver_->ReserveStaging(*state_, data_),
-                                  "--async-save staging memory"));
+    saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, comm_);
+    RETURN_IF_ERROR(
+        AgreeOnStatus(comm_, saver_->ReserveStaging(*state_), "--async-save staging memory"));
   }
   const std::string metrics_path = !c.metrics.empty()   ? c.metrics
                                    : c.ckpt_dir.empty() ? ""
@@ -214,13 +177,12 @@ Status Trainer::Setup() {
     metrics_ = std::move(m).value();
   }
   if (rank == 0) {
-    LOG_INFO << ProgramName(c) << ": " << store()->layout().total_numel() << " parameters in "
+    LOG_INFO << model_->name() << ": " << store()->layout().total_numel() << " parameters in "
              << store()->num_units() << " units over " << world << " rank(s) on "
              << (store()->device().is_cuda() ? "cuda (rank 0: " + store()->device().ToString() + ")"
                                              : std::string("cpu"))
-             << "; data " << data_.source << " (" << data_.rows
-             << (c.model == ModelKind::kGpt ? " tokens); " : " rows); ")
-             << (emas() ? emas()->size() : 0) << " EMA slot(s)";
+             << "; data " << data_->source() << " (" << data_->size() << " " << data_->size_unit()
+             << "); " << (emas() ? emas()->size() : 0) << " EMA slot(s)";
     const int64_t bound = store()->options().unit_memory_limit_bytes;
     LOG_INFO << "unit buffers: "
              << (bound == 0 ? std::string("no bound (prefetch)")
@@ -242,108 +204,38 @@ Status Trainer::Setup() {
   return Status::Ok();
 }
 
-Status Trainer::LoadData() {
+StatusOr<std::unique_ptr<ShardedParameterStore>> Trainer::CreateStore(int ranks_on_node) {
   const TrainConfig& c = config_;
-  if (c.model == ModelKind::kGpt) {
-    const int64_t vocab = GptShape().vocab;
-    StatusOr<TokenData> d = LoadTokens(c.data, vocab, c.block_size);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
-    tokens_ = std::move(d).value();
-    if (!c.eval_data.empty()) {
-      StatusOr<TokenData> e = LoadTokens(c.eval_data, vocab, c.block_size);
-      RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
-      eval_tokens_ = std::move(e).value();
-    }
-    order_ = std::make_unique<SequenceOrder>(c.data_order, c.seed, tokens_.size(), c.block_size,
-                                             c.batch);
-    data_.source = tokens_.source;
-    data_.rows = tokens_.size();
-    return Status::Ok();
+  StoreOptions so;
+  so.compute_dtype = c.precision;
+  so.reduce_dtype = DType::kF32;
+  Communicator* store_comm = comm_;
+  if (device_comm_ != nullptr) {
+    so.device = device_comm_->device();
+    store_comm = device_comm_;
   }
-  DataOptions dopt;
-  dopt.allow_nonfinite = c.allow_nonfinite_data;
-  StatusOr<Dataset> d = c.data.empty()
-                            ? StatusOr<Dataset>(MakeSyntheticDataset(c.seed, c.layers, c.activation,
-                                                                     c.loss, c.synthetic_rows))
-                            : LoadDataset(c.data, c.loss, c.layers.front(), c.layers.back(), dopt);
-  RETURN_IF_ERROR(AgreeOnStatus(comm_, d.status(), "--data"));
-  data_ = std::move(d).value();
-  if (!c.eval_data.empty()) {
-    StatusOr<Dataset> e = LoadDataset(c.eval_data, c.loss, c.layers.front(), c.layers.back(), dopt);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, e.status(), "--eval-data"));
-    eval_data_ = std::move(e).value();
-  }
-  for (const Dataset* ds : {&data_, &eval_data_}) {
-    if (comm_->rank() == 0 && ds->nonfinite_rows_skipped > 0) {
-      LOG_WARNING << "--allow-nonfinite-data: skipped " << ds->nonfinite_rows_skipped << " of "
-                  << ds->rows + ds->nonfinite_rows_skipped << " rows of '" << ds->source
-                  << "' holding NaN/Inf (first: row " << ds->first_nonfinite_row << "); "
-                  << ds->rows << " rows left";
-    }
-  }
-  return Status::Ok();
-}
-
-Status Trainer::CreateModel() {
-  const TrainConfig& c = config_;
-  if (c.model == ModelKind::kGpt) {
-    if (store()->device().is_cuda()) {
-      StatusOr<std::unique_ptr<GptModelCuda>> m =
-          GptModelCuda::Create(store(), GptShapeOf(c), c.recompute, c.allow_tf32);
-      RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU GPT model"));
-      model_ = std::move(m).value();
-      return Status::Ok();
-    }
-    StatusOr<std::unique_ptr<GptModel>> m =
-        GptModel::Create(store(), GptShapeOf(c), c.compute_threads, c.recompute);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPT model"));
-    model_ = std::move(m).value();
-  } else if (store()->device().is_cuda()) {
-    StatusOr<std::unique_ptr<MlpModelCuda>> m =
-        MlpModelCuda::Create(store(), c.layers, c.activation, c.loss, c.allow_tf32);
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, m.status(), "GPU model"));
-    model_ = std::move(m).value();
-  } else {
-    model_ = std::make_unique<MlpModel>(store(), c.layers, c.activation, c.loss, c.compute_threads);
-  }
-  return Status::Ok();
-}
-
-void Trainer::FillTrainBatch(int64_t step, RowSpan span) {
-  if (config_.model == ModelKind::kGpt) {
-    FillStepSequences(tokens_, order_.get(), step, span, config_.block_size, &batch_);
-  } else {
-    FillStepBatch(data_, step, config_.batch, span, &batch_);
-  }
-}
-
-int64_t Trainer::EvalRows() const {
-  if (config_.model == ModelKind::kGpt) {
-    return NumWindows(eval_tokens_.size() > 0 ? eval_tokens_.size() : tokens_.size(),
-                      config_.block_size);
-  }
-  return eval_data_.rows > 0 ? eval_data_.rows : data_.rows;
-}
-
-void Trainer::FillEvalBatch(RowSpan span, Batch* out) const {
-  if (config_.model == ModelKind::kGpt) {
-    FillWindowSequences(eval_tokens_.size() > 0 ? eval_tokens_ : tokens_, span, config_.block_size,
-                        out);
-  } else {
-    FillRowBatch(eval_data_.rows > 0 ? eval_data_ : data_, span, out);
-  }
+  const std::vector<UnitSpec> units = model_->Units();
+  ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so, ranks_on_node));
+  StatusOr<std::unique_ptr<ShardedParameterStore>> s =
+      ShardedParameterStore::Create(units, {}, store_comm, so);
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
+  Status init =
+      c.init.empty() ? model_->Init(s->get(), c.seed) : model_->InitFromFile(s->get(), c.init);
+  if (init.ok()) init = InjectedFault("trainer.init");
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
+  return s;
 }
 
 Status Trainer::CheckDevice() const {
   const Device want = config_.device;
-  RETURN_IF_ERROR(CheckTrainDevice(want));
+  RETURN_IF_ERROR(CheckTrainDevice(want, model_->name()));
   if (want.is_cpu()) return Status::Ok();
   const std::string flag =
       "--device " + (config_.gpu_from_local_rank ? std::string("cuda") : want.ToString());
   if (device_comm_ == nullptr) {
     return InvalidArgument(flag,
                            ": the trainer needs a communicator on the GPU (a NcclCommunicator, "
-                           "examples/device_comm.h) besides the host one");
+                           "train/device_comm.h) besides the host one");
   }
   const Device got = device_comm_->device();
   if (!got.is_cuda()) {
@@ -403,8 +295,8 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span =
         MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
-    FillTrainBatch(step, span);
-    ASSIGN_OR_RETURN(double loss, model_->ForwardBackward(batch_));
+    data_->FillTrain(step, c.batch, span, &batch_);
+    ASSIGN_OR_RETURN(double loss, compute_->ForwardBackward(batch_));
     loss_sum += loss;
   }
   // An asynchronous save may still be copying the state it snapshots (during this
@@ -426,7 +318,7 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
 }
 
 StatusOr<double> Trainer::EvalPass() {
-  const int64_t rows = EvalRows();
+  const int64_t rows = data_->EvalRows();
   const int world = comm_->world_size();
   const RowSpan mine = EvalSpan(rows, comm_->rank(), world);
   // Every rank runs the same number of forwards (gathers are collective).
@@ -439,8 +331,8 @@ StatusOr<double> Trainer::EvalPass() {
     RowSpan span;
     span.begin = std::min(mine.end, mine.begin + k * config_.eval_batch);
     span.end = std::min(mine.end, span.begin + config_.eval_batch);
-    FillEvalBatch(span, &b);
-    ASSIGN_OR_RETURN(double sum, model_->LossSum(b));
+    data_->FillEval(span, &b);
+    ASSIGN_OR_RETURN(double sum, compute_->LossSum(b));
     local += sum;
   }
   float mine_f = float(local), total = 0.f;
@@ -466,7 +358,7 @@ Status Trainer::ForEachWeights(const std::function<Status(const std::string& nam
 StatusOr<EvalLosses> Trainer::Evaluate(int64_t step) {
   EvalLosses e;
   e.step = step;
-  e.rows = EvalRows();
+  e.rows = data_->EvalRows();
   RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
     ASSIGN_OR_RETURN(double loss, EvalPass());
     e.losses.emplace_back(name, loss);
@@ -489,14 +381,9 @@ std::string FormatEta(std::chrono::steady_clock::time_point start, int64_t steps
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> Trainer::Samples() {
   std::vector<std::pair<std::string, std::string>> out;
-  auto* gpt = dynamic_cast<GptLm*>(model_.get());
-  if (gpt == nullptr || config_.sample == 0) return out;
+  if (!model_->samples()) return out;
   RETURN_IF_ERROR(ForEachWeights([&](const std::string& name) -> Status {
-    ASSIGN_OR_RETURN(
-        std::vector<int64_t> toks,
-        gpt->Sample({int64_t('\n')}, config_.sample, config_.temperature, config_.seed, "sample"));
-    std::string text;
-    for (int64_t t : toks) text.push_back(char(t));
+    ASSIGN_OR_RETURN(std::string text, model_->Sample());
     out.emplace_back(name, text);
     return Status::Ok();
   }));
@@ -560,7 +447,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (saver_ != nullptr) {
       ScopedPhase save(ph, Phase::kSave);
       if (c.save_every > 0 && done % c.save_every == 0 && done != c.steps) {
-        RETURN_IF_ERROR(saver_->Save(*state_, data_, done));
+        RETURN_IF_ERROR(saver_->Save(*state_, done));
       } else {
         RETURN_IF_ERROR(saver_->Poll());
       }
@@ -580,7 +467,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   if (saver_ != nullptr) {
     // The end state is always saved, unless it is the checkpoint this run resumed from.
     const bool already = resume_.resumed && resume_.step == s.final_step;
-    if (!already) RETURN_IF_ERROR(saver_->SaveFinal(*state_, data_, s.final_step));
+    if (!already) RETURN_IF_ERROR(saver_->SaveFinal(*state_, s.final_step));
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
   }
@@ -612,4 +499,4 @@ StatusOr<TrainSummary> Trainer::Run() {
   return s;
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

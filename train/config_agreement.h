@@ -12,8 +12,8 @@
 //   "ranks were started with different arguments: --lr is 0.001 on rank 0 but 0.002 on rank 1"
 // The communicator's own errors are returned as they are. A null communicator (one process)
 // agrees trivially. Threading: as the communicator's.
-#ifndef SHARDEMA_EXAMPLES_CONFIG_AGREEMENT_H_
-#define SHARDEMA_EXAMPLES_CONFIG_AGREEMENT_H_
+#ifndef SHARDEMA_TRAIN_CONFIG_AGREEMENT_H_
+#define SHARDEMA_TRAIN_CONFIG_AGREEMENT_H_
 
 #include <string>
 #include <vector>
@@ -23,13 +23,13 @@
 #include "framework/communicator.h"
 #include "framework/status.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 Status AgreeOnConfig(const nlohmann::json& config, Communicator* comm);
 
 // The comparison itself, for tests: `configs[r]` is rank r's JSON. OK when all are equal.
 Status CompareRankConfigs(const std::vector<nlohmann::json>& configs);
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_CONFIG_AGREEMENT_H_
+#endif  // SHARDEMA_TRAIN_CONFIG_AGREEMENT_H_

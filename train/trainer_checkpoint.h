@@ -4,15 +4,16 @@
 //
 // Meta of every checkpoint (JSON, stored verbatim in the manifest): TrainState::Meta's sections
 // ("store", "optimizer", "ema": each {"config", "progress", "slots"}) plus
-//   "trainer"   {"config": TrainConfig::HparamsJson() plus "data_rows" (what must match on
-//                resume), "progress": {"world_size": W, "data": {"next_step", "next_row",
-//                "rows", "source"} (the loader's position: step s starts at row (s*B) mod N),
-//                "rng": {"seed", "generator", "draws_during_training": 0}},
-//                "run": TrainConfig::ToJson() (the whole command line; not compared)}
-//   train_gpt also: "trainer.progress.data" {"order", "next_sequence" = step * B} (rows =
-//                tokens), and "tied_weights" {"lm_head.weight": "transformer.wte.weight"}
-// The trainer draws random numbers only while initialising (keyed by (seed, name), rng.h), so
-// the seed is the whole RNG state; it is recorded and compared on resume.
+//   "trainer"   {"config": TrainConfig::HparamsJson() + TrainModel::Hparams() plus "data_rows"
+//                (TrainData::size(); what must match on resume), "progress": {"world_size": W,
+//                "data": {"next_step", "rows", "source"} + TrainData::Progress (the loader's
+//                position, e.g. "next_row"), "rng": {"seed", "generator",
+//                "draws_during_training": 0}}, "run": TrainConfig::ToJson() + TrainModel::Config()
+//                (the whole command line; not compared)}
+//   plus TrainModel::MetaSections() (e.g. "tied_weights" {"lm_head.weight":
+//                "transformer.wte.weight"}, which exports write under both names)
+// The trainer draws random numbers only while initialising (keyed by (seed, name),
+// framework/rng.h), so the seed is the whole RNG state; it is recorded and compared on resume.
 //
 // Resume (collective): rank 0 looks at --ckpt-dir and broadcasts what it found. No directory, or
 // one with neither `latest` nor a committed step directory: a fresh start. Otherwise the
@@ -28,8 +29,8 @@
 //
 // A fresh run (no --resume) refuses a --ckpt-dir that already holds checkpoints.
 // Threading: one thread (the trainer's). Errors agree across ranks where noted.
-#ifndef SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_
-#define SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_
+#ifndef SHARDEMA_TRAIN_TRAINER_CHECKPOINT_H_
+#define SHARDEMA_TRAIN_TRAINER_CHECKPOINT_H_
 
 #include <cstdint>
 #include <memory>
@@ -40,18 +41,18 @@
 
 #include "checkpoint/root_lock.h"
 #include "checkpoint/writer.h"
-#include "examples/dataset.h"
-#include "examples/train_config.h"
 #include "framework/communicator.h"
 #include "framework/status.h"
+#include "train/model.h"
+#include "train/train_config.h"
 #include "train/train_state.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 // The trainer's own meta section ("trainer", see above) of a checkpoint written after `step`
 // completed optimizer steps, as TrainState::Meta's `extra`.
-nlohmann::json TrainerSections(const TrainConfig& config, const Dataset& data, int world_size,
-                               int64_t step);
+nlohmann::json TrainerSections(const TrainConfig& config, const TrainModel& model,
+                               const TrainData& data, int world_size, int64_t step);
 
 struct ResumeInfo {
   bool resumed = false;
@@ -64,8 +65,8 @@ struct ResumeInfo {
 
 // Collective. Restores the training state (master, moments, EMA slots and counters) from the latest
 // checkpoint in config.ckpt_dir (see above), or reports a fresh start.
-StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, Communicator* comm,
-                                      TrainState* state, const Dataset& data);
+StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainModel& model,
+                                      const TrainData& data, Communicator* comm, TrainState* state);
 
 // Collective. Rank 0 takes --ckpt-dir's RootLock (creating the directory) for as long as the
 // returned object lives (null on other ranks). Errors (agreed by all ranks): kFailedPrecondition
@@ -82,17 +83,19 @@ Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm);
 // during later steps or by Finish()).
 class CheckpointSaver {
  public:
-  CheckpointSaver(const TrainConfig& config, Communicator* comm);
+  // `config`, `model` and `data` must outlive the saver.
+  CheckpointSaver(const TrainConfig& config, const TrainModel& model, const TrainData& data,
+                  Communicator* comm);
 
   // Local. With --async-save, reserves and touches the writer's staging memory for the state
   // now (CheckpointWriter::ReserveStaging): the first save then stalls no step, and a rank short
   // of memory fails at setup rather than at its first save. Nothing without --async-save.
-  Status ReserveStaging(const TrainState& state, const Dataset& data);
+  Status ReserveStaging(const TrainState& state);
   // Collective. Writes the checkpoint of `step` (async or not per the config).
-  Status Save(const TrainState& state, const Dataset& data, int64_t step);
+  Status Save(const TrainState& state, int64_t step);
   // Collective. The run's last checkpoint: synchronous even with --async-save (nothing is left
   // to overlap it with, so a snapshot would only add a copy); commits a pending save first.
-  Status SaveFinal(const TrainState& state, const Dataset& data, int64_t step);
+  Status SaveFinal(const TrainState& state, int64_t step);
   // Local. Blocks until a pending asynchronous save no longer reads the training state; call it
   // before anything changes the persistent slots (the optimizer step). Cheap when none is pending.
   void WaitSnapshot();
@@ -106,12 +109,14 @@ class CheckpointSaver {
 
  private:
   // The checkpoint view of `state` at `step` with the trainer's sections.
-  StatusOr<CheckpointState> View(const TrainState& state, const Dataset& data, int64_t step) const;
+  StatusOr<CheckpointState> View(const TrainState& state, int64_t step) const;
   const TrainConfig& config_;
+  const TrainModel& model_;
+  const TrainData& data_;
   Communicator* comm_;
   CheckpointWriter writer_;
 };
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_TRAINER_CHECKPOINT_H_
+#endif  // SHARDEMA_TRAIN_TRAINER_CHECKPOINT_H_

@@ -1,12 +1,12 @@
-#include "examples/device_comm.h"
+#include "train/device_comm.h"
 
 #include "checkpoint/collective_bytes.h"
-#include "examples/trainer.h"
 #include "framework/device.h"
 #include "framework/nccl/nccl_communicator.h"
 #include "framework/rank_env.h"
+#include "train/trainer.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(const TrainConfig& config,
                                                                  MpiCommunicator* host) {
@@ -33,4 +33,4 @@ StatusOr<Device> SelectGpuBeforeMpi(const TrainConfig& config) {
   return gpu;
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,4 +1,4 @@
-#include "examples/trainer_main.h"
+#include "train/trainer_main.h"
 
 #include <malloc.h>
 
@@ -10,16 +10,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "examples/device_comm.h"
-#include "examples/trainer.h"
 #include "framework/cpu_features.h"
 #include "framework/logging.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
 #include "nn/cpu_isa.h"
+#include "train/device_comm.h"
+#include "train/trainer.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 int Finish(const char* program, const Status& st, bool print) {
@@ -53,13 +53,12 @@ std::vector<double> RoundedTo(const std::vector<double>& v, double unit) {
 
 }  // namespace
 
-int TrainerMain(int argc, char** argv, const char* program,
-                StatusOr<ParsedArgs> (*parse)(int argc, const char* const* argv),
-                const TrainerMainOptions& options) {
-  if (options.mmap_threshold_bytes > 0) mallopt(M_MMAP_THRESHOLD, options.mmap_threshold_bytes);
+int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
+  const char* program = binary.flags.program.c_str();
+  if (binary.mmap_threshold_bytes > 0) mallopt(M_MMAP_THRESHOLD, binary.mmap_threshold_bytes);
   StatusOr<RankEnv> env = DiscoverRankEnv();
   const bool lead = !env.ok() || env->rank == 0;
-  StatusOr<ParsedArgs> parsed = parse(argc, argv);
+  StatusOr<ParsedArgs> parsed = ParseTrainArgs(argc, argv, binary.config, binary.flags);
   if (!parsed.ok()) {
     if (lead)
       std::fprintf(stderr, "%s: %s\n(see --help)\n", program, parsed.status().ToString().c_str());
@@ -69,7 +68,7 @@ int TrainerMain(int argc, char** argv, const char* program,
     if (lead) std::cout << parsed->help_text;
     return 0;
   }
-  const TrainConfig& config = parsed->config;
+  const TrainConfig& config = *binary.config;
   if (lead) {
     for (const std::string& w : parsed->warnings) LOG_WARNING << program << ": " << w;
   }
@@ -100,7 +99,7 @@ int TrainerMain(int argc, char** argv, const char* program,
     return Finish(program, device_comm.status(), rank0);
   }
   StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(config, comm->get(), device_comm->get());
+      Trainer::Create(config, binary.make_model(), comm->get(), device_comm->get());
   if (!trainer.ok()) {
     // Setup errors are agreed by all ranks; should one not be, its peers waiting in a setup
     // collective are told (they fail naming this rank) instead of waiting for the timeout.
@@ -158,12 +157,7 @@ int TrainerMain(int argc, char** argv, const char* program,
                           {"params", summary->num_params},
                           {"batch", config.batch},
                           {"device", (*trainer)->device().ToString()}};
-      if (config.model == ModelKind::kGpt) {
-        for (const char* k : {"n_layer", "n_head", "n_embd", "block_size"})
-          j[k] = config.ToJson()[k];
-      } else {
-        j["layers"] = config.layers;
-      }
+      j.update((*trainer)->model().BenchJson());
       std::cout << j.dump() << "\n";
     }
     std::cout.flush();
@@ -174,4 +168,4 @@ int TrainerMain(int argc, char** argv, const char* program,
   return Finish(program, Status::Ok(), false);
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,6 +1,7 @@
-// TrainConfig: every flag of examples/train_mlp, parsed and validated in one place.
+// TrainConfig: every flag of the trainer (train/trainer.h), parsed and validated in one place;
+// a model adds its own flags (ModelFlags) beside them.
 //
-// ParseTrainConfig turns argv into a TrainConfig (CLI11 underneath) or a kInvalidArgument that
+// ParseTrainArgs turns argv into a TrainConfig (CLI11 underneath) or a kInvalidArgument that
 // names the flag, the value and what was expected; nothing here exits or prints. `--help` is not an
 // error: the result carries the help text and the caller prints it. Checks that need the world
 // size (the global batch split over ranks) are done by the trainer (CheckForWorld).
@@ -15,18 +16,17 @@
 //                              e.g. "ema_slow:kind=power_warmup,decay=0.9999,power=0.75".
 //
 // Threading: pure functions; thread-safe.
-#ifndef SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_
-#define SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_
+#ifndef SHARDEMA_TRAIN_TRAIN_CONFIG_H_
+#define SHARDEMA_TRAIN_TRAIN_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ema/schedule.h"
-#include "examples/gpt_data.h"
-#include "examples/mlp_math.h"
 #include "framework/communicator.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
@@ -35,31 +35,17 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
-namespace shardema::examples {
+namespace CLI {
+class App;
+}  // namespace CLI
 
-// Which trainer the flags are for: train_mlp or train_gpt (examples/gpt_model.h).
-enum class ModelKind { kMlp, kGpt };
+namespace shardema {
 
 struct TrainConfig {
-  ModelKind model = ModelKind::kMlp;
-  // Model and task (train_mlp).
-  std::vector<int64_t> layers;  // D0, D1, ..., DL (at least two, all > 0)
-  mlp::Activation activation = mlp::Activation::kRelu;
-  mlp::Loss loss = mlp::Loss::kMse;
-  std::string data;       // --data: x [N, D0] and y; empty = synthetic teacher task
-  std::string eval_data;  // --eval-data: empty = all rows of the training data
-  bool allow_nonfinite_data =
-      false;         // --allow-nonfinite-data: skip rows with NaN/Inf (else exit 2)
-  std::string init;  // --init: parameters by name; empty = seeded PyTorch-style init
+  // Parameters: --init FILE (by name; empty = the model's seeded init) and --seed (the init's and
+  // the model's data seed).
+  std::string init;
   uint64_t seed = 0;
-  int64_t synthetic_rows = 1024;  // rows of the synthetic task
-
-  // Model and data (train_gpt; --data is required, byte vocabulary of 256).
-  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
-  DataOrder data_order = DataOrder::kShuffled;
-  int64_t sample = 0;        // --sample N: bytes generated at the end from live and EMA weights
-  double temperature = 1.0;  // sampling temperature (0: argmax)
-  bool recompute = false;    // --recompute: activation recomputation per block
 
   // Batching and steps.
   int64_t batch = 32;      // global batch B per optimizer step
@@ -127,24 +113,22 @@ struct TrainConfig {
   static constexpr int64_t kUnitMemoryAuto = -2;
   int64_t unit_memory_limit = kUnitMemoryAuto;
 
-  // Everything, for the checkpoint meta ("trainer.config").
+  // The trainer's flags, for the checkpoint meta ("trainer.run"; the model adds its Config()).
   nlohmann::json ToJson() const;
   // ToJson() plus the run-time flags that are not recorded in checkpoints (--resume, logging,
   // benchmark, communication and thread settings): what every rank must agree on at start
   // (examples/config_agreement.h).
   nlohmann::json AgreementJson() const;
-  // The subset that must match on --resume (model, task, batch split, data and init files, seed,
-  // precision); compared field by field, overridable with --override-hparams. Optimizer and EMA
-  // hyperparameters are compared from their own meta sections.
+  // The trainer's subset that must match on --resume (init file, seed, batch split, precision;
+  // the model adds its Hparams()); compared field by field, overridable with --override-hparams.
+  // Optimizer and EMA hyperparameters are compared from their own meta sections.
   nlohmann::json HparamsJson() const;
   // Checks that need the world size (batch divisible by grad_accum * world_size), and the basic
-  // invariants the trainer relies on for a config built in code (at least two layers, positive
-  // sizes and batches).
+  // invariants the trainer relies on for a config built in code (positive batches).
   Status CheckForWorld(int world_size) const;
 };
 
 struct ParsedArgs {
-  TrainConfig config;
   // Settings that are valid but probably not what the user wants (e.g. a constant EMA decay
   // whose horizon 1/(1-d) exceeds a third of --steps); the caller logs them.
   std::vector<std::string> warnings;
@@ -152,16 +136,30 @@ struct ParsedArgs {
   std::string help_text;
 };
 
-// Parses train_mlp's argv (argv[0] is the program name). Errors: kInvalidArgument naming the flag.
-StatusOr<ParsedArgs> ParseTrainConfig(int argc, const char* const* argv);
+// A model's flags beside the trainer's (ParseTrainArgs).
+struct ModelFlags {
+  std::string program;      // the binary's name (argv[0] when argv is empty)
+  std::string description;  // the head of --help
+  // Called first: adds the model's flags to `app` (listed first in --help) and may set the
+  // model's defaults of the trainer's flags in `config` (e.g. nanoGPT's --weight-decay 0.1).
+  std::function<void(CLI::App& app, TrainConfig& config)> add;
+  // Called after parsing, before the trainer's own checks: converts and checks the model's flags
+  // (kInvalidArgument naming the flag and value). May be empty.
+  std::function<Status()> finish;
+};
+
+// Parses argv (argv[0] is the program name) into `config` and the model's flags: the model's
+// flags and then the trainer's are registered on one CLI::App (CLI11). A repeated flag takes its
+// last value (argparse's rule), except --ema-spec, which collects. Errors: kInvalidArgument naming
+// the flag. `config` must outlive the call only.
+StatusOr<ParsedArgs> ParseTrainArgs(int argc, const char* const* argv, TrainConfig* config,
+                                    const ModelFlags& model);
 // The same from a vector of arguments (without the program name); for tests and tools.
-StatusOr<ParsedArgs> ParseTrainConfig(const std::vector<std::string>& args);
-// train_gpt's flags: the model flags (--n-layer, --n-head, --n-embd, --block-size, --data-order,
-// --sample, --temperature, --recompute) replace train_mlp's (--layers,
-// --activation, --loss, --synthetic-rows); everything else is shared, with nanoGPT's defaults
-// for --weight-decay 0.1, --betas 0.9,0.95 and --clip-norm 1. --data is required.
-StatusOr<ParsedArgs> ParseGptConfig(int argc, const char* const* argv);
-StatusOr<ParsedArgs> ParseGptConfig(const std::vector<std::string>& args);
+StatusOr<ParsedArgs> ParseTrainArgs(const std::vector<std::string>& args, TrainConfig* config,
+                                    const ModelFlags& model);
+
+// A non-negative (positive = true) or finite number, else kInvalidArgument naming the flag.
+Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero = true);
 
 // "--layers 6,9,3" style helpers, exposed for tests. Errors name `flag` and the bad item.
 StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);
@@ -170,6 +168,6 @@ StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag, const std
 // "--ema-spec NAME:key=val,..." -> EmaConfig (values are JSON scalars or bare strings).
 StatusOr<EmaConfig> ParseEmaSpec(const std::string& text);
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_TRAIN_CONFIG_H_
+#endif  // SHARDEMA_TRAIN_TRAIN_CONFIG_H_

@@ -8,8 +8,8 @@
 // checkpoint) are dropped, so the file always describes one history.
 //
 // Errors: errno errors naming the file. Threading: one thread.
-#ifndef SHARDEMA_EXAMPLES_METRICS_H_
-#define SHARDEMA_EXAMPLES_METRICS_H_
+#ifndef SHARDEMA_TRAIN_METRICS_H_
+#define SHARDEMA_TRAIN_METRICS_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +19,7 @@
 
 #include "framework/status.h"
 
-namespace shardema::examples {
+namespace shardema {
 
 // Eval losses of one evaluation: "live" first, then each EMA slot, in slot order.
 struct EvalLosses {
@@ -61,6 +61,6 @@ class MetricsLog {
 //   ema_0.999    0.0134567
 std::string FormatEvalTable(const EvalLosses& eval);
 
-}  // namespace shardema::examples
+}  // namespace shardema
 
-#endif  // SHARDEMA_EXAMPLES_METRICS_H_
+#endif  // SHARDEMA_TRAIN_METRICS_H_

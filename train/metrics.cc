@@ -1,4 +1,4 @@
-#include "examples/metrics.h"
+#include "train/metrics.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace shardema::examples {
+namespace shardema {
 
 MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
@@ -90,4 +90,4 @@ std::string FormatEvalTable(const EvalLosses& eval) {
   return os.str();
 }
 
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,4 +1,4 @@
-#include "examples/metrics.h"
+#include "train/metrics.h"
 
 #include <gtest/gtest.h>
 
