@@ -19,6 +19,7 @@ PACKAGES=(
   libcli11-dev         # command-line parsing
   libxxhash-dev        # checksums
   gnuplot-nox          # loss curves in tools/demo.sh
+  python3-sklearn      # its breast-cancer CSV: the data of examples/autoencoder
 )
 
 check_only=0
@@ -70,6 +71,23 @@ if ! command -v clang++ >/dev/null 2>&1 || ! command -v clang-format >/dev/null 
       echo "setup: installed clang and clang-format (tools/fuzz.sh, tools/check_format.sh)"
     else
       echo "setup: could not install clang; the fuzz run and the format check will be skipped"
+    fi
+  fi
+fi
+
+# Optional: Debian's PyTorch for the PyTorch interop tests (examples/autoencoder's strict load);
+# without it they are reported as skipped.
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  if [ $check_only = 1 ]; then
+    echo "setup: optional python3-torch (PyTorch interop tests) is missing"
+  elif [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && SUDO=sudo
+    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        python3-torch >>/tmp/shardema-apt.log 2>&1; then
+      echo "setup: installed python3-torch (PyTorch interop tests)"
+    else
+      echo "setup: could not install python3-torch; the PyTorch interop tests will be skipped"
     fi
   fi
 fi
