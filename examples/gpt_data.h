@@ -14,7 +14,7 @@
 //               in a seeded random order per epoch: global sequence g = s*B + j lies in epoch
 //               e = floor(g / K) at position p = g mod K, and o = T * perm_e[p], where perm_e is
 //               the Fisher-Yates shuffle of 0..K-1 drawn from SeededRng(seed,
-//               "data.shuffle.epoch.<e>") (examples/rng.h): for i = K-1 down to 1, swap entries
+//               "data.shuffle.epoch.<e>") (framework/rng.h): for i = K-1 down to 1, swap entries
 //               i and Next() mod (i+1).
 // Both orders are pure functions of (seed, s, j): the same at every world size, and a resume on
 // any world size continues them exactly.

@@ -90,7 +90,7 @@ std::map<std::string, std::string> GptTiedNames();
 
 // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), the two c_proj weights of each
 // block ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0; each parameter
-// drawn from SeededRng(seed, name) (examples/rng.h): independent of the world size.
+// drawn from SeededRng(seed, name) (framework/rng.h): independent of the world size.
 Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t seed);
 
 // --init: every store parameter by name (F32/BF16/F16, exact shape); lm_head.weight optional and,

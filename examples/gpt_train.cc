@@ -139,11 +139,11 @@ class GptTrainModel final : public TrainModel {
     RETURN_IF_ERROR(CheckDecayGroups(ctx));
     std::unique_ptr<GptLm> lm;
     if (ctx.store->device().is_cuda()) {
-      ASSIGN_OR_RETURN(lm, GptModelCuda::Create(ctx.store, c_.Shape(), c_.recompute,
-                                                ctx.allow_tf32));
+      ASSIGN_OR_RETURN(lm,
+                       GptModelCuda::Create(ctx.store, c_.Shape(), c_.recompute, ctx.allow_tf32));
     } else {
-      ASSIGN_OR_RETURN(lm, GptModel::Create(ctx.store, c_.Shape(), ctx.compute_threads,
-                                            c_.recompute));
+      ASSIGN_OR_RETURN(lm,
+                       GptModel::Create(ctx.store, c_.Shape(), ctx.compute_threads, c_.recompute));
     }
     lm_ = lm.get();
     return std::unique_ptr<ModelCompute>(std::move(lm));
@@ -254,18 +254,8 @@ ModelFlags GptFlags(GptConfig* c) {
   return f;
 }
 
-StatusOr<ParsedGptArgs> ParseGptConfig(int argc, const char* const* argv) {
-  ParsedGptArgs out;
-  ASSIGN_OR_RETURN(ParsedArgs parsed, ParseTrainArgs(argc, argv, &out.config, GptFlags(&out.config)));
-  static_cast<ParsedArgs&>(out) = std::move(parsed);
-  return out;
-}
-
 StatusOr<ParsedGptArgs> ParseGptConfig(const std::vector<std::string>& args) {
-  ParsedGptArgs out;
-  ASSIGN_OR_RETURN(ParsedArgs parsed, ParseTrainArgs(args, &out.config, GptFlags(&out.config)));
-  static_cast<ParsedArgs&>(out) = std::move(parsed);
-  return out;
+  return ParseConfig(args, GptFlags);
 }
 
 std::unique_ptr<TrainModel> MakeGptModel(const GptConfig& config) {
@@ -277,12 +267,6 @@ StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const GptConfig& config, Commun
   return Trainer::Create(config, MakeGptModel(config), comm, device_comm);
 }
 
-TrainerBinary GptBinary(GptConfig* config) {
-  TrainerBinary b;
-  b.flags = GptFlags(config);
-  b.config = config;
-  b.make_model = [config] { return MakeGptModel(*config); };
-  return b;
-}
+TrainerBinary GptBinary(GptConfig* config) { return BinaryOf(config, GptFlags, MakeGptModel); }
 
 }  // namespace shardema::examples

@@ -39,14 +39,12 @@ struct GptConfig : TrainConfig {
   GptShape Shape() const;
 };
 
-struct ParsedGptArgs : ParsedArgs {
-  GptConfig config;
-};
+using ParsedGptArgs = ParsedConfig<GptConfig>;
 
 // The GPT's flags, bound to `config` (which must outlive the parse).
 ModelFlags GptFlags(GptConfig* config);
-// Parses train_gpt's argv. Errors: kInvalidArgument naming the flag.
-StatusOr<ParsedGptArgs> ParseGptConfig(int argc, const char* const* argv);
+// Parses train_gpt's arguments (without the program name). Errors: kInvalidArgument naming the
+// flag.
 StatusOr<ParsedGptArgs> ParseGptConfig(const std::vector<std::string>& args);
 
 std::unique_ptr<TrainModel> MakeGptModel(const GptConfig& config);

@@ -109,10 +109,10 @@ class MlpTrainModel final : public TrainModel {
     DataOptions dopt;
     dopt.allow_nonfinite = c_.allow_nonfinite_data;
     const int64_t in = c_.layers.front(), out = c_.layers.back();
-    StatusOr<Dataset> d =
-        c_.data.empty() ? StatusOr<Dataset>(MakeSyntheticDataset(c_.seed, c_.layers, c_.activation,
-                                                                 c_.loss, c_.synthetic_rows))
-                        : LoadDataset(c_.data, c_.loss, in, out, dopt);
+    StatusOr<Dataset> d = c_.data.empty()
+                              ? StatusOr<Dataset>(MakeSyntheticDataset(
+                                    c_.seed, c_.layers, c_.activation, c_.loss, c_.synthetic_rows))
+                              : LoadDataset(c_.data, c_.loss, in, out, dopt);
     RETURN_IF_ERROR(AgreeOnStatus(comm, d.status(), "--data"));
     Dataset eval;
     if (!c_.eval_data.empty()) {
@@ -140,9 +140,9 @@ class MlpTrainModel final : public TrainModel {
 
   StatusOr<std::unique_ptr<ModelCompute>> Build(const ModelContext& ctx) override {
     if (ctx.store->device().is_cuda()) {
-      ASSIGN_OR_RETURN(std::unique_ptr<MlpModelCuda> m,
-                       MlpModelCuda::Create(ctx.store, c_.layers, c_.activation, c_.loss,
-                                            ctx.allow_tf32));
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<MlpModelCuda> m,
+          MlpModelCuda::Create(ctx.store, c_.layers, c_.activation, c_.loss, ctx.allow_tf32));
       return std::unique_ptr<ModelCompute>(std::move(m));
     }
     return std::unique_ptr<ModelCompute>(
@@ -198,18 +198,8 @@ ModelFlags MlpFlags(MlpConfig* c) {
   return f;
 }
 
-StatusOr<ParsedMlpArgs> ParseMlpConfig(int argc, const char* const* argv) {
-  ParsedMlpArgs out;
-  ASSIGN_OR_RETURN(ParsedArgs parsed, ParseTrainArgs(argc, argv, &out.config, MlpFlags(&out.config)));
-  static_cast<ParsedArgs&>(out) = std::move(parsed);
-  return out;
-}
-
 StatusOr<ParsedMlpArgs> ParseMlpConfig(const std::vector<std::string>& args) {
-  ParsedMlpArgs out;
-  ASSIGN_OR_RETURN(ParsedArgs parsed, ParseTrainArgs(args, &out.config, MlpFlags(&out.config)));
-  static_cast<ParsedArgs&>(out) = std::move(parsed);
-  return out;
+  return ParseConfig(args, MlpFlags);
 }
 
 std::unique_ptr<TrainModel> MakeMlpModel(const MlpConfig& config) {
@@ -221,12 +211,6 @@ StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const MlpConfig& config, Commun
   return Trainer::Create(config, MakeMlpModel(config), comm, device_comm);
 }
 
-TrainerBinary MlpBinary(MlpConfig* config) {
-  TrainerBinary b;
-  b.flags = MlpFlags(config);
-  b.config = config;
-  b.make_model = [config] { return MakeMlpModel(*config); };
-  return b;
-}
+TrainerBinary MlpBinary(MlpConfig* config) { return BinaryOf(config, MlpFlags, MakeMlpModel); }
 
 }  // namespace shardema::examples

@@ -2,7 +2,8 @@
 // and its compute (MlpModel on the CPU, MlpModelCuda on a GPU), as a TrainModel.
 //
 // Flags (beside the trainer's, train/train_config.h): --layers D0,...,DL (required), --activation
-// relu|gelu, --loss mse|cross_entropy, --data / --eval-data (safetensors x, y), --allow-nonfinite-data,
+// relu|gelu, --loss mse|cross_entropy, --data / --eval-data (safetensors x, y),
+// --allow-nonfinite-data,
 // --synthetic-rows (the synthetic teacher task without --data).
 // Checkpoint config compared on resume: layers, activation, loss, data, synthetic_rows (with the
 // trainer's init, seed, batch, grad_accum, precision).
@@ -29,21 +30,18 @@ struct MlpConfig : TrainConfig {
   std::vector<int64_t> layers;  // D0, D1, ..., DL (at least two, all > 0)
   mlp::Activation activation = mlp::Activation::kRelu;
   mlp::Loss loss = mlp::Loss::kMse;
-  std::string data;       // --data: x [N, D0] and y; empty = synthetic teacher task
-  std::string eval_data;  // --eval-data: empty = all rows of the training data
+  std::string data;                   // --data: x [N, D0] and y; empty = synthetic teacher task
+  std::string eval_data;              // --eval-data: empty = all rows of the training data
   bool allow_nonfinite_data = false;  // --allow-nonfinite-data: skip rows with NaN/Inf
   int64_t synthetic_rows = 1024;      // rows of the synthetic task
 };
 
-struct ParsedMlpArgs : ParsedArgs {
-  MlpConfig config;
-};
+using ParsedMlpArgs = ParsedConfig<MlpConfig>;
 
 // The MLP's flags, bound to `config` (which must outlive the parse).
 ModelFlags MlpFlags(MlpConfig* config);
-// Parses train_mlp's argv (argv[0] is the program name). Errors: kInvalidArgument naming the flag.
-StatusOr<ParsedMlpArgs> ParseMlpConfig(int argc, const char* const* argv);
-// The same from a vector of arguments (without the program name); for tests and tools.
+// Parses train_mlp's arguments (without the program name). Errors: kInvalidArgument naming the
+// flag.
 StatusOr<ParsedMlpArgs> ParseMlpConfig(const std::vector<std::string>& args);
 
 // The MLP as a TrainModel.

@@ -580,7 +580,7 @@ TEST(TrainerTest, SetupErrorsNameWhatIsWrong) {
   ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --init /nonexistent/init.safetensors",
                     StatusCode::kNotFound, {"/nonexistent/init.safetensors"});
   // --device cuda without a usable GPU (CPU-only build, or no device): kUnavailable naming why;
-  // with a GPU but no device communicator (train_mlp makes one, examples/device_comm.h):
+  // with a GPU but no device communicator (train_mlp makes one, train/device_comm.h):
   // kInvalidArgument.
   if (CudaDeviceCount() == 0) {
     ExpectCreateError(std::string(kResumeArgs) + " --steps 2 --device cuda",

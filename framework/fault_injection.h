@@ -16,7 +16,7 @@
 //   clip.sum_of_squares     the gradient norm's local sum of squares (optim/clip.h)
 //   store.export            ShardedParameterStore::GatherSlotToRank, its unit buffers (root's
 //                           pinned one on CUDA)
-//   trainer.init            the trainer's parameter initialisation (examples/trainer.h; setup)
+//   trainer.init            the trainer's parameter initialisation (train/trainer.h; setup)
 //   trainer.state           the trainer's optimizer and EMA state allocation (setup)
 // Threading: thread-safe, except ArmInjectedFault.
 #ifndef SHARDEMA_FRAMEWORK_FAULT_INJECTION_H_

@@ -6,7 +6,7 @@
 
 #include "tests/test_world.h"
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 using ::shardema::testing::World;
@@ -61,4 +61,4 @@ TEST(AgreeOnConfig, LastRankDiffersEveryRankFails) {
 }
 
 }  // namespace
-}  // namespace shardema::examples
+}  // namespace shardema

@@ -1,5 +1,5 @@
-// The GPU communicator of train_mlp --device cuda (examples/trainer.h): which GPU each rank takes
-// and the NcclCommunicator over it, next to the host MpiCommunicator.
+// The GPU communicator of a training binary's --device cuda (train/trainer.h): which GPU each rank
+// takes and the NcclCommunicator over it, next to the host MpiCommunicator.
 //
 // CreateDeviceCommunicator(config, host) — collective over `host`'s ranks:
 //   --device cpu     returns null (the trainer needs no device communicator);
@@ -8,7 +8,7 @@
 //                    per GPU, or device local_rank % visible under per-task CUDA_VISIBLE_DEVICES;
 //                    more ranks on a node than GPUs they all see is an error);
 //   --device cuda:N  every rank takes GPU N (one rank per node).
-// First CheckTrainDevice (examples/trainer.h) is agreed over `host`, so in a build without
+// First CheckTrainDevice (train/trainer.h) is agreed over `host`, so in a build without
 // --config=cuda or on a machine without a GPU every rank returns the same kUnavailable naming the
 // reason, before any NCCL call. The NCCL communicator takes host->options() (check_args).
 // Errors: CheckTrainDevice's kUnavailable (with "--device: rank R of W: " in front);

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace shardema::examples {
+namespace shardema {
 namespace {
 
 std::string TmpPath(const std::string& name) {
@@ -85,4 +85,4 @@ TEST(MetricsTest, TableListsEverySlot) {
 }
 
 }  // namespace
-}  // namespace shardema::examples
+}  // namespace shardema

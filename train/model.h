@@ -15,7 +15,7 @@
 //   Build(context)  the compute on the store (a ModelCompute): CPU or, on a CUDA store, GPU;
 //   Hparams()       the model's part of the checkpoint config that --resume compares;
 //   Config()        the model's flags, recorded in the checkpoint (not compared);
-//   Sample()        an optional end-of-training hook (train_gpt: generated text).
+//   Sample()        an optional end-of-training hook (e.g. generated text).
 //
 // A ModelCompute is one micro-batch's forward and backward through the sharded store (usually a
 // fsdp/unit_runner.h UnitRunner over the model's per-use callbacks, with its use schedule: a unit
@@ -109,7 +109,7 @@ struct ModelMemory {
 class TrainModel {
  public:
   virtual ~TrainModel() = default;
-  // The binary's name, for logs ("train_mlp").
+  // The binary's name, for logs.
   virtual std::string name() const = 0;
   virtual std::vector<UnitSpec> Units() const = 0;
   virtual std::vector<ParamGroupRule> ParamGroups() const { return {}; }

@@ -117,7 +117,7 @@ struct TrainConfig {
   nlohmann::json ToJson() const;
   // ToJson() plus the run-time flags that are not recorded in checkpoints (--resume, logging,
   // benchmark, communication and thread settings): what every rank must agree on at start
-  // (examples/config_agreement.h).
+  // (train/config_agreement.h).
   nlohmann::json AgreementJson() const;
   // The trainer's subset that must match on --resume (init file, seed, batch split, precision;
   // the model adds its Hparams()); compared field by field, overridable with --override-hparams.
@@ -158,10 +158,26 @@ StatusOr<ParsedArgs> ParseTrainArgs(int argc, const char* const* argv, TrainConf
 StatusOr<ParsedArgs> ParseTrainArgs(const std::vector<std::string>& args, TrainConfig* config,
                                     const ModelFlags& model);
 
+// ParsedArgs with a model's config struct (one derived from TrainConfig).
+template <class Config>
+struct ParsedConfig : ParsedArgs {
+  Config config;
+};
+// ParseTrainArgs of `args` into a fresh Config with the model's flags (`flags` binds them to it).
+template <class Config>
+StatusOr<ParsedConfig<Config>> ParseConfig(const std::vector<std::string>& args,
+                                           ModelFlags (*flags)(Config*)) {
+  ParsedConfig<Config> out;
+  StatusOr<ParsedArgs> parsed = ParseTrainArgs(args, &out.config, flags(&out.config));
+  if (!parsed.ok()) return parsed.status();
+  static_cast<ParsedArgs&>(out) = std::move(parsed).value();
+  return out;
+}
+
 // A non-negative (positive = true) or finite number, else kInvalidArgument naming the flag.
 Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero = true);
 
-// "--layers 6,9,3" style helpers, exposed for tests. Errors name `flag` and the bad item.
+// "--flag 6,9,3" style helpers, exposed for tests. Errors name `flag` and the bad item.
 StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);
 StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag, const std::string& text,
                                               std::vector<std::string>* as_written = nullptr);

@@ -71,6 +71,12 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
   const TrainConfig& config = *binary.config;
   if (lead) {
     for (const std::string& w : parsed->warnings) LOG_WARNING << program << ": " << w;
+#ifndef __OPTIMIZE__
+    // Bazel's default compilation mode (fastbuild) is -O0: the layers run tens of times slower.
+    LOG_WARNING << program
+                << ": built without optimisation (-O0): steps run many times slower; build with "
+                   "--copt=-O2 (the .bazelrc lines of the README's \"Depending on shardema\")";
+#endif
   }
 
   // The GPU is chosen before MPI_Init (best effort; errors are reported collectively below).

@@ -1,4 +1,4 @@
-// TrainerMain: the main() of a training binary (examples/train_mlp.cc: a few lines). `mpirun -np W
+// TrainerMain: the main() of a training binary (a few lines: train/README.md). `mpirun -np W
 // BINARY --help` lists the model's flags and the trainer's; train/trainer.h describes the loop.
 // It parses (ParseTrainArgs with the binary's ModelFlags), makes the model, runs the Trainer,
 // prints the eval table (and the model's samples, the --bench-json line) on rank 0, and maps
@@ -41,6 +41,18 @@ struct TrainerBinary {
 };
 
 int TrainerMain(int argc, char** argv, const TrainerBinary& binary);
+
+// The TrainerBinary of a model whose config struct (derived from TrainConfig) `config` holds the
+// parsed flags, `flags` binds them, and `make` makes the model from them.
+template <class Config>
+TrainerBinary BinaryOf(Config* config, ModelFlags (*flags)(Config*),
+                       std::unique_ptr<TrainModel> (*make)(const Config&)) {
+  TrainerBinary b;
+  b.flags = flags(config);
+  b.config = config;
+  b.make_model = [config, make] { return make(*config); };
+  return b;
+}
 
 }  // namespace shardema
 

@@ -14,13 +14,13 @@
 #include <sstream>
 
 #include "checkpoint/collective_bytes.h"
-#include "fsdp/unit_runner.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "train/init_file.h"
 #include "train/memory_estimate.h"
 #include "train/trainer_main.h"
+#include "train/unit_compute.h"
 
 namespace ae {
 using namespace shardema;  // NOLINT: a user's binary
@@ -98,81 +98,59 @@ class Rows final : public TrainData {
   int64_t n_, d_;
 };
 
-// ---- compute: the two uses of unit "ae" through a UnitRunner ----
-class Compute final : public ModelCompute {
+// ---- compute: the two uses of unit "ae" (train/unit_compute.h runs the UnitRunner) ----
+class Compute final : public UnitCompute {
  public:
   Compute(UnitRunner runner, int64_t d, int64_t h, int threads)
-      : runner_(std::move(runner)), d_(d), h_(h), ctx_(threads) {}
-  StatusOr<double> ForwardBackward(const Batch& b) override {
-    double loss = 0;
-    UnitCallbacks cb = Callbacks(b);
-    cb.loss = [&](int64_t) -> Status {
-      dy_.assign(y_.size(), 0.f);
-      if (b.rows == 0) return Status::Ok();
-      ASSIGN_OR_RETURN(loss, nn::MseLoss(ctx_, y_.data(), b.x.data(), b.rows * d_,
-                                         double(b.rows * d_), dy_.data()));
-      return Status::Ok();
-    };
-    cb.backward = [&](const UnitCall& c, const std::vector<TensorView>& p,
-                      const std::vector<TensorView>& g) -> Status {
-      ASSIGN_OR_RETURN(const float* w, Param(c, p, "enc.weight"));
-      ASSIGN_OR_RETURN(TensorView dw, ParamByName(c, g, "enc.weight"));
-      if (c.use == 1) {  // decoder, the first backward use: dh = dy W^T
-        ASSIGN_OR_RETURN(TensorView dc, ParamByName(c, g, "dec_bias"));
-        dh_.resize(z_.size());
-        nn::LinearBackwardUntransposed(ctx_, h_act_.data(), w, dy_.data(), b.rows, h_, d_,
-                                       dw.as<float>(), dc.as<float>(), dh_.data(), c.accumulate);
-        return Status::Ok();
-      }
-      ASSIGN_OR_RETURN(TensorView db, ParamByName(c, g, "enc.bias"));
-      nn::ActivationBackward(ctx_, nn::Activation::kRelu, z_.data(), dh_.data(), dh_.data(),
-                             int64_t(z_.size()));
-      nn::LinearBackward(ctx_, b.x.data(), w, dh_.data(), b.rows, d_, h_, dw.as<float>(),
-                         db.as<float>(), nullptr, c.accumulate);
-      return Status::Ok();
-    };
-    RETURN_IF_ERROR(runner_.ForwardBackward(cb));
-    return loss;
-  }
-  StatusOr<double> LossSum(const Batch& b) override {
-    RETURN_IF_ERROR(runner_.Forward(Callbacks(b)));
-    if (b.rows == 0) return 0.0;
-    std::vector<float> unused(y_.size());  // the per-row means, summed: the MSE times the rows
-    return nn::MseLoss(ctx_, y_.data(), b.x.data(), b.rows * d_, double(d_), unused.data());
-  }
-  void SetPhaseTimes(PhaseTimes* times) override { runner_.set_phase_times(times); }
+      : UnitCompute(std::move(runner)), d_(d), h_(h), ctx_(threads) {}
 
  private:
-  StatusOr<const float*> Param(const UnitCall& c, const std::vector<TensorView>& p,
-                               const std::string& name) {
-    ASSIGN_OR_RETURN(TensorView v, ParamByName(c, p, name));
-    if (v.dtype != DType::kF32) return InvalidArgument("train_autoencoder: --precision fp32 only");
-    return static_cast<const float*>(v.data);
-  }
-  UnitCallbacks Callbacks(const Batch& b) {
-    UnitCallbacks cb;
-    cb.forward = [&](const UnitCall& c, const std::vector<TensorView>& p) -> Status {
-      ASSIGN_OR_RETURN(const float* w, Param(c, p, "enc.weight"));
-      if (c.use == 0) {  // h = relu(x W^T + b_enc)
-        ASSIGN_OR_RETURN(const float* bias, Param(c, p, "enc.bias"));
-        z_.resize(size_t(b.rows * h_));
-        h_act_.resize(z_.size());
-        nn::LinearForward(ctx_, b.x.data(), w, bias, b.rows, d_, h_, z_.data());
-        nn::ActivationForward(ctx_, nn::Activation::kRelu, z_.data(), h_act_.data(),
-                              int64_t(z_.size()));
-        return Status::Ok();
-      }
-      ASSIGN_OR_RETURN(const float* bias, Param(c, p, "dec_bias"));  // x_hat = h W + b_dec
-      y_.resize(size_t(b.rows * d_));
-      nn::LinearForwardUntransposed(ctx_, h_act_.data(), w, bias, b.rows, h_, d_, y_.data());
+  Status Forward(const UnitCall& c, const Batch& b, const std::vector<TensorView>& p) override {
+    ASSIGN_OR_RETURN(const float* w, ParamF32(c, p, "enc.weight"));
+    if (c.use == 0) {  // h = relu(x W^T + b_enc)
+      ASSIGN_OR_RETURN(const float* bias, ParamF32(c, p, "enc.bias"));
+      z_.resize(size_t(b.rows * h_));
+      a_.resize(z_.size());
+      nn::LinearForward(ctx_, b.x.data(), w, bias, b.rows, d_, h_, z_.data());
+      nn::ActivationForward(ctx_, nn::Activation::kRelu, z_.data(), a_.data(), int64_t(z_.size()));
       return Status::Ok();
-    };
-    return cb;
+    }
+    ASSIGN_OR_RETURN(const float* bias, ParamF32(c, p, "dec_bias"));  // x_hat = h W + b_dec
+    y_.resize(size_t(b.rows * d_));
+    nn::LinearForwardUntransposed(ctx_, a_.data(), w, bias, b.rows, h_, d_, y_.data());
+    return Status::Ok();
   }
-  UnitRunner runner_;
+  StatusOr<double> Loss(const Batch& b) override {  // mean over rows and features
+    dy_.resize(y_.size());
+    if (b.rows == 0) return 0.0;
+    return nn::MseLoss(ctx_, y_.data(), b.x.data(), b.rows * d_, double(b.rows * d_), dy_.data());
+  }
+  Status Backward(const UnitCall& c, const Batch& b, const std::vector<TensorView>& p,
+                  const std::vector<TensorView>& g) override {
+    ASSIGN_OR_RETURN(const float* w, ParamF32(c, p, "enc.weight"));
+    ASSIGN_OR_RETURN(float* dw, ParamF32(c, g, "enc.weight"));
+    if (c.use == 1) {  // the decoder (the first backward use): dh = dy W^T
+      ASSIGN_OR_RETURN(float* dc, ParamF32(c, g, "dec_bias"));
+      dh_.resize(z_.size());
+      nn::LinearBackwardUntransposed(ctx_, a_.data(), w, dy_.data(), b.rows, h_, d_, dw, dc,
+                                     dh_.data(), c.accumulate);
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(float* db, ParamF32(c, g, "enc.bias"));
+    nn::ActivationBackward(ctx_, nn::Activation::kRelu, z_.data(), dh_.data(), dh_.data(),
+                           int64_t(z_.size()));
+    nn::LinearBackward(ctx_, b.x.data(), w, dh_.data(), b.rows, d_, h_, dw, db, nullptr,
+                       c.accumulate);
+    return Status::Ok();
+  }
+  StatusOr<double> EvalLossSum(const Batch& b) override {  // per-row means, summed
+    if (b.rows == 0) return 0.0;
+    dy_.resize(y_.size());
+    return nn::MseLoss(ctx_, y_.data(), b.x.data(), b.rows * d_, double(d_), dy_.data());
+  }
   int64_t d_, h_;
   nn::CpuContext ctx_;
-  std::vector<float> z_, h_act_, y_, dy_, dh_;
+  std::vector<float> z_, a_, y_, dy_, dh_;
 };
 
 // ---- the model as the trainer sees it ----
