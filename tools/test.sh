@@ -4,7 +4,10 @@
 #   2. tools/check_layers.py --self-test and on the tree (each counts as one test), and the same
 #      two runs of tools/check_format.sh (skipped without clang-format 14),
 #   3. bazel test //...  (unit tests and the multi-rank tests, which run under real mpirun
-#      with 1-4 ranks through tests/mpi_run.sh),
+#      with 1-4 ranks through tests/mpi_run.sh), then tests/client_workspace/run.sh (one test:
+#      a separate Bazel workspace depending on @shardema builds a training binary and README's
+#      C++ blocks and runs them against the in-tree train_mlp; its own output base, so its first
+#      build is cold: 4.5 minutes on 2 cores; limit $SHARDEMA_CLIENT_TIMEOUT, default 1200 s),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
@@ -98,6 +101,19 @@ for step in "--self-test" ""; do
 done
 
 run_tests "bazel test //... (CPU build, multi-rank tests under mpirun)" -- //... "$@"
+
+echo "== client workspace (tests/client_workspace/run.sh: shardema from another Bazel workspace)"
+client_timeout="${SHARDEMA_CLIENT_TIMEOUT:-1200}"
+timeout --kill-after=30 "$client_timeout" tests/client_workspace/run.sh 2>&1 | tee "$log"
+crc=${PIPESTATUS[0]}
+if [ "$crc" = 0 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  # run.sh prints its own verdict line unless it was killed.
+  grep -q '^client_workspace: FAILED' "$log" ||
+    echo "client_workspace: FAILED (exit $crc; 124 or 137: timed out after $client_timeout s)"
+fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
   echo "== bazel build --config=cuda //... (CUDA path, sm_90)"
