@@ -36,22 +36,27 @@
 # The checks (each is one line of the report: PASS, FAIL or SKIP with the reason):
 #   1. every gpu-tagged single-process test binary (gtest; a binary that skipped any test case
 #      is SKIP, never PASS: tools/test_results.sh);
-#   2. every gpu-tagged multi-rank test binary at 1, 2, 3, 4 and 8 ranks, one GPU per rank
-#      (SKIP when the machine has fewer GPUs than ranks);
+#   2. every gpu-tagged multi-rank test binary at 1, 2, 3, 4 and 8 ranks, one GPU per rank; with
+#      more ranks than GPUs (up to 4 ranks) the ranks share the GPUs, each with its own
+#      NCCL_HOSTID so NCCL connects them through its socket transport over loopback
+#      (shared_gpu_rank.sh; reported as "(shared GPU, socket transport)": it proves the
+#      multi-rank code paths, never their speed); beyond 4 ranks SKIP;
 #   3. gpu_optimizer_bench (its summary line goes into the report), against the PyTorch peer
 #      (torch_fused_adamw.py) where the machine's python3 has torch with CUDA;
 #   3b. the CPU step benchmarks' PyTorch FSDP2 peers (bench/peer/torch_fsdp2_{mlp,gpt}.py), a
 #      2-rank step of a tiny model each, on the CPU while a GPU is visible (PASS when the peer
 #      prints its JSON line; SKIP when the machine's python3 has no torch);
-#   4. a 2-rank train_mlp --device cuda run in which one rank is killed (SIGKILL) once training
-#      runs: PASS when the job exits, non-zero, within --kill-bound seconds (default 60);
+#   4. a 2-rank and a 4-rank train_mlp --device cuda run in which one rank is killed (SIGKILL)
+#      once training runs: PASS when the job exits, non-zero, within --kill-bound seconds
+#      (default 60); on GPUs shared as in 2. where the ranks outnumber them;
 #   5. compute-sanitizer memcheck, racecheck and synccheck over each binary of 1. and over a
 #      short 1-rank train_mlp --device cuda (SKIP when compute-sanitizer is not installed, or
 #      when it refuses the device, as on some virtualised GPUs); the slowest checks, run last.
 # Without a GPU every check is SKIP ("no GPU" line first) and the script exits 0; any FAIL makes
 # it exit 1. Last line: "N passed, M failed, K skipped". For tests of this script only,
 # GPU_CHECK_GPUS=N overrides the GPU count, GPU_CHECK_SANITIZER=none hides compute-sanitizer and
-# GPU_CHECK_PYTHON names the peers' interpreter ("none" hides it).
+# GPU_CHECK_PYTHON names the peers' interpreter ("none" hides it), GPU_CHECK_SHARED=0 turns the
+# shared-GPU runs off (such checks SKIP).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -172,7 +177,8 @@ package() {
   strip --strip-unneeded "$dir"/bin/* "$dir"/cpu/* "$lib"/*.so* "$dir"/mpi/lib/openmpi/*.so \
     2>/dev/null
 
-  cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh"
+  cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh" &&
+    cp "$here/shared_gpu_rank.sh" "$dir/shared_gpu_rank.sh" || die "copy the scripts"
   cp bench/peer/torch_fused_adamw.py "$dir/torch_fused_adamw.py" || die "copy the PyTorch peer"
   # The step benchmarks' peers, in the repository's layout (the GPT peer imports
   # examples/testdata/gpt_torch.py by its path relative to bench/peer).
@@ -253,6 +259,26 @@ mpirun_cmd() {  # $1: ranks; the package's mpirun with the flags every run needs
   echo "mpirun ${args[*]}"
 }
 
+SHARED="(shared GPU, socket transport)"
+MAX_SHARED_RANKS=4
+# How $1 ranks run on $gpus GPUs: "own" (a GPU each), "shared" (shared_gpu_rank.sh) or "skip".
+placement() {
+  if [ "$1" -le "$gpus" ]; then
+    echo own
+  elif [ "$1" -le "$MAX_SHARED_RANKS" ] && [ "${GPU_CHECK_SHARED:-1}" != 0 ]; then
+    echo shared
+  else
+    echo skip
+  fi
+}
+# The launch of $1 ranks: mpirun, and the shared-GPU wrapper where the ranks share the GPUs.
+rank_launch() {
+  local launch
+  launch=$(mpirun_cmd "$1")
+  [ "$(placement "$1")" = shared ] && launch+=" $pkg/shared_gpu_rank.sh $gpus"
+  echo "$launch"
+}
+
 logs=""
 # A sanitizer run that failed with nothing checked: compute-sanitizer cannot instrument this
 # device (some virtualised GPUs), or the binary passed without making a CUDA call (the error
@@ -328,7 +354,8 @@ plan_checks() {
   echo "bench gpu_optimizer_bench"
   echo "peer torch_fsdp2_mlp"
   echo "peer torch_fsdp2_gpt"
-  echo "kill train_mlp"
+  echo "kill train_mlp 2"
+  echo "kill train_mlp 4"
   for tool in memcheck racecheck synccheck; do
     while read -r kind name label; do
       [ "$kind" = single ] && echo "sanitize $tool $name"
@@ -344,17 +371,18 @@ check_name() {  # plan line -> report name
     sanitize) echo "compute-sanitizer $2 $3" ;;
     bench) echo "$2" ;;
     peer) echo "$2.py, 2 ranks on the CPU beside the GPU" ;;
-    kill) echo "train_mlp np=2 --device cuda, one rank killed" ;;
+    kill) echo "train_mlp np=$3 --device cuda, one rank killed" ;;
   esac
 }
 
-kill_test() {  # 2-rank training, SIGKILL to one rank, the job must end within $kill_bound s
-  local check log start pid ranks victim waited rc
-  check=$(check_name kill)
-  log="$logs/kill_test.log"
+kill_test() {  # $1 ranks of training, SIGKILL to one, the job must end within $kill_bound s
+  local check log start pid ranks victim waited rc np="$1"
+  check=$(check_name kill train_mlp "$np")
+  [ "$(placement "$np")" = shared ] && check+=" $SHARED"
+  log="$logs/kill_test_np$np.log"
   start=$(date +%s)
   # shellcheck disable=SC2046
-  (cd "$pkg/root" && exec setsid $(mpirun_cmd 2) "$pkg/bin/train_mlp" "${TRAIN_FLAGS[@]}" \
+  (cd "$pkg/root" && exec setsid $(rank_launch "$np") "$pkg/bin/train_mlp" "${TRAIN_FLAGS[@]}" \
       --steps 100000000) < /dev/null > "$log" 2>&1 &
   pid=$!
   # Wait until training runs (a step line), at most 120 s.
@@ -557,11 +585,13 @@ run_checks() {
     case "${p[0]}" in
       test) run_gtest "$name" 900 "$pkg/bin/${p[1]}" ;;
       mpi)
-        if [ "${p[2]}" -gt "$gpus" ] || [ "${p[2]}" -gt "$max_ranks" ]; then
-          record SKIP "$name" "needs ${p[2]} GPUs, the machine has $gpus (--max-ranks $max_ranks)"
+        if [ "$(placement "${p[2]}")" = skip ] || [ "${p[2]}" -gt "$max_ranks" ]; then
+          record SKIP "$name" "needs ${p[2]} GPUs, the machine has $gpus (shared runs up to \
+$MAX_SHARED_RANKS ranks; --max-ranks $max_ranks)"
         else
+          [ "$(placement "${p[2]}")" = shared ] && name+=" $SHARED"
           # shellcheck disable=SC2046
-          run_gtest "$name" 900 $(mpirun_cmd "${p[2]}") "$pkg/bin/${p[1]}"
+          run_gtest "$name" 900 $(rank_launch "${p[2]}") "$pkg/bin/${p[1]}"
         fi ;;
       sanitize)
         if [ -z "$sanitizer" ]; then
@@ -590,10 +620,10 @@ run_checks() {
         grep '^summary:' "$logs/gpu_optimizer_bench.log" 2>/dev/null | sed 's/^/  /' | tee -a "$report" ;;
       peer) peer_check "$name" "${p[1]}" ;;
       kill)
-        if [ "$gpus" -lt 2 ]; then
-          record SKIP "$name" "needs 2 GPUs (one rank per GPU), the machine has $gpus"
+        if [ "$(placement "${p[2]}")" = skip ]; then
+          record SKIP "$name" "needs ${p[2]} GPUs (one rank per GPU), the machine has $gpus"
         else
-          kill_test
+          kill_test "${p[2]}"
         fi ;;
     esac
   done <<< "$plan"

@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 make_package() {  # $1: folder
   local p="$1"
   rm -rf "$p" && mkdir -p "$p/bin" "$p/root"
-  cp "$here/gpu_check.sh" "$here/test_results.sh" "$p/"
+  cp "$here/gpu_check.sh" "$here/test_results.sh" "$here/shared_gpu_rank.sh" "$p/"
   echo ': # no runtime in the fake package' > "$p/env.sh"
   echo "built by gpu_check_test" > "$p/BUILD_INFO"
   # A gtest-like binary: writes its XML report (--gtest_output=xml:FILE) as $MODE says.
@@ -38,11 +38,13 @@ out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
 echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
-# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + 2 peers + kill = 15 checks.
-[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 15 skipped" ] || fail "no GPU counts: $out"
-[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 15 skipped" ] || fail "report"
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + 2 peers + 2 kills = 16 checks.
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 16 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 16 skipped" ] || fail "report"
 
-# 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU.
+# 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU (and no
+# shared-GPU runs: case 7).
+export GPU_CHECK_SHARED=0
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "one GPU: exit $rc: $out"
@@ -52,7 +54,7 @@ echo "$out" | grep -qE '^SKIP train_mlp np=2 .*needs 2 GPUs' || fail "kill test:
 echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
 echo "$out" | grep -qE '^SKIP torch_fsdp2_mlp.py, 2 ranks .* +not in this package' || fail "peer: $out"
 grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
-[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 13 skipped" ] || fail "one GPU counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 14 skipped" ] || fail "one GPU counts: $out"
 
 # 3. A failing test: FAIL, exit 1.
 cp "$tmp/a/bin/fake_test" "$tmp/a/bin/bad_test"
@@ -61,7 +63,7 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 16 skipped" ] || fail "failing counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 17 skipped" ] || fail "failing counts: $out"
 # 4. --only: just the matching checks; a pattern that matches none is an error.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
         --only '^(ran_test|bad_test)$' 2>&1)
@@ -106,4 +108,39 @@ echo "$out" | grep -qE '^FAIL torch_fsdp2_gpt.py, 2 ranks .* +exit 1, no JSON li
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_PYTHON=none "$tmp/a/gpu_check.sh" --report "$tmp/h.txt" \
         --only 'torch_fsdp2' 2>&1)
 [ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 2 skipped" ] || fail "peers without torch: $out"
+
+# 7. More ranks than GPUs: a multi-rank test runs on the shared GPU through shared_gpu_rank.sh
+# (its own NCCL_HOSTID per rank, loopback sockets, CUDA_VISIBLE_DEVICES = local rank mod GPUs),
+# reported as such, up to 4 ranks; 8 ranks SKIP. A stand-in mpirun runs rank 1 of the job.
+unset GPU_CHECK_SHARED
+mkdir -p "$tmp/fakempi"
+cat > "$tmp/fakempi/mpirun" <<'B'
+#!/usr/bin/env bash
+while [ "$1" != -np ]; do shift; done
+shift 2
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 exec "$@"
+B
+cat > "$tmp/a/bin/rank_env_test" <<'B'
+#!/usr/bin/env bash
+# Passes when the rank's environment is that of a shared GPU (EXPECT_SHARED=1: 1 GPU) or not.
+xml="${1#--gtest_output=xml:}"
+env="${NCCL_HOSTID:-} ${NCCL_SOCKET_IFNAME:-} ${NCCL_IB_DISABLE:-} ${CUDA_VISIBLE_DEVICES:-}"
+want="   "
+[ "$EXPECT_SHARED" = 1 ] && want="shardema-shared-gpu-rank-1 lo 1 0"
+failure=""
+[ "$env" = "$want" ] || failure="<failure message=\"env '$env', want '$want'\"/>"
+echo "<testsuites><testcase name=\"a\" status=\"run\" result=\"completed\">$failure</testcase></testsuites>" > "$xml"
+[ -z "$failure" ]
+B
+chmod +x "$tmp/fakempi/mpirun" "$tmp/a/bin/rank_env_test"
+echo 'mpi rank_env_test //x:rank_env_test' >> "$tmp/a/MANIFEST"
+out=$(PATH="$tmp/fakempi:$PATH" EXPECT_SHARED=0 GPU_CHECK_GPUS=2 "$tmp/a/gpu_check.sh" \
+        --report "$tmp/i.txt" --only '^rank_env_test np=2$' 2>&1)
+[ "$(echo "$out" | tail -1)" = "1 passed, 0 failed, 0 skipped" ] || fail "own GPUs: $out"
+out=$(PATH="$tmp/fakempi:$PATH" EXPECT_SHARED=1 GPU_CHECK_GPUS=1 "$tmp/a/gpu_check.sh" \
+        --report "$tmp/j.txt" --only '^rank_env_test np=[248]$' 2>&1)
+echo "$out" | grep -qE '^PASS rank_env_test np=4 \(shared GPU, socket transport\) +1 cases' ||
+  fail "shared GPU at 4 ranks: $out"
+echo "$out" | grep -qE '^SKIP rank_env_test np=8 .*shared runs up to 4 ranks' || fail "8 ranks: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 1 skipped" ] || fail "shared counts: $out"
 echo PASS

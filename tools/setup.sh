@@ -56,41 +56,30 @@ else
   echo "setup: installed ${missing[*]}"
 fi
 
-# Optional: clang with libFuzzer for tools/fuzz.sh and clang-format for tools/check_format.sh.
-# Without them the fuzz run / format check of tools/test.sh is reported as skipped; a failed
-# install is not an error.
-if ! command -v clang++ >/dev/null 2>&1 || ! command -v clang-format >/dev/null 2>&1; then
+# Optional Debian packages: a failed install is not an error (what needs them is reported as
+# skipped). optional_apt WHAT PACKAGE...: installs the packages, or with --check only says so.
+optional_apt() {
+  local what="$1"
+  shift
   if [ $check_only = 1 ]; then
-    echo "setup: optional clang / clang-format (fuzzing, format check) is missing"
+    echo "setup: optional $* ($what) missing"
   elif [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" != 0 ] && SUDO=sudo
-    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        clang clang-format \
+    local sudo=""
+    [ "$(id -u)" != 0 ] && sudo=sudo
+    if DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" \
         >>/tmp/shardema-apt.log 2>&1; then
-      echo "setup: installed clang and clang-format (tools/fuzz.sh, tools/check_format.sh)"
+      echo "setup: installed $* ($what)"
     else
-      echo "setup: could not install clang; the fuzz run and the format check will be skipped"
+      echo "setup: could not install $*: $what will be skipped"
     fi
   fi
+}
+# clang with libFuzzer for tools/fuzz.sh and clang-format for tools/check_format.sh.
+if ! command -v clang++ >/dev/null 2>&1 || ! command -v clang-format >/dev/null 2>&1; then
+  optional_apt "the fuzz run and the format check" clang clang-format
 fi
-
-# Optional: Debian's PyTorch for the PyTorch interop tests (examples/autoencoder's strict load);
-# without it they are reported as skipped.
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  if [ $check_only = 1 ]; then
-    echo "setup: optional python3-torch (PyTorch interop tests) is missing"
-  elif [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" != 0 ] && SUDO=sudo
-    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        python3-torch >>/tmp/shardema-apt.log 2>&1; then
-      echo "setup: installed python3-torch (PyTorch interop tests)"
-    else
-      echo "setup: could not install python3-torch; the PyTorch interop tests will be skipped"
-    fi
-  fi
-fi
+# Debian's PyTorch for the PyTorch interop tests (examples/autoencoder's strict load).
+/usr/bin/python3 -c "import torch" 2>/dev/null || optional_apt "the PyTorch interop tests" python3-torch
 
 if command -v nvcc >/dev/null 2>&1; then
   echo "setup: CUDA toolkit found: $(command -v nvcc) (the CUDA path will be compiled)"

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# gpu_session.sh: the one prepared script of a lent GPU session. Built and packaged here (no GPU
+# needed), run there within minutes of device time, its JSON report committed under bench/results.
+#
+#   tools/gpu_session.sh --package DIR
+#       In the repository: tools/gpu_check.sh --package DIR (the CUDA build, the test binaries,
+#       train_mlp, the OpenMPI runtime: see its header) plus this script; prints the package's
+#       size against the device's carry limit (64 MiB).
+#   DIR/gpu_session.sh [--only STAGE] [--budget S] [--report FILE]
+#       On the GPU machine: runs the stages below in priority order, each under its own timeout
+#       (DIR/gpu_check.sh --only <the stage's checks>), none stopping the rest, and skips a stage
+#       whose timeout no longer fits in --budget seconds (default 300: 5 minutes in all);
+#       --only STAGE runs that stage alone. Writes one JSON report (default
+#       DIR/gpu_session_<date>.json: date, host, card, driver, the package's build line (commit),
+#       each stage's status, counts, seconds, report lines and benchmark summaries, the stages not
+#       run) and prints a summary that lists the stages not run.
+#
+# Stages (name: gpu_check checks; timeout):
+#   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       90 s
+#   shared_2:  every multi-rank GPU test at 2 ranks (on one GPU: shared GPU, socket transport);  60 s
+#   shared_4:  the same at 4 ranks;                                                     60 s
+#   kill:      train_mlp --device cuda at 2 and 4 ranks with one rank killed (bounded exit); 45 s
+#   bench:     gpu_optimizer_bench (fused AdamW + EMA against the copy bound and PyTorch);   45 s
+# A stage passes when its checks ran and none failed, is "skipped" when every check skipped (no
+# GPU), "none" when the package has none of its checks, "failed" on any FAIL or when gpu_check
+# ended without its count line, "timeout" when its timeout ended it.
+# Exit: 0 when no stage failed or timed out, 1 otherwise, 2 for bad arguments.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+die() { echo "gpu_session: $*" >&2; exit 2; }
+
+STAGES=(one_rank shared_2 shared_4 kill bench)
+stage_checks() {  # gpu_check --only regex of a stage
+  case "$1" in
+    one_rank) echo '^[A-Za-z0-9_]+_test$|^[A-Za-z0-9_]+_test np=1$' ;;
+    shared_2) echo '^[A-Za-z0-9_]+_test np=2$' ;;
+    shared_4) echo '^[A-Za-z0-9_]+_test np=4$' ;;
+    kill) echo 'one rank killed$' ;;
+    bench) echo '^gpu_optimizer_bench$' ;;
+  esac
+}
+stage_timeout() {
+  case "$1" in one_rank) echo 90 ;; shared_2 | shared_4) echo 60 ;; *) echo 45 ;; esac
+}
+
+if [ "${1:-}" = --package ]; then
+  [ -n "${2:-}" ] || die "--package needs a folder"
+  dir=$(realpath -m "$2")
+  "$here/gpu_check.sh" --package "$dir" || exit 2
+  cp "$here/gpu_session.sh" "$dir/gpu_session.sh" && chmod +x "$dir/gpu_session.sh" ||
+    die "copy gpu_session.sh"
+  bytes=$(du -sb "$dir" | cut -f1)
+  echo "== gpu_session package: $dir, $((bytes / 1048576)) MiB ($bytes bytes; the device's carry" \
+    "limit is 64 MiB$([ "$bytes" -gt 67108864 ] && echo ': TOO LARGE'))"
+  echo "   on the GPU machine: $dir/gpu_session.sh"
+  [ "$bytes" -le 67108864 ]
+  exit $?
+fi
+
+[ -f "$here/MANIFEST" ] || die "run it from a package (tools/gpu_session.sh --package DIR)"
+only="" budget=300 report=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only="${2:-}"; shift 2
+            [[ " ${STAGES[*]} " == *" $only "* ]] || die "--only: no stage '$only' (${STAGES[*]})" ;;
+    --budget) budget="${2:-}"; shift 2; [[ "$budget" =~ ^[0-9]+$ ]] || die "--budget: seconds" ;;
+    --report) report="${2:-}"; shift 2 ;;
+    *) die "unknown argument '$1'" ;;
+  esac
+done
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+report="${report:-$here/gpu_session_$stamp.json}"
+out="$(dirname "$report")/gpu_session_$stamp"
+mkdir -p "$out" || die "cannot write $out"
+
+json_str() {  # a JSON string of $1
+  local s="$1"
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/ }; s=${s//$'\n'/\\n}
+  printf '"%s"' "$s"
+}
+json_lines() {  # a JSON array of the lines of $1 ([] for none)
+  local first=1 line
+  printf '['
+  [ -z "$1" ] && { printf ']'; return; }
+  while IFS= read -r line; do
+    [ $first = 1 ] || printf ', '
+    first=0
+    json_str "$line"
+  done <<< "$1"
+  printf ']'
+}
+
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+start=$(date +%s)
+stage_json=() not_run=() bad=0
+for stage in "${STAGES[@]}"; do
+  [ -n "$only" ] && [ "$stage" != "$only" ] && continue
+  limit=$(stage_timeout "$stage")
+  left=$((budget - ($(date +%s) - start)))
+  if [ -z "$only" ] && [ "$left" -lt "$limit" ]; then
+    not_run+=("$stage")
+    continue
+  fi
+  t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$here/gpu_check.sh" --only "$(stage_checks "$stage")" \
+    --report "$out/$stage.txt" > "$out/$stage.log" 2>&1
+  rc=$?
+  seconds=$(($(date +%s) - t0))
+  counts=$(tail -1 "$out/$stage.txt" 2>/dev/null)
+  p=0 f=0 s=0
+  [[ "$counts" =~ ^[0-9]+\ passed ]] && read -r p _ f _ s _ <<< "${counts//,/ }"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    status=timeout
+  elif grep -q 'matches no check' "$out/$stage.log"; then
+    status=none counts="the package has no such check"
+  elif ! [[ "$counts" =~ ^[0-9]+\ passed ]]; then
+    status=failed counts="gpu_check ended (exit $rc) without its count line: $out/$stage.log"
+  elif [ "$f" != 0 ]; then
+    status=failed
+  elif [ "$p" = 0 ]; then
+    status=skipped
+  else
+    status=passed
+  fi
+  case "$status" in failed | timeout) bad=1 ;; esac
+  lines=$(grep -E '^(PASS|FAIL|SKIP) ' "$out/$stage.txt" 2>/dev/null)
+  summaries=$(grep -h '^ *summary:' "$out/$stage.txt" 2>/dev/null | sed 's/^ *//')
+  printf '%-9s %-8s %s (%s s)\n' "$stage" "$status" "${counts:-no count line}" "$seconds"
+  stage_json+=("{\"name\": $(json_str "$stage"), \"status\": $(json_str "$status"), \
+\"passed\": $p, \"failed\": $f, \"skipped\": $s, \"seconds\": $seconds, \
+\"timeout_s\": $limit, \"checks\": $(json_lines "$lines"), \"summaries\": $(json_lines "$summaries")}")
+done
+
+{
+  printf '{"date": %s, "host": %s, "card": %s, "driver": %s, "build": %s, "budget_s": %s,\n' \
+    "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" "$(json_str "$(hostname)")" \
+    "$(json_str "${card:-none}")" "$(json_str "${driver:-none}")" \
+    "$(json_str "$(head -1 "$here/BUILD_INFO" 2>/dev/null)")" "$budget"
+  printf ' "stages": [\n  '
+  for i in "${!stage_json[@]}"; do
+    [ "$i" = 0 ] || printf ',\n  '
+    printf '%s' "${stage_json[$i]}"
+  done
+  printf '],\n "not_run": %s}\n' "$(json_lines "$(printf '%s\n' "${not_run[@]+"${not_run[@]}"}")")"
+} > "$report"
+echo "stages not run: ${not_run[*]:-none}"
+echo "report: $report"
+exit $bad

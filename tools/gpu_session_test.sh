@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tools/gpu_session.sh's run mode on a fake package (no GPU needed): the stages in order with
+# their counts and statuses in one JSON report, a machine without a GPU skips every stage, a
+# failing check fails its stage and the exit, --budget leaves out the stages that no longer fit
+# (listed as not run), --only runs one stage, bad arguments exit 2.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+p="$tmp/pkg"
+mkdir -p "$p/bin" "$p/root"
+cp "$here/gpu_session.sh" "$here/gpu_check.sh" "$here/test_results.sh" "$here/shared_gpu_rank.sh" "$p/"
+echo ': # no runtime in the fake package' > "$p/env.sh"
+echo "built 2026-11-27T00:00Z from abc1234" > "$p/BUILD_INFO"
+printf '#!/usr/bin/env bash\necho "<testsuites><testcase name=\\"a\\" status=\\"run\\" result=\\"completed\\"/></testsuites>" > "${1#--gtest_output=xml:}"\n' \
+  > "$p/bin/ran_test"
+printf '#!/bin/sh\necho "summary: fused_vs_copy=0.9"\n' > "$p/bin/gpu_optimizer_bench"
+chmod +x "$p/bin/"*
+printf 'single ran_test //x:ran_test\ntool gpu_optimizer_bench //bench:gpu_optimizer_bench\n' > "$p/MANIFEST"
+export GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON=none GPU_CHECK_SHARED=0
+field() {  # $1: report, $2: python expression on the report `r`
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+# 1. No GPU: every stage skipped, exit 0, a valid report naming the build.
+out=$(GPU_CHECK_GPUS=0 "$p/gpu_session.sh" --report "$tmp/a.json" 2>&1) || fail "no GPU: $out"
+[ "$(field "$tmp/a.json" "[s['name'] + ':' + s['status'] for s in r['stages']]")" = \
+  "['one_rank:skipped', 'shared_2:none', 'shared_4:none', 'kill:skipped', 'bench:skipped']" ] ||
+  fail "no GPU stages: $(cat "$tmp/a.json")"
+[ "$(field "$tmp/a.json" "(r['build'], r['not_run'], r['card'])")" = \
+  "('built 2026-11-27T00:00Z from abc1234', [], 'none')" ] || fail "no GPU fields: $(cat "$tmp/a.json")"
+echo "$out" | grep -q '^stages not run: none' || fail "summary: $out"
+
+# 2. One GPU: the 1-rank stage and the benchmark pass, its summary line in the report.
+out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --report "$tmp/b.json" 2>&1) || fail "one GPU: $out"
+[ "$(field "$tmp/b.json" "[(s['name'], s['status'], s['passed']) for s in r['stages'] if s['passed']]")" = \
+  "[('one_rank', 'passed', 1), ('bench', 'passed', 1)]" ] || fail "one GPU: $(cat "$tmp/b.json")"
+[ "$(field "$tmp/b.json" "r['stages'][4]['summaries']")" = "['summary: fused_vs_copy=0.9']" ] ||
+  fail "bench summary: $(cat "$tmp/b.json")"
+
+# 3. --budget 50: the 90 s and 60 s stages do not fit and are listed as not run.
+out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --budget 50 --report "$tmp/c.json" 2>&1) || fail "budget: $out"
+[ "$(field "$tmp/c.json" "([s['name'] for s in r['stages']], r['not_run'])")" = \
+  "(['kill', 'bench'], ['one_rank', 'shared_2', 'shared_4'])" ] || fail "budget: $(cat "$tmp/c.json")"
+echo "$out" | grep -q '^stages not run: one_rank shared_2 shared_4' || fail "budget summary: $out"
+
+# 4. --only one stage; a failing check fails its stage and the exit.
+out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --only bench --report "$tmp/d.json" 2>&1) || fail "--only: $out"
+[ "$(field "$tmp/d.json" "[s['name'] for s in r['stages']]")" = "['bench']" ] || fail "--only"
+printf '#!/bin/sh\nexit 3\n' > "$p/bin/gpu_optimizer_bench"
+out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --only bench --report "$tmp/e.json" 2>&1)
+[ $? = 1 ] || fail "failing stage exit: $out"
+[ "$(field "$tmp/e.json" "(r['stages'][0]['status'], r['stages'][0]['failed'])")" = "('failed', 1)" ] ||
+  fail "failing stage: $(cat "$tmp/e.json")"
+
+# 5. Bad arguments.
+"$p/gpu_session.sh" --only nope > /dev/null 2>&1; [ $? = 2 ] || fail "--only nope"
+"$p/gpu_session.sh" --budget x > /dev/null 2>&1; [ $? = 2 ] || fail "--budget x"
+echo PASS
