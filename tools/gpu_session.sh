@@ -32,9 +32,9 @@ die() { echo "gpu_session: $*" >&2; exit 2; }
 STAGES=(one_rank shared_2 shared_4 kill bench)
 stage_checks() {  # gpu_check --only regex of a stage
   case "$1" in
-    one_rank) echo '^[A-Za-z0-9_]+_test$|^[A-Za-z0-9_]+_test np=1$' ;;
-    shared_2) echo '^[A-Za-z0-9_]+_test np=2$' ;;
-    shared_4) echo '^[A-Za-z0-9_]+_test np=4$' ;;
+    one_rank) echo '^[A-Za-z0-9_]+_test$|^[A-Za-z0-9_]+ np=1$' ;;
+    shared_2) echo '^[A-Za-z0-9_]+ np=2$' ;;
+    shared_4) echo '^[A-Za-z0-9_]+ np=4$' ;;
     kill) echo 'one rank killed$' ;;
     bench) echo '^gpu_optimizer_bench$' ;;
   esac

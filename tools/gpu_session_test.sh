@@ -15,8 +15,10 @@ echo "built 2026-11-27T00:00Z from abc1234" > "$p/BUILD_INFO"
 printf '#!/usr/bin/env bash\necho "<testsuites><testcase name=\\"a\\" status=\\"run\\" result=\\"completed\\"/></testsuites>" > "${1#--gtest_output=xml:}"\n' \
   > "$p/bin/ran_test"
 printf '#!/bin/sh\necho "summary: fused_vs_copy=0.9"\n' > "$p/bin/gpu_optimizer_bench"
+cp "$p/bin/ran_test" "$p/bin/ring_test_bin"  # a multi-rank test binary, named as packaged
 chmod +x "$p/bin/"*
-printf 'single ran_test //x:ran_test\ntool gpu_optimizer_bench //bench:gpu_optimizer_bench\n' > "$p/MANIFEST"
+printf 'single ran_test //x:ran_test\nmpi ring_test_bin //x:ring_test_bin\n' > "$p/MANIFEST"
+printf 'tool gpu_optimizer_bench //bench:gpu_optimizer_bench\n' >> "$p/MANIFEST"
 export GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON=none GPU_CHECK_SHARED=0
 field() {  # $1: report, $2: python expression on the report `r`
   python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print($2)" "$1"
@@ -25,16 +27,20 @@ field() {  # $1: report, $2: python expression on the report `r`
 # 1. No GPU: every stage skipped, exit 0, a valid report naming the build.
 out=$(GPU_CHECK_GPUS=0 "$p/gpu_session.sh" --report "$tmp/a.json" 2>&1) || fail "no GPU: $out"
 [ "$(field "$tmp/a.json" "[s['name'] + ':' + s['status'] for s in r['stages']]")" = \
-  "['one_rank:skipped', 'shared_2:none', 'shared_4:none', 'kill:skipped', 'bench:skipped']" ] ||
+  "['one_rank:skipped', 'shared_2:skipped', 'shared_4:skipped', 'kill:skipped', 'bench:skipped']" ] ||
   fail "no GPU stages: $(cat "$tmp/a.json")"
 [ "$(field "$tmp/a.json" "(r['build'], r['not_run'], r['card'])")" = \
   "('built 2026-11-27T00:00Z from abc1234', [], 'none')" ] || fail "no GPU fields: $(cat "$tmp/a.json")"
 echo "$out" | grep -q '^stages not run: none' || fail "summary: $out"
 
-# 2. One GPU: the 1-rank stage and the benchmark pass, its summary line in the report.
+[ "$(field "$tmp/a.json" "[s['skipped'] for s in r['stages']]")" = "[2, 1, 1, 2, 1]" ] ||
+  fail "no GPU counts: $(cat "$tmp/a.json")"
+
+# 2. One GPU (shared runs off): the 1-rank stage (a test, the multi-rank test under mpirun at
+# 1 rank) and the benchmark pass, its summary line in the report.
 out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --report "$tmp/b.json" 2>&1) || fail "one GPU: $out"
 [ "$(field "$tmp/b.json" "[(s['name'], s['status'], s['passed']) for s in r['stages'] if s['passed']]")" = \
-  "[('one_rank', 'passed', 1), ('bench', 'passed', 1)]" ] || fail "one GPU: $(cat "$tmp/b.json")"
+  "[('one_rank', 'passed', 2), ('bench', 'passed', 1)]" ] || fail "one GPU: $(cat "$tmp/b.json")"
 [ "$(field "$tmp/b.json" "r['stages'][4]['summaries']")" = "['summary: fused_vs_copy=0.9']" ] ||
   fail "bench summary: $(cat "$tmp/b.json")"
 
