@@ -124,7 +124,7 @@ class TrainModel {
   // file against the store (train/init.h InitFromFile, TiedNames() optional).
   virtual Status InitFromFile(ShardedParameterStore* store, const std::string& path);
   // Collective (errors agreed). The compute for the store in `context`; a model without a GPU
-  // compute returns kUnimplemented for a CUDA store.
+  // compute refuses a CUDA store (kInvalidArgument naming --device).
   virtual StatusOr<std::unique_ptr<ModelCompute>> Build(const ModelContext& context) = 0;
   // The model's part of the checkpoint's "trainer.config" (compared on --resume) and of its
   // "trainer.run" record; also in the bench JSON line (BenchJson).

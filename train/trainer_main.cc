@@ -55,6 +55,10 @@ std::vector<double> RoundedTo(const std::vector<double>& v, double unit) {
 
 int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
   const char* program = binary.flags.program.c_str();
+  if (binary.config == nullptr || !binary.make_model) {
+    std::fprintf(stderr, "%s: TrainerBinary needs a config and make_model\n", program);
+    return ExitCodeFor(InvalidArgument("TrainerBinary"));
+  }
   if (binary.mmap_threshold_bytes > 0) mallopt(M_MMAP_THRESHOLD, binary.mmap_threshold_bytes);
   StatusOr<RankEnv> env = DiscoverRankEnv();
   const bool lead = !env.ok() || env->rank == 0;

@@ -187,7 +187,8 @@ class Model final : public TrainModel {
     });
   }
   StatusOr<std::unique_ptr<ModelCompute>> Build(const ModelContext& ctx) override {
-    if (ctx.store->device().is_cuda()) return Unimplemented("train_autoencoder: CPU only");
+    if (ctx.store->device().is_cuda())
+      return InvalidArgument("--device cuda: train_autoencoder computes on the CPU only");
     ASSIGN_OR_RETURN(UnitRunner runner, UnitRunner::Create(ctx.store, {{0, 0}, {}}));
     return std::unique_ptr<ModelCompute>(
         new Compute(std::move(runner), c_.features, c_.hidden, ctx.compute_threads));
