@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/abortable_handle.h"
 #include "framework/cuda/convert_kernels.h"
 #include "framework/cuda_error.h"
 #include "framework/host_wait.h"
@@ -28,13 +29,15 @@ namespace shardema {
 
 namespace nccl_internal {
 struct CommState {
+  explicit CommState(int r)
+      : rank(r), handle("NCCL communicator of rank " + std::to_string(r), [](void* comm) {
+          ncclCommAbort(static_cast<ncclComm_t>(comm));
+        }) {}
   static constexpr size_t kMaxSpareEvents = 64;
-  // Guards comm and broken in CheckAsyncError: host waits of other threads poll them
-  // (framework/host_wait.h).
-  std::mutex mu;
-  ncclComm_t comm = nullptr;  // null once destroyed or aborted
-  int rank = 0;
-  Status broken;  // set when an asynchronous NCCL error aborted the communicator
+  // How often the watchdog polls NCCL's asynchronous errors (framework/abortable_handle.h).
+  static constexpr double kWatchdogSeconds = 0.1;
+  const int rank;
+  // Everything below is guarded by handle's lock (AbortableHandle::Use / Poll / WithLock).
   // Completion events of finished Works, reused by later collectives (no event creation per
   // call). A Work returns its event after Wait() has made the caller's stream wait on it, so a
   // later re-record cannot affect that wait.
@@ -47,6 +50,9 @@ struct CommState {
   std::thread::id owner;
   uint32_t polls = 0;  // notices are probed every kNoticePollEvery-th poll of the owner
   static constexpr uint32_t kNoticePollEvery = 64;
+  // The ncclComm_t: every enqueue, poll and the abort under one lock; its watchdog thread.
+  // Declared last: destroyed first, so the watchdog stops before the members it reads go.
+  AbortableHandle handle;
 };
 }  // namespace nccl_internal
 
@@ -56,48 +62,43 @@ using nccl_internal::CommState;
 
 cudaStream_t Native(Stream s) { return static_cast<cudaStream_t>(s.native); }
 
-// Aborts the NCCL communicator (nothing waits on it forever) and remembers why. Holds state.mu.
-Status BreakLocked(CommState& state, Status why) {
-  ncclCommAbort(state.comm);
-  state.comm = nullptr;
-  state.broken = std::move(why);
-  return state.broken;
-}
-
-// Polls NCCL's asynchronous error state and, on the owner thread, the peers' failure notices; on
-// an error or a notice, aborts the communicator and remembers the error.
-Status CheckAsyncError(CommState& state, const char* op) {
-  std::lock_guard<std::mutex> lock(state.mu);
-  if (!state.broken.ok()) return state.broken;
-  if (state.comm == nullptr) return Status::Ok();  // shut down: nothing left to fail
+// NCCL's asynchronous error state of `comm` and, on the owner thread, the peers' failure notices
+// (runs under the handle's lock: AbortableHandle::Poll, the watchdog).
+Status AsyncErrorOf(CommState& state, ncclComm_t comm, const char* op) {
   ncclResult_t async = ncclSuccess;
-  RETURN_IF_ERROR(
-      NcclStatus(ncclCommGetAsyncError(state.comm, &async), op, state.rank, state.comm));
-  Status st = NcclStatus(async, op, state.rank, state.comm);
-  if (!st.ok()) {
-    return BreakLocked(state, st.WithContext("asynchronous error; the communicator was aborted"));
-  }
+  RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &async), op, state.rank, comm));
+  Status st = NcclStatus(async, op, state.rank, comm);
+  if (!st.ok()) return st.WithContext("asynchronous error; the communicator was aborted");
   if (state.notices != nullptr && std::this_thread::get_id() == state.owner &&
       ++state.polls % CommState::kNoticePollEvery == 0) {
     Status peer = state.notices->Poll();
     if (!peer.ok()) {
-      return BreakLocked(state,
-                         peer.WithContext(std::string(op) + ": rank " + std::to_string(state.rank) +
-                                          " stopped waiting (NCCL communicator aborted)"));
+      return peer.WithContext(std::string(op) + ": rank " + std::to_string(state.rank) +
+                              " stopped waiting (NCCL communicator aborted)");
     }
   }
   return Status::Ok();
 }
 
-// Sends this rank's failure to the peers (once; owner thread only). Holds state.mu.
-void AnnounceLocked(CommState& state, const std::string& message) {
-  if (state.notices != nullptr && std::this_thread::get_id() == state.owner) {
-    state.notices->Announce(message);
-  }
+// Polls the asynchronous errors; on an error or a notice the handle aborts the communicator and
+// remembers the error.
+Status CheckAsyncError(CommState& state, const char* op) {
+  return state.handle.Poll(
+      [&](void* comm) { return AsyncErrorOf(state, static_cast<ncclComm_t>(comm), op); });
+}
+
+// Sends this rank's failure to the peers (once; owner thread only).
+void Announce(CommState& state, const std::string& message) {
+  state.handle.WithLock([&] {
+    if (state.notices != nullptr && std::this_thread::get_id() == state.owner) {
+      state.notices->Announce(message);
+    }
+  });
 }
 
 // Blocks until `event` is complete, polling asynchronous NCCL errors meanwhile.
 Status WaitPolling(const CudaEvent& event, CommState& state, const char* op) {
+  CountHostWait();
   for (int spins = 0;; ++spins) {
     ASSIGN_OR_RETURN(bool done, event.Query());
     if (done) return CheckAsyncError(state, op);
@@ -174,9 +175,12 @@ NcclWork::NcclWork(std::shared_ptr<CommState> state, CollectiveKind kind, Stream
 
 NcclWork::~NcclWork() {
   if (!waited_) Wait().IgnoreError();
-  if (done_.valid() && state_->spare_events.size() < CommState::kMaxSpareEvents) {
-    state_->spare_events.push_back(std::move(done_));
-  }
+  if (!done_.valid()) return;
+  state_->handle.WithLock([this] {
+    if (state_->spare_events.size() < CommState::kMaxSpareEvents) {
+      state_->spare_events.push_back(std::move(done_));
+    }
+  });
 }
 
 Status NcclWork::Wait() {
@@ -252,12 +256,11 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->options_ = options;
   c->arg_checks_ = ArgCheckPolicy(options);
-  c->state_ = std::make_shared<CommState>();
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(bootstrap, &c->mpi_comm_), "MPI_Comm_dup", -1));
   MPI_Comm_set_errhandler(c->mpi_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->mpi_comm_, &c->rank_);
   MPI_Comm_size(c->mpi_comm_, &c->world_size_);
-  c->state_->rank = c->rank_;
+  c->state_ = std::make_shared<CommState>(c->rank_);
 
   // 1. Local set-up, then agreement: a rank without a usable GPU makes every rank return.
   Status local = device.status();
@@ -327,16 +330,22 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateImpl(
   ncclComm_t comm = nullptr;
   Status init = NcclStatus(ncclCommInitRank(&comm, c->world_size_, msg.id, c->rank_),
                            "ncclCommInitRank", c->rank_);
-  if (init.ok()) c->state_->comm = comm;
+  if (init.ok()) c->state_->handle.Set(comm);
   agreed = AgreeOnStatus(c->mpi_comm_, init, "ncclCommInitRank");
   if (!agreed.ok()) {
     c->Abandon();
     return agreed;
   }
-  // Every host wait of the process now polls this communicator's asynchronous errors.
+  // Every host wait of the process now polls this communicator's asynchronous errors, and so
+  // does the watchdog thread, every kWatchdogSeconds, whatever the other threads do.
   c->poll_id_ = AddHostWaitPoll(
       [state = c->state_] { return CheckAsyncError(*state, "host wait on GPU work"); },
       options.timeout_seconds);
+  c->state_->handle.StartWatchdog(
+      [state = c->state_.get()](void* comm) {
+        return AsyncErrorOf(*state, static_cast<ncclComm_t>(comm), "NCCL watchdog");
+      },
+      CommState::kWatchdogSeconds);
   return c;
 }
 
@@ -380,31 +389,31 @@ Status NcclCommunicator::Release(bool finalize) {
   if (state_ != nullptr) {
     // After a failure (this rank's, announced, or an asynchronous one) a finalize could wait
     // forever for work a failed peer never joins: abort instead.
-    std::lock_guard<std::mutex> lock(state_->mu);
-    broken = !state_->broken.ok() || (state_->notices != nullptr && state_->notices->broken());
+    state_->handle.WithLock(
+        [&] { broken = state_->notices != nullptr && state_->notices->broken(); });
+    broken = broken || !state_->handle.broken().ok();
     if (broken) finalize = false;
-  }
-  if (state_ != nullptr && state_->comm != nullptr) {
-    if (finalize) {
-      // Completes everything enqueued (polling asynchronous errors), then a clean finalize.
-      if (stream_.owns()) {
-        StatusOr<CudaEvent> drained = CudaEvent::Create(device_);
-        Status st = drained.status();
-        if (st.ok()) st = drained->Record(stream_);
-        if (st.ok()) st = WaitPolling(*drained, *state_, "shutdown");
-        keep_first(st);
-      }
+    if (finalize && stream_.owns()) {
+      // Completes everything enqueued (polling asynchronous errors, which may abort), then a
+      // clean finalize.
+      StatusOr<CudaEvent> drained = CudaEvent::Create(device_);
+      Status st = drained.status();
+      if (st.ok()) st = drained->Record(stream_);
+      if (st.ok()) st = WaitPolling(*drained, *state_, "shutdown");
+      keep_first(st);
+      if (!state_->handle.broken().ok()) finalize = false;
     }
-    if (state_->comm != nullptr) {  // WaitPolling may have aborted it
-      if (finalize) {
-        keep_first(
-            NcclStatus(ncclCommFinalize(state_->comm), "ncclCommFinalize", rank_, state_->comm));
-        keep_first(NcclStatus(ncclCommDestroy(state_->comm), "ncclCommDestroy", rank_));
-      } else {
-        ncclCommAbort(state_->comm);
+    // Stops the watchdog; the handle is ended here unless a poll aborted it already.
+    keep_first(state_->handle.Release([&](void* handle) -> Status {
+      ncclComm_t comm = static_cast<ncclComm_t>(handle);
+      if (!finalize) {
+        ncclCommAbort(comm);
+        return Status::Ok();
       }
-      state_->comm = nullptr;
-    }
+      Status st = NcclStatus(ncclCommFinalize(comm), "ncclCommFinalize", rank_, comm);
+      Status destroyed = NcclStatus(ncclCommDestroy(comm), "ncclCommDestroy", rank_);
+      return st.ok() ? destroyed : st;
+    }));
   }
   if (stream_.owns()) {
     // After an abort nothing is synchronised: work waiting for a failed peer may never finish,
@@ -414,9 +423,10 @@ Status NcclCommunicator::Release(bool finalize) {
   }
   input_ready_ = CudaEvent();
   if (state_ != nullptr) {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->spare_events.clear();
-    FailureNotices::Retire(std::move(state_->notices));
+    state_->handle.WithLock([&] {
+      state_->spare_events.clear();
+      FailureNotices::Retire(std::move(state_->notices));
+    });
   }
   if (pool_ != nullptr) {
     keep_first(
@@ -443,24 +453,21 @@ void NcclCommunicator::Abort(const Status& why, int exit_code) {
   (void)exit_code;  // the host communicator ends the job
   if (shut_down_) return;
   shut_down_ = true;
-  if (state_ != nullptr) {  // peers waiting on NCCL work learn who failed and why
-    std::lock_guard<std::mutex> lock(state_->mu);
-    AnnounceLocked(*state_, why.message());
+  if (state_ == nullptr) {
+    Release(/*finalize=*/false).IgnoreError();
+    return;
   }
+  Announce(*state_, why.message());  // peers waiting on NCCL work learn who failed and why
+  state_->handle.MarkBroken(
+      Aborted("rank ", rank_, " aborted the NCCL communicator after: ", why.message()));
   Release(/*finalize=*/false).IgnoreError();  // ncclCommAbort, no synchronisation
-  if (state_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->broken = Aborted("rank ", rank_, " aborted the NCCL communicator after: ", why.message());
 }
 
 Status NcclCommunicator::AnnounceFailure(const Status& failure) {
   // This rank's later calls fail at once; peers waiting on NCCL work receive the notice.
   if (failure.ok() || state_ == nullptr) return failure;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  AnnounceLocked(*state_, failure.message());
-  if (state_->broken.ok()) {
-    state_->broken = Aborted("rank ", rank_, " failed earlier: ", failure.message());
-  }
+  Announce(*state_, failure.message());
+  state_->handle.MarkBroken(Aborted("rank ", rank_, " failed earlier: ", failure.message()));
   return failure;
 }
 
@@ -479,9 +486,10 @@ Status NcclCommunicator::CheckUsable(const char* op) const {
   if (shut_down_) {
     return FailedPrecondition(op, ": rank ", rank_, ": the NCCL communicator was shut down");
   }
-  if (!state_->broken.ok()) {
-    return FailedPrecondition(op, ": rank ", rank_, ": the NCCL communicator was aborted after: ",
-                              state_->broken.message());
+  const Status broken = state_->handle.broken();
+  if (!broken.ok()) {
+    return FailedPrecondition(op, ": rank ", rank_,
+                              ": the NCCL communicator was aborted after: ", broken.message());
   }
   return Status::Ok();
 }
@@ -511,8 +519,8 @@ StatusOr<Stream> NcclCommunicator::CheckLocal(const CollectiveCall& call,
   return caller;
 }
 
-Status NcclCommunicator::EnqueueOp(const CollectiveCall& c) {
-  ncclComm_t comm = state_->comm;
+Status NcclCommunicator::EnqueueOp(const CollectiveCall& c, void* handle) {
+  ncclComm_t comm = static_cast<ncclComm_t>(handle);
   cudaStream_t s = Native(stream_);
   if (NcclWireDType(c, options_) == c.dtype) {
     const ncclDataType_t t = NcclType(c.dtype);
@@ -574,18 +582,23 @@ StatusOr<std::unique_ptr<Work>> NcclCommunicator::Issue(const CollectiveCall& ca
   };
   Status st = SetCurrentDevice(device_);
   StatusOr<CudaEvent> done = CudaEvent();
-  if (state_->spare_events.empty()) {
-    done = CudaEvent::Create(device_);
-  } else {
-    done = std::move(state_->spare_events.back());
-    state_->spare_events.pop_back();
+  // Under the handle's lock: no thread aborts the communicator while this call enqueues on it.
+  if (st.ok()) {
+    st = state_->handle.Use(op, [&](void* comm) -> Status {
+      if (state_->spare_events.empty()) {
+        done = CudaEvent::Create(device_);
+      } else {
+        done = std::move(state_->spare_events.back());
+        state_->spare_events.pop_back();
+      }
+      RETURN_IF_ERROR(done.status());
+      // Order after the caller's stream, enqueue, and mark completion.
+      RETURN_IF_ERROR(input_ready_.Record(*caller));
+      RETURN_IF_ERROR(input_ready_.MakeStreamWait(stream_));
+      RETURN_IF_ERROR(EnqueueOp(call, comm));
+      return done->Record(stream_);
+    });
   }
-  if (st.ok()) st = done.status();
-  // Order after the caller's stream, enqueue, and mark completion.
-  if (st.ok()) st = input_ready_.Record(*caller);
-  if (st.ok()) st = input_ready_.MakeStreamWait(stream_);
-  if (st.ok()) st = EnqueueOp(call);
-  if (st.ok()) st = done->Record(stream_);
   if (!st.ok()) return fail(st);
   return std::unique_ptr<Work>(new NcclWork(state_, call.kind, *caller, std::move(*done)));
 }
@@ -598,8 +611,12 @@ Status NcclCommunicator::Barrier() {
   Status st = SetCurrentDevice(device_);
   StatusOr<CudaEvent> done = CudaEvent::Create(device_);
   if (st.ok()) st = done.status();
-  if (st.ok()) st = EnqueueOp(call);
-  if (st.ok()) st = done->Record(stream_);
+  if (st.ok()) {
+    st = state_->handle.Use(op, [&](void* comm) -> Status {
+      RETURN_IF_ERROR(EnqueueOp(call, comm));
+      return done->Record(stream_);
+    });
+  }
   if (st.ok()) st = WaitPolling(*done, *state_, op);
   return st.ok() ? st : st.WithContext(std::string(op) + ": rank " + std::to_string(rank_));
 }

@@ -50,7 +50,12 @@
 //   kInternal: a NCCL failure (framework/nccl/nccl_error.h) or CUDA failure, naming the
 //     operation and the rank; kResourceExhausted when an f32 temporary cannot be allocated.
 // Asynchronous NCCL errors are noticed by Wait()/WaitHost()/Barrier(); WaitHost and Barrier poll
-// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang. From
+// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang. A
+// watchdog thread polls them too, every 0.1 s from Create to Shutdown, so an error aborts the
+// communicator even while every other thread is blocked. The ncclComm_t is an AbortableHandle
+// (framework/abortable_handle.h): every enqueue, every poll (any thread's) and the abort take one
+// lock, so the abort never runs during an enqueue and runs once; every call after it fails naming
+// the first reason (kFailedPrecondition). From
 // Create to Shutdown the communicator is also registered with framework/host_wait.h: every host
 // wait of the process on GPU work (SynchronizeStream, CudaEvent::Synchronize: the store, the
 // gradient norm, the models, the checkpoint staging) polls its asynchronous errors and gives up
@@ -62,7 +67,8 @@
 // i.e. until work queued on the caller's stream after Wait() runs, or until WaitHost() returns.
 //
 // Threading: one thread issues collectives on a communicator at a time (it sets the current
-// CUDA device to the communicator's). Create, Barrier and Shutdown are collective over
+// CUDA device to the communicator's); any thread may wait on its Works' GPU work, poll its errors
+// (framework/host_wait.h) or find it aborted. Create, Barrier and Shutdown are collective over
 // `bootstrap`'s ranks.
 #ifndef SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
@@ -195,8 +201,9 @@ class NcclCommunicator final : public CallCommunicator {
   // the buffers are memory of this GPU (cudaPointerGetAttributes).
   StatusOr<Stream> CheckLocal(const CollectiveCall& call, const CollectiveOptions& opts,
                               bool pointers) const;
-  // Enqueues the NCCL operation (and any conversions) on stream_.
-  Status EnqueueOp(const CollectiveCall& call);
+  // Enqueues the NCCL operation (and any conversions) on stream_, with `comm` (the handle, under
+  // its lock: AbortableHandle::Use).
+  Status EnqueueOp(const CollectiveCall& call, void* comm);
   // Fails with kFailedPrecondition after Shutdown() or an abort.
   Status CheckUsable(const char* op) const;
 
