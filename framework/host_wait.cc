@@ -33,7 +33,12 @@ Status RunPolls(double* timeout_s) {
   return Status::Ok();
 }
 
+thread_local int64_t host_waits = 0;
+
 }  // namespace
+
+int64_t HostWaitsOnThisThread() { return host_waits; }
+void CountHostWait() { ++host_waits; }
 
 int AddHostWaitPoll(HostWaitPoll poll, double timeout_seconds) {
   Registry& r = GetRegistry();
@@ -57,6 +62,7 @@ bool HostWaitPolling() {
 
 Status WaitPolling(const std::function<StatusOr<bool>()>& query,
                    const std::function<Status()>& block, const char* what) {
+  CountHostWait();
   if (block && !HostWaitPolling()) return block();
   const auto start = std::chrono::steady_clock::now();
   for (int spins = 0;; ++spins) {

@@ -15,6 +15,7 @@
 #ifndef SHARDEMA_FRAMEWORK_HOST_WAIT_H_
 #define SHARDEMA_FRAMEWORK_HOST_WAIT_H_
 
+#include <cstdint>
 #include <functional>
 
 #include "framework/status.h"
@@ -35,6 +36,12 @@ bool HostWaitPolling();
 // call), when given.
 Status WaitPolling(const std::function<StatusOr<bool>()>& query,
                    const std::function<Status()>& block, const char* what);
+
+// Test hook: the host waits on GPU work this thread has made (every WaitPolling call, and the
+// device communicators' own host waits, which call CountHostWait), so a test can hold a stretch
+// of work (e.g. training steps that neither log, evaluate nor save) to zero host waits.
+int64_t HostWaitsOnThisThread();
+void CountHostWait();
 
 }  // namespace shardema
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 
 namespace shardema {
 namespace {
@@ -57,6 +58,25 @@ TEST(HostWaitTest, QueryErrorsEndTheWait) {
                           nullptr, "w");
   EXPECT_EQ(st.ToString(), "internal: cudaEventQuery failed");
   RemoveHostWaitPoll(id);
+}
+
+// The test hook counts every wait of this thread, blocking or polling, and no other thread's.
+TEST(HostWaitTest, WaitsCountOnTheirOwnThread) {
+  const int64_t before = HostWaitsOnThisThread();
+  ASSERT_TRUE(
+      WaitPolling([] { return StatusOr<bool>(true); }, [] { return Status::Ok(); }, "a").ok());
+  const int id = AddHostWaitPoll([] { return Status::Ok(); }, 0);
+  ASSERT_TRUE(WaitPolling([] { return StatusOr<bool>(true); }, nullptr, "b").ok());
+  RemoveHostWaitPoll(id);
+  EXPECT_EQ(HostWaitsOnThisThread(), before + 2);
+  int64_t other = -1;
+  std::thread t([&] {
+    WaitPolling([] { return StatusOr<bool>(true); }, nullptr, "c").IgnoreError();
+    other = HostWaitsOnThisThread();
+  });
+  t.join();
+  EXPECT_EQ(other, 1);
+  EXPECT_EQ(HostWaitsOnThisThread(), before + 2);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 
 #include <sys/resource.h>
 
@@ -390,6 +391,27 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> Trainer::Samples() {
   return out;
 }
 
+Status Trainer::LogResolved(std::deque<UnloggedStep>* unlogged, bool all,
+                            std::chrono::steady_clock::time_point run_start, TrainSummary* s) {
+  const TrainConfig& c = config_;
+  // The optimizer's unresolved steps are the newest ones: the older entries resolve at once.
+  const size_t unresolved = size_t(optimizer()->pending_steps());
+  while (!unlogged->empty() && (all || unlogged->size() > unresolved)) {
+    const UnloggedStep u = unlogged->front();
+    unlogged->pop_front();
+    ASSIGN_OR_RETURN(StepResult r, optimizer()->Await(u.result));
+    s->grad_norms.push_back(r.grad_norm);
+    if (comm_->rank() == 0 && c.log_every > 0 && (u.done % c.log_every == 0 || u.done == c.steps)) {
+      LOG_INFO << "step " << u.done << "/" << c.steps << " loss " << u.loss << " lr " << r.lr
+               << " grad_norm " << r.grad_norm
+               << (r.skipped ? " (skipped: non-finite gradient)" : "") << " " << u.ms << " ms eta "
+               << FormatEta(run_start, u.done - s->start_step, c.steps - u.done);
+    }
+    RETURN_IF_ERROR(metrics_.LogStep(u.done, u.loss, r.lr, r.grad_norm, r.skipped));
+  }
+  return Status::Ok();
+}
+
 StatusOr<TrainSummary> Trainer::Run() {
   const TrainConfig& c = config_;
   const bool lead = comm_->rank() == 0;
@@ -402,6 +424,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
   const double run_cpu0 = ProcessCpuMs();
+  std::deque<UnloggedStep> unlogged;  // steps whose rows wait for their decision (CUDA)
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
     const auto t0 = std::chrono::steady_clock::now();
@@ -418,18 +441,16 @@ StatusOr<TrainSummary> Trainer::Run() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
     s.step_ms.push_back(ms);
-    // CUDA: the step's norm and skip decision are read here (Optimizer::Await), for logging.
-    ASSIGN_OR_RETURN(StepResult r, state_->optimizer()->Await(outcome.second));
     if (done - s.start_step > c.bench_warmup) cpu_ms.push_back(ProcessCpuMs() - cpu0);
     s.losses.push_back(outcome.first);
-    s.grad_norms.push_back(r.grad_norm);
-    if (lead && c.log_every > 0 && (done % c.log_every == 0 || done == c.steps)) {
-      LOG_INFO << "step " << done << "/" << c.steps << " loss " << outcome.first << " lr " << r.lr
-               << " grad_norm " << r.grad_norm
-               << (r.skipped ? " (skipped: non-finite gradient)" : "") << " " << ms << " ms eta "
-               << FormatEta(run_start, done - s.start_step, c.steps - done);
-    }
-    RETURN_IF_ERROR(metrics_.LogStep(done, outcome.first, r.lr, r.grad_norm, r.skipped));
+    unlogged.push_back({done, outcome.first, outcome.second, ms});
+    // CUDA: a step's norm and skip decision reach the host after its optimizer pass. A step that
+    // logs, evaluates or saves waits for them (Optimizer::Await); a quiet step only writes the
+    // rows whose decisions arrived (no host wait). CPU: every decision is known at once.
+    const bool logs = c.log_every > 0 && (done % c.log_every == 0 || done == c.steps);
+    const bool evaluates = c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps;
+    const bool saves = saver_ != nullptr && c.save_every > 0 && done % c.save_every == 0;
+    RETURN_IF_ERROR(LogResolved(&unlogged, logs || evaluates || saves, run_start, &s));
     if (c.eval_every > 0 && done % c.eval_every == 0 && done != c.steps) {
       ScopedPhase eval(ph, Phase::kEval);
       ASSIGN_OR_RETURN(EvalLosses e, Evaluate(done));
@@ -453,6 +474,7 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
   }
+  RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
   s.loop_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
           .count();

@@ -23,7 +23,9 @@
 //     ZeroGrad; for each micro-batch: TrainData::FillTrain of the rank's span,
 //       ModelCompute::ForwardBackward
 //     TrainState::Step (clipping, the fused AdamW/SGD + EMA pass)
-//     loss = all-reduce mean of the ranks' losses; log (with ETA); metrics.jsonl
+//     loss = all-reduce mean of the ranks' losses; log (with ETA); metrics.jsonl (CUDA: the
+//       optimizer's decision is read lazily: a step that neither logs, evaluates nor saves
+//       writes only the rows whose decisions reached the host, without waiting; LogResolved)
 //     every --eval-every: Evaluate (live weights, then each started EMA slot swapped in)
 //     every --save-every: checkpoint (async: committed by Poll on later steps)
 //   final eval, the model's Sample hook, final checkpoint, table of final eval losses (rank 0)
@@ -45,7 +47,9 @@
 #ifndef SHARDEMA_TRAIN_TRAINER_H_
 #define SHARDEMA_TRAIN_TRAINER_H_
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -178,6 +182,18 @@ class Trainer {
   StatusOr<double> EvalPass();
   // Agreed: the store of the model's units and its parameters (--init or the seeded init).
   StatusOr<std::unique_ptr<ShardedParameterStore>> CreateStore(int ranks_on_node);
+  // A step whose log line and metrics row wait for its optimizer decision (CUDA: lazily read).
+  struct UnloggedStep {
+    int64_t done = 0;  // completed steps after it
+    double loss = 0;
+    StepResult result;  // pending until Optimizer::Await
+    double ms = 0;
+  };
+  // Logs (rank 0, every --log-every) and writes the metrics rows of the oldest unlogged steps:
+  // those whose decisions reached the host (no wait), or all of them (`all`: waits for the
+  // newest). Adds their gradient norms to `s`.
+  Status LogResolved(std::deque<UnloggedStep>* unlogged, bool all,
+                     std::chrono::steady_clock::time_point run_start, TrainSummary* s);
   // Runs fn with the weights of the live master, then of each started EMA slot swapped in.
   Status ForEachWeights(const std::function<Status(const std::string& name)>& fn);
 
