@@ -426,6 +426,17 @@ void ExpectCreateError(const std::string& args, StatusCode code,
   }
 }
 
+// A file where --ckpt-dir should be: an invalid argument (exit 2) naming it, not a lock error.
+TEST(TrainerTest, CkptDirNamingAFileIsAnInvalidArgument) {
+  const std::string file = TestPath("not_a_dir");
+  if (World()->rank() == 0) {
+    std::ofstream(file) << "x";
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  ExpectCreateError("--layers 4,3 --batch 12 --steps 1 --ckpt-dir " + file,
+                    StatusCode::kInvalidArgument, {"--ckpt-dir '" + file + "' is not a directory"});
+}
+
 TEST(TrainerTest, ResumeChecksHyperparametersAndRefusesUsedDirectories) {
   const std::string dir = TestPath("hp");
   ASSERT_TRUE(Train(std::string(kResumeArgs) + " --steps 3 --ckpt-dir " + dir, World()).ok());

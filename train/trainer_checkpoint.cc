@@ -74,7 +74,13 @@ nlohmann::json TrainerSections(const TrainConfig& config, const TrainModel& mode
 StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config,
                                                       Communicator* comm) {
   StatusOr<std::unique_ptr<RootLock>> lock = std::unique_ptr<RootLock>();
-  if (RankOf(comm) == 0) lock = RootLock::Acquire(config.ckpt_dir);
+  if (RankOf(comm) == 0) {
+    // A file where the root should be is the user's mistake (exit 2), not a lock failure.
+    lock = PathExists(config.ckpt_dir) && !IsDirectory(config.ckpt_dir)
+               ? StatusOr<std::unique_ptr<RootLock>>(InvalidArgument(
+                     "--ckpt-dir '", config.ckpt_dir, "' is not a directory (a file is there)"))
+               : RootLock::Acquire(config.ckpt_dir);
+  }
   RETURN_IF_ERROR(AgreeOnStatus(comm, lock.status(), "--ckpt-dir '" + config.ckpt_dir + "' lock"));
   return lock;
 }

@@ -69,8 +69,9 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
                                       const TrainData& data, Communicator* comm, TrainState* state);
 
 // Collective. Rank 0 takes --ckpt-dir's RootLock (creating the directory) for as long as the
-// returned object lives (null on other ranks). Errors (agreed by all ranks): kFailedPrecondition
-// naming the holder's host and pid when another job holds it.
+// returned object lives (null on other ranks). Errors (agreed by all ranks): kInvalidArgument
+// when --ckpt-dir names a file; kFailedPrecondition naming the holder's host and pid when
+// another job holds it.
 StatusOr<std::unique_ptr<RootLock>> LockCheckpointDir(const TrainConfig& config,
                                                       Communicator* comm);
 
