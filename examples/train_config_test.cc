@@ -220,6 +220,23 @@ TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
               {"--bench-json", "--bench-warmup"});
 }
 
+// An unknown flag is named in command-line order with the nearest known flag (was CLI11's
+// "The following arguments were not expected: 2 --stpes").
+TEST(TrainConfigTest, UnknownFlagsNameTheNearestFlag) {
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--stpes", "2", "--zzzzzz"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find(
+                "unknown argument(s): '--stpes' (did you mean --steps?) '2' '--zzzzzz'"),
+            std::string::npos)
+      << p.status();
+  StatusOr<ParsedGptArgs> g =
+      ParseGptConfig(std::vector<std::string>{"--data", "x", "--n-embed", "64"});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("'--n-embed' (did you mean --n-embd?)"), std::string::npos)
+      << g.status();
+}
+
 TEST(TrainConfigTest, RepeatedFlagsTakeTheLastValueEmaSpecsCollect) {
   StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--steps", "5", "--steps", "7",
                                      "--ema-spec", "a:decay=0.5", "--ema-spec", "b:decay=0.6"});

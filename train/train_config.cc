@@ -382,6 +382,48 @@ Status TrainConfig::CheckForWorld(int world_size) const {
 
 namespace {
 
+// Levenshtein distance (flag names are short).
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The arguments CLI11 did not expect, in command-line order, each flag with the nearest known
+// flag when one is close (at most 2 edits, or a third of its length).
+Status UnknownArguments(const CLI::App& app, int argc, const char* const* argv) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  const std::vector<std::string> rest = app.remaining();
+  std::string msg = "unknown argument(s):";
+  for (int i = 1; i < argc; ++i) {  // command-line order (CLI11 lists them reversed)
+    const std::string arg = argv[i];
+    if (std::find(rest.begin(), rest.end(), arg) == rest.end()) continue;
+    msg += " '" + arg + "'";
+    const std::string flag = arg.substr(0, arg.find('='));
+    if (flag.rfind("--", 0) != 0) continue;
+    std::string best;
+    size_t best_d = std::max<size_t>(2, flag.size() / 3) + 1;
+    for (const std::string& n : names) {
+      const size_t d = EditDistance(flag, n);
+      if (d < best_d) best_d = d, best = n;
+    }
+    if (!best.empty()) msg += " (did you mean " + best + "?)";
+  }
+  return InvalidArgument(msg);
+}
+
 // "0.9,0.95" for the --betas default.
 std::string Betas(double b1, double b2) {
   std::ostringstream o;
@@ -521,6 +563,8 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
     out.help = true;
     out.help_text = app.help();
     return out;
+  } catch (const CLI::ExtrasError&) {
+    return UnknownArguments(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(e.what());
   }
