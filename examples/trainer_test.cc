@@ -426,6 +426,19 @@ void ExpectCreateError(const std::string& args, StatusCode code,
   }
 }
 
+// Extending a cosine run (a larger --steps) differs in the schedule's length: refused with what
+// --override-hparams then does.
+TEST(TrainerTest, ExtendingACosineRunSaysWhatTheOverrideDoes) {
+  const std::string dir = TestPath("cosine");
+  const std::string args =
+      "--layers 4,3 --batch 12 --lr-schedule cosine --warmup-steps 1 --ckpt-dir " + dir;
+  ASSERT_TRUE(Train(args + " --steps 4", World()).ok());
+  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition,
+                    {"total_steps", "4 (checkpoint) vs 8 (run)",
+                     "a cosine LR schedule decays over --steps: to extend the run"});
+  EXPECT_TRUE(Train(args + " --steps 8 --resume --override-hparams", World()).ok());
+}
+
 // A file where --ckpt-dir should be: an invalid argument (exit 2) naming it, not a lock error.
 TEST(TrainerTest, CkptDirNamingAFileIsAnInvalidArgument) {
   const std::string file = TestPath("not_a_dir");

@@ -138,6 +138,14 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
                       std::to_string(diffs.size()) + "):";
     for (const std::string& d : diffs) msg += "\n  " + d;
     msg += "\npass --override-hparams to resume with this run's values";
+    for (const std::string& d : diffs) {
+      if (d.find("total_steps") == std::string::npos) continue;
+      msg +=
+          " (a cosine LR schedule decays over --steps: to extend the run, --override-hparams "
+          "continues from the restored step on the cosine of the new --steps, whose LR at "
+          "that step is higher than the old schedule's)";
+      break;
+    }
     return FailedPrecondition(msg);
   }
   for (const std::string& d : diffs)
