@@ -238,9 +238,13 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
 
   c.slots_only = options.slots_only;
   for (const JsonDifference& d : JsonDiff(ma.meta, mb.meta, "meta")) {
+    // Where the run was, and how many ranks wrote it (the header compares world sizes): notes.
     const bool location =
         d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path);
-    (location ? c.notes : c.meta_differences).push_back(FormatDifference(d, "a", "b"));
+    const bool world = d.in_a && d.in_b && d.a.is_number_integer() && d.b.is_number_integer() &&
+                       d.path.size() >= 11 &&
+                       d.path.compare(d.path.size() - 11, 11, ".world_size") == 0;
+    (location || world ? c.notes : c.meta_differences).push_back(FormatDifference(d, "a", "b"));
   }
   return c;
 }
@@ -296,7 +300,7 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
     o << "\n" << FormatTable(rows);
   }
 
-  if (!c.meta_differences.empty()) {
+  if (!c.meta_differences.empty() && !c.slots_only) {
     o << "\nmeta differences (" << c.meta_differences.size() << "):\n";
     for (size_t i = 0; i < c.meta_differences.size() && i < max_meta_lines; ++i) {
       o << "  " << c.meta_differences[i] << "\n";
@@ -306,8 +310,8 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
     }
   }
 
-  if (!c.notes.empty()) {
-    o << "\nnotes (run locations, not differences; " << c.notes.size() << "):\n";
+  if (!c.notes.empty() && !c.slots_only) {
+    o << "\nnotes (run locations and world sizes, not differences; " << c.notes.size() << "):\n";
     for (size_t i = 0; i < c.notes.size() && i < max_meta_lines; ++i)
       o << "  " << c.notes[i] << "\n";
   }

@@ -80,6 +80,35 @@ TEST_F(CheckpointDiffTest, SameValuesAtDifferentWorldSizesAreIdentical) {
   EXPECT_NE(text.find("identical (world sizes 3 and 2)"), std::string::npos) << text;
 }
 
+// The world size in the meta is a note (the header compares world sizes), not a difference; with
+// --slots-only no meta block is printed.
+TEST_F(CheckpointDiffTest, WorldSizeIsANoteAndSlotsOnlyPrintsNoMeta) {
+  std::vector<OwnedState> a = States(3), b = States(2);
+  for (OwnedState& o : a) o.state.meta["trainer"]["progress"]["world_size"] = 3;
+  for (OwnedState& o : b) {
+    o.state.meta["trainer"]["progress"]["world_size"] = 2;
+    o.state.meta["rng"]["seed"] = 7;
+  }
+  Save("wa", a);
+  Save("wb", b);
+  StatusOr<CheckpointComparison> c =
+      CompareCheckpoints(JoinPath(base_, "wa"), JoinPath(base_, "wb"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->meta_differences.size(), 1u) << FormatComparison(*c);  // the seed only
+  EXPECT_NE(c->meta_differences[0].find("seed"), std::string::npos);
+  std::string text = FormatComparison(*c);
+  EXPECT_NE(text.find("notes (run locations and world sizes"), std::string::npos) << text;
+  EXPECT_NE(text.find("meta.trainer.progress.world_size"), std::string::npos) << text;
+  CompareOptions slots_only;
+  slots_only.slots_only = true;
+  c = CompareCheckpoints(JoinPath(base_, "wa"), JoinPath(base_, "wb"), slots_only);
+  ASSERT_TRUE(c.ok()) << c.status();
+  text = FormatComparison(*c);
+  EXPECT_TRUE(c->identical()) << text;
+  EXPECT_EQ(text.find("meta differences"), std::string::npos) << text;
+  EXPECT_EQ(text.find("notes ("), std::string::npos) << text;
+}
+
 TEST_F(CheckpointDiffTest, ReportsMaxAbsAndRelAndWhere) {
   std::vector<OwnedState> a = States(3), b = States(2);
   // Slot 0 = params: head (unit 4) element 5 -> head.weight[5]; two differences, the larger 0.75.
