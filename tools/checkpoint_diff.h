@@ -14,12 +14,14 @@
 // differs with abs 0) or its values differ (slots of different dtypes). The two checkpoints are
 // identical when steps, models, slot names, dtypes and every element, buffers and meta are equal;
 // the world size alone is not a difference. With slots_only: when models, slot names, dtypes and
-// every slot element are equal (step, buffer and meta differences are reported but do not count).
+// every slot element are equal (step and buffer differences are reported but do not count; the
+// meta block and notes are not printed).
 //
 // Run-location fields are notes, not differences: a meta difference whose two values are strings
 // and whose key names a location (ckpt_dir, data, eval_data, init, source, metrics, or any key
 // ending in "dir", "path" or "file"), so two bit-identical runs written to different folders
-// compare identical and the exit code of `ckpt diff` is a bit-exactness check.
+// compare identical and the exit code of `ckpt diff` is a bit-exactness check. So is a meta
+// "world_size" field whose two values are integers (the header compares world sizes).
 //
 // Errors: the reader's (kNotFound, kDataLoss naming the file and chunk). Single thread.
 #ifndef SHARDEMA_TOOLS_CHECKPOINT_DIFF_H_
@@ -78,8 +80,8 @@ struct CheckpointComparison {
   std::vector<SlotComparison> slots;           // a's slots in order, then those only in b
   std::vector<BufferComparison> buffers;
   std::vector<std::string> meta_differences;  // "path: <a> (a) vs <b> (b)"
-  std::vector<std::string> notes;             // run-location fields that differ (same format)
-  bool slots_only = false;                    // CompareOptions::slots_only
+  std::vector<std::string> notes;  // run-location and world-size fields that differ (same format)
+  bool slots_only = false;         // CompareOptions::slots_only
   bool identical() const;
 };
 
