@@ -185,10 +185,10 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
       "reported, as notes)");
   diff->footer(std::string(
       "Run-location fields of the meta (paths such as trainer.config.ckpt_dir, data, "
-      "init) are listed as notes, not differences, so two bit-identical runs in different "
-      "folders compare identical.\nExit codes: 0 identical, 1 different, 2 usage error or "
+      "init) and its world sizes are listed as notes, not differences, so two bit-identical runs "
+      "in different folders, or on different world sizes, compare identical.\nExit codes: 0 "
+      "identical, 1 different, 2 usage error or "
       "invalid argument, 3 not found, 4 data loss (corrupt or truncated files)."));
-  for (CLI::App* sub : {inspect, verify, exp, reshard, diff}) AddGlobalFlags(sub, raw);
 
   CLI::App* posthoc = app.add_subcommand(
       "posthoc",
@@ -216,6 +216,7 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
       "profile and the profile fit error");
   posthoc->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
   posthoc->footer(kExitCodes);
+  for (CLI::App* sub : {inspect, verify, exp, reshard, diff, posthoc}) AddGlobalFlags(sub, raw);
 
   // An unknown subcommand gets a clearer message than CLI11's "arguments were not expected".
   if (argc > 1 && argv[1][0] != '-' && !IsKnownSubcommand(argv[1])) {

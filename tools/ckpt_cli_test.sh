@@ -27,6 +27,9 @@ for sub in inspect verify export reshard; do
 done
 expect 0 "Exit codes: 0 identical, 1 different" -- diff --help
 
+# The global --no-progress after any subcommand's options (posthoc refused it: issue 33 item 5).
+expect 3 "not_found: no EMA snapshots" -- posthoc "$TMP/nope" --sigma-rel 0.05 -o "$TMP/p.st" --no-progress
+
 # Not found: exit 3 naming the path.
 expect 3 "not_found: .*$TMP/nope" -- inspect "$TMP/nope"
 expect 3 "not_found: .*$TMP/nope" -- verify "$TMP/nope"
