@@ -29,6 +29,9 @@ expect 0 "Exit codes: 0 identical, 1 different" -- diff --help
 
 # The global --no-progress after any subcommand's options (posthoc refused it: issue 33 item 5).
 expect 3 "not_found: no EMA snapshots" -- posthoc "$TMP/nope" --sigma-rel 0.05 -o "$TMP/p.st" --no-progress
+# A failed posthoc leaves no output folder behind (it created one: issue 33 item 5).
+expect 2 "sigma_rel 0.5 is outside" -- posthoc "$TMP/nope" --sigma-rel 0.5 -o "$TMP/ph/sub/out.st"
+[ ! -e "$TMP/ph" ] || { echo "FAIL: posthoc left $TMP/ph behind"; exit 1; }
 
 # Not found: exit 3 naming the path.
 expect 3 "not_found: .*$TMP/nope" -- inspect "$TMP/nope"

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/collective_bytes.h"
@@ -264,13 +266,26 @@ Status Posthoc(const PosthocCommandOptions& options, const CommandIo& io, Commun
   po.step_max = options.step_max;
   po.include_buffers = options.include_buffers;
   Status made = Status::Ok();
-  if (const std::string parent = DirName(options.out); printer && !IsDirectory(parent))
-    made = MakeDirs(parent);
+  const std::string parent = DirName(options.out);
+  // The folders this call creates (the first missing one on the way to `parent`), removed again
+  // when the command fails and they stay empty: a failed run leaves nothing behind.
+  std::string created;
+  for (std::string d = parent; printer && !d.empty() && d != "/" && d != "." && !PathExists(d);
+       d = DirName(d)) {
+    created = d;
+  }
+  if (printer && !IsDirectory(parent)) made = MakeDirs(parent);
   RETURN_IF_ERROR(
       comm == nullptr ? made : AgreeOnStatus(comm, made, "posthoc: creating the output directory"));
   std::vector<ExportReport> reports;
-  ASSIGN_OR_RETURN(PosthocPlan plan,
-                   ReconstructPosthocEma(options.dir, options.out, po, comm, &reports));
+  StatusOr<PosthocPlan> planned =
+      ReconstructPosthocEma(options.dir, options.out, po, comm, &reports);
+  if (!planned.ok() && !created.empty()) {
+    for (std::string d = parent; d.size() >= created.size(); d = DirName(d)) {
+      if (::rmdir(d.c_str()) != 0) break;  // not empty: something was written there
+    }
+  }
+  ASSIGN_OR_RETURN(PosthocPlan plan, std::move(planned));
   if (printer && options.print_coefficients) *io.out << FormatPosthocPlan(plan);
   if (!printer) return Status::Ok();
   for (size_t j = 0; j < reports.size(); ++j) {
