@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "checkpoint/collective_bytes.h"
+#include "checkpoint/directory.h"
 #include "checkpoint/load.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
@@ -78,15 +79,33 @@ struct Readers {
   std::vector<int> slot_index;
 };
 
+// kFailedPrecondition when the snapshot in `dir` is of another model than the target's.
+Status CheckSameModel(const StoreLayout& layout, const std::string& dir, const StoreLayout& model,
+                      const std::string& target_dir) {
+  const std::vector<std::string> diff = LayoutDifferences(layout, model);
+  if (diff.empty()) return Status::Ok();
+  std::string all;
+  for (const std::string& d : diff) all += (all.empty() ? "" : "; ") + d;
+  return FailedPrecondition("post-hoc EMA: snapshot '", dir, "' is of another model than '",
+                            target_dir, "': ", all);
+}
+
 StatusOr<Readers> OpenReaders(const PosthocPlan& plan, const PosthocTarget& target) {
   Readers r;
   ReaderOptions ro;
   ro.cache_chunks = 1;
   ASSIGN_OR_RETURN(r.by_dir[plan.target_dir], CheckpointReader::Open(plan.target_dir, ro));
   const StoreLayout& model = r.by_dir.at(plan.target_dir)->manifest().layout;
+  std::set<std::string> unread_checked;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PosthocInput& in = plan.inputs[i];
     if (target.coefficients[i] == 0.0) {
+      // Never read, but still a snapshot of this model (its manifest only: a damaged rank file of
+      // a snapshot the combination does not need fails nothing).
+      if (r.by_dir.count(in.dir) == 0 && unread_checked.insert(in.dir).second) {
+        ASSIGN_OR_RETURN(Manifest m, ReadManifest(in.dir));
+        RETURN_IF_ERROR(CheckSameModel(m.layout, in.dir, model, plan.target_dir));
+      }
       r.per_input.push_back(nullptr);
       r.slot_index.push_back(-1);
       continue;
@@ -94,13 +113,7 @@ StatusOr<Readers> OpenReaders(const PosthocPlan& plan, const PosthocTarget& targ
     std::unique_ptr<CheckpointReader>& reader = r.by_dir[in.dir];
     if (reader == nullptr) {
       ASSIGN_OR_RETURN(reader, CheckpointReader::Open(in.dir, ro));
-      const std::vector<std::string> diff = LayoutDifferences(reader->manifest().layout, model);
-      if (!diff.empty()) {
-        std::string all;
-        for (const std::string& d : diff) all += (all.empty() ? "" : "; ") + d;
-        return FailedPrecondition("post-hoc EMA: snapshot '", in.dir,
-                                  "' is of another model than '", plan.target_dir, "': ", all);
-      }
+      RETURN_IF_ERROR(CheckSameModel(reader->manifest().layout, in.dir, model, plan.target_dir));
     }
     const int si = reader->manifest().FindSlot(in.slot);
     if (si < 0)

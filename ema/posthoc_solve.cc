@@ -73,7 +73,14 @@ StatusOr<PosthocSolution> SolvePosthocCoefficients(const std::vector<PowerProfil
                              " (t = ", outputs[j].t, ", gamma = ", outputs[j].gamma, ") sum to ",
                              double(sum), " and cannot be normalised");
     }
-    const Eigen::Matrix<long double, Eigen::Dynamic, 1> xj = x.col(jj) / sum;
+    Eigen::Matrix<long double, Eigen::Dynamic, 1> xj = x.col(jj) / sum;
+    // Rounding-level coefficients are exactly 0 (the snapshot is then not read at all), and the
+    // rest renormalised to sum to 1.
+    const long double largest = xj.cwiseAbs().maxCoeff();
+    for (Eigen::Index i = 0; i < xj.size(); ++i) {
+      if (std::fabs(xj(i)) < kZeroCoefficient * largest) xj(i) = 0;
+    }
+    xj /= xj.sum();
     // ||sum x p - q||^2 = x'Ax - 2 x'b + <q,q>.
     const long double qq = PowerProfileDot(outputs[j], outputs[j]);
     const long double err2 = xj.dot(a * xj) - 2 * xj.dot(b.col(jj)) + qq;

@@ -12,7 +12,9 @@
 // minimising || sum_i x_ij p_i - q_j ||_2 satisfy the normal equations A x_j = b_j with
 // A_ik = <p_i, p_k> (a Gram matrix: symmetric positive semi-definite) and b_ij = <p_i, q_j>.
 // Each column is then divided by its sum, so that the combination of snapshots of a constant
-// signal is that constant (EDM2 does the same).
+// signal is that constant (EDM2 does the same). A coefficient below kZeroCoefficient times the
+// largest of its column is set to exactly 0 (rounding noise of the solve, e.g. 4e-18 beside a
+// 1.0: its snapshot is then never read) and the column divided by its sum again.
 //
 // Numerics: A and b are formed and the system solved in long double (x86: 64-bit mantissa) with
 // a pivoted LDL^T factorisation; when A is numerically singular (e.g. two identical snapshots) the
@@ -27,6 +29,8 @@
 #include "framework/status.h"
 
 namespace shardema {
+
+inline constexpr double kZeroCoefficient = 1e-12;
 
 // One power-function profile: time t > 0 (optimizer steps since the slot started) and gamma > 0.
 struct PowerProfile {

@@ -80,6 +80,20 @@ TEST(PosthocSolveTest, TrackedProfileIsOneHot) {
   }
 }
 
+// Rounding-level coefficients are exactly 0, so a tracked profile reads one snapshot only (they
+// were ~1e-18, and every snapshot was read).
+TEST(PosthocSolveTest, RoundingLevelCoefficientsAreExactlyZero) {
+  std::vector<PowerProfile> in;
+  for (double t : {50.0, 100.0, 150.0, 200.0}) {
+    for (double g : {16.97, 6.94}) in.push_back({t, g});
+  }
+  StatusOr<PosthocSolution> sol = SolvePosthocCoefficients(in, {{200.0, 6.94}});
+  ASSERT_TRUE(sol.ok());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(sol->coefficients[0][i], i == 7 ? 1.0 : 0.0) << i;
+  }
+}
+
 // The closed-form inner product against a numerical integral of the profiles.
 TEST(PosthocSolveTest, DotMatchesQuadrature) {
   const PowerProfile a{70.0, 3.5}, b{100.0, 1.25};
