@@ -213,7 +213,8 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   posthoc->add_flag(
       "--print-coefficients", raw.print_coefficients,
       "print the solve: target step and time, and per output the coefficient of every snapshot "
-      "profile and the profile fit error");
+      "profile and the profile fit error (|| combination - target || / || target || of the EMA "
+      "weight profiles: 0 reproduces the target exactly; above 0.1 it warns)");
   posthoc->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
   posthoc->footer(kExitCodes);
   for (CLI::App* sub : {inspect, verify, exp, reshard, diff, posthoc}) AddGlobalFlags(sub, raw);

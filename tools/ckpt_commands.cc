@@ -297,6 +297,15 @@ Status Posthoc(const PosthocCommandOptions& options, const CommandIo& io, Commun
                   t.sigma_rel, t.gamma, t.fit_error, (long long)plan.step, plan.inputs.size());
     *io.out << head;
     PrintExportReport(reports[j], options.dtype, *io.out);
+    if (t.fit_error > kPoorProfileFit) {
+      char warn[320];
+      std::snprintf(warn, sizeof(warn),
+                    "warning: sigma_rel %g: profile fit error %.2f is above %.2f: the snapshots' "
+                    "profiles cannot form this EMA's profile well, so the result is only a rough "
+                    "approximation (snapshot slots with a sigma_rel nearer %g would fit better)\n",
+                    t.sigma_rel, t.fit_error, kPoorProfileFit, t.sigma_rel);
+      *io.out << warn;
+    }
   }
   return Status::Ok();
 }

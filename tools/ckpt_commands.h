@@ -42,6 +42,11 @@
 
 namespace shardema::tools {
 
+// ckpt posthoc warns when a target's profile fit error (|| sum_i x_i p_i - q || / || q || of the
+// weight profiles, ema/posthoc_solve.h) is above this: the snapshots cannot form its profile
+// well (e.g. sigma_rel 0.001 from snapshots of 0.05 and 0.1).
+inline constexpr double kPoorProfileFit = 0.1;
+
 struct CommandIo {
   std::ostream* out = nullptr;  // results (stdout)
   std::ostream* err = nullptr;  // progress bar (stderr)

@@ -43,6 +43,9 @@ for n in 1 2 3; do
   done
 done
 
+# A sigma_rel far from the snapshots': written, with a warning naming the fit error (it was silent).
+expect 0 "warning: sigma_rel 0.001: profile fit error [0-9.]* is above 0.10" -- \
+  posthoc "$ROOT" --sigma-rel 0.001 -o "$TMP/far.safetensors"
 # Bad inputs.
 expect 2 "--sigma-rel is required" -- posthoc "$ROOT" -o "$TMP/x.safetensors"
 expect 2 "'abc' in '0.1,abc' is not a number" -- posthoc "$ROOT" --sigma-rel 0.1,abc -o "$TMP/x.safetensors"
