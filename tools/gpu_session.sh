@@ -13,7 +13,9 @@
 #       --only STAGE runs that stage alone. Writes one JSON report (default
 #       DIR/gpu_session_<date>.json: date, host, card, driver, the package's build line (commit),
 #       each stage's status, counts, seconds, report lines and benchmark summaries, the stages not
-#       run) and prints a summary that lists the stages not run.
+#       run) and prints a summary that lists the stages not run. Commit the report as
+#       bench/results/gpu_session_<date>.json and run tools/gpu_report_table.py --write: the
+#       README's GPU table is generated from the newest report (a test checks it).
 #
 # Stages (name: gpu_check checks; timeout):
 #   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       90 s
