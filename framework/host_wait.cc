@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -34,11 +35,16 @@ Status RunPolls(double* timeout_s) {
 }
 
 thread_local int64_t host_waits = 0;
+thread_local std::string last_host_wait;
 
 }  // namespace
 
 int64_t HostWaitsOnThisThread() { return host_waits; }
-void CountHostWait() { ++host_waits; }
+const std::string& LastHostWaitOnThisThread() { return last_host_wait; }
+void CountHostWait(const char* what) {
+  ++host_waits;
+  last_host_wait = what;
+}
 
 int AddHostWaitPoll(HostWaitPoll poll, double timeout_seconds) {
   Registry& r = GetRegistry();
@@ -62,7 +68,7 @@ bool HostWaitPolling() {
 
 Status WaitPolling(const std::function<StatusOr<bool>()>& query,
                    const std::function<Status()>& block, const char* what) {
-  CountHostWait();
+  CountHostWait(what);
   if (block && !HostWaitPolling()) return block();
   const auto start = std::chrono::steady_clock::now();
   for (int spins = 0;; ++spins) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "framework/status.h"
 
@@ -40,8 +41,10 @@ Status WaitPolling(const std::function<StatusOr<bool>()>& query,
 // Test hook: the host waits on GPU work this thread has made (every WaitPolling call, and the
 // device communicators' own host waits, which call CountHostWait), so a test can hold a stretch
 // of work (e.g. training steps that neither log, evaluate nor save) to zero host waits.
+// LastHostWaitOnThisThread names the latest (its `what`), for the test's message.
 int64_t HostWaitsOnThisThread();
-void CountHostWait();
+const std::string& LastHostWaitOnThisThread();
+void CountHostWait(const char* what);
 
 }  // namespace shardema
 

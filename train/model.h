@@ -75,8 +75,13 @@ class ModelCompute {
   virtual ~ModelCompute() = default;
   // Collective. Forward and backward of the local rows, leaving the gradient of the global-batch
   // mean loss reduce-scattered into the store's gradient shard; returns the mean loss over the
-  // local rows (0 for no rows).
+  // local rows (0 for no rows), or 0 for a compute with a DeviceLoss().
   virtual StatusOr<double> ForwardBackward(const Batch& batch) = 0;
+  // Device computes: one f64 in the store's device memory where each ForwardBackward leaves the
+  // mean loss over its local rows (0 for none), written on the store's stream, read by work the
+  // trainer queues there before the next ForwardBackward; the loss never waits for the device
+  // (train/step_loss.h). Null (the default): ForwardBackward returns it on the host.
+  virtual const double* DeviceLoss() const { return nullptr; }
   // Collective. Forward only: the sum over the batch rows of the per-row loss.
   virtual StatusOr<double> LossSum(const Batch& batch) = 0;
   // --profile: ForwardBackward adds its forward and backward compute and its waits for gathers

@@ -12,8 +12,10 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "ema/snapshot.h"
+#include "framework/cuda/event.h"
 #include "framework/duration.h"
 #include "framework/fault_injection.h"
+#include "framework/host_wait.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
 #include "nn/cpu_isa.h"
@@ -155,6 +157,10 @@ Status Trainer::Setup() {
   RETURN_IF_ERROR(AgreeOnStatus(comm_, compute.status(), model_->name() + " model"));
   compute_ = std::move(compute).value();
   if (c.profile) compute_->SetPhaseTimes(&phases_);
+  StatusOr<std::unique_ptr<StepLoss>> loss =
+      StepLoss::Create(compute_->DeviceLoss(), comm_, device_comm_, store()->stream());
+  RETURN_IF_ERROR(AgreeOnStatus(comm_, loss.status(), "step loss"));
+  loss_ = std::move(loss).value();
 
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
@@ -285,20 +291,26 @@ Status Trainer::AgreeOnCpuIsa() {
   return Status::Ok();
 }
 
-StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
+StatusOr<std::pair<std::optional<double>, StepResult>> Trainer::TrainStep(int64_t step) {
   const TrainConfig& c = config_;
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   {
     ScopedPhase zero(ph, Phase::kZeroGrad);
     RETURN_IF_ERROR(store()->ZeroGrad());
   }
-  double loss_sum = 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     const RowSpan span =
         MicroBatchSpan(c.batch, c.grad_accum, micro, comm_->rank(), comm_->world_size());
     data_->FillTrain(step, c.batch, span, &batch_);
     ASSIGN_OR_RETURN(double loss, compute_->ForwardBackward(batch_));
-    loss_sum += loss;
+    RETURN_IF_ERROR(loss_->Add(loss, micro, c.grad_accum));
+  }
+  // The global mean loss: on the host at once (host compute), or queued before the optimizer's
+  // decision on the store's stream, so it reaches the host no later (StepLoss).
+  std::optional<double> global;
+  {
+    ScopedPhase loss_reduce(ph, Phase::kLossAllReduce);
+    ASSIGN_OR_RETURN(global, loss_->Finish(c.grad_accum));
   }
   // An asynchronous save may still be copying the state it snapshots (during this
   // forward/backward).
@@ -308,14 +320,7 @@ StatusOr<std::pair<double, StepResult>> Trainer::TrainStep(int64_t step) {
   }
   ScopedPhase opt(ph, Phase::kOptimizer);
   ASSIGN_OR_RETURN(StepResult result, state_->Step());
-  opt.Stop();
-  ScopedPhase loss_reduce(ph, Phase::kLossAllReduce);
-  // Equal local batches: the global mean is the mean of the ranks' means.
-  float local = float(loss_sum / double(c.grad_accum)), global = 0.f;
-  CollectiveOptions avg;
-  avg.op = ReduceOp::kAvg;
-  RETURN_IF_ERROR(comm_->AllReduce(&local, &global, 1, DType::kF32, avg));
-  return std::make_pair(double(global), result);
+  return std::make_pair(global, result);
 }
 
 StatusOr<double> Trainer::EvalPass() {
@@ -397,17 +402,23 @@ Status Trainer::LogResolved(std::deque<UnloggedStep>* unlogged, bool all,
   // The optimizer's unresolved steps are the newest ones: the older entries resolve at once.
   const size_t unresolved = size_t(optimizer()->pending_steps());
   while (!unlogged->empty() && (all || unlogged->size() > unresolved)) {
-    const UnloggedStep u = unlogged->front();
+    UnloggedStep& front = unlogged->front();
+    if (!front.loss.has_value()) {  // a device loss: its copy ends before the decision's
+      ASSIGN_OR_RETURN(front.loss, loss_->ReadOldest(all));
+      if (!front.loss.has_value()) break;
+    }
+    const UnloggedStep u = front;
     unlogged->pop_front();
     ASSIGN_OR_RETURN(StepResult r, optimizer()->Await(u.result));
     s->grad_norms.push_back(r.grad_norm);
+    s->losses.push_back(*u.loss);
     if (comm_->rank() == 0 && c.log_every > 0 && (u.done % c.log_every == 0 || u.done == c.steps)) {
-      LOG_INFO << "step " << u.done << "/" << c.steps << " loss " << u.loss << " lr " << r.lr
+      LOG_INFO << "step " << u.done << "/" << c.steps << " loss " << *u.loss << " lr " << r.lr
                << " grad_norm " << r.grad_norm
                << (r.skipped ? " (skipped: non-finite gradient)" : "") << " " << u.ms << " ms eta "
                << FormatEta(run_start, u.done - s->start_step, c.steps - u.done);
     }
-    RETURN_IF_ERROR(metrics_.LogStep(u.done, u.loss, r.lr, r.grad_norm, r.skipped));
+    RETURN_IF_ERROR(metrics_.LogStep(u.done, *u.loss, r.lr, r.grad_norm, r.skipped));
   }
   return Status::Ok();
 }
@@ -425,8 +436,25 @@ StatusOr<TrainSummary> Trainer::Run() {
   const auto run_start = std::chrono::steady_clock::now();
   const double run_cpu0 = ProcessCpuMs();
   std::deque<UnloggedStep> unlogged;  // steps whose rows wait for their decision (CUDA)
+  // --bench-json on a GPU: steps timed by device events at each step's start and after the last
+  // (no barrier, no synchronisation per step); on the CPU: a barrier per step, like the PyTorch
+  // peer's timing, and the host clock.
+  const bool device_timing = c.bench_json && device().is_cuda();
+  std::vector<CudaEvent> step_starts;
+  auto mark_step = [&]() -> Status {
+    ASSIGN_OR_RETURN(CudaEvent e, CudaEvent::Create(device(), /*timing=*/true));
+    RETURN_IF_ERROR(e.Record(store()->stream()));
+    step_starts.push_back(std::move(e));
+    return Status::Ok();
+  };
   for (int64_t step = s.start_step; step < c.steps; ++step) {
-    if (c.bench_json) RETURN_IF_ERROR(comm_->Barrier());  // like the PyTorch peer's timing
+    const int64_t waits0 = HostWaitsOnThisThread();
+    if (c.bench_json && !device_timing) RETURN_IF_ERROR(comm_->Barrier());
+    if (device_timing) RETURN_IF_ERROR(mark_step());
+    // Only a host that ran StepLoss::kSlots steps ahead of the device reads its losses here.
+    if (loss_->unread() >= StepLoss::kSlots) {
+      RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     s.step_start_unix_ms.push_back(std::chrono::duration<double, std::milli>(
                                        std::chrono::system_clock::now().time_since_epoch())
@@ -435,14 +463,11 @@ StatusOr<TrainSummary> Trainer::Run() {
     auto stepped = TrainStep(step);
     if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));
     auto outcome = *std::move(stepped);
-    // GPU: the step's queued work (the optimizer pass) belongs to its time (CPU: no-op).
-    if (c.bench_json) RETURN_IF_ERROR(store()->Synchronize());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
     s.step_ms.push_back(ms);
     if (done - s.start_step > c.bench_warmup) cpu_ms.push_back(ProcessCpuMs() - cpu0);
-    s.losses.push_back(outcome.first);
     unlogged.push_back({done, outcome.first, outcome.second, ms});
     // CUDA: a step's norm and skip decision reach the host after its optimizer pass. A step that
     // logs, evaluates or saves waits for them (Optimizer::Await); a quiet step only writes the
@@ -473,8 +498,20 @@ StatusOr<TrainSummary> Trainer::Run() {
         RETURN_IF_ERROR(saver_->Poll());
       }
     }
+    s.step_host_waits.push_back(HostWaitsOnThisThread() - waits0);
+    s.step_last_host_wait.push_back(s.step_host_waits.back() > 0 ? LastHostWaitOnThisThread()
+                                                                 : std::string());
   }
   RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
+  if (device_timing && !step_starts.empty()) {  // each step: its start event to the next one's
+    RETURN_IF_ERROR(mark_step());
+    RETURN_IF_ERROR(store()->Synchronize());
+    const size_t first = s.step_ms.size() - (step_starts.size() - 1);
+    for (size_t i = 0; i + 1 < step_starts.size(); ++i) {
+      ASSIGN_OR_RETURN(s.step_ms[first + i],
+                       CudaEvent::ElapsedMs(step_starts[i], step_starts[i + 1]));
+    }
+  }
   s.loop_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
           .count();

@@ -22,10 +22,12 @@
 //   for step = start .. steps-1:
 //     ZeroGrad; for each micro-batch: TrainData::FillTrain of the rank's span,
 //       ModelCompute::ForwardBackward
+//     loss = mean over the micro-batches and the ranks (StepLoss: on a GPU folded and
+//       all-reduced on the device, read back lazily)
 //     TrainState::Step (clipping, the fused AdamW/SGD + EMA pass)
-//     loss = all-reduce mean of the ranks' losses; log (with ETA); metrics.jsonl (CUDA: the
-//       optimizer's decision is read lazily: a step that neither logs, evaluates nor saves
-//       writes only the rows whose decisions reached the host, without waiting; LogResolved)
+//     log (with ETA); metrics.jsonl (CUDA: the loss and the optimizer's decision are read
+//       lazily: a step that neither logs, evaluates nor saves writes only the rows whose values
+//       reached the host, without waiting: 0 host waits, TrainSummary::step_host_waits)
 //     every --eval-every: Evaluate (live weights, then each started EMA slot swapped in)
 //     every --save-every: checkpoint (async: committed by Poll on later steps)
 //   final eval, the model's Sample hook, final checkpoint, table of final eval losses (rank 0)
@@ -38,7 +40,9 @@
 // CPU kernels: Setup agrees on the nn/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any rank
 // supports); --compute-threads threads per rank run the layers. --profile adds each phase's wall
 // time to TrainSummary::phases (forward/backward/waits from the model's UnitRunner; zeroing,
-// optimizer, loss all-reduce, eval and saves here); --bench-json adds CPU time and peak RSS.
+// optimizer, loss all-reduce, eval and saves here); --bench-json adds CPU time and peak RSS and
+// times each step: on the CPU after a barrier by the host clock, on a GPU by CUDA events (no
+// barrier, no synchronisation per step).
 //
 // Every call is collective over the communicator (all ranks call the same methods).
 // Errors: configuration and data errors (kInvalidArgument, kNotFound, kDataLoss, naming the flag
@@ -52,6 +56,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +69,7 @@
 #include "optim/optimizer.h"
 #include "train/metrics.h"
 #include "train/model.h"
+#include "train/step_loss.h"
 #include "train/train_config.h"
 #include "train/train_state.h"
 #include "train/trainer_checkpoint.h"
@@ -74,6 +80,11 @@ struct TrainSummary {
   int64_t start_step = 0;      // 0, or the step restored by --resume
   int64_t final_step = 0;      // completed training steps at the end (skipped ones included)
   std::vector<double> losses;  // global mean loss of each step run here (start_step+1 ...)
+  // Of each step run here: the host waits on GPU work the training thread made during it
+  // (framework/host_wait.h; 0 for a step that neither logs, evaluates nor saves, once buffers
+  // are allocated), and the last one's name ("" for none).
+  std::vector<int64_t> step_host_waits;
+  std::vector<std::string> step_last_host_wait;
   std::vector<double> grad_norms;
   EvalLosses final_eval;
   ResumeInfo resume;
@@ -177,16 +188,17 @@ class Trainer {
                                     int ranks_on_node);
   // One optimizer step (step = completed steps before it): the global mean loss and the
   // optimizer's result.
-  StatusOr<std::pair<double, StepResult>> TrainStep(int64_t step);
+  // The loss is nullopt while it is on the device (StepLoss::ReadOldest reads it).
+  StatusOr<std::pair<std::optional<double>, StepResult>> TrainStep(int64_t step);
   // Mean loss over all eval rows of the weights currently in the master.
   StatusOr<double> EvalPass();
   // Agreed: the store of the model's units and its parameters (--init or the seeded init).
   StatusOr<std::unique_ptr<ShardedParameterStore>> CreateStore(int ranks_on_node);
   // A step whose log line and metrics row wait for its optimizer decision (CUDA: lazily read).
   struct UnloggedStep {
-    int64_t done = 0;  // completed steps after it
-    double loss = 0;
-    StepResult result;  // pending until Optimizer::Await
+    int64_t done = 0;            // completed steps after it
+    std::optional<double> loss;  // nullopt until read (device loss)
+    StepResult result;           // pending until Optimizer::Await
     double ms = 0;
   };
   // Logs (rank 0, every --log-every) and writes the metrics rows of the oldest unlogged steps:
@@ -204,6 +216,7 @@ class Trainer {
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<TrainState> state_;  // store + EMA slots + optimizer
   std::unique_ptr<ModelCompute> compute_;
+  std::unique_ptr<StepLoss> loss_;
   PhaseTimes phases_;                    // --profile
   std::unique_ptr<RootLock> ckpt_lock_;  // rank 0: --ckpt-dir's lock, held for the whole run
   std::unique_ptr<CheckpointSaver> saver_;

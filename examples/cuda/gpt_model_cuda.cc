@@ -62,7 +62,7 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
   m->acts_.resize(recompute ? 1 : size_t(shape.n_layer));
   ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
   ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), DType::kF32));
-  ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
+  ASSIGN_OR_RETURN(m->uploads_, UploadRing::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
   ASSIGN_OR_RETURN(m->loss_host_,
@@ -116,17 +116,12 @@ Status GptModelCuda::Upload(const Batch& batch) {
   RETURN_IF_ERROR(Reserve(tok_.n, as.att_numel()));
   if (tok_.n == 0) return Status::Ok();
   const size_t bytes = size_t(tok_.n) * sizeof(int64_t);
-  RETURN_IF_ERROR(staged_.Synchronize());  // the previous upload is done reading the staging
-  if (staging_.size() < 2 * bytes) {
-    staging_ = Buffer();
-    ASSIGN_OR_RETURN(staging_, Buffer::Allocate(4 * bytes, Device::Cpu(), MemoryKind::kPinnedHost));
-  }
-  char* host = staging_.as<char>();
+  ASSIGN_OR_RETURN(char* host, uploads_.Next(2 * bytes));  // waits only kSlots uploads ahead
   std::memcpy(host, tok_.ids.data(), bytes);
   std::memcpy(host + bytes, tok_.targets.data(), bytes);
   RETURN_IF_ERROR(CopyBytes(ids_.data(), dev_, host, Device::Cpu(), bytes, stream_));
   RETURN_IF_ERROR(CopyBytes(targets_.data(), dev_, host + bytes, Device::Cpu(), bytes, stream_));
-  return staged_.Record(stream_);
+  return uploads_.Queued(stream_);
 }
 
 StatusOr<std::vector<const float*>> GptModelCuda::Params(const std::vector<TensorView>& views) {
@@ -278,10 +273,11 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
                                              call.accumulate, s);
 }
 
-Status GptModelCuda::QueueLoss(double norm) {
+Status GptModelCuda::QueueLoss(double norm, bool read) {
   RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
       logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.vocab, norm,
       dlogits_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+  if (!read) return Status::Ok();
   RETURN_IF_ERROR(
       CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
@@ -295,10 +291,12 @@ StatusOr<double> GptModelCuda::ReadLoss() {
 StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
   UnitCallbacks cb = Callbacks();
-  cb.loss = [this](int64_t) { return tok_.n > 0 ? QueueLoss(double(tok_.n)) : Status::Ok(); };
+  // The loss stays on the device (DeviceLoss): 0 for no tokens (an empty loss kernel writes 0).
+  cb.loss = [this](int64_t) {
+    return QueueLoss(double(std::max<int64_t>(tok_.n, 1)), /*read=*/false);
+  };
   RETURN_IF_ERROR(runner_->ForwardBackward(cb));
-  if (tok_.n == 0) return 0.0;
-  return ReadLoss();
+  return 0.0;
 }
 
 StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {

@@ -41,6 +41,7 @@
 #include "examples/dataset.h"
 #include "examples/gpt_model.h"
 #include "framework/cuda/event.h"
+#include "framework/cuda/upload_ring.h"
 #include "framework/device.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
@@ -59,6 +60,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
 
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   StatusOr<double> LossSum(const Batch& batch) override;
+  const double* DeviceLoss() const override { return loss_dev_.as<const double>(); }
   void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
 
  private:
@@ -84,7 +86,8 @@ class GptModelCuda final : public GptLm, private UnitModule {
                         float* dw, float* db, float* dx, bool accumulate);
   // f32 device pointers to a use's parameters (widened into widened_ for bf16/f16).
   StatusOr<std::vector<const float*>> Params(const std::vector<TensorView>& views);
-  Status QueueLoss(double norm);
+  // The loss kernel into loss_dev_; `read`: also its copy to loss_host_ and loss_ready_.
+  Status QueueLoss(double norm, bool read = true);
   StatusOr<double> ReadLoss();
 
   ShardedParameterStore* store_;
@@ -101,9 +104,10 @@ class GptModelCuda final : public GptLm, private UnitModule {
   std::vector<BlockActs> acts_;  // per block, or one with recompute
   Buffer lnf_mean_, lnf_rstd_, logits_, dlogits_, row_loss_, loss_dev_;
   Buffer dy_, dtmp_, dln_, dbig_, dqkv_;
-  Buffer widened_;                            // bf16/f16: the use's parameters widened to f32
-  Buffer staging_, loss_host_, logits_host_;  // pinned host
-  CudaEvent staged_, loss_ready_;
+  Buffer widened_;                  // bf16/f16: the use's parameters widened to f32
+  Buffer loss_host_, logits_host_;  // pinned host
+  UploadRing uploads_;              // the batches' pinned staging
+  CudaEvent loss_ready_;
 };
 
 }  // namespace shardema::examples

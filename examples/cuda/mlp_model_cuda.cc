@@ -78,7 +78,7 @@ StatusOr<std::unique_ptr<MlpModelCuda>> MlpModelCuda::Create(ShardedParameterSto
   m->z_.resize(m->num_layers());
   m->a_.resize(m->num_layers());
   ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
-  ASSIGN_OR_RETURN(m->staged_, CudaEvent::Create(m->dev_));
+  ASSIGN_OR_RETURN(m->uploads_, UploadRing::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
   ASSIGN_OR_RETURN(m->loss_host_,
@@ -139,14 +139,7 @@ Status MlpModelCuda::Upload(const Batch& batch) {
   const bool mse = loss_ == mlp::Loss::kMse;
   const size_t xb = batch.x.size() * sizeof(float);
   const size_t tb = mse ? batch.y.size() * sizeof(float) : batch.labels.size() * sizeof(int64_t);
-  // The previous upload must be done reading the staging before it is overwritten.
-  RETURN_IF_ERROR(staged_.Synchronize());
-  if (staging_.size() < xb + tb) {
-    staging_ = Buffer();
-    ASSIGN_OR_RETURN(staging_,
-                     Buffer::Allocate(2 * (xb + tb), Device::Cpu(), MemoryKind::kPinnedHost));
-  }
-  char* host = staging_.as<char>();
+  ASSIGN_OR_RETURN(char* host, uploads_.Next(xb + tb));  // waits only kSlots uploads ahead
   std::memcpy(host, batch.x.data(), xb);
   std::memcpy(host + xb,
               mse ? static_cast<const void*>(batch.y.data())
@@ -155,7 +148,7 @@ Status MlpModelCuda::Upload(const Batch& batch) {
   RETURN_IF_ERROR(CopyBytes(x_.data(), dev_, host, Device::Cpu(), xb, stream_));
   RETURN_IF_ERROR(CopyBytes(mse ? targets_.data() : labels_.data(), dev_, host + xb, Device::Cpu(),
                             tb, stream_));
-  return staged_.Record(stream_);
+  return uploads_.Queued(stream_);
 }
 
 StatusOr<const void*> MlpModelCuda::GemmOperand(const float* src, int64_t n, Buffer* scratch,
@@ -221,7 +214,7 @@ Status MlpModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   return st;
 }
 
-Status MlpModelCuda::QueueLoss(int64_t global_rows) {
+Status MlpModelCuda::QueueLoss(int64_t global_rows, bool read) {
   const size_t L = num_layers();
   const int64_t out = layers_.back();
   if (loss_ == mlp::Loss::kMse) {
@@ -234,6 +227,7 @@ Status MlpModelCuda::QueueLoss(int64_t global_rows) {
         z_[L - 1].as<const float>(), labels_.as<const int64_t>(), rows_, out, double(global_rows),
         dy_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
   }
+  if (!read) return Status::Ok();
   RETURN_IF_ERROR(
       CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
@@ -247,10 +241,10 @@ StatusOr<double> MlpModelCuda::ReadLoss() {
 StatusOr<double> MlpModelCuda::ForwardBackward(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
   UnitCallbacks cb = Callbacks();
-  cb.loss = [this](int64_t) { return rows_ > 0 ? QueueLoss(rows_) : Status::Ok(); };
+  // The loss stays on the device (DeviceLoss): 0 for no rows (an empty loss kernel writes 0).
+  cb.loss = [this](int64_t) { return QueueLoss(std::max<int64_t>(rows_, 1), /*read=*/false); };
   RETURN_IF_ERROR(runner_->ForwardBackward(cb));
-  if (rows_ == 0) return 0.0;
-  return ReadLoss();
+  return 0.0;
 }
 
 StatusOr<double> MlpModelCuda::LossSum(const Batch& batch) {

@@ -46,6 +46,7 @@
 #include "examples/dataset.h"
 #include "examples/mlp_math.h"
 #include "framework/cuda/event.h"
+#include "framework/cuda/upload_ring.h"
 #include "framework/device.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
@@ -65,6 +66,7 @@ class MlpModelCuda final : public ModelCompute, private UnitModule {
 
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   StatusOr<double> LossSum(const Batch& batch) override;
+  const double* DeviceLoss() const override { return loss_dev_.as<const double>(); }
   void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
 
   const std::vector<int64_t>& layers() const { return layers_; }
@@ -88,7 +90,8 @@ class MlpModelCuda final : public ModelCompute, private UnitModule {
   // `scratch`.
   StatusOr<const void*> GemmOperand(const float* src, int64_t n, Buffer* scratch, DType t);
   // Queues the loss (normaliser `global_rows`) and its copy to the host; returns nothing yet.
-  Status QueueLoss(int64_t global_rows);
+  // The loss kernel into loss_dev_; `read`: also its copy to loss_host_ and loss_ready_.
+  Status QueueLoss(int64_t global_rows, bool read = true);
   // Waits for the loss copy and returns it.
   StatusOr<double> ReadLoss();
 
@@ -109,8 +112,9 @@ class MlpModelCuda final : public ModelCompute, private UnitModule {
   Buffer dy_, dx_, lowp_a_, lowp_b_, grad_scratch_, row_loss_, loss_dev_;
   Buffer widened_w_;  // fp16: a layer's weight widened to f32 for the backward GEMMs
   // Pinned host: the batch staging and the loss.
-  Buffer staging_, loss_host_;
-  CudaEvent staged_, loss_ready_;
+  Buffer loss_host_;
+  UploadRing uploads_;  // the batches' pinned staging
+  CudaEvent loss_ready_;
   std::optional<UnitRunner> runner_;  // set by Create
 };
 

@@ -208,6 +208,59 @@ TEST_F(CudaTrainerTest, CrossEntropyReluGradAccumAndChunkedEval) {
   }
 }
 
+// No host wait on quiet steps: the loss (StepLoss), the optimizer decision and the batch
+// staging (UploadRing) reach the host or free up without the training thread waiting for the
+// GPU, so a step that neither logs, evaluates nor saves counts 0 host waits (framework/
+// host_wait.h), while every step's loss still arrives (equal to the CPU run's). --log-every 4:
+// steps 4k+1..4k+3 are quiet; step 1 allocates the model's buffers (a wait) and is left out.
+// MLP with --grad-accum 2, and the GPT.
+TEST_F(CudaTrainerTest, QuietStepsNeverWaitForTheGpu) {
+  const std::string mlp =
+      "--layers 10,16,4 --activation relu --loss cross_entropy --batch 16 --grad-accum 2 "
+      "--steps 13 --lr 5e-3 --ema 0.9 --synthetic-rows 64 --seed 5 --log-every 4";
+  std::string gpt = kGptArgs;
+  gpt.replace(gpt.find("--steps 6"), 9, "--steps 13");
+  gpt.replace(gpt.find("--log-every 0"), 13, "--log-every 4");
+  for (const std::string& args : {mlp, gpt}) {
+    SCOPED_TRACE(args);
+    StatusOr<TrainedRun> cpu = Train(args, false);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    StatusOr<TrainedRun> gpu = Train(args, true);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const TrainSummary& g = gpu->summary;
+    ASSERT_EQ(g.losses.size(), 13u);
+    ASSERT_EQ(g.step_host_waits.size(), 13u);
+    EXPECT_LT(LossErr(g.losses, cpu->summary.losses), 1e-4);
+    int64_t quiet = 0, logging = 0;
+    for (size_t i = 1; i < g.step_host_waits.size(); ++i) {
+      const size_t done = i + 1;
+      if (done % 4 == 0 || done == 13) {
+        logging += g.step_host_waits[i];
+        continue;
+      }
+      ++quiet;
+      EXPECT_EQ(g.step_host_waits[i], 0)
+          << "quiet step " << done << " waited on the GPU, last: " << g.step_last_host_wait[i];
+    }
+    EXPECT_EQ(quiet, 8);
+    // Step 1 waits (its buffers are allocated after the queued work): the count sees waits.
+    EXPECT_GT(g.step_host_waits[0], 0);
+    int64_t quiet_waits = 0;
+    for (size_t i = 1; i < g.step_host_waits.size(); ++i) {
+      if ((i + 1) % 4 != 0 && i + 1 != 13) quiet_waits += g.step_host_waits[i];
+    }
+    // The figures into the device report (tools/gpu_check.sh copies summary lines).
+    if (World()->rank() == 0) {
+      std::printf(
+          "summary: model=%s ranks=%d quiet_steps=%lld quiet_step_host_waits=%lld "
+          "logging_step_host_waits=%lld\n",
+          args.find("--n-layer") == std::string::npos ? "mlp" : "gpt", World()->world_size(),
+          static_cast<long long>(quiet), static_cast<long long>(quiet_waits),
+          static_cast<long long>(logging));
+    }
+  }
+}
+
 // bf16 and fp16 compute train and track the CPU run to 16-bit rounding. fp16: the GPU backward
 // keeps dz and x f32 and widens the weight (the CPU's rule), so small gradients cannot underflow.
 TEST_F(CudaTrainerTest, HalfPrecisionTrainsAndTracksTheCpu) {

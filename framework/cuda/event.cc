@@ -40,7 +40,7 @@ void CudaEvent::Reset() {
   native_ = nullptr;
 }
 
-StatusOr<CudaEvent> CudaEvent::Create(Device device) {
+StatusOr<CudaEvent> CudaEvent::Create(Device device, bool timing) {
   if (!device.is_cuda()) {
     return InvalidArgument("CudaEvent::Create: ", device.ToString(), " is not a CUDA device");
   }
@@ -49,8 +49,9 @@ StatusOr<CudaEvent> CudaEvent::Create(Device device) {
   CudaEvent e;
   e.device_ = device;
   cudaEvent_t ev = nullptr;
-  RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
-                             "cudaEventCreateWithFlags"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags"));
   e.native_ = ev;
   return e;
 #else
@@ -108,6 +109,27 @@ Status CudaEvent::Synchronize() const {
       [this] { return Query(); },
       [this] { return CudaStatus(cudaEventSynchronize(Native(native_)), "cudaEventSynchronize"); },
       "event synchronize");
+#else
+  return FailedPrecondition("CudaEvent without CUDA");
+#endif
+}
+
+StatusOr<double> CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
+  if (!start.valid() || !end.valid())
+    return FailedPrecondition("CudaEvent::ElapsedMs: empty event");
+  if (start.device_ != end.device_) {
+    return InvalidArgument("CudaEvent::ElapsedMs: events of ", start.device_.ToString(), " and ",
+                           end.device_.ToString());
+  }
+#if SHARDEMA_WITH_CUDA
+  for (const CudaEvent* e : {&start, &end}) {
+    ASSIGN_OR_RETURN(bool done, e->Query());
+    if (!done) return FailedPrecondition("CudaEvent::ElapsedMs: the timed work is not done");
+  }
+  float ms = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, Native(start.native_), Native(end.native_)),
+                             "cudaEventElapsedTime (are both timing events?)"));
+  return double(ms);
 #else
   return FailedPrecondition("CudaEvent without CUDA");
 #endif

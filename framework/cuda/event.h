@@ -1,5 +1,6 @@
-// CudaEvent: an owned CUDA event (timing disabled) on one device, the way work queued on one
-// stream is ordered after work queued on another without blocking the host.
+// CudaEvent: an owned CUDA event on one device, the way work queued on one stream is ordered after
+// work queued on another without blocking the host; a timing event (Create(device, true)) also
+// times device work (ElapsedMs).
 //
 //   ASSIGN_OR_RETURN(CudaEvent ready, CudaEvent::Create(device));
 //   RETURN_IF_ERROR(ready.Record(producer));        // captures the work queued on producer so far
@@ -29,7 +30,7 @@ class CudaEvent {
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
-  static StatusOr<CudaEvent> Create(Device device);
+  static StatusOr<CudaEvent> Create(Device device, bool timing = false);
 
   bool valid() const { return native_ != nullptr; }
   Device device() const { return device_; }
@@ -45,6 +46,9 @@ class CudaEvent {
   // Blocks the calling thread until the captured work is done; while a device communicator is
   // registered it polls its asynchronous errors with its timeout (framework/host_wait.h).
   Status Synchronize() const;
+  // Milliseconds of device time from `start`'s capture to `end`'s, both timing events of one
+  // device whose work is done (else kFailedPrecondition: never blocks).
+  static StatusOr<double> ElapsedMs(const CudaEvent& start, const CudaEvent& end);
 
  private:
   Status CheckStream(Stream stream, const char* what) const;

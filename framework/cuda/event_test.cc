@@ -66,5 +66,35 @@ TEST(CudaEventTest, OrdersStreamsAndQueries) {
   ASSERT_TRUE(DestroyStream(*b).ok());
 }
 
+TEST(CudaEventTest, TimingEventsTimeDeviceWork) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const Device dev = Device::Cuda(0);
+  auto s = CreateStream(dev);
+  ASSERT_TRUE(s.ok());
+  auto t0 = CudaEvent::Create(dev, /*timing=*/true);
+  auto t1 = CudaEvent::Create(dev, /*timing=*/true);
+  auto plain = CudaEvent::Create(dev);
+  ASSERT_TRUE(t0.ok() && t1.ok() && plain.ok());
+  constexpr size_t kBytes = 256 << 20;
+  auto src = Buffer::Allocate(kBytes, dev);
+  auto dst = Buffer::Allocate(kBytes, dev);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE(t0->Record(*s).ok());
+  for (int i = 0; i < 8; ++i)
+    ASSERT_TRUE(CopyBytes(dst->data(), dev, src->data(), dev, kBytes, *s).ok());
+  ASSERT_TRUE(t1->Record(*s).ok());
+  ASSERT_TRUE(plain->Record(*s).ok());
+  ASSERT_TRUE(SynchronizeStream(*s).ok());
+  auto ms = CudaEvent::ElapsedMs(*t0, *t1);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  // 4 GiB moved: well over 0.1 ms and under 10 s on any GPU.
+  EXPECT_GT(*ms, 0.1);
+  EXPECT_LT(*ms, 1e4);
+  EXPECT_FALSE(CudaEvent::ElapsedMs(*t0, *plain).ok());  // not a timing event
+  EXPECT_EQ(CudaEvent::ElapsedMs(*t0, CudaEvent()).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(DestroyStream(*s).ok());
+}
+
 }  // namespace
 }  // namespace shardema

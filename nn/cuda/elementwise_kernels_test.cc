@@ -189,6 +189,22 @@ TEST_F(ElementwiseKernelsTest, LossesMatchTheCpuWithAGlobalNormaliser) {
   }
 }
 
+TEST_F(ElementwiseKernelsTest, FoldLossSumsMicroBatchesAndRoundsTheMeanOnce) {
+  const std::vector<double> micro = {2.0 / 3.0, 1e-9, 5.25};
+  double* sum = Alloc<double>(1, NAN);  // NAN: the first fold must not read it
+  float* mean = Alloc<float>(1, NAN);
+  double want = 0;
+  for (size_t i = 0; i < micro.size(); ++i) {
+    double* up = Up(std::vector<double>{micro[i]});
+    ASSERT_TRUE(LaunchFoldLoss(up, i == 0, int64_t(micro.size()), sum, mean, s()).ok());
+    want += micro[i];
+  }
+  EXPECT_EQ(Down(sum, 1)[0], want);
+  EXPECT_EQ(Down(mean, 1)[0], float(want / double(micro.size())));
+  EXPECT_EQ(LaunchFoldLoss(nullptr, true, 1, sum, mean, s()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchFoldLoss(sum, true, 0, sum, mean, s()).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ElementwiseKernelsTest, ColumnSumsAccumulateAndResidualAdds) {
   const int64_t rows = 19, out = 45;
   const auto dy = Random(size_t(rows * out), 51), a = Random(size_t(rows * out), 52);

@@ -69,6 +69,13 @@ __global__ void SumKernel(const double* v, int64_t n, double divisor, double* ou
   if (threadIdx.x == 0) *out = part[0] / divisor;
 }
 
+__global__ void FoldLossKernel(const double* loss, bool first, int64_t count, double* sum,
+                               float* mean) {
+  const double total = (first ? 0.0 : *sum) + *loss;
+  *sum = total;
+  *mean = float(total / double(count));
+}
+
 Status CheckLossArgs(const char* what, int64_t rows, int64_t cols, double norm, const void* y,
                      const void* t, const double* scratch, const double* loss) {
   RETURN_IF_ERROR(CheckSizes(what, rows, cols));
@@ -111,6 +118,16 @@ Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the cross-entropy kernel"));
   }
   return QueueSum(scratch, rows, norm, loss, s);
+}
+
+Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,
+                      void* stream) {
+  if (loss == nullptr || sum == nullptr || mean == nullptr) {
+    return InvalidArgument("LaunchFoldLoss: null pointer");
+  }
+  if (count < 1) return InvalidArgument("LaunchFoldLoss: count ", count, " < 1");
+  FoldLossKernel<<<1, 1, 0, AsStream(stream)>>>(loss, first, count, sum, mean);
+  return CudaLastErrorStatus("launching the loss-fold kernel");
 }
 
 }  // namespace shardema::nn

@@ -3,6 +3,8 @@
 //   LaunchMseLoss           loss = sum((y - t)^2) / norm, dy = 2 (y - t) / norm.
 //   LaunchCrossEntropyLoss  per row: logsumexp(y_r) - y_r[target_r] (double, max-subtracted);
 //                           loss = sum / norm, dy_r = (softmax(y_r) - onehot(target_r)) / norm.
+//   LaunchFoldLoss          a training step's loss over its micro-batches, on the device:
+//                           *sum = (first ? 0 : *sum) + *loss; *mean = float(*sum / count).
 // Per-row terms are computed in double into `scratch` (rows doubles) and summed by one block in a
 // fixed order (deterministic) into *loss (one device double). dy may be null (loss only). An empty
 // input gives 0.
@@ -29,6 +31,10 @@ Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols,
 Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
                               int64_t classes, double norm, float* dlogits, double* scratch,
                               double* loss, void* stream);
+
+// One thread. kInvalidArgument for null pointers or count < 1.
+Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,
+                      void* stream);
 
 }  // namespace shardema::nn
 
