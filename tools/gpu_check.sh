@@ -13,9 +13,12 @@
 #       Left out unless --with-cuda-libs (they are ~800 MiB): libnccl and libcublas/Lt, which
 #       env.sh finds on the GPU machine (LD_LIBRARY_PATH, /usr/local/cuda*/lib64, the system
 #       library folders, pip's nvidia-* packages); the driver (libcuda) always comes from there.
-#   DIR/gpu_check.sh [--report FILE] [--max-ranks N] [--kill-bound S] [--only REGEX]
+#   DIR/gpu_check.sh [--report FILE] [--max-ranks N] [--kill-bound S] [--check-timeout S]
+#                    [--only REGEX]
 #       In a package: runs every check below (--only: those whose report name matches the
-#       extended regex) and writes the report (default DIR/gpu_check_report.txt).
+#       extended regex) and writes the report (default DIR/gpu_check_report.txt). Each test
+#       binary run (1., 2.) is ended after --check-timeout seconds (default 900) and FAILs, so a
+#       hung test costs that long and the checks after it still run.
 #   DIR/gpu_check.sh --runtime-check
 #       In a package, on any machine (no GPU needed): proves the packaged MPI runtime works
 #       (2-rank MPI start-up and finalize of a test binary, a 2-rank and a singleton
@@ -164,10 +167,12 @@ package() {
   cp -L "$sysconfdir/openmpi-mca-params.conf" "$dir/mpi/etc/" 2>/dev/null || : > "$dir/mpi/etc/openmpi-mca-params.conf"
   for t in "$dir"/mpi/bin/*; do copy_libs_of "$t"; done
   # External PMIx (Debian's OpenMPI): its components and help files, relocated by env.sh.
-  pmixlib=$(ldd "$dir/mpi/bin/mpirun" | awk '$1 ~ /^libpmix\.so/ {print $3}')
+  # libpmix comes in through the pmix MCA component, not mpirun itself.
+  pmixlib=$(ldd "$dir/mpi/bin/mpirun" "$dir"/mpi/lib/openmpi/mca_pmix_*.so 2>/dev/null |
+    awk '$1 ~ /^libpmix\.so/ {print $3; exit}')
   if [ -n "$pmixlib" ]; then
     local pmixroot
-    pmixroot=$(cd "$(dirname "$pmixlib")/.." && pwd)
+    pmixroot=$(cd "$(dirname "$(readlink -f "$pmixlib")")/.." && pwd)
     mkdir -p "$dir/mpi/pmix/lib" "$dir/mpi/pmix/share"
     [ -d "$pmixroot/lib/pmix" ] && cp -rL "$pmixroot/lib/pmix" "$dir/mpi/pmix/lib/"
     [ -d "$pmixroot/share/pmix" ] && cp -rL "$pmixroot/share/pmix" "$dir/mpi/pmix/share/"
@@ -302,14 +307,18 @@ run_gtest() {  # $1: check name, $2: timeout s, rest: command. Records the verdi
   xml="$logs/$slug.xml" log="$logs/$slug.log"
   rm -f "$xml"
   # stdin from /dev/null: mpirun would otherwise forward (and consume) the plan being read.
-  (cd "$pkg/root" && timeout "$limit" "$@" --gtest_output="xml:$xml") < /dev/null > "$log" 2>&1
+  (cd "$pkg/root" && timeout --kill-after=5 "$limit" "$@" --gtest_output="xml:$xml") \
+    < /dev/null > "$log" 2>&1
   rc=$?
   read -r verdict run sk fl < <(xml_verdict "$xml")
   local refused
   if [ "$rc" != 0 ] && refused=$(sanitizer_refused "$check" "$log" "$verdict"); then
     record SKIP "$check" "$refused"
   elif [ "$rc" != 0 ]; then
-    record FAIL "$check" "exit $rc$([ "$rc" = 124 ] && echo ' (timeout)'); log: $log"
+    local hung=""
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] &&
+      hung=" (timeout after ${limit} s, in $(grep -a '\[ RUN' "$log" | tail -1 | sed 's/.*RUN[^A-Za-z]*//'))"
+    record FAIL "$check" "exit $rc$hung; log: $log"
   elif [ ! -s "$xml" ]; then
     record FAIL "$check" "no gtest report; log: $log"
   elif [ "$verdict" = skipped ]; then
@@ -317,6 +326,8 @@ run_gtest() {  # $1: check name, $2: timeout s, rest: command. Records the verdi
   else
     record PASS "$check" "$run cases"
   fi
+  # A test's own figures (e.g. the trainer's host waits on quiet steps) go into the report.
+  grep -a '^summary:' "$log" 2>/dev/null | sed 's/^/  /' | tee -a "$report"
 }
 
 run_plain() {  # $1: check name, $2: timeout s, rest: command; PASS on exit 0
@@ -337,6 +348,22 @@ run_plain() {  # $1: check name, $2: timeout s, rest: command; PASS on exit 0
   fi
 }
 
+# 3c. A 1-rank train_mlp --device cuda step timed by --bench-json (CUDA events, no per-step
+# synchronisation): its median step goes into the report (a figure, not a ratio: no peer here).
+STEP_FLAGS=(--device cuda --layers 1024,4096,4096,1024 --loss cross_entropy --batch 256
+            --synthetic-rows 8192 --steps 60 --bench-warmup 10 --bench-json --log-every 0)
+train_mlp_step() {
+  if [ ! -x "$pkg/bin/train_mlp" ]; then
+    record SKIP "$1" "not in this package"
+    return
+  fi
+  run_plain "$1" 180 "$pkg/bin/train_mlp" "${STEP_FLAGS[@]}"
+  local log="$logs/$1.log" ms
+  ms=$(grep -o '"step_ms": *[0-9.eE+-]*' "$log" 2>/dev/null | head -1 | sed 's/.*: *//')
+  [ -n "$ms" ] && echo "  summary: train_mlp_cuda_step_ms=$ms timing=cuda_events" \
+    "layers=1024,4096,4096,1024 batch=256 ranks=1" | tee -a "$report"
+}
+
 TRAIN_FLAGS=(--device cuda --layers 64,128,128,10 --loss cross_entropy --batch 64 --log-every 1
              --synthetic-rows 4096)
 
@@ -352,6 +379,7 @@ plan_checks() {
   done < "$pkg/MANIFEST"
   # The quick checks first, the slow sanitizer runs last.
   echo "bench gpu_optimizer_bench"
+  echo "bench train_mlp_step"
   echo "peer torch_fsdp2_mlp"
   echo "peer torch_fsdp2_gpt"
   echo "kill train_mlp 2"
@@ -410,6 +438,8 @@ kill_test() {  # $1 ranks of training, SIGKILL to one, the job must end within $
     record FAIL "$check" "could not find the rank processes of mpirun $pid"
     return
   fi
+  local vrank
+  vrank=$(tr '\0' '\n' < "/proc/$victim/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
   kill -KILL "$victim"
   local killed_at
   killed_at=$(date +%s)
@@ -425,10 +455,15 @@ kill_test() {  # $1 ranks of training, SIGKILL to one, the job must end within $
     return
   fi
   wait "$pid"; rc=$?
+  # The job must say which rank died (mpirun's notice, or a rank's error naming it).
+  local named
+  named=$(grep -m1 -E "rank ${vrank:-?}[^0-9]" "$log" | grep -iE 'exited|killed|failed|signal')
   if [ "$rc" = 0 ]; then
     record FAIL "$check" "the job exited 0 after a rank was killed; log: $log"
+  elif [ -z "$vrank" ] || [ -z "$named" ]; then
+    record FAIL "$check" "no line of the job names the killed rank (${vrank:-unknown}); log: $log"
   else
-    record PASS "$check" "exited $rc ${waited} s after the kill (bound ${kill_bound} s)"
+    record PASS "$check" "exited $rc ${waited} s after the kill (bound ${kill_bound} s), naming rank $vrank: ${named:0:120}"
   fi
 }
 
@@ -509,12 +544,13 @@ step_bench() {
 
 run_checks() {
   local report_arg="" max_ranks=8 only=""
-  kill_bound=60
+  kill_bound=60 check_timeout=900
   while [ $# -gt 0 ]; do
     case "$1" in
       --report) report_arg="$2"; shift 2 ;;
       --max-ranks) max_ranks="$2"; shift 2 ;;
       --kill-bound) kill_bound="$2"; shift 2 ;;
+      --check-timeout) check_timeout="$2"; shift 2 ;;
       --only) only="$2"; shift 2 ;;
       --runtime-check) runtime_check ;;
       --step-bench) shift; step_bench "$@" ;;
@@ -583,7 +619,7 @@ run_checks() {
     local name
     name=$(check_name "${p[@]}")
     case "${p[0]}" in
-      test) run_gtest "$name" 900 "$pkg/bin/${p[1]}" ;;
+      test) run_gtest "$name" "$check_timeout" "$pkg/bin/${p[1]}" ;;
       mpi)
         if [ "$(placement "${p[2]}")" = skip ] || [ "${p[2]}" -gt "$max_ranks" ]; then
           record SKIP "$name" "needs ${p[2]} GPUs, the machine has $gpus (shared runs up to \
@@ -591,7 +627,7 @@ $MAX_SHARED_RANKS ranks; --max-ranks $max_ranks)"
         else
           [ "$(placement "${p[2]}")" = shared ] && name+=" $SHARED"
           # shellcheck disable=SC2046
-          run_gtest "$name" 900 $(rank_launch "${p[2]}") "$pkg/bin/${p[1]}"
+          run_gtest "$name" "$check_timeout" $(rank_launch "${p[2]}") "$pkg/bin/${p[1]}"
         fi ;;
       sanitize)
         if [ -z "$sanitizer" ]; then
@@ -607,6 +643,10 @@ $MAX_SHARED_RANKS ranks; --max-ranks $max_ranks)"
             "$pkg/bin/${p[2]}"
         fi ;;
       bench)
+        if [ "${p[1]}" = train_mlp_step ]; then
+          train_mlp_step "$name"
+          continue
+        fi
         # The PyTorch peer (fused AdamW + lerp) where the machine's python3 has torch with CUDA;
         # without it the summary says fused_vs_torch=na.
         local torch_args=()

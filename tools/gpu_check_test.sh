@@ -38,9 +38,10 @@ out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
 echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
-# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + bench + 2 peers + 2 kills = 16 checks.
-[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 16 skipped" ] || fail "no GPU counts: $out"
-[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 16 skipped" ] || fail "report"
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + 2 benches + 2 peers + 2 kills = 17
+# checks.
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 17 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 17 skipped" ] || fail "report"
 
 # 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU (and no
 # shared-GPU runs: case 7).
@@ -54,7 +55,29 @@ echo "$out" | grep -qE '^SKIP train_mlp np=2 .*needs 2 GPUs' || fail "kill test:
 echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
 echo "$out" | grep -qE '^SKIP torch_fsdp2_mlp.py, 2 ranks .* +not in this package' || fail "peer: $out"
 grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
-[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 14 skipped" ] || fail "one GPU counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 15 skipped" ] || fail "one GPU counts: $out"
+
+# 2b. The train_mlp step check: the --bench-json step time goes into the report.
+printf '#!/bin/sh\necho "{\\"device\\":\\"cuda\\",\\"step_ms\\":2.5}"\n' > "$tmp/a/bin/train_mlp"
+chmod +x "$tmp/a/bin/train_mlp"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b2.txt" \
+        --only '^train_mlp_step$' 2>&1) || fail "train_mlp_step: $out"
+grep -q '^  summary: train_mlp_cuda_step_ms=2.5 timing=cuda_events' "$tmp/b2.txt" ||
+  fail "step summary: $(cat "$tmp/b2.txt")"
+rm "$tmp/a/bin/train_mlp"
+
+# 2c. --check-timeout: a test binary that hangs FAILs after it, naming the case it was in, and the
+# checks after it still run.
+printf '#!/bin/sh\necho "[ RUN      ] Suite.Hangs"\nexec sleep 30\n' > "$tmp/a/bin/hang_test"
+chmod +x "$tmp/a/bin/hang_test"
+echo 'single hang_test //x:hang_test' >> "$tmp/a/MANIFEST"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b3.txt" \
+        --check-timeout 1 --only '^(hang_test|ran_test)$' 2>&1)
+[ $? = 1 ] || fail "hang: exit: $out"
+echo "$out" | grep -qE '^FAIL hang_test +exit 124 \(timeout after 1 s, in Suite.Hangs\)' ||
+  fail "hang: $out"
+[ "$(echo "$out" | tail -1)" = "1 passed, 1 failed, 0 skipped" ] || fail "hang counts: $out"
+sed -i '/hang_test/d' "$tmp/a/MANIFEST"
 
 # 3. A failing test: FAIL, exit 1.
 cp "$tmp/a/bin/fake_test" "$tmp/a/bin/bad_test"
@@ -63,7 +86,7 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 17 skipped" ] || fail "failing counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 18 skipped" ] || fail "failing counts: $out"
 # 4. --only: just the matching checks; a pattern that matches none is an error.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
         --only '^(ran_test|bad_test)$' 2>&1)

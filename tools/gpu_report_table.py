@@ -42,12 +42,24 @@ def render(path):
         "| stage | status | passed | failed | skipped | seconds | summaries |",
         "|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for s in r["stages"]:
         summaries = "; ".join(x.replace("summary: ", "") for x in s.get("summaries", []))
+        checks = s.get("checks", [])
+        counts = (s["passed"], s["failed"], s["skipped"])
+        status = s["status"]
+        if status == "timeout":  # no count line: the checks recorded before the stage's timeout
+            counts = tuple(sum(1 for c in checks if c.startswith(k)) for k in ("PASS", "FAIL", "SKIP"))
+            status = "timeout after %d checks" % len(checks)
         lines.append("| %s | %s | %d | %d | %d | %d | %s |" % (
-            s["name"], s["status"], s["passed"], s["failed"], s["skipped"], s["seconds"],
-            summaries or "-"))
+            s["name"], status, counts[0], counts[1], counts[2], s["seconds"], summaries or "-"))
+        notes += ["%s: %s" % (s["name"], " ".join(c.split())) for c in checks
+                  if c.startswith("FAIL")]
     lines.append("")
+    for n in notes:
+        lines.append("- " + n)
+    if notes:
+        lines.append("")
     lines.append("Stages not run: %s." % (", ".join(r["not_run"]) or "none"))
     return "\n".join(lines) + "\n"
 

@@ -17,12 +17,14 @@
 #       bench/results/gpu_session_<date>.json and run tools/gpu_report_table.py --write: the
 #       README's GPU table is generated from the newest report (a test checks it).
 #
-# Stages (name: gpu_check checks; timeout):
-#   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       90 s
-#   shared_2:  every multi-rank GPU test at 2 ranks (on one GPU: shared GPU, socket transport);  60 s
-#   shared_4:  the same at 4 ranks;                                                     60 s
+# Stages (name: gpu_check checks; timeout; each test binary run within a stage ends after 30 s,
+# gpu_check --check-timeout, so one hung test leaves the others their time):
+#   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       60 s
+#   shared_2:  every multi-rank GPU test at 2 ranks (on one GPU: shared GPU, socket transport); 100 s
+#   shared_4:  the same at 4 ranks;                                                    100 s
 #   kill:      train_mlp --device cuda at 2 and 4 ranks with one rank killed (bounded exit); 45 s
-#   bench:     gpu_optimizer_bench (fused AdamW + EMA against the copy bound and PyTorch);   45 s
+#   bench:     gpu_optimizer_bench (fused AdamW + EMA against the copy bound and PyTorch) and
+#              a train_mlp --device cuda step timed with CUDA events (--bench-json);       60 s
 # A stage passes when its checks ran and none failed, is "skipped" when every check skipped (no
 # GPU), "none" when the package has none of its checks, "failed" on any FAIL or when gpu_check
 # ended without its count line, "timeout" when its timeout ended it.
@@ -38,11 +40,14 @@ stage_checks() {  # gpu_check --only regex of a stage
     shared_2) echo '^[A-Za-z0-9_]+ np=2$' ;;
     shared_4) echo '^[A-Za-z0-9_]+ np=4$' ;;
     kill) echo 'one rank killed$' ;;
-    bench) echo '^gpu_optimizer_bench$' ;;
+    bench) echo '^(gpu_optimizer_bench|train_mlp_step)$' ;;
   esac
 }
 stage_timeout() {
-  case "$1" in one_rank) echo 90 ;; shared_2 | shared_4) echo 60 ;; *) echo 45 ;; esac
+  case "$1" in one_rank) echo 60 ;; shared_2 | shared_4) echo 100 ;; bench) echo 60 ;; *) echo 45 ;; esac
+}
+check_timeout() {  # one test binary run's limit in a stage: a hung one leaves the rest their time
+  echo 30
 }
 
 if [ "${1:-}" = --package ]; then
@@ -106,7 +111,7 @@ for stage in "${STAGES[@]}"; do
   fi
   t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$here/gpu_check.sh" --only "$(stage_checks "$stage")" \
-    --report "$out/$stage.txt" > "$out/$stage.log" 2>&1
+    --check-timeout "$(check_timeout "$stage")" --report "$out/$stage.txt" > "$out/$stage.log" 2>&1
   rc=$?
   seconds=$(($(date +%s) - t0))
   counts=$(tail -1 "$out/$stage.txt" 2>/dev/null)

@@ -98,7 +98,7 @@ void Announce(CommState& state, const std::string& message) {
 
 // Blocks until `event` is complete, polling asynchronous NCCL errors meanwhile.
 Status WaitPolling(const CudaEvent& event, CommState& state, const char* op) {
-  CountHostWait();
+  CountHostWait(op);
   for (int spins = 0;; ++spins) {
     ASSIGN_OR_RETURN(bool done, event.Query());
     if (done) return CheckAsyncError(state, op);

@@ -60,6 +60,13 @@
 // wait of the process on GPU work (SynchronizeStream, CudaEvent::Synchronize: the store, the
 // gradient norm, the models, the checkpoint staging) polls its asynchronous errors and gives up
 // after CommOptions::timeout_seconds (kAborted), instead of blocking forever on a dead peer.
+// Limit: NCCL connects peers lazily, during the first collective that needs a connection. When
+// a peer failed (and announced it) before joining the first collective of a fresh communicator,
+// the job blocked beyond every poll and timeout here (2 ranks on one H200 over sockets,
+// 2026-11-27: bench/results/gpu_session_2026-11-27T224813Z*, nccl_communicator_test's
+// PeersWaitingOnAFailedRankLearnWhoFailed before it ran a collective first). So setup failures
+// are agreed over MPI before the first collective (train/trainer.h), and only a peer that fails
+// once the ranks have run collectives together is noticed as above.
 //
 // Memory. Widened bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
 // communicator's own CUDA memory pool, which keeps the largest one reserved for reuse until

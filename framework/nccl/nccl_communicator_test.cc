@@ -546,7 +546,9 @@ TEST_F(NcclTest, DefaultCheckRunsOncePerSignatureAndCatchesAFirstUseMismatch) {
   }
   EXPECT_EQ(c->argument_checks(), 2);
   if (world() >= 2) {
-    auto st = c->AllGather(a.data(), b.data(), n + size_t(rank() % 2), DType::kF32, opts_);
+    // A count no rank used before: every rank checks this first use (a rank repeating a checked
+    // signature would skip the check and leave its peers' collective unmatched).
+    auto st = c->AllGather(a.data(), b.data(), n + 1 + size_t(rank() % 2), DType::kF32, opts_);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("count"), std::string::npos) << st;
   }
@@ -562,19 +564,30 @@ TEST_F(NcclTest, PeersWaitingOnAFailedRankLearnWhoFailed) {
   CommOptions o;
   o.check_args = false;  // no rendezvous before the collective: only the notice can end the wait
   o.timeout_seconds = 600;
+  // Filled before the communicator exists: once it does, the failing rank's notice may arrive
+  // at any host wait (this fill's too), not only at the collective's.
+  Buffer a = OnDevice(16 * 4, Encode(DType::kF32, 16, rank()));
   auto c = NcclCommunicator::Create(MpiWorld()->comm(), dev_, o);
   ASSERT_TRUE(c.ok()) << c.status();
+  // A peer that fails mid-run: the ranks have run a collective together, so NCCL has connected
+  // them (a peer failing before the first collective is the limit the header states).
+  ASSERT_TRUE((*c)->AllReduce(a.data(), a.data(), 16, DType::kF32, opts_).ok());
+  ASSERT_TRUE(SynchronizeStream(stream_).ok());
+  MPI_Barrier(MpiWorld()->comm());
   const int failing = world() - 1;
   if (rank() == failing) {
     Status st = (*c)->AnnounceFailure(ResourceExhausted("injected: gradient buffer"));
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
     EXPECT_EQ((*c)->Barrier().code(), StatusCode::kFailedPrecondition);
   } else {
-    Buffer a = OnDevice(16 * 4, Encode(DType::kF32, 16, rank()));
-    auto w = Take((*c)->AllReduceAsync(a.data(), a.data(), 16, DType::kF32, opts_));
-    ASSERT_TRUE(w);
-    Status st = AsNccl(w)->WaitHost();
-    EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+    // The notice ends the wait (kAborted), or, when the watchdog saw it first, the communicator
+    // refuses the collective (kFailedPrecondition): either way naming the rank and its error.
+    StatusOr<std::unique_ptr<Work>> w =
+        (*c)->AllReduceAsync(a.data(), a.data(), 16, DType::kF32, opts_);
+    Status st = w.ok() ? AsNccl(*w)->WaitHost() : w.status();
+    EXPECT_TRUE(w.ok() ? st.code() == StatusCode::kAborted
+                       : st.code() == StatusCode::kFailedPrecondition)
+        << st;
     EXPECT_NE(st.message().find("rank " + std::to_string(failing) + " of"), std::string::npos)
         << st;
     EXPECT_NE(st.message().find("injected: gradient buffer"), std::string::npos) << st;
