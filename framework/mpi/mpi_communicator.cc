@@ -1,6 +1,7 @@
 #include "framework/mpi/mpi_communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -63,6 +64,9 @@ struct PendingOp {
   std::function<void()> finish;     // post-processing once the data has arrived
   bool done = false;
   Status status;
+  // Set (release) once the operation is complete: its data and post-processing in place, or
+  // given up. Work::Test() reads it without the progress thread's lock.
+  std::atomic<bool> finished{false};
 
   std::unique_ptr<RingReduceScatter> ring;  // instead of `request` (kRing reduce-scatter)
 
@@ -83,6 +87,7 @@ struct PendingOp {
     finish = nullptr;
     if (pool != nullptr) pool->Give(std::move(temp));
     temp = Buffer();
+    finished.store(true, std::memory_order_release);
     return status;
   }
 
@@ -112,6 +117,7 @@ struct PendingOp {
     finish = nullptr;
     if (ring != nullptr) KeepUntilExit(std::shared_ptr<RingReduceScatter>(std::move(ring)));
     if (temp.data() != nullptr) KeepMovedUntilExit(std::move(temp));
+    finished.store(true, std::memory_order_release);
     return true;
   }
 };
@@ -175,9 +181,10 @@ class MpiWork final : public Work {
   }
   bool Test() override {
     if (sync_ == nullptr) return op_->Test();
-    // The progress thread moves the operation: only look whether it is done (never block).
-    std::unique_lock<std::mutex> held(sync_->mu, std::try_to_lock);
-    return held.owns_lock() && op_->done;
+    // The progress thread moves the operation: only look whether it is complete, without its
+    // lock (a try-lock would answer false for a complete operation while the thread holds the
+    // lock for another one).
+    return op_->finished.load(std::memory_order_acquire);
   }
 
  private:
@@ -395,7 +402,8 @@ void MpiCommunicator::ProgressLoop() {
         continue;
       }
       completed = true;
-      if (op->status.ok()) progress_completed_.fetch_add(1, std::memory_order_relaxed);
+      // After `finished` (release): a caller that reads the count sees the operation complete.
+      if (op->status.ok()) progress_completed_.fetch_add(1, std::memory_order_release);
     }
     if (completed) sync_->completed.notify_all();
     if (!in_flight) {
@@ -550,6 +558,7 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds, Poll()));
   if (c.count == 0) {
     op->done = true;
+    op->finished.store(true, std::memory_order_release);
     return std::unique_ptr<Work>(new MpiWork(std::move(op), sync_));
   }
 

@@ -71,13 +71,14 @@
 // flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
 // (post-processing, temporaries back to the cache) every progress_poll_us, and sleeps on a
 // condition variable when none is (it yields instead of pausing while a Wait() waits). One mutex
-// per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() only tries
-// it and returns whether the operation is complete, and Work::Wait() sleeps until the thread
-// completes it (with the same timeout and failure-notice polls as without the thread), neither
-// making an MPI call, so the copies and additions of the transfers run on the thread's core,
-// never the caller's. Only an operation of at most 64 KiB (a loss or norm all-reduce: latency,
-// no copies to speak of) is completed by Wait() itself. Shutdown() stops and joins the thread
-// first, then completes what is left itself. Results are
+// per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() never
+// takes it and only reads whether the operation is complete (a flag the completion sets last, so
+// it is never false for a completed operation while the thread works on another), and
+// Work::Wait() sleeps until the thread completes it (with the same timeout and failure-notice
+// polls as without the thread), neither making an MPI call, so the copies and additions of the
+// transfers run on the thread's core, never the caller's. Only an operation of at most 64 KiB
+// (a loss or norm all-reduce: latency, no copies to speak of) is completed by Wait() itself.
+// Shutdown() stops and joins the thread first, then completes what is left itself. Results are
 // bit-identical with and without it (the same MPI calls and additions, in the same order per
 // operation).
 // Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
@@ -144,8 +145,9 @@ class MpiCommunicator final : public CallCommunicator {
   int64_t argument_checks() const { return arg_checks_.checks_run(); }
   // Operations the progress thread completed (0 without one): each one's last transfer, its
   // post-processing and its temporaries' return ran there, not in the caller's Test() or Wait().
+  // Counted after the operation became complete: once the count includes it, its Test() is true.
   int64_t completed_by_progress_thread() const {
-    return progress_completed_.load(std::memory_order_relaxed);
+    return progress_completed_.load(std::memory_order_acquire);
   }
 
   // Rank, world size, and node-local rank/size (MPI_Comm_split_type SHARED), source "mpi".
