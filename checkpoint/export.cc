@@ -1,7 +1,12 @@
 #include "checkpoint/export.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <map>
 #include <memory>
 
@@ -130,14 +135,59 @@ Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn
   return Status::Ok();
 }
 
+// The sibling directory in which a set is assembled before it replaces the output directory
+// ("<parent>/.<dir>.<stem>.export.tmp"), or "" when the output directory cannot be replaced as a
+// whole ("." or "/").
+std::string StagingDir(const std::string& out_dir, const std::string& stem) {
+  const std::string base = BaseName(out_dir);
+  if (base.empty() || base == "." || base == ".." || base == "/") return "";
+  return JoinPath(DirName(out_dir), "." + base + "." + stem + ".export.tmp");
+}
+
+std::string StagingDir(const ExportPlan& plan) {
+  return StagingDir(DirName(plan.files.front().path), plan.stem);
+}
+
+// A name an export to `stem` writes: the single file, the index, a shard, or their temporaries.
+bool IsExportName(const std::string& name, const std::string& stem) {
+  std::string n = name;
+  if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
+  return n == stem + ".safetensors" || n == stem + ".safetensors.index.json" ||
+         IsSafetensorsShardName(n, stem);
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// True when `dir` is a real directory (not a symlink), not the working directory, and holds only
+// regular files of an export to `stem`: then it may be replaced as a whole.
+StatusOr<bool> HoldsOnlyThisExport(const std::string& dir, const std::string& stem) {
+  struct stat d, cwd;
+  if (::lstat(dir.c_str(), &d) != 0) return ErrnoToStatus(errno, "stat '" + dir + "'");
+  if (!S_ISDIR(d.st_mode)) return false;
+  if (::stat(".", &cwd) == 0 && cwd.st_dev == d.st_dev && cwd.st_ino == d.st_ino) return false;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
+  for (const std::string& n : names) {
+    if (!IsExportName(n, stem) || !IsRegularFile(JoinPath(dir, n))) return false;
+  }
+  return true;
+}
+
+// Removes this process's temporaries of `plan` and any staging directory of an earlier export.
 Status RemoveTemporaries(const ExportPlan& plan) {
   for (const ExportFilePlan& f : plan.files) RETURN_IF_ERROR(RemoveTree(f.path + ".tmp"));
-  return Status::Ok();
+  const std::string staging = StagingDir(plan);
+  return staging.empty() ? Status::Ok() : RemoveTree(staging);
 }
 
 // Rank 0's part before the others write: leftovers of an interrupted export to this name
-// removed (shards no valid index names), then every temporary file created with its header.
+// removed (a staging directory, shards no valid index names), then every temporary file created
+// with its header.
 Status CreateFiles(const ExportPlan& plan) {
+  if (const std::string staging = StagingDir(plan); !staging.empty())
+    RETURN_IF_ERROR(RemoveTree(staging));
   if (!plan.index_file.empty()) {
     std::vector<std::string> published;
     if (StatusOr<SafetensorsIndex> old = ReadSafetensorsIndex(plan.index_file); old.ok()) {
@@ -168,16 +218,62 @@ Status WriteOwnParts(const ExportPlan& plan, const ExportValueFn& values, int ra
   return Status::Ok();
 }
 
-// Publication (FORMAT.md "export"): a single file is renamed into place. A set: the index is
-// written complete under a temporary name, the old index is withdrawn, every shard is renamed
-// into place, then the index last; shards of an older set are removed afterwards. So whenever an
-// index exists, every shard it names is complete.
-Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
-  const std::string dir = DirName(plan.files.front().path);
-  if (plan.index_file.empty()) {
-    RETURN_IF_ERROR(RenamePath(plan.files.front().path + ".tmp", plan.files.front().path));
-    return options.fsync ? SyncDir(dir) : Status::Ok();
+// Assembles the complete set in `staging`, a fresh directory with the output directory's mode: a
+// hard link of every written temporary under its final name, and the index. Errors: errno values
+// (hard links or the directory refused).
+Status StageSet(const ExportPlan& plan, const std::string& staging, bool fsync) {
+  const std::string dir = DirName(plan.index_file);
+  struct stat d;
+  if (::stat(dir.c_str(), &d) != 0) return ErrnoToStatus(errno, "stat '" + dir + "'");
+  RETURN_IF_ERROR(RemoveTree(staging));
+  if (::mkdir(staging.c_str(), 0700) != 0) return ErrnoToStatus(errno, "mkdir '" + staging + "'");
+  if (::chmod(staging.c_str(), d.st_mode & 07777) != 0)
+    return ErrnoToStatus(errno, "chmod '" + staging + "'");
+  for (const ExportFilePlan& f : plan.files) {
+    const std::string from = f.path + ".tmp", to = JoinPath(staging, BaseName(f.path));
+    if (::link(from.c_str(), to.c_str()) != 0)
+      return ErrnoToStatus(errno, "link '" + from + "' to '" + to + "'");
   }
+  const std::string index = JoinPath(staging, BaseName(plan.index_file));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, WritableFile::Create(index));
+  RETURN_IF_ERROR(file->Append(plan.index_json.data(), plan.index_json.size()));
+  if (fsync) RETURN_IF_ERROR(file->Sync());
+  RETURN_IF_ERROR(file->Close());
+  return fsync ? SyncDir(staging) : Status::Ok();
+}
+
+// Swaps two directories in one step (renameat2 RENAME_EXCHANGE). Errors: errno values (EINVAL
+// where the file system cannot, EXDEV, EBUSY for a mount point); kUnimplemented without it.
+Status ExchangeDirs(const std::string& a, const std::string& b) {
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0)
+    return ErrnoToStatus(errno, "exchange '" + a + "' and '" + b + "'");
+  return Status::Ok();
+#else
+  return Unimplemented("exchange '", a, "' and '", b, "': no renameat2 RENAME_EXCHANGE");
+#endif
+}
+
+// After the exchange `staging` holds the previous output directory: anything in it that is not
+// an export to this name (created there meanwhile) moves into the published directory, the rest
+// is removed.
+Status RemovePrevious(const ExportPlan& plan, const std::string& staging, bool fsync) {
+  const std::string dir = DirName(plan.index_file);
+  if (fsync) RETURN_IF_ERROR(SyncDir(DirName(dir)));
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(staging));
+  for (const std::string& n : names) {
+    if (!IsExportName(n, plan.stem) || !IsRegularFile(JoinPath(staging, n)))
+      RETURN_IF_ERROR(RenamePath(JoinPath(staging, n), JoinPath(dir, n)));
+  }
+  return RemoveTree(staging);
+}
+
+// The fallback publication of a set: the index written complete under a temporary name, the old
+// index withdrawn, every shard renamed into place, then the index last; shards of an older set
+// removed afterwards. Whenever an index exists every shard it names is complete, but a kill
+// during the renames leaves shards without an index.
+Status CommitByRenames(const ExportPlan& plan, const ExportOptions& options) {
+  const std::string dir = DirName(plan.index_file);
   const std::string index_tmp = plan.index_file + ".tmp";
   std::vector<std::string> finals;
   for (const ExportFilePlan& f : plan.files) finals.push_back(f.path);
@@ -193,6 +289,30 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
     return s;
   }
   return RemoveUnindexedShards(dir, plan.stem, finals).status();
+}
+
+// Publication (export.h "Atomicity"). A single file is renamed into place. A set whose output
+// directory holds only an export to this name is assembled in a staging directory and swapped
+// with the output directory in one step; elsewhere (other files there, or a file system that
+// refuses hard links or the exchange) it is published by CommitByRenames.
+Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
+  const std::string dir = DirName(plan.files.front().path);
+  if (plan.index_file.empty()) {
+    RETURN_IF_ERROR(RenamePath(plan.files.front().path + ".tmp", plan.files.front().path));
+    return options.fsync ? SyncDir(dir) : Status::Ok();
+  }
+  const std::string staging = StagingDir(plan);
+  ASSIGN_OR_RETURN(const bool own, HoldsOnlyThisExport(dir, plan.stem));
+  if (own && !staging.empty()) {
+    Status s = StageSet(plan, staging, options.fsync);
+    if (s.ok()) s = ExchangeDirs(staging, dir);
+    if (s.ok()) {
+      return RemovePrevious(plan, staging, options.fsync)
+          .WithContext("export published in '" + dir + "'; removing the previous output");
+    }
+    RemoveTree(staging).IgnoreError();  // nothing published yet: fall back
+  }
+  return CommitByRenames(plan, options);
 }
 
 }  // namespace

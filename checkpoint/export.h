@@ -21,12 +21,25 @@
 // file of its own), named "<stem>-00001-of-0000K.safetensors" beside out_path (stem = out_path's
 // name without ".safetensors", e.g. "model"), plus "<stem>.safetensors.index.json" =
 // {"metadata": {"total_size": <data bytes>}, "weight_map": {name: file}}.
-// Atomicity: a single file is written to "<out>.tmp", fsynced and renamed. A set is published as
-// a whole: every shard and the index are first written complete under ".tmp" names; then the old
-// index (if any) is removed, the shards are renamed into place, and the index is renamed last. So
-// when the index exists, every shard it names is complete and from this export; shards without
-// an index (a kill during the renames) or not named by it (an older set) are removed by the start
-// and the end of the next export to the same name (safetensors_index.h).
+// Atomicity: a single file is written to "<out>.tmp", fsynced and renamed over out_path: it is
+// the old file or the new one, never a mix. A set is all or nothing when its output directory is
+// a directory of its own (holding nothing but files of an export to this name: an older set, a
+// single file, temporaries): the shards are written complete under ".tmp" names beside the
+// output, hard-linked under their final names into a sibling staging directory
+// "<parent>/.<dir>.<stem>.export.tmp" (the output directory's mode) with the index, fsynced, and
+// that directory is swapped with the output directory in one renameat2(RENAME_EXCHANGE); the
+// previous contents are then removed (anything created there meanwhile is moved into the new
+// directory). So a consumer of that directory sees the previous output or the complete new set,
+// never a partial set or a mix, whenever the export is killed. The directory is replaced: its
+// inode (and owner, if another user's) changes. In a shared directory (other files there), the
+// working directory, "." or "/", or where the file system refuses the hard links or the exchange
+// (NFS, a mount point), a set falls back to renames: every shard and the index complete under
+// ".tmp" names, the old index removed, the shards renamed into place and the index last. Then
+// only this holds: when the index exists, every shard it names is complete and from this export;
+// a kill during the renames leaves shards without an index (the previous set is gone), which the
+// next export to the same name removes with its staging directory and temporaries at its start.
+// Errors before the publication (bad input, a failed read or write) remove the temporaries and
+// leave the published output as it was.
 //
 // A slot that never started is refused (CheckSlotStarted below): an EMA slot whose counters in
 // the meta say started_at < 0 holds the registry's zero fill (nothing was ever copied into it),

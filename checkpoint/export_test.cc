@@ -1,9 +1,11 @@
 #include "checkpoint/export.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 
+#include "checkpoint/directory.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_index.h"
@@ -234,6 +236,48 @@ TEST_F(ExportTest, ASetIsReadThroughItsIndexAndReExportsLeaveNoStaleShards) {
   EXPECT_NE(s.message().find("'nope'"), std::string::npos) << s;
   ASSERT_TRUE(WriteFileAtomic(r2->index_file, "{\"weight_map\": {\"a\": \"../x\"}}", false).ok());
   EXPECT_EQ(SafetensorsSet::Open(r2->index_file).status().code(), StatusCode::kDataLoss);
+}
+
+// A set in a directory of its own replaces the directory as a whole: afterwards it holds exactly
+// the new set (the older set, a single file and temporaries of the same name gone), keeps its
+// mode, and no staging directory remains; a staging directory left by a killed export is removed.
+// A failed export leaves the published set as it was.
+TEST_F(ExportTest, ASetInADirectoryOfItsOwnReplacesTheDirectoryAsAWhole) {
+  const std::string dir = JoinPath(base_, "own"), out = JoinPath(dir, "model.safetensors");
+  const std::string staging = JoinPath(base_, ".own.model.export.tmp");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_EQ(::chmod(dir.c_str(), 0750), 0);
+  ExportOptions o;
+  o.max_file_size = 300;
+  const std::string ckpt = JoinPath(base_, "ckpt");
+  ASSERT_TRUE(ExportSafetensors(ckpt, "params", DType::kF32, out, o).ok());
+  ASSERT_TRUE(MakeDirs(JoinPath(staging, "stale")).ok());  // a killed export's staging
+  ASSERT_TRUE(WriteFileAtomic(out, "an older single file", false).ok());
+  o.max_file_size = 600;
+  StatusOr<ExportReport> r = ExportSafetensors(ckpt, "ema_0.999", DType::kBF16, out, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::string> want = {BaseName(r->index_file)};
+  for (const std::string& f : r->files) want.push_back(BaseName(f));
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(ListDir(dir).value(), want);
+  EXPECT_FALSE(PathExists(staging));
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kBF16, "ema_0.999/bn.running_mean");
+
+  // A failure while writing publishes nothing and removes its temporaries.
+  StatusOr<ExportPlan> plan = PlanExport(ReadManifest(ResolveCheckpointDir(ckpt).value()).value(),
+                                         "params", DType::kF32, out, {{"format", "pt"}}, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExportValueFn fail = [](const ExportTensor&, int64_t, int64_t, void*, DType*) {
+    return DataLoss("injected read error");
+  };
+  Status s = WriteExportPlan(*plan, fail, nullptr, o).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_EQ(ListDir(dir).value(), want);
+  EXPECT_FALSE(PathExists(staging));
+  ExpectTensors(r->files, {"ema_0.999", DType::kF32}, DType::kBF16, "ema_0.999/bn.running_mean");
 }
 
 // An EMA slot that never started (counters started_at -1: its values are the zero fill) is

@@ -17,8 +17,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// "<stem>-NNNNN-of-NNNNN.safetensors" (optionally + ".tmp").
-bool IsShardOf(const std::string& name, const std::string& stem) {
+}  // namespace
+
+bool IsSafetensorsIndexName(const std::string& path) {
+  return EndsWith(path, ".safetensors.index.json");
+}
+
+bool IsSafetensorsShardName(const std::string& name, const std::string& stem) {
   std::string rest = name;
   if (EndsWith(rest, ".tmp")) rest.resize(rest.size() - 4);
   const std::string ext = ".safetensors";
@@ -29,11 +34,6 @@ bool IsShardOf(const std::string& name, const std::string& stem) {
     if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
   }
   return true;
-}
-}  // namespace
-
-bool IsSafetensorsIndexName(const std::string& path) {
-  return EndsWith(path, ".safetensors.index.json");
 }
 
 std::string SafetensorsShardName(const std::string& stem, size_t i, size_t k) {
@@ -132,7 +132,8 @@ StatusOr<std::vector<std::string>> RemoveUnindexedShards(const std::string& dir,
   ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
   for (const std::string& n : names) {
     const std::string p = JoinPath(dir, n);
-    if (!IsShardOf(n, stem) || std::find(keep.begin(), keep.end(), p) != keep.end()) continue;
+    if (!IsSafetensorsShardName(n, stem) || std::find(keep.begin(), keep.end(), p) != keep.end())
+      continue;
     RETURN_IF_ERROR(RemoveTree(p));
     removed.push_back(p);
   }

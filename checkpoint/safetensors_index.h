@@ -5,9 +5,10 @@
 // beside the index; the weight_map names them without a directory.
 //
 // Publication rule (what a reader may assume, FORMAT.md "safetensors export"): when the index
-// exists, every shard it names is complete and belongs to the same export. Shard files that the
-// index does not name (or that have no index) are leftovers of an interrupted or older export;
-// the next export to the same name removes them (RemoveUnindexedShards).
+// exists, every shard it names is complete and belongs to the same export. In a directory of its
+// own a set is also all or nothing (checkpoint/export.h "Atomicity"); elsewhere, shard files
+// that the index does not name (or that have no index) are leftovers of an interrupted or older
+// export; the next export to the same name removes them (RemoveUnindexedShards).
 //
 // Pure file reads; thread-safe.
 #ifndef SHARDEMA_CHECKPOINT_SAFETENSORS_INDEX_H_
@@ -32,6 +33,9 @@ struct SafetensorsIndex {
 
 // True for names ending in ".safetensors.index.json".
 bool IsSafetensorsIndexName(const std::string& path);
+
+// True for a shard file name of `stem`: "<stem>-NNNNN-of-NNNNN.safetensors", optionally + ".tmp".
+bool IsSafetensorsShardName(const std::string& name, const std::string& stem);
 
 // "<stem>-<i>-of-<K>.safetensors" for 0-based shard i of k.
 std::string SafetensorsShardName(const std::string& stem, size_t i, size_t k);

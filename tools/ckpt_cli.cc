@@ -62,8 +62,9 @@ void AddOutputFormat(CLI::App* sub, Raw& raw) {
   sub->add_option(
          "--max-file-size", raw.max_file_size,
          "split into OUT-0000k-of-0000K.safetensors files of at most this many data bytes plus "
-         "OUT.safetensors.index.json; B, KB, MB, GB (x1000) or KiB, MiB, GiB and K, M, G (x1024); "
-         "0 = one file")
+         "OUT.safetensors.index.json (published all or nothing when OUT's folder holds nothing "
+         "else, checkpoint/export.h); B, KB, MB, GB (x1000) or KiB, MiB, GiB and K, M, G "
+         "(x1024); 0 = one file")
       ->capture_default_str();
 }
 

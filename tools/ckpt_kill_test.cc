@@ -7,15 +7,17 @@
 //   - after a random delay in [0, the duration of a complete run].
 // After each kill nothing under a final name may be incomplete: every step_N verifies, `latest`
 // names a verified step, a published index names only complete shards, a final single file is
-// complete. Then a re-run must succeed and leave a complete, clean result (no temp files, no
-// unindexed shards) equal to the source. Every wait is bounded (a run that outlives its bound is
-// killed and reported), and nothing asserts on time.
+// complete, and a shard is under its final name only with the whole set and its index (a re-export
+// over a set leaves the old set or the new one). Then a re-run must succeed and leave a complete,
+// clean result (no temp files, no unindexed shards) equal to the source. Every wait is bounded (a
+// run that outlives its bound is killed and reported), and nothing asserts on time.
 //   ckpt_kill_test CKPT MAKE_TEST_CHECKPOINT [gtest flags]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -35,6 +37,8 @@ namespace shardema::tools {
 namespace {
 
 std::string g_ckpt, g_make;
+// Kill points: a name and a predicate on the watched output.
+using Triggers = std::vector<std::pair<std::string, std::function<bool(const std::string&)>>>;
 constexpr auto kRunBound = std::chrono::seconds(120);
 
 pid_t Spawn(const std::vector<std::string>& args) {
@@ -124,14 +128,14 @@ class CkptKillTest : public ::testing::Test {
   void TearDown() override { RemoveTree(base_).IgnoreError(); }
 
   // Every round: kill points, then the invariant check and a re-run.
-  void Rounds(
-      const std::function<std::vector<std::string>(const std::string&)>& command,
-      const std::function<std::string(const std::string&)>& out_of,
-      const std::vector<std::pair<std::string, std::function<bool(const std::string&)>>>& triggers,
-      const std::function<void(const std::string&, const std::string&)>& check_after_kill,
-      const std::function<void(const std::string&)>& check_complete) {
+  void Rounds(const std::function<std::vector<std::string>(const std::string&)>& command,
+              const std::function<std::string(const std::string&)>& out_of,
+              const Triggers& triggers,
+              const std::function<void(const std::string&, const std::string&)>& check_after_kill,
+              const std::function<void(const std::string&)>& check_complete) {
     // A complete run first: its duration bounds the random delays.
     const std::string first = JoinPath(base_, "first");
+    if (prepare_) prepare_(first);
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(RunToEnd(command(first)), 0);
     const auto full = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -143,6 +147,7 @@ class CkptKillTest : public ::testing::Test {
     auto one = [&](const std::string& point, const std::function<bool(const std::string&)>& trig,
                    std::chrono::microseconds delay) {
       const std::string out = JoinPath(base_, "r" + std::to_string(round++));
+      if (prepare_) prepare_(out);
       const std::string watched = out_of(out);
       std::function<bool()> t;
       if (trig) t = [&] { return trig(watched); };
@@ -166,6 +171,7 @@ class CkptKillTest : public ::testing::Test {
   }
 
   std::string base_, src_;
+  std::function<void(const std::string&)> prepare_;  // run on each output before its run
 };
 
 // Nothing under a final name in a reshard output root is incomplete.
@@ -219,37 +225,56 @@ TEST_F(CkptKillTest, KilledReshardLeavesNothingIncompleteAndAReRunSucceeds) {
   EXPECT_TRUE(VerifyCheckpoint(src_).ok());
 }
 
-// Nothing published in an export directory is incomplete: a final single file opens, an index
-// names only complete shards.
+bool IsFinalShardName(const std::string& n) {
+  return n.rfind("model-", 0) == 0 && n.size() > 12 &&
+         n.compare(n.size() - 12, 12, ".safetensors") == 0;
+}
+
+// The sibling directory a set is assembled in before it replaces `out` (checkpoint/export.h), and
+// triggers on it: created, the index staged, the previous output swapped into it.
+std::string StagingOf(const std::string& out) {
+  return JoinPath(DirName(out), "." + BaseName(out) + ".model.export.tmp");
+}
+Triggers StagingTriggers() {
+  return {{"staging directory created",
+           [](const std::string& out) { return PathExists(StagingOf(out)); }},
+          {"set staged",
+           [](const std::string& out) {
+             return PathExists(JoinPath(StagingOf(out), "model.safetensors.index.json"));
+           }},
+          {"directories exchanged", [](const std::string& out) {
+             return AnyEntry(StagingOf(out),
+                             [](const std::string& p) { return Contains(p, ".tmp"); });
+           }}};
+}
+
+// Nothing published in an export directory is incomplete or partial: a final single file opens;
+// a shard exists under its final name only together with the whole set and its index (the
+// shards under final names are exactly those the index names, and each is complete).
 void CheckExportDir(const std::string& dir, const std::string& point) {
   StatusOr<std::vector<std::string>> names = ListDir(dir);
   if (!names.ok()) return;
-  // Shards under final names without an index exist only while a complete set is being
-  // published (its index already complete under the temp name); the next run removes them.
   const std::string index = JoinPath(dir, "model.safetensors.index.json");
+  std::vector<std::string> shards;
   for (const std::string& n : *names) {
-    const bool final_shard =
-        Contains(n, "model-") && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0;
-    if (final_shard && !PathExists(index)) {
-      EXPECT_TRUE(ReadSafetensorsIndex(index + ".tmp").ok())
-          << point << ": shard '" << n
-          << "' is under its final name with no index, outside the publication step";
-    }
+    if (IsFinalShardName(n)) shards.push_back(JoinPath(dir, n));
   }
-  for (const std::string& n : *names) {
-    const std::string p = JoinPath(dir, n);
-    if (IsSafetensorsIndexName(n)) {
-      StatusOr<SafetensorsIndex> index = ReadSafetensorsIndex(p);
-      ASSERT_TRUE(index.ok()) << point << ": " << index.status();
-      for (const std::string& f : index->files) {
-        StatusOr<std::unique_ptr<SafetensorsFile>> sf = SafetensorsFile::Open(f);
-        EXPECT_TRUE(sf.ok()) << point << ": the index names an incomplete shard: " << sf.status();
-      }
-    } else if (n == "model.safetensors") {
-      StatusOr<std::unique_ptr<SafetensorsFile>> sf = SafetensorsFile::Open(p);
-      EXPECT_TRUE(sf.ok()) << point << ": '" << p
-                           << "' is under its final name but incomplete: " << sf.status();
-    }
+  if (!shards.empty() || PathExists(index)) {
+    StatusOr<SafetensorsIndex> i = ReadSafetensorsIndex(index);
+    ASSERT_TRUE(i.ok()) << point << ": " << shards.size() << " shard(s) under final names ('"
+                        << (shards.empty() ? "" : shards[0])
+                        << "', ...) without a readable index: " << i.status();
+    EXPECT_EQ(shards, i->files) << point
+                                << ": the shards under final names are not the set the index names";
+    StatusOr<std::unique_ptr<SafetensorsSet>> set = SafetensorsSet::Open(index);
+    EXPECT_TRUE(set.ok()) << point << ": the index names an incomplete set: " << set.status();
+  }
+  if (std::find(names->begin(), names->end(), "model.safetensors") != names->end()) {
+    StatusOr<std::unique_ptr<SafetensorsFile>> sf =
+        SafetensorsFile::Open(JoinPath(dir, "model.safetensors"));
+    EXPECT_TRUE(sf.ok()) << point
+                         << ": 'model.safetensors' is under its final name but incomplete: "
+                         << sf.status();
   }
 }
 
@@ -271,6 +296,7 @@ void ExportRounds(
   };
   rounds(command, [=](const std::string& out) {
     CheckExportDir(out, "complete");
+    EXPECT_FALSE(PathExists(StagingOf(out))) << "the staging directory was left behind";
     EXPECT_FALSE(AnyEntry(out, [](const std::string& p) { return Contains(p, ".tmp"); }));
     const std::string index = JoinPath(out, "model.safetensors.index.json");
     if (!sharded) {
@@ -291,22 +317,58 @@ TEST_F(CkptKillTest, KilledShardedExportPublishesTheSetAtomicallyAndAReRunCleans
       return AnyEntry(out, [&](const std::string& p) { return Contains(p, part); });
     };
   };
+  auto shard_published = [](const std::string& out) {
+    return AnyEntry(out, [](const std::string& p) { return IsFinalShardName(BaseName(p)); });
+  };
+  Triggers triggers = {{"first shard started", has("-00001-of-")},
+                       {"second shard started", has("-00002-of-")}};
+  for (const auto& t : StagingTriggers()) triggers.push_back(t);
+  triggers.push_back({"a shard under its final name", shard_published});
+  triggers.push_back({"index published", has("model.safetensors.index.json")});
   ExportRounds(this, src_, {"--max-file-size", "2MiB"}, true, [&](auto command, auto complete) {
     Rounds(
-        command, [](const std::string& out) { return out; },
-        {{"first shard started", has("-00001-of-")},
-         {"second shard started", has("-00002-of-")},
-         {"index temp written", has("index.json.tmp")},
-         {"first shard renamed",
-          [](const std::string& out) {
-            return AnyEntry(out, [](const std::string& p) {
-              return Contains(p, "-00001-of-") && p.size() > 12 &&
-                     p.compare(p.size() - 12, 12, ".safetensors") == 0;
-            });
-          }},
-         {"index published", has("model.safetensors.index.json")}},
-        CheckExportDir, complete);
+        command, [](const std::string& out) { return out; }, triggers, CheckExportDir, complete);
   });
+}
+
+// A re-export over a published set (bf16 over f32) killed at any point leaves the previous set
+// or the new one, complete under its index, never neither and never a mix.
+TEST_F(CkptKillTest, KilledReExportKeepsThePreviousSetOrPublishesTheNewOne) {
+  auto export_to = [&](const std::string& out, const char* dtype) {
+    return std::vector<std::string>{g_ckpt,
+                                    "export",
+                                    src_,
+                                    "--slot",
+                                    "ema_0.999",
+                                    "-o",
+                                    JoinPath(out, "model.safetensors"),
+                                    "--dtype",
+                                    dtype,
+                                    "--max-file-size",
+                                    "2MiB",
+                                    "--no-progress"};
+  };
+  prepare_ = [&](const std::string& out) { ASSERT_EQ(RunToEnd(export_to(out, "f32")), 0); };
+  const auto index_of = [](const std::string& out) {
+    return JoinPath(out, "model.safetensors.index.json");
+  };
+  auto triggers = StagingTriggers();
+  triggers.push_back({"previous index withdrawn",
+                      [&](const std::string& out) { return !PathExists(index_of(out)); }});
+  Rounds([&](const std::string& out) { return export_to(out, "bf16"); },
+         [](const std::string& out) { return out; }, triggers,
+         [&](const std::string& out, const std::string& point) {
+           CheckExportDir(out, point);
+           EXPECT_TRUE(PathExists(index_of(out)))
+               << point << ": the previous set was withdrawn and no new one published";
+         },
+         [&](const std::string& out) {
+           CheckExportDir(out, "complete");
+           EXPECT_FALSE(AnyEntry(out, [](const std::string& p) { return Contains(p, ".tmp"); }));
+           StatusOr<std::unique_ptr<SafetensorsSet>> set = SafetensorsSet::Open(index_of(out));
+           ASSERT_TRUE(set.ok()) << set.status();
+           EXPECT_EQ((*set)->tensors().front()->dtype, "BF16");
+         });
 }
 
 TEST_F(CkptKillTest, KilledSingleFileExportNeverLeavesATruncatedFile) {
