@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/checksum.h"
+#include "checkpoint/lineage.h"
 #include "framework/logging.h"
 
 namespace shardema {
@@ -76,8 +77,44 @@ StatusOr<std::string> CommittedStepDir(const std::string& root, int64_t step) {
 }
 
 namespace {
+// Of `newer` (committed steps after `latest_dir`'s step `named`), those that do not descend from
+// it by their lineages, each with why ("another branch", "no lineage", a manifest error).
+std::vector<std::string> OffTheLine(const std::string& root, const std::string& latest_dir,
+                                    int64_t named, const std::vector<int64_t>& newer) {
+  std::vector<std::string> off;
+  StatusOr<Manifest> base = ReadManifest(latest_dir);
+  StatusOr<std::optional<Lineage>> base_line =
+      base.ok() ? ParseLineage(base->meta, "'" + latest_dir + "'") : base.status();
+  for (int64_t s : newer) {
+    const std::string dir = JoinPath(root, StepDirName(s));
+    const std::string label = "step " + std::to_string(s) + ": ";
+    if (!base_line.ok()) {
+      off.push_back(label + "cannot tell (" + base_line.status().ToString() + ")");
+      continue;
+    }
+    if (!base_line->has_value()) {
+      off.push_back(label + "cannot tell (step " + std::to_string(named) +
+                    " has no lineage: written before format version 2)");
+      continue;
+    }
+    StatusOr<Manifest> m = ReadManifest(dir);
+    StatusOr<std::optional<Lineage>> line =
+        m.ok() ? ParseLineage(m->meta, "'" + dir + "'") : m.status();
+    if (!line.ok()) {
+      off.push_back(label + "cannot tell (" + line.status().ToString() + ")");
+    } else if (!line->has_value()) {
+      off.push_back(label + "cannot tell (no lineage: written before format version 2)");
+    } else if (!Descends(**line, **base_line, named)) {
+      off.push_back(label + "another branch (run " + (*line)->runs.back().id + ", not from step " +
+                    std::to_string(named) + "'s run line)");
+    }
+  }
+  return off;
+}
+
 // ResolveCheckpointDir / ResolveResumeCheckpoint on a directory; `refuse_newer`: committed steps
-// newer than `latest`'s are an error instead of the answer.
+// newer than `latest`'s are taken only when they continue its run line (OffTheLine), else an
+// error instead of the answer.
 StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
   if (!IsDirectory(path)) return NotFound("checkpoint path '", path, "' is not a directory");
   if (PathExists(JoinPath(path, kManifestName))) return path;
@@ -109,12 +146,24 @@ StatusOr<std::string> ResolveDir(const std::string& path, bool refuse_newer) {
     if (s > named) newer.push_back(s);
   }
   if (refuse_newer) {
-    return FailedPrecondition("'", latest_path, "' names ", name,
-                              " but newer committed checkpoints exist in '", path, "': steps ",
-                              StepList(newer), " (a crash between a commit and its '", kLatestName,
-                              "' update, or a stale or edited '", kLatestName,
-                              "'); choose one explicitly: --resume-step ", steps.back(),
-                              " (the newest) or --resume-step ", named, " ('", kLatestName, "')");
+    // Newer steps that continue `latest`'s line (lineage.h: a crash between their commits and
+    // the `latest` updates) are taken; any other (another branch, or no lineage to tell) refuses.
+    const std::vector<std::string> off_line = OffTheLine(path, dir, named, newer);
+    if (off_line.empty()) {
+      const std::string newest = JoinPath(path, StepDirName(steps.back()));
+      LOG_WARNING << "checkpoint: '" << latest_path << "' names " << name
+                  << ", but newer committed checkpoints of the same run line exist (steps "
+                  << StepList(newer) << ": a crash between a commit and its '" << kLatestName
+                  << "' update); resuming from the newest, '" << newest << "'";
+      return newest;
+    }
+    std::string listed;
+    for (const std::string& o : off_line) listed += "\n  " + o;
+    return FailedPrecondition(
+        "'", latest_path, "' names ", name, " but newer committed checkpoints exist in '", path,
+        "': steps ", StepList(newer), ", of which these do not continue it:", listed,
+        "\nchoose one explicitly: --resume-step ", steps.back(), " (the newest) or --resume-step ",
+        named, " ('", kLatestName, "'; add --discard-newer-steps to delete the steps after it)");
   }
   const std::string newest = JoinPath(path, StepDirName(steps.back()));
   LOG_WARNING << "checkpoint: '" << latest_path << "' names " << name

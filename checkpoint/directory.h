@@ -79,9 +79,13 @@ StatusOr<std::string> ReadLatest(const std::string& root);
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path);
 
 // The checkpoint a --resume of ROOT loads. With `step`: ROOT/step_<step>, which must be
-// committed. Without: as ResolveCheckpointDir, except that committed steps newer than the one
-// `latest` names are an error (kFailedPrecondition listing them and naming --resume-step), since
-// a stale `latest` must not silently roll a run back. Errors: those of ResolveCheckpointDir;
+// committed. Without: as ResolveCheckpointDir when every committed step newer than the one
+// `latest` names continues its run line (checkpoint/lineage.h: a crash between their commits and
+// the `latest` updates; an unattended restart goes on from the newest, with a warning); when any
+// does not (another branch, left by a --resume-step run, or a checkpoint without a lineage to
+// tell), kFailedPrecondition listing those steps with why and naming --resume-step, since a
+// `latest` must not silently roll a run back or forward onto another branch. Errors: those of
+// ResolveCheckpointDir;
 // kNotFound for a `step` that is not committed (listing the committed steps).
 StatusOr<std::string> ResolveResumeCheckpoint(const std::string& root, std::optional<int64_t> step);
 

@@ -102,8 +102,10 @@ StatusOr<RankFileHeader> DecodeRankFileHeader(const std::string& bytes, const st
   }
   RankFileHeader h;
   h.format_version = GetLE<uint32_t>(p + 8);
-  if (h.format_version != uint32_t(kFormatVersion)) {
-    return Unimplemented(file, ": format version ", h.format_version, ", this build reads version ",
+  if (h.format_version < uint32_t(kOldestFormatVersion) ||
+      h.format_version > uint32_t(kFormatVersion)) {
+    return Unimplemented(file, ": format version ", h.format_version,
+                         ", this build reads versions ", kOldestFormatVersion, " to ",
                          kFormatVersion);
   }
   h.header_bytes = GetLE<uint32_t>(p + 12);
@@ -320,9 +322,9 @@ StatusOr<StoreLayout> ParseLayout(const JsonField& jl) {
 Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest* m) {
   RETURN_IF_ERROR(ExpectString(j, "format", kFormatName));
   ASSIGN_OR_RETURN(const int64_t version, j.GetInt("format_version"));
-  if (version != kFormatVersion) {
-    return Unimplemented(where, ": format version ", version, ", this build reads version ",
-                         kFormatVersion);
+  if (version < kOldestFormatVersion || version > kFormatVersion) {
+    return Unimplemented(where, ": format version ", version, ", this build reads versions ",
+                         kOldestFormatVersion, " to ", kFormatVersion);
   }
   RETURN_IF_ERROR(ExpectString(j, "checksum", kChecksumName));
   RETURN_IF_ERROR(ExpectUint(j, "header_bytes", kHeaderBytes));
@@ -358,6 +360,7 @@ Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest*
       Manifest::Plan(step, layout, slots, buffers, meta.json(), uint64_t(chunk_bytes));
   if (!plan.ok()) return DataLoss(where, ": ", plan.status().message());
   *m = std::move(plan).value();
+  m->format_version = int(version);
   for (size_t i = 0; i < m->slots.size(); ++i) {
     const SlotEntry& s = m->slots[i];
     RETURN_IF_ERROR(ExpectInt(jslots[i], "local_numel", s.local_numel));

@@ -19,7 +19,10 @@
 
 namespace shardema {
 
-inline constexpr int kFormatVersion = 1;
+// The version this build writes, and the oldest it reads (FORMAT.md "Versions": version 2 adds
+// meta.lineage; every version-1 checkpoint reads as before).
+inline constexpr int kFormatVersion = 2;
+inline constexpr int kOldestFormatVersion = 1;
 inline constexpr char kFormatName[] = "shardema-checkpoint";
 inline constexpr char kRankFileMagic[9] = "SHEMACKP";  // 8 bytes on disk, no terminator
 inline constexpr uint64_t kHeaderBytes = 4096;

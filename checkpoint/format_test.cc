@@ -59,6 +59,11 @@ TEST(FormatTest, HeaderRoundTripAndErrors) {
   s = DecodeRankFileHeader(EncodeRankFileHeader(newer), "f").status();
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("version 9"), std::string::npos) << s;
+  RankFileHeader v1 = h;
+  v1.format_version = 1;  // written before version 2: read as before
+  StatusOr<RankFileHeader> old = DecodeRankFileHeader(EncodeRankFileHeader(v1), "f");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->format_version, 1u);
 
   bad = bytes;
   bad[16] = 4;  // rank changed without fixing the header checksum
@@ -149,9 +154,19 @@ TEST(FormatTest, ManifestInconsistenciesAreDataLoss) {
     EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.what << ": " << s;
     EXPECT_NE(s.message().find("'M'"), std::string::npos) << c.what << ": " << s;
   }
+  // Versions 1 (before meta.lineage) and 2 read; a newer one is kUnimplemented, naming both.
+  for (int v : {1, 2}) {
+    nlohmann::json j = good;
+    j["format_version"] = v;
+    StatusOr<Manifest> m = Manifest::FromJson(j, "m");
+    ASSERT_TRUE(m.ok()) << "version " << v << ": " << m.status();
+    EXPECT_EQ(m->format_version, v);
+  }
   nlohmann::json j = good;
-  j["format_version"] = 2;
-  EXPECT_EQ(Manifest::FromJson(j, "m").status().code(), StatusCode::kUnimplemented);
+  j["format_version"] = 3;
+  Status newer = Manifest::FromJson(j, "m").status();
+  EXPECT_EQ(newer.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(newer.message().find("versions 1 to 2"), std::string::npos) << newer;
 }
 
 }  // namespace

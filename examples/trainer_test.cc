@@ -505,29 +505,41 @@ TEST(TrainerTest, CorruptOrUnresolvableLatestCheckpointIsAnError) {
   EXPECT_EQ(scanned->summary.resume.dir, JoinPath(nolatest, "step_00000002"));
 }
 
-TEST(TrainerTest, StaleLatestIsRefusedNewerStepsAreNeverDeletedAndTheDirectoryIsLocked) {
+// Issue: a crash between a commit and its `latest` update stopped an unattended restart. Each
+// checkpoint records its lineage (checkpoint/lineage.h): committed steps newer than `latest`'s
+// that continue its run line are taken; a root whose newer steps belong to another branch is
+// refused, listing them; committed steps are never deleted unless asked.
+TEST(TrainerTest, StaleLatestContinuesItsRunOtherBranchesAreRefusedAndTheDirectoryIsLocked) {
   const std::string dir = TestPath("stale");
-  const std::string args = std::string(kResumeArgs) + " --save-every 2 --keep 5 --ckpt-dir " + dir;
-  ASSERT_TRUE(Train(args + " --steps 6", World()).ok());
+  const std::string args = std::string(kResumeArgs) + " --save-every 2 --keep 10 --ckpt-dir " + dir;
+  ASSERT_TRUE(Train(args + " --steps 6", World()).ok());  // run A: steps 2, 4, 6
   if (World()->rank() == 0) {
-    ASSERT_TRUE(
-        WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());  // a stale copy
+    // A crash after the commits of steps 4 and 6 but before their `latest` updates.
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "latest"), "step_00000002\n", false).ok());
   }
   ASSERT_TRUE(World()->Barrier().ok());
-  // --resume notices the newer committed steps and asks which one.
-  ExpectCreateError(args + " --steps 8 --resume", StatusCode::kFailedPrecondition,
-                    {"step_00000002", "4, 6", "--resume-step 6"});
+  // An unattended --resume goes on from the newest: steps 4 and 6 continue step 2's run.
+  StatusOr<TrainRun> cont = Train(args + " --steps 8 --resume", World());
+  ASSERT_TRUE(cont.ok()) << cont.status();
+  EXPECT_EQ(cont->summary.start_step, 6);
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6, 8}));
+  EXPECT_EQ(ReadLatest(dir).value(), "step_00000008");
+  // A branch: run B from step 4, saving where no other run saved (5, then 7 at its end).
+  StatusOr<TrainRun> branch = Train(std::string(kResumeArgs) + " --save-every 5 --keep 10 " +
+                                        "--ckpt-dir " + dir + " --steps 7 --resume-step 4",
+                                    World());
+  ASSERT_TRUE(branch.ok()) << branch.status();
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(ReadLatest(dir).value(), "step_00000007");
+  // --resume: step 8 is run A's (after step 4): another branch, refused and listed.
+  ExpectCreateError(args + " --steps 10 --resume", StatusCode::kFailedPrecondition,
+                    {"step_00000007", "step 8: another branch", "--resume-step 8"});
   // --resume-step 2: the run may not replace the committed step 4 it would save next.
   StatusOr<TrainRun> from2 = Train(args + " --steps 8 --resume-step 2", World());
   ASSERT_FALSE(from2.ok());
   EXPECT_EQ(from2.status().code(), StatusCode::kAlreadyExists) << from2.status();
   EXPECT_NE(from2.status().message().find("step_00000004"), std::string::npos) << from2.status();
-  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6}));
-  // --resume-step 6 continues from the newest; retention never touches a step newer than a save.
-  StatusOr<TrainRun> from6 = Train(args + " --steps 8 --resume-step 6", World());
-  ASSERT_TRUE(from6.ok()) << from6.status();
-  EXPECT_EQ(from6->summary.start_step, 6);
-  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 6, 8}));
+  EXPECT_EQ(ListCommittedSteps(dir).value(), (std::vector<int64_t>{2, 4, 5, 6, 7, 8}));
   // An explicit choice to roll back: --discard-newer-steps deletes the steps after 4.
   StatusOr<TrainRun> back =
       Train(args + " --steps 6 --resume-step 4 --discard-newer-steps", World());

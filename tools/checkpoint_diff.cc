@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "checkpoint/json_diff.h"
+#include "checkpoint/lineage.h"
 #include "checkpoint/load.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/slot_values.h"
@@ -238,9 +239,11 @@ StatusOr<CheckpointComparison> CompareCheckpoints(const std::string& a, const st
 
   c.slots_only = options.slots_only;
   for (const JsonDifference& d : JsonDiff(ma.meta, mb.meta, "meta")) {
-    // Where the run was, and how many ranks wrote it (the header compares world sizes): notes.
+    // Where the run was, which runs wrote it (checkpoint/lineage.h: every run has its own id)
+    // and how many ranks (the header compares world sizes): notes.
     const bool location =
-        d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path);
+        (d.in_a && d.in_b && d.a.is_string() && d.b.is_string() && IsRunLocationKey(d.path)) ||
+        d.path.rfind(std::string("meta.") + kLineageSection, 0) == 0;
     const bool world = d.in_a && d.in_b && d.a.is_number_integer() && d.b.is_number_integer() &&
                        d.path.size() >= 11 &&
                        d.path.compare(d.path.size() - 11, 11, ".world_size") == 0;
@@ -311,7 +314,8 @@ std::string FormatComparison(const CheckpointComparison& c, size_t max_meta_line
   }
 
   if (!c.notes.empty() && !c.slots_only) {
-    o << "\nnotes (run locations and world sizes, not differences; " << c.notes.size() << "):\n";
+    o << "\nnotes (run locations, lineages and world sizes, not differences; " << c.notes.size()
+      << "):\n";
     for (size_t i = 0; i < c.notes.size() && i < max_meta_lines; ++i)
       o << "  " << c.notes[i] << "\n";
   }

@@ -97,7 +97,7 @@ TEST_F(CheckpointDiffTest, WorldSizeIsANoteAndSlotsOnlyPrintsNoMeta) {
   ASSERT_EQ(c->meta_differences.size(), 1u) << FormatComparison(*c);  // the seed only
   EXPECT_NE(c->meta_differences[0].find("seed"), std::string::npos);
   std::string text = FormatComparison(*c);
-  EXPECT_NE(text.find("notes (run locations and world sizes"), std::string::npos) << text;
+  EXPECT_NE(text.find("notes (run locations, lineages and world sizes"), std::string::npos) << text;
   EXPECT_NE(text.find("meta.trainer.progress.world_size"), std::string::npos) << text;
   CompareOptions slots_only;
   slots_only.slots_only = true;

@@ -33,7 +33,7 @@ check() {  # WANT_CODE PATTERN ARGS...
     echo "ok: ckpt $* -> $rc"
   fi
 }
-check 0 "notes \(run locations.*ckpt_dir.*identical" diff "$TMP/a" "$TMP/b"
+check 0 "notes \(run locations.*lineage.runs.*ckpt_dir.*identical" diff "$TMP/a" "$TMP/b"
 check 1 "different: .*slots" diff "$TMP/a" "$TMP/c"
 check 1 "different: meta" diff "$TMP/a" "$TMP/d"
 check 0 "identical slot values" diff --slots-only "$TMP/a" "$TMP/d"

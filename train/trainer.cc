@@ -170,7 +170,8 @@ Status Trainer::Setup() {
     } else {
       RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
     }
-    saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, comm_);
+    ASSIGN_OR_RETURN(Lineage lineage, RunLineage(resume_, comm_));
+    saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, comm_, lineage);
     RETURN_IF_ERROR(
         AgreeOnStatus(comm_, saver_->ReserveStaging(*state_), "--async-save staging memory"));
   }

@@ -180,6 +180,9 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
                   << StepList(*gone) << " in '" << root << "'";
     }
   }
+  StatusOr<std::optional<Lineage>> lineage = ParseLineage(manifest->meta, "'" + report.dir + "'");
+  RETURN_IF_ERROR(AgreeOnStatus(comm, lineage.status(), "--resume from '" + report.dir + "'"));
+  info.lineage = *lineage;
   info.resumed = true;
   info.step = report.step;
   info.dir = report.dir;
@@ -188,12 +191,21 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
   return info;
 }
 
+StatusOr<Lineage> RunLineage(const ResumeInfo& resume, Communicator* comm) {
+  std::string id = RankOf(comm) == 0 ? NewRunId() : std::string(16, '0');
+  CollectiveOptions root0;
+  RETURN_IF_ERROR(comm->Broadcast(&id[0], id.size(), DType::kU8, root0));
+  return ChildLineage(resume.resumed ? resume.lineage : std::nullopt,
+                      resume.resumed ? std::optional<int64_t>(resume.step) : std::nullopt, id);
+}
+
 CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& model,
-                                 const TrainData& data, Communicator* comm)
+                                 const TrainData& data, Communicator* comm, Lineage lineage)
     : config_(config),
       model_(model),
       data_(data),
       comm_(comm),
+      lineage_(std::move(lineage)),
       writer_(config.ckpt_dir, comm, [&config] {
         SaveOptions o;
         o.keep_last = config.keep;
@@ -207,7 +219,9 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& mo
       }()) {}
 
 StatusOr<CheckpointState> CheckpointSaver::View(const TrainState& state, int64_t step) const {
-  return state.CheckpointView(TrainerSections(config_, model_, data_, WorldSizeOf(comm_), step));
+  nlohmann::json extra = TrainerSections(config_, model_, data_, WorldSizeOf(comm_), step);
+  extra[kLineageSection] = LineageJson(lineage_);
+  return state.CheckpointView(extra);
 }
 
 Status CheckpointSaver::ReserveStaging(const TrainState& state) {

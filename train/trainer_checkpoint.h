@@ -34,11 +34,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/lineage.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/writer.h"
 #include "framework/communicator.h"
@@ -61,7 +63,12 @@ struct ResumeInfo {
   int saved_world_size = 0;
   bool resharded = false;
   std::vector<std::string> overridden;  // differences accepted with --override-hparams
+  std::optional<Lineage> lineage;       // the loaded checkpoint's (none before format version 2)
 };
+
+// Collective. This run's lineage (checkpoint/lineage.h): a new run id (rank 0's, broadcast) after
+// the resumed checkpoint's runs, or alone for a fresh start.
+StatusOr<Lineage> RunLineage(const ResumeInfo& resume, Communicator* comm);
 
 // Collective. Restores the training state (master, moments, EMA slots and counters) from the latest
 // checkpoint in config.ckpt_dir (see above), or reports a fresh start.
@@ -85,8 +92,9 @@ Status PrepareFreshCheckpointDir(const TrainConfig& config, Communicator* comm);
 class CheckpointSaver {
  public:
   // `config`, `model` and `data` must outlive the saver.
+  // `lineage`: this run's (RunLineage), written into every checkpoint's meta.
   CheckpointSaver(const TrainConfig& config, const TrainModel& model, const TrainData& data,
-                  Communicator* comm);
+                  Communicator* comm, Lineage lineage);
 
   // Local. With --async-save, reserves and touches the writer's staging memory for the state
   // now (CheckpointWriter::ReserveStaging): the first save then stalls no step, and a rank short
@@ -115,6 +123,7 @@ class CheckpointSaver {
   const TrainModel& model_;
   const TrainData& data_;
   Communicator* comm_;
+  Lineage lineage_;
   CheckpointWriter writer_;
 };
 
