@@ -35,7 +35,9 @@ TEST(UploadRingTest, UploadsLandAndFreeSlotsNeverWait) {
     auto d = Buffer::Allocate(n * 4, dev);
     ASSERT_TRUE(d.ok());
     dst.push_back(std::move(*d));
-    if (u % (UploadRing::kSlots - 1) == 0) ASSERT_TRUE(SynchronizeStream(*stream).ok());
+    if (u % (UploadRing::kSlots - 1) == 0) {
+      ASSERT_TRUE(SynchronizeStream(*stream).ok());
+    }
     const int64_t waits = HostWaitsOnThisThread();
     auto host = ring->Next(n * 4);
     ASSERT_TRUE(host.ok()) << host.status();
