@@ -14,7 +14,6 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/rank_file.h"
 #include "framework/logging.h"
-#include "framework/thread_priority.h"
 
 namespace shardema {
 
@@ -110,10 +109,11 @@ struct Copy {
 };
 
 // Copies `copies` with `threads` threads, splitting the bytes evenly (memory bandwidth bound).
-void ParallelCopy(const std::vector<Copy>& copies, int threads) {
+// With min(4, hardware threads) threads (the caller is blocked meanwhile anyway), one per 8 MiB.
+void ParallelCopy(const std::vector<Copy>& copies) {
   size_t total = 0;
   for (const Copy& c : copies) total += c.bytes;
-  if (threads <= 0) threads = int(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  int threads = int(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   threads = int(std::min<size_t>(size_t(threads), total / (size_t(8) << 20) + 1));
   auto run = [&](size_t begin, size_t end) {  // byte range [begin, end) of the concatenation
     size_t pos = 0;
@@ -170,25 +170,15 @@ struct CheckpointWriter::Pending {
   // Runs on the background thread of an asynchronous save (or the caller's, for Save). The
   // caller's memory is read until the snapshot is copied (kInBackground: released as soon as the
   // copy is made, while the file is still being written), or (in place: slot_ptrs and
-  // buffer_ptrs are the caller's) until the file is written. The thread lowers its priority
-  // (writer_nice) once it no longer reads the caller's memory.
+  // buffer_ptrs are the caller's) until the file is written.
   void Write(int rank, const SaveOptions& options, bool background) {
-    auto lower_priority = [&] {
-      if (!background || options.writer_nice <= 0) return;
-      Status st = LowerThisThreadPriority(options.writer_nice);
-      if (!st.ok()) LOG_WARNING << "checkpoint writer thread keeps its priority: " << st;
-    };
     const SaveOptions::Snapshot mode =
         background ? options.snapshot : SaveOptions::Snapshot::kAtBegin;
     const bool copy_here = mode == SaveOptions::Snapshot::kInBackground;
     if (copy_here) {
-      snapshot.on_copied = [&] {
-        ReleaseSnapshot();
-        lower_priority();
-      };
+      snapshot.on_copied = [&] { ReleaseSnapshot(); };
     } else if (mode == SaveOptions::Snapshot::kAtBegin) {
       ReleaseSnapshot();  // taken already (or none needed: Save's caller waits)
-      lower_priority();
     }
     try {
       result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs,
@@ -513,7 +503,7 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
       for (size_t i = 0; i < p.plan.buffers.size(); ++i)
         stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs, &p.snapshot.buffers);
     }
-    if (at_begin) ParallelCopy(copies, options_.snapshot_threads);
+    if (at_begin) ParallelCopy(copies);
   }
   // Only a snapshot copied here is taken already; the others are released by the writer thread.
   p.snapshot_taken = options_.snapshot == SaveOptions::Snapshot::kAtBegin;

@@ -57,12 +57,6 @@
 // same call: the Poll that returns true, or Save/Wait/Finish/the next SaveAsync. Meanwhile rank 0
 // may already have renamed step_N and updated `latest` (a reader may see the new checkpoint
 // first); `latest` never names a checkpoint whose manifest is not durable (FORMAT.md).
-// With SaveOptions::writer_nice > 0 the background thread lowers its own priority once the
-// snapshot is taken, so the file writing and checksums yield the cores to the training threads.
-// Off by default: on a loaded machine a niced writer starves (nice 10 weighs ~1/10 of a normal
-// thread), the save is still running when the next one starts, and that SaveAsync blocks until
-// it ends (train_mlp, 8.4M parameters, 1 rank, load 12 on 2 cores: 3.9 s blocked at nice 10, at
-// most 27 ms at nice 0).
 //
 // Errors are never silent and are the same on every rank: a validation error, a rank's write
 // failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) or a failure of rank 0's
@@ -119,9 +113,6 @@ struct SaveOptions {
     kInPlace = 2,  // no copy: the writer reads the caller's memory until WaitSnapshot
   };
   Snapshot snapshot = Snapshot::kAtBegin;
-  // Threads copying the snapshot inside SaveAsync (the caller is blocked meanwhile anyway);
-  // 0 = min(4, hardware threads).
-  int snapshot_threads = 0;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
   // Poll: every agree_every-th call of a phase (and its first) starts the ranks' non-blocking
@@ -129,9 +120,6 @@ struct SaveOptions {
   // commit (a caller that saves every K Polls with K <= agree_every gets one agreement per phase,
   // so the commit often completes only in the next SaveAsync).
   int agree_every = 4;
-  // Nice value of the background writer thread after its snapshot copy ([0, 19]; 0 keeps the
-  // caller's priority; see above). See framework/thread_priority.h.
-  int writer_nice = 0;
 };
 
 // The broadcast form of a CommitResult (background_commit.h) (JSON: status code and message, step,

@@ -151,6 +151,9 @@ extern "C" int dlclose(void*) { return 0; }
 
 namespace {
 
+// How often the progress thread drives the operations in flight (CommOptions::progress_thread).
+constexpr int kProgressPollMicroseconds = 20;
+
 using mpi_internal::PendingOp;
 using mpi_internal::ProgressSync;
 
@@ -390,7 +393,7 @@ std::unique_lock<std::mutex> MpiCommunicator::LockOps() const {
 
 void MpiCommunicator::ProgressLoop() {
   std::unique_lock<std::mutex> held(sync_->mu);
-  const auto pause = std::chrono::microseconds(std::max(0, options_.progress_poll_us));
+  const auto pause = std::chrono::microseconds(kProgressPollMicroseconds);
   while (!stop_progress_) {
     const uint64_t seen = issued_;
     bool in_flight = false, completed = false;

@@ -69,7 +69,7 @@
 // MPI_THREAD_MULTIPLE, and fails with kFailedPrecondition naming the levels when MPI was
 // initialised below it): the communicator starts one thread that, while operations are in
 // flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
-// (post-processing, temporaries back to the cache) every progress_poll_us, and sleeps on a
+// (post-processing, temporaries back to the cache) every 20 microseconds, and sleeps on a
 // condition variable when none is (it yields instead of pausing while a Wait() waits). One mutex
 // per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() never
 // takes it and only reads whether the operation is complete (a flag the completion sets last, so
