@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/collective_bytes.h"
+#include "checkpoint/meta_schema.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors.h"
@@ -319,6 +320,7 @@ Status CommitFiles(const ExportPlan& plan, const ExportOptions& options) {
 
 Status CheckSlotStarted(const json& meta, const std::string& slot, int64_t step,
                         const std::string& where) {
+  RETURN_IF_ERROR(CheckSlotEntries(meta, where));
   ASSIGN_OR_RETURN(SlotMeta found, FindSlotMeta(meta, slot, where));
   const json& progress = found.progress;
   if (!progress.is_object() || !progress.contains("started_at") ||
@@ -358,6 +360,7 @@ Status CheckSlotStarted(const json& meta, const std::string& slot, int64_t step,
 StatusOr<std::map<std::string, std::string>> ExportMetadata(const json& meta,
                                                             const std::string& slot, int64_t step,
                                                             const std::string& where) {
+  RETURN_IF_ERROR(CheckSlotEntries(meta, where));
   ASSIGN_OR_RETURN(SlotMeta found, FindSlotMeta(meta, slot, where));
   std::map<std::string, std::string> out;
   auto text = [](const json& v) {

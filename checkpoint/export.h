@@ -136,14 +136,15 @@ struct ExportPlan {
 // entry has no integer "started_at", passes. `step` is the checkpoint's; `where` names it.
 // Errors: kFailedPrecondition naming the slot, the checkpoint, its num_updates and started_at,
 // the step it starts after when its config entry has an integer "start_step", and what to do
-// (export "params", or train past that step and export a later checkpoint); kDataLoss as
-// FindSlotMeta for a malformed slot entry.
+// (export "params", or train past that step and export a later checkpoint); kDataLoss naming the
+// field for malformed slot entries (CheckSlotEntries, checkpoint/meta_schema.h: every slot list,
+// and the EMA counters, so a "started_at" of the wrong type is refused, not taken as started).
 Status CheckSlotStarted(const nlohmann::json& meta, const std::string& slot, int64_t step,
                         const std::string& where);
 
 // The __metadata__ ExportSafetensors writes for `slot` (see above). Errors: kDataLoss naming
-// `where` (e.g. the manifest) and the key path when the slot's meta entry is malformed
-// (checkpoint/slot_meta.h).
+// `where` (e.g. the manifest) and the key path when the slot entries are malformed
+// (CheckSlotEntries, checkpoint/meta_schema.h).
 StatusOr<std::map<std::string, std::string>> ExportMetadata(const nlohmann::json& meta,
                                                             const std::string& slot, int64_t step,
                                                             const std::string& where);

@@ -101,7 +101,10 @@ int Run(const std::string& out) {
       md["decay"] = "0.999";
       md["kind"] = "constant";
       md["interval"] = "1";
-      md["counters.num_updates"] = "17";  // the slot's progress entry (checkpoint/test_util)
+      // The slot's progress entry (checkpoint/test_util TestMeta).
+      md["counters.num_updates"] = "17";
+      md["counters.last_update_step"] = "17";
+      md["counters.started_at"] = "0";
     }
     expected.push_back({{"files", r->files},
                         {"index", r->index_file},

@@ -4,10 +4,12 @@
 // FindSlotMeta searches every section, knowing no section name (read by `ckpt export` for the
 // safetensors __metadata__ and by `ckpt inspect`).
 //
-// The meta is untrusted input: every value on the way is type-checked (checkpoint/json_reader.h
-// JsonField), so a manifest whose slot lists have the wrong shape is kDataLoss naming `where`
-// and the key path (e.g. "manifest 'D/manifest.json': key 'meta.ema.config.slots[0].name':
-// expected a string, found 5"), never an exception. A meta without the slot gives nulls.
+// The meta is untrusted input: every slot list of every section is type-checked (checkpoint/
+// json_reader.h JsonField), the lists past the slot's entries too, so a manifest whose slot lists
+// have the wrong shape is kDataLoss naming `where` and the key path (e.g. "manifest
+// 'D/manifest.json': key 'meta.ema.config.slots[0].name': expected a string, found 5"), never an
+// exception. A meta without the slot gives nulls. CheckSlotLists is that check alone (one rule of
+// the meta schema, checkpoint/meta_schema.h).
 //
 // Threading: pure function.
 #ifndef SHARDEMA_CHECKPOINT_SLOT_META_H_
@@ -26,6 +28,7 @@ struct SlotMeta {
   nlohmann::json progress;  // the slot's progress object without "name"; null when absent
 };
 
+Status CheckSlotLists(const nlohmann::json& meta, const std::string& where);
 StatusOr<SlotMeta> FindSlotMeta(const nlohmann::json& meta, const std::string& slot,
                                 const std::string& where);
 

@@ -81,7 +81,7 @@ nlohmann::json TestMeta(double ema_decay) {
   return {{"optimizer",
            {{"config",
              {{"kind", "adamw"}, {"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"weight_decay", 0.01}}},
-            {"progress", {{"step", 17}}}}},
+            {"progress", {{"step", 17}, {"skipped_steps", 0}}}}},
           {"ema",
            {{"config",
              {{"slots",
@@ -89,7 +89,12 @@ nlohmann::json TestMeta(double ema_decay) {
                  {"kind", "constant"},
                  {"decay", ema_decay},
                  {"interval", 1}}}}}},
-            {"progress", {{"slots", {{{"name", "ema_0.999"}, {"num_updates", 17}}}}}}}},
+            {"progress",
+             {{"slots",
+               {{{"name", "ema_0.999"},
+                 {"num_updates", 17},
+                 {"last_update_step", 17},
+                 {"started_at", 0}}}}}}}},
           {"rng", {{"seed", 1234}}},
           {"data", {{"position", 4096}}}};
 }

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "checkpoint/checksum.h"
+#include "checkpoint/format.h"
+#include "checkpoint/meta_schema.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
 
@@ -51,6 +53,8 @@ StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
   out.world_size = m.world_size;
   std::vector<char> buf(size_t(8) << 20);
   std::vector<Status> problems;
+  Status meta = CheckMetaSchema(m.meta, "manifest '" + JoinPath(out.dir, kManifestName) + "'");
+  if (!meta.ok()) problems.push_back(meta);
   for (int r = 0; r < m.world_size; ++r) {
     Status s = reader->CheckFile(r);
     if (s.ok()) s = VerifyFileContents(reader->FilePath(r), m.files[size_t(r)], m.chunk_bytes, buf);

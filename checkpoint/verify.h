@@ -1,7 +1,8 @@
 // VerifyCheckpoint: a full integrity check of a committed checkpoint, reading every byte once.
 //
-// Checks the manifest (against manifest.xxh3, then every invariant of Manifest::FromJson), and for
-// every rank file: presence, exact size, header fields, the whole-file XXH3 and every chunk XXH3.
+// Checks the manifest (against manifest.xxh3, then every invariant of Manifest::FromJson, then the
+// meta's schema: checkpoint/meta_schema.h, what resume reads, naming the field), and for every
+// rank file: presence, exact size, header fields, the whole-file XXH3 and every chunk XXH3.
 // All problems found are listed in the error, one per line (files are checked independently).
 //
 // Errors: kNotFound (missing checkpoint, `latest` target or rank file), kDataLoss (anything that

@@ -4,6 +4,8 @@
 #include <set>
 #include <utility>
 
+#include "checkpoint/json_reader.h"
+#include "checkpoint/meta_schema.h"
 #include "fsdp/device_ops.h"
 #include "fsdp/slot_names.h"
 #include "optim/fused_step.h"
@@ -14,18 +16,6 @@ nlohmann::json EmaCounters::ToJson() const {
   return {{"num_updates", num_updates},
           {"last_update_step", last_update_step},
           {"started_at", started_at}};
-}
-
-StatusOr<EmaCounters> EmaCounters::FromJson(const nlohmann::json& j) {
-  EmaCounters c;
-  try {
-    c.num_updates = j.at("num_updates").get<int64_t>();
-    c.last_update_step = j.at("last_update_step").get<int64_t>();
-    c.started_at = j.at("started_at").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss("EMA counters JSON is malformed: ", e.what());
-  }
-  return c;
 }
 
 EmaSlots::EmaSlots(ShardedParameterStore* store, std::vector<EmaConfig> configs)
@@ -379,18 +369,15 @@ std::vector<std::string> EmaSlots::SlotNames() const {
 Status EmaSlots::LoadProgress(const nlohmann::json& progress) {
   if (swapped())
     return FailedPrecondition("EMA slot '", swapped_, "' is swapped in: swap back first");
+  ASSIGN_OR_RETURN(
+      const std::vector<EmaSlotProgress> slots,
+      ParseEmaProgress(JsonField(progress, "EMA progress",
+                                 std::string("meta.") + kEmaMetaSection + ".progress")));
   std::vector<EmaCounters> next(configs_.size());
-  try {
-    for (const nlohmann::json& s : progress.at("slots")) {
-      const std::string name = s.at("name").get<std::string>();
-      StatusOr<EmaCounters> k = EmaCounters::FromJson(s);
-      if (!k.ok()) return k.status().WithContext("EMA progress JSON, slot '" + name + "'");
-      for (size_t i = 0; i < configs_.size(); ++i) {
-        if (configs_[i].name == name) next[i] = *k;
-      }
+  for (const EmaSlotProgress& s : slots) {
+    for (size_t i = 0; i < configs_.size(); ++i) {
+      if (configs_[i].name == s.name) next[i] = {s.num_updates, s.last_update_step, s.started_at};
     }
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss("EMA progress JSON is malformed: ", e.what());
   }
   counters_ = std::move(next);
   return Status::Ok();

@@ -91,9 +91,7 @@ struct EmaCounters {
   int64_t started_at = -1;        // completed step at which it was initialised; -1: not started
 
   bool started() const { return started_at >= 0; }
-  nlohmann::json ToJson() const;
-  // Errors: kDataLoss naming the field.
-  static StatusOr<EmaCounters> FromJson(const nlohmann::json& j);
+  nlohmann::json ToJson() const;  // parsed back by checkpoint/meta_schema.h ParseEmaProgress
   friend bool operator==(const EmaCounters& a, const EmaCounters& b) {
     return a.num_updates == b.num_updates && a.last_update_step == b.last_update_step &&
            a.started_at == b.started_at;
@@ -179,7 +177,8 @@ class EmaSlots {
   nlohmann::json ConfigJson() const;
   nlohmann::json ProgressJson() const;  // {"slots": [{"name", EmaCounters::ToJson() fields}]}
   // Restores the counters of the slots named in ProgressJson() output (others start afresh).
-  // Errors: kFailedPrecondition while swapped; kDataLoss for malformed JSON (nothing changes).
+  // Errors: kFailedPrecondition while swapped; kDataLoss naming the field for malformed JSON
+  // (checkpoint/meta_schema.h ParseEmaProgress, the schema verify checks; nothing changes).
   Status LoadProgress(const nlohmann::json& progress);
   // The registry slots of the EMAs, in config order.
   std::vector<std::string> SlotNames() const;

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/json_reader.h"
+#include "checkpoint/meta_schema.h"
 #include "framework/glob.h"
 #include "framework/logging.h"
 #include "fsdp/slot_registry.h"
@@ -398,16 +400,11 @@ nlohmann::json Optimizer::ProgressJson() const {
 }
 
 Status Optimizer::LoadProgress(const nlohmann::json& progress) {
-  int64_t step = 0, skipped = 0;
-  try {
-    step = progress.at("step").get<int64_t>();
-    skipped = progress.at("skipped_steps").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss("optimizer progress JSON is malformed: ", e.what());
-  }
-  if (step < 0 || skipped < 0) {
-    return DataLoss("optimizer progress JSON: negative step ", step, " or skipped_steps ", skipped);
-  }
+  ASSIGN_OR_RETURN(const OptimizerProgress p,
+                   ParseOptimizerProgress(
+                       JsonField(progress, "optimizer progress",
+                                 std::string("meta.") + kOptimizerMetaSection + ".progress")));
+  const int64_t step = p.step, skipped = p.skipped_steps;
   if (decider_ != nullptr) {
     RETURN_IF_ERROR(Sync());
     RETURN_IF_ERROR(decider_->Reset(step, skipped, store_->stream()));

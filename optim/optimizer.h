@@ -189,7 +189,8 @@ class Optimizer {
   // {"step", "skipped_steps"} of the resolved steps: call Sync() first on CUDA (TrainState does).
   nlohmann::json ProgressJson() const;
   // Restores the counters from ProgressJson() output (on CUDA after Sync(), and the device's
-  // update counter too). Errors: kDataLoss (malformed, negative); nothing changes on error.
+  // update counter too). Errors: kDataLoss naming the field (malformed, negative:
+  // checkpoint/meta_schema.h ParseOptimizerProgress, the schema verify checks); nothing changes.
   Status LoadProgress(const nlohmann::json& progress);
   // The registry slots this optimizer owns, in registration order.
   const std::vector<std::string>& SlotNames() const { return slot_names_; }

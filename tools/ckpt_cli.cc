@@ -122,8 +122,9 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
 
   CLI::App* verify = app.add_subcommand(
       "verify",
-      "check every checksum of every file (manifest, rank-file headers, every chunk, whole files); "
-      "exits 0 only if the checkpoint is intact, else prints every problem naming the file");
+      "check every checksum of every file (manifest, rank-file headers, every chunk, whole files) "
+      "and the meta's schema (what resume reads); exits 0 only if the checkpoint is intact, else "
+      "prints every problem naming the file or the meta field");
   verify->add_option("DIR", raw.dir, kDirHelp)->required();
   CLI::Option* verify_step = AddStep(verify, raw);
   CLI::Option* verify_all =

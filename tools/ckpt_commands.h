@@ -8,7 +8,8 @@
 //   Inspect  step, world size, units, tensors and shapes, slots (dtype, EMA hyperparameters and
 //            counters from the meta, sizes per rank and total), buffers, rank files, meta;
 //            text or JSON (checkpoint_summary.h). Reads the manifest only.
-//   Verify   every checksum of every file (VerifyCheckpoint); `all` verifies every committed
+//   Verify   every checksum of every file and the meta's schema, what resume reads
+//            (VerifyCheckpoint, checkpoint/meta_schema.h); `all` verifies every committed
 //            checkpoint of a root. OK lines go to `out`; the failure is the returned status, whose
 //            message lists every problem naming the file.
 //   Export   one slot as safetensors (ExportSafetensors); prints the files written. An EMA slot

@@ -210,6 +210,7 @@ TEST_F(HostileManifestTest, ManifestDamageIsDataLossNamingTheKey) {
   }
 }
 
+// Every meta edit that resume refuses is refused by verify: tools/resume_meta_test.cc.
 TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
   struct Case {
     const char* what;
@@ -238,8 +239,8 @@ TEST_F(HostileManifestTest, MetaEmaOfTheWrongShapeIsDataLossForItsReaders) {
     WriteEdited(c.edit);
     const Outcome o = RunReaders();
     EXPECT_TRUE(o.read.ok()) << c.what << ": " << o.read;  // meta is free JSON to the format
-    EXPECT_TRUE(o.verified.ok()) << c.what << ": " << o.verified;
-    for (const Status* s : {&o.inspect, &o.exported}) {
+    // verify checks the meta's schema too (checkpoint/meta_schema.h; issue 33 item 3: it passed).
+    for (const Status* s : {&o.inspect, &o.exported, &o.verified}) {
       EXPECT_EQ(s->code(), StatusCode::kDataLoss) << c.what << ": " << *s;
       EXPECT_NE(s->message().find(c.needle), std::string::npos) << c.what << ": " << *s;
       EXPECT_NE(s->message().find(JoinPath(dir_, kManifestName)), std::string::npos)

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "checkpoint/hparams.h"
+#include "checkpoint/json_reader.h"
+#include "checkpoint/meta_schema.h"
 
 namespace shardema {
 
@@ -10,15 +12,6 @@ namespace {
 
 nlohmann::json Section(nlohmann::json config, nlohmann::json progress, nlohmann::json slots) {
   return {{"config", std::move(config)}, {"progress", std::move(progress)}, {"slots", slots}};
-}
-
-// meta[section]["progress"]. Errors: kDataLoss naming the section.
-StatusOr<nlohmann::json> ProgressOf(const nlohmann::json& meta, const char* section) {
-  if (!meta.is_object() || !meta.contains(section) || !meta.at(section).is_object() ||
-      !meta.at(section).contains("progress")) {
-    return DataLoss("checkpoint meta has no '", section, ".progress' section");
-  }
-  return meta.at(section).at("progress");
 }
 
 }  // namespace
@@ -166,15 +159,18 @@ StatusOr<CheckpointState> TrainState::CheckpointView(const nlohmann::json& extra
 
 Status TrainState::FinishRestore(const nlohmann::json& meta, bool allow_config_change) {
   RETURN_IF_ERROR(CheckNotSwapped("restore"));
+  // The schema first (what verify checks, naming the field), then the config differences.
+  RETURN_IF_ERROR(CheckMetaSchema(meta, "checkpoint meta"));
   ASSIGN_OR_RETURN(nlohmann::json run, Meta());
   HparamCheckOptions check;
   check.sections = {kStoreSection, kOptimizerSection, kEmaSection};
   check.allow_override = allow_config_change;
   RETURN_IF_ERROR(CheckHyperparameters(meta, run, check).status());
-  ASSIGN_OR_RETURN(nlohmann::json opt_progress, ProgressOf(meta, kOptimizerSection));
-  ASSIGN_OR_RETURN(nlohmann::json ema_progress, ProgressOf(meta, kEmaSection));
-  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->LoadProgress(ema_progress));
-  RETURN_IF_ERROR(optimizer_->LoadProgress(opt_progress));
+  const JsonField root(meta, "checkpoint meta", "meta");
+  ASSIGN_OR_RETURN(const JsonField opt_progress, ProgressOf(root, kOptimizerSection));
+  ASSIGN_OR_RETURN(const JsonField ema_progress, ProgressOf(root, kEmaSection));
+  if (emas_ != nullptr) RETURN_IF_ERROR(emas_->LoadProgress(ema_progress.json()));
+  RETURN_IF_ERROR(optimizer_->LoadProgress(opt_progress.json()));
   if (store_->device().is_cuda()) {
     RETURN_IF_ERROR(store_->BeginShardUpdate());
     RETURN_IF_ERROR(staging_->UploadToDevice(store_->stream()));

@@ -50,7 +50,8 @@
 // the optimizer, the EMA slots (apply pending offloaded updates), then the store.
 // Errors: kInvalidArgument (bad options or configs, an extra section named like a component);
 // kFailedPrecondition (protocol misuse, an EMA slot swapped in, a configuration mismatch);
-// kDataLoss (malformed progress); communicator and CUDA errors pass through.
+// kDataLoss naming the field (a meta that breaks checkpoint/meta_schema.h: what verify refuses);
+// communicator and CUDA errors pass through.
 // Threading: one thread, like the store.
 #ifndef SHARDEMA_TRAIN_TRAIN_STATE_H_
 #define SHARDEMA_TRAIN_TRAIN_STATE_H_
@@ -61,6 +62,7 @@
 #include <vector>
 
 #include "checkpoint/load.h"
+#include "checkpoint/meta_schema.h"
 #include "checkpoint/state.h"
 #include "ema/ema_slots.h"
 #include "framework/status.h"
@@ -78,9 +80,10 @@ struct StagedCheckpoint {
 
 class TrainState {
  public:
-  static constexpr const char* kStoreSection = "store";
-  static constexpr const char* kOptimizerSection = "optimizer";
-  static constexpr const char* kEmaSection = "ema";
+  // The sections' names and their progress schema: checkpoint/meta_schema.h.
+  static constexpr const char* kStoreSection = kStoreMetaSection;
+  static constexpr const char* kOptimizerSection = kOptimizerMetaSection;
+  static constexpr const char* kEmaSection = kEmaMetaSection;
 
   // Takes the (initialised) store, registers the EMA slots (none when `emas` is empty) and the
   // optimizer's moments. Errors: EmaSlots::Create, Optimizer::Create.
