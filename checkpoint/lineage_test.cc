@@ -21,11 +21,11 @@ TEST(LineageTest, RoundTripsAndAbsentIsNotAnError) {
 }
 
 TEST(LineageTest, MalformedSectionsAreDataLossNamingTheField) {
-  for (const char* bad : {R"({"lineage": 3})", R"({"lineage": {"runs": []}})",
-                          R"({"lineage": {"runs": [{"id": 5}]}})",
-                          R"({"lineage": {"runs": [{"id": ""}]}})",
-                          R"({"lineage": {"runs": [{"id": "a", "from_step": -1}]}})",
-                          R"({"lineage": {"runs": [{"id": "a", "from_step": "3"}]}})"}) {
+  for (const char* bad :
+       {R"({"lineage": 3})", R"({"lineage": {"runs": []}})",
+        R"({"lineage": {"runs": [{"id": 5}]}})", R"({"lineage": {"runs": [{"id": ""}]}})",
+        R"({"lineage": {"runs": [{"id": "a", "from_step": -1}]}})",
+        R"({"lineage": {"runs": [{"id": "a", "from_step": "3"}]}})"}) {
     auto p = ParseLineage(nlohmann::json::parse(bad), "manifest 'x'");
     ASSERT_FALSE(p.ok()) << bad;
     EXPECT_EQ(p.status().code(), StatusCode::kDataLoss) << bad;

@@ -53,7 +53,8 @@ TEST(UploadRingTest, UploadsLandAndFreeSlotsNeverWait) {
   for (int u = 0; u < kUploads; ++u) {
     const size_t n = size_t(1000 + 997 * u);
     std::vector<uint32_t> back(n);
-    ASSERT_TRUE(CopyBytes(back.data(), Device::Cpu(), dst[size_t(u)].data(), dev, n * 4, *stream).ok());
+    ASSERT_TRUE(
+        CopyBytes(back.data(), Device::Cpu(), dst[size_t(u)].data(), dev, n * 4, *stream).ok());
     ASSERT_TRUE(SynchronizeStream(*stream).ok());
     for (size_t i = 0; i < n; i += 101) ASSERT_EQ(back[i], uint32_t(u * 1000003 + int(i))) << u;
   }
