@@ -719,6 +719,18 @@ TEST(LifecycleTest, ProgressThreadNeedsThreadMultiple) {
 // Progress) and an all-gather complete while the caller makes no call at all: the thread
 // counts both, and the caller's Test() then only sees them complete. Without one nothing moves
 // them but the caller's calls (the counter stays 0). The values are right either way.
+
+// recv: this rank's block of the summed reduce-scatter of Val(r, j); all: every rank's
+// all-gathered Val(q, i, 1).
+void ExpectSummedAndGathered(const Buf& recv, size_t count, const Buf& all, size_t gathered) {
+  const size_t base = Rank() * count;
+  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
+            "");
+  for (int q = 0; q < Size(); ++q) {
+    EXPECT_EQ(Diff(all, q * gathered, gathered, [q](size_t i) { return Val(q, i, 1); }), "")
+        << "block of rank " << q;
+  }
+}
 TEST(AsyncTest, ProgressThreadCompletesOperationsWithoutTheCaller) {
   MpiCommunicator* w = testing::MpiWorld();
   const bool threaded = w->options().progress_thread;
@@ -746,13 +758,7 @@ TEST(AsyncTest, ProgressThreadCompletesOperationsWithoutTheCaller) {
   }
   EXPECT_TRUE((*rs)->Wait().ok());
   EXPECT_TRUE((*ag)->Wait().ok());
-  const size_t base = Rank() * count;
-  EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
-            "");
-  for (int q = 0; q < Size(); ++q) {
-    EXPECT_EQ(Diff(all, q * gathered, gathered, [q](size_t i) { return Val(q, i, 1); }), "")
-        << "block of rank " << q;
-  }
+  ExpectSummedAndGathered(recv, count, all, gathered);
   ExpectStillInStep();
 }
 
@@ -789,13 +795,7 @@ TEST(AsyncTest, TestSeesEveryOperationTheProgressThreadCounted) {
     EXPECT_TRUE((*rs)->Wait().ok());
     EXPECT_TRUE((*ag)->Wait().ok());
     if (!w->options().progress_thread) EXPECT_EQ(w->completed_by_progress_thread(), 0);
-    const size_t base = Rank() * count;
-    EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
-              "");
-    for (int q = 0; q < Size(); ++q) {
-      EXPECT_EQ(Diff(all, q * gathered, gathered, [q](size_t i) { return Val(q, i, 1); }), "")
-          << "block of rank " << q;
-    }
+    ExpectSummedAndGathered(recv, count, all, gathered);
   }
   EXPECT_EQ(behind, 0) << "of " << polls << " polls, " << behind
                        << " saw an operation counted by the progress thread but not complete";
