@@ -102,7 +102,8 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
       "--synthetic-rows 40 --eval-every 2";
   StatusOr<TrainRun> one = Train(args, World());
   ASSERT_TRUE(one.ok()) << one.status();
-  StatusOr<TrainRun> three = Train(args + " --compute-threads 3 --profile", World());
+  StatusOr<TrainRun> three =
+      Train(args + " --compute-threads 3 --profile --bench-json --bench-warmup 1", World());
   ASSERT_TRUE(three.ok()) << three.status();
   // Split GEMMs may round differently; the training is the same.
   ASSERT_EQ(one->summary.losses.size(), three->summary.losses.size());
@@ -119,28 +120,35 @@ TEST(TrainerTest, ComputeThreadsProfileAndMemoryReport) {
     EXPECT_GT(three->summary.phases.ms(p), 0.0) << PhaseName(p);
   }
   EXPECT_LE(sum, three->summary.run_ms * 1.001);
-  ASSERT_EQ(three->summary.peak_rss_mib.size(), size_t(World()->world_size()));
-  for (double mib : three->summary.peak_rss_mib) EXPECT_GT(mib, 1.0);
+  // Step timing is --bench-json's alone: a run without it times no step.
+  EXPECT_TRUE(one->summary.timing.step_ms.empty());
+  EXPECT_TRUE(one->summary.timing.step_start_unix_ms.empty());
+  EXPECT_TRUE(one->summary.timing.peak_rss_mib.empty());
+  EXPECT_EQ(three->summary.timing.timed_steps, 3);  // 4 steps, --bench-warmup 1
+  EXPECT_GT(three->summary.timing.median_step_ms, 0.0);
+  ASSERT_EQ(three->summary.timing.peak_rss_mib.size(), size_t(World()->world_size()));
+  for (double mib : three->summary.timing.peak_rss_mib) EXPECT_GT(mib, 1.0);
   // The memory lines beside the state: AdamW + one EMA slot keep 4 f32 per local element
   // (master, two moments, EMA), the gradient shard one; f32 compute needs no compute shard; the
   // unit buffers held at least the largest unit's gradient (40*33 + 33 elements, any world size).
   const TrainSummary& m = three->summary;
-  EXPECT_GT(m.run_cpu_ms, 0.0);
+  EXPECT_GT(m.timing.run_cpu_ms, 0.0);
   EXPECT_EQ(m.grad_bytes_per_rank * 4, m.state_bytes_per_rank);
   EXPECT_EQ(m.compute_bytes_per_rank, 0);
   EXPECT_GE(m.unit_peak_bytes, int64_t(40 * 33 + 33) * 4);
   // Each step's start on the system clock: one per step, in order, each at least the previous
   // step's time later (1 % for a clock being slewed), all within this run.
-  ASSERT_EQ(m.step_start_unix_ms.size(), m.step_ms.size());
-  ASSERT_EQ(m.step_ms.size(), m.losses.size());
+  ASSERT_EQ(m.timing.step_start_unix_ms.size(), m.timing.step_ms.size());
+  ASSERT_EQ(m.timing.step_ms.size(), m.losses.size());
   const double now_ms =
       std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  for (size_t i = 0; i < m.step_ms.size(); ++i) {
-    EXPECT_LE(m.step_start_unix_ms[i], now_ms);
-    EXPECT_GT(m.step_start_unix_ms[i], now_ms - m.run_ms - 60e3);
+  for (size_t i = 0; i < m.timing.step_ms.size(); ++i) {
+    EXPECT_LE(m.timing.step_start_unix_ms[i], now_ms);
+    EXPECT_GT(m.timing.step_start_unix_ms[i], now_ms - m.run_ms - 60e3);
     if (i > 0) {
-      EXPECT_GE(m.step_start_unix_ms[i] - m.step_start_unix_ms[i - 1], 0.99 * m.step_ms[i - 1]);
+      EXPECT_GE(m.timing.step_start_unix_ms[i] - m.timing.step_start_unix_ms[i - 1],
+                0.99 * m.timing.step_ms[i - 1]);
     }
   }
 }

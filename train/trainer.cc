@@ -7,8 +7,6 @@
 #include <ctime>
 #include <deque>
 
-#include <sys/resource.h>
-
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "ema/snapshot.h"
@@ -24,27 +22,6 @@
 
 namespace shardema {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// CPU time of the whole process (all threads), in ms.
-double ProcessCpuMs() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
-}
-
-// The process's peak resident set size so far, in MiB.
-double PeakRssMib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
-}
 
 OptimizerOptions OptimizerOptionsFor(const TrainConfig& c, const TrainModel& model) {
   OptimizerOptions o;
@@ -227,8 +204,10 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> Trainer::CreateStore(int ranks_
   StatusOr<std::unique_ptr<ShardedParameterStore>> s =
       ShardedParameterStore::Create(units, {}, store_comm, so);
   RETURN_IF_ERROR(AgreeOnStatus(comm_, s.status(), "sharded store on " + so.device.ToString()));
-  Status init =
-      c.init.empty() ? model_->Init(s->get(), c.seed) : model_->InitFromFile(s->get(), c.init);
+  Status init = !c.init_from_slot.empty()
+                    ? InitFromCheckpointSlot(s->get(), c.init, c.init_from_slot)
+                : c.init.empty() ? model_->Init(s->get(), c.seed)
+                                 : model_->InitFromFile(s->get(), c.init);
   if (init.ok()) init = InjectedFault("trainer.init");
   RETURN_IF_ERROR(AgreeOnStatus(comm_, init, "parameter init"));
   return s;
@@ -432,43 +411,26 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.start_step = state_->step();  // skipped steps included: one step counter
   s.num_params = store()->layout().total_numel();
   s.state_bytes_per_rank = store()->StateBytesPerRank();
-  std::vector<double> cpu_ms;  // of the timed steps (after --bench-warmup)
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
-  const double run_cpu0 = ProcessCpuMs();
   std::deque<UnloggedStep> unlogged;  // steps whose rows wait for their decision (CUDA)
-  // --bench-json on a GPU: steps timed by device events at each step's start and after the last
-  // (no barrier, no synchronisation per step); on the CPU: a barrier per step, like the PyTorch
-  // peer's timing, and the host clock.
-  const bool device_timing = c.bench_json && device().is_cuda();
-  std::vector<CudaEvent> step_starts;
-  auto mark_step = [&]() -> Status {
-    ASSIGN_OR_RETURN(CudaEvent e, CudaEvent::Create(device(), /*timing=*/true));
-    RETURN_IF_ERROR(e.Record(store()->stream()));
-    step_starts.push_back(std::move(e));
-    return Status::Ok();
-  };
+  std::optional<StepTiming> timing;   // --bench-json only
+  if (c.bench_json) timing.emplace(comm_, device(), store()->stream(), c.bench_warmup);
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     const int64_t waits0 = HostWaitsOnThisThread();
-    if (c.bench_json && !device_timing) RETURN_IF_ERROR(comm_->Barrier());
-    if (device_timing) RETURN_IF_ERROR(mark_step());
+    if (timing) RETURN_IF_ERROR(timing->Begin());
     // Only a host that ran StepLoss::kSlots steps ahead of the device reads its losses here.
     if (loss_->unread() >= StepLoss::kSlots) {
       RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    s.step_start_unix_ms.push_back(std::chrono::duration<double, std::milli>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-    const double cpu0 = ProcessCpuMs();
     auto stepped = TrainStep(step);
     if (!stepped.ok()) return stepped.status().WithContext("step " + std::to_string(step + 1));
     auto outcome = *std::move(stepped);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const int64_t done = step + 1;
-    s.step_ms.push_back(ms);
-    if (done - s.start_step > c.bench_warmup) cpu_ms.push_back(ProcessCpuMs() - cpu0);
+    if (timing) timing->End(ms);
     unlogged.push_back({done, outcome.first, outcome.second, ms});
     // CUDA: a step's norm and skip decision reach the host after its optimizer pass. A step that
     // logs, evaluates or saves waits for them (Optimizer::Await); a quiet step only writes the
@@ -504,15 +466,7 @@ StatusOr<TrainSummary> Trainer::Run() {
                                                                  : std::string());
   }
   RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
-  if (device_timing && !step_starts.empty()) {  // each step: its start event to the next one's
-    RETURN_IF_ERROR(mark_step());
-    RETURN_IF_ERROR(store()->Synchronize());
-    const size_t first = s.step_ms.size() - (step_starts.size() - 1);
-    for (size_t i = 0; i + 1 < step_starts.size(); ++i) {
-      ASSIGN_OR_RETURN(s.step_ms[first + i],
-                       CudaEvent::ElapsedMs(step_starts[i], step_starts[i + 1]));
-    }
-  }
+  if (timing) RETURN_IF_ERROR(timing->Finish());
   s.loop_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)
           .count();
@@ -541,20 +495,8 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (m.kind == "compute") s.compute_bytes_per_rank += m.bytes;
     if (m.kind == "unit_peak") s.unit_peak_bytes = std::max(s.unit_peak_bytes, m.bytes);
   }
-  // Median step wall and CPU time of this rank, then the slowest rank's; peak RSS of each rank.
-  // The timed steps are those after --bench-warmup: step_ms's tail, cpu_ms's length.
-  s.timed_steps = int64_t(cpu_ms.size());
-  const std::vector<double> timed(s.step_ms.end() - s.timed_steps, s.step_ms.end());
-  const int world = comm_->world_size();
-  std::vector<float> all(size_t(4 * world));
-  const float mine[4] = {float(Median(timed)), float(Median(cpu_ms)), float(PeakRssMib()),
-                         float(ProcessCpuMs() - run_cpu0)};
-  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 4, DType::kF32));
-  for (int r = 0; r < world; ++r) {
-    s.median_step_ms = std::max(s.median_step_ms, double(all[size_t(4 * r)]));
-    s.median_step_cpu_ms = std::max(s.median_step_cpu_ms, double(all[size_t(4 * r + 1)]));
-    s.peak_rss_mib.push_back(all[size_t(4 * r + 2)]);
-    s.run_cpu_ms += double(all[size_t(4 * r + 3)]);
+  if (timing) {
+    ASSIGN_OR_RETURN(s.timing, timing->Report());
   }
   return s;
 }

@@ -40,9 +40,9 @@
 // CPU kernels: Setup agrees on the nn/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any rank
 // supports); --compute-threads threads per rank run the layers. --profile adds each phase's wall
 // time to TrainSummary::phases (forward/backward/waits from the model's UnitRunner; zeroing,
-// optimizer, loss all-reduce, eval and saves here); --bench-json adds CPU time and peak RSS and
-// times each step: on the CPU after a barrier by the host clock, on a GPU by CUDA events (no
-// barrier, no synchronisation per step).
+// optimizer, loss all-reduce, eval and saves here); --bench-json times each step and adds CPU
+// time and peak RSS (train/step_timing.h: on the CPU after a barrier by the host clock, on a GPU
+// by CUDA events, no synchronisation per step); without it no step does timing work.
 //
 // Every call is collective over the communicator (all ranks call the same methods).
 // Errors: configuration and data errors (kInvalidArgument, kNotFound, kDataLoss, naming the flag
@@ -70,6 +70,7 @@
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/step_loss.h"
+#include "train/step_timing.h"
 #include "train/train_config.h"
 #include "train/train_state.h"
 #include "train/trainer_checkpoint.h"
@@ -89,26 +90,14 @@ struct TrainSummary {
   EvalLosses final_eval;
   ResumeInfo resume;
   std::string last_checkpoint;  // directory of the final checkpoint ("" without --ckpt-dir)
-  // Timing (the same on every rank): median over the steps after --bench-warmup of this rank's
-  // step wall time, max over ranks (0 when too few steps ran).
-  double median_step_ms = 0;
-  double median_step_cpu_ms = 0;  // the same for the process CPU time (all threads)
-  int64_t timed_steps = 0;
-  std::vector<double> peak_rss_mib;  // per rank: getrusage's maximum resident set size
-  // Process CPU time (all threads: a checkpoint writer's too) of Run, summed over the ranks.
-  double run_cpu_ms = 0;
   // --profile: rank 0's time per phase over the whole run, and that run's wall time.
   PhaseTimes phases;
   double run_ms = 0;
   // This rank's wall time of the training loop: every step with its evaluations, snapshots and
   // mid-run saves or Polls (not the setup, the final evaluation or the final save).
   double loop_ms = 0;
-  // This rank's wall time of every step run here (start_step+1 ...), as timed for the median
-  // (the step itself: not its evaluation, snapshot, save or Poll after it).
-  std::vector<double> step_ms;
-  // When each of those steps began on this rank, in Unix-epoch milliseconds (the system clock):
-  // lines the steps up with work outside the process (bench/save_stall_bench's floor passes).
-  std::vector<double> step_start_unix_ms;
+  // --bench-json only (else empty): step times, peak RSS, CPU time (train/step_timing.h).
+  StepTimes timing;
   int64_t state_bytes_per_rank = 0;  // master + moments + EMA slots (store StateBytesPerRank)
   // Rank 0's other store memory (store MemoryReport): the fp32 gradient shard, a bf16/f16
   // compute shard (0 for f32), and the high-water mark of its unit buffers (gathered parameters

@@ -149,24 +149,25 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
                 << summary->phases.Format(steps, summary->run_ms);
     }
     if (config.bench_json) {
-      nlohmann::json j = {{"world", (*comm)->world_size()},
-                          {"step_ms", summary->median_step_ms},
-                          {"cpu_ms", summary->median_step_cpu_ms},
-                          {"run_cpu_ms", summary->run_cpu_ms},
-                          {"loop_ms", summary->loop_ms},
-                          {"steps_ms", RoundedTo(summary->step_ms, 0.001)},
-                          {"steps_start_unix_ms", RoundedTo(summary->step_start_unix_ms, 0.001)},
-                          {"peak_rss_mib", summary->peak_rss_mib},
-                          {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
-                          {"compute_threads", config.compute_threads},
-                          {"timed_steps", summary->timed_steps},
-                          {"state_bytes_per_rank", summary->state_bytes_per_rank},
-                          {"grad_bytes_per_rank", summary->grad_bytes_per_rank},
-                          {"compute_bytes_per_rank", summary->compute_bytes_per_rank},
-                          {"unit_peak_bytes", summary->unit_peak_bytes},
-                          {"params", summary->num_params},
-                          {"batch", config.batch},
-                          {"device", (*trainer)->device().ToString()}};
+      nlohmann::json j = {
+          {"world", (*comm)->world_size()},
+          {"step_ms", summary->timing.median_step_ms},
+          {"cpu_ms", summary->timing.median_step_cpu_ms},
+          {"run_cpu_ms", summary->timing.run_cpu_ms},
+          {"loop_ms", summary->loop_ms},
+          {"steps_ms", RoundedTo(summary->timing.step_ms, 0.001)},
+          {"steps_start_unix_ms", RoundedTo(summary->timing.step_start_unix_ms, 0.001)},
+          {"peak_rss_mib", summary->timing.peak_rss_mib},
+          {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
+          {"compute_threads", config.compute_threads},
+          {"timed_steps", summary->timing.timed_steps},
+          {"state_bytes_per_rank", summary->state_bytes_per_rank},
+          {"grad_bytes_per_rank", summary->grad_bytes_per_rank},
+          {"compute_bytes_per_rank", summary->compute_bytes_per_rank},
+          {"unit_peak_bytes", summary->unit_peak_bytes},
+          {"params", summary->num_params},
+          {"batch", config.batch},
+          {"device", (*trainer)->device().ToString()}};
       j.update((*trainer)->model().BenchJson());
       std::cout << j.dump() << "\n";
     }
