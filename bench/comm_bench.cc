@@ -24,7 +24,9 @@
 // shared or busy machine see the same load, so the paired ratio is steadier than the ratio of
 // the two medians in the table. Also <op>_vs_blocking (ours / mpi, paired the same way),
 // <op>_busbw_gbs (ours, from the table) and wrong = total #wrong; rs_ring_vs_mpi = ring / mpi-nb
-// reduce-scatter busbw (paired) and rs_ring_busbw_gbs.
+// reduce-scatter busbw (paired) and rs_ring_busbw_gbs; rs_ring_vs_mpi_min: the smallest of
+// those paired ratios over all sizes, at rs_ring_vs_mpi_min_bytes (where MPI's own reduce-scatter
+// comes closest to, or beats, the ring).
 // Run it under plain mpirun, not tests/mpi_run.sh (which turns off OpenMPI's shared-memory
 // single copy and slows large collectives).
 #include <mpi.h>
@@ -280,6 +282,8 @@ Status Run(const Flags& f) {
   }
   std::map<Op, std::vector<Row>> largest;
   int64_t total_wrong = 0;
+  double ring_vs_mpi_min = std::numeric_limits<double>::infinity();
+  size_t ring_vs_mpi_min_bytes = 0;
   for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce}) {
     for (size_t bytes = min_bytes; st.ok() && bytes <= max_bytes; bytes *= size_t(f.step_factor)) {
       std::vector<Row> rows;
@@ -295,6 +299,10 @@ Status Run(const Flags& f) {
                     static_cast<long long>(rows[m].wrong));
       }
       largest[op] = rows;
+      if (op == Op::kReduceScatter && rank == 0) {  // impls: 2 mpi-nb, 4 ring
+        const double r = PairedRatio(rows[4], rows[2]);
+        if (r < ring_vs_mpi_min) ring_vs_mpi_min = r, ring_vs_mpi_min_bytes = full * sizeof(float);
+      }
       if (bytes > max_bytes / size_t(f.step_factor)) break;  // no overflow past max
     }
     if (!st.ok()) break;
@@ -308,12 +316,13 @@ Status Run(const Flags& f) {
         "summary: rs_busbw_ratio=%.3f ag_busbw_ratio=%.3f ar_busbw_ratio=%.3f "
         "rs_vs_blocking=%.3f ag_vs_blocking=%.3f ar_vs_blocking=%.3f "
         "rs_busbw_gbs=%.3f ag_busbw_gbs=%.3f ar_busbw_gbs=%.3f wrong=%lld ranks=%d "
-        "max_bytes=%zu rs_ring_vs_mpi=%.3f rs_ring_busbw_gbs=%.3f\n",
+        "max_bytes=%zu rs_ring_vs_mpi=%.3f rs_ring_busbw_gbs=%.3f rs_ring_vs_mpi_min=%.3f "
+        "rs_ring_vs_mpi_min_bytes=%zu\n",
         ratio(Op::kReduceScatter, 2), ratio(Op::kAllGather, 2), ratio(Op::kAllReduce, 2),
         ratio(Op::kReduceScatter, 3), ratio(Op::kAllGather, 3), ratio(Op::kAllReduce, 3),
         largest[Op::kReduceScatter][0].busbw, largest[Op::kAllGather][0].busbw,
         largest[Op::kAllReduce][0].busbw, static_cast<long long>(total_wrong), n, max_bytes,
-        ring_vs_mpi, largest[Op::kReduceScatter][4].busbw);
+        ring_vs_mpi, largest[Op::kReduceScatter][4].busbw, ring_vs_mpi_min, ring_vs_mpi_min_bytes);
   }
   std::fflush(stdout);
   MPI_Comm_free(&raw);

@@ -53,7 +53,10 @@
 # `summary: async_loop_ratio=... inplace_loop_ratio=... (goal <= 0.10) async_cost_ratio=<async_cost_s
 # / sync_cost_s> ... async_block_ratio=... sync_cpu_ms=... async_cpu_ms=... inplace_cpu_ms=...
 # async_inrun_ratio=... inplace_inrun_ratio=... sync_inrun_ms=... ... none_step_cost_ms=...
-# floor_inrun_ratio=... copy_inrun_ratio=... floor_inrun_ms=... copy_inrun_ms=...`.
+# floor_inrun_ratio=... copy_inrun_ratio=... floor_inrun_ms=... copy_inrun_ms=...
+# none_rss_mib=... sync_rss_mib=... async_rss_mib=... inplace_rss_mib=...` (the *_rss_mib: peak
+# RSS of the largest rank, the median over repeats: the memory each mode costs).
+# bench/record.sh save_stall_bench -- bazel-bin/bench/save_stall_bench ... keeps a results file.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -113,7 +116,7 @@ start_floors() {  # mode
   done
 }
 
-run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
+run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms peak_rss_mib"
   local mode="$1" extra=() floors=()
   case "$mode" in
     sync) extra=(--save-every "$save_every") ;;
@@ -145,21 +148,23 @@ run() {  # mode -> "wall_seconds run_cpu_ms save_phase_ms loop_ms step_cost_ms"
   awk -v a="$t0" -v b="$t1" -v c="$(bench_field "$line" run_cpu_ms)" \
     -v d="$(awk '$1 == "save" {print $2}' <<<"$out" | tail -1)" \
     -v e="$(bench_field "$line" loop_ms)" -v f="$(bench_save_step_cost "$save_every" "${at[@]}" <<<"$line")" \
+    -v g="$(bench_field_max "$line" peak_rss_mib)" \
     'function z(x) { return x == "na" || x == "" ? 0 : x }
-     BEGIN { printf "%.3f %.1f %.1f %.1f %s", b-a, z(c), z(d), z(e),
-             (f == "na" || f == "" ? "na" : sprintf("%.2f", f)) }'
+     BEGIN { printf "%.3f %.1f %.1f %.1f %s %.1f", b-a, z(c), z(d), z(e),
+             (f == "na" || f == "" ? "na" : sprintf("%.2f", f)), z(g) }'
 }
 
 echo "# save_stall_bench: MLP $layers, batch $batch, $world ranks, $steps steps, save every $save_every ($saves mid-run saves), $repeats repeats, $(nproc --all) cores"
 none=() sync=() async=() inplace=() none_cpu=() sync_cpu=() async_cpu=() inplace_cpu=()
 none_blk=() sync_blk=() async_blk=() inplace_blk=() none_loop=() sync_loop=() async_loop=()
 inplace_loop=() none_stc=() sync_stc=() async_stc=() inplace_stc=() floor_stc=() copy_stc=()
+none_rss=() sync_rss=() async_rss=() inplace_rss=() floor_rss=() copy_rss=()
 for _ in $(seq "$repeats"); do
   for mode in none sync async inplace floor copy; do
     figures="$(run "$mode")" || exit 1
-    read -r wall cpu blk loop stc <<<"$figures"
+    read -r wall cpu blk loop stc rss <<<"$figures"
     eval "$mode+=($wall) ${mode}_cpu+=($cpu) ${mode}_blk+=($blk) ${mode}_loop+=($loop)"
-    eval "${mode}_stc+=($stc)"
+    eval "${mode}_stc+=($stc) ${mode}_rss+=($rss)"
   done
 done
 echo "#   runs (s): none ${none[*]} | sync ${sync[*]} | async ${async[*]} | inplace ${inplace[*]}"
@@ -167,6 +172,7 @@ echo "#   run CPU (ms, all ranks): none ${none_cpu[*]} | sync ${sync_cpu[*]} | a
 echo "#   save phase (ms, rank 0): none ${none_blk[*]} | sync ${sync_blk[*]} | async ${async_blk[*]} | inplace ${inplace_blk[*]}"
 echo "#   training loop (ms, rank 0): none ${none_loop[*]} | sync ${sync_loop[*]} | async ${async_loop[*]} | inplace ${inplace_loop[*]}"
 echo "#   in-run step cost (ms per save, rank 0): none ${none_stc[*]} | sync ${sync_stc[*]} | async ${async_stc[*]} | inplace ${inplace_stc[*]} | floor ${floor_stc[*]} | copy ${copy_stc[*]}"
+echo "#   peak RSS (MiB, the largest rank): none ${none_rss[*]} | sync ${sync_rss[*]} | async ${async_rss[*]} | inplace ${inplace_rss[*]}"
 echo "#   load: $(uptime | sed 's/.*load/load/')"
 n="$(bench_median "${none[@]}")"
 s="$(bench_median "${sync[@]}")"
@@ -198,10 +204,16 @@ ast="$(bench_median "${async_stc[@]}")"
 ist="$(bench_median "${inplace_stc[@]}")"
 fst="$(bench_median "${floor_stc[@]}")"
 cst="$(bench_median "${copy_stc[@]}")"
+# Peak RSS per rank (the largest rank's), the median over repeats: what a mode costs in memory.
+nr="$(bench_median "${none_rss[@]}")"
+sr="$(bench_median "${sync_rss[@]}")"
+ar="$(bench_median "${async_rss[@]}")"
+ir="$(bench_median "${inplace_rss[@]}")"
 awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acpu="$ac" \
     -v nb="$nb" -v sblk="$sb" -v ablk="$ab" -v sl="$sl" -v al="$al" \
     -v i="$i" -v icpu="$ic" -v iblk="$ib" -v il="$il" \
-    -v nst="$nst" -v sst="$sst" -v ast="$ast" -v ist="$ist" -v fst="$fst" -v cst="$cst" 'BEGIN {
+    -v nst="$nst" -v sst="$sst" -v ast="$ast" -v ist="$ist" -v fst="$fst" -v cst="$cst" \
+    -v nr="$nr" -v sr="$sr" -v ar="$ar" -v ir="$ir" 'BEGIN {
   sc = (s - n) / k; ac = (a - n) / k; ic = (i - n) / k;
   slm = sl / k; alm = al / k; ilm = il / k;
   scm = (scpu - nc) / k; acm = (acpu - nc) / k; icm = (icpu - nc) / k;
@@ -219,5 +231,5 @@ awk -v n="$n" -v s="$s" -v a="$a" -v k="$saves" -v nc="$nc" -v scpu="$sc" -v acp
   printf "%8s %10.3f %14.4f %14.1f %14.1f %16.1f %12.1f\n", "inplace", i, ic, ilm, ibm, icm, i_in;
   printf "%8s %10s %14s %14s %14s %16s %12s\n", "floor", "-", "-", "-", "-", "-", f_in;
   printf "%8s %10s %14s %14s %14s %16s %12s\n", "copy", "-", "-", "-", "-", "-", c_in;
-  printf "summary: async_loop_ratio=%.3f inplace_loop_ratio=%.3f async_cost_ratio=%.3f inplace_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f inplace_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f inplace_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f inplace_cpu_ms=%.1f async_inrun_ratio=%.3f inplace_inrun_ratio=%.3f sync_inrun_ms=%.1f async_inrun_ms=%.1f inplace_inrun_ms=%.1f none_step_cost_ms=%.1f floor_inrun_ratio=%s copy_inrun_ratio=%s floor_inrun_ms=%s copy_inrun_ms=%s\n",
-         (slm > 0 ? alm / slm : 0), (slm > 0 ? ilm / slm : 0), (sc > 0 ? ac / sc : 0), (sc > 0 ? ic / sc : 0), sc, ac, n, slm, alm, ilm, (sbm > 0 ? abm / sbm : 0), sbm, abm, ibm, scm, acm, icm, (s_in > 0 ? a_in / s_in : 0), (s_in > 0 ? i_in / s_in : 0), s_in, a_in, i_in, nst, f_r, c_r, f_in, c_in }'
+  printf "summary: async_loop_ratio=%.3f inplace_loop_ratio=%.3f async_cost_ratio=%.3f inplace_cost_ratio=%.3f sync_cost_s=%.4f async_cost_s=%.4f none_s=%.3f sync_loop_ms=%.1f async_loop_ms=%.1f inplace_loop_ms=%.1f async_block_ratio=%.3f sync_block_ms=%.1f async_block_ms=%.1f inplace_block_ms=%.1f sync_cpu_ms=%.1f async_cpu_ms=%.1f inplace_cpu_ms=%.1f async_inrun_ratio=%.3f inplace_inrun_ratio=%.3f sync_inrun_ms=%.1f async_inrun_ms=%.1f inplace_inrun_ms=%.1f none_step_cost_ms=%.1f floor_inrun_ratio=%s copy_inrun_ratio=%s floor_inrun_ms=%s copy_inrun_ms=%s none_rss_mib=%.1f sync_rss_mib=%.1f async_rss_mib=%.1f inplace_rss_mib=%.1f\n",
+         (slm > 0 ? alm / slm : 0), (slm > 0 ? ilm / slm : 0), (sc > 0 ? ac / sc : 0), (sc > 0 ? ic / sc : 0), sc, ac, n, slm, alm, ilm, (sbm > 0 ? abm / sbm : 0), sbm, abm, ibm, scm, acm, icm, (s_in > 0 ? a_in / s_in : 0), (s_in > 0 ? i_in / s_in : 0), s_in, a_in, i_in, nst, f_r, c_r, f_in, c_in, nr, sr, ar, ir }'

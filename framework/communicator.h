@@ -102,8 +102,10 @@ struct CommOptions {
   // how many chunks it keeps in flight at once (0: all). Each chunk in flight holds a receive
   // temporary of 2 chunks (1 with CollectiveOptions::overwrite_send) for the call's duration, so
   // a ring reduce-scatter's temporary is at most 2 x 4 x 1 MiB by default, whatever the count.
-  // kRing is the default: bench/comm_bench measured it 1.8-2.2x the busbw of OpenMPI's
-  // MPI_Ireduce_scatter_block at 16 MiB (2 and 4 ranks), and train_mlp's step 0.91x.
+  // kRing is the default: bench/comm_bench measured 1.6-5.5x the busbw of OpenMPI's
+  // MPI_Ireduce_scatter_block from 1 MiB arrays up at 2 and 4 ranks; kMpi stays for small arrays,
+  // where it was faster at 4 ranks on 2 cores (16-256 KiB: 0.78-0.86 of the ring's time;
+  // bench/results/comm_bench_w2_2026-11-28T013915Z.json, comm_bench_w4_2026-11-28T013953Z.json).
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
   size_t ring_chunk_bytes = size_t(1) << 20;
   size_t ring_chunks_in_flight = 4;
