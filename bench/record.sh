@@ -5,6 +5,7 @@
 #    "load_avg_after", "host"}, "commit", "dirty" (uncommitted changes under the source tree),
 #    "command", "note", "seconds", "exit_code", "summary": {key: value, ...} (the command's last
 #    `summary: key=value ...` line, numbers as numbers), "output_tail": [its last 80 lines]}.
+# $SHARDEMA_RESULTS_DIR replaces bench/results (tests).
 # Exits with the command's status (the file is written either way; a missing summary line is
 # recorded as {} and makes the exit non-zero when the command itself succeeded).
 set -uo pipefail
@@ -18,9 +19,10 @@ if [ "${1:-}" = "--note" ]; then note="$2"; shift 2; fi
 shift
 [ $# -gt 0 ] || { echo "record.sh: no command" >&2; exit 2; }
 case "$name" in *[!A-Za-z0-9_.-]*) echo "record.sh: NAME '$name': letters, digits, _ . - only" >&2; exit 2 ;; esac
-mkdir -p "$root/bench/results"
+results="${SHARDEMA_RESULTS_DIR:-$root/bench/results}"
+mkdir -p "$results"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
-out="$root/bench/results/${name}_${stamp}.json"
+out="$results/${name}_${stamp}.json"
 log=$(mktemp /tmp/shardema-record.XXXXXX)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$(date +%s.%N)
