@@ -620,6 +620,10 @@ int Run(int argc, char** argv) {
   j["command"] = command;
   j["commit"] =
       Slurp("git -C '" + (root.empty() ? std::string(".") : root) + "' rev-parse HEAD 2>/dev/null");
+  // Uncommitted changes to what the figures depend on (the layer kit, this benchmark).
+  j["dirty"] = !Slurp("git -C '" + (root.empty() ? std::string(".") : root) +
+                      "' status --porcelain -- nn bench/gemm_backend_bench.cc 2>/dev/null")
+                    .empty();
   j["machine"] = Machine();
   j["load_avg_start"] = LoadAvg();
   j["debian_packages"] = Slurp(
