@@ -31,6 +31,16 @@ StatusOr<std::optional<Lineage>> ParseLineage(const nlohmann::json& meta, const 
       }
       run.from_step = from.get<int64_t>();
     }
+    if (r.contains("master_from_slot")) {
+      const nlohmann::json& slot = r["master_from_slot"];
+      if (!slot.is_string() || slot.get<std::string>().empty() || !run.from_step) {
+        return DataLoss(what, ": ", at,
+                        ".master_from_slot must be a non-empty string on a run with a from_step, "
+                        "not ",
+                        slot.dump(), run.from_step ? "" : " (from_step is null)");
+      }
+      run.master_from_slot = slot.get<std::string>();
+    }
     out.runs.push_back(run);
   }
   return std::optional<Lineage>(out);
@@ -39,17 +49,19 @@ StatusOr<std::optional<Lineage>> ParseLineage(const nlohmann::json& meta, const 
 nlohmann::json LineageJson(const Lineage& lineage) {
   nlohmann::json runs = nlohmann::json::array();
   for (const LineageRun& r : lineage.runs) {
-    runs.push_back({{"id", r.id},
-                    {"from_step", r.from_step ? nlohmann::json(*r.from_step) : nlohmann::json()}});
+    nlohmann::json run = {
+        {"id", r.id}, {"from_step", r.from_step ? nlohmann::json(*r.from_step) : nlohmann::json()}};
+    if (!r.master_from_slot.empty()) run["master_from_slot"] = r.master_from_slot;
+    runs.push_back(std::move(run));
   }
   return {{"runs", runs}};
 }
 
 Lineage ChildLineage(const std::optional<Lineage>& parent, std::optional<int64_t> from_step,
-                     const std::string& run_id) {
+                     const std::string& run_id, const std::string& master_from_slot) {
   Lineage out;
   if (from_step && parent) out = *parent;
-  out.runs.push_back({run_id, from_step});
+  out.runs.push_back({run_id, from_step, from_step ? master_from_slot : std::string()});
   return out;
 }
 

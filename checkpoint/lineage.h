@@ -6,7 +6,11 @@
 // random id. A checkpoint's lineage is the list of runs from the root run to the one that wrote
 // it, each with the step it resumed from (none for the root run):
 //   meta.lineage = {"runs": [{"id": "9f2c...", "from_step": null},
-//                            {"id": "41d0...", "from_step": 300}]}
+//                            {"id": "41d0...", "from_step": 300},
+//                            {"id": "77ab...", "from_step": 500, "master_from_slot": "ema_0.999"}]}
+// A run that resumed with its master weights replaced by an EMA slot of the checkpoint it
+// resumed from (the trainer's --reset-master-from-slot) names that slot in "master_from_slot"
+// (optional; absent otherwise; never on a run without "from_step").
 // A checkpoint B (of a later step) descends from a checkpoint A of step a when A's runs are a
 // prefix of B's and either B was written by A's run (a run's steps only grow) or the run after
 // A's in B's list resumed from a step >= a (from A itself or from a descendant of it).
@@ -30,7 +34,10 @@ namespace shardema {
 struct LineageRun {
   std::string id;
   std::optional<int64_t> from_step;  // none: the root run (a fresh start)
-  bool operator==(const LineageRun& o) const { return id == o.id && from_step == o.from_step; }
+  std::string master_from_slot;      // "": the master was restored as saved
+  bool operator==(const LineageRun& o) const {
+    return id == o.id && from_step == o.from_step && master_from_slot == o.master_from_slot;
+  }
 };
 
 struct Lineage {
@@ -46,9 +53,10 @@ nlohmann::json LineageJson(const Lineage& lineage);
 
 // The lineage of a run that starts from a checkpoint of `from_step` with lineage `parent`
 // (nullopt parent: a checkpoint without one, whose history is unknown), or of a fresh run
-// (from_step nullopt).
+// (from_step nullopt). `master_from_slot`: the EMA slot the run copied into its master on resume
+// (recorded only with a from_step).
 Lineage ChildLineage(const std::optional<Lineage>& parent, std::optional<int64_t> from_step,
-                     const std::string& run_id);
+                     const std::string& run_id, const std::string& master_from_slot = "");
 
 // Whether `later` (a checkpoint of a later step) continues `earlier` (of step earlier_step).
 bool Descends(const Lineage& later, const Lineage& earlier, int64_t earlier_step);

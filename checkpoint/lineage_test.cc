@@ -20,12 +20,29 @@ TEST(LineageTest, RoundTripsAndAbsentIsNotAnError) {
   EXPECT_FALSE(none->has_value());
 }
 
+TEST(LineageTest, MasterFromSlotIsRecordedOnAResumedRunOnly) {
+  const Lineage a = ChildLineage(std::nullopt, std::nullopt, "a", "ema_0.9");  // fresh: dropped
+  EXPECT_EQ(a.runs[0].master_from_slot, "");
+  const Lineage b = ChildLineage(a, 40, "b", "ema_0.9");
+  EXPECT_EQ(b.runs[1].master_from_slot, "ema_0.9");
+  const nlohmann::json j = LineageJson(b);
+  EXPECT_FALSE(j["runs"][0].contains("master_from_slot")) << j;
+  EXPECT_EQ(j["runs"][1]["master_from_slot"], "ema_0.9") << j;
+  auto back = ParseLineage(nlohmann::json{{kLineageSection, j}}, "m");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->runs, b.runs);
+  EXPECT_TRUE(Descends(ChildLineage(b, 50, "c"), b, 50));
+}
+
 TEST(LineageTest, MalformedSectionsAreDataLossNamingTheField) {
   for (const char* bad :
        {R"({"lineage": 3})", R"({"lineage": {"runs": []}})",
         R"({"lineage": {"runs": [{"id": 5}]}})", R"({"lineage": {"runs": [{"id": ""}]}})",
         R"({"lineage": {"runs": [{"id": "a", "from_step": -1}]}})",
-        R"({"lineage": {"runs": [{"id": "a", "from_step": "3"}]}})"}) {
+        R"({"lineage": {"runs": [{"id": "a", "from_step": "3"}]}})",
+        R"({"lineage": {"runs": [{"id": "a", "from_step": 3, "master_from_slot": 7}]}})",
+        R"({"lineage": {"runs": [{"id": "a", "from_step": 3, "master_from_slot": ""}]}})",
+        R"({"lineage": {"runs": [{"id": "a", "from_step": null, "master_from_slot": "e"}]}})"}) {
     auto p = ParseLineage(nlohmann::json::parse(bad), "manifest 'x'");
     ASSERT_FALSE(p.ok()) << bad;
     EXPECT_EQ(p.status().code(), StatusCode::kDataLoss) << bad;

@@ -9,7 +9,9 @@
 //      a string "name" (CheckSlotLists, slot_meta.h);
 //   2. "ema.progress", when present: every slot entry {"name", "num_updates",
 //      "last_update_step", "started_at"}, the counters integers (ParseEmaProgress);
-//   3. "lineage", when present (ParseLineage, lineage.h);
+//   3. "lineage", when present (ParseLineage, lineage.h): runs of a non-empty string "id", a
+//      "from_step" null or >= 0, and an optional "master_from_slot" (a non-empty string, only on a
+//      run with a from_step: the EMA slot a resume copied into the master);
 //   4. a TrainState meta (one holding a "store", "optimizer" or "ema" section, the sections
 //      train/TrainState writes): "optimizer.progress" = {"step", "skipped_steps": integers >= 0}
 //      and "ema.progress" present.

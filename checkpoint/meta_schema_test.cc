@@ -65,6 +65,9 @@ TEST(MetaSchemaTest, EveryRuleNamesTheField) {
        "key 'meta.optimizer.progress' is missing"},
       {"ema section missing", [](json& j) { j.erase("ema"); }, "key 'meta.ema' is missing"},
       {"lineage", [](json& j) { j["lineage"]["runs"][0]["id"] = 7; }, "meta.lineage.runs[0].id"},
+      {"master_from_slot on the root run",
+       [](json& j) { j["lineage"]["runs"][0]["master_from_slot"] = "e"; },
+       "meta.lineage.runs[0].master_from_slot"},
   };
   for (const Case& c : cases) {
     json j = Good();

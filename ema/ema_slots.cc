@@ -325,6 +325,47 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   return GatherWithBuffers(name, values, where, root, in_master);
 }
 
+Status EmaSlots::ResetMasterFromSlot(const std::string& name) {
+  ASSIGN_OR_RETURN(size_t i, Find(name));
+  if (swapped()) {
+    return FailedPrecondition("cannot copy EMA slot '", name, "' into the master: slot '", swapped_,
+                              "' is swapped in; swap it back first");
+  }
+  RETURN_IF_ERROR(CheckStarted(i, "ResetMasterFromSlot"));
+  RETURN_IF_ERROR(Fence());
+  // Every read first (the values are relative to the old master for the delta slots).
+  ASSIGN_OR_RETURN(const std::vector<float> values, ShardToHost(i));
+  std::vector<std::pair<size_t, std::vector<float>>> rebased;  // other delta slots' values
+  for (size_t j = 0; j < configs_.size(); ++j) {
+    if (j == i || !IsDeltaStorage(storage(j))) continue;
+    ASSIGN_OR_RETURN(std::vector<float> v, ShardToHost(j));
+    rebased.emplace_back(j, std::move(v));
+  }
+  // BeginShardUpdate first (its failure changes nothing), then the master and its compute copy.
+  RETURN_IF_ERROR(store_->InitFromLocal(values.data()));
+  const int64_t n = store_->layout().local_numel();
+  const Stream stream = store_->stream();
+  if (IsDeltaStorage(storage(i))) {
+    RETURN_IF_ERROR(FillZero(stream, SlotRaw(i), size_t(n) * sizeof(uint16_t)));
+  }
+  std::vector<uint16_t> d(static_cast<size_t>(n));
+  for (auto& [j, v] : rebased) {
+    for (int64_t k = 0; k < n; ++k) v[size_t(k)] -= values[size_t(k)];
+    ConvertBuffer(v.data(), DType::kF32, d.data(), DType::kBF16, size_t(n));
+    RETURN_IF_ERROR(CopyBytes(SlotRaw(j), shard_device(j), d.data(), Device::Cpu(),
+                              d.size() * sizeof(uint16_t), stream));
+    RETURN_IF_ERROR(SynchronizeStream(stream));  // `d` is reused
+  }
+  RETURN_IF_ERROR(SynchronizeStream(stream));
+  SlotRegistry& reg = store_->registry();
+  for (const ParamSpec& b : store_->buffer_specs()) {
+    ASSIGN_OR_RETURN(TensorView src, reg.BufferTensor(SlotBufferName(name, b.name)));
+    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(b.name));
+    std::memcpy(dst.data, src.data, src.nbytes());
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::vector<FullTensor>> EmaSlots::GatherWithBuffers(const std::string& name,
                                                               const float* values, Device where,
                                                               int root, bool in_master) {

@@ -43,6 +43,8 @@
 //   CopyTo(slot, root)  the slot as a full, unsharded f32 model (parameters then buffers, by
 //                 their model names) on rank `root`; one all_gather per unit; other ranks get an
 //                 empty vector. Collective.
+//   ResetMasterFromSlot(slot)  master := the slot's values for good (not a swap: nothing to swap
+//                 back), e.g. to continue training from an EMA after a divergence. Local.
 //
 // Devices and offload. On a CUDA store the slots are device memory (registry slots), started by
 // device copies on the store's stream and updated inside the fused CUDA pass; Swap is the same
@@ -171,6 +173,18 @@ class EmaSlots {
   bool swapped() const { return !swapped_.empty(); }
   const std::string& swapped_slot() const { return swapped_; }
   StatusOr<std::vector<FullTensor>> CopyTo(const std::string& name, int root);
+  // Copies slot `name`'s values into the master shard and its buffer copies into the live
+  // buffers, then refreshes the compute copy; counters, the other slots' values and the optimizer
+  // are untouched. The copy is exact: an fp32 slot bit for bit, a bf16 / bf16_sr slot widened
+  // exactly to f32, a delta slot's master + d (its d becomes 0, so its value is unchanged). The
+  // other delta slots hold d relative to the master, so they are re-based on the new master:
+  // d := bf16(value - new master), nearest even (their values move by that rounding, as at every
+  // step of theirs). Local, no communication: every rank copies its own shard (call it on all
+  // ranks to change the whole model). Memory: two host copies of the shard (f32) while it runs.
+  // Errors: kNotFound (unknown slot, listing the slots); kFailedPrecondition while a slot is
+  // swapped in, for a slot that has not started, or when a unit is gathered; nothing changes
+  // then. Device and offloader errors pass through.
+  Status ResetMasterFromSlot(const std::string& name);
 
   // ---- State ----
   // {"slots": [EmaConfig::ToJson() without "offload" (placement, not configuration), ...]}

@@ -358,6 +358,54 @@ TEST(TrainConfigTest, HparamsHoldWhatMustMatchOnResume) {
   EXPECT_EQ(Record(a->config)["layers"], nlohmann::json({4, 3}));
 }
 
+TEST(TrainConfigTest, ContinueFromAnEmaFlags) {
+  StatusOr<ParsedMlpArgs> init =
+      Parse({"--layers", "4,3", "--ema", "0.9", "--init", "ck", "--init-from-slot", "ema_0.9"});
+  ASSERT_TRUE(init.ok()) << init.status();
+  EXPECT_EQ(init->config.init_from_slot, "ema_0.9");
+  EXPECT_EQ(Hparams(init->config)["init_from_slot"], "ema_0.9");  // compared on resume
+  EXPECT_EQ(Record(init->config)["init_from_slot"], "ema_0.9");
+  StatusOr<ParsedMlpArgs> plain = Parse({"--layers", "4,3", "--ema", "0.9", "--init", "ck"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(Hparams(plain->config).contains("init_from_slot"));  // older metas still match
+
+  const std::vector<std::string> run = {"--layers",   "4,3", "--ema",   "0.9,0.99",
+                                        "--ckpt-dir", "d",   "--resume"};
+  std::vector<std::string> args = run;
+  args.insert(args.end(), {"--reset-master-from-slot", "ema_0.99"});
+  StatusOr<ParsedMlpArgs> reset = Parse(args);
+  ASSERT_TRUE(reset.ok()) << reset.status();
+  EXPECT_EQ(reset->config.reset_master_from_slot, "ema_0.99");
+  StatusOr<ParsedMlpArgs> resume = Parse(run);
+  ASSERT_TRUE(resume.ok()) << resume.status();
+  // A resume-time action: agreed over the ranks, neither compared nor part of the run's record.
+  EXPECT_EQ(Hparams(reset->config), Hparams(resume->config));
+  EXPECT_EQ(Record(reset->config), Record(resume->config));
+  EXPECT_EQ(reset->config.AgreementJson()["reset_master_from_slot"], "ema_0.99");
+  EXPECT_TRUE(Parse({"--layers", "4,3", "--ema", "0.9", "--ckpt-dir", "d", "--resume-step", "4",
+                     "--reset-master-from-slot", "ema_0.9"})
+                  .ok());
+
+  ExpectError({"--layers", "4,3", "--ema", "0.9", "--init-from-slot", "ema_0.9"},
+              {"--init-from-slot ema_0.9 needs --init CKPT", "checkpoint root"});
+  ExpectError(
+      {"--layers", "4,3", "--ema", "0.9", "--ckpt-dir", "d", "--reset-master-from-slot", "ema_0.9"},
+      {"--reset-master-from-slot ema_0.9 needs --resume", "--init-from-slot ema_0.9"});
+  ExpectError({"--layers", "4,3", "--ema", "0.9,0.99", "--ckpt-dir", "d", "--resume",
+               "--reset-master-from-slot", "ema_0.5"},
+              {"--reset-master-from-slot ema_0.5", "no EMA slot 'ema_0.5'",
+               "its EMA slots: ema_0.9, ema_0.99"});
+  ExpectError({"--layers", "4,3", "--ckpt-dir", "d", "--resume", "--reset-master-from-slot", "e"},
+              {"its EMA slots: none"});
+
+  StatusOr<ParsedMlpArgs> help = Parse({"--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  for (const char* text : {"--init-from-slot", "--reset-master-from-slot", "fine-tune",
+                           "divergence mid-run", "widened exactly to f32"}) {
+    EXPECT_NE(help->help_text.find(text), std::string::npos) << text;
+  }
+}
+
 TEST(TrainConfigTest, ListHelpers) {
   auto ints = ParseIntList("--x", "1,22,333");
   ASSERT_TRUE(ints.ok());

@@ -252,6 +252,14 @@ Status ShardedParameterStore::InitFromFunction(const ParamInitFn& fn) {
   });
 }
 
+Status ShardedParameterStore::InitFromLocal(const float* values) {
+  RETURN_IF_ERROR(BeginShardUpdate());
+  return WriteMasterFromHost([&](float* m) {
+    std::memcpy(m, values, size_t(layout_.local_numel()) * sizeof(float));
+    return Status::Ok();
+  });
+}
+
 Status ShardedParameterStore::WriteMasterFromHost(const std::function<Status(float* dst)>& fill) {
   if (device().is_cpu()) {
     RETURN_IF_ERROR(fill(master()));

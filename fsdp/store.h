@@ -248,6 +248,11 @@ class ShardedParameterStore {
   // held entirely by other ranks. Buffers are not touched. Refreshes the compute copy.
   using ParamInitFn = std::function<Status(const ParamLayout& param, float* out)>;
   Status InitFromFunction(const ParamInitFn& fn);
+  // Copies this rank's whole master shard from `values` (local_numel() floats on the host, in
+  // layout order, padding included), e.g. a slot read from a checkpoint; exact (no conversion).
+  // Buffers are not touched. Refreshes the compute copy. Errors: BeginShardUpdate's (nothing
+  // changes), device errors.
+  Status InitFromLocal(const float* values);
 
   // ---- Shards ----
   // Pointers into device memory on a CUDA store (use LocalToHost to read them on the host).

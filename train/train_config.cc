@@ -105,6 +105,34 @@ Status AddEmaList(const std::string& flag, const std::string& text, const std::s
   return Status::Ok();
 }
 
+// --init-from-slot and --reset-master-from-slot against the other flags (after the EMA slots and
+// --resume-step are parsed).
+Status CheckContinueFromEma(const TrainConfig& c) {
+  if (!c.init_from_slot.empty() && c.init.empty()) {
+    return InvalidArgument("--init-from-slot ", c.init_from_slot,
+                           " needs --init CKPT: the checkpoint (a step directory, or a checkpoint "
+                           "root for its newest committed step) whose EMA slot '",
+                           c.init_from_slot, "' the fresh run starts from");
+  }
+  const std::string& slot = c.reset_master_from_slot;
+  if (slot.empty()) return Status::Ok();
+  if (!c.resume) {
+    return InvalidArgument("--reset-master-from-slot ", slot,
+                           " needs --resume (or --resume-step S): it replaces the master weights "
+                           "of the checkpoint being resumed; to start a fresh run from an EMA "
+                           "slot use --init CKPT --init-from-slot ",
+                           slot);
+  }
+  std::string names;
+  for (const EmaConfig& e : c.emas) {
+    if (e.name == slot) return Status::Ok();
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  return InvalidArgument("--reset-master-from-slot ", slot, ": this run has no EMA slot '", slot,
+                         "' (its EMA slots: ", names.empty() ? "none" : names,
+                         "); give the EMA flags of the run being resumed");
+}
+
 Status Finish(const RawFlags& raw, TrainConfig& c) {
   if (c.batch < 1) return InvalidArgument("--batch ", c.batch, " < 1");
   if (c.grad_accum < 1) return InvalidArgument("--grad-accum ", c.grad_accum, " < 1");
@@ -229,7 +257,7 @@ Status Finish(const RawFlags& raw, TrainConfig& c) {
     return InvalidArgument("--allow-tf32 applies to --device cuda only (--device ", raw.device,
                            ")");
   }
-  return Status::Ok();
+  return CheckContinueFromEma(c);
 }
 
 // A constant-decay slot averages over about 1/(1-d) updates; when that horizon is long next to
@@ -310,39 +338,42 @@ StatusOr<EmaConfig> ParseEmaSpec(const std::string& text) {
 nlohmann::json TrainConfig::ToJson() const {
   nlohmann::json emas_json = nlohmann::json::array();
   for (const EmaConfig& e : emas) emas_json.push_back(e.ToJson());
-  return {{"init", init},
-          {"seed", seed},
-          {"batch", batch},
-          {"grad_accum", grad_accum},
-          {"steps", steps},
-          {"optim", OptimizerKindName(optim)},
-          {"lr", lr},
-          {"betas", {beta1, beta2}},
-          {"eps", eps},
-          {"weight_decay", weight_decay},
-          {"momentum", momentum},
-          {"clip_norm", clip_norm},
-          {"precision", DTypeName(precision)},
-          {"lr_schedule", LrScheduleName(lr_schedule)},
-          {"warmup_steps", warmup_steps},
-          {"min_lr", min_lr},
-          {"emas", emas_json},
-          {"ckpt_dir", ckpt_dir},
-          {"metrics", metrics},
-          {"save_every", save_every},
-          {"keep", keep},
-          {"async_save", async_save},
-          {"ema_snapshot_every", ema_snapshot_every},
-          {"eval_every", eval_every},
-          {"eval_batch", eval_batch},
-          {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
-          {"allow_tf32", allow_tf32}};
+  nlohmann::json j = {{"init", init},
+                      {"seed", seed},
+                      {"batch", batch},
+                      {"grad_accum", grad_accum},
+                      {"steps", steps},
+                      {"optim", OptimizerKindName(optim)},
+                      {"lr", lr},
+                      {"betas", {beta1, beta2}},
+                      {"eps", eps},
+                      {"weight_decay", weight_decay},
+                      {"momentum", momentum},
+                      {"clip_norm", clip_norm},
+                      {"precision", DTypeName(precision)},
+                      {"lr_schedule", LrScheduleName(lr_schedule)},
+                      {"warmup_steps", warmup_steps},
+                      {"min_lr", min_lr},
+                      {"emas", emas_json},
+                      {"ckpt_dir", ckpt_dir},
+                      {"metrics", metrics},
+                      {"save_every", save_every},
+                      {"keep", keep},
+                      {"async_save", async_save},
+                      {"ema_snapshot_every", ema_snapshot_every},
+                      {"eval_every", eval_every},
+                      {"eval_batch", eval_batch},
+                      {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
+                      {"allow_tf32", allow_tf32}};
+  if (!init_from_slot.empty()) j["init_from_slot"] = init_from_slot;
+  return j;
 }
 
 nlohmann::json TrainConfig::AgreementJson() const {
   nlohmann::json j = ToJson();
   j["resume"] = resume;
   j["override_hparams"] = override_hparams;
+  j["reset_master_from_slot"] = reset_master_from_slot;
   j["log_every"] = log_every;
   j["bench_json"] = bench_json;
   j["bench_warmup"] = bench_warmup;
@@ -362,6 +393,7 @@ nlohmann::json TrainConfig::HparamsJson() const {
   const nlohmann::json all = ToJson();
   nlohmann::json h;
   for (const char* k : {"init", "seed", "batch", "grad_accum", "precision"}) h[k] = all[k];
+  if (all.contains("init_from_slot")) h["init_from_slot"] = all["init_from_slot"];
   return h;
 }
 
@@ -443,8 +475,15 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
   if (model.add) model.add(app, c);
   raw.betas = Betas(c.beta1, c.beta2);
   app.add_option("--init", c.init,
-                 "safetensors with the model's parameters by name (a PyTorch state_dict); "
-                 "default: the model's seeded init");
+                 "safetensors with the model's parameters by name (a PyTorch state_dict); with "
+                 "--init-from-slot a checkpoint (step directory or root); default: the model's "
+                 "seeded init");
+  app.add_option(
+      "--init-from-slot", c.init_from_slot,
+      "NAME: a FRESH run whose master weights are EMA slot NAME of the checkpoint --init names "
+      "(saved at any world size; a 2-byte slot widened exactly to f32); step, moments, LR "
+      "schedule and EMA slots start over. Use it to fine-tune or restart from the averaged "
+      "weights");
   app.add_option("--seed", c.seed, "seed of the init and the model's data")->capture_default_str();
   // Batching.
   app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
@@ -516,6 +555,13 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
       "with --resume-step S: delete the committed checkpoints after step S before training");
   app.add_flag("--override-hparams", c.override_hparams,
                "resume even when hyperparameters differ from the checkpoint's (this run's win)");
+  app.add_option(
+      "--reset-master-from-slot", c.reset_master_from_slot,
+      "NAME, with --resume: copy EMA slot NAME into the master weights after loading, keeping "
+      "the step, moments, LR schedule and every EMA slot (a bf16 slot is widened exactly to "
+      "f32; other delta_bf16 slots are re-based on the new master); recorded in the lineage of "
+      "later checkpoints. Use it to recover from a divergence mid-run; for a new run from an "
+      "EMA use --init-from-slot");
   // Evaluation, logging, runtime.
   app.add_option("--eval-every", c.eval_every, "evaluate every K steps (0: only at the end)")
       ->capture_default_str();

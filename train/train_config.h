@@ -46,6 +46,10 @@ struct TrainConfig {
   // the model's data seed).
   std::string init;
   uint64_t seed = 0;
+  // --init-from-slot NAME: `init` names a checkpoint (a step directory, or a root: its newest
+  // committed step) and the master starts from its EMA slot NAME (a fresh run: step, moments, LR
+  // schedule and EMA slots start over; train/trainer_checkpoint.h InitFromCheckpointSlot).
+  std::string init_from_slot;
 
   // Batching and steps.
   int64_t batch = 32;      // global batch B per optimizer step
@@ -79,6 +83,9 @@ struct TrainConfig {
   int64_t resume_step = -1;  // --resume-step: this committed step (implies resume); -1 = none
   bool discard_newer_steps = false;  // with --resume-step: delete committed steps after it
   bool override_hparams = false;
+  // --reset-master-from-slot NAME (with --resume): after loading the checkpoint, the master :=
+  // EMA slot NAME; step, moments, LR schedule and every slot are kept (ResumeFromLatest).
+  std::string reset_master_from_slot;
   // Post-hoc EMA: every K steps a snapshot of every power-function EMA slot into
   // ckpt_dir/ema_snapshots (ema/snapshot.h); 0 = none.
   int64_t ema_snapshot_every = 0;
@@ -119,8 +126,9 @@ struct TrainConfig {
   // benchmark, communication and thread settings): what every rank must agree on at start
   // (train/config_agreement.h).
   nlohmann::json AgreementJson() const;
-  // The trainer's subset that must match on --resume (init file, seed, batch split, precision;
-  // the model adds its Hparams()); compared field by field, overridable with --override-hparams.
+  // The trainer's subset that must match on --resume (init file and slot, seed, batch split,
+  // precision; the model adds its Hparams()); compared field by field, overridable with
+  // --override-hparams. "init_from_slot" is there only when set (metas written before it match).
   // Optimizer and EMA hyperparameters are compared from their own meta sections.
   nlohmann::json HparamsJson() const;
   // Checks that need the world size (batch divisible by grad_accum * world_size), and the basic

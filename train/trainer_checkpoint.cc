@@ -1,15 +1,20 @@
 #include "train/trainer_checkpoint.h"
 
+#include <cstring>
 #include <set>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/hparams.h"
 #include "checkpoint/load.h"
+#include "checkpoint/meta_schema.h"
 #include "checkpoint/posix_file.h"
+#include "checkpoint/reader.h"
 #include "checkpoint/root_lock.h"
+#include "checkpoint/slot_values.h"
 #include "ema/snapshot.h"
 #include "framework/logging.h"
+#include "fsdp/slot_names.h"
 
 namespace shardema {
 namespace {
@@ -48,7 +53,96 @@ Status SnapshotsOfAnotherRun(const std::string& root) {
       EmaSnapshotRoot(root), "' (--resume continues a run only from a checkpoint)");
 }
 
+// OK when the checkpoint (manifest `m` of directory `dir`) has EMA slot `slot` and it started;
+// else kInvalidArgument for `flag`, naming the checkpoint and listing its EMA slots.
+Status CheckEmaSlotOf(const Manifest& m, const std::string& dir, const std::string& slot,
+                      const std::string& flag) {
+  const std::string where = "checkpoint '" + dir + "' (step " + std::to_string(m.step) + ")";
+  std::vector<EmaSlotProgress> slots;
+  const JsonField meta(m.meta, "manifest '" + dir + "/manifest.json'", "meta");
+  if (meta.Has(kEmaMetaSection)) {
+    ASSIGN_OR_RETURN(const JsonField progress, ProgressOf(meta, kEmaMetaSection));
+    ASSIGN_OR_RETURN(slots, ParseEmaProgress(progress));
+  }
+  std::string names;
+  for (const EmaSlotProgress& p : slots) {
+    if (p.name == slot && m.FindSlot(slot) >= 0) {
+      if (p.started_at >= 0) return Status::Ok();
+      return InvalidArgument(flag, ": EMA slot '", slot, "' of ", where,
+                             " never started (started_at ", p.started_at, ", num_updates ",
+                             p.num_updates,
+                             "): it holds no weights; pick a slot that started, or a checkpoint "
+                             "after its start step");
+    }
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  return InvalidArgument(flag, ": ", where, " has no EMA slot '", slot,
+                         "' (its EMA slots: ", names.empty() ? "none" : names, ")");
+}
+
 }  // namespace
+
+Status InitFromCheckpointSlot(ShardedParameterStore* store, const std::string& path,
+                              const std::string& slot) {
+  const std::string flag = "--init-from-slot " + slot;
+  if (!IsDirectory(path)) {
+    return InvalidArgument(flag, ": --init '", path,
+                           "' is not a checkpoint (a step directory or a checkpoint root); a "
+                           "safetensors file is given to --init without --init-from-slot");
+  }
+  StatusOr<std::unique_ptr<CheckpointReader>> opened = CheckpointReader::Open(path);
+  if (!opened.ok()) return opened.status().WithContext(flag);
+  CheckpointReader& reader = **opened;
+  const Manifest& m = reader.manifest();
+  const StoreLayout& layout = store->layout();
+  const std::vector<std::string> diffs = LayoutDifferences(m.layout, layout);
+  if (!diffs.empty()) {
+    std::string msg = flag + ": the model of checkpoint '" + reader.dir() + "' differs from this " +
+                      "run's (" + std::to_string(diffs.size()) + "):";
+    for (const std::string& d : diffs) msg += "\n  " + d;
+    return InvalidArgument(msg);
+  }
+  RETURN_IF_ERROR(CheckEmaSlotOf(m, reader.dir(), slot, flag));
+  const int index = m.FindSlot(slot);
+  ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(reader, slot));
+  // This rank's elements of every unit, read from the rank files that hold them.
+  std::vector<float> shard(size_t(layout.local_numel()));
+  const int rank = store->rank();
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const int64_t ns = layout.units()[u].shard_numel;
+    RETURN_IF_ERROR(ReadUnitRangeF32(reader, index, storage, u, rank * ns, (rank + 1) * ns,
+                                     shard.data() + layout.local_offset(u))
+                        .WithContext(flag));
+  }
+  // The slot's buffer copies, read (and checked) before anything changes.
+  SlotRegistry& reg = store->registry();
+  std::vector<std::pair<int, TensorView>> buffers;
+  for (const ParamSpec& b : store->buffer_specs()) {
+    const int j = m.FindBuffer(SlotBufferName(slot, b.name));
+    ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(b.name));
+    if (j < 0 || m.buffers[size_t(j)].shape != b.shape || m.buffers[size_t(j)].dtype != dst.dtype) {
+      return DataLoss(flag, ": checkpoint '", reader.dir(), "' lacks buffer '",
+                      SlotBufferName(slot, b.name), "' ", DTypeName(dst.dtype),
+                      ShapeToString(b.shape));
+    }
+    buffers.emplace_back(j, dst);
+  }
+  std::vector<std::vector<char>> values;
+  for (const auto& [j, dst] : buffers) {
+    values.emplace_back(dst.nbytes());
+    RETURN_IF_ERROR(reader.ReadBuffer(j, values.back().data()).WithContext(flag));
+  }
+  RETURN_IF_ERROR(store->InitFromLocal(shard.data()));
+  for (size_t k = 0; k < buffers.size(); ++k) {
+    std::memcpy(buffers[k].second.data, values[k].data(), values[k].size());
+  }
+  if (rank == 0) {
+    LOG_INFO << flag << ": master weights from EMA slot '" << slot << "' ("
+             << EmaStorageName(storage) << ") of checkpoint '" << reader.dir() << "' (step "
+             << m.step << ", saved on " << m.world_size << " rank(s))";
+  }
+  return Status::Ok();
+}
 
 nlohmann::json TrainerSections(const TrainConfig& config, const TrainModel& model,
                                const TrainData& data, int world_size, int64_t step) {
@@ -110,6 +204,13 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
     return NotFound("--resume-step ", *step, ": --ckpt-dir '", root,
                     "' holds no committed checkpoint");
   }
+  const std::string& reset = config.reset_master_from_slot;
+  if (dir_state == DirState::kEmpty && !reset.empty()) {
+    return InvalidArgument("--reset-master-from-slot ", reset, ": --ckpt-dir '", root,
+                           "' holds no checkpoint to resume; to start a fresh run from an EMA "
+                           "slot of another run use --init CKPT --init-from-slot ",
+                           reset);
+  }
   if (dir_state == DirState::kEmpty) {
     Status made = RankOf(comm) == 0 ? MakeDirs(root) : Status::Ok();
     RETURN_IF_ERROR(AgreeOnStatus(comm, made, "create --ckpt-dir '" + root + "'"));
@@ -151,6 +252,9 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
   for (const std::string& d : diffs)
     LOG_WARNING << "--override-hparams: keeping this run's value: " << d;
   info.overridden = diffs;
+  if (!reset.empty()) {  // every rank read the same manifest: the same answer, nothing read yet
+    RETURN_IF_ERROR(CheckEmaSlotOf(*manifest, dir, reset, "--reset-master-from-slot " + reset));
+  }
 
   ASSIGN_OR_RETURN(CheckpointState dest, state->CheckpointView(extra));
   if (config.override_hparams) {
@@ -170,6 +274,17 @@ StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainMode
   if (state->step() != report.step) {
     return DataLoss("checkpoint '", report.dir, "': manifest step ", report.step,
                     " but optimizer state step ", state->step());
+  }
+  if (!reset.empty()) {
+    Status copied = state->emas() != nullptr ? state->emas()->ResetMasterFromSlot(reset)
+                                             : InvalidArgument("this run has no EMA slots");
+    RETURN_IF_ERROR(AgreeOnStatus(comm, copied, "--reset-master-from-slot " + reset));
+    info.master_from_slot = reset;
+    if (RankOf(comm) == 0) {
+      LOG_INFO << "--reset-master-from-slot: the master weights are now EMA slot '" << reset
+               << "' of '" << report.dir << "' (step " << report.step
+               << "); the step, moments, LR schedule and EMA slots are kept";
+    }
   }
   if (config.discard_newer_steps) {
     StatusOr<std::vector<int64_t>> gone = std::vector<int64_t>();
@@ -196,7 +311,8 @@ StatusOr<Lineage> RunLineage(const ResumeInfo& resume, Communicator* comm) {
   CollectiveOptions root0;
   RETURN_IF_ERROR(comm->Broadcast(&id[0], id.size(), DType::kU8, root0));
   return ChildLineage(resume.resumed ? resume.lineage : std::nullopt,
-                      resume.resumed ? std::optional<int64_t>(resume.step) : std::nullopt, id);
+                      resume.resumed ? std::optional<int64_t>(resume.step) : std::nullopt, id,
+                      resume.master_from_slot);
 }
 
 CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& model,

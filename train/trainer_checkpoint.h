@@ -27,6 +27,15 @@
 // --override-hparams (then they are logged and this run's values win; EMA slots new to the run
 // start afresh from the master, slots only in the checkpoint are dropped).
 //
+// Continuing from an EMA (which one when: --help):
+//   --init CKPT --init-from-slot NAME  a fresh run whose master weights are EMA slot NAME of
+//       checkpoint CKPT (InitFromCheckpointSlot); everything else starts over as in any fresh run.
+//   --resume --reset-master-from-slot NAME  after the restore, the master := EMA slot NAME of the
+//       checkpoint (EmaSlots::ResetMasterFromSlot); step, moments, LR schedule and every slot are
+//       kept, and this run's lineage entry records "master_from_slot" (checkpoint/lineage.h).
+//       The slot is checked before anything is read or deleted: it must be in the checkpoint and
+//       have started (kInvalidArgument naming the checkpoint and listing its EMA slots).
+//
 // A fresh run (no --resume) refuses a --ckpt-dir that already holds checkpoints.
 // Threading: one thread (the trainer's). Errors agree across ranks where noted.
 #ifndef SHARDEMA_TRAIN_TRAINER_CHECKPOINT_H_
@@ -45,6 +54,7 @@
 #include "checkpoint/writer.h"
 #include "framework/communicator.h"
 #include "framework/status.h"
+#include "fsdp/store.h"
 #include "train/model.h"
 #include "train/train_config.h"
 #include "train/train_state.h"
@@ -56,6 +66,18 @@ namespace shardema {
 nlohmann::json TrainerSections(const TrainConfig& config, const TrainModel& model,
                                const TrainData& data, int world_size, int64_t step);
 
+// Local (each rank reads only its own shard's ranges, at any world size of the checkpoint's).
+// The master := EMA slot `slot` of the checkpoint at `path` (a step directory, or a root: its
+// newest committed step, checkpoint/reader.h), as f32 values (checkpoint/slot_values.h: a bf16
+// slot widened exactly, a delta slot params + d); the store's buffers := the slot's copies;
+// refreshes the compute copy. Logs the source on rank 0.
+// Errors (the flag and the checkpoint named): kInvalidArgument when `path` is not a directory, the
+// checkpoint's model differs (listing each difference), the checkpoint has no EMA slot `slot`
+// (listing its EMA slots) or the slot never started; the reader's kNotFound / kDataLoss. The
+// master is unchanged on error.
+Status InitFromCheckpointSlot(ShardedParameterStore* store, const std::string& path,
+                              const std::string& slot);
+
 struct ResumeInfo {
   bool resumed = false;
   int64_t step = 0;  // completed steps restored (0 for a fresh start)
@@ -64,6 +86,7 @@ struct ResumeInfo {
   bool resharded = false;
   std::vector<std::string> overridden;  // differences accepted with --override-hparams
   std::optional<Lineage> lineage;       // the loaded checkpoint's (none before format version 2)
+  std::string master_from_slot;         // --reset-master-from-slot: the slot copied to the master
 };
 
 // Collective. This run's lineage (checkpoint/lineage.h): a new run id (rank 0's, broadcast) after
@@ -71,7 +94,9 @@ struct ResumeInfo {
 StatusOr<Lineage> RunLineage(const ResumeInfo& resume, Communicator* comm);
 
 // Collective. Restores the training state (master, moments, EMA slots and counters) from the latest
-// checkpoint in config.ckpt_dir (see above), or reports a fresh start.
+// checkpoint in config.ckpt_dir (see above), or reports a fresh start; with
+// --reset-master-from-slot then copies that slot into the master (kInvalidArgument when there is
+// no checkpoint to resume).
 StatusOr<ResumeInfo> ResumeFromLatest(const TrainConfig& config, const TrainModel& model,
                                       const TrainData& data, Communicator* comm, TrainState* state);
 
