@@ -109,14 +109,6 @@ struct CommOptions {
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
   size_t ring_chunk_bytes = size_t(1) << 20;
   size_t ring_chunks_in_flight = 4;
-  // MPI backend: a progress thread per communicator (off by default). While operations are in
-  // flight it drives them (MPI_Test, the ring's steps and additions, the completion's
-  // post-processing) every 20 microseconds, so
-  // the receivers' copies of shared-memory transfers and the ring's additions run on another
-  // core while the caller computes; Work::Test() then only reads whether the operation is
-  // complete. It needs MPI_THREAD_MULTIPLE (Create requests it). It gains only where a core is
-  // free for it; on cores that all run ranks it takes cycles from their compute.
-  bool progress_thread = false;
 };
 
 // A pending collective.
