@@ -2,8 +2,8 @@
 //
 //   bazel-bin/bench/checksum_bench [--bytes 84M] [--repeats 7]
 //
-// Over one --bytes buffer (the size of one rank's state in a save), for each XXH3 path the CPU
-// runs (checkpoint/checksum.h: sse2, avx2, avx512) and the path in use:
+// Over one --bytes buffer (the size of one rank's state in a save), for each XXH3 variant the CPU
+// runs (framework/cpu_isa.h: v2 SSE2, v3 AVX2, v4 AVX-512) and the variant in use:
 //   hash          ChunkedHash::Update over the buffer (a synchronous save's checksum pass)
 //   copy+hash     memcpy into a staging buffer, then the hash over it (the two passes an
 //                 asynchronous save made before CopyAndUpdate)
@@ -12,8 +12,8 @@
 //   memcpy        the C library's copy of the same bytes (what any snapshot costs at least).
 // GB/s = bytes / median time (bytes counted once, as the file's bytes).
 // Last line: summary: copy_and_hash_vs_memcpy=<memcpy time / copy_and_hash time, path in use>
-//   copy_and_hash_vs_two_pass=<copy+hash time (sse2, the old path) / copy_and_hash time (in use)>
-//   hash_gbps=<in use> hash_sse2_gbps=... isa=<in use>
+//   copy_and_hash_vs_two_pass=<copy+hash time (v2, the old path) / copy_and_hash time (in use)>
+//   hash_gbps=<in use> hash_sse2_gbps=<v2> ... isa=<in use: v2, v3 or v4>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +29,7 @@
 #include "bench/bench_util.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/format.h"
+#include "framework/cpu_isa.h"
 
 namespace shardema {
 namespace {
@@ -96,27 +97,26 @@ int Run(int argc, char** argv) {
   std::printf("%8s %14s %10s %10s %8s\n", "isa", "pass", "time_ms", "GB/s", "#wrong");
   std::printf("%8s %14s %10.3f %10.2f %8d\n", "-", "memcpy", memcpy_ms, gbps(memcpy_ms), 0);
   double sse2_two = 0, sse2_hash = 0, use_hash = 0, use_two = 0, use_one = 0;
-  const ChecksumIsa in_use = ChecksumIsaInUse();
-  for (ChecksumIsa isa : {ChecksumIsa::kSse2, ChecksumIsa::kAvx2, ChecksumIsa::kAvx512}) {
-    SetChecksumIsaForTesting(isa);
-    if (ChecksumIsaInUse() != isa) continue;  // not on this CPU
+  const CpuIsa in_use = ActiveCpuIsa();
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    if (!SetCpuIsa(isa).ok()) return 1;
     const double h = MedianMs(repeats, hash), t = MedianMs(repeats, two_pass),
                  o = MedianMs(repeats, one_pass);
     const int wrong = std::memcmp(dst.get(), src.get(), n) != 0;  // the copy is exact
-    const char* name = ChecksumIsaName(isa);
+    const char* name = CpuIsaName(isa);
     std::printf("%8s %14s %10.3f %10.2f %8d\n", name, "hash", h, gbps(h), 0);
     std::printf("%8s %14s %10.3f %10.2f %8d\n", name, "copy+hash", t, gbps(t), 0);
     std::printf("%8s %14s %10.3f %10.2f %8d\n", name, "copy_and_hash", o, gbps(o), wrong);
-    if (isa == ChecksumIsa::kSse2) sse2_two = t, sse2_hash = h;
+    if (isa == CpuIsa::kV2) sse2_two = t, sse2_hash = h;
     if (isa == in_use) use_hash = h, use_two = t, use_one = o;
   }
-  SetChecksumIsaForTesting(ChecksumIsa::kBest);
+  if (!SetCpuIsa(in_use).ok()) return 1;
   (void)use_two;
   std::printf(
       "summary: copy_and_hash_vs_memcpy=%.3f copy_and_hash_vs_two_pass=%.3f hash_gbps=%.2f "
       "hash_sse2_gbps=%.2f memcpy_gbps=%.2f isa=%s sink=%llx\n",
       use_one > 0 ? memcpy_ms / use_one : 0.0, use_one > 0 ? sse2_two / use_one : 0.0,
-      gbps(use_hash), gbps(sse2_hash), gbps(memcpy_ms), ChecksumIsaName(in_use),
+      gbps(use_hash), gbps(sse2_hash), gbps(memcpy_ms), CpuIsaName(in_use),
       (unsigned long long)(sink & 0xff));
   return 0;
 }

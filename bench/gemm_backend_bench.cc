@@ -21,7 +21,7 @@
 // (mlp's first layer has no dx: the batch needs no gradient). Eigen runs through the layer kit's
 // own entry points (nn::LinearForward, nn::LinearBackward with only dW or only dx requested; no
 // bias, db or residual: those element passes are the same whichever backend multiplies), under
-// nn::SetCpuIsa, so panels and skinny kernels are the ones training takes.
+// SetCpuIsa, so panels and skinny kernels are the ones training takes.
 // Variants, each in a child process (a BLAS picks its kernels once, when it is loaded):
 //   native  Eigen: BestCpuIsa(); OpenBLAS and BLIS: their own CPU detection;
 //   v2/v3/v4  Eigen isa_v2/v3/v4; OPENBLAS_CORETYPE and BLIS_ARCH_TYPE force the library's kernel
@@ -73,9 +73,9 @@
 
 #include "bench/bench_util.h"
 #include "framework/cpu_features.h"
+#include "framework/cpu_isa.h"
 #include "framework/status.h"
 #include "nn/cpu_context.h"
-#include "nn/cpu_isa.h"
 #include "nn/linear.h"
 
 extern char** environ;
@@ -277,20 +277,20 @@ StatusOr<json> MeasureVariant(const std::string& variant, int repeats, double sa
                               const std::string& openblas_path, const std::string& blis_path) {
   json part;
   part["variant"] = variant;
-  nn::CpuIsa isa = nn::BestCpuIsa();
+  CpuIsa isa = BestCpuIsa();
   std::string blis_arch;
   const auto envs = VariantEnvs();
   if (variant != "native") {
     auto it = envs.find(variant);
     if (it == envs.end()) return InvalidArgument("unknown variant '", variant, "'");
-    ASSIGN_OR_RETURN(isa, nn::ParseCpuIsa(variant));
+    ASSIGN_OR_RETURN(isa, ParseCpuIsa(variant));
     setenv("OPENBLAS_CORETYPE", it->second.openblas_coretype, 1);
     blis_arch = it->second.blis_arch;
   }
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("BLIS_NUM_THREADS", "1", 1);
-  RETURN_IF_ERROR(nn::SetCpuIsa(isa));
-  part["eigen_isa"] = nn::CpuIsaName(isa);
+  RETURN_IF_ERROR(SetCpuIsa(isa));
+  part["eigen_isa"] = CpuIsaName(isa);
   std::vector<Blas> libs = {LoadBlas("openblas", openblas_path, ""),
                             LoadBlas("blis", blis_path, blis_arch)};
   for (const Blas& b : libs) part["libraries"][b.name] = b.info;
@@ -391,7 +391,7 @@ StatusOr<json> MeasureVariant(const std::string& variant, int repeats, double sa
   part["cpu_over_wall"] = (CpuMs() - cpu_start) / (NowMs() - t_start);
 
   std::printf("# variant %s: eigen %s, openblas %s, blis %s; cpu/wall %.3f\n", variant.c_str(),
-              nn::CpuIsaName(isa),
+              CpuIsaName(isa),
               libs[0].info.value("kernels", libs[0].info.value("absent", "?")).c_str(),
               libs[1].info.value("kernels", libs[1].info.value("absent", "?")).c_str(),
               part["cpu_over_wall"].get<double>());
@@ -488,7 +488,7 @@ json Machine() {
   m["flags"] = have;
   m["x86_64_v3"] = CpuHasX86_64V3();
   m["x86_64_v4"] = CpuHasX86_64V4();
-  m["cpu_isa_auto"] = nn::CpuIsaName(nn::BestCpuIsa());
+  m["cpu_isa_auto"] = CpuIsaName(BestCpuIsa());
   m["hardware_threads"] = int(std::thread::hardware_concurrency());
   m["cpus_allowed"] = CpusAllowed();
   return m;
@@ -647,7 +647,7 @@ int Run(int argc, char** argv) {
   std::string summary;
   for (const std::string& v : list) {
     if (v != "native") {
-      StatusOr<nn::CpuIsa> isa = nn::ParseCpuIsa(v);
+      StatusOr<CpuIsa> isa = ParseCpuIsa(v);
       if (!isa.ok()) {
         std::printf("# variant %s: skipped (%s)\n", v.c_str(), isa.status().message().c_str());
         j["variants"][v]["skipped"] = isa.status().message();

@@ -36,12 +36,11 @@
 
 #include "bench/adamw_bench_step.h"
 #include "bench/bench_util.h"
+#include "bench/unfused_ops.h"
 #include "optim/fused_step.h"
 
 namespace shardema {
 namespace {
-
-#define BENCH_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), noinline))
 
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
@@ -78,37 +77,20 @@ Buffer Alloc(int64_t n, int threads, float value) {
   return Buffer(p);
 }
 
-// ---- Unfused baselines: one loop per op, like eager per-tensor kernels. ----
+// ---- Unfused baselines (bench/unfused_ops.h), in the CPU variant the fused step runs. ----
 
-BENCH_CLONES void Scale(float* __restrict x, int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
-}
-BENCH_CLONES void Axpy(float* __restrict y, const float* __restrict x, int64_t n, float a) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-BENCH_CLONES void AddCMul(float* __restrict y, const float* __restrict x, int64_t n, float a) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i] * x[i];
-}
-BENCH_CLONES void Sqrt(float* __restrict out, const float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
-BENCH_CLONES void DivScalar(float* __restrict x, int64_t n, float d) {
-  for (int64_t i = 0; i < n; ++i) x[i] /= d;
-}
-BENCH_CLONES void AddScalar(float* __restrict x, int64_t n, float a) {
-  for (int64_t i = 0; i < n; ++i) x[i] += a;
-}
-BENCH_CLONES void AddCDiv(float* __restrict y, const float* __restrict a, const float* __restrict b,
-                          int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) y[i] += s * a[i] / b[i];
-}
-BENCH_CLONES void Lerp(float* __restrict e, const float* __restrict p, int64_t n, float w) {
-  for (int64_t i = 0; i < n; ++i) e[i] += w * (p[i] - e[i]);
-}
-BENCH_CLONES void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c,
-                        int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-}
+#define UNFUSED(fn) [](auto... args) { SHARDEMA_ISA_DISPATCH(unfused, fn, args...); }
+const auto Scale = UNFUSED(Scale);
+const auto Axpy = UNFUSED(Axpy);
+const auto AddCMul = UNFUSED(AddCMul);
+const auto Sqrt = UNFUSED(Sqrt);
+const auto DivScalar = UNFUSED(DivScalar);
+const auto AddScalar = UNFUSED(AddScalar);
+const auto AddCDiv = UNFUSED(AddCDiv);
+const auto Lerp = UNFUSED(Lerp);
+const auto Triad = UNFUSED(Triad);
+#undef UNFUSED
+
 // STREAM triad with non-temporal stores: `a` is not read for ownership, so the counted bytes are
 // the bytes moved. `a` must be 16-byte aligned.
 __attribute__((noinline)) void TriadNt(float* __restrict a, const float* __restrict b,

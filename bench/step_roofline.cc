@@ -28,12 +28,12 @@
 #include <vector>
 
 #include "bench/roofline.h"
+#include "framework/cpu_isa.h"
 #include "framework/device.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/status.h"
 #include "nn/activation.h"
 #include "nn/cpu_context.h"
-#include "nn/cpu_isa.h"
 #include "nn/linear.h"
 
 namespace shardema {
@@ -59,8 +59,8 @@ int Main(int argc, char** argv) {
                  "step_roofline: need >= 2 layer sizes, positive --batch/--repeats/--threads\n");
     return 2;
   }
-  StatusOr<nn::CpuIsa> isa = nn::CpuIsaFromEnv();
-  if (!isa.ok() || !nn::SetCpuIsa(*isa).ok()) {
+  StatusOr<CpuIsa> isa = CpuIsaFromEnv();
+  if (!isa.ok() || !SetCpuIsa(*isa).ok()) {
     std::fprintf(stderr, "step_roofline: %s\n", isa.status().ToString().c_str());
     return 2;
   }
@@ -161,7 +161,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (c.rank() == 0) {
-    std::printf("%s\n", bench::RooflineJson(world, *parts, nn::CpuIsaName(*isa)).c_str());
+    std::printf("%s\n", bench::RooflineJson(world, *parts, CpuIsaName(*isa)).c_str());
   }
   comm->reset();
   return MpiCommunicator::FinalizeMpi().ok() ? 0 : 1;

@@ -1,67 +1,12 @@
 #include "checkpoint/checksum.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 
-#include "framework/cpu_features.h"
-
 namespace shardema {
 
-namespace {
-struct Kernels {
-  uint64_t (*oneshot)(const void*, size_t);
-  void (*reset)(Xxh3State*);
-  void (*update)(Xxh3State*, const void*, size_t);
-  uint64_t (*digest)(const Xxh3State*);
-  void (*copy_and_update)(Xxh3State*, const void*, void*, size_t);
-};
-
-#define SHARDEMA_XXH3_KERNELS(ns) \
-  Kernels { ns::Oneshot, ns::Reset, ns::Update, ns::Digest, ns::CopyAndUpdate }
-const Kernels kV2 = SHARDEMA_XXH3_KERNELS(xxh3_v2);
-const Kernels kV3 = SHARDEMA_XXH3_KERNELS(xxh3_v3);
-const Kernels kV4 = SHARDEMA_XXH3_KERNELS(xxh3_v4);
-#undef SHARDEMA_XXH3_KERNELS
-
-ChecksumIsa BestIsa() {
-  static const ChecksumIsa best = CpuPrefersAvx512() ? ChecksumIsa::kAvx512
-                                  : CpuHasX86_64V3() ? ChecksumIsa::kAvx2
-                                                     : ChecksumIsa::kSse2;
-  return best;
-}
-
-std::atomic<ChecksumIsa> g_cap{ChecksumIsa::kBest};
-
-// Each path's digests are the same; only the speed differs. A wider cap than the CPU is ignored.
-ChecksumIsa IsaInUse() {
-  return std::max(BestIsa(), g_cap.load(std::memory_order_relaxed));  // larger = narrower
-}
-
-const Kernels& K() {
-  switch (IsaInUse()) {
-    case ChecksumIsa::kAvx512: return kV4;
-    case ChecksumIsa::kAvx2: return kV3;
-    default: return kV2;
-  }
-}
-}  // namespace
-
-ChecksumIsa ChecksumIsaInUse() { return IsaInUse(); }
-
-const char* ChecksumIsaName(ChecksumIsa isa) {
-  switch (isa) {
-    case ChecksumIsa::kAvx512: return "avx512";
-    case ChecksumIsa::kAvx2: return "avx2";
-    case ChecksumIsa::kSse2: return "sse2";
-    default: return "best";
-  }
-}
-
-void SetChecksumIsaForTesting(ChecksumIsa cap) { g_cap.store(cap, std::memory_order_relaxed); }
-
-uint64_t Xxh3(const void* data, size_t n) { return K().oneshot(data, n); }
+uint64_t Xxh3(const void* data, size_t n) { return SHARDEMA_ISA_DISPATCH(xxh3, Oneshot, data, n); }
 
 std::string HashToHex(uint64_t h) {
   char buf[17];
@@ -135,12 +80,14 @@ uint64_t DigestOfChunks(const std::vector<uint64_t>& chunk_digests) {
 }
 
 StreamingHash::StreamingHash() { Reset(); }
-void StreamingHash::Reset() { K().reset(&state_); }
-void StreamingHash::Update(const void* data, size_t n) { K().update(&state_, data, n); }
-void StreamingHash::CopyAndUpdate(const void* src, void* dst, size_t n) {
-  K().copy_and_update(&state_, src, dst, n);
+void StreamingHash::Reset() { SHARDEMA_ISA_DISPATCH(xxh3, Reset, &state_); }
+void StreamingHash::Update(const void* data, size_t n) {
+  SHARDEMA_ISA_DISPATCH(xxh3, Update, &state_, data, n);
 }
-uint64_t StreamingHash::Digest() const { return K().digest(&state_); }
+void StreamingHash::CopyAndUpdate(const void* src, void* dst, size_t n) {
+  SHARDEMA_ISA_DISPATCH(xxh3, CopyAndUpdate, &state_, src, dst, n);
+}
+uint64_t StreamingHash::Digest() const { return SHARDEMA_ISA_DISPATCH(xxh3, Digest, &state_); }
 
 ChunkedHash::ChunkedHash(uint64_t chunk_bytes) : chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1)) {}
 

@@ -10,10 +10,10 @@
 // (printf "%016llx"); a file's chunk digests are stored as one string of 16 hex digits per chunk,
 // concatenated in chunk order.
 //
-// Speed: the hashing runs the widest XXH3 code the CPU has (AVX-512, AVX2 or SSE2, picked at run
-// time; xxh3_kernels.h), with the same digests on every path. CopyAndUpdate copies bytes and
-// hashes them in one trip through memory (a snapshot and its checksum for the price of the copy,
-// plus hashing from the cache).
+// Speed: the hashing runs the XXH3 code of the CPU variant in use (framework/cpu_isa.h: v4
+// AVX-512, v3 AVX2, v2 SSE2; xxh3_kernels.h), with the same digests in every variant. CopyAndUpdate
+// copies bytes and hashes them in one trip through memory (a snapshot and its checksum for the
+// price of the copy, plus hashing from the cache).
 //
 // Threading: objects are not thread-safe; distinct objects may be used from any thread.
 #ifndef SHARDEMA_CHECKPOINT_CHECKSUM_H_
@@ -97,21 +97,6 @@ class ChunkedHash {
   StreamingHash chunk_;
   std::vector<uint64_t> chunks_;
 };
-
-// The XXH3 code paths, widest first.
-enum class ChecksumIsa : uint8_t { kBest = 0, kAvx512 = 1, kAvx2 = 2, kSse2 = 3 };
-
-// The path later calls take on this CPU (never kBest): kAvx512 where the CPU runs 512-bit
-// vectors at full width (framework/cpu_features.h CpuPrefersAvx512), kAvx2 on x86-64-v3, else
-// kSse2.
-ChecksumIsa ChecksumIsaInUse();
-// "avx512", "avx2", "sse2" ("best" for kBest).
-const char* ChecksumIsaName(ChecksumIsa isa);
-
-// Testing hook: caps the path of later calls in this process at `cap` (kBest:
-// no cap; a cap wider than the CPU runs changes nothing), so tests can check that every path
-// computes the same digests. Do not change it while hashes run.
-void SetChecksumIsaForTesting(ChecksumIsa cap);
 
 }  // namespace shardema
 

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "framework/cpu_isa.h"
+
 namespace shardema {
 namespace {
 
@@ -63,7 +65,8 @@ TEST(ChecksumTest, HexRoundTripAndErrors) {
   EXPECT_NE(s.message().find("expected 4"), std::string::npos);
 }
 
-// Every XXH3 path this CPU runs gives the digests of the SSE2 baseline, for lengths across
+// Every XXH3 variant this CPU runs (framework/cpu_isa.h) gives the digests of the SSE2 baseline
+// (v2), for lengths across
 // XXH3's size classes (0-16, 17-128, 129-240, long) and odd splits of a streamed input; and two
 // digests fixed by XXH3-64's definition.
 TEST(ChecksumTest, EveryIsaPathComputesTheSameDigests) {
@@ -86,23 +89,21 @@ TEST(ChecksumTest, EveryIsaPathComputesTheSameDigests) {
     out.push_back(s.Digest());
     return out;
   };
-  SetChecksumIsaForTesting(ChecksumIsa::kSse2);
-  ASSERT_EQ(ChecksumIsaInUse(), ChecksumIsa::kSse2);
+  const CpuIsa in_use = ActiveCpuIsa();
+  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
   const std::vector<uint64_t> base = digests();
   EXPECT_EQ(base[0], 0x2d06800538d394c2ull);  // XXH3-64 of the empty input
   EXPECT_EQ(Xxh3("abc", 3), 0x78af5f94892f3950ull);
-  int paths = 1;
-  for (ChecksumIsa isa : {ChecksumIsa::kAvx2, ChecksumIsa::kAvx512, ChecksumIsa::kBest}) {
-    SetChecksumIsaForTesting(isa);
-    if (isa != ChecksumIsa::kBest && ChecksumIsaInUse() != isa) continue;  // not on this CPU
-    paths += isa != ChecksumIsa::kBest;
-    EXPECT_EQ(digests(), base) << ChecksumIsaName(ChecksumIsaInUse());
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    EXPECT_EQ(digests(), base) << CpuIsaName(isa);
   }
-  SetChecksumIsaForTesting(ChecksumIsa::kBest);
-  std::printf("checked %d XXH3 path(s); in use: %s\n", paths, ChecksumIsaName(ChecksumIsaInUse()));
+  ASSERT_TRUE(SetCpuIsa(in_use).ok());
+  std::printf("checked %zu XXH3 variant(s); in use: %s\n", SupportedCpuIsas().size(),
+              CpuIsaName(in_use));
 }
 
-// CopyAndUpdate makes an exact copy and the digests Update would, on every path, for aligned and
+// CopyAndUpdate makes an exact copy and the digests Update would, in every variant, for aligned and
 // unaligned destinations (the streaming-store path and the memcpy path), sizes that are and are
 // not multiples of the 64-byte store width and of the copy block, and chunk boundaries inside a
 // call.
@@ -111,9 +112,9 @@ TEST(ChecksumTest, CopyAndUpdateCopiesExactlyAndHashesLikeUpdate) {
   std::mt19937 rng(5);
   for (char& c : src) c = char(rng());
   std::vector<char> dst_mem(src.size() + 64);
-  for (ChecksumIsa isa : {ChecksumIsa::kSse2, ChecksumIsa::kAvx2, ChecksumIsa::kAvx512}) {
-    SetChecksumIsaForTesting(isa);
-    if (ChecksumIsaInUse() != isa) continue;
+  const CpuIsa in_use = ActiveCpuIsa();
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
     for (size_t misalign : {size_t(0), size_t(1), size_t(8)}) {
       char* dst =
           dst_mem.data() + (64 - reinterpret_cast<uintptr_t>(dst_mem.data()) % 64) % 64 + misalign;
@@ -132,12 +133,12 @@ TEST(ChecksumTest, CopyAndUpdateCopiesExactlyAndHashesLikeUpdate) {
       copied.Finish();
       plain.Finish();
       EXPECT_EQ(std::memcmp(dst, src.data(), src.size()), 0)
-          << ChecksumIsaName(isa) << " misalign " << misalign;
-      EXPECT_EQ(copied.chunks(), plain.chunks()) << ChecksumIsaName(isa);
+          << CpuIsaName(isa) << " misalign " << misalign;
+      EXPECT_EQ(copied.chunks(), plain.chunks()) << CpuIsaName(isa);
       EXPECT_EQ(copied.bytes(), plain.bytes());
     }
   }
-  SetChecksumIsaForTesting(ChecksumIsa::kBest);
+  ASSERT_TRUE(SetCpuIsa(in_use).ok());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// One variant of the XXH3-64 kernels (xxh3_kernels.h): this file is compiled once per x86-64
-// level with SHARDEMA_XXH3_ISA naming the namespace. xxhash.h is included whole (XXH_INLINE_ALL:
+// One variant of the XXH3-64 kernels (xxh3_kernels.h): this file is compiled once per CPU ISA
+// with SHARDEMA_ISA_NS naming the namespace. xxhash.h is included whole (XXH_INLINE_ALL:
 // every function static, under a private prefix), so it picks its widest vector code from the
 // level's -march (__AVX512F__, __AVX2__, else SSE2) and no symbol of one variant can stand in for
 // another's at link time.
@@ -11,12 +11,8 @@
 
 #include <cstring>
 
-#ifndef SHARDEMA_XXH3_ISA
-#error "build with -DSHARDEMA_XXH3_ISA=xxh3_v2|xxh3_v3|xxh3_v4"
-#endif
-
 namespace shardema {
-namespace SHARDEMA_XXH3_ISA {
+namespace SHARDEMA_ISA_NS {
 namespace {
 
 static_assert(alignof(XXH3_state_t) <= 64, "XXH3_state_t wants more than 64-byte alignment");
@@ -69,5 +65,5 @@ void CopyAndUpdate(Xxh3State* s, const void* src, void* dst, size_t n) {
   _mm_sfence();  // the streamed stores are visible before the caller hands dst on
 }
 
-}  // namespace SHARDEMA_XXH3_ISA
+}  // namespace SHARDEMA_ISA_NS
 }  // namespace shardema

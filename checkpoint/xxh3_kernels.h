@@ -1,9 +1,8 @@
-// The XXH3-64 kernels behind checkpoint/checksum.h, compiled once per x86-64 level into
-// namespaces xxh3_v2 (SSE2, the tree's baseline), xxh3_v3 (AVX2) and xxh3_v4 (AVX-512) from
-// xxh3_kernels.cc (built with -DSHARDEMA_XXH3_ISA=xxh3_vN and the level's -march), so that
-// checksum.cc can run the widest this CPU has. XXH3-64's definition does not depend on the vector
-// width: every variant computes the same digests (checksum_test checks it for each variant the
-// CPU runs).
+// The XXH3-64 kernels behind checkpoint/checksum.h, compiled once per CPU ISA
+// (framework/cpu_isa.h; checkpoint/BUILD's isa_variants_library) into namespaces xxh3_v2 (SSE2,
+// the tree's baseline), xxh3_v3 (AVX2) and xxh3_v4 (AVX-512) from xxh3_kernels.cc; checksum.cc
+// dispatches on ActiveCpuIsa(). XXH3-64's definition does not depend on the vector width: every
+// variant computes the same digests (checksum_test checks it for each variant the CPU runs).
 //
 // Internal to checksum.cc (and its test); not a public interface.
 // Threading: the functions keep no state; a state object is used by one thread at a time.
@@ -12,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "framework/cpu_isa.h"
 
 namespace shardema {
 
@@ -31,22 +32,15 @@ struct Xxh3State {
 // then reads it from there (one trip through memory instead of two).
 inline constexpr size_t kXxh3CopyBlock = size_t(64) << 10;
 
-#define SHARDEMA_DECLARE_XXH3_KERNELS(ns)                                                  \
-  namespace ns {                                                                           \
-  uint64_t Oneshot(const void* data, size_t n);                                            \
-  void Reset(Xxh3State* s);                                                                \
-  void Update(Xxh3State* s, const void* data, size_t n);                                   \
-  uint64_t Digest(const Xxh3State* s);                                                     \
-  /* Copies n bytes src -> dst (the arrays must not overlap) and feeds them to s, block */ \
-  /* by block; the stores to dst bypass the caches where dst is 16-byte aligned. */        \
-  void CopyAndUpdate(Xxh3State* s, const void* src, void* dst, size_t n);                  \
-  }
-
-SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v2)
-SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v3)
-SHARDEMA_DECLARE_XXH3_KERNELS(xxh3_v4)
-
-#undef SHARDEMA_DECLARE_XXH3_KERNELS
+SHARDEMA_ISA_DECLARE(
+    xxh3,                                                   // namespaces xxh3_v2, xxh3_v3, xxh3_v4
+    uint64_t Oneshot(const void* data, size_t n);           // XXH3-64 of n bytes
+    void Reset(Xxh3State* s);                               // a fresh stream
+    void Update(Xxh3State* s, const void* data, size_t n);  // n more bytes
+    uint64_t Digest(const Xxh3State* s);                    // of the bytes so far
+    // Copies n bytes src -> dst (the arrays must not overlap) and feeds them to s, block by
+    // block; the stores to dst bypass the caches where dst is 16-byte aligned.
+    void CopyAndUpdate(Xxh3State* s, const void* src, void* dst, size_t n);)
 
 }  // namespace shardema
 

@@ -29,11 +29,11 @@
 #include "bench/roofline.h"
 #include "examples/dataset.h"
 #include "examples/gpt_model.h"
+#include "framework/cpu_isa.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/self_communicator.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
-#include "nn/cpu_isa.h"
 
 namespace shardema {
 namespace {
@@ -62,8 +62,8 @@ Status Step(GptOnStore& g, const Batch& batch) {
 }
 
 Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
-  ASSIGN_OR_RETURN(nn::CpuIsa isa, nn::CpuIsaFromEnv());
-  RETURN_IF_ERROR(nn::SetCpuIsa(isa));
+  ASSIGN_OR_RETURN(CpuIsa isa, CpuIsaFromEnv());
+  RETURN_IF_ERROR(SetCpuIsa(isa));
   ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi, MpiCommunicator::Create());
   const int world = mpi->world_size();
   if (batch % world != 0) {
@@ -119,7 +119,7 @@ Status Run(const GptShape& shape, int64_t batch, int threads, int repeats) {
                  "# gpt_roofline: %zu collectives per step (%zu all-gathers, %zu reduce-scatters)"
                  ", %lld parameters per rank\n",
                  calls.size(), gathers, scatters, static_cast<long long>(local_numel));
-    std::printf("%s\n", bench::RooflineJson(world, parts, nn::CpuIsaName(isa)).c_str());
+    std::printf("%s\n", bench::RooflineJson(world, parts, CpuIsaName(isa)).c_str());
   }
   local = GptOnStore();
   mpi.reset();

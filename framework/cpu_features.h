@@ -1,8 +1,7 @@
 // CpuFeatures: what this x86-64 CPU can run, read once from CPUID (GCC's __builtin_cpu_supports)
-// for the code that picks a vectorised path at run time: the layer kit's ISA variants
-// (nn/cpu_isa.h) and the fused optimizer step's drivers (optim/fused_step.h).
+// for the choice of the vectorised code's variant at run time (framework/cpu_isa.h).
 //
-//   CpuHasAvx2Fma()    AVX2 and FMA (the fused step's 8-wide path).
+//   CpuHasAvx2Fma()    AVX2 and FMA.
 //   CpuHasX86_64V3()   the x86-64-v3 level: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
 //   CpuHasX86_64V4()   x86-64-v3 and AVX-512 F, BW, CD, DQ, VL.
 //   CpuIsIntel()       the vendor is Intel.
@@ -10,7 +9,7 @@
 //                      0x1A Zen 5), 0 on other vendors.
 //   CpuPrefersAvx512() x86-64-v4 and cores that run 512-bit vectors at full width: Intel, or AMD
 //                      family 0x1A and later (Zen 5). Zen 4 splits each 512-bit operation in two
-//                      and measured no faster with them, so nn's "auto" keeps it on x86-64-v3.
+//                      and measured no faster with them: "auto" (cpu_isa.h) keeps it on v3.
 //   CpusAllowed()      how many CPUs the calling thread may run on now (sched_getaffinity; 1
 //                      when a launcher bound it to one core); not cached, >= 1.
 // No errors. Threading: thread-safe (each answer but CpusAllowed is computed once, then cached).

@@ -1,11 +1,11 @@
-// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_NN_ISA names the namespace.
+// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_ISA_NS names the namespace.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "nn/isa_kernels.h"
 
-namespace shardema::nn::SHARDEMA_NN_ISA {
+namespace shardema::nn::SHARDEMA_ISA_NS {
 namespace {
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -95,4 +95,4 @@ void ActivationBackward(const CpuContext& ctx, Activation act, const float* z, c
   });
 }
 
-}  // namespace shardema::nn::SHARDEMA_NN_ISA
+}  // namespace shardema::nn::SHARDEMA_ISA_NS

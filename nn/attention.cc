@@ -1,6 +1,5 @@
 #include "nn/attention.h"
 
-#include "nn/cpu_isa.h"
 #include "nn/isa_kernels.h"
 
 namespace shardema::nn {
@@ -16,14 +15,14 @@ Status CheckAttentionShape(const AttentionShape& s) {
 Status AttentionForward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,
                         float* out, float* att) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
-  SHARDEMA_NN_DISPATCH(AttentionForward, ctx, s, qkv, out, att);
+  SHARDEMA_ISA_DISPATCH(isa, AttentionForward, ctx, s, qkv, out, att);
   return Status::Ok();
 }
 
 Status AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const float* qkv,
                          const float* att, const float* dout, float* dqkv) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
-  SHARDEMA_NN_DISPATCH(AttentionBackward, ctx, s, qkv, att, dout, dqkv);
+  SHARDEMA_ISA_DISPATCH(isa, AttentionBackward, ctx, s, qkv, att, dout, dqkv);
   return Status::Ok();
 }
 

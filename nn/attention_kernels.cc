@@ -1,4 +1,4 @@
-// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_NN_ISA names the namespace.
+// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_ISA_NS names the namespace.
 //
 // Each (b, h) pair is computed one query (or key) row at a time with a row-times-matrix kernel on
 // Eigen's SIMD packets, over exactly the keys the causal mask keeps (rounded up to one packet),
@@ -12,7 +12,7 @@
 
 #include "nn/isa_kernels.h"
 
-namespace shardema::nn::SHARDEMA_NN_ISA {
+namespace shardema::nn::SHARDEMA_ISA_NS {
 
 namespace {
 
@@ -212,4 +212,4 @@ void AttentionBackward(const CpuContext& ctx, const AttentionShape& s, const flo
   });
 }
 
-}  // namespace shardema::nn::SHARDEMA_NN_ISA
+}  // namespace shardema::nn::SHARDEMA_ISA_NS

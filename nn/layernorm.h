@@ -9,7 +9,7 @@
 //   dw (+)= sum over rows of dy * xhat,   db (+)= sum over rows of dy
 // Row statistics and the dw/db column sums are accumulated in double (stored as f32); each row sum
 // runs in 16 lanes (lane l: elements l, l + 16, ... in order; the lanes added in order at the
-// end), vectorised for the CPU's widest ISA with the same bits on every ISA. xhat is recomputed
+// end), vectorised in each CPU variant (framework/cpu_isa.h) with the same bits. xhat is recomputed
 // from x, mean, rstd in the backward. dx is overwritten (add_dx == false) or added to (add_dx ==
 // true: a residual trunk's gradient gets the LayerNorm's in one pass, the same bits as writing it
 // and adding it after); dw/db are overwritten (accumulate == false) or added to. dx may be null;

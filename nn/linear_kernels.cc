@@ -1,11 +1,11 @@
-// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_NN_ISA names the namespace.
+// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_ISA_NS names the namespace.
 #include <algorithm>
 #include <cstring>
 
 #include "nn/eigen_maps.h"
 #include "nn/isa_kernels.h"
 
-namespace shardema::nn::SHARDEMA_NN_ISA {
+namespace shardema::nn::SHARDEMA_ISA_NS {
 namespace {
 // Rows (or output features) per chunk below which splitting a GEMM is not worth a thread.
 constexpr int64_t kGrain = 8;
@@ -459,4 +459,4 @@ void ColumnSums(const CpuContext& ctx, const float* dy, int64_t rows, int64_t co
   ProductTN(ctx, dy, nullptr, rows, cols, 0, nullptr, db, accumulate);
 }
 
-}  // namespace shardema::nn::SHARDEMA_NN_ISA
+}  // namespace shardema::nn::SHARDEMA_ISA_NS

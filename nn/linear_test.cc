@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/cpu_isa.h"
+#include "framework/cpu_isa.h"
 #include "nn/eigen_maps.h"
 #include "nn/grad_check.h"
 
@@ -179,8 +179,7 @@ TEST(LinearTest, DeepProductsByWeightPanelsKeepTheBitsOfOneProduct) {
 // environment asks for.
 template <typename Fn>
 void ForEachCpuIsa(const Fn& fn) {
-  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
-    if (!CpuSupports(isa)) continue;
+  for (CpuIsa isa : SupportedCpuIsas()) {
     ASSERT_TRUE(SetCpuIsa(isa).ok());
     fn(isa);
   }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/cpu_isa.h"
 #include "nn/isa_kernels.h"
 
 namespace shardema::nn {
@@ -35,8 +34,8 @@ StatusOr<double> CrossEntropyLoss(const CpuContext& ctx, const float* logits,
     }
   }
   std::vector<double> row_loss(size_t(std::max<int64_t>(rows, 0)));
-  SHARDEMA_NN_DISPATCH(CrossEntropyRows, ctx, logits, targets, rows, classes, norm, dlogits,
-                       row_loss.data());
+  SHARDEMA_ISA_DISPATCH(isa, CrossEntropyRows, ctx, logits, targets, rows, classes, norm, dlogits,
+                        row_loss.data());
   double total = 0;
   for (double l : row_loss) total += l;
   return total / norm;

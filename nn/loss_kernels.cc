@@ -1,11 +1,11 @@
-// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_NN_ISA names the namespace.
+// Compiled once per ISA (nn/isa_kernels.h): SHARDEMA_ISA_NS names the namespace.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "nn/isa_kernels.h"
 
-namespace shardema::nn::SHARDEMA_NN_ISA {
+namespace shardema::nn::SHARDEMA_ISA_NS {
 namespace {
 constexpr int64_t kRowGrain = 64;
 }  // namespace
@@ -36,4 +36,4 @@ void CrossEntropyRows(const CpuContext& ctx, const float* logits, const int64_t*
   });
 }
 
-}  // namespace shardema::nn::SHARDEMA_NN_ISA
+}  // namespace shardema::nn::SHARDEMA_ISA_NS

@@ -37,10 +37,10 @@
 //   NOT skipped at beta 1: d = d - (p_new - p_old) keeps the EMA value where it was while the
 //   master moves, so a delta slot must be a target of every pass once it has started.
 //
-// The results do not depend on the CPU: the same code is compiled for AVX-512 (used where the
-// CPU is x86-64-v4, framework/cpu_features.h), for AVX2+FMA, and portably with the C library's
-// correctly rounded fmaf (machines without AVX2/FMA; slower), all with the same bits; nor on
-// num_threads.
+// The results do not depend on the CPU: the kernels are compiled once per CPU ISA
+// (framework/cpu_isa.h: x86-64-v4 AVX-512, x86-64-v3 AVX2+FMA, and the portable v2 build with the
+// C library's correctly rounded fmaf, slower) and the variant ActiveCpuIsa() names runs, all with
+// the same bits (optim/fused_step_kernels.h); nor on num_threads.
 //
 // Memory: no allocation (beyond starting threads when num_threads allows extra ones).
 // Threading: the function itself may use up to `num_threads` threads on disjoint ranges (joined
@@ -131,19 +131,6 @@ void EmaUpdateCpu(float* ema, const float* master, int64_t n, double beta);
 // Sum of squares of x[0..n) accumulated in double (global-norm partial sum). Non-finite inputs
 // make the result non-finite. Single-threaded.
 double SumSquaresCpu(const float* x, int64_t n);
-
-// The code paths of FusedStepCpu and EmaUpdateCpu, widest first.
-enum class FusedStepIsa : uint8_t { kBest = 0, kAvx512 = 1, kAvx2 = 2, kPortable = 3 };
-
-// The path later calls take on this CPU (never kBest).
-FusedStepIsa FusedStepIsaInUse();
-
-// Testing hooks: cap the path for later calls in this process at `cap` (kBest: no cap; a cap
-// wider than the CPU has changes nothing), so tests can check that every path computes the same
-// bits; SetFusedStepPortableForTesting(true) is the kPortable cap, (false) kBest. Do not change
-// them while calls run.
-void SetFusedStepIsaForTesting(FusedStepIsa cap);
-void SetFusedStepPortableForTesting(bool portable);
 
 }  // namespace shardema
 

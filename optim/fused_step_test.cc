@@ -3,6 +3,7 @@
 // threading and ISA. (Bit-exact agreement with PyTorch is fused_step_golden_test.)
 #include "optim/fused_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "framework/cpu_isa.h"
 #include "framework/dtype.h"
 #include "framework/ema_storage.h"
 #include "optim/fused_step_scalars.h"
@@ -239,27 +241,24 @@ TEST(FusedStepTest, ThreadsGiveTheSameBits) {
   EXPECT_TRUE(one == automatic);
 }
 
-// The code paths this CPU can take (FusedStepIsaInUse under each cap), widest first, each once.
-std::vector<FusedStepIsa> PathsOfThisCpu() {
-  std::vector<FusedStepIsa> paths;
-  for (FusedStepIsa cap : {FusedStepIsa::kAvx512, FusedStepIsa::kAvx2, FusedStepIsa::kPortable}) {
-    SetFusedStepIsaForTesting(cap);
-    if (paths.empty() || paths.back() != FusedStepIsaInUse()) paths.push_back(FusedStepIsaInUse());
-  }
-  SetFusedStepIsaForTesting(FusedStepIsa::kBest);
-  return paths;
+// The CPU variants this machine runs, the portable v2 last (the reference the others must match).
+std::vector<CpuIsa> VariantsOfThisCpu() {
+  std::vector<CpuIsa> isas = SupportedCpuIsas();
+  std::reverse(isas.begin(), isas.end());
+  return isas;
 }
 
-TEST(FusedStepTest, EveryPathGivesTheBitsOfThePortableOne) {
-  const std::vector<FusedStepIsa> paths = PathsOfThisCpu();
-  ASSERT_EQ(paths.back(), FusedStepIsa::kPortable);
-  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512";
+TEST(FusedStepTest, EveryVariantGivesTheBitsOfThePortableOne) {
+  const std::vector<CpuIsa> paths = VariantsOfThisCpu();
+  const CpuIsa in_use = ActiveCpuIsa();
+  ASSERT_EQ(paths.back(), CpuIsa::kV2);
+  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither x86-64-v3 nor -v4";
   const int64_t n = 5000;
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
     std::vector<State> states;
     states.reserve(paths.size());
-    for (FusedStepIsa path : paths) {
-      SetFusedStepIsaForTesting(path);
+    for (CpuIsa path : paths) {
+      ASSERT_TRUE(SetCpuIsa(path).ok());
       states.emplace_back(n, 31);
       State* s = &states.back();
       const EmaTarget targets[2] = {{s->e0.data(), 0.9}, {s->e1.data(), 0.2}};  // both lerps
@@ -270,9 +269,10 @@ TEST(FusedStepTest, EveryPathGivesTheBitsOfThePortableOne) {
       FusedStepCpu(a);
       EmaUpdateCpu(s->e0.data(), s->master.data(), n, 0.7);  // the EMA-only entry point too
     }
-    SetFusedStepIsaForTesting(FusedStepIsa::kBest);
+    ASSERT_TRUE(SetCpuIsa(in_use).ok());
     for (size_t i = 0; i + 1 < states.size(); ++i) {
-      EXPECT_TRUE(states[i] == states.back()) << "kind " << int(kind) << " path " << int(paths[i]);
+      EXPECT_TRUE(states[i] == states.back())
+          << "kind " << int(kind) << " " << CpuIsaName(paths[i]);
     }
   }
 }
@@ -387,7 +387,7 @@ TEST(FusedStepTest, SumSquaresInDouble) {
 // reference of the fp32 EMA within bf16 bounds, their not-updating branch (beta 1) and start copy,
 // bf16 and bf16_sr against the reference, stochastic rounding unbiased where round-to-nearest
 // loses the update (bf16_sr and delta_bf16_sr), the stochastic kinds independent of how the range
-// is split (the world-size invariance of the global element index), and both ISA paths giving
+// is split (the world-size invariance of the global element index), and every CPU variant giving
 // the same bits. ----
 
 constexpr double kHalfBf16Ulp = 1.0 / 256;  // relative: 2^-8 >= half an ulp of an 8-bit mantissa
@@ -581,14 +581,15 @@ TEST(FusedStepStorageTest, StochasticRoundingDependsOnGlobalIndexNotOnTheSplit) 
   }
 }
 
-TEST(FusedStepStorageTest, EveryPathComputesTheBitsOfThePortableOne) {
-  const std::vector<FusedStepIsa> paths = PathsOfThisCpu();
-  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither AVX2+FMA nor AVX-512";
+TEST(FusedStepStorageTest, EveryVariantComputesTheBitsOfThePortableOne) {
+  const std::vector<CpuIsa> paths = VariantsOfThisCpu();
+  const CpuIsa in_use = ActiveCpuIsa();
+  if (paths.size() == 1) GTEST_SKIP() << "this CPU has neither x86-64-v3 nor -v4";
   const int64_t n = 4111;
   std::vector<std::vector<std::vector<uint16_t>>> out(paths.size());
   std::vector<std::vector<float>> masters(paths.size());
   for (size_t path = 0; path < paths.size(); ++path) {
-    SetFusedStepIsaForTesting(paths[path]);
+    ASSERT_TRUE(SetCpuIsa(paths[path]).ok());
     Sgd s(n, 41);
     std::vector<uint16_t> d = Bf16Of(Random(n, 43, -0.1f, 0.1f)), e = Bf16Of(Random(n, 44, -1, 1)),
                           r = e, ds = d;
@@ -600,10 +601,10 @@ TEST(FusedStepStorageTest, EveryPathComputesTheBitsOfThePortableOne) {
     out[path] = {d, e, r, ds};
     masters[path] = s.master;
   }
-  SetFusedStepIsaForTesting(FusedStepIsa::kBest);
+  ASSERT_TRUE(SetCpuIsa(in_use).ok());
   for (size_t path = 0; path + 1 < paths.size(); ++path) {
-    EXPECT_EQ(out[path], out.back()) << "path " << int(paths[path]);
-    EXPECT_EQ(masters[path], masters.back()) << "path " << int(paths[path]);
+    EXPECT_EQ(out[path], out.back()) << CpuIsaName(paths[path]);
+    EXPECT_EQ(masters[path], masters.back()) << CpuIsaName(paths[path]);
   }
 }
 

@@ -24,8 +24,9 @@ if ! command -v "$CXX" >/dev/null 2>&1; then
 fi
 mkdir -p "$out/obj" "$out/findings"
 
-srcs=(framework/status.cc framework/dtype.cc framework/device.cc framework/tensor.cc fsdp/layout.cc
-      checkpoint/checksum.cc checkpoint/json_reader.cc checkpoint/format.cc checkpoint/posix_file.cc
+srcs=(framework/status.cc framework/dtype.cc framework/device.cc framework/tensor.cc
+      framework/cpu_isa.cc fsdp/layout.cc checkpoint/checksum.cc checkpoint/json_reader.cc
+      checkpoint/format.cc checkpoint/posix_file.cc
       checkpoint/safetensors.cc checkpoint/slot_meta.cc)
 san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 cflags=(-std=c++17 -O1 -g -I. -DSHARDEMA_WITH_CUDA=0 "${san[@]}")
@@ -44,16 +45,18 @@ compile() {
 for s in "${srcs[@]}"; do  # the library, instrumented for coverage
   compile "$(echo "$s" | tr / _)" "$s" "$CXX" "${cflags[@]}" -fsanitize=fuzzer-no-link
 done
-# framework/cpu_features.cc (checksum.cc picks its XXH3 path with it) with the tree's compiler:
+# framework/cpu_features.cc (cpu_isa.cc picks checksum.cc's XXH3 variant with it) with the tree's
+# compiler:
 # clang 14's __builtin_cpu_supports does not know f16c, movbe and lzcnt (uninstrumented: it only
 # reads CPUID).
 compile framework_cpu_features framework/cpu_features.cc g++ -std=c++17 -O1 -g -I.
-# checksum.cc's XXH3 kernels, one object per x86-64 level (as checkpoint/BUILD builds them).
+# checksum.cc's XXH3 kernels, one object per x86-64 level (as checkpoint/BUILD builds them:
+# framework/isa_variants.bzl).
 for isa in v2 v3 v4; do
   march=()
   [ "$isa" != v2 ] && march=(-march=x86-64-$isa)
   compile "xxh3_kernels_$isa" checkpoint/xxh3_kernels.cc "$CXX" "${cflags[@]}" "${march[@]}" \
-    -DSHARDEMA_XXH3_ISA="xxh3_$isa" -fsanitize=fuzzer-no-link
+    -DSHARDEMA_ISA_NS="xxh3_$isa" -fsanitize=fuzzer-no-link
 done
 
 total_execs=0

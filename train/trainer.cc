@@ -10,13 +10,13 @@
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/posix_file.h"
 #include "ema/snapshot.h"
+#include "framework/cpu_isa.h"
 #include "framework/cuda/event.h"
 #include "framework/duration.h"
 #include "framework/fault_injection.h"
 #include "framework/host_wait.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
-#include "nn/cpu_isa.h"
 #include "train/config_agreement.h"
 #include "train/memory_estimate.h"
 
@@ -255,15 +255,15 @@ StatusOr<int64_t> Trainer::UnitMemoryLimit(const std::vector<UnitSpec>& units,
 }
 
 Status Trainer::AgreeOnCpuIsa() {
-  StatusOr<nn::CpuIsa> mine = nn::CpuIsaFromEnv();
+  StatusOr<CpuIsa> mine = CpuIsaFromEnv();
   RETURN_IF_ERROR(AgreeOnStatus(comm_, mine.status(), "CPU kernels"));
   std::vector<float> all(size_t(comm_->world_size()));
   const float v = float(static_cast<int>(*mine));
   RETURN_IF_ERROR(comm_->AllGather(&v, all.data(), 1, DType::kF32));
-  const auto isa = static_cast<nn::CpuIsa>(int(*std::min_element(all.begin(), all.end())));
-  RETURN_IF_ERROR(nn::SetCpuIsa(isa));
+  const auto isa = static_cast<CpuIsa>(int(*std::min_element(all.begin(), all.end())));
+  RETURN_IF_ERROR(SetCpuIsa(isa));
   if (comm_->rank() == 0) {
-    LOG_INFO << "CPU kernels: x86-64-" << nn::CpuIsaName(isa)
+    LOG_INFO << "CPU kernels: x86-64-" << CpuIsaName(isa)
              << (isa != *mine ? " (the lowest any rank supports)" : "") << ", "
              << config_.compute_threads << " compute thread(s) per rank";
   }

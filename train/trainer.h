@@ -37,9 +37,9 @@
 // items. EMA weights are evaluated through EmaSlots::Swap / SwapBack, so the normal gather path
 // sees them.
 //
-// CPU kernels: Setup agrees on the nn/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any rank
-// supports); --compute-threads threads per rank run the layers. --profile adds each phase's wall
-// time to TrainSummary::phases (forward/backward/waits from the model's UnitRunner; zeroing,
+// CPU kernels: Setup agrees on the framework/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any
+// rank supports); --compute-threads threads per rank run the layers. --profile adds each phase's
+// wall time to TrainSummary::phases (forward/backward/waits from the model's UnitRunner; zeroing,
 // optimizer, loss all-reduce, eval and saves here); --bench-json times each step and adds CPU
 // time and peak RSS (train/step_timing.h: on the CPU after a barrier by the host clock, on a GPU
 // by CUDA events, no synchronisation per step); without it no step does timing work.
@@ -160,7 +160,7 @@ class Trainer {
   // CheckTrainDevice and the device communicator's checks (local).
   Status CheckDevice() const;
   // Reads SHARDEMA_CPU_ISA on every rank and makes the lowest choice of all ranks the variant of
-  // the CPU layers (nn/cpu_isa.h), so all ranks compute the same bits.
+  // the CPU kernels (framework/cpu_isa.h), so all ranks compute the same bits.
   Status AgreeOnCpuIsa();
   // StoreOptions::unit_memory_limit_bytes for --unit-memory-limit: the flag's value, or for
   // auto (agreed: a collective): 0 (no bound) on a CUDA device, across nodes, or when no unit

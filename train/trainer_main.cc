@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/cpu_features.h"
+#include "framework/cpu_isa.h"
 #include "framework/logging.h"
 #include "framework/mpi/mpi_communicator.h"
 #include "framework/rank_env.h"
 #include "framework/status.h"
-#include "nn/cpu_isa.h"
 #include "train/device_comm.h"
 #include "train/trainer.h"
 
@@ -157,7 +157,7 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
           {"steps_ms", RoundedTo(summary->timing.step_ms, 0.001)},
           {"steps_start_unix_ms", RoundedTo(summary->timing.step_start_unix_ms, 0.001)},
           {"peak_rss_mib", summary->timing.peak_rss_mib},
-          {"cpu_isa", nn::CpuIsaName(nn::ActiveCpuIsa())},
+          {"cpu_isa", CpuIsaName(ActiveCpuIsa())},
           {"compute_threads", config.compute_threads},
           {"timed_steps", summary->timing.timed_steps},
           {"state_bytes_per_rank", summary->state_bytes_per_rank},

@@ -1,10 +1,10 @@
-// CpuIsa: parsing and errors, and the compiled variants of the vectorised layers (Linear, GELU,
-// attention) against each other: the same results up to float rounding.
-#include "nn/cpu_isa.h"
+// The compiled variants of the vectorised layers (nn/isa_kernels.h: Linear, GELU, attention)
+// against each other: the same results up to float rounding.
+#include "framework/cpu_isa.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,65 +12,15 @@
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/grad_check.h"
+#include "nn/layernorm.h"
 #include "nn/linear.h"
+#include "nn/residual.h"
 
 namespace shardema::nn {
 namespace {
 
 using testing::MaxRelError;
 using testing::Uniform;
-
-TEST(CpuIsaTest, Parses) {
-  EXPECT_EQ(*ParseCpuIsa("v2"), CpuIsa::kV2);
-  EXPECT_EQ(*ParseCpuIsa(""), BestCpuIsa());
-  EXPECT_EQ(*ParseCpuIsa("auto"), BestCpuIsa());
-  EXPECT_STREQ(CpuIsaName(CpuIsa::kV3), "v3");
-  StatusOr<CpuIsa> bad = ParseCpuIsa("avx9");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("'avx9'"), std::string::npos) << bad.status().ToString();
-  EXPECT_STREQ(CpuIsaName(CpuIsa::kV4), "v4");
-  for (CpuIsa isa : {CpuIsa::kV3, CpuIsa::kV4}) {
-    const std::string name = CpuIsaName(isa);
-    if (CpuSupports(isa)) {
-      EXPECT_EQ(*ParseCpuIsa(name), isa);
-    } else {
-      StatusOr<CpuIsa> missing = ParseCpuIsa(name);
-      ASSERT_FALSE(missing.ok());
-      EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
-      EXPECT_NE(missing.status().message().find(name), std::string::npos);
-    }
-  }
-  // v4 implies v3; auto never picks what the CPU lacks.
-  if (CpuSupports(CpuIsa::kV4)) EXPECT_TRUE(CpuSupports(CpuIsa::kV3));
-  EXPECT_TRUE(CpuSupports(BestCpuIsa()));
-}
-
-TEST(CpuIsaTest, EnvironmentChoosesAndErrorsNameTheVariable) {
-  ASSERT_EQ(setenv("SHARDEMA_CPU_ISA", "v2", 1), 0);
-  EXPECT_EQ(*CpuIsaFromEnv(), CpuIsa::kV2);
-  ASSERT_EQ(setenv("SHARDEMA_CPU_ISA", "sse", 1), 0);
-  StatusOr<CpuIsa> bad = CpuIsaFromEnv();
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().ToString().find("SHARDEMA_CPU_ISA"), std::string::npos);
-  ASSERT_EQ(unsetenv("SHARDEMA_CPU_ISA"), 0);
-  EXPECT_EQ(*CpuIsaFromEnv(), BestCpuIsa());
-}
-
-TEST(CpuIsaTest, SetSwitchesTheActiveVariant) {
-  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
-  EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kV2);
-  for (CpuIsa isa : {CpuIsa::kV3, CpuIsa::kV4}) {
-    if (!CpuSupports(isa)) {
-      EXPECT_EQ(SetCpuIsa(isa).code(), StatusCode::kFailedPrecondition);
-      EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kV2) << "a refused SetCpuIsa changed the variant";
-      continue;
-    }
-    ASSERT_TRUE(SetCpuIsa(isa).ok());
-    EXPECT_EQ(ActiveCpuIsa(), isa);
-    ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
-  }
-}
 
 // Runs `layer` (which returns its outputs) under v2 and under each wider variant the CPU has,
 // and compares every output: |vN - v2| / max(|v2|, 1) < tol (the variants differ by float
@@ -91,7 +41,7 @@ void ExpectVariantsAgree(const std::function<std::vector<std::vector<float>>()>&
   }
 }
 
-TEST(CpuIsaTest, LinearVariantsAgree) {
+TEST(IsaKernelsTest, LinearVariantsAgree) {
   for (int threads : {1, 2}) {
     const CpuContext ctx(threads);
     const int64_t rows = 37, in = 70, out = 45;  // not multiples of any vector width
@@ -109,7 +59,7 @@ TEST(CpuIsaTest, LinearVariantsAgree) {
   }
 }
 
-TEST(CpuIsaTest, ActivationVariantsAgree) {
+TEST(IsaKernelsTest, ActivationVariantsAgree) {
   const CpuContext ctx;
   auto z = Uniform(5000, 5), da = Uniform(5000, 6);
   for (float& v : z) v *= 4.f;
@@ -125,7 +75,7 @@ TEST(CpuIsaTest, ActivationVariantsAgree) {
   }
 }
 
-TEST(CpuIsaTest, AttentionVariantsAgree) {
+TEST(IsaKernelsTest, AttentionVariantsAgree) {
   const CpuContext ctx;
   const AttentionShape s{2, 70, 24, 3};
   auto qkv = Uniform(size_t(s.qkv_numel()), 7), dout = Uniform(size_t(s.out_numel()), 8);
@@ -139,6 +89,34 @@ TEST(CpuIsaTest, AttentionVariantsAgree) {
         return std::vector<std::vector<float>>{out, att, dqkv};
       },
       1e-4);
+}
+
+TEST(IsaKernelsTest, LayerNormAndResidualVariantsGiveTheSameBits) {
+  const CpuContext ctx(2);
+  const int64_t rows = 40, c = 131;  // not a multiple of any vector width
+  auto x = Uniform(size_t(rows * c), 9), w = Uniform(size_t(c), 10), b = Uniform(size_t(c), 11),
+       dy = Uniform(size_t(rows * c), 12);
+  std::vector<std::vector<float>> first;
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(mean), dx(x.size()),
+        dw(w.size()), db(w.size()), sum(x.size()), acc = x;
+    LayerNormForward(ctx, x.data(), w.data(), b.data(), rows, c, 1e-5f, y.data(), mean.data(),
+                     rstd.data());
+    LayerNormBackward(ctx, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), rows, c,
+                      dx.data(), dw.data(), db.data(), false, /*add_dx=*/false);
+    LayerNormBackward(ctx, x.data(), w.data(), mean.data(), rstd.data(), dy.data(), rows, c,
+                      dx.data(), dw.data(), db.data(), false, /*add_dx=*/true);
+    ResidualForward(ctx, x.data(), dy.data(), sum.data(), int64_t(x.size()));
+    AddInPlace(ctx, acc.data(), dy.data(), int64_t(x.size()));
+    const std::vector<std::vector<float>> out = {y, mean, rstd, dx, dw, db, sum, acc};
+    if (first.empty()) first = out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(std::memcmp(out[i].data(), first[i].data(), out[i].size() * sizeof(float)), 0)
+          << CpuIsaName(isa) << " output " << i;
+    }
+  }
+  ASSERT_TRUE(SetCpuIsa(CpuIsa::kV2).ok());
 }
 
 }  // namespace

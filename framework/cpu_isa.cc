@@ -1,11 +1,11 @@
-#include "nn/cpu_isa.h"
+#include "framework/cpu_isa.h"
 
 #include <atomic>
 #include <cstdlib>
 
 #include "framework/cpu_features.h"
 
-namespace shardema::nn {
+namespace shardema {
 namespace {
 
 // 0: not chosen yet; otherwise the CpuIsa value.
@@ -28,6 +28,14 @@ bool CpuSupports(CpuIsa isa) {
     case CpuIsa::kV4: return CpuHasX86_64V4();
   }
   return false;
+}
+
+std::vector<CpuIsa> SupportedCpuIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kV2, CpuIsa::kV3, CpuIsa::kV4}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
 }
 
 CpuIsa BestCpuIsa() {
@@ -84,4 +92,4 @@ CpuIsa ActiveCpuIsa() {
   return static_cast<CpuIsa>(v);
 }
 
-}  // namespace shardema::nn
+}  // namespace shardema
