@@ -28,14 +28,19 @@ ok = ok and all(a >= start + 120 * k - 1 and b >= a for k, (a, b) in enumerate(p
 print("ok" if ok else json.dumps(j))' "$work/out.json" "$start" "$copy")" ok
   left=("$work"/save_floor_*)
   expect "no file left $copy" "${left[*]}" "$work/save_floor_*"
-  # Steps every 10 ms from 1 s before the first pass: the passes begin at steps 100, 112, 124.
+  # Steps every 10 ms from 1 s before the first pass: the passes begin at steps 100, 112, 124 (on
+  # a loaded machine a late pass may come within 10 steps of the next: bench_pass_starts drops it).
   expect "pass starts $copy" "$(python3 -c 'import json, sys
 p = json.loads(open(sys.argv[1]).read())["passes"]
 t0 = p[0][0] - 1000.0
 print(json.dumps({"steps_ms": [10.0] * 200, "steps_start_unix_ms": [t0 + 10 * i for i in range(200)]}))' \
     "$work/out.json" | bench_pass_starts 10 "$work/out.json")" "$(python3 -c 'import json, sys
 p = json.loads(open(sys.argv[1]).read())["passes"]
-print(",".join(str(int((a - p[0][0] + 1000.0) // 10)) for a, _ in p))' "$work/out.json")"
+out = []  # a pass that began within 10 steps of the previous kept one is left out (a late one)
+for s in (int((a - p[0][0] + 1000.0) // 10) for a, _ in p):
+    if not out or s >= out[-1] + 10:
+        out.append(s)
+print(",".join(map(str, out)))' "$work/out.json")"
 done
 
 if "$floor" --bytes 1M --dir "$work/missing" --passes 1 >"$work/out" 2>"$work/err"; then

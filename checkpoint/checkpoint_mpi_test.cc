@@ -100,6 +100,7 @@ TEST_F(CheckpointMpiTest, AsyncSaveKeepsTheSnapshotAndCommitsOnPoll) {
   for (int64_t step : {20, 21}) {
     OwnedState st = MyState(step);
     EXPECT_TRUE(w.SaveAsync(st.state).ok());
+    w.WaitSnapshot();
     for (auto& d : st.slot_data) std::memset(d.data(), 0x33, d.size());  // training goes on
     bool done = false;
     for (int i = 0; i < 20000 && !done; ++i) {  // every rank makes the same number of Poll calls

@@ -33,6 +33,7 @@ int Run(const std::string& root, bool async) {
     std::vector<OwnedState> st = MakeStates(MakeLayout(model, async ? 1 : 2), DefaultSlots(), step);
     Status s = async ? writer.SaveAsync(st[0].state)
                      : SaveAllRanks(root, StatesOf(st), SaveOptions{3, 64 << 10}).status();
+    if (async) writer.WaitSnapshot();  // before this step's state goes
     if (!s.ok()) {
       std::fprintf(stderr, "crash_saver: step %lld: %s\n", static_cast<long long>(step),
                    s.ToString().c_str());

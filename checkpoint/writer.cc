@@ -34,6 +34,7 @@ StatusOr<Manifest> PlanForState(const CheckpointState& state, uint64_t chunk_byt
     SlotEntry e;
     e.name = v.name;
     e.dtype = v.dtype;
+    e.params = v.params;
     slots.push_back(e);
   }
   std::vector<BufferEntry> buffers;
@@ -101,37 +102,6 @@ CommitOptions CommitOpts(const SaveOptions& o, std::vector<std::string>* deferre
 }
 }  // namespace
 
-namespace {
-struct Copy {
-  const void* src;
-  char* dst;
-  size_t bytes;
-};
-
-// Copies `copies` with `threads` threads, splitting the bytes evenly (memory bandwidth bound).
-// With min(4, hardware threads) threads (the caller is blocked meanwhile anyway), one per 8 MiB.
-void ParallelCopy(const std::vector<Copy>& copies) {
-  size_t total = 0;
-  for (const Copy& c : copies) total += c.bytes;
-  int threads = int(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
-  threads = int(std::min<size_t>(size_t(threads), total / (size_t(8) << 20) + 1));
-  auto run = [&](size_t begin, size_t end) {  // byte range [begin, end) of the concatenation
-    size_t pos = 0;
-    for (const Copy& c : copies) {
-      const size_t b = std::max(begin, pos), e = std::min(end, pos + c.bytes);
-      if (b < e) std::memcpy(c.dst + (b - pos), static_cast<const char*>(c.src) + (b - pos), e - b);
-      pos += c.bytes;
-    }
-  };
-  std::vector<std::thread> pool;
-  const size_t per = (total + size_t(threads) - 1) / size_t(threads);
-  for (int t = 1; t < threads; ++t)
-    pool.emplace_back(run, per * size_t(t), std::min(total, per * size_t(t + 1)));
-  run(0, std::min(total, per));
-  for (std::thread& t : pool) t.join();
-}
-}  // namespace
-
 struct CheckpointWriter::Pending {
   Manifest plan;
   std::string tmp_dir;
@@ -172,13 +142,11 @@ struct CheckpointWriter::Pending {
   // copy is made, while the file is still being written), or (in place: slot_ptrs and
   // buffer_ptrs are the caller's) until the file is written.
   void Write(int rank, const SaveOptions& options, bool background) {
-    const SaveOptions::Snapshot mode =
-        background ? options.snapshot : SaveOptions::Snapshot::kAtBegin;
-    const bool copy_here = mode == SaveOptions::Snapshot::kInBackground;
+    const bool copy_here = background && options.snapshot == SaveOptions::Snapshot::kInBackground;
     if (copy_here) {
       snapshot.on_copied = [&] { ReleaseSnapshot(); };
-    } else if (mode == SaveOptions::Snapshot::kAtBegin) {
-      ReleaseSnapshot();  // taken already (or none needed: Save's caller waits)
+    } else if (!background) {
+      ReleaseSnapshot();  // none needed: Save's caller waits
     }
     try {
       result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs,
@@ -476,8 +444,8 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
     p.buffer_ptrs = BufferPointers(state);
   } else {
     // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
-    // the rank file writes them to the device directly, posix_file.h). kAtBegin copies here;
-    // kInBackground in the writer thread, checksumming as it copies (RankFileSnapshot).
+    // the rank file writes them to the device directly, posix_file.h), copied by the writer
+    // thread, checksumming as it copies (RankFileSnapshot).
     const uint64_t total = StagingBytes(p.plan, rank);
     if (!GrowStaging(total, /*touch=*/false)) {
       p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
@@ -485,15 +453,11 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
       p.done.store(true);
       return Status::Ok();  // reported collectively by the commit
     }
-    const bool at_begin = options_.snapshot == SaveOptions::Snapshot::kAtBegin;
-    std::vector<Copy> copies;
     uint64_t off = 0;
     auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs,
                      std::vector<char*>* stages) {
-      char* dst = staging_.as<char>() + off;
-      if (at_begin && n > 0) copies.push_back({src, dst, size_t(n)});
-      ptrs->push_back(at_begin ? dst : src);
-      stages->push_back(dst);
+      ptrs->push_back(src);
+      stages->push_back(staging_.as<char>() + off);
       off += AlignUp(n, kDirectIoAlign);
     };
     for (size_t i = 0; i < p.plan.slots.size(); ++i) {
@@ -503,10 +467,8 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
       for (size_t i = 0; i < p.plan.buffers.size(); ++i)
         stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs, &p.snapshot.buffers);
     }
-    if (at_begin) ParallelCopy(copies);
   }
-  // Only a snapshot copied here is taken already; the others are released by the writer thread.
-  p.snapshot_taken = options_.snapshot == SaveOptions::Snapshot::kAtBegin;
+  p.snapshot_taken = false;  // released by the writer thread
   Pending* raw = &p;
   const SaveOptions* opts = &options_;
   p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });

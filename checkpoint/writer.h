@@ -13,17 +13,15 @@
 //   Save(state)       [commit a pending save] + begin + write own file + commit. Returns when the
 //                     checkpoint is committed (or failed) on every rank.
 //   SaveAsync(state)  [commit a pending save] + begin: validates, agrees on the plan, rank 0 makes
-//                     the temp directory, copies every slot and buffer into host staging buffers
-//                     (the snapshot: the caller may modify its buffers as soon as this returns),
-//                     then starts the background writer and returns (SaveOptions::snapshot
-//                     kAtBegin). With kInBackground the copy is made by the background thread
-//                     instead, overlapping the caller's work (e.g. forward/backward, which do not
-//                     modify the state); with kInPlace nothing is copied: the background thread
-//                     writes the rank file straight from the caller's memory (no staging memory,
-//                     no copy; the optimizer step then waits if writing the file takes longer
-//                     than the work it overlaps). With either, the caller must call
-//                     WaitSnapshot() before it modifies any slot or buffer (e.g. before the
-//                     optimizer step).
+//                     the temp directory, then starts the background writer and returns. With
+//                     SaveOptions::snapshot kInBackground (the default) the writer thread copies
+//                     every slot and buffer into host staging memory (the snapshot), overlapping
+//                     the caller's work (e.g. forward/backward, which do not modify the state);
+//                     with kInPlace nothing is copied: the writer thread writes the rank file
+//                     straight from the caller's memory (no staging memory, no copy; the
+//                     optimizer step then waits if writing the file takes longer than the work
+//                     it overlaps). Either way the caller must call WaitSnapshot() before it
+//                     modifies any slot or buffer (e.g. before the optimizer step).
 //   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory
 //                     (kInBackground: its copy is taken; kInPlace: the rank file's data is
 //                     written, checksummed and durable).
@@ -75,8 +73,7 @@
 // save to save when the size does not grow), none with kInPlace; the rank-file writer two
 // io_bytes buffers.
 // Threading: one thread calls a writer; the state's memory must stay valid and unchanged during
-// Save, during SaveAsync (until it returns), and with kInBackground or kInPlace until
-// WaitSnapshot.
+// Save, and from SaveAsync until WaitSnapshot returns.
 #ifndef SHARDEMA_CHECKPOINT_WRITER_H_
 #define SHARDEMA_CHECKPOINT_WRITER_H_
 
@@ -103,16 +100,18 @@ struct SaveOptions {
   uint64_t io_bytes = uint64_t(16) << 20;     // largest single write(2)
   bool fsync = true;                          // off only for tests that do not need durability
   WriteFaultHook fault_hook;                  // tests: simulate ENOSPC/EIO on any write
-  // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above).
+  // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above). Both stay
+  // because each wins somewhere (bench/results/save_stall_bench_w2_*.json): kInBackground stalls
+  // the steps least, kInPlace needs no staging memory. (A copy inside SaveAsync itself was a
+  // third mode: never faster than kInBackground, bench/results/ckpt_bench_w2_*.json; removed.)
   enum class Snapshot : uint8_t {
-    kAtBegin = 0,  // SaveAsync copies the state into staging memory before it returns
-    // The writer thread copies it, checksumming each block as it copies it and queueing the
-    // writes as it goes (one pass over the state, never waiting for the device);
-    // WaitSnapshot waits for the copy.
-    kInBackground = 1,
-    kInPlace = 2,  // no copy: the writer reads the caller's memory until WaitSnapshot
+    // The writer thread copies the state into staging memory, checksumming each block as it
+    // copies it and queueing the writes as it goes (one pass over the state, never waiting for
+    // the device); WaitSnapshot waits for the copy.
+    kInBackground = 0,
+    kInPlace = 1,  // no copy: the writer reads the caller's memory until WaitSnapshot
   };
-  Snapshot snapshot = Snapshot::kAtBegin;
+  Snapshot snapshot = Snapshot::kInBackground;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
   // Poll: every agree_every-th call of a phase (and its first) starts the ranks' non-blocking

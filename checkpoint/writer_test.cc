@@ -111,6 +111,7 @@ TEST_F(WriterTest, AsyncSaveWritesTheSnapshotNotLaterChanges) {
   CheckpointWriter w(root_, nullptr);
   ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
   EXPECT_TRUE(w.pending());
+  w.WaitSnapshot();
   // Training continues: the buffers change right after the snapshot.
   for (auto& d : st[0].slot_data) std::memset(d.data(), 0x5A, d.size());
   for (auto& b : st[0].buffer_data) std::fill(b.begin(), b.end(), -1.f);
@@ -140,6 +141,7 @@ TEST_F(WriterTest, ReservedStagingServesTheAsyncSavesAndBadStatesAreRefused) {
   ASSERT_TRUE(w.ReserveStaging(st[0].state).ok());
   // The snapshot goes into the reserved memory; later changes to the state are not saved.
   ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
+  w.WaitSnapshot();
   for (auto& d : st[0].slot_data) std::memset(d.data(), 0x5A, d.size());
   ASSERT_TRUE(w.Finish().ok());
   OwnedState dest = MakeDest(l, 0, DefaultSlots());
@@ -196,6 +198,7 @@ TEST_F(WriterTest, NextSaveCommitsThePendingAsyncSave) {
     ASSERT_TRUE(w.SaveAsync(st[0].state).ok());
     // The previous save is committed by this call; the new one is pending.
     EXPECT_EQ(w.last_committed_step(), step - 1 == 0 ? -1 : step - 1);
+    w.WaitSnapshot();  // before this step's state goes
   }
   ASSERT_TRUE(w.Wait().ok());
   EXPECT_EQ(w.last_committed_step(), 4);
@@ -366,6 +369,7 @@ TEST_F(WriterTest, WaitAndTheNextSaveCompleteACommitInFlight) {
   for (int64_t step : {1, 2}) {
     std::vector<OwnedState> st = MakeStates(l, DefaultSlots(), step);
     ASSERT_TRUE(w.SaveAsync(st[0].state).ok());  // step 2: completes step 1's commit first
+    w.WaitSnapshot();                            // before this step's state goes
     EXPECT_EQ(w.last_committed_step(), step - 1 == 0 ? -1 : step - 1);
     // Poll until the commit has started in the background (the writer is then committing: its
     // Poll no longer returns false because of the file).

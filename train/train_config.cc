@@ -530,10 +530,11 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
   app.add_option("--keep", c.keep, "committed checkpoints kept")->capture_default_str();
   app.add_flag("--async-save", c.async_save, "write checkpoints in the background");
   app.add_option("--async-snapshot", raw.async_snapshot,
-                 "with --async-save: copy (the writer thread copies the state during the next "
-                 "forward/backward, then writes the copy) or in-place (no copy, no staging "
-                 "memory: it writes straight from the state, and the next optimizer step waits "
-                 "until the rank file is written)")
+                 "with --async-save: copy (the default: the writer thread copies the state during "
+                 "the next forward/backward, then writes the copy; stalls the steps least) or "
+                 "in-place (no copy, no staging memory: it writes straight from the state, and the "
+                 "next optimizer step waits until the rank file is written; 8.4M MLP at 2 ranks: "
+                 "155 instead of 235 MiB per rank, bench/results/save_stall_bench_w2_2026-11-28*)")
       ->check(CLI::IsMember({"copy", "in-place"}))
       ->capture_default_str();
   app.add_option(

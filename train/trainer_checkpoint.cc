@@ -328,9 +328,8 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& mo
         // --async-save: the snapshot copy itself runs on the writer thread, overlapping the next
         // step's forward/backward (--async-snapshot in-place: no copy, the writer writes from the
         // state); the trainer calls WaitSnapshot() before the optimizer step.
-        o.snapshot = !config.async_save      ? SaveOptions::Snapshot::kAtBegin
-                     : config.async_in_place ? SaveOptions::Snapshot::kInPlace
-                                             : SaveOptions::Snapshot::kInBackground;
+        o.snapshot = config.async_in_place ? SaveOptions::Snapshot::kInPlace
+                                           : SaveOptions::Snapshot::kInBackground;
         return o;
       }()) {}
 
