@@ -477,7 +477,9 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
   }
   const std::string where = "manifest '" + JoinPath(reader->dir(), kManifestName) + "'";
   RETURN_IF_ERROR(CheckSlotStarted(m.meta, slot, m.step, where));
-  ASSIGN_OR_RETURN(const auto metadata, ExportMetadata(m.meta, slot, m.step, where));
+  ASSIGN_OR_RETURN(auto metadata, ExportMetadata(m.meta, slot, m.step, where));
+  const bool subset = !m.slots[size_t(si)].params.empty();
+  if (subset) metadata[kUntrackedMetadataKey] = json(UntrackedParams(m, si)).dump();
   ASSIGN_OR_RETURN(ExportPlan plan, PlanExport(m, slot, dtype, out_path, metadata, options));
   ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(*reader, slot));
   ExportValueFn values = [&](const ExportTensor& t, int64_t b, int64_t n, void* dst,
@@ -488,7 +490,7 @@ StatusOr<ExportReport> ExportSafetensors(const std::string& checkpoint, const st
       const size_t ss = DTypeSize(e.dtype);
       return reader->ReadFileRange(0, e.offset + uint64_t(b) * ss, uint64_t(n) * ss, dst);
     }
-    if (storage != EmaStorage::kF32) {  // the EMA values (params + d for delta_bf16)
+    if (storage != EmaStorage::kF32 || subset) {  // the EMA values (params + d, live params)
       *type = DType::kF32;
       return ReadUnitRangeF32(*reader, si, storage, t.unit, t.offset + b, t.offset + b + n,
                               static_cast<float*>(dst));

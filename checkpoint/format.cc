@@ -7,6 +7,7 @@
 
 #include "checkpoint/checksum.h"
 #include "framework/checked_math.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -147,6 +148,14 @@ StatusOr<Manifest> Manifest::Plan(int64_t step, const StoreLayout& layout,
     if (s.name.empty()) return InvalidArgument("slot name is empty");
     if (!names.insert(s.name).second) return InvalidArgument("duplicate slot name '", s.name, "'");
     s.local_numel = layout.local_numel();
+    if (!s.params.empty()) {
+      StatusOr<ParamSubset> sub = ParamSubset::Create(layout, 0, s.params);
+      if (!sub.ok()) return sub.status().WithContext("slot '" + s.name + "'");
+      if (sub->params() != s.params) {
+        return InvalidArgument("slot '", s.name, "': params are not in layout order");
+      }
+      s.local_numel = sub->numel();
+    }
     if (!CheckedMul(uint64_t(s.local_numel), uint64_t(DTypeSize(s.dtype)), &s.bytes_per_rank)) {
       return InvalidArgument("slot '", s.name, "': ", s.local_numel,
                              " elements per rank overflow a byte count");
@@ -221,6 +230,7 @@ json Manifest::ToJson() const {
                           {"local_numel", s.local_numel},
                           {"bytes_per_rank", s.bytes_per_rank},
                           {"offset", s.offset}});
+    if (!s.params.empty()) j["slots"].back()["params"] = s.params;
   }
   j["buffers"] = json::array();
   for (const BufferEntry& b : buffers) {
@@ -342,6 +352,14 @@ Status ParseManifestBody(const JsonField& j, const std::string& where, Manifest*
     SlotEntry s;
     ASSIGN_OR_RETURN(s.name, js.GetString("name"));
     ASSIGN_OR_RETURN(s.dtype, ReadDType(js));
+    if (js.Has("params")) {
+      ASSIGN_OR_RETURN(std::vector<JsonField> names, js.GetArray("params"));
+      if (names.empty()) return js.Invalid("has an empty 'params' list");
+      for (const JsonField& n : names) {
+        ASSIGN_OR_RETURN(std::string name, n.String());
+        s.params.push_back(std::move(name));
+      }
+    }
     slots.push_back(s);
   }
   ASSIGN_OR_RETURN(std::vector<JsonField> jbuffers, j.GetArray("buffers"));

@@ -65,7 +65,12 @@ StatusOr<RankFileHeader> DecodeRankFileHeader(const std::string& bytes, const st
 struct SlotEntry {
   std::string name;
   DType dtype = DType::kF32;
-  int64_t local_numel = 0;      // elements per rank (layout.local_numel())
+  // A slot over a subset of the parameters: the tracked names in layout order (manifest key
+  // "params", format version 2; absent for a full slot). Its sections hold each rank's compact
+  // array (fsdp/param_subset.h).
+  std::vector<std::string> params;
+  // Elements per rank: layout.local_numel(), or ParamSubset::numel() of a subset slot.
+  int64_t local_numel = 0;
   uint64_t bytes_per_rank = 0;  // local_numel * dtype size; the same for every rank
   uint64_t offset = 0;          // byte offset of the slot in every rank file
 };
@@ -105,9 +110,10 @@ struct Manifest {
   std::vector<FileEntry> files;  // files[r] is rank r's
   nlohmann::json meta = nlohmann::json::object();
 
-  // A manifest without files: fills local_numel, sizes and offsets of `slots` (name, dtype set)
-  // and `buffers` (name, shape, dtype set) in the given order, with overflow-checked arithmetic.
-  // Errors: kInvalidArgument for an empty or duplicate slot/buffer name, chunk_bytes outside
+  // A manifest without files: fills local_numel, sizes and offsets of `slots` (name, dtype and
+  // params set) and `buffers` (name, shape, dtype set) in the given order, with overflow-checked
+  // arithmetic. Errors: kInvalidArgument for an empty or duplicate slot/buffer name, a subset
+  // slot's parameter the layout lacks or lists twice (ParamSubset::Create), chunk_bytes outside
   // [1, kMaxChunkBytes], an invalid buffer shape, a rank file larger than kMaxFileBytes.
   static StatusOr<Manifest> Plan(int64_t step, const StoreLayout& layout,
                                  std::vector<SlotEntry> slots, std::vector<BufferEntry> buffers,

@@ -1,9 +1,12 @@
 #include "checkpoint/load.h"
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "checkpoint/collective_bytes.h"
 #include "checkpoint/reader.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -67,6 +70,14 @@ std::string JoinList(const std::vector<std::string>& v) {
   return s;
 }
 
+// "every parameter" or "3 parameters [a, b, c]" (the first few names).
+std::string TrackedText(const std::vector<std::string>& params) {
+  if (params.empty()) return "every parameter";
+  std::vector<std::string> few(params.begin(), params.begin() + std::min<size_t>(params.size(), 4));
+  if (params.size() > few.size()) few.push_back("...");
+  return std::to_string(params.size()) + " parameter(s) [" + JoinList(few) + "]";
+}
+
 // True when the run's meta describes a configuration to compare (some section has a "config");
 // a bare state (e.g. a tool reading raw slots) is loaded without the check.
 bool HasConfigSection(const nlohmann::json& meta) {
@@ -80,7 +91,7 @@ bool HasConfigSection(const nlohmann::json& meta) {
 // Checks names/dtypes/shapes; fills the manifest index of each requested slot and buffer.
 Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOptions& options,
                     std::vector<int>* slot_idx, std::vector<int>* buf_idx, LoadReport* report) {
-  std::vector<std::string> missing, mismatched, unrequested;
+  std::vector<std::string> missing, mismatched, unrequested, subsets;
   std::vector<bool> used_slot(m.slots.size()), used_buf(m.buffers.size());
   for (const SlotView& v : dest.slots) {
     int j = m.FindSlot(v.name);
@@ -93,6 +104,10 @@ Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOp
     if (m.slots[size_t(j)].dtype != v.dtype) {
       mismatched.push_back("slot '" + v.name + "': dtype " + DTypeName(m.slots[size_t(j)].dtype) +
                            " (checkpoint) vs " + DTypeName(v.dtype) + " (run)");
+    }
+    if (m.slots[size_t(j)].params != v.params) {
+      subsets.push_back("slot '" + v.name + "' tracks " + TrackedText(m.slots[size_t(j)].params) +
+                        " in the checkpoint, " + TrackedText(v.params) + " in this run");
     }
   }
   for (const BufferView& b : dest.buffers) {
@@ -123,6 +138,12 @@ Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOp
                     ")");
   }
   if (!mismatched.empty()) return InvalidArgument("type mismatch: ", JoinList(mismatched));
+  if (!subsets.empty()) {
+    return FailedPrecondition(
+        "parameter subsets differ: ", JoinList(subsets),
+        " (a slot's include/exclude patterns cannot change on resume: keep them, or give the new "
+        "subset another slot name)");
+  }
   if (!unrequested.empty() && options.unrequested == UnrequestedPolicy::kError) {
     return InvalidArgument(
         "the checkpoint has ", JoinList(unrequested),
@@ -170,6 +191,17 @@ StatusOr<LoadReport> LoadLocal(const std::string& path, CheckpointState& dest,
     }
     char* out = static_cast<char*>(v.data);
     const size_t dsize = DTypeSize(v.dtype);
+    if (!v.params.empty()) {  // only the tracked ranges, into the compact array
+      ASSIGN_OR_RETURN(const ParamSubset sub, ParamSubset::Create(layout, rank, v.params));
+      std::memset(out, 0, size_t(sub.numel()) * dsize);
+      for (const SubsetRange& g : sub.ranges()) {
+        RETURN_IF_ERROR(reader
+                            ->ReadUnitRange(slot_idx[i], g.unit, g.unit_begin, g.unit_begin + g.n,
+                                            out + size_t(g.compact_begin) * dsize)
+                            .WithContext(where + ": slot '" + v.name + "'"));
+      }
+      continue;
+    }
     for (size_t u = 0; u < layout.units().size(); ++u) {
       const int64_t ns = layout.units()[u].shard_numel;
       RETURN_IF_ERROR(reader

@@ -33,9 +33,35 @@ StatusOr<JsonField> ProgressOf(const JsonField& meta, const char* section) {
   return s.Get("progress");
 }
 
+StatusOr<std::vector<EmaSlotSubset>> ParseEmaSubsets(const JsonField& config) {
+  ASSIGN_OR_RETURN(std::vector<JsonField> entries, config.GetArray("slots"));
+  std::vector<EmaSlotSubset> out;
+  for (const JsonField& e : entries) {
+    EmaSlotSubset s;
+    ASSIGN_OR_RETURN(s.name, e.GetString("name"));
+    for (const char* key : {"include", "exclude"}) {
+      if (!e.Has(key)) continue;
+      ASSIGN_OR_RETURN(std::vector<JsonField> patterns, e.GetArray(key));
+      for (const JsonField& p : patterns) {
+        ASSIGN_OR_RETURN(std::string text, p.String());
+        if (text.empty()) return p.Invalid("is an empty pattern");
+        (key[0] == 'i' ? s.include : s.exclude).push_back(std::move(text));
+      }
+    }
+    if (!s.include.empty() || !s.exclude.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Status CheckSlotEntries(const json& meta, const std::string& where) {
   RETURN_IF_ERROR(CheckSlotLists(meta, where));
   const JsonField root(meta, where, "meta");
+  if (root.Has(kEmaMetaSection) && root.json().at(kEmaMetaSection).is_object() &&
+      root.json().at(kEmaMetaSection).contains("config")) {
+    ASSIGN_OR_RETURN(JsonField ema, root.Get(kEmaMetaSection));
+    ASSIGN_OR_RETURN(JsonField config, ema.Get("config"));
+    if (config.Has("slots")) RETURN_IF_ERROR(ParseEmaSubsets(config).status());
+  }
   if (!root.Has(kEmaMetaSection) || !root.json().at(kEmaMetaSection).is_object() ||
       !root.json().at(kEmaMetaSection).contains("progress")) {
     return Status::Ok();

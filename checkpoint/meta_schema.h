@@ -14,7 +14,11 @@
 //      run with a from_step: the EMA slot a resume copied into the master);
 //   4. a TrainState meta (one holding a "store", "optimizer" or "ema" section, the sections
 //      train/TrainState writes): "optimizer.progress" = {"step", "skipped_steps": integers >= 0}
-//      and "ema.progress" present.
+//      and "ema.progress" present;
+//   5. "ema.config.slots[]" entries' optional "include" and "exclude" (an EMA slot over a
+//      parameter subset, format version 2): arrays of non-empty strings, the globs
+//      (ParseEmaSubsets; verify.h also recomputes the tracked set and compares it with the
+//      manifest slot's "params").
 // Config values are compared on resume (hparams.h), never parsed, so only rule 1 reaches them;
 // other sections and keys are free.
 //
@@ -51,6 +55,15 @@ struct EmaSlotProgress {
   int64_t started_at = -1;
 };
 
+// An EMA slot's parameter-subset globs (rule 5).
+struct EmaSlotSubset {
+  std::string name;
+  std::vector<std::string> include, exclude;
+};
+
+// `config` is "ema.config": the entries with include or exclude patterns (rule 5).
+StatusOr<std::vector<EmaSlotSubset>> ParseEmaSubsets(const JsonField& config);
+
 // `progress` is "optimizer.progress" / "ema.progress" (rule 4 / rule 2).
 StatusOr<OptimizerProgress> ParseOptimizerProgress(const JsonField& progress);
 StatusOr<std::vector<EmaSlotProgress>> ParseEmaProgress(const JsonField& progress);
@@ -58,9 +71,9 @@ StatusOr<std::vector<EmaSlotProgress>> ParseEmaProgress(const JsonField& progres
 // meta.<section>.progress (`meta` is the field "meta"). kDataLoss naming the section when absent.
 StatusOr<JsonField> ProgressOf(const JsonField& meta, const char* section);
 
-// Rules 1 and 2: the slot entries that `ckpt export` and `ckpt inspect` read.
+// Rules 1, 2 and 5: the slot entries that `ckpt export` and `ckpt inspect` read.
 Status CheckSlotEntries(const nlohmann::json& meta, const std::string& where);
-// Rules 1 to 4.
+// Rules 1 to 5.
 Status CheckMetaSchema(const nlohmann::json& meta, const std::string& where);
 
 }  // namespace shardema

@@ -68,6 +68,15 @@ TEST(MetaSchemaTest, EveryRuleNamesTheField) {
       {"master_from_slot on the root run",
        [](json& j) { j["lineage"]["runs"][0]["master_from_slot"] = "e"; },
        "meta.lineage.runs[0].master_from_slot"},
+      {"include not an array", [](json& j) { j["ema"]["config"]["slots"][0]["include"] = "a.*"; },
+       "key 'meta.ema.config.slots[0].include': expected an array"},
+      {"exclude pattern a number",
+       [](json& j) {
+         j["ema"]["config"]["slots"][0]["exclude"] = {"a", 3};
+       },
+       "key 'meta.ema.config.slots[0].exclude[1]': expected a string"},
+      {"empty include pattern", [](json& j) { j["ema"]["config"]["slots"][0]["include"] = {""}; },
+       "key 'meta.ema.config.slots[0].include[0]': is an empty pattern"},
   };
   for (const Case& c : cases) {
     json j = Good();
@@ -99,6 +108,26 @@ TEST(MetaSchemaTest, ParsersReturnTheValues) {
   EXPECT_EQ((*e)[0].name, "e");
   EXPECT_EQ((*e)[0].last_update_step, 4);
   EXPECT_EQ((*e)[0].started_at, 0);
+}
+
+}  // namespace
+}  // namespace shardema
+
+namespace shardema {
+namespace {
+
+TEST(MetaSchemaTest, EmaSubsetsParseTheirPatterns) {
+  json j = Good();
+  j["ema"]["config"]["slots"].push_back(
+      {{"name", "h"}, {"include", {"h.*"}}, {"exclude", {"*.b"}}});
+  ASSERT_TRUE(CheckMetaSchema(j, "M").ok()) << CheckMetaSchema(j, "M");
+  StatusOr<std::vector<EmaSlotSubset>> s =
+      ParseEmaSubsets(JsonField(j["ema"]["config"], "M", "meta.ema.config"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 1u);  // "e" tracks every parameter
+  EXPECT_EQ((*s)[0].name, "h");
+  EXPECT_EQ((*s)[0].include, std::vector<std::string>{"h.*"});
+  EXPECT_EQ((*s)[0].exclude, std::vector<std::string>{"*.b"});
 }
 
 }  // namespace

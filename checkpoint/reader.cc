@@ -135,6 +135,7 @@ Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int
   const int64_t numel = manifest_.layout.units()[unit].numel;
   char* out = static_cast<char*>(dst);
   const int64_t real_end = std::min(end, numel);
+  if (!s.params.empty()) return ReadSubsetUnitRange(slot, unit, begin, end, out);
   if (begin < real_end) {
     for (const ShardPiece& p : manifest_.layout.ShardRange(unit, begin, real_end)) {
       RETURN_IF_ERROR(ReadFileRange(p.rank, s.offset + uint64_t(p.local_begin) * dsize,
@@ -145,6 +146,37 @@ Status CheckpointReader::ReadUnitRange(int slot, size_t unit, int64_t begin, int
   const int64_t zero_from = std::max(begin, std::min(end, numel));
   if (zero_from < end)
     std::memset(out + size_t(zero_from - begin) * dsize, 0, size_t(end - zero_from) * dsize);
+  return Status::Ok();
+}
+
+StatusOr<const ParamSubset*> CheckpointReader::Subset(int slot, int rank) {
+  auto it = subsets_.find({slot, rank});
+  if (it == subsets_.end()) {
+    ASSIGN_OR_RETURN(ParamSubset sub, ParamSubset::Create(manifest_.layout, rank,
+                                                          manifest_.slots[size_t(slot)].params));
+    it = subsets_.emplace(std::make_pair(slot, rank), std::move(sub)).first;
+  }
+  return &it->second;
+}
+
+Status CheckpointReader::ReadSubsetUnitRange(int slot, size_t unit, int64_t begin, int64_t end,
+                                             char* out) {
+  const SlotEntry& s = manifest_.slots[size_t(slot)];
+  const size_t dsize = DTypeSize(s.dtype);
+  std::memset(out, 0, size_t(end - begin) * dsize);
+  const int64_t real_end = std::min(end, manifest_.layout.units()[unit].numel);
+  if (begin >= real_end) return Status::Ok();
+  for (const ShardPiece& p : manifest_.layout.ShardRange(unit, begin, real_end)) {
+    ASSIGN_OR_RETURN(const ParamSubset* sub, Subset(slot, p.rank));
+    for (const SubsetRange& g : sub->ranges()) {
+      if (g.unit != unit) continue;
+      const int64_t b = std::max(p.begin, g.unit_begin), e = std::min(p.end, g.unit_begin + g.n);
+      if (b >= e) continue;
+      RETURN_IF_ERROR(ReadFileRange(p.rank,
+                                    s.offset + uint64_t(g.compact_begin + b - g.unit_begin) * dsize,
+                                    uint64_t(e - b) * dsize, out + size_t(b - begin) * dsize));
+    }
+  }
   return Status::Ok();
 }
 

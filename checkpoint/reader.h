@@ -17,6 +17,7 @@
 #define SHARDEMA_CHECKPOINT_READER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "checkpoint/format.h"
 #include "checkpoint/posix_file.h"
 #include "framework/status.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -52,7 +54,9 @@ class CheckpointReader {
   // Elements [begin, end) of unit `unit`'s flat buffer of slot `slot` (manifest index), in the
   // slot's dtype, gathered from the rank files that hold them (StoreLayout::ShardRange on the
   // checkpoint's layout). Elements at or past the unit's numel (padding at any world size) are
-  // written as zeros without reading. Errors: kInvalidArgument for bad indices or begin > end.
+  // written as zeros without reading; so are, for a slot over a parameter subset (SlotEntry::
+  // params), the elements of the parameters it does not track (each old rank's compact array is
+  // mapped with fsdp/param_subset.h). Errors: kInvalidArgument for bad indices or begin > end.
   Status ReadUnitRange(int slot, size_t unit, int64_t begin, int64_t end, void* dst);
 
   // The bytes of replicated buffer `buffer` (manifest index), from rank 0's file.
@@ -74,6 +78,9 @@ class CheckpointReader {
   };
   CheckpointReader(std::string dir, Manifest manifest, const ReaderOptions& options);
   Status VerifyChunk(int rank, uint64_t chunk, const char* data, uint64_t n) const;
+  // A subset slot's compact map of an old rank (computed once per slot and rank).
+  StatusOr<const ParamSubset*> Subset(int slot, int rank);
+  Status ReadSubsetUnitRange(int slot, size_t unit, int64_t begin, int64_t end, char* out);
   StatusOr<const CachedChunk*> GetChunk(int rank, uint64_t chunk);
 
   std::string dir_;
@@ -81,6 +88,7 @@ class CheckpointReader {
   ReaderOptions options_;
   std::vector<std::unique_ptr<ReadableFile>> files_;
   std::vector<CachedChunk> cache_;
+  std::map<std::pair<int, int>, ParamSubset> subsets_;  // (slot, rank)
   uint64_t use_clock_ = 0;
   uint64_t bytes_read_ = 0;
 };

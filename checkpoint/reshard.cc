@@ -10,6 +10,7 @@
 #include "checkpoint/root_lock.h"
 #include "checkpoint/verify.h"
 #include "framework/logging.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -29,6 +30,17 @@ StatusOr<FileEntry> WriteResharded(CheckpointReader& reader, const Manifest& pla
     const size_t dsize = DTypeSize(plan.slots[s].dtype);
     const int64_t step_elems = int64_t(std::max<size_t>(piece.size() / dsize, 1));
     RETURN_IF_ERROR(w->PadTo(plan.slots[s].offset));
+    if (!plan.slots[s].params.empty()) {  // a subset slot: the new rank's tracked ranges, then 0
+      ASSIGN_OR_RETURN(const ParamSubset sub, ParamSubset::Create(layout, r, plan.slots[s].params));
+      for (const SubsetRange& g : sub.ranges()) {
+        for (int64_t b = g.unit_begin, end = b + g.n; b < end; b += step_elems) {
+          const int64_t e = std::min(end, b + step_elems);
+          RETURN_IF_ERROR(reader.ReadUnitRange(int(s), g.unit, b, e, piece.data()));
+          RETURN_IF_ERROR(w->Append(piece.data(), size_t(e - b) * dsize));
+        }
+      }
+      continue;  // the section's zero tail is the next PadTo's
+    }
     for (size_t u = 0; u < layout.units().size(); ++u) {
       const int64_t ns = layout.units()[u].shard_numel;
       for (int64_t b = int64_t(r) * ns, end = b + ns; b < end; b += step_elems) {
@@ -129,7 +141,7 @@ StatusOr<std::string> ReshardCheckpoint(const std::string& src, int new_world,
   }
   ASSIGN_OR_RETURN(StoreLayout layout, old.layout.WithWorldSize(new_world));
   std::vector<SlotEntry> slots;
-  for (const SlotEntry& s : old.slots) slots.push_back(SlotEntry{s.name, s.dtype});
+  for (const SlotEntry& s : old.slots) slots.push_back(SlotEntry{s.name, s.dtype, s.params});
   std::vector<BufferEntry> buffers;
   for (const BufferEntry& b : old.buffers) buffers.push_back(BufferEntry{b.name, b.shape, b.dtype});
   ASSIGN_OR_RETURN(Manifest plan,

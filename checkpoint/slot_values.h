@@ -12,6 +12,7 @@
 #define SHARDEMA_CHECKPOINT_SLOT_VALUES_H_
 
 #include <string>
+#include <vector>
 
 #include "checkpoint/reader.h"
 #include "framework/ema_storage.h"
@@ -25,10 +26,18 @@ namespace shardema {
 StatusOr<EmaStorage> SlotStorage(const CheckpointReader& reader, const std::string& slot);
 
 // Elements [begin, end) of unit `unit` of slot `slot` (manifest index) as f32 values: the
-// stored values widened, or params + d for a delta_bf16 slot (which also reads "params").
-// Errors: the reader's; kDataLoss when a delta_bf16 checkpoint has no "params" slot.
+// stored values widened, or params + d for a delta_bf16 slot (which also reads "params"). A slot
+// over a subset of the parameters (SlotEntry::params) stands for a whole model: its values at
+// the tracked parameters, the checkpoint's "params" (the live master) at the others.
+// Errors: the reader's; kDataLoss when a delta_bf16 or subset slot's checkpoint has no "params".
 Status ReadUnitRangeF32(CheckpointReader& reader, int slot, EmaStorage storage, size_t unit,
                         int64_t begin, int64_t end, float* out);
+
+// The parameters a subset slot does not track, in layout order (empty for a full slot): what
+// ckpt export writes from the live master, listed in the file's metadata under
+// kUntrackedMetadataKey as a JSON array of names.
+std::vector<std::string> UntrackedParams(const Manifest& m, int slot);
+inline constexpr char kUntrackedMetadataKey[] = "ema_untracked";
 
 }  // namespace shardema
 

@@ -24,11 +24,14 @@
 namespace shardema {
 
 // A sharded slot: layout.local_numel() elements of `dtype` in host memory, laid out as
-// StoreLayout describes (this rank's slices of every unit, concatenated).
+// StoreLayout describes (this rank's slices of every unit, concatenated). A slot over a subset
+// of the parameters (`params` non-empty: the tracked names) holds only their elements instead,
+// as the compact array of fsdp/param_subset.h (ParamSubset::numel() elements).
 struct SlotView {
   std::string name;  // "params" (fp32 master), "exp_avg", "exp_avg_sq", "ema_0.999", ...
   DType dtype = DType::kF32;
   void* data = nullptr;
+  std::vector<std::string> params;  // empty: every parameter
 };
 
 // A replicated buffer: identical on every rank.

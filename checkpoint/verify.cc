@@ -8,6 +8,8 @@
 #include "checkpoint/meta_schema.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
+#include "framework/glob.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -41,6 +43,37 @@ Status VerifyFileContents(const std::string& path, const FileEntry& want, uint64
   if (!problems.empty()) return DataLoss(problems.substr(3));
   return Status::Ok();
 }
+// Every EMA slot with include/exclude patterns in the meta (rule 5) is stored as a subset slot
+// whose "params" are what the patterns select from the layout, and vice versa.
+Status CheckSubsetSlots(const Manifest& m, const std::string& where) {
+  const JsonField root(m.meta, where, "meta");
+  std::vector<EmaSlotSubset> subsets;
+  if (root.Has("ema") && m.meta.at("ema").is_object() && m.meta.at("ema").contains("config")) {
+    ASSIGN_OR_RETURN(JsonField ema, root.Get("ema"));
+    ASSIGN_OR_RETURN(JsonField config, ema.Get("config"));
+    if (config.Has("slots")) {
+      ASSIGN_OR_RETURN(subsets, ParseEmaSubsets(config));
+    }
+  }
+  const std::vector<std::string> names = LayoutParamNames(m.layout);
+  for (const EmaSlotSubset& s : subsets) {
+    const int i = m.FindSlot(s.name);
+    if (i < 0) continue;  // a slot the checkpoint does not store (e.g. a snapshot's)
+    const std::string what = where + ": EMA slot '" + s.name + "'";
+    StatusOr<std::vector<bool>> mask = SelectByGlobs(names, s.include, s.exclude, what);
+    if (!mask.ok()) return DataLoss(mask.status().message());
+    std::vector<std::string> want;
+    for (size_t p = 0; p < names.size(); ++p) {
+      if ((*mask)[p]) want.push_back(names[p]);
+    }
+    if (m.slots[size_t(i)].params != want) {
+      return DataLoss(what, ": its include/exclude patterns select ", want.size(),
+                      " parameter(s) but the manifest's slots[", i, "].params lists ",
+                      m.slots[size_t(i)].params.size());
+    }
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
@@ -54,6 +87,7 @@ StatusOr<VerifiedCheckpoint> VerifyCheckpoint(const std::string& path) {
   std::vector<char> buf(size_t(8) << 20);
   std::vector<Status> problems;
   Status meta = CheckMetaSchema(m.meta, "manifest '" + JoinPath(out.dir, kManifestName) + "'");
+  if (meta.ok()) meta = CheckSubsetSlots(m, "manifest '" + JoinPath(out.dir, kManifestName) + "'");
   if (!meta.ok()) problems.push_back(meta);
   for (int r = 0; r < m.world_size; ++r) {
     Status s = reader->CheckFile(r);

@@ -6,7 +6,9 @@
 
 #include "checkpoint/json_reader.h"
 #include "checkpoint/meta_schema.h"
+#include "framework/glob.h"
 #include "fsdp/device_ops.h"
+#include "fsdp/param_subset.h"
 #include "fsdp/slot_names.h"
 #include "optim/fused_step.h"
 
@@ -44,13 +46,42 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
       }
     }
   }
+  // Resolve every subset first (a pattern matching nothing registers nothing).
+  std::vector<std::shared_ptr<const ParamSubset>> subsets;
+  for (const EmaConfig& c : configs) {
+    subsets.push_back(nullptr);
+    if (!c.subset()) continue;
+    const std::string what = "EMA slot '" + c.name + "'";
+    if (!store->device().is_cpu()) {
+      return Unimplemented(what,
+                           ": a slot over a parameter subset (include/exclude) runs on the "
+                           "CPU only; the CUDA store does not support it yet");
+    }
+    const std::vector<std::string> names = LayoutParamNames(store->layout());
+    ASSIGN_OR_RETURN(const std::vector<bool> mask,
+                     SelectByGlobs(names, c.include, c.exclude, what));
+    std::vector<std::string> tracked;
+    for (size_t p = 0; p < names.size(); ++p) {
+      if (mask[p]) tracked.push_back(names[p]);
+    }
+    ASSIGN_OR_RETURN(ParamSubset sub, ParamSubset::Create(store->layout(), store->rank(), tracked));
+    subsets.back() = std::make_shared<const ParamSubset>(std::move(sub));
+  }
   std::unique_ptr<EmaSlots> e(new EmaSlots(store, std::move(configs)));
+  e->subsets_ = std::move(subsets);
   bool any_offload = false;
-  for (const EmaConfig& c : e->configs_) {
+  for (size_t i = 0; i < e->configs_.size(); ++i) {
+    const EmaConfig& c = e->configs_[i];
     const SlotPlacement where = c.offload ? SlotPlacement::kHost : SlotPlacement::kDevice;
-    RETURN_IF_ERROR(
-        reg.AddSlotOf(EmaStorageDType(c.storage), c.name, SlotKind::kEma, true, c.ToJson(), where)
-            .status());
+    const DType dtype = EmaStorageDType(c.storage);
+    if (const ParamSubset* sub = e->subsets_[i].get()) {
+      RETURN_IF_ERROR(reg.AddSubsetSlotOf(dtype, c.name, SlotKind::kEma, true, c.ToJson(),
+                                          sub->numel(), sub->params())
+                          .status());
+    } else {
+      RETURN_IF_ERROR(
+          reg.AddSlotOf(dtype, c.name, SlotKind::kEma, true, c.ToJson(), where).status());
+    }
     ASSIGN_OR_RETURN(SlotHandle h, reg.FindSlot(c.name));
     e->handles_.push_back(h);
     std::vector<BufferCopy> copies;
@@ -89,10 +120,12 @@ StatusOr<size_t> EmaSlots::Find(const std::string& name) const {
 
 void* EmaSlots::SlotRaw(size_t i) const { return store_->registry().RawData(handles_[i]); }
 
+int64_t EmaSlots::SlotNumel(size_t i) const { return store_->registry().SlotNumel(handles_[i]); }
+
 float* EmaSlots::SlotData(size_t i) const { return static_cast<float*>(SlotRaw(i)); }
 
 float* EmaSlots::shard(size_t i) const {
-  if (storage(i) != EmaStorage::kF32) return nullptr;
+  if (storage(i) != EmaStorage::kF32 || subsets_[i] != nullptr) return nullptr;
   if (offloaded(i)) Fence().IgnoreError();  // kept by the offloader: Fence() reports it again
   return SlotData(i);
 }
@@ -114,13 +147,16 @@ StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
   if (i >= configs_.size()) return InvalidArgument("ShardToHost: slot index ", i, " out of range");
   RETURN_IF_ERROR(Fence());
   const EmaStorage kind = storage(i);
-  if (kind == EmaStorage::kF32) return store_->LocalToHost(SlotData(i), shard_device(i));
+  if (kind == EmaStorage::kF32 && subsets_[i] == nullptr) {
+    return store_->LocalToHost(SlotData(i), shard_device(i));
+  }
   if (swapped_ == configs_[i].name) return store_->LocalToHost(store_->master(), store_->device());
   if (swapped()) {
     return FailedPrecondition("ShardToHost of EMA slot '", configs_[i].name, "' (storage ",
                               EmaStorageName(kind), ") while slot '", swapped_,
                               "' is swapped in: swap it back first");
   }
+  if (subsets_[i] != nullptr) return SubsetToHost(i);
   const int64_t n = store_->layout().local_numel();
   std::vector<uint16_t> raw(static_cast<size_t>(n));
   RETURN_IF_ERROR(CopyBytes(raw.data(), Device::Cpu(), SlotRaw(i), shard_device(i),
@@ -133,6 +169,30 @@ StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
   std::vector<float> out(static_cast<size_t>(n));
   EmaStorageToF32(kind, raw.data(), master.data(), out.data(), n);
   return out;
+}
+
+StatusOr<std::vector<float>> EmaSlots::SubsetToHost(size_t i) const {
+  const ParamSubset& sub = *subsets_[i];
+  const size_t n = size_t(sub.numel());
+  ASSIGN_OR_RETURN(std::vector<float> out, store_->LocalToHost(store_->master(), store_->device()));
+  std::vector<float> master(n), values(n);
+  sub.Compact(out.data(), master.data(), sizeof(float));
+  EmaStorageToF32(storage(i), SlotRaw(i), master.data(), values.data(), int64_t(n));
+  sub.Expand(values.data(), out.data(), sizeof(float));
+  return out;
+}
+
+Status EmaSlots::StoreSubset(size_t i, const float* local, bool start) {
+  const ParamSubset& sub = *subsets_[i];
+  std::vector<float> values(size_t(sub.numel()));
+  sub.Compact(local, values.data(), sizeof(float));
+  if (start) {
+    EmaStorageFromF32(storage(i), values.data(), SlotRaw(i), sub.numel());
+  } else {  // f32 copy, or the values rounded to bf16 (nearest even)
+    ConvertBuffer(values.data(), DType::kF32, SlotRaw(i), EmaStorageDType(storage(i)),
+                  values.size());
+  }
+  return Status::Ok();
 }
 
 Status EmaSlots::CheckStarted(size_t i, const char* what) const {
@@ -149,6 +209,8 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
     // change only after the snapshot copy has read it.
     RETURN_IF_ERROR(offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
     RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
+  } else if (subsets_[i] != nullptr) {  // the tracked elements (host memory: CPU stores only)
+    RETURN_IF_ERROR(StoreSubset(i, store_->master(), /*start=*/true));
   } else if (IsDeltaStorage(c.storage)) {  // d = 0: the EMA equals the master
     RETURN_IF_ERROR(
         FillZero(store_->stream(), SlotRaw(i), size_t(reg.local_numel()) * sizeof(uint16_t)));
@@ -178,6 +240,7 @@ StatusOr<EmaStep> EmaSlots::PlanStep(int64_t step) {
       t.sr_key = SrKey(uint64_t(c.sr_seed), SlotNameHash(c.name), uint64_t(s.next_step));
     }
     s.targets.push_back(t);
+    s.subsets.push_back(subsets_[p.slot].get());
   }
   return s;
 }
@@ -252,7 +315,7 @@ Status EmaSlots::SwapStorage(const std::string& name) {
   SlotRegistry& reg = store_->registry();
   RETURN_IF_ERROR(Fence());  // an offloaded slot may still be written by the update thread
   ASSIGN_OR_RETURN(size_t i, Find(name));
-  if (storage(i) == EmaStorage::kF32) {
+  if (storage(i) == EmaStorage::kF32 && subsets_[i] == nullptr) {
     RETURN_IF_ERROR(reg.SwapSlots(kMasterSlot, name, store_->stream()));
   } else {
     RETURN_IF_ERROR(SwapReconstructed(i));
@@ -315,7 +378,8 @@ StatusOr<std::vector<FullTensor>> EmaSlots::CopyTo(const std::string& name, int 
   RETURN_IF_ERROR(Fence());
   // While swapped in, the slot's values sit in the master's (and the buffers') storage.
   const bool in_master = swapped_ == name;
-  if (!in_master && storage(i) != EmaStorage::kF32) {  // gathered from the reconstructed values
+  if (!in_master && (storage(i) != EmaStorage::kF32 || subsets_[i] != nullptr)) {
+    // gathered from the reconstructed values (a subset slot's untracked ones: the master's)
     ASSIGN_OR_RETURN(std::vector<float> values, ShardToHost(i));
     return GatherWithBuffers(name, values.data(), Device::Cpu(), root, false);
   }
@@ -346,11 +410,15 @@ Status EmaSlots::ResetMasterFromSlot(const std::string& name) {
   const int64_t n = store_->layout().local_numel();
   const Stream stream = store_->stream();
   if (IsDeltaStorage(storage(i))) {
-    RETURN_IF_ERROR(FillZero(stream, SlotRaw(i), size_t(n) * sizeof(uint16_t)));
+    RETURN_IF_ERROR(FillZero(stream, SlotRaw(i), size_t(SlotNumel(i)) * sizeof(uint16_t)));
   }
   std::vector<uint16_t> d(static_cast<size_t>(n));
   for (auto& [j, v] : rebased) {
     for (int64_t k = 0; k < n; ++k) v[size_t(k)] -= values[size_t(k)];
+    if (subsets_[j] != nullptr) {  // the tracked d, rounded to nearest even
+      RETURN_IF_ERROR(StoreSubset(j, v.data(), /*start=*/false));
+      continue;
+    }
     ConvertBuffer(v.data(), DType::kF32, d.data(), DType::kBF16, size_t(n));
     RETURN_IF_ERROR(CopyBytes(SlotRaw(j), shard_device(j), d.data(), Device::Cpu(),
                               d.size() * sizeof(uint16_t), stream));

@@ -59,6 +59,18 @@
 // CPU store offload changes no placement; the updates still go through the host thread.
 // Results are bit-identical with and without offload.
 //
+// Parameter subsets. A config with include / exclude globs (EmaConfig::include, exclude;
+// framework/glob.h SelectByGlobs over the layout's parameter names, the same set on every rank
+// and at every world size) makes a slot that tracks only those parameters: its registry slot is
+// the compact array of fsdp/param_subset.h (ParamSubset::numel() elements: the tracked elements
+// of this rank's shard), so memory and StateBytes shrink; the fused pass updates only the tracked
+// ranges (EmaStep::subsets). Every reader sees the slot as a whole model: ShardToHost, Swap
+// (always by value), CopyTo, snapshots and ResetMasterFromSlot give the EMA at tracked elements
+// and the live master at the others; checkpoints store the compact array with the tracked names
+// (checkpoint/FORMAT.md). A pattern that matches no parameter, or a subset of no parameter, is
+// kInvalidArgument naming the slot and the pattern; a subset slot on a CUDA store is
+// kUnimplemented (CPU only for now); offloading one is refused by EmaConfig::Validate.
+//
 // State (the checkpoint's "ema" section, PyTorch DCP Stateful shape): ConfigJson() holds every
 // slot's config (compared on resume by checkpoint/hparams.h, which lists every difference),
 // ProgressJson() every slot's counters (num_updates, last_update_step, started_at; restored by
@@ -82,6 +94,7 @@
 #include "ema/offload.h"
 #include "ema/schedule.h"
 #include "framework/status.h"
+#include "fsdp/param_subset.h"
 #include "fsdp/store.h"
 #include "optim/fused_step.h"
 
@@ -115,6 +128,8 @@ struct EmaStep {
   int64_t next_step = 0;
   std::vector<EmaStepPlan> plan;
   std::vector<EmaTarget> targets;  // local shards of the planned slots that are not offloaded
+  // targets[k]'s parameter subset (its memory is the compact array), or null for a full slot.
+  std::vector<const ParamSubset*> subsets;
 };
 
 class EmaSlots {
@@ -134,21 +149,25 @@ class EmaSlots {
   const EmaCounters& counters(size_t i) const { return counters_[i]; }
   StatusOr<size_t> Find(const std::string& name) const;
   // The slot's shard of an fp32-storage slot (local_numel floats; device memory on a CUDA store
-  // unless offloaded); nullptr for the other storages (raw_shard, ShardToHost). While
+  // unless offloaded); nullptr for the other storages and for subset slots (raw_shard,
+  // ShardToHost). While
   // the slot is swapped in, its values live in the master's storage and this returns the
   // master's former values. For an offloaded slot this first waits for its pending host updates
   // (an update error is kept for Fence() and the next step).
   float* shard(size_t i) const;
   // The slot's memory as stored: local_numel elements of EmaStorageDType(storage(i)) (the bf16
-  // value, or d = ema - master for delta_bf16).
+  // value, or d = ema - master for delta_bf16); a subset slot's compact array (subset(i)).
   void* raw_shard(size_t i) const;
+  // The parameters slot i tracks, or null when it tracks all of them.
+  const ParamSubset* subset(size_t i) const { return subsets_[i].get(); }
   EmaStorage storage(size_t i) const { return configs_[i].storage; }
   bool offloaded(size_t i) const { return configs_[i].offload; }
   // Where shard(i) lives: the store's device, or the CPU for an offloaded slot.
   Device shard_device(size_t i) const;
   // The slot's shard copied to the host (after pending device work and host updates) as f32 EMA
-  // values: reconstructed for the bf16 storages (widened; master + d for delta_bf16). Local.
-  // Errors: kFailedPrecondition for a non-fp32 slot while another slot is swapped in.
+  // values (local_numel): reconstructed for the bf16 storages (widened; master + d for
+  // delta_bf16); a subset slot's untracked elements are the master's. Local.
+  // Errors: kFailedPrecondition for a non-fp32 or subset slot while another slot is swapped in.
   StatusOr<std::vector<float>> ShardToHost(size_t i) const;
   // Blocks until every offloaded update submitted so far is applied; returns the first error of
   // the update thread. OK at once without offloaded slots.
@@ -203,6 +222,13 @@ class EmaSlots {
   // The slot's memory without waiting for offloaded updates.
   float* SlotData(size_t i) const;
   void* SlotRaw(size_t i) const;
+  int64_t SlotNumel(size_t i) const;  // elements of the slot's memory
+  // A subset slot's values over the whole local shard (see ShardToHost).
+  StatusOr<std::vector<float>> SubsetToHost(size_t i) const;
+  // Subset slot i := the tracked elements of `local` (a full local f32 array): a start copy
+  // (EmaStorageFromF32: d = 0 for a delta slot) when `start`, else the values converted to the
+  // storage dtype (nearest even; a delta slot's d).
+  Status StoreSubset(size_t i, const float* local, bool start);
   // Swap of a slot that is not fp32: the master is saved to swap_backup_ and overwritten with the
   // reconstructed values; called again (swap_backup_ set), the master is restored bit-exactly.
   Status SwapReconstructed(size_t i);
@@ -218,6 +244,7 @@ class EmaSlots {
   std::vector<EmaConfig> configs_;
   std::vector<EmaCounters> counters_;
   std::vector<SlotHandle> handles_;  // registry slot of configs_[i], resolved once
+  std::vector<std::shared_ptr<const ParamSubset>> subsets_;  // null: a full slot
   // Slot i's buffer copies: the model's buffer, the slot's copy ("<slot>/<buffer>"), the mode.
   struct BufferCopy {
     BufferHandle src;

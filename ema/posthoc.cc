@@ -13,9 +13,11 @@
 #include "checkpoint/load.h"
 #include "checkpoint/posix_file.h"
 #include "checkpoint/reader.h"
+#include "checkpoint/slot_values.h"
 #include "ema/posthoc_solve.h"
 #include "ema/schedule.h"
 #include "ema/snapshot.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -51,7 +53,8 @@ Status CheckSigmas(const std::vector<double>& sigmas) {
   return Status::Ok();
 }
 
-std::map<std::string, std::string> Metadata(const PosthocPlan& plan, const PosthocTarget& target) {
+std::map<std::string, std::string> Metadata(const PosthocPlan& plan, const PosthocTarget& target,
+                                            const std::vector<std::string>& untracked) {
   json inputs = json::array();
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PosthocInput& in = plan.inputs[i];
@@ -61,15 +64,17 @@ std::map<std::string, std::string> Metadata(const PosthocPlan& plan, const Posth
                       {"gamma", in.gamma},
                       {"coefficient", target.coefficients[i]}});
   }
-  return {{"format", "pt"},
-          {"source", "shardema"},
-          {"slot", "posthoc"},
-          {"step", std::to_string(plan.step)},
-          {"t", std::to_string(plan.t)},
-          {"sigma_rel", Printf("%.17g", target.sigma_rel)},
-          {"gamma", Printf("%.17g", target.gamma)},
-          {"fit_error", Printf("%.6g", target.fit_error)},
-          {"inputs", inputs.dump()}};
+  std::map<std::string, std::string> out = {{"format", "pt"},
+                                            {"source", "shardema"},
+                                            {"slot", "posthoc"},
+                                            {"step", std::to_string(plan.step)},
+                                            {"t", std::to_string(plan.t)},
+                                            {"sigma_rel", Printf("%.17g", target.sigma_rel)},
+                                            {"gamma", Printf("%.17g", target.gamma)},
+                                            {"fit_error", Printf("%.6g", target.fit_error)},
+                                            {"inputs", inputs.dump()}};
+  if (!untracked.empty()) out[kUntrackedMetadataKey] = json(untracked).dump();
+  return out;
 }
 
 // One reader per snapshot directory an output needs, checked against the target's model.
@@ -140,6 +145,17 @@ class Combiner {
       last->ReleaseCache();
       return s;
     }
+    if (!Tracked(last->manifest().layout, t)) {  // the live weights of the target snapshot
+      const int params = last->manifest().FindSlot("params");
+      if (params < 0) {
+        return DataLoss("post-hoc EMA: snapshot '", plan_.target_dir,
+                        "' has no 'params' slot for the parameters its subset slots do not track");
+      }
+      *type = DType::kF32;
+      Status s = last->ReadUnitRange(params, t.unit, t.offset + b, t.offset + b + n, dst);
+      last->ReleaseCache();
+      return s;
+    }
     acc_.assign(size_t(n), 0.0);
     for (size_t i = 0; i < plan_.inputs.size(); ++i) {
       CheckpointReader* r = readers_.per_input[i];
@@ -166,6 +182,17 @@ class Combiner {
   }
 
  private:
+  // Whether the parameter tensor t is one the inputs track.
+  bool Tracked(const StoreLayout& layout, const ExportTensor& t) const {
+    if (plan_.tracked.empty()) return true;
+    for (const ParamLayout& p : layout.units()[t.unit].params) {
+      if (p.offset == t.offset && p.numel == t.numel) {
+        return std::find(plan_.tracked.begin(), plan_.tracked.end(), p.name) != plan_.tracked.end();
+      }
+    }
+    return true;
+  }
+
   const PosthocPlan& plan_;
   const PosthocTarget& target_;
   Readers& readers_;
@@ -203,6 +230,23 @@ StatusOr<PosthocPlan> PlanPosthoc(const std::string& root, const std::string& ou
   }
   if (plan.inputs.empty())
     return NotFound("post-hoc EMA: the snapshots up to step ", plan.step, " hold no slot");
+  std::map<std::vector<std::string>, std::string> subsets;  // tracked set -> one slot with it
+  for (const EmaSnapshotInfo& s : snaps) {
+    for (const EmaSnapshotSlot& slot : s.slots) {
+      subsets.emplace(slot.params,
+                      slot.name + " (step " + std::to_string(s.step) + ", " +
+                          (slot.params.empty() ? std::string("every parameter")
+                                               : std::to_string(slot.params.size()) + " tracked") +
+                          ")");
+    }
+  }
+  if (subsets.size() > 1) {
+    std::string list;
+    for (const auto& [params, who] : subsets) list += (list.empty() ? "" : ", ") + who;
+    return InvalidArgument("post-hoc EMA: the snapshotted slots track different parameters (", list,
+                           "); combine only slots with the same include/exclude patterns");
+  }
+  plan.tracked = subsets.begin()->first;
   if (starts.size() > 1) {
     std::string list;
     for (const auto& [st, who] : starts)
@@ -263,7 +307,15 @@ StatusOr<std::vector<ExportReport>> WritePosthoc(const PosthocPlan& plan,
     Status local = readers.status();
     if (local.ok()) {
       const Manifest& m = readers->by_dir.at(plan.target_dir)->manifest();
-      files = PlanExport(m, "posthoc", options.dtype, target.out_path, Metadata(plan, target), eo);
+      std::vector<std::string> untracked;
+      for (const std::string& p : LayoutParamNames(m.layout)) {
+        if (!plan.tracked.empty() &&
+            std::find(plan.tracked.begin(), plan.tracked.end(), p) == plan.tracked.end()) {
+          untracked.push_back(p);
+        }
+      }
+      files = PlanExport(m, "posthoc", options.dtype, target.out_path,
+                         Metadata(plan, target, untracked), eo);
       local = files.status();
     }
     RETURN_IF_ERROR(comm == nullptr

@@ -27,6 +27,11 @@
 // (positional writes into shared files, export.h), rank 0 the headers and buffers. The files are
 // byte-identical for every W (the per-element arithmetic does not depend on who computes it).
 //
+// Subset slots (EMA slots over a parameter subset): the inputs must all track the same
+// parameters (kInvalidArgument listing the slots otherwise); the output is complete: tracked
+// parameters are the combination, untracked ones the live weights of the target snapshot (its
+// "params" slot, ema/snapshot.h), listed in __metadata__ "ema_untracked" (a JSON array).
+//
 // Snapshot requirements (errors, the same on every rank): at least one snapshot at or before
 // step_max (kNotFound listing the snapshot steps); every slot with the same start_step
 // (kInvalidArgument listing them: the closed-form profiles start at 0); every snapshot of the
@@ -81,6 +86,8 @@ struct PosthocTarget {
 };
 
 struct PosthocPlan {
+  // Subset slots (every input must track the same parameters): the tracked names; empty: all.
+  std::vector<std::string> tracked;
   int64_t step = 0;  // the target snapshot's step
   int64_t t = 0;     // target time, steps since start_step
   int64_t start_step = 0;

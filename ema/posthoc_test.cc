@@ -408,5 +408,56 @@ TEST_F(TrainedTest, UntrackedSigmaMatchesADirectlyTrackedRun) {
   EXPECT_LT(err, 0.1 * gap);
 }
 
+// Subset slots (include l1.*): snapshots keep the tracked ranges and the live weights of the
+// others; the reconstruction of a tracked profile equals the slot at l1.* and the live master at
+// l0.* bit for bit, listing l0.* as untracked; inputs of different subsets are refused.
+TEST(PosthocSubsetTest, SubsetSlotsReconstructTrackedAndKeepTheLiveOthers) {
+  const std::string root = SharedTempDir("posthoc_subset");
+  EmaConfig a = PowerSlot(0.05), b = PowerSlot(0.10);
+  a.include = b.include = {"l1.*"};
+  TrainingRig rig = MakeRig({a, b});
+  ASSERT_NE(rig.opt, nullptr);
+  EmaSnapshotOptions so;
+  so.fsync = false;
+  Train(rig, 60, [&](int64_t s) {
+    if (EmaSnapshotDue(s, 20)) ASSERT_TRUE(WriteEmaSnapshot(root, World(), *rig.emas, s, so).ok());
+  });
+  StatusOr<std::vector<EmaSnapshotInfo>> list = ListEmaSnapshots(root);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->back().slots.size(), 2u);
+  EXPECT_EQ(list->back().slots[1].params, (std::vector<std::string>{"l1.weight", "l1.bias"}));
+  StatusOr<Manifest> m = ReadManifest(list->back().dir);
+  ASSERT_TRUE(m.ok());
+  ASSERT_GE(m->FindSlot("params"), 0);  // the live weights of the untracked parameters
+  EXPECT_EQ(m->slots[size_t(m->FindSlot("params"))].params,
+            (std::vector<std::string>{"l0.weight", "l0.bias"}));
+  const std::string out = root + "/sub.safetensors";
+  StatusOr<PosthocPlan> plan = ReconstructPosthocEma(root, out, Options({0.10}), World());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tracked, (std::vector<std::string>{"l1.weight", "l1.bias"}));
+  std::map<std::string, std::vector<float>> slot = Gather(rig, "ema_pf_0.10");
+  if (RankOf(World()) == 0) {
+    std::map<std::string, std::vector<float>> got = ReadSafetensors(out);
+    for (const char* n : {"l1.weight", "l1.bias"}) {
+      EXPECT_LT(MaxAbsDiff({{n, slot[n]}}, {{n, got[n]}}), 1e-6) << n;
+    }
+    for (const char* n : {"l0.weight", "l0.bias"}) EXPECT_EQ(got[n], slot[n]) << n;  // master
+    StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ((*f)->header().metadata.at("ema_untracked"), "[\"l0.weight\",\"l0.bias\"]");
+  }
+  // A later snapshot whose slot tracks every parameter: refused, naming both kinds.
+  TrainingRig full = MakeRig({PowerSlot(0.05)});
+  ASSERT_NE(full.opt, nullptr);
+  Train(full, 80, [](int64_t) {});
+  ASSERT_TRUE(WriteEmaSnapshot(root, World(), *full.emas, 80, so).ok());
+  StatusOr<PosthocPlan> mixed = PlanPosthoc(root, out, Options({0.10}));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find("track different parameters"), std::string::npos)
+      << mixed.status().ToString();
+  EXPECT_NE(mixed.status().message().find("every parameter"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardema

@@ -173,6 +173,17 @@ Status ReadValue(const nlohmann::json& v, const std::string& field, std::vector<
   return Status::Ok();
 }
 
+Status ReadValue(const nlohmann::json& v, const std::string& field, std::vector<std::string>* out) {
+  if (!v.is_array()) return TypeError(field, "an array of strings", v);
+  out->clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string item;
+    RETURN_IF_ERROR(ReadValue(v[i], field + "[" + std::to_string(i) + "]", &item));
+    out->push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 nlohmann::json JsonValue(const T& v) {
   return v;
@@ -194,6 +205,7 @@ std::string Text(const std::string& v) { return v; }
 std::string Text(EmaScheduleKind k) { return EmaScheduleName(k); }
 std::string Text(EmaStorage k) { return EmaStorageName(k); }
 std::string Text(const std::vector<BufferRule>& rules) { return FormatRules(rules); }
+std::string Text(const std::vector<std::string>& v) { return nlohmann::json(v).dump(); }
 
 template <typename T>
 bool Same(const T& a, const T& b) {
@@ -229,6 +241,24 @@ Status CheckStorage(const EmaConfig& c) {
                          "storage=fp32 or drop offload");
 }
 
+Status CheckSubset(const EmaConfig& c) {
+  for (const auto* list : {&c.include, &c.exclude}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      if ((*list)[i].empty()) {
+        return InvalidArgument("EMA slot '", c.name,
+                               "': ", list == &c.include ? "include" : "exclude", "[", i,
+                               "] '' must not be empty");
+      }
+    }
+  }
+  if (c.offload && c.subset()) {
+    return InvalidArgument("EMA slot '", c.name,
+                           "': a slot over a parameter subset (include/exclude) cannot be "
+                           "offloaded; drop offload or the patterns");
+  }
+  return Status::Ok();
+}
+
 Status CheckRules(const EmaConfig& c) {
   for (size_t i = 0; i < c.buffer_rules.size(); ++i) {
     if (c.buffer_rules[i].pattern.empty()) {
@@ -259,9 +289,10 @@ struct Range {
   double EmaConfig::*hi_field = nullptr;
 };
 
-using Member = std::variant<std::string EmaConfig::*, EmaScheduleKind EmaConfig::*,
-                            double EmaConfig::*, int64_t EmaConfig::*, bool EmaConfig::*,
-                            std::vector<BufferRule> EmaConfig::*, EmaStorage EmaConfig::*>;
+using Member =
+    std::variant<std::string EmaConfig::*, EmaScheduleKind EmaConfig::*, double EmaConfig::*,
+                 int64_t EmaConfig::*, bool EmaConfig::*, std::vector<BufferRule> EmaConfig::*,
+                 EmaStorage EmaConfig::*, std::vector<std::string> EmaConfig::*>;
 
 struct Field {
   const char* key;
@@ -317,6 +348,8 @@ const std::vector<Field>& Fields() {
        nullptr,
        false,
        /*omit_default=*/true},
+      {"include", &EmaConfig::include, {}, CheckSubset, false, /*omit_default=*/true},
+      {"exclude", &EmaConfig::exclude, {}, nullptr, false, /*omit_default=*/true},
   };
   return *fields;
 }

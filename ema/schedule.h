@@ -87,6 +87,14 @@ struct EmaConfig {
   // bf16_sr, delta_bf16_sr: the seed of the stochastic rounding bits (SrKey). Written only when not
   // 0.
   int64_t sr_seed = 0;
+  // A slot over a subset of the parameters: globs over parameter names (framework/glob.h
+  // SelectByGlobs: '*', '?', anchored). A parameter is tracked when it matches some include
+  // pattern (every parameter when `include` is empty) and no exclude pattern; the slot stores
+  // and updates only the tracked ones (ema/ema_slots.h). Written only when non-empty (older
+  // configs read as "every parameter"); compared by Diff. Not with offload (refused by Validate).
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  bool subset() const { return !include.empty() || !exclude.empty(); }
 
   // Every field is listed once in the field table in schedule.cc, which drives Validate, ToJson,
   // FromJson and Diff: a new field is one entry there (plus the member above).
@@ -94,7 +102,8 @@ struct EmaConfig {
   // Validates ranges: decay in (0, 1) for constant, warmup and power_warmup (in [0, 1], unused,
   // for the others), min_decay in [0, decay], inv_gamma, power, gamma, half_life_steps > 0,
   // rampup, update_after_step, start_step >= 0, interval >= 1, a known kind, non-empty buffer
-  // rule patterns, a slot name of [A-Za-z0-9_.-], sr_seed >= 0, storage fp32 when offloaded.
+  // rule patterns, a slot name of [A-Za-z0-9_.-], sr_seed >= 0, storage fp32 when offloaded,
+  // non-empty include / exclude patterns and no subset when offloaded.
   // Errors (kInvalidArgument) name the slot, the
   // field, its value and the allowed range.
   Status Validate() const;

@@ -408,3 +408,37 @@ TEST(EmaConfigTest, DiffListsFieldDifferences) {
 
 }  // namespace
 }  // namespace shardema
+
+namespace shardema {
+namespace {
+
+TEST(EmaConfigTest, IncludeExcludeRoundTripAndDiff) {
+  EmaConfig full;
+  full.name = "e";
+  EXPECT_FALSE(full.ToJson().contains("include"));  // written only when set
+  EXPECT_FALSE(full.subset());
+  StatusOr<EmaConfig> c = EmaConfig::FromJson(nlohmann::json::parse(
+      R"({"name": "e", "include": ["layers.*"], "exclude": ["*.bias", "layers.0.*"]})"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->subset());
+  EXPECT_EQ(c->exclude, (std::vector<std::string>{"*.bias", "layers.0.*"}));
+  StatusOr<EmaConfig> back = EmaConfig::FromJson(c->ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->include, c->include);
+  EXPECT_TRUE(back->Diff(*c).empty());
+  const std::vector<std::string> d = full.Diff(*c);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], "include: [] vs [\"layers.*\"]");
+  EXPECT_FALSE(EmaConfig::FromJson(nlohmann::json::parse(R"({"name": "e", "include": "x"})")).ok());
+  StatusOr<EmaConfig> empty =
+      EmaConfig::FromJson(nlohmann::json::parse(R"({"name": "e", "exclude": [""]})"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("exclude[0]"), std::string::npos);
+  StatusOr<EmaConfig> off = EmaConfig::FromJson(
+      nlohmann::json::parse(R"({"name": "e", "include": ["a"], "offload": true})"));
+  ASSERT_FALSE(off.ok());
+  EXPECT_NE(off.status().message().find("cannot be offloaded"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardema

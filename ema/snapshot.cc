@@ -1,6 +1,7 @@
 #include "ema/snapshot.h"
 
 #include <climits>
+#include <set>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
@@ -9,6 +10,7 @@
 #include "checkpoint/writer.h"
 #include "ema/schedule.h"
 #include "framework/logging.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 
@@ -57,6 +59,7 @@ StatusOr<EmaSnapshotInfo> InfoFromManifest(const Manifest& m, const std::string&
         return DataLoss("'", where, "': ", kMetaKey, " lists slot '", slot.name,
                         "' but the snapshot has no such slot");
       }
+      slot.params = m.slots[size_t(m.FindSlot(slot.name))].params;
       if (!(slot.gamma > 0) || slot.t < 1) {
         return DataLoss("'", where, "': slot '", slot.name, "' has gamma ", slot.gamma, " and t ",
                         slot.t, " (expected gamma > 0, t >= 1)");
@@ -132,10 +135,40 @@ StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicato
     configs.push_back(std::move(cj));
   }
   if (shards.empty()) return std::string();
+  // Subset slots keep only their tracked elements; the live master of the parameters some
+  // snapshotted slot does not track is kept as "params" (a subset slot itself), so the snapshot
+  // stands for whole models (ckpt export, ckpt posthoc).
+  std::set<std::string> untracked;
   for (size_t i = 0, j = 0; i < emas.size(); ++i) {
     EmaSnapshotSlot slot;
-    if (Eligible(emas, i, &slot))
-      state.slots.push_back(SlotView{slot.name, DType::kF32, shards[j++].data()});
+    if (!Eligible(emas, i, &slot)) continue;
+    std::vector<float>& shard = shards[j++];
+    const ParamSubset* sub = emas.subset(i);
+    if (sub == nullptr) {
+      state.slots.push_back(SlotView{slot.name, DType::kF32, shard.data()});
+      continue;
+    }
+    std::vector<float> compact(size_t(sub->numel()));
+    sub->Compact(shard.data(), compact.data(), sizeof(float));
+    shard = std::move(compact);
+    state.slots.push_back(SlotView{slot.name, DType::kF32, shard.data(), sub->params()});
+    const std::set<std::string> in(sub->params().begin(), sub->params().end());
+    for (const std::string& p : LayoutParamNames(store->layout())) {
+      if (in.count(p) == 0) untracked.insert(p);
+    }
+  }
+  if (!untracked.empty()) {
+    std::vector<std::string> names;  // layout order
+    for (const std::string& p : LayoutParamNames(store->layout())) {
+      if (untracked.count(p) != 0) names.push_back(p);
+    }
+    ASSIGN_OR_RETURN(ParamSubset live, ParamSubset::Create(store->layout(), store->rank(), names));
+    ASSIGN_OR_RETURN(std::vector<float> master,
+                     store->LocalToHost(store->master(), store->device()));
+    std::vector<float> compact(size_t(live.numel()));
+    live.Compact(master.data(), compact.data(), sizeof(float));
+    shards.push_back(std::move(compact));
+    state.slots.push_back(SlotView{"params", DType::kF32, shards.back().data(), live.params()});
   }
   for (const ParamSpec& b : store->buffer_specs()) {
     ASSIGN_OR_RETURN(TensorView v, store->buffer(b.name));

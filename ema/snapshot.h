@@ -75,6 +75,8 @@ struct EmaSnapshotSlot {
   double sigma_rel = 0;
   int64_t start_step = 0;
   int64_t t = 0;  // last_update_step - start_step, >= 1
+  // The parameters the slot tracks (a subset slot: the manifest slot's "params"); empty: all.
+  std::vector<std::string> params;
 };
 
 struct EmaSnapshotInfo {

@@ -44,8 +44,8 @@ TEST(GlobMatchTest, Patterns) {
 namespace shardema {
 namespace {
 
-const std::vector<std::string> kNames = {"embed.weight", "layers.0.weight", "layers.0.bias",
-                                         "layers.1.weight", "layers.1.bias", "head.weight"};
+const std::vector<std::string> kNames = {"embed.weight",    "layers.0.weight", "layers.0.bias",
+                                         "layers.1.weight", "layers.1.bias",   "head.weight"};
 
 std::vector<std::string> Selected(const std::vector<bool>& mask) {
   std::vector<std::string> out;

@@ -18,8 +18,8 @@ std::vector<std::string> LayoutParamNames(const StoreLayout& layout) {
 StatusOr<ParamSubset> ParamSubset::Create(const StoreLayout& layout, int rank,
                                           const std::vector<std::string>& params) {
   if (rank < 0 || rank >= layout.world_size()) {
-    return InvalidArgument("parameter subset: rank ", rank, " outside [0, ",
-                           layout.world_size(), ")");
+    return InvalidArgument("parameter subset: rank ", rank, " outside [0, ", layout.world_size(),
+                           ")");
   }
   if (params.empty()) return InvalidArgument("parameter subset: no parameter");
   // Tracked (unit, param) positions, in layout order.
@@ -44,8 +44,8 @@ StatusOr<ParamSubset> ParamSubset::Create(const StoreLayout& layout, int rank,
         continue;
       }
     }
-    s.ranges_.push_back(SubsetRange{pc.unit, unit_begin, pc.local_begin, pc.numel,
-                                    s.tracked_numel_});
+    s.ranges_.push_back(
+        SubsetRange{pc.unit, unit_begin, pc.local_begin, pc.numel, s.tracked_numel_});
     s.tracked_numel_ += pc.numel;
   }
   // The compact length: the largest tracked count of any rank (unit by unit, the overlap of each

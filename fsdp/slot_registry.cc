@@ -83,21 +83,45 @@ StatusOr<float*> SlotRegistry::AddSlot(const std::string& name, SlotKind kind, b
   return static_cast<float*>(data);
 }
 
+StatusOr<void*> SlotRegistry::AddSubsetSlotOf(DType dtype, const std::string& name, SlotKind kind,
+                                              bool persistent, nlohmann::json hyper, int64_t numel,
+                                              std::vector<std::string> params) {
+  if (numel < 0 || params.empty()) {
+    return InvalidArgument("state slot '", name, "': a subset slot needs numel >= 0 (", numel,
+                           ") and tracked parameters (", params.size(), ")");
+  }
+  return AddSlotEntry(
+      dtype, name,
+      SlotInfo{name, kind, persistent, std::move(hyper), dtype, std::move(params), numel},
+      SlotPlacement::kDevice);
+}
+
+int64_t SlotRegistry::SlotNumel(SlotHandle h) const {
+  const int64_t n = slots_[h.index_].info.numel;
+  return n < 0 ? local_numel_ : n;
+}
+
 StatusOr<void*> SlotRegistry::AddSlotOf(DType dtype, const std::string& name, SlotKind kind,
                                         bool persistent, nlohmann::json hyper,
                                         SlotPlacement placement) {
+  return AddSlotEntry(dtype, name, SlotInfo{name, kind, persistent, std::move(hyper), dtype},
+                      placement);
+}
+
+StatusOr<void*> SlotRegistry::AddSlotEntry(DType dtype, const std::string& name, SlotInfo info,
+                                           SlotPlacement placement) {
   RETURN_IF_ERROR(CheckSlotName(name, "state slot"));
   if (!IsFloatingDType(dtype)) {
     return InvalidArgument("state slot '", name, "': dtype ", DTypeName(dtype),
                            " is not a floating type");
   }
   if (HasSlot(name)) return AlreadyExists("state slot '", name, "' is already registered");
-  ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(size_t(local_numel_) * DTypeSize(dtype), device_,
+  const int64_t numel = info.numel < 0 ? local_numel_ : info.numel;
+  ASSIGN_OR_RETURN(Buffer mem, ZeroedSlotMemory(size_t(numel) * DTypeSize(dtype), device_,
                                                 placement, "state slot '" + name + "'"));
   void* data = mem.data();
   slot_index_[name] = slots_.size();
-  slots_.push_back(SlotEntry{SlotInfo{name, kind, persistent, std::move(hyper), dtype},
-                             std::move(mem), placement});
+  slots_.push_back(SlotEntry{std::move(info), std::move(mem), placement});
   return data;
 }
 
@@ -167,6 +191,10 @@ Status SlotRegistry::SwapSlots(const std::string& a, const std::string& b, Strea
   if (ea.info.dtype != eb.info.dtype) {
     return InvalidArgument("cannot swap state slots '", a, "' (", DTypeName(ea.info.dtype),
                            ") and '", b, "' (", DTypeName(eb.info.dtype), "): dtypes differ");
+  }
+  if (ea.info.numel != eb.info.numel) {
+    return InvalidArgument("cannot swap state slots '", a, "' and '", b,
+                           "': their sizes differ (a slot over a parameter subset)");
   }
   if (MemoryDevice(ea) == MemoryDevice(eb)) {
     std::swap(ea.mem, eb.mem);
@@ -277,6 +305,7 @@ nlohmann::json SlotRegistry::ToJson() const {
                           {"persistent", e.info.persistent},
                           {"hyper", e.info.hyper}});
     if (e.info.dtype != DType::kF32) j["slots"].back()["dtype"] = DTypeName(e.info.dtype);
+    if (!e.info.params.empty()) j["slots"].back()["params"] = e.info.params;
   }
   j["buffers"] = nlohmann::json::array();
   for (const BufferEntry& e : buffers_) {

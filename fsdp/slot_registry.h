@@ -71,6 +71,11 @@ struct SlotInfo {
   bool persistent = true;
   nlohmann::json hyper = nlohmann::json::object();
   DType dtype = DType::kF32;  // element type of the slot's memory
+  // A slot over a subset of the parameters (AddSubsetSlotOf): the tracked parameter names, in
+  // layout order, and the elements of its compact memory (fsdp/param_subset.h). Empty / -1: a
+  // full slot of local_numel() elements.
+  std::vector<std::string> params;
+  int64_t numel = -1;
 };
 
 // A slot or buffer resolved once by name (SlotRegistry::FindSlot / FindBuffer): reading through it
@@ -116,6 +121,15 @@ class SlotRegistry {
   StatusOr<void*> AddSlotOf(DType dtype, const std::string& name, SlotKind kind, bool persistent,
                             nlohmann::json hyper = nlohmann::json::object(),
                             SlotPlacement placement = SlotPlacement::kDevice);
+  // A slot that stores only the tracked elements of a parameter subset: `numel` elements
+  // (ParamSubset::numel()) instead of local_numel(), recorded with the tracked names in SlotInfo
+  // (checkpoint views carry them). Errors: as AddSlotOf; kInvalidArgument for numel < 0 or no
+  // params.
+  StatusOr<void*> AddSubsetSlotOf(DType dtype, const std::string& name, SlotKind kind,
+                                  bool persistent, nlohmann::json hyper, int64_t numel,
+                                  std::vector<std::string> params);
+  // Elements of the slot's memory: local_numel(), or a subset slot's numel.
+  int64_t SlotNumel(SlotHandle h) const;
   bool HasSlot(const std::string& name) const { return slot_index_.count(name) != 0; }
   // The slot's memory (local_numel() floats). Errors: kNotFound naming the slot and listing the
   // registered ones; kFailedPrecondition for a slot that is not f32 (use RawData).
@@ -148,8 +162,8 @@ class SlotRegistry {
   StatusOr<SlotPlacement> Placement(const std::string& name) const;
   // Exchanges the memory of two slots: O(1) when both are in the same memory. A device slot and
   // a host slot exchange contents instead, with copies queued on `stream` (a stream of device())
-  // and waited for before returning. Errors: kNotFound; kInvalidArgument when the dtypes differ;
-  // copy errors.
+  // and waited for before returning. Errors: kNotFound; kInvalidArgument when the dtypes or the
+  // sizes (a subset slot) differ; copy errors.
   Status SwapSlots(const std::string& a, const std::string& b, Stream stream = Stream{});
 
   // Adds a zero-filled replicated buffer. Its name may be "<slot>/<buffer>" (a slot's copy,
@@ -190,6 +204,8 @@ class SlotRegistry {
     Shape shape;
     Buffer mem;
   };
+  StatusOr<void*> AddSlotEntry(DType dtype, const std::string& name, SlotInfo info,
+                               SlotPlacement placement);
   StatusOr<size_t> SlotIndex(const std::string& name) const;
   StatusOr<size_t> BufferIndex(const std::string& name) const;
   Device MemoryDevice(const SlotEntry& e) const {

@@ -1,6 +1,8 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -9,6 +11,7 @@
 #include "checkpoint/meta_schema.h"
 #include "framework/glob.h"
 #include "framework/logging.h"
+#include "fsdp/param_subset.h"
 #include "fsdp/slot_registry.h"
 #include "optim/clip.h"
 #include "optim/step_ops.h"
@@ -322,7 +325,52 @@ StatusOr<StepResult> Optimizer::Step(const std::vector<EmaTarget>& emas) {
   return FinishStep(emas);
 }
 
-StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
+Status Optimizer::RunSubsetPieces(const Range& r, const std::vector<EmaTarget>& emas,
+                                  const std::vector<const ParamSubset*>& subsets,
+                                  const PieceFn& run) const {
+  // Cut the range at every boundary of a tracked range inside it; each piece is then wholly
+  // tracked or untracked by every subset target.
+  const int64_t lo = r.local_begin, hi = r.local_begin + r.n;
+  std::vector<int64_t> cuts = {lo, hi};
+  for (const ParamSubset* sub : subsets) {
+    if (sub == nullptr) continue;
+    for (const SubsetRange& g : sub->ranges()) {
+      for (int64_t x : {g.local_begin, g.local_begin + g.n}) {
+        if (x > lo && x < hi) cuts.push_back(x);
+      }
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<EmaTarget> t;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const int64_t b = cuts[c];
+    t.clear();
+    for (size_t i = 0; i < emas.size(); ++i) {
+      int64_t at = b;  // element of the target's memory
+      if (const ParamSubset* sub = subsets[i]) {
+        const std::vector<SubsetRange>& g = sub->ranges();
+        auto it = std::upper_bound(g.begin(), g.end(), b, [](int64_t x, const SubsetRange& y) {
+          return x < y.local_begin;
+        });
+        if (it == g.begin() || b >= (it - 1)->local_begin + (it - 1)->n) continue;  // untracked
+        at = (it - 1)->compact_begin + (b - (it - 1)->local_begin);
+      }
+      t.push_back(emas[i]);
+      t.back().ema = static_cast<char*>(emas[i].ema) +
+                     size_t(at) * DTypeSize(EmaStorageDType(emas[i].storage));
+    }
+    RETURN_IF_ERROR(run(r, b, cuts[c + 1] - b, t));
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas,
+                                           const std::vector<const ParamSubset*>& subsets) {
+  if (!subsets.empty() && subsets.size() != emas.size()) {
+    return InvalidArgument("FinishStep: ", subsets.size(), " subsets for ", emas.size(),
+                           " EMA targets");
+  }
   if (!begun_) {
     return FailedPrecondition("Optimizer::FinishStep without a step begun by BeginStep (step ",
                               step_, ")");
@@ -347,28 +395,24 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
       store_->compute_aliases_master() ? nullptr : static_cast<char*>(store_->compute_shard());
   const size_t csize = DTypeSize(store_->options().compute_dtype);
 
-  for (const Range& r : ranges_) {
+  // One fused pass over local elements [begin, begin + n) of range r with the targets `t`.
+  auto run = [&](const Range& r, int64_t begin, int64_t n, const std::vector<EmaTarget>& t) {
     const OptimizerHyper& h = group_hyper(r.group);
-    for (size_t i = 0; i < targets.size(); ++i) {
-      targets[i] = emas[i];
-      targets[i].ema = static_cast<char*>(emas[i].ema) +
-                       size_t(r.local_begin) * DTypeSize(EmaStorageDType(emas[i].storage));
-    }
     FusedStepArgs a;
-    a.n = r.n;
+    a.n = n;
     a.kind = options_.kind;
-    a.grad = grad + r.local_begin;
+    a.grad = grad + begin;
     a.grad_scale = float(res.clip_coef);
-    a.master = master + r.local_begin;
+    a.master = master + begin;
     a.exp_avg = m != nullptr && (options_.kind == OptimizerKind::kAdamW || h.momentum != 0)
-                    ? m + r.local_begin
+                    ? m + begin
                     : nullptr;
-    a.exp_avg_sq = v != nullptr ? v + r.local_begin : nullptr;
-    a.compute = compute != nullptr ? compute + size_t(r.local_begin) * csize : nullptr;
+    a.exp_avg_sq = v != nullptr ? v + begin : nullptr;
+    a.compute = compute != nullptr ? compute + size_t(begin) * csize : nullptr;
     a.compute_dtype = store_->options().compute_dtype;
-    a.emas = targets.data();
-    a.num_emas = int(targets.size());
-    a.global_begin = r.global_begin;
+    a.emas = t.data();
+    a.num_emas = int(t.size());
+    a.global_begin = r.global_begin + (begin - r.local_begin);
     a.lr = res.lr * h.lr_scale;
     a.weight_decay = h.weight_decay;
     a.beta1 = h.beta1;
@@ -387,7 +431,21 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas) {
         a.lr_candidates[c] = LrAt(options_.lr, next + c) * h.lr_scale;
       }
     }
-    RETURN_IF_ERROR(FusedStepOn(store_->stream(), a));
+    return FusedStepOn(store_->stream(), a);
+  };
+  bool any_subset = false;
+  for (const ParamSubset* sub : subsets) any_subset = any_subset || sub != nullptr;
+  for (const Range& r : ranges_) {
+    if (any_subset) {
+      RETURN_IF_ERROR(RunSubsetPieces(r, emas, subsets, run));
+      continue;
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      targets[i] = emas[i];
+      targets[i].ema = static_cast<char*>(emas[i].ema) +
+                       size_t(r.local_begin) * DTypeSize(EmaStorageDType(emas[i].storage));
+    }
+    RETURN_IF_ERROR(run(r, r.local_begin, r.n, targets));
   }
   if (device) return res;  // pending: the counters move when the decision resolves
   step_ = next;

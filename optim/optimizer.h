@@ -77,6 +77,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -84,6 +85,7 @@
 #include <vector>
 
 #include "framework/status.h"
+#include "fsdp/param_subset.h"
 #include "fsdp/store.h"
 #include "optim/clip.h"
 #include "optim/device_step.h"
@@ -211,9 +213,19 @@ class Optimizer {
   // resolved earlier step's error (see above) and this rank's own sum-of-squares failure (the
   // step is queued and skips on every rank).
   StatusOr<StepResult> BeginStep();
-  // Phases 5-6 for the step BeginStep began (not skipped). Local. Errors: kFailedPrecondition
-  // without such a step; kInvalidArgument for a null target.
-  StatusOr<StepResult> FinishStep(const std::vector<EmaTarget>& emas);
+  // Phases 5-6 for the step BeginStep began (not skipped). Local. `subsets`: empty, or one per
+  // target: its parameter subset (fsdp/param_subset.h; the target's memory is then the compact
+  // array and only its tracked ranges are passed to the kernel, so a range is cut at their
+  // boundaries) or null (a full target). Errors: kFailedPrecondition without such a step;
+  // kInvalidArgument for a null target or a subset list of another length.
+  StatusOr<StepResult> FinishStep(const std::vector<EmaTarget>& emas,
+                                  const std::vector<const ParamSubset*>& subsets = {});
+  // One fused pass: range, first local element, element count, the targets at that element.
+  using PieceFn =
+      std::function<Status(const Range&, int64_t, int64_t, const std::vector<EmaTarget>&)>;
+  // FinishStep's pass over range r when some target is a subset: `run` once per piece.
+  Status RunSubsetPieces(const Range& r, const std::vector<EmaTarget>& emas,
+                         const std::vector<const ParamSubset*>& subsets, const PieceFn& run) const;
 
   Optimizer(ShardedParameterStore* store, OptimizerOptions options);
   Status CheckReady() const;

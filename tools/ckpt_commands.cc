@@ -46,7 +46,7 @@ uint64_t ReshardBytes(const Manifest& m, int world) {
   StatusOr<StoreLayout> layout = m.layout.WithWorldSize(world);
   if (!layout.ok()) return 0;
   std::vector<SlotEntry> slots;
-  for (const SlotEntry& s : m.slots) slots.push_back(SlotEntry{s.name, s.dtype, 0, 0, 0});
+  for (const SlotEntry& s : m.slots) slots.push_back(SlotEntry{s.name, s.dtype, s.params});
   std::vector<BufferEntry> buffers;
   for (const BufferEntry& b : m.buffers)
     buffers.push_back(BufferEntry{b.name, b.shape, b.dtype, 0, 0});

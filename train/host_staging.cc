@@ -29,11 +29,23 @@ Status HostStaging::EnsureSideStream() {
   return Status::Ok();
 }
 
+namespace {
+
+// Bytes of a slot's memory (a subset slot's compact array is smaller than local_numel).
+size_t SlotBytes(const SlotRegistry& registry, const std::string& name) {
+  const SlotHandle h = registry.FindSlot(name).value();  // a name from the registry's own views
+  return size_t(registry.SlotNumel(h)) * DTypeSize(registry.Info(h).dtype);
+}
+
+}  // namespace
+
 std::vector<SlotView> PersistentSlotViews(const SlotRegistry& registry) {
   std::vector<SlotView> out;
   for (SlotHandle h : registry.SlotHandles()) {
     const SlotInfo& info = registry.Info(h);
-    if (info.persistent) out.push_back(SlotView{info.name, info.dtype, registry.RawData(h)});
+    if (info.persistent) {
+      out.push_back(SlotView{info.name, info.dtype, registry.RawData(h), info.params});
+    }
   }
   return out;
 }
@@ -73,7 +85,7 @@ StatusOr<StagedSlots> HostStaging::StageToHost(Stream after, std::function<Statu
   RETURN_IF_ERROR(ready.Record(after));
   RETURN_IF_ERROR(ready.MakeStreamWait(side_));
   for (SlotView& v : views) {
-    const size_t bytes = size_t(registry_->local_numel()) * DTypeSize(v.dtype);
+    const size_t bytes = SlotBytes(*registry_, v.name);
     ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));
     if (where.is_cpu()) continue;  // offloaded: already host memory
     Buffer& h = host_[v.name];
@@ -105,7 +117,7 @@ Status HostStaging::UploadToDevice(Stream stream) {
   }
   if (copies_ != nullptr) RETURN_IF_ERROR(copies_->Synchronize());
   for (const SlotView& v : PersistentSlotViews(*registry_)) {
-    const size_t bytes = size_t(registry_->local_numel()) * DTypeSize(v.dtype);
+    const size_t bytes = SlotBytes(*registry_, v.name);
     auto it = host_.find(v.name);
     if (it == host_.end()) continue;  // host slot (filled in place) or never staged
     ASSIGN_OR_RETURN(Device where, registry_->SlotDevice(v.name));

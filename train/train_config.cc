@@ -325,6 +325,16 @@ StatusOr<EmaConfig> ParseEmaSpec(const std::string& text) {
         return InvalidArgument("--ema-spec '", text, "': '", kv, "' is not key=value");
       }
       const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+      if (key == "include" || key == "exclude") {  // globs: P1|P2|..., a repeated key appends
+        if (!j.contains(key)) j[key] = nlohmann::json::array();
+        size_t from = 0;
+        for (size_t bar = val.find('|');; bar = val.find('|', from)) {
+          j[key].push_back(val.substr(from, bar == std::string::npos ? bar : bar - from));
+          if (bar == std::string::npos) break;
+          from = bar + 1;
+        }
+        continue;
+      }
       nlohmann::json v = nlohmann::json::parse(val, nullptr, /*allow_exceptions=*/false);
       if (v.is_discarded() || v.is_object() || v.is_array()) v = val;  // a bare string
       j[key] = v;
@@ -519,7 +529,9 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
       ->capture_default_str();
   app.add_flag("--ema-no-interval-correction", raw.ema_no_interval_correction,
                "apply beta, not beta^k, every k steps (timm/diffusers behaviour)");
-  app.add_option("--ema-spec", raw.ema_specs, "NAME:key=val,... any EMA slot config (repeatable)")
+  app.add_option("--ema-spec", raw.ema_specs,
+                 "NAME:key=val,... any EMA slot config (repeatable); include=P1|P2, "
+                 "exclude=P1|P2: track only the parameters these globs select")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   // Checkpoints.
   app.add_option("--ckpt-dir", c.ckpt_dir, "checkpoint root (also holds metrics.jsonl)");

@@ -13,7 +13,10 @@
 //   --ema-half-life H1,...     half-life slots "ema_hl_<H>" (half-life H optimizer steps);
 // all of them taking --ema-start-step, --ema-interval and --ema-no-interval-correction; then
 //   --ema-spec NAME:key=val,...  (repeatable) any EmaConfig (ema/schedule.h) by its JSON fields,
-//                              e.g. "ema_slow:kind=power_warmup,decay=0.9999,power=0.75".
+//                              e.g. "ema_slow:kind=power_warmup,decay=0.9999,power=0.75";
+//                              include=P1|P2 / exclude=P1|P2 (globs over parameter names, '|'
+//                              between patterns, a repeated key appends) make a slot over a
+//                              subset, e.g. "ema_h:decay=0.999,include=transformer.h.*".
 //
 // Threading: pure functions; thread-safe.
 #ifndef SHARDEMA_TRAIN_TRAIN_CONFIG_H_
@@ -186,7 +189,8 @@ Status RequireFinite(const char* flag, double v, bool positive, bool allow_zero 
 StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text);
 StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag, const std::string& text,
                                               std::vector<std::string>* as_written = nullptr);
-// "--ema-spec NAME:key=val,..." -> EmaConfig (values are JSON scalars or bare strings).
+// "--ema-spec NAME:key=val,..." -> EmaConfig (values are JSON scalars or bare strings; include
+// and exclude take '|'-separated globs and append when repeated).
 StatusOr<EmaConfig> ParseEmaSpec(const std::string& text);
 
 }  // namespace shardema

@@ -94,7 +94,7 @@ StatusOr<StepResult> TrainState::Step() {
     }
     ASSIGN_OR_RETURN(ema, emas_->PlanStep(before));
   }
-  ASSIGN_OR_RETURN(StepResult done, optimizer_->FinishStep(ema.targets));
+  ASSIGN_OR_RETURN(StepResult done, optimizer_->FinishStep(ema.targets, ema.subsets));
   if (!awaited) res = done;
   res.num_ema_updates = int(ema.plan.size());
   if (emas_ == nullptr) return res;
