@@ -7,16 +7,22 @@
 //   * ckpt export writes tracked values from the slot, untracked ones from the master and lists
 //     them under "ema_untracked";
 //   * changed patterns on resume, a pattern matching nothing and a slot tracking nothing are
-//     refused, naming the slot and the pattern.
+//     refused, naming the slot and the pattern;
+//   * ckpt verify accepts the checkpoint and refuses patterns that disagree with the stored
+//     params or are malformed, naming the field.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/export.h"
+#include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/verify.h"
 #include "examples/test_files.h"
 #include "examples/trainer_test_util.h"
 #include "framework/self_communicator.h"
@@ -235,6 +241,42 @@ TEST(EmaSubsetTrainerTest, ChangedPatternsAndBadPatternsAreRefused) {
       ParseTestConfig(std::string(kArgs) + " --steps 1 --ema-spec none:exclude=layers.*"), World());
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("select no parameter"), std::string::npos) << t.status();
+}
+
+// ckpt verify: a trainer checkpoint with subset slots passes; include/exclude patterns that do
+// not select the manifest slot's params, or of the wrong type, are kDataLoss naming the field.
+TEST(EmaSubsetTrainerTest, VerifyChecksThePatternsAgainstTheStoredParams) {
+  const std::string root = TestPath("subset_verify");
+  ASSERT_TRUE(Train("--steps 2 --ckpt-dir " + root, World()).ok());
+  if (World()->rank() != 0) return;
+  StatusOr<VerifiedCheckpoint> ok = VerifyCheckpoint(root);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  const std::string dir = ok->dir, path = dir + "/manifest.json";
+  const std::string original = ReadFileToString(path).value();
+  auto edit = [&](const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j = nlohmann::json::parse(original);
+    f(j["meta"]["ema"]["config"]["slots"][1]);  // "sub"
+    const std::string text = j.dump(1);
+    ASSERT_TRUE(WriteFileAtomic(path, text, false).ok());
+    ASSERT_TRUE(WriteFileAtomic(dir + "/manifest.xxh3",
+                                HashToHex(Xxh3(text.data(), text.size())) + "\n", false)
+                    .ok());
+  };
+  edit([](nlohmann::json& s) { s["include"] = {"layers.1.*"}; });
+  Status v = VerifyCheckpoint(root).status();
+  EXPECT_EQ(v.code(), StatusCode::kDataLoss) << v;
+  EXPECT_NE(v.message().find("EMA slot 'sub': its include/exclude patterns select 2 parameter(s) "
+                             "but the manifest's slots[2].params lists 3"),
+            std::string::npos)
+      << v;
+  edit([](nlohmann::json& s) { s["include"] = 7; });
+  v = VerifyCheckpoint(root).status();
+  EXPECT_EQ(v.code(), StatusCode::kDataLoss) << v;
+  EXPECT_NE(v.message().find("key 'meta.ema.config.slots[1].include': expected an array"),
+            std::string::npos)
+      << v;
+  edit([](nlohmann::json&) {});
+  EXPECT_TRUE(VerifyCheckpoint(root).ok());
 }
 
 }  // namespace

@@ -79,7 +79,10 @@ Status CompareSlot(CheckpointReader& ra, int sa, CheckpointReader& rb, int sb,
   // EMA slots stored as bf16 or as a delta are compared by their f32 EMA values.
   ASSIGN_OR_RETURN(const EmaStorage ka, SlotStorage(ra, ra.manifest().slots[size_t(sa)].name));
   ASSIGN_OR_RETURN(const EmaStorage kb, SlotStorage(rb, rb.manifest().slots[size_t(sb)].name));
-  const bool as_values = ka != EmaStorage::kF32 || kb != EmaStorage::kF32;
+  // Values (not stored bits) for the bf16 storages and for subset slots (untracked = params).
+  const bool as_values = ka != EmaStorage::kF32 || kb != EmaStorage::kF32 ||
+                         !ra.manifest().slots[size_t(sa)].params.empty() ||
+                         !rb.manifest().slots[size_t(sb)].params.empty();
   const DType ta = as_values ? DType::kF32 : ra.manifest().slots[size_t(sa)].dtype;
   const DType tb = as_values ? DType::kF32 : rb.manifest().slots[size_t(sb)].dtype;
   const std::vector<UnitLayout>& units = ra.manifest().layout.units();
