@@ -5,7 +5,7 @@
 # at several world sizes, interleaved, on the CPU.
 #
 #   bazel run //bench:step_bench -- [--layers 256,1024,768,256,16] [--batch 48] [--steps 20]
-#       [--warmup 5] [--worlds "1 2 4"] [--repeats 3] [--threads 1]
+#       [--warmup 5] [--worlds "1 2 4"] [--repeats 3] [--threads 1] [--comm-thread]
 #   (or bench/step_bench.sh TRAIN_MLP FSDP2_PEER STEP_ROOFLINE [flags] outside Bazel)
 #
 # Both sides: the same layer sizes, global batch, GELU (exact erf) after all layers but the last,
@@ -25,8 +25,14 @@
 # PyTorch: $PYTHON, else bench/peer/.venv/bin/python, created with `python3 -m venv` and
 # `pip install torch numpy safetensors` when missing (the test suite never needs it); without a
 # working `import torch` the torch columns read na.
+# --comm-thread: each repeat also runs ours with train_mlp --comm-thread (a progress thread per
+# rank moves the collectives, CommOptions::progress_thread), interleaved with the rest; two more
+# columns (ct_ms, eff_ct = bound / ct_ms) and, per world size, summary keys ct_ms_wN,
+# ct_efficiency_wN and ct_vs_ours_wN = ct_ms / ours_ms. It can only gain where cores are left
+# idle by the ranks.
 # Ends with `summary: ours_ms_wN=... torch_ms_wN=... step_ratio_wN=... step_efficiency_wN=...
-# ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=...` for each world size.
+# ours_rss_mib_wN=... torch_rss_mib_wN=... eff_serial_wN=... [ct_ms_wN=... ...]` for each world
+# size.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,6 +54,7 @@ warmup=5
 worlds="1 2 4"
 repeats=3
 threads=1
+comm_thread=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --layers) layers="$2"; shift 2 ;;
@@ -57,6 +64,7 @@ while [ $# -gt 0 ]; do
     --worlds) worlds="$2"; shift 2 ;;
     --repeats) repeats="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
+    --comm-thread) comm_thread=1; shift ;;
     *) echo "step_bench: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -101,22 +109,28 @@ bound() {  # world -> one JSON line
 echo "# step_bench: MLP $layers, global batch $batch, gelu, mse, AdamW, 2 EMA slots; $steps timed steps after $warmup; $repeats interleaved repeats; $threads thread(s) per rank; $cores cores; torch ${torch_info:-na}"
 echo "# load before: $(uptime | sed 's/.*load/load/')"
 row='%5s %9s %9s %7s %8s %8s %9s %9s %9s %8s %8s %9s %10s %8s'
+ct_head=""
+[ "$comm_thread" = 1 ] && row+=' %8s %8s' && ct_head="ct_ms eff_ct"
 # shellcheck disable=SC2059,SC2086
 printf "$row\n" world ours_ms torch_ms ratio ours_cpu torch_cpu ours_rss torch_rss torch_base \
-  bound_ms eff serial_ms eff_serial isa
+  bound_ms eff serial_ms eff_serial isa $ct_head
 summary=""
 for w in $worlds; do
   if [ $((batch % w)) -ne 0 ]; then
     echo "step_bench: --batch $batch is not divisible by world $w" >&2
     exit 2
   fi
-  om=() tm=() oc=() tc=() orss=() trss=() tbase=() bm=() sm=()
+  om=() tm=() oc=() tc=() orss=() trss=() tbase=() bm=() sm=() cm=()
   isa=na
   for _ in $(seq "$repeats"); do
     j="$(ours "$w")"
     om+=("$(bench_field_max "$j" step_ms)") oc+=("$(bench_field_max "$j" cpu_ms)")
     orss+=("$(bench_field_max "$j" peak_rss_mib)")
     isa="$(bench_field "$j" cpu_isa)"
+    if [ "$comm_thread" = 1 ]; then
+      j="$(ours "$w" --comm-thread)"
+      cm+=("$(bench_field_max "$j" step_ms)")
+    fi
     j="$(theirs "$w")"
     tm+=("$(bench_field_max "$j" step_ms)") tc+=("$(bench_field_max "$j" cpu_ms)")
     trss+=("$(bench_field_max "$j" peak_rss_mib)")
@@ -128,19 +142,28 @@ for w in $worlds; do
   sb="$(bench_median "${sm[@]}")"
   ratio="$(bench_ratio "$o" "$t")" eff="$(bench_ratio "$b" "$o")" effs="$(bench_ratio "$sb" "$o")"
   ors="$(bench_median "${orss[@]}")" trs="$(bench_median "${trss[@]}")"
+  ct_cols=()
+  if [ "$comm_thread" = 1 ]; then
+    c="$(bench_median "${cm[@]}")"
+    ct_cols=("$(bench_round "$c")" "$(bench_ratio "$b" "$c")")
+  fi
   # shellcheck disable=SC2059
   printf "$row\n" "$w" \
     "$(bench_round "$o")" "$(bench_round "$t")" "$ratio" \
     "$(bench_round "$(bench_median "${oc[@]}")")" "$(bench_round "$(bench_median "${tc[@]}")")" \
     "$(bench_round "$ors")" "$(bench_round "$trs")" \
     "$(bench_round "$(bench_median "${tbase[@]}")")" "$(bench_round "$b")" "$eff" \
-    "$(bench_round "$sb")" "$effs" "$isa"
+    "$(bench_round "$sb")" "$effs" "$isa" "${ct_cols[@]}"
   runs="ours ${om[*]} | torch ${tm[*]} | bound ${bm[*]}"
-  echo "#   runs (wall ms): $runs"
+  echo "#   runs (wall ms): $runs${cm[*]:+ | comm thread ${cm[*]}}"
   summary+=" ours_ms_w${w}=$(bench_round "$o") torch_ms_w${w}=$(bench_round "$t")"
   summary+=" step_ratio_w${w}=${ratio} step_efficiency_w${w}=${eff}"
   summary+=" ours_rss_mib_w${w}=$(bench_round "$ors") torch_rss_mib_w${w}=$(bench_round "$trs")"
   summary+=" eff_serial_w${w}=${effs}"
+  if [ "$comm_thread" = 1 ]; then
+    summary+=" ct_ms_w${w}=${ct_cols[0]} ct_efficiency_w${w}=${ct_cols[1]}"
+    summary+=" ct_vs_ours_w${w}=$(bench_ratio "$c" "$o")"
+  fi
 done
 echo "# load after: $(uptime | sed 's/.*load/load/')"
 echo "summary:${summary}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end under real mpirun (examples/BUILD :e2e_test):
 #   1. a straight 4-rank run of 40 steps (the reference trajectory);
-#   2. 4 ranks, 20 steps, --async-save every 5 steps;
+#   2. 4 ranks, 20 steps, --async-save every 5 steps; 2b. 3 ranks with and without --comm-thread
+#      (the progress thread): bit-identical rank files;
 #   3. --resume on 3 ranks (the loader reshards) to 40 steps;
 #   4. export an EMA slot with the checkpoint export API, read it back and compare it bit for bit
 #      with the slot's shards in the rank files;
@@ -39,6 +40,18 @@ echo "== 2. 4 ranks, 20 steps, async saves every 5"
 expect_info "$tmp/run" "step=20 world=4"
 [ -d "$tmp/run/step_00000015" ] || fail "the async save of step 15 was not kept (--keep 2)"
 [ ! -d "$tmp/run/step_00000010" ] || fail "step 10 should have been dropped (--keep 2)"
+
+echo "== 2b. --comm-thread: the same bits on 3 ranks (sizes that 3 does not divide)"
+for m in off on; do
+  extra=()
+  [ "$m" = on ] && extra=(--comm-thread)
+  "$mpi_run" 3 "$train" "${args[@]}" --steps 20 --ckpt-dir "$tmp/thread_$m" --async-save \
+    --save-every 5 "${extra[@]}" > "$tmp/thread_$m.out"
+done
+for r in 0 1 2; do
+  f="step_00000020/rank_0000$r.bin"
+  cmp -s "$tmp/thread_off/$f" "$tmp/thread_on/$f" || fail "--comm-thread changed $f"
+done
 
 echo "== 3. resume on 3 ranks (reshard) to 40 steps"
 "$mpi_run" 3 "$train" "${args[@]}" --steps 40 --ckpt-dir "$tmp/run" --resume --async-save \

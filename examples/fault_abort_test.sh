@@ -5,7 +5,8 @@
 # --collective-timeout is 600 s: a hang is not rescued by the timeout), no rank process is left,
 # and the output names the failing rank and call, on the failing rank and (through its failure
 # notice, Communicator::AnnounceFailure) on its peers:
-#   store.gather         (the unit buffer allocation of a gather), train_mlp, 3 ranks
+#   store.gather         (the unit buffer allocation of a gather), train_mlp, 3 ranks; again
+#                        with --comm-thread (the progress thread) and units over 64 KiB
 #   store.unit_grads     (the gradient buffer allocation), train_mlp, 3 ranks
 #   clip.sum_of_squares  (the gradient norm's local part, folded into its all-gather: the peers
 #                        name the failing rank), train_mlp with --clip-norm, 3 ranks
@@ -50,6 +51,13 @@ run gather store.gather@1#7 3 "$train_mlp" "${mlp[@]}"
 expect gather 'rank 1/3\] E .*gather of unit .layers\.[01].: injected fault at store\.gather on rank 1'
 expect gather 'rank 0/3\] E .*rank 1 of 3 failed and left the job: gather of unit .layers\.[01].: injected'
 expect gather 'rank 2/3\] E .*rank 1 of 3 failed and left the job: gather of unit .layers\.[01].: injected'
+
+# The same with the progress thread (--comm-thread) and units of 128 KiB and more: the peers
+# sleep in Work::Wait while the thread moves the gathers, and still hear the failure.
+run gather_thread store.gather@1#7 3 "$train_mlp" --layers 64,512,3 --batch 12 --steps 40 \
+  --comm-thread
+expect gather_thread 'rank 1/3\] E .*gather of unit .layers\.[01].: injected fault at store\.gather on rank 1'
+expect gather_thread 'rank [02]/3\] E .*rank 1 of 3 failed and left the job: gather of unit .layers\.[01].: injected'
 
 run grads store.unit_grads@2#4 3 "$train_mlp" "${mlp[@]}"
 expect grads 'rank 2/3\] E .*gradient buffer of unit .layers\.[01].: injected fault at store\.unit_grads on rank 2'

@@ -303,12 +303,17 @@ TEST(TrainConfigTest, NoCommChecksFlag) {
   EXPECT_FALSE(p->config.AgreementJson().at("comm_checks").get<bool>());
 }
 
-// --comm-thread (a communication progress thread) is gone: no measurement showed it winning
-// (bench/results/step_bench_comm_thread_*); an old command line gets a usage error.
-TEST(TrainConfigTest, RemovedCommThreadFlagIsRefused) {
-  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3", "--comm-thread"});
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--comm-thread"), std::string::npos) << p.status();
+TEST(TrainConfigTest, CommThreadFlag) {
+  StatusOr<ParsedMlpArgs> p = Parse({"--layers", "4,3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->config.comm_thread);
+  EXPECT_FALSE(p->config.AgreementJson().at("comm_thread").get<bool>());
+  p = Parse({"--layers", "4,3", "--comm-thread"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->config.comm_thread);
+  EXPECT_TRUE(p->config.AgreementJson().at("comm_thread").get<bool>());
+  EXPECT_FALSE(p->config.ToJson().contains("comm_thread"));  // not a checkpoint hyperparameter
+  EXPECT_FALSE(Parse({"--layers", "4,3", "--comm-thread=maybe"}).ok());
 }
 
 TEST(TrainConfigTest, ReduceScatterFlag) {

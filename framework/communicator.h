@@ -109,6 +109,15 @@ struct CommOptions {
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
   size_t ring_chunk_bytes = size_t(1) << 20;
   size_t ring_chunks_in_flight = 4;
+  // MPI backend: a progress thread per communicator (off by default). While operations are in
+  // flight it drives them (MPI_Test, the ring's steps and additions, the completion's
+  // post-processing) every 20 microseconds, so
+  // the receivers' copies of shared-memory transfers and the ring's additions run on another
+  // core while the caller computes; Work::Test() then only reads whether the operation is
+  // complete. It needs MPI_THREAD_MULTIPLE (Create requests it). It wins where the ranks share
+  // their cores with other work (bench/results/step_bench_comm_thread_2026-11-28T023312Z.json);
+  // on cores that each run one rank and nothing else it takes cycles from their compute.
+  bool progress_thread = false;
 };
 
 // A pending collective.

@@ -7,6 +7,9 @@ mpi_test(name = "x_test", srcs = [...], deps = [...], ranks = [1, 2, 3, 4]) defi
 The tests are tagged "mpi" and "exclusive" (one at a time: ranks oversubscribe the cores).
 one_process_per_case = True runs each gtest case in its own mpirun (tests/mpi_run_each.sh): for
 tests whose cases end in an injected failure, after which a process may only abort.
+progress_thread_ranks = [2, 3] also runs the same binary with --world_progress_thread (the shared
+world's CommOptions::progress_thread, tests/test_world.h) at those world sizes:
+x_test_progress_thread_np{N}, in the same test_suite, tagged "threads" (ThreadSanitizer).
 Each run sets MPI_TEST_TIMEOUT a little below Bazel's timeout for `size`, so a hung collective is
 killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 """
@@ -15,7 +18,7 @@ killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 _MPI_TIMEOUT = {"small": 50, "medium": 280, "large": 870, "enormous": 3570}
 
 def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], size = "medium",
-             tags = [], one_process_per_case = False, **kwargs):
+             tags = [], one_process_per_case = False, progress_thread_ranks = [], **kwargs):
     native.cc_binary(
         name = name + "_bin",
         srcs = srcs,
@@ -24,17 +27,20 @@ def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], 
         **kwargs
     )
     tests = []
-    for n in ranks:
-        t = "%s_np%d" % (name, n)
+    runs = [(n, "", []) for n in ranks]
+    runs += [(n, "_progress_thread", ["--world_progress_thread"]) for n in progress_thread_ranks]
+    for n, suffix, extra in runs:
+        t = "%s%s_np%d" % (name, suffix, n)
         native.sh_test(
             name = t,
             srcs = ["//tests:mpi_run_each.sh" if one_process_per_case else "//tests:mpi_run.sh"],
-            args = [str(n), "$(location :%s_bin)" % name] + args,
+            args = [str(n), "$(location :%s_bin)" % name] + args + extra,
             data = [":%s_bin" % name] + data + (["//tests:mpi_run.sh"] if one_process_per_case else []),
             size = size,
             # Per mpirun: each case's own limit is a small test's when run one per process.
             env = {"MPI_TEST_TIMEOUT": str(_MPI_TIMEOUT["small" if one_process_per_case else size])},
-            tags = ["mpi", "exclusive"] + tags,
+            # The progress thread's runs also go to tools/test.sh --sanitize's ThreadSanitizer.
+            tags = ["mpi", "exclusive"] + tags + (["threads"] if suffix else []),
         )
         tests.append(":" + t)
     native.test_suite(name = name, tests = tests, tags = tags)

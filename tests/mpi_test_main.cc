@@ -50,6 +50,15 @@ int main(int argc, char** argv) {
   // ranks disagree may run in any order and after any other collectives.
   shardema::CommOptions options;
   options.check_every_call = true;
+  // --world_progress_thread: the shared world runs with CommOptions::progress_thread, so a test
+  // binary's cases run once more with it (a second mpi_test of the same sources).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--world_progress_thread") continue;
+    options.progress_thread = true;
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    break;
+  }
   auto created = MpiCommunicator::Create(options);
   if (!created.ok()) {
     std::fprintf(stderr, "mpi_test_main: %s\n", created.status().ToString().c_str());

@@ -12,6 +12,8 @@
 // leaves its peers blocked until the test times out. Compute expected values independently in
 // the test, e.g. rank r's element i is a formula of (r, i).
 // Output: rank 0 prints the usual gtest report; other ranks print only their failures.
+// With the argument --world_progress_thread (mpi_test's `args`) the world is created with
+// CommOptions::progress_thread (MpiWorld()->options() tells a test which it runs under).
 //
 // Note: this namespace is shardema::testing, so inside `namespace shardema` write gtest's
 // namespace as ::testing (e.g. ::testing::Test).

@@ -390,6 +390,7 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["comm_checks"] = comm_checks;
   j["collective_timeout"] = collective_timeout;
   j["reduce_scatter"] = reduce_scatter == ReduceScatterAlgorithm::kRing ? "ring" : "mpi";
+  j["comm_thread"] = comm_thread;
   j["optimizer_threads"] = optimizer_threads;
   j["compute_threads"] = compute_threads;
   j["profile"] = profile;
@@ -602,6 +603,12 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
          "at 2 and 4 ranks) | mpi (MPI_Ireduce_scatter_block: wins on 16-256 KiB arrays at 4 "
          "ranks on 2 cores, 0.78-0.86 of its time; bench/results/comm_bench_w{2,4}_2026-11-28*)")
       ->check(CLI::IsMember({"mpi", "ring"}));
+  app.add_flag("--comm-thread", c.comm_thread,
+               "a thread per rank moves the collectives (MPI progress, the ring's additions) while "
+               "the layers compute; wins where the ranks share their cores with other work (0.36-"
+               "0.44 of the step time on 2 busy cores: bench/results/"
+               "step_bench_comm_thread_2026-11-28T023312Z.json), slower where every core runs a "
+               "rank and nothing else");
   app.add_option("--compute-threads", c.compute_threads,
                  "threads of the CPU model's layers per rank (CPU ISA: env SHARDEMA_CPU_ISA)")
       ->capture_default_str();
@@ -610,7 +617,7 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
                  "bound on each rank's unit buffers (gathered, prefetched, gradient), e.g. 48MiB; "
                  "a prefetch that would exceed it waits for its use. 0: no bound; one-unit: the "
                  "largest unit's buffer; auto: on CPU with every rank on one node, a unit over "
-                 "1MiB, the largest unit + 1MiB (units over 1MiB gathered at "
+                 "1MiB and no --comm-thread, the largest unit + 1MiB (units over 1MiB gathered at "
                  "their use: the same cores move the bytes), else 0")
       ->capture_default_str();
   try {

@@ -110,12 +110,15 @@ struct TrainConfig {
   double collective_timeout = 300;  // CommOptions::timeout_seconds (0: wait forever)
   // --reduce-scatter mpi|ring: CommOptions::reduce_scatter_algorithm of the host communicator.
   ReduceScatterAlgorithm reduce_scatter = CommOptions().reduce_scatter_algorithm;
+  // --comm-thread: CommOptions::progress_thread of the host communicator (MPI); also lifts the
+  // auto unit memory bound (a prefetch's bytes then move on that thread's core).
+  bool comm_thread = false;
   int optimizer_threads = 1;
   int compute_threads = 1;  // --compute-threads: threads of the CPU layers per rank (>= 1)
   bool profile = false;     // --profile: per-phase time breakdown at the end (rank 0)
   // --unit-memory-limit: StoreOptions::unit_memory_limit_bytes (0: no bound; one-unit:
   // kUnitMemoryLimitOneUnit), or kUnitMemoryAuto ("auto", the default: Trainer bounds a CPU
-  // run on one node with a unit over 1 MiB to the largest unit + 1 MiB,
+  // run on one node with a unit over 1 MiB and no --comm-thread to the largest unit + 1 MiB,
   // and nothing else).
   static constexpr int64_t kUnitMemoryAuto = -2;
   int64_t unit_memory_limit = kUnitMemoryAuto;

@@ -244,6 +244,7 @@ StatusOr<int64_t> Trainer::UnitMemoryLimit(const std::vector<UnitSpec>& units,
                                            const StoreOptions& so, int ranks_on_node) {
   if (config_.unit_memory_limit != TrainConfig::kUnitMemoryAuto) return config_.unit_memory_limit;
   if (so.device.is_cuda()) return int64_t(0);  // NCCL's gathers overlap the kernels
+  if (config_.comm_thread) return int64_t(0);  // the progress thread moves a prefetch's bytes
   const float mine = ranks_on_node == comm_->world_size() ? 1.f : 0.f;
   float on_one_node = 0.f;
   RETURN_IF_ERROR(comm_->AllReduce(&mine, &on_one_node, 1, DType::kF32));

@@ -89,6 +89,7 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
   co.check_args = config.comm_checks;
   co.timeout_seconds = config.collective_timeout;
   co.reduce_scatter_algorithm = config.reduce_scatter;
+  co.progress_thread = config.comm_thread;
   StatusOr<std::unique_ptr<MpiCommunicator>> comm = MpiCommunicator::Create(co);
   if (!comm.ok()) return Finish(program, comm.status(), true);
   const bool rank0 = (*comm)->rank() == 0;

@@ -1,6 +1,8 @@
 #include "framework/mpi/mpi_communicator.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,12 +57,16 @@ struct PendingOp {
   int rank = -1;
   double timeout_s = 0;  // CommOptions::timeout_seconds
   WaitPoll poll;         // the communicator's failure notices
+  size_t bytes = 0;      // the larger of its send and receive buffers (kSmallOpBytes)
   MPI_Request request = MPI_REQUEST_NULL;
   Buffer temp;  // f32 temporary (bf16/f16 reductions, in-place ReduceScatter, ring slots)
   std::shared_ptr<TempCache> pool;  // where `temp` came from and goes back to once done
   std::function<void()> finish;     // post-processing once the data has arrived
   bool done = false;
   Status status;
+  // Set (release) once the operation is complete: its data and post-processing in place, or
+  // given up. Work::Test() reads it without the progress thread's lock.
+  std::atomic<bool> finished{false};
 
   std::unique_ptr<RingReduceScatter> ring;  // instead of `request` (kRing reduce-scatter)
 
@@ -80,6 +87,7 @@ struct PendingOp {
     finish = nullptr;
     if (pool != nullptr) pool->Give(std::move(temp));
     temp = Buffer();
+    finished.store(true, std::memory_order_release);
     return status;
   }
 
@@ -109,9 +117,25 @@ struct PendingOp {
     finish = nullptr;
     if (ring != nullptr) KeepUntilExit(std::shared_ptr<RingReduceScatter>(std::move(ring)));
     if (temp.data() != nullptr) KeepMovedUntilExit(std::move(temp));
+    finished.store(true, std::memory_order_release);
     return true;
   }
 };
+
+// The progress thread's lock, held by the communicator and its Works; `completed` is notified
+// after a pass of the thread that completed an operation, `stopped` set once it has stopped;
+// `waiters`: Works sleeping in Wait() (the thread then yields between passes instead of
+// sleeping).
+struct ProgressSync {
+  std::mutex mu;
+  std::condition_variable completed;
+  bool stopped = false;
+  int waiters = 0;
+};
+
+// With a progress thread, Wait() completes an operation of at most this many bytes itself (a
+// loss or norm all-reduce: latency, not copies) instead of handing it over to the thread.
+constexpr size_t kSmallOpBytes = size_t(64) << 10;
 
 }  // namespace mpi_internal
 
@@ -127,17 +151,48 @@ extern "C" int dlclose(void*) { return 0; }
 
 namespace {
 
-using mpi_internal::PendingOp;
+// How often the progress thread drives the operations in flight (CommOptions::progress_thread).
+constexpr int kProgressPollMicroseconds = 20;
 
+using mpi_internal::PendingOp;
+using mpi_internal::ProgressSync;
+
+// `sync`: the communicator's progress thread (null without one).
 class MpiWork final : public Work {
  public:
-  explicit MpiWork(std::shared_ptr<PendingOp> op) : op_(std::move(op)) {}
+  MpiWork(std::shared_ptr<PendingOp> op, std::shared_ptr<ProgressSync> sync)
+      : op_(std::move(op)), sync_(std::move(sync)) {}
   ~MpiWork() override { Wait().IgnoreError(); }
-  Status Wait() override { return op_->Complete(); }
-  bool Test() override { return op_->Test(); }
+  Status Wait() override {
+    if (sync_ == nullptr) return op_->Complete();
+    std::unique_lock<std::mutex> held(sync_->mu);
+    if (op_->done || sync_->stopped || op_->bytes <= mpi_internal::kSmallOpBytes)
+      return op_->Complete();
+    // The progress thread completes it; this thread sleeps, watching the collective timeout and
+    // the failure notices as a wait of its own would.
+    ++sync_->waiters;
+    Status st = WaitUntilDone(
+        [&]() -> StatusOr<bool> {
+          if (!op_->done && !sync_->stopped)
+            sync_->completed.wait_for(held, std::chrono::microseconds(200));
+          return op_->done || sync_->stopped;
+        },
+        op_->timeout_s, op_->name, op_->rank, op_->poll);
+    --sync_->waiters;
+    if (!st.ok() && !op_->done) op_->Fail(st);
+    return op_->Complete();  // done: its status; stopped meanwhile: completes it here
+  }
+  bool Test() override {
+    if (sync_ == nullptr) return op_->Test();
+    // The progress thread moves the operation: only look whether it is complete, without its
+    // lock (a try-lock would answer false for a complete operation while the thread holds the
+    // lock for another one).
+    return op_->finished.load(std::memory_order_acquire);
+  }
 
  private:
   std::shared_ptr<PendingOp> op_;
+  std::shared_ptr<ProgressSync> sync_;
 };
 
 // Process-wide MPI bookkeeping. Leaked on purpose so the atexit hook can use it at any point.
@@ -230,7 +285,10 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
-  const int required = MPI_THREAD_SERIALIZED;
+  // A progress thread makes MPI calls beside the caller's (other communicators included).
+  const int required = options.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+  const char* required_name =
+      options.progress_thread ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED";
   if (!initialized) {
     RETURN_IF_ERROR(
         MpiStatus(MPI_Init_thread(nullptr, nullptr, required, &provided), "MPI_Init_thread", -1));
@@ -246,7 +304,8 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   }
   if (provided < required) {
     return FailedPrecondition("MpiCommunicator::Create: MPI provides thread level ", provided,
-                              " but MPI_THREAD_SERIALIZED (", required, ") or better is required",
+                              " but ", required_name, " (", required, ") or better is required",
+                              options.progress_thread ? " by the progress thread" : "",
                               initialized ? " (MPI was initialised before, at that level)" : "");
   }
 
@@ -300,6 +359,11 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   if (!notices.ok()) return fail(notices.status().WithContext("MpiCommunicator::Create"));
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
   c->notices_ = std::move(notices).value();
+  if (options.progress_thread) {
+    c->sync_ = std::make_shared<ProgressSync>();
+    MpiCommunicator* raw = c.get();
+    c->progress_ = std::thread([raw] { raw->ProgressLoop(); });
+  }
   ps.live.insert(c.get());
   return c;
 }
@@ -322,9 +386,64 @@ Status MpiCommunicator::FinalizeMpi() {
   return first.ok() ? s : first;
 }
 
+std::unique_lock<std::mutex> MpiCommunicator::LockOps() const {
+  if (sync_ == nullptr) return std::unique_lock<std::mutex>();
+  return std::unique_lock<std::mutex>(sync_->mu);
+}
+
+void MpiCommunicator::ProgressLoop() {
+  std::unique_lock<std::mutex> held(sync_->mu);
+  const auto pause = std::chrono::microseconds(kProgressPollMicroseconds);
+  while (!stop_progress_) {
+    const uint64_t seen = issued_;
+    bool in_flight = false, completed = false;
+    for (const auto& weak : pending_) {
+      std::shared_ptr<PendingOp> op = weak.lock();
+      if (op == nullptr || op->done) continue;
+      if (!op->Test()) {
+        in_flight = true;
+        continue;
+      }
+      completed = true;
+      // After `finished` (release): a caller that reads the count sees the operation complete.
+      if (op->status.ok()) progress_completed_.fetch_add(1, std::memory_order_release);
+    }
+    if (completed) sync_->completed.notify_all();
+    if (!in_flight) {
+      progress_cv_.wait(held, [&] { return stop_progress_ || issued_ != seen; });
+      continue;
+    }
+    const bool waited_for = sync_->waiters > 0;
+    held.unlock();  // the caller may issue, wait or look in between
+    if (pause.count() > 0 && !waited_for) {
+      std::this_thread::sleep_for(pause);
+    } else {
+      std::this_thread::yield();
+    }
+    held.lock();
+  }
+}
+
+void MpiCommunicator::StopProgressThread() {
+  if (!progress_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> held(sync_->mu);
+    stop_progress_ = true;
+  }
+  progress_cv_.notify_all();
+  progress_.join();
+  {
+    std::lock_guard<std::mutex> held(sync_->mu);
+    sync_->stopped = true;  // a Wait() still sleeping completes its operation itself
+  }
+  sync_->completed.notify_all();
+}
+
 Status MpiCommunicator::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
+  // From here on only this thread makes this communicator's MPI calls.
+  StopProgressThread();
   // After a failure (here or announced by a peer) outstanding operations may never complete: give
   // them up instead of waiting for the collective timeout.
   const Status broken = BrokenStatus("shutdown");
@@ -399,11 +518,16 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
                                                        const CollectiveOptions& opts) {
   const char* name = CollectiveName(c.kind);
   RETURN_IF_ERROR(CheckNotShutDown(name));
+  std::unique_lock<std::mutex> held = LockOps();
   auto op = std::make_shared<PendingOp>();
   op->name = name;
   op->rank = rank_;
   op->timeout_s = options_.timeout_seconds;
   op->poll = Poll();
+  op->bytes = c.count * DTypeSize(c.dtype) *
+              (c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter
+                   ? size_t(world_size_)
+                   : 1);
 
   // Local checks and allocations first, so that their failure is reported to every rank.
   bool in_place = false;
@@ -437,7 +561,8 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
       CheckCallIfDue(arg_checks_, comm_, rank_, c, local, options_.timeout_seconds, Poll()));
   if (c.count == 0) {
     op->done = true;
-    return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+    op->finished.store(true, std::memory_order_release);
+    return std::unique_ptr<Work>(new MpiWork(std::move(op), sync_));
   }
 
   const int n = static_cast<int>(c.count);  // <= INT_MAX, checked above
@@ -515,7 +640,12 @@ StatusOr<std::unique_ptr<Work>> MpiCommunicator::Issue(const CollectiveCall& c,
   }
   still.push_back(op);
   pending_ = std::move(still);
-  return std::unique_ptr<Work>(new MpiWork(std::move(op)));
+  ++issued_;
+  if (sync_ != nullptr) {
+    held.unlock();
+    progress_cv_.notify_one();
+  }
+  return std::unique_ptr<Work>(new MpiWork(std::move(op), sync_));
 }
 
 RingReduceScatter::Options MpiCommunicator::RingOptions(const CollectiveCall& c) const {
@@ -559,6 +689,7 @@ Status MpiCommunicator::Barrier() {
   CollectiveCall c;
   c.kind = CollectiveKind::kBarrier;
   RETURN_IF_ERROR(CheckNotShutDown(CollectiveName(c.kind)));
+  std::unique_lock<std::mutex> held = LockOps();
   if (arg_checks_.Due(c)) {
     return CheckCallIfDue(arg_checks_, comm_, rank_, c, Status::Ok(), options_.timeout_seconds,
                           Poll());

@@ -65,6 +65,22 @@
 // Threading: one thread issues collectives and waits on a communicator's Work at a time
 // (MPI_THREAD_SERIALIZED); different threads may take turns. Create/FinalizeMpi are
 // internally serialised.
+// Progress thread (CommOptions::progress_thread; Create then initialises MPI with
+// MPI_THREAD_MULTIPLE, and fails with kFailedPrecondition naming the levels when MPI was
+// initialised below it): the communicator starts one thread that, while operations are in
+// flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
+// (post-processing, temporaries back to the cache) every 20 microseconds, and sleeps on a
+// condition variable when none is (it yields instead of pausing while a Wait() waits). One mutex
+// per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() never
+// takes it and only reads whether the operation is complete (a flag the completion sets last, so
+// it is never false for a completed operation while the thread works on another), and
+// Work::Wait() sleeps until the thread completes it (with the same timeout and failure-notice
+// polls as without the thread), neither making an MPI call, so the copies and additions of the
+// transfers run on the thread's core, never the caller's. Only an operation of at most 64 KiB
+// (a loss or norm all-reduce: latency, no copies to speak of) is completed by Wait() itself.
+// Shutdown() stops and joins the thread first, then completes what is left itself. Results are
+// bit-identical with and without it (the same MPI calls and additions, in the same order per
+// operation).
 // Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
 // in-place kMpi ReduceScatter and kRing ReduceScatter own their temporaries inside the Work,
 // taken from the communicator's BufferCache (framework/buffer_cache.h) and given back when the
@@ -74,8 +90,12 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "framework/communicator.h"
@@ -93,6 +113,8 @@ namespace shardema {
 namespace mpi_internal {
 struct PendingOp;  // an issued MPI request and its post-processing (mpi_communicator.cc)
 struct TempCache;  // the operations' temporaries, kept for reuse (mpi_communicator.cc)
+// The progress thread's lock and its "an operation completed" signal (mpi_communicator.cc).
+struct ProgressSync;
 }  // namespace mpi_internal
 
 class MpiCommunicator final : public CallCommunicator {
@@ -121,6 +143,13 @@ class MpiCommunicator final : public CallCommunicator {
   const CommOptions& options() const { return options_; }
   // Collective argument checks run so far (see CommOptions::check_args).
   int64_t argument_checks() const { return arg_checks_.checks_run(); }
+  // Operations the progress thread completed (0 without one): each one's last transfer, its
+  // post-processing and its temporaries' return ran there, not in the caller's Test() or Wait().
+  // Counted after the operation became complete: once the count includes it, its Test() is true.
+  int64_t completed_by_progress_thread() const {
+    return progress_completed_.load(std::memory_order_acquire);
+  }
+
   // Rank, world size, and node-local rank/size (MPI_Comm_split_type SHARED), source "mpi".
   RankEnv local_env() const { return local_env_; }
 
@@ -162,6 +191,10 @@ class MpiCommunicator final : public CallCommunicator {
   Status BrokenStatus(const char* op) const;
   // The wait loops' poll of the failure notices (null for one rank).
   WaitPoll Poll() const;
+  // The progress thread's lock held (an empty lock without the thread).
+  std::unique_lock<std::mutex> LockOps() const;
+  void ProgressLoop();        // the progress thread's body
+  void StopProgressThread();  // stops and joins it (no-op without one)
 
   MPI_Comm comm_;
   int rank_;
@@ -177,6 +210,14 @@ class MpiCommunicator final : public CallCommunicator {
   // Temporaries of operations (ring slots, f32 copies), back here once an operation completes:
   // the next step's collectives reuse them instead of faulting in fresh pages.
   std::shared_ptr<mpi_internal::TempCache> temps_;
+  // The progress thread (CommOptions::progress_thread): sync_'s mutex (sync_ is null without
+  // it) guards the MPI calls of this communicator, pending_, issued_ and stop_progress_.
+  std::shared_ptr<mpi_internal::ProgressSync> sync_;
+  std::condition_variable progress_cv_;  // Issue -> the idle thread; Shutdown -> stop
+  std::thread progress_;
+  bool stop_progress_ = false;
+  uint64_t issued_ = 0;  // operations issued (the idle thread waits for a change)
+  std::atomic<int64_t> progress_completed_{0};
 };
 
 }  // namespace shardema

@@ -22,16 +22,18 @@ namespace {
 // joins, with kAborted naming it and its message; then every call fails at once and Shutdown
 // gives the pending operation up instead of waiting (the timeout is 600 s: no wait rescues it).
 // With check_args the peers wait in the argument check (the first use of the signature);
-// without, in Work::Wait.
+// without, in Work::Wait, and then with a progress thread where the world has one (its Wait
+// sleeps while the thread moves the operation, and still polls the failure notices).
 void ExpectPeersSeeAnAnnouncedFailure(bool check_args) {
   CommOptions o;
   o.timeout_seconds = 600;
   o.check_args = check_args;
+  o.progress_thread = !check_args && testing::MpiWorld()->options().progress_thread;
   auto created = MpiCommunicator::Create(o);
   ASSERT_TRUE(created.ok()) << created.status();
   MpiCommunicator& c = **created;
   const int rank = c.rank(), world = c.world_size(), failing = world - 1;
-  // 128 KiB per rank: a transfer in several pieces.
+  // 128 KiB per rank: above what a Wait() completes itself with a progress thread.
   std::vector<float> send(size_t(1) << 15, float(rank)), recv(send.size() * size_t(world));
   if (rank == failing) {
     const Status st = c.AnnounceFailure(ResourceExhausted("boom"));

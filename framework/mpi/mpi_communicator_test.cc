@@ -686,28 +686,43 @@ TEST(LifecycleTest, CheckArgsOff) {
   ExpectStillInStep();
 }
 
-// Test() alone drives two overlapped operations to completion: a ring reduce-scatter of several
-// chunks (each step posted by a Test()) and an all-gather; the caller then Waits at once and the
-// values are right. A zero-count operation is complete for Test() at once.
-TEST(AsyncTest, TestAloneCompletesOverlappedOperations) {
-  MpiCommunicator* w = testing::MpiWorld();
-  const size_t count = size_t(1) << 20, gathered = size_t(1) << 16;  // 4 MiB blocks; 256 KiB
-  Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
-  Buf part(DType::kF32, gathered), all(DType::kF32, gathered * Size());
-  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
-  for (size_t j = 0; j < gathered; ++j) part.set(j, Val(Rank(), j, 1));
-  auto rs = w->ReduceScatterAsync(send.data(), recv.data(), count, DType::kF32);
-  auto ag = w->AllGatherAsync(part.data(), all.data(), gathered, DType::kF32);
-  ASSERT_TRUE(rs.ok() && ag.ok()) << rs.status() << " " << ag.status();  // on every rank
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool rs_done = false, ag_done = false;
-  while (!(rs_done && ag_done) && std::chrono::steady_clock::now() < deadline) {
-    rs_done = rs_done || (*rs)->Test();
-    ag_done = ag_done || (*ag)->Test();
+// CommOptions::progress_thread needs MPI_THREAD_MULTIPLE. Under a world that initialised MPI
+// with it (this binary's progress-thread run) a second communicator with a thread starts and
+// reduces correctly; under one initialised MPI_THREAD_SERIALIZED, Create refuses on every rank
+// before any collective, naming the level it needs and why.
+TEST(LifecycleTest, ProgressThreadNeedsThreadMultiple) {
+  CommOptions o;
+  o.progress_thread = true;
+  auto created = MpiCommunicator::Create(o);
+  if (testing::MpiWorld()->options().progress_thread) {
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) {
+      MpiCommunicator& c = **created;
+      const size_t count = 1000;
+      Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+      for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+      EXPECT_TRUE(c.ReduceScatter(send.data(), recv.data(), count, DType::kF32).ok());
+      const size_t base = Rank() * count;
+      EXPECT_EQ(
+          Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }), "");
+      EXPECT_TRUE(c.Shutdown().ok());
+    }
+  } else {
+    EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition) << created.status();
+    EXPECT_TRUE(Contains(created.status(), "MPI_THREAD_MULTIPLE")) << created.status();
+    EXPECT_TRUE(Contains(created.status(), "by the progress thread")) << created.status();
   }
-  EXPECT_TRUE(rs_done && ag_done) << "reduce-scatter " << rs_done << ", all-gather " << ag_done;
-  EXPECT_TRUE((*rs)->Wait().ok());
-  EXPECT_TRUE((*ag)->Wait().ok());
+  ExpectStillInStep();
+}
+
+// With a progress thread, a ring reduce-scatter (several steps, each posted by the ring's own
+// Progress) and an all-gather complete while the caller makes no call at all: the thread
+// counts both, and the caller's Test() then only sees them complete. Without one nothing moves
+// them but the caller's calls (the counter stays 0). The values are right either way.
+
+// recv: this rank's block of the summed reduce-scatter of Val(r, j); all: every rank's
+// all-gathered Val(q, i, 1).
+void ExpectSummedAndGathered(const Buf& recv, size_t count, const Buf& all, size_t gathered) {
   const size_t base = Rank() * count;
   EXPECT_EQ(Diff(recv, 0, count, [base](size_t i) { return Reduced(base + i, ReduceOp::kSum); }),
             "");
@@ -715,6 +730,75 @@ TEST(AsyncTest, TestAloneCompletesOverlappedOperations) {
     EXPECT_EQ(Diff(all, q * gathered, gathered, [q](size_t i) { return Val(q, i, 1); }), "")
         << "block of rank " << q;
   }
+}
+TEST(AsyncTest, ProgressThreadCompletesOperationsWithoutTheCaller) {
+  MpiCommunicator* w = testing::MpiWorld();
+  const bool threaded = w->options().progress_thread;
+  const int64_t before = w->completed_by_progress_thread();
+  const size_t count = size_t(1) << 20, gathered = size_t(1) << 18;  // 4 MiB blocks: 4 chunks
+  Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+  Buf part(DType::kF32, gathered), all(DType::kF32, gathered * Size());
+  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+  for (size_t j = 0; j < gathered; ++j) part.set(j, Val(Rank(), j, 1));
+  auto rs = w->ReduceScatterAsync(send.data(), recv.data(), count, DType::kF32);
+  auto ag = w->AllGatherAsync(part.data(), all.data(), gathered, DType::kF32);
+  ASSERT_TRUE(rs.ok() && ag.ok()) << rs.status() << " " << ag.status();  // failed on every rank
+  if (threaded) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (w->completed_by_progress_thread() < before + 2 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(w->completed_by_progress_thread(), before + 2);
+    EXPECT_TRUE((*rs)->Test());
+    EXPECT_TRUE((*ag)->Test());
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(w->completed_by_progress_thread(), 0);
+  }
+  EXPECT_TRUE((*rs)->Wait().ok());
+  EXPECT_TRUE((*ag)->Wait().ok());
+  ExpectSummedAndGathered(recv, count, all, gathered);
+  ExpectStillInStep();
+}
+
+// Test() is true for every operation the progress thread has counted, also while the thread is
+// busy with another one: a large ring reduce-scatter keeps it working (its steps' additions run
+// under the thread's lock) while a smaller all-gather completes, and the caller polls meanwhile.
+// (Test() used to try that lock and answer false, complete or not, while the thread held it.)
+// Without a thread Test() drives both and the count stays 0. A zero-count operation is complete
+// for Test() at once.
+TEST(AsyncTest, TestSeesEveryOperationTheProgressThreadCounted) {
+  MpiCommunicator* w = testing::MpiWorld();
+  const size_t count = size_t(1) << 21, gathered = size_t(1) << 16;  // 8 MiB blocks; 256 KiB
+  Buf send(DType::kF32, count * Size()), recv(DType::kF32, count);
+  Buf part(DType::kF32, gathered), all(DType::kF32, gathered * Size());
+  for (size_t j = 0; j < send.size(); ++j) send.set(j, Val(Rank(), j));
+  for (size_t j = 0; j < gathered; ++j) part.set(j, Val(Rank(), j, 1));
+  int64_t polls = 0, behind = 0;  // polls; those that saw fewer complete than counted
+  for (int round = 0; round < 3; ++round) {
+    const int64_t before = w->completed_by_progress_thread();
+    auto rs = w->ReduceScatterAsync(send.data(), recv.data(), count, DType::kF32);
+    auto ag = w->AllGatherAsync(part.data(), all.data(), gathered, DType::kF32);
+    ASSERT_TRUE(rs.ok() && ag.ok()) << rs.status() << " " << ag.status();  // on every rank
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool complete = false;
+    while (!complete && std::chrono::steady_clock::now() < deadline) {
+      const int64_t counted = w->completed_by_progress_thread() - before;  // read first
+      const int seen = int((*rs)->Test()) + int((*ag)->Test());
+      ++polls;
+      if (seen < counted) ++behind;
+      complete = seen == 2;
+      std::this_thread::yield();
+    }
+    EXPECT_TRUE(complete) << "round " << round;
+    EXPECT_TRUE((*rs)->Wait().ok());
+    EXPECT_TRUE((*ag)->Wait().ok());
+    if (!w->options().progress_thread) EXPECT_EQ(w->completed_by_progress_thread(), 0);
+    ExpectSummedAndGathered(recv, count, all, gathered);
+  }
+  EXPECT_EQ(behind, 0) << "of " << polls << " polls, " << behind
+                       << " saw an operation counted by the progress thread but not complete";
   auto zero = w->AllReduceAsync(nullptr, nullptr, 0, DType::kF32);
   ASSERT_TRUE(zero.ok()) << zero.status();  // on every rank
   EXPECT_TRUE((*zero)->Test());
