@@ -17,7 +17,7 @@ table() { sed -e 's/^\[[0-9,]*\]<std[a-z]*>://' "$1" | grep -E '^(live|ema_0.9) 
 for m in mlp gpt; do
   bin=$mlp; args=("${mlp_args[@]}")
   [ $m = gpt ] && bin=$gpt && args=("${gpt_args[@]}")
-  cp -r "$old/$m" "$tmp/old_$m"
+  cp -rL "$old/$m" "$tmp/old_$m"  # -L: real files, not links into the source tree
   "$mpi_run" 3 "$bin" "${args[@]}" --steps 8 --ckpt-dir "$tmp/old_$m" --resume \
     > "$tmp/old_$m.out" 2>&1 || fail "$m: resuming the v1 checkpoint: $(tail -5 "$tmp/old_$m.out")"
   grep -q "resumed from .* at step 4 (saved on 2 rank(s), resharded)" "$tmp/old_$m.out" ||
