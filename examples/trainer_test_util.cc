@@ -92,4 +92,29 @@ std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name) {
   return v;
 }
 
+void ExpectReshardBitExact(const TrainFn& train, Communicator* world, const std::string& dir,
+                           bool world_first, size_t states) {
+  SelfCommunicator self;
+  Communicator* from = world_first ? world : static_cast<Communicator*>(&self);
+  Communicator* to = world_first ? static_cast<Communicator*>(&self) : world;
+  std::vector<std::vector<FullTensor>> saved, resumed;
+  if (world_first || world->rank() == 0) {
+    StatusOr<TrainRun> r = train("--steps 5 --ckpt-dir " + dir, from);
+    ASSERT_TRUE(r.ok()) << r.status();
+    saved = GatherState(*r->trainer);
+  }
+  ASSERT_TRUE(world->Barrier().ok());
+  if (!world_first || world->rank() == 0) {
+    StatusOr<TrainRun> r = train("--steps 5 --resume --ckpt-dir " + dir, to);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->summary.start_step, 5);
+    EXPECT_EQ(r->summary.resume.resharded, world->world_size() != 1);
+    resumed = GatherState(*r->trainer);
+  }
+  ASSERT_TRUE(world->Barrier().ok());
+  if (world->rank() != 0) return;
+  ASSERT_EQ(saved.size(), states);
+  EXPECT_TRUE(BitEqual(resumed, saved)) << (world_first ? "W -> 1" : "1 -> W");
+}
+
 }  // namespace shardema::examples

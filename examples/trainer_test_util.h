@@ -70,6 +70,16 @@ double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a,
 bool BitEqual(const std::vector<std::vector<FullTensor>>& a,
               const std::vector<std::vector<FullTensor>>& b);
 
+// A run of the test's config plus `extra` flags on `comm`.
+using TrainFn = std::function<StatusOr<TrainRun>(const std::string& extra, Communicator* comm)>;
+
+// Reshard round trip (gtest failures): saves 5 steps in `dir` with `world` (world_first) or one
+// rank, then resumes that checkpoint on the other without training; the resumed state (master +
+// every EMA slot, `states` lists in all) must equal the saved one bit for bit, and the resume
+// must say it resharded when the world sizes differ. Collective over `world`; rank 0 compares.
+void ExpectReshardBitExact(const TrainFn& train, Communicator* world, const std::string& dir,
+                           bool world_first, size_t states);
+
 // A tensor of a safetensors file as f32 (a gtest failure and {} when missing).
 std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name);
 

@@ -7,7 +7,8 @@
 //   params      P = the sum of the model's unit sizes; local shard L = sum over units of
 //               ceil(unit / world) (the store pads each unit to a multiple of the world size);
 //   state       L * (4 master + 4 gradient shard + compute-dtype copy + moments (AdamW 8,
-//               SGD 4) + 4 per fp32 EMA slot, 2 per 2-byte one);
+//               SGD 4) + 4 per fp32 EMA slot, 2 per 2-byte one; a slot over a parameter
+//               subset counts as a full one: the model's terms have no parameter names);
 //   unit        the largest unit U gathered twice in the compute dtype (current + prefetch) and
 //               its f32 gradient: U * (2 * dtype + 4);
 //   activations rows per micro-batch m = ceil(batch / (grad_accum * world)), plus --eval-batch
