@@ -36,17 +36,6 @@ StatusOr<TrainRun> Train(const std::string& extra, Communicator* comm) {
   return RunTrainer(ParseTestConfig(std::string(kArgs) + " " + extra), comm);
 }
 
-// This rank's stored bits of every EMA slot.
-std::vector<std::string> RawShards(const Trainer& t) {
-  std::vector<std::string> out;
-  const int64_t n = t.store()->layout().local_numel();
-  for (size_t i = 0; i < t.emas()->size(); ++i) {
-    const size_t bytes = size_t(n) * DTypeSize(EmaStorageDType(t.emas()->storage(i)));
-    out.emplace_back(static_cast<const char*>(t.emas()->raw_shard(i)), bytes);
-  }
-  return out;
-}
-
 TEST(EmaStorageTrainerTest, ResumeIsBitExactForEveryStorage) {
   const std::string a = TestPath("storage_straight"), b = TestPath("storage_halves");
   StatusOr<TrainRun> straight = Train("--steps 8 --ckpt-dir " + a, World());
@@ -55,7 +44,7 @@ TEST(EmaStorageTrainerTest, ResumeIsBitExactForEveryStorage) {
   StatusOr<TrainRun> second = Train("--steps 8 --resume --ckpt-dir " + b, World());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->summary.start_step, 4);
-  EXPECT_EQ(RawShards(*second->trainer), RawShards(*straight->trainer));
+  EXPECT_EQ(RawEmaShards(*second->trainer), RawEmaShards(*straight->trainer));
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(second->trainer->emas()->counters(i), straight->trainer->emas()->counters(i)) << i;
   }

@@ -56,18 +56,6 @@ bool Tracked(size_t slot, const std::string& name) {
   return true;
 }
 
-// This rank's stored bits of every EMA slot (a subset slot's compact array).
-std::vector<std::string> RawShards(const Trainer& t) {
-  std::vector<std::string> out;
-  const EmaSlots& e = *t.emas();
-  for (size_t i = 0; i < e.size(); ++i) {
-    const int64_t n = e.subset(i) ? e.subset(i)->numel() : t.store()->layout().local_numel();
-    out.emplace_back(static_cast<const char*>(e.raw_shard(i)),
-                     size_t(n) * DTypeSize(EmaStorageDType(e.storage(i))));
-  }
-  return out;
-}
-
 TEST(EmaSubsetTrainerTest, TrackedValuesEqualAFullSlotAndMemoryShrinks) {
   const std::string dir = TestPath("subset_values");
   StatusOr<TrainRun> r = Train("--steps 7 --ckpt-dir " + dir, World());
@@ -146,7 +134,7 @@ TEST(EmaSubsetTrainerTest, ResumeIsBitExact) {
   StatusOr<TrainRun> second = Train("--steps 8 --resume --ckpt-dir " + b, World());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->summary.start_step, 4);
-  EXPECT_EQ(RawShards(*second->trainer), RawShards(*straight->trainer));
+  EXPECT_EQ(RawEmaShards(*second->trainer), RawEmaShards(*straight->trainer));
 }
 
 TEST(EmaSubsetTrainerTest, ReshardIsBitExactBothWays) {

@@ -92,6 +92,17 @@ std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name) {
   return v;
 }
 
+std::vector<std::string> RawEmaShards(const Trainer& t) {
+  std::vector<std::string> out;
+  const EmaSlots& e = *t.emas();
+  for (size_t i = 0; i < e.size(); ++i) {
+    const int64_t n = e.subset(i) ? e.subset(i)->numel() : t.store()->layout().local_numel();
+    out.emplace_back(static_cast<const char*>(e.raw_shard(i)),
+                     size_t(n) * DTypeSize(EmaStorageDType(e.storage(i))));
+  }
+  return out;
+}
+
 void ExpectReshardBitExact(const TrainFn& train, Communicator* world, const std::string& dir,
                            bool world_first, size_t states) {
   SelfCommunicator self;

@@ -70,6 +70,9 @@ double MaxRelDiff(const std::vector<std::vector<FullTensor>>& a,
 bool BitEqual(const std::vector<std::vector<FullTensor>>& a,
               const std::vector<std::vector<FullTensor>>& b);
 
+// This rank's stored bits of every EMA slot, as kept in memory (a subset slot's compact array).
+std::vector<std::string> RawEmaShards(const Trainer& t);
+
 // A run of the test's config plus `extra` flags on `comm`.
 using TrainFn = std::function<StatusOr<TrainRun>(const std::string& extra, Communicator* comm)>;
 
