@@ -6,7 +6,9 @@
 //     and swapping back restores the master's bits; the slot memory is 2 bytes per element;
 //   * a delta slot not due (interval 3) keeps its EMA value while the master moves;
 //   * ResetMasterFromSlot copies a delta / bf16 slot into the master exactly (widened), keeps the
-//     fp32 and bf16 slots' bits and re-bases the other delta slots within bf16 rounding.
+//     fp32 and bf16 slots' bits and re-bases the other delta slots within bf16 rounding;
+//   * subset slots (include / exclude) equal full ones at their tracked elements, read as the
+//     master elsewhere, and ResetMasterFromSlot of one changes only its part of the master.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,6 +195,58 @@ TEST(EmaStorageSlotsTest, ResetMasterFromSlotCopiesExactlyAndKeepsTheOtherSlots)
   ASSERT_TRUE(rig.emas->ResetMasterFromSlot("e_bf16").ok());
   EXPECT_EQ(std::memcmp(s.master(), before[1].data(), n * 4), 0);  // widened exactly
   EXPECT_EQ(SlotValues(*rig.emas)[1], before[1]);
+  TrainStep(rig, 5);  // training goes on from there
+}
+
+// Subset slots (include / exclude): tracked elements equal a full slot of the same config bit for
+// bit (fp32 and delta_bf16) and untracked ones read as the master; the slot memory is the compact
+// array; ResetMasterFromSlot of a subset slot changes only the tracked part of the master and
+// re-bases a delta subset slot on it (d = bf16(value - new master) at its tracked elements).
+TEST(EmaStorageSlotsTest, SubsetSlotsTrackLikeFullOnesAndResetOnlyTheirPart) {
+  std::vector<EmaConfig> cs = {MakeEma("f", EmaScheduleKind::kConstant, 0.9),
+                               MakeEma("s", EmaScheduleKind::kConstant, 0.9),
+                               MakeEma("fd", EmaScheduleKind::kConstant, 0.8),
+                               MakeEma("sd", EmaScheduleKind::kConstant, 0.8)};
+  cs[1].include = {"l1.*"};
+  cs[2].storage = cs[3].storage = EmaStorage::kDeltaBF16;
+  cs[3].exclude = {"l1.*"};
+  TrainingRig rig = MakeRig(cs);
+  ASSERT_NE(rig.opt, nullptr);
+  for (int step = 1; step <= 4; ++step) TrainStep(rig, step);
+  ShardedParameterStore& st = *rig.store;
+  const size_t n = size_t(st.layout().local_numel());
+  ASSERT_NE(rig.emas->subset(1), nullptr);
+  EXPECT_EQ(rig.emas->subset(1)->params(), std::vector<std::string>{"l1.weight"});
+  EXPECT_EQ(rig.emas->subset(3)->params(), (std::vector<std::string>{"l0.weight", "l0.bias"}));
+  EXPECT_EQ(rig.emas->shard(1), nullptr);  // not laid out like the master
+  const SlotRegistry& reg = st.registry();
+  EXPECT_EQ(reg.SlotNumel(reg.FindSlot("s").value()), rig.emas->subset(1)->numel());
+  EXPECT_LT(rig.emas->subset(1)->numel() + rig.emas->subset(3)->numel(), int64_t(2 * n) + 1);
+  const std::vector<float> master(st.master(), st.master() + n);
+  const std::vector<std::vector<float>> before = SlotValues(*rig.emas);
+  std::vector<bool> in_l1(n, false);  // local elements of l1.weight
+  for (const SubsetRange& g : rig.emas->subset(1)->ranges()) {
+    for (int64_t k = 0; k < g.n; ++k) in_l1[size_t(g.local_begin + k)] = true;
+  }
+  for (const LocalParamPiece& pc : st.layout().LocalPieces(World()->rank())) {
+    for (int64_t k = pc.local_begin; k < pc.local_begin + pc.numel; ++k) {
+      const size_t i = size_t(k);
+      const bool l1 = in_l1[i];
+      ASSERT_EQ(before[1][i], l1 ? before[0][i] : master[i]) << k;
+      ASSERT_EQ(before[3][i], l1 ? master[i] : before[2][i]) << k;
+    }
+  }
+  ASSERT_TRUE(rig.emas->ResetMasterFromSlot("s").ok());
+  const std::vector<std::vector<float>> after = SlotValues(*rig.emas);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(st.master()[i], before[1][i]) << i;  // l1: the EMA, l0: unchanged
+    if (in_l1[i]) continue;
+    // sd tracks l0, whose master did not move: re-based on the same master, its value stays
+    // within the rounding of d = bf16((master + d) - master).
+    ASSERT_LE(std::fabs(after[3][i] - before[3][i]),
+              std::fabs(double(before[3][i]) - double(master[i])) / 256 + 1e-7)
+        << i;
+  }
   TrainStep(rig, 5);  // training goes on from there
 }
 
