@@ -171,6 +171,18 @@ TEST(TrainConfigTest, EmaFlagsExpandInOrder) {
   EXPECT_EQ(e[4].start_step, 0);  // the list-flag options do not apply to --ema-spec
 }
 
+TEST(TrainConfigTest, EmaSpecIncludeExcludeTakeBarSeparatedGlobsAndAppend) {
+  StatusOr<ParsedMlpArgs> p =
+      Parse({"--layers", "4,3", "--ema-spec",
+             "ema_h:decay=0.99,include=layers.1.*|layers.0.bias,exclude=*.w?ight,include=x.*"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const EmaConfig& e = p->config.emas.at(0);
+  EXPECT_EQ(e.include, (std::vector<std::string>{"layers.1.*", "layers.0.bias", "x.*"}));
+  EXPECT_EQ(e.exclude, std::vector<std::string>{"*.w?ight"});
+  ExpectError({"--layers", "4,3", "--ema-spec", "e:include=a||b"},
+              {"--ema-spec", "include[1] '' must not be empty"});
+}
+
 TEST(TrainConfigTest, MalformedFlagsNameTheFlagAndValue) {
   ExpectError({}, {"--layers", "required"});
   ExpectError({"--layers", "6,x,3"}, {"--layers", "'x'"});
