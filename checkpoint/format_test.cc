@@ -6,6 +6,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/test_util.h"
+#include "fsdp/param_subset.h"
 
 namespace shardema {
 namespace {
@@ -167,6 +168,38 @@ TEST(FormatTest, ManifestInconsistenciesAreDataLoss) {
   Status newer = Manifest::FromJson(j, "m").status();
   EXPECT_EQ(newer.code(), StatusCode::kUnimplemented);
   EXPECT_NE(newer.message().find("versions 1 to 2"), std::string::npos) << newer;
+}
+
+// A subset slot (format version 2): its params round-trip, its sections hold the largest rank's
+// tracked count, and a params list the layout does not support is kDataLoss naming the slot.
+TEST(FormatTest, SubsetSlotsAreSizedByTheirParamsAndChecked) {
+  StoreLayout l = MakeLayout(TestModel(), 3);
+  std::vector<SlotEntry> slots = {{"params", DType::kF32},
+                                  {"ema_h", DType::kF32, {"layers.0.weight", "head.bias"}}};
+  Manifest m = WithFiles(Manifest::Plan(7, l, slots, {}, {}, 4096).value());
+  const int64_t want = ParamSubset::Create(l, 0, slots[1].params).value().numel();
+  EXPECT_EQ(m.slots[1].local_numel, want);
+  EXPECT_LT(want, l.local_numel());
+  EXPECT_EQ(m.slots[1].bytes_per_rank, uint64_t(want) * 4);
+  const nlohmann::json good = m.ToJson();
+  EXPECT_FALSE(good["slots"][0].contains("params"));  // a full slot: no key
+  Manifest back = Manifest::FromJson(good, "m").value();
+  EXPECT_EQ(back.slots[1].params, slots[1].params);
+  EXPECT_EQ(back.ToJson(), good);
+  const std::pair<nlohmann::json, const char*> bad[] = {
+      {{"layers.0.weight", "nope"}, "slot 'ema_h'"},
+      {{"head.bias", "layers.0.weight"}, "not in layout order"},
+      {{"head.bias", "head.bias"}, "twice"},
+      {nlohmann::json::array(), "empty 'params'"},
+      {{"head.bias", 3}, "slots[1].params[1]"},
+  };
+  for (const auto& [params, needle] : bad) {
+    nlohmann::json j = good;
+    j["slots"][1]["params"] = params;
+    Status st = Manifest::FromJson(j, "'M'").status();
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << params.dump() << ": " << st;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << params.dump() << ": " << st;
+  }
 }
 
 }  // namespace

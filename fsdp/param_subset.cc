@@ -48,21 +48,35 @@ StatusOr<ParamSubset> ParamSubset::Create(const StoreLayout& layout, int rank,
         SubsetRange{pc.unit, unit_begin, pc.local_begin, pc.numel, s.tracked_numel_});
     s.tracked_numel_ += pc.numel;
   }
-  // The compact length: the largest tracked count of any rank (unit by unit, the overlap of each
-  // tracked parameter with the rank's slice).
-  std::vector<int64_t> per_rank(size_t(layout.world_size()), 0);
+  // The compact length: the largest tracked count of any rank, in O(P log P) whatever the world
+  // size (a manifest may claim any). A tracked parameter adds its partial overlaps to its first
+  // and last rank (`point`) and a full shard to every rank between (`step`, a difference array);
+  // a rank's count is the prefix sum of `step` up to it plus its `point`.
+  std::map<int64_t, int64_t> point, step;
   for (const auto& [at, name] : tracked) {
     const UnitLayout& u = layout.units()[at.first];
     const ParamLayout& p = u.params[at.second];
-    if (u.shard_numel == 0) continue;
-    for (int64_t q = p.offset / u.shard_numel; q < layout.world_size(); ++q) {
-      const int64_t lo = q * u.shard_numel, hi = lo + u.shard_numel;
-      const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-      if (b >= e) break;
-      per_rank[size_t(q)] += e - b;
+    if (u.shard_numel == 0 || p.numel == 0) continue;
+    const int64_t first = p.offset / u.shard_numel, last = (p.offset + p.numel - 1) / u.shard_numel;
+    for (int64_t q : {first, last}) {
+      const int64_t lo = q * u.shard_numel;
+      const int64_t b = std::max(lo, p.offset),
+                    e = std::min(lo + u.shard_numel, p.offset + p.numel);
+      point[q] += e - b;
+      if (first == last) break;
+    }
+    if (last > first + 1) {
+      step[first + 1] += u.shard_numel;
+      step[last] -= u.shard_numel;
     }
   }
-  s.numel_ = *std::max_element(per_rank.begin(), per_rank.end());
+  for (const auto& [q, v] : point) step.emplace(q, 0);  // every key a rank to look at
+  int64_t run = 0;
+  for (const auto& [q, d] : step) {
+    run += d;  // the count of every rank from q to the next key, before q's partial overlaps
+    const auto it = point.find(q);
+    s.numel_ = std::max({s.numel_, run + (it == point.end() ? 0 : it->second), run});
+  }
   return s;
 }
 
