@@ -28,8 +28,12 @@
 //   5. one FusedStepCpu pass per range writing master, moments, the compute copy (which the next
 //      gather all-gathers) and every EMA target of this step: plain data, the slot's local shard
 //      (local_numel floats laid out like the master) and its decay beta (0: an exact copy of
-//      the new master). The optimizer knows no EMA class: ema/ema_slots.h plans the targets
-//      before FinishStep and commits its counters after; train/train_state.h does both;
+//      the new master). A target over a parameter subset (fsdp/param_subset.h: its memory is the
+//      compact array of the tracked elements) cuts each range at its tracked boundaries, so the
+//      kernel runs once per piece and gets that target only where it tracks (more, smaller
+//      calls than with full slots only). The optimizer knows no EMA class: ema/ema_slots.h
+//      plans the targets before FinishStep and commits its counters after; train/train_state.h
+//      does both;
 //   6. step() += 1.
 // The LR of step s (1-based, the bias-correction count) is LrAt(options.lr, s) * group lr_scale.
 // Gradients are not zeroed: call store->ZeroGrad() before the next accumulation.
