@@ -61,7 +61,7 @@ void EmaOffloader::Run() {
       }
     }
     Status st = entered;
-    if (st.ok() && device_.is_cuda()) st = copied_[task.buffer].Synchronize();
+    if (st.ok() && device_.is_cuda()) st = copied_[task.buffer].Synchronize("EMA offload snapshot");
     if (st.ok()) {
       const float* snap = snapshot_[task.buffer].as<float>();
       for (const Target& t : task.targets) {

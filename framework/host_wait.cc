@@ -35,15 +35,17 @@ Status RunPolls(double* timeout_s) {
 }
 
 thread_local int64_t host_waits = 0;
-thread_local std::string last_host_wait;
+thread_local std::map<std::string, int64_t> host_waits_by_reason;
 
 }  // namespace
 
 int64_t HostWaitsOnThisThread() { return host_waits; }
-const std::string& LastHostWaitOnThisThread() { return last_host_wait; }
+const std::map<std::string, int64_t>& HostWaitsByReasonOnThisThread() {
+  return host_waits_by_reason;
+}
 void CountHostWait(const char* what) {
   ++host_waits;
-  last_host_wait = what;
+  ++host_waits_by_reason[what];
 }
 
 int AddHostWaitPoll(HostWaitPoll poll, double timeout_seconds) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "framework/status.h"
@@ -41,9 +42,11 @@ Status WaitPolling(const std::function<StatusOr<bool>()>& query,
 // Test hook: the host waits on GPU work this thread has made (every WaitPolling call, and the
 // device communicators' own host waits, which call CountHostWait), so a test can hold a stretch
 // of work (e.g. training steps that neither log, evaluate nor save) to zero host waits.
-// LastHostWaitOnThisThread names the latest (its `what`), for the test's message.
+// HostWaitsByReasonOnThisThread counts them by their `what`, so a test can tell a throttle (the
+// host a full ring ahead of the GPU: "upload ring full", "step decision ring full") from a wait
+// for a result.
 int64_t HostWaitsOnThisThread();
-const std::string& LastHostWaitOnThisThread();
+const std::map<std::string, int64_t>& HostWaitsByReasonOnThisThread();
 void CountHostWait(const char* what);
 
 }  // namespace shardema

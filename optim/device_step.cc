@@ -48,7 +48,7 @@ StatusOr<QueuedStep> DeviceStepDecider::Enqueue(Communicator* comm, const float*
   }
   if (pending_.full()) {
     ResolvedStep r;
-    ASSIGN_OR_RETURN(const bool done, ResolveOldest(/*wait=*/true, &r));
+    ASSIGN_OR_RETURN(const bool done, ResolveOldest(/*wait=*/true, &r, "step decision ring full"));
     if (done) resolved->push_back(r);
   }
   QueuedStep q;
@@ -74,11 +74,11 @@ StatusOr<QueuedStep> DeviceStepDecider::Enqueue(Communicator* comm, const float*
 #endif
 }
 
-StatusOr<bool> DeviceStepDecider::ResolveOldest(bool wait, ResolvedStep* out) {
+StatusOr<bool> DeviceStepDecider::ResolveOldest(bool wait, ResolvedStep* out, const char* what) {
   if (pending_.pending() == 0) return false;
   const CudaEvent& ready = events_[size_t(pending_.front_slot())];
   if (wait) {
-    RETURN_IF_ERROR(ready.Synchronize());
+    RETURN_IF_ERROR(ready.Synchronize(what));
   } else {
     ASSIGN_OR_RETURN(const bool done, ready.Query());
     if (!done) return false;

@@ -71,8 +71,10 @@ class DeviceStepDecider {
   // The latest queued step's decision, in device memory (valid for the pass queued after it).
   const StepDecision* device_decision() const;
   // Resolves the oldest unresolved step into *out; false (nothing changes) when none is pending
-  // or, with wait = false, its decision has not reached the host yet.
-  StatusOr<bool> ResolveOldest(bool wait, ResolvedStep* out);
+  // or, with wait = false, its decision has not reached the host yet. `what` names a wait
+  // (framework/host_wait.h).
+  StatusOr<bool> ResolveOldest(bool wait, ResolvedStep* out,
+                               const char* what = "step decision read");
   const PendingSteps& pending() const { return pending_; }
   // Sets the resolved counts and the device's update counter (queued on `stream`): a restored
   // checkpoint. Errors: kFailedPrecondition while steps are unresolved.

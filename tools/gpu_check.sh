@@ -306,10 +306,15 @@ run_gtest() {  # $1: check name, $2: timeout s, rest: command. Records the verdi
   slug=$(printf '%s' "$check" | tr -c 'A-Za-z0-9_.-' '_')
   xml="$logs/$slug.xml" log="$logs/$slug.log"
   rm -f "$xml"
+  # A fresh TEST_TMPDIR per run, as Bazel gives each test (the ranks inherit it from mpirun): the
+  # tests' checkpoint directories must not hold an earlier run's (e.g. the same test at 1 rank).
+  local tmp
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
   # stdin from /dev/null: mpirun would otherwise forward (and consume) the plan being read.
-  (cd "$pkg/root" && timeout --kill-after=5 "$limit" "$@" --gtest_output="xml:$xml") \
-    < /dev/null > "$log" 2>&1
+  (cd "$pkg/root" && TEST_TMPDIR="$tmp" timeout --kill-after=5 "$limit" "$@" \
+    --gtest_output="xml:$xml") < /dev/null > "$log" 2>&1
   rc=$?
+  rm -rf "$tmp"
   read -r verdict run sk fl < <(xml_verdict "$xml")
   local refused
   if [ "$rc" != 0 ] && refused=$(sanitizer_refused "$check" "$log" "$verdict"); then

@@ -86,7 +86,7 @@ StatusOr<std::optional<double>> StepLoss::ReadOldest(bool wait) {
   ASSIGN_OR_RETURN(bool done, e.Query());
   if (!done) {
     if (!wait) return std::optional<double>();
-    RETURN_IF_ERROR(e.Synchronize());
+    RETURN_IF_ERROR(e.Synchronize("step loss read"));
   }
   const float v = pinned_.as<const float>()[unread_.front()];
   unread_.pop_front();

@@ -69,7 +69,7 @@ Status StepTiming::Finish() {
 
 StatusOr<StepTimes> StepTiming::Report() {
   if (!starts_.empty()) {  // each step: from its start event to the next one's
-    RETURN_IF_ERROR(starts_.back().Synchronize());
+    RETURN_IF_ERROR(starts_.back().Synchronize("step timing"));
     for (size_t i = 0; i + 1 < starts_.size(); ++i) {
       ASSIGN_OR_RETURN(t_.step_ms[i], CudaEvent::ElapsedMs(starts_[i], starts_[i + 1]));
     }

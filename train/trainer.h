@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,9 +84,9 @@ struct TrainSummary {
   std::vector<double> losses;  // global mean loss of each step run here (start_step+1 ...)
   // Of each step run here: the host waits on GPU work the training thread made during it
   // (framework/host_wait.h; 0 for a step that neither logs, evaluates nor saves, once buffers
-  // are allocated), and the last one's name ("" for none).
+  // are allocated, unless the host is a full ring ahead of the GPU), and those waits by reason.
   std::vector<int64_t> step_host_waits;
-  std::vector<std::string> step_last_host_wait;
+  std::vector<std::map<std::string, int64_t>> step_host_wait_reasons;
   std::vector<double> grad_norms;
   EvalLosses final_eval;
   ResumeInfo resume;

@@ -284,7 +284,7 @@ Status GptModelCuda::QueueLoss(double norm, bool read) {
 }
 
 StatusOr<double> GptModelCuda::ReadLoss() {
-  RETURN_IF_ERROR(loss_ready_.Synchronize());
+  RETURN_IF_ERROR(loss_ready_.Synchronize("model loss read"));
   return *loss_host_.as<const double>();
 }
 
@@ -317,7 +317,7 @@ StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
                             logits_.as<const float>() + (tok_.n - 1) * V, dev_,
                             size_t(V) * sizeof(float), stream_));
   RETURN_IF_ERROR(loss_ready_.Record(stream_));
-  RETURN_IF_ERROR(loss_ready_.Synchronize());
+  RETURN_IF_ERROR(loss_ready_.Synchronize("model loss read"));
   return logits_host_.as<const float>();
 }
 

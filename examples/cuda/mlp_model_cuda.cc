@@ -234,7 +234,7 @@ Status MlpModelCuda::QueueLoss(int64_t global_rows, bool read) {
 }
 
 StatusOr<double> MlpModelCuda::ReadLoss() {
-  RETURN_IF_ERROR(loss_ready_.Synchronize());
+  RETURN_IF_ERROR(loss_ready_.Synchronize("model loss read"));
   return *loss_host_.as<const double>();
 }
 

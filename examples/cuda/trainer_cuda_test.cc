@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ constexpr char kParityArgs[] =
     "--eps 1e-8 --weight-decay 0.1 --clip-norm 1.0 --ema 0.9,0.99 "
     "--data examples/testdata/parity_data.safetensors "
     "--init examples/testdata/parity_init.safetensors --log-every 0";
+// The host waits that only throttle a host a full ring ahead of the GPU (framework/host_wait.h).
+const std::set<std::string> kThrottles = {"upload ring full", "step decision ring full"};
+
 constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
 
 // train_gpt's parity model (examples/gpt_trainer_test.cc) for a few steps.
@@ -213,7 +217,9 @@ TEST_F(CudaTrainerTest, CrossEntropyReluGradAccumAndChunkedEval) {
 // GPU, so a step that neither logs, evaluates nor saves counts 0 host waits (framework/
 // host_wait.h), while every step's loss still arrives (equal to the CPU run's). --log-every 4:
 // steps 4k+1..4k+3 are quiet; step 1 allocates the model's buffers (a wait) and is left out.
-// MLP with --grad-accum 2, and the GPT.
+// The one wait a quiet step may make is a throttle: the host a full ring ahead of a slower GPU
+// (kThrottles; e.g. several ranks sharing one GPU through the socket transport), which the
+// report counts apart. MLP with --grad-accum 2, and the GPT.
 TEST_F(CudaTrainerTest, QuietStepsNeverWaitForTheGpu) {
   const std::string mlp =
       "--layers 10,16,4 --activation relu --loss cross_entropy --batch 16 --grad-accum 2 "
@@ -231,7 +237,8 @@ TEST_F(CudaTrainerTest, QuietStepsNeverWaitForTheGpu) {
     ASSERT_EQ(g.losses.size(), 13u);
     ASSERT_EQ(g.step_host_waits.size(), 13u);
     EXPECT_LT(LossErr(g.losses, cpu->summary.losses), 1e-4);
-    int64_t quiet = 0, logging = 0;
+    ASSERT_EQ(g.step_host_wait_reasons.size(), 13u);
+    int64_t quiet = 0, logging = 0, quiet_waits = 0, quiet_throttles = 0;
     for (size_t i = 1; i < g.step_host_waits.size(); ++i) {
       const size_t done = i + 1;
       if (done % 4 == 0 || done == 13) {
@@ -239,24 +246,26 @@ TEST_F(CudaTrainerTest, QuietStepsNeverWaitForTheGpu) {
         continue;
       }
       ++quiet;
-      EXPECT_EQ(g.step_host_waits[i], 0)
-          << "quiet step " << done << " waited on the GPU, last: " << g.step_last_host_wait[i];
+      for (const auto& [what, n] : g.step_host_wait_reasons[i]) {
+        if (kThrottles.count(what) != 0) {
+          quiet_throttles += n;
+        } else {
+          quiet_waits += n;
+          ADD_FAILURE() << "quiet step " << done << " waited on the GPU " << n << "x: " << what;
+        }
+      }
     }
     EXPECT_EQ(quiet, 8);
     // Step 1 waits (its buffers are allocated after the queued work): the count sees waits.
     EXPECT_GT(g.step_host_waits[0], 0);
-    int64_t quiet_waits = 0;
-    for (size_t i = 1; i < g.step_host_waits.size(); ++i) {
-      if ((i + 1) % 4 != 0 && i + 1 != 13) quiet_waits += g.step_host_waits[i];
-    }
     // The figures into the device report (tools/gpu_check.sh copies summary lines).
     if (World()->rank() == 0) {
       std::printf(
           "summary: model=%s ranks=%d quiet_steps=%lld quiet_step_host_waits=%lld "
-          "logging_step_host_waits=%lld\n",
+          "quiet_step_throttle_waits=%lld logging_step_host_waits=%lld\n",
           args.find("--n-layer") == std::string::npos ? "mlp" : "gpt", World()->world_size(),
           static_cast<long long>(quiet), static_cast<long long>(quiet_waits),
-          static_cast<long long>(logging));
+          static_cast<long long>(quiet_throttles), static_cast<long long>(logging));
     }
   }
 }
@@ -321,9 +330,12 @@ TEST_F(CudaTrainerTest, SavedOnCpuResumesOnCuda) {
 // Runs everywhere: where the GPU tests skip for want of a device, --device cuda must say why.
 // train_gpt --device cuda (GptModelCuda) against the CPU GptModel: f32, then fp16 compute (both
 // devices widen the rounded weights and keep activations and gradients f32, so they agree to f32
-// rounding), then --recompute with --grad-accum 2; the samples drawn with the same seed match.
+// rounding), then --recompute with --grad-accum 3 (--batch 12 splits into 3 micro-batches at 1, 2
+// and 4 ranks); the samples drawn with the same seed match. fp16 at several ranks: NCCL adds the
+// ranks' gradients in another order than the CPU communicator, so a weight can round to the
+// neighbouring fp16 value: the state agrees to one fp16 ulp (2^-11 = 4.9e-4) there.
 TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
-  for (const char* extra : {"", " --precision fp16", " --recompute --grad-accum 2"}) {
+  for (const char* extra : {"", " --precision fp16", " --recompute --grad-accum 3"}) {
     SCOPED_TRACE(extra);
     const std::string args = std::string(kGptArgs) + extra;
     StatusOr<TrainedRun> cpu = Train(args, false);
@@ -334,8 +346,10 @@ TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
     EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-4);
     EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-4);
     EXPECT_EQ(gpu->summary.samples, cpu->summary.samples);
+    const bool fp16_ranks = std::string(extra).find("fp16") != std::string::npos &&
+                            World()->world_size() > 1;
     if (World()->rank() == 0) {
-      EXPECT_LT(StateErr(*gpu, *cpu), 1e-4);
+      EXPECT_LT(StateErr(*gpu, *cpu), fp16_ranks ? 5e-4 : 1e-4);
     }
   }
 }

@@ -102,13 +102,13 @@ StatusOr<bool> CudaEvent::Query() const {
 #endif
 }
 
-Status CudaEvent::Synchronize() const {
+Status CudaEvent::Synchronize(const char* what) const {
   if (!valid()) return FailedPrecondition("CudaEvent::Synchronize on an empty event");
 #if SHARDEMA_WITH_CUDA
   return WaitPolling(
       [this] { return Query(); },
       [this] { return CudaStatus(cudaEventSynchronize(Native(native_)), "cudaEventSynchronize"); },
-      "event synchronize");
+      what);
 #else
   return FailedPrecondition("CudaEvent without CUDA");
 #endif

@@ -44,8 +44,9 @@ class CudaEvent {
   // True when the captured work is done (or nothing was recorded); never blocks.
   StatusOr<bool> Query() const;
   // Blocks the calling thread until the captured work is done; while a device communicator is
-  // registered it polls its asynchronous errors with its timeout (framework/host_wait.h).
-  Status Synchronize() const;
+  // registered it polls its asynchronous errors with its timeout (framework/host_wait.h). `what`
+  // names the wait in errors and in the host-wait count (the caller's reason for waiting).
+  Status Synchronize(const char* what = "event synchronize") const;
   // Milliseconds of device time from `start`'s capture to `end`'s, both timing events of one
   // device whose work is done (else kFailedPrecondition: never blocks).
   static StatusOr<double> ElapsedMs(const CudaEvent& start, const CudaEvent& end);
