@@ -346,8 +346,8 @@ TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
     EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-4);
     EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-4);
     EXPECT_EQ(gpu->summary.samples, cpu->summary.samples);
-    const bool fp16_ranks = std::string(extra).find("fp16") != std::string::npos &&
-                            World()->world_size() > 1;
+    const bool fp16_ranks =
+        std::string(extra).find("fp16") != std::string::npos && World()->world_size() > 1;
     if (World()->rank() == 0) {
       EXPECT_LT(StateErr(*gpu, *cpu), fp16_ranks ? 5e-4 : 1e-4);
     }

@@ -21,7 +21,9 @@ StatusOr<char*> UploadRing::Next(size_t bytes) {
   Slot& s = slots_[size_t(next_)];
   if (s.used) {
     ASSIGN_OR_RETURN(bool done, s.copied.Query());
-    if (!done) RETURN_IF_ERROR(s.copied.Synchronize("upload ring full"));  // the host is kSlots uploads ahead
+    if (!done)
+      RETURN_IF_ERROR(
+          s.copied.Synchronize("upload ring full"));  // the host is kSlots uploads ahead
   }
   if (s.host.size() < bytes || s.host.data() == nullptr) {
     s.host = Buffer();
