@@ -24,10 +24,16 @@ if ! command -v "$CXX" >/dev/null 2>&1; then
 fi
 mkdir -p "$out/obj" "$out/findings"
 
-srcs=(framework/status.cc framework/dtype.cc framework/device.cc framework/tensor.cc
-      framework/cpu_isa.cc fsdp/layout.cc checkpoint/checksum.cc checkpoint/json_reader.cc
-      checkpoint/format.cc checkpoint/posix_file.cc
-      checkpoint/safetensors.cc checkpoint/slot_meta.cc)
+# The library's sources: the .cc files the corpus-replay tests (checkpoint/fuzz/BUILD) link, as
+# Bazel lists them in the CPU build (cquery: if_cuda sources left out; no second list to keep in
+# step), less the fuzz entry points and the two sources built apart below.
+fuzz_tests=$(printf ' + //checkpoint/fuzz:%s_corpus_test' "${targets[@]}")
+if ! labels=$(bazel cquery "kind('source file', deps(${fuzz_tests# + }))" 2>/dev/null); then
+  echo "fuzz: bazel cquery of the fuzz targets' sources FAILED"
+  exit 1
+fi
+mapfile -t srcs < <(printf '%s\n' "$labels" | sed 's/ (null)$//' | grep -E '^//[^:]*:[^:]*\.cc$' |
+  grep -vE '^//checkpoint/fuzz:|:cpu_features\.cc$|:xxh3_kernels\.cc$' | sed 's|^//||; s|:|/|' | sort)
 san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 cflags=(-std=c++17 -O1 -g -I. -DSHARDEMA_WITH_CUDA=0 "${san[@]}")
 objs=()
