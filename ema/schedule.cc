@@ -501,6 +501,12 @@ double EmaDecay(const EmaConfig& c, int64_t step) {
   return product;
 }
 
+bool EmaPlanIsStepFree(const EmaConfig& c) {
+  if (IntervalOf(c) != 1) return false;
+  return c.kind == EmaScheduleKind::kConstant ||
+         (c.kind == EmaScheduleKind::kHalfLife && !(c.rampup > 0));
+}
+
 double GammaToSigmaRel(double gamma) {
   // sigma_rel(g) = sqrt((g+1) / ((g+2)^2 (g+3))) (ema/README.md "The formulas").
   return std::sqrt((gamma + 1.0) / ((gamma + 2.0) * (gamma + 2.0) * (gamma + 3.0)));

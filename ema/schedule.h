@@ -126,6 +126,11 @@ bool EmaStarts(const EmaConfig& c, int64_t step);
 // Decay applied by the update after step `step` (> start_step), interval correction included;
 // 0 (a copy) for step <= start_step.
 double EmaDecay(const EmaConfig& c, int64_t step);
+// True when every step after start_step is due with one decay (interval 1, and kConstant or
+// kHalfLife without rampup): a started slot's plan does not depend on the exact step, so the
+// CUDA trainer may plan a step before the earlier steps' skip decisions reach the host
+// (train/train_state.h).
+bool EmaPlanIsStepFree(const EmaConfig& c);
 
 // sigma_rel of a power-function EMA with exponent gamma, and the inverse (largest real root
 // of gamma^3 + 7 gamma^2 + (16 - s^-2) gamma + (12 - s^-2)). sigma_rel must be in (0, 0.2887).

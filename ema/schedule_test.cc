@@ -91,6 +91,32 @@ TEST(EmaScheduleTest, IntervalCorrectionAndOffSwitch) {
   EXPECT_DOUBLE_EQ(EmaDecay(c, 14), (2.0 / 11) * (3.0 / 12) * (4.0 / 13) * (5.0 / 14));
 }
 
+// EmaPlanIsStepFree holds exactly for the configs whose every step after the start is due with
+// one decay (what the CUDA trainer relies on to plan without the earlier decisions).
+TEST(EmaScheduleTest, PlanIsStepFreeOnlyWhenDueAndDecayIgnoreTheStep) {
+  for (int k = 0; k <= 4; ++k) {
+    const auto kind = static_cast<EmaScheduleKind>(k);
+    for (int64_t interval : {1, 3}) {
+      for (double rampup : {0.0, 0.05}) {
+        EmaConfig c;
+        c.name = "k";
+        c.kind = kind;
+        c.decay = 0.99;
+        c.half_life_steps = 50;
+        c.rampup = rampup;
+        c.interval = interval;
+        c.start_step = 5;
+        bool same = true;
+        for (int64_t s = 7; s < 400; ++s) {
+          same = same && EmaDue(c, s) && EmaDecay(c, s) == EmaDecay(c, 6);
+        }
+        EXPECT_EQ(EmaPlanIsStepFree(c), same)
+            << EmaScheduleName(kind) << " interval " << interval << " rampup " << rampup;
+      }
+    }
+  }
+}
+
 TEST(EmaScheduleTest, SigmaRelToGammaMatchesEdm2) {
   StatusOr<double> g05 = SigmaRelToGamma(0.05), g10 = SigmaRelToGamma(0.10);
   ASSERT_TRUE(g05.ok() && g10.ok());

@@ -230,6 +230,21 @@ Status Optimizer::Resolve(bool wait, int64_t seq) {
 StatusOr<StepResult> Optimizer::Await(const StepResult& r) {
   if (!r.pending) return r;
   RETURN_IF_ERROR(Resolve(/*wait=*/true, r.seq));
+  return Resolved(r);
+}
+
+StatusOr<std::optional<StepResult>> Optimizer::Poll(const StepResult& r) {
+  if (!r.pending) return std::optional<StepResult>(r);
+  RETURN_IF_ERROR(Resolve(/*wait=*/false, 0));
+  if (decider_ != nullptr && decider_->pending().pending() > 0 &&
+      decider_->pending().front_seq() <= r.seq) {
+    return std::optional<StepResult>();
+  }
+  ASSIGN_OR_RETURN(StepResult out, Resolved(r));
+  return std::optional<StepResult>(out);
+}
+
+StatusOr<StepResult> Optimizer::Resolved(const StepResult& r) const {
   for (const StepResult& k : results_) {
     if (k.seq == r.seq) {
       StepResult out = k;

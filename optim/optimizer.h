@@ -180,6 +180,9 @@ class Optimizer {
   // step resolved too long ago (the last 2 * kMaxStepCandidates results are kept); resolution
   // errors (see above).
   StatusOr<StepResult> Await(const StepResult& r);
+  // Await without blocking: resolves the decisions that reached the host; r's result, or nullopt
+  // while r's decision has not. Errors: as Await.
+  StatusOr<std::optional<StepResult>> Poll(const StepResult& r);
   // Resolves every unresolved step (blocking); then step() and skipped_steps() are exact. OK at
   // once on the CPU.
   Status Sync();
@@ -243,6 +246,8 @@ class Optimizer {
   Status Record(const ResolvedStep& r);
   // Resolves steps in order: all complete ones (wait = false) or up to seq (wait = true).
   Status Resolve(bool wait, int64_t seq);
+  // r's kept result once resolved (num_ema_updates from r). kFailedPrecondition when not kept.
+  StatusOr<StepResult> Resolved(const StepResult& r) const;
 
   ShardedParameterStore* store_;
   OptimizerOptions options_;

@@ -5,6 +5,8 @@
 #include "checkpoint/hparams.h"
 #include "checkpoint/json_reader.h"
 #include "checkpoint/meta_schema.h"
+#include "ema/schedule.h"
+#include "framework/ema_storage.h"
 
 namespace shardema {
 
@@ -50,17 +52,40 @@ Status TrainState::CheckNotSwapped(const char* what) const {
   return Status::Ok();
 }
 
-Status TrainState::CommitDeferredEma() const {
-  if (deferred_.next_step == 0) return Status::Ok();
-  EmaStep ema = std::move(deferred_);
-  deferred_ = EmaStep();
-  ASSIGN_OR_RETURN(const StepResult r, optimizer_->Await(deferred_result_));
-  return emas_->CommitStep(ema, r.skipped);
+Status TrainState::CommitDeferredEma(bool wait) const {
+  while (!deferred_.empty()) {
+    std::optional<StepResult> r;
+    if (wait) {
+      ASSIGN_OR_RETURN(r, optimizer_->Await(deferred_.front().second));
+    } else {
+      ASSIGN_OR_RETURN(r, optimizer_->Poll(deferred_.front().second));
+      if (!r.has_value()) return Status::Ok();
+    }
+    EmaStep ema = std::move(deferred_.front().first);
+    deferred_.pop_front();
+    // Planned before the earlier decisions arrived (PlanIsStepFree), `next_step` may count too
+    // few updates; the resolved result has the exact count (this update included).
+    if (!r->skipped) ema.next_step = r->step;
+    RETURN_IF_ERROR(emas_->CommitStep(ema, r->skipped));
+  }
+  return Status::Ok();
 }
 
 Status TrainState::Sync() const {
-  RETURN_IF_ERROR(CommitDeferredEma());
+  RETURN_IF_ERROR(CommitDeferredEma(/*wait=*/true));
   return optimizer_->Sync();
+}
+
+bool TrainState::PlanIsStepFree() const {
+  if (!store_->buffer_specs().empty()) return false;
+  for (size_t i = 0; i < emas_->size(); ++i) {
+    const EmaConfig& c = emas_->config(i);
+    if (!emas_->counters(i).started() || c.offload || IsStochasticStorage(c.storage) ||
+        !EmaPlanIsStepFree(c)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool TrainState::NeedsDecision() const {
@@ -83,7 +108,9 @@ StatusOr<StepResult> TrainState::Step() {
   EmaStep ema;
   bool awaited = false;  // CUDA: this step's decision was read before the pass
   if (emas_ != nullptr) {
-    if (res.pending) RETURN_IF_ERROR(CommitDeferredEma());  // optimizer_->step() is exact after it
+    // optimizer_->step() is exact once the earlier steps are committed; a step-free plan needs
+    // only those whose decisions already arrived.
+    if (res.pending) RETURN_IF_ERROR(CommitDeferredEma(/*wait=*/!PlanIsStepFree()));
     // The updates before this step. Read before the Await below: once this step's decision is
     // resolved, optimizer_->step() counts this step too.
     const int64_t before = optimizer_->step();
@@ -101,8 +128,7 @@ StatusOr<StepResult> TrainState::Step() {
   if (!res.pending) {
     RETURN_IF_ERROR(emas_->CommitStep(ema, /*skipped=*/false));
   } else {
-    deferred_ = std::move(ema);
-    deferred_result_ = res;
+    deferred_.emplace_back(std::move(ema), res);
   }
   return res;
 }

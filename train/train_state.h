@@ -19,16 +19,19 @@
 // and the EMA slots), then EmaSlots::CommitStep (offloaded updates, buffer copies, counters). A
 // skipped step leaves every EMA slot, buffer copy and counter untouched.
 // CUDA (the optimizer decides the step on the device, optim/optimizer.h): the EMA plan needs the
-// exact update count, so with EMA slots Step() first resolves the earlier steps (blocking only
-// until the previous step's decision reached the host; it is queued before this step's forward
-// and backward, so it is normally long done) and commits the previous step's deferred EMA work
-// if it was not skipped. This step's commit is deferred (counters only: exact, since the plan
-// is fixed) unless the step needs host work that depends on the decision: a slot starting
-// (StartPending or a plan start), an offloaded slot, or replicated buffers (host copies). Then
-// Step() waits for this step's own decision first (Optimizer::Await) and returns early when it
-// is skipped. Without EMA slots Step() never waits. The returned result is pending until
-// Optimizer::Await; the EMA counters of the latest step lag until Sync() (Meta, StageCheckpoint
-// and FinishRestore call it; call it before reading EmaSlots counters directly).
+// exact update count, so with EMA slots Step() first resolves the earlier steps and commits their
+// deferred EMA work (for those not skipped), blocking until the previous step's decision reached
+// the host; except when the plan cannot depend on it (PlanIsStepFree: every slot started, not
+// offloaded, not stochastically rounded, with a step-free schedule (ema/schedule.h
+// EmaPlanIsStepFree), and no buffers), where it commits only the decisions that arrived and
+// never waits. This step's commit is deferred (counters only: exact, since the plan is fixed,
+// and the resolved result gives the exact update count) unless the step needs host work that
+// depends on the decision: a slot starting (StartPending or a plan start), an offloaded slot, or
+// replicated buffers (host copies). Then Step() waits for this step's own decision first
+// (Optimizer::Await) and returns early when it is skipped. Without EMA slots Step() never waits.
+// The returned result is pending until Optimizer::Await; the EMA counters of the latest step lag
+// until Sync() (Meta, StageCheckpoint and FinishRestore call it; call it before reading EmaSlots
+// counters directly).
 //
 // Checkpoints: CheckpointView(extra) lists every persistent slot ("params", the moments, each
 // EMA slot by name) and replicated buffer (EMA copies "<slot>/<buffer>" included) as host views
@@ -56,9 +59,12 @@
 #ifndef SHARDEMA_TRAIN_TRAIN_STATE_H_
 #define SHARDEMA_TRAIN_TRAIN_STATE_H_
 
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/load.h"
@@ -127,8 +133,11 @@ class TrainState {
  private:
   TrainState() = default;
   Status CheckNotSwapped(const char* what) const;
-  // Waits for the deferred step's decision and commits its EMA work unless it was skipped.
-  Status CommitDeferredEma() const;
+  // Commits the deferred steps' EMA work in order (none for a skipped step): all of them, waiting
+  // for their decisions, or (wait = false) those whose decisions reached the host.
+  Status CommitDeferredEma(bool wait) const;
+  // This step's plan is the same whatever the unresolved steps' decisions (see above).
+  bool PlanIsStepFree() const;
   // The step's EMA work needs its decision on the host before the pass (see above).
   bool NeedsDecision() const;
 
@@ -137,10 +146,8 @@ class TrainState {
   std::unique_ptr<EmaSlots> emas_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<HostStaging> staging_;
-  // CUDA: the latest step's EMA work, committed when its decision resolves (none when
-  // deferred_.next_step is 0).
-  mutable EmaStep deferred_;
-  mutable StepResult deferred_result_;
+  // CUDA: the EMA work of the steps not committed yet (oldest first), with their pending results.
+  mutable std::deque<std::pair<EmaStep, StepResult>> deferred_;
   ShardedParameterStore::GuardToken staging_guard_;
 };
 
