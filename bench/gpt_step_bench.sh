@@ -38,12 +38,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
-# bench_lib.sh: beside this script in the source tree, in the runfiles under `bazel run`.
-lib="$here/bench_lib.sh"
-[ -f "$lib" ] || lib="$root/bench/bench_lib.sh"
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"  # the source tree (`bazel run` too)
 # shellcheck source=bench/bench_lib.sh
-. "$lib"
+. "$root/bench/bench_lib.sh"
 
 n_layer=4 n_head=4 n_embd=128 block=64 batch=16 steps=10 warmup=3 worlds="1 2 4" repeats=3
 threads=1 train="" roofline=""

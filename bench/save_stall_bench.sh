@@ -60,12 +60,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
-# bench_lib.sh: beside this script in the source tree, in the runfiles under `bazel run`.
-lib="$here/bench_lib.sh"
-[ -f "$lib" ] || lib="$root/bench/bench_lib.sh"
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"  # the source tree (`bazel run` too)
 # shellcheck source=bench/bench_lib.sh
-. "$lib"
+. "$root/bench/bench_lib.sh"
 
 train="${1:?usage: save_stall_bench.sh TRAIN_MLP SAVE_FLOOR [flags]}"
 floor_bin="${2:?usage: save_stall_bench.sh TRAIN_MLP SAVE_FLOOR [flags]}"

@@ -62,15 +62,11 @@ TEST(EmaStorageTrainerTest, ReshardIsBitExactBothWays) {
 }
 
 TEST(EmaStorageTrainerTest, ResumeWithAnotherStorageIsAConfigDifference) {
-  const std::string dir = TestPath("storage_change");
-  ASSERT_TRUE(Train("--steps 2 --ckpt-dir " + dir, World()).ok());
-  std::string args = std::string(kArgs) + " --steps 4 --resume --ckpt-dir " + dir;
-  const std::string from = "e_bf16:decay=0.9,storage=bf16";
-  args.replace(args.find(from), from.size(), "e_bf16:decay=0.9,storage=fp32");
-  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(ParseTestConfig(args), World());
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status();
-  EXPECT_NE(t.status().message().find("e_bf16.storage"), std::string::npos) << t.status();
+  const Status st =
+      ResumeWithChangedFlag(Train, World(), TestPath("storage_change"), kArgs,
+                            "e_bf16:decay=0.9,storage=bf16", "e_bf16:decay=0.9,storage=fp32")[0];
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("e_bf16.storage"), std::string::npos) << st;
 }
 
 TEST(EmaStorageTrainerTest, BadStorageFlagsAreRefused) {

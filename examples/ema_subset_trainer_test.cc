@@ -176,22 +176,16 @@ TEST(EmaSubsetTrainerTest, ExportWritesUntrackedParametersFromTheMaster) {
 }
 
 TEST(EmaSubsetTrainerTest, ChangedPatternsAndBadPatternsAreRefused) {
-  const std::string dir = TestPath("subset_change");
-  ASSERT_TRUE(Train("--steps 2 --ckpt-dir " + dir, World()).ok());
-  std::string args = std::string(kArgs) + " --steps 4 --resume --ckpt-dir " + dir;
-  const std::string from = "include=layers.1.*|layers.0.bias";
-  args.replace(args.find(from), from.size(), "include=layers.1.*");
-  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(ParseTestConfig(args), World());
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status();
-  EXPECT_NE(t.status().message().find("sub.include"), std::string::npos) << t.status();
   // Even with --override-hparams the stored subset does not fit: refused by the load.
-  t = CreateTrainer(ParseTestConfig(args + " --override-hparams"), World());
-  ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("slot 'sub' tracks 3 parameter(s)"), std::string::npos)
-      << t.status();
+  const std::vector<Status> st = ResumeWithChangedFlag(
+      Train, World(), TestPath("subset_change"), kArgs, "include=layers.1.*|layers.0.bias",
+      "include=layers.1.*", {"", " --override-hparams"});
+  EXPECT_EQ(st[0].code(), StatusCode::kFailedPrecondition) << st[0];
+  EXPECT_NE(st[0].message().find("sub.include"), std::string::npos) << st[0];
+  EXPECT_FALSE(st[1].ok());
+  EXPECT_NE(st[1].message().find("slot 'sub' tracks 3 parameter(s)"), std::string::npos) << st[1];
 
-  t = CreateTrainer(
+  StatusOr<std::unique_ptr<Trainer>> t = CreateTrainer(
       ParseTestConfig(std::string(kArgs) + " --steps 1 --ema-spec bad:include=transformer.h.*"),
       World());
   ASSERT_FALSE(t.ok());

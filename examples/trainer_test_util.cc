@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "examples/test_files.h"
 #include "framework/self_communicator.h"
 
 namespace shardema::examples {
@@ -126,6 +127,22 @@ void ExpectReshardBitExact(const TrainFn& train, Communicator* world, const std:
   if (world->rank() != 0) return;
   ASSERT_EQ(saved.size(), states);
   EXPECT_TRUE(BitEqual(resumed, saved)) << (world_first ? "W -> 1" : "1 -> W");
+}
+
+std::vector<Status> ResumeWithChangedFlag(const TrainFn& train, Communicator* world,
+                                          const std::string& dir, std::string args,
+                                          const std::string& from, const std::string& to,
+                                          const std::vector<std::string>& extras) {
+  EXPECT_TRUE(train("--steps 2 --ckpt-dir " + dir, world).ok());
+  const size_t at = args.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' is not in " << args;
+  if (at != std::string::npos) args.replace(at, from.size(), to);
+  args += " --steps 4 --resume --ckpt-dir " + dir;
+  std::vector<Status> out;
+  for (const std::string& extra : extras) {
+    out.push_back(CreateTrainer(ParseTestConfig(args + extra), world).status());
+  }
+  return out;
 }
 
 }  // namespace shardema::examples

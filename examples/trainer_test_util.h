@@ -83,6 +83,14 @@ using TrainFn = std::function<StatusOr<TrainRun>(const std::string& extra, Commu
 void ExpectReshardBitExact(const TrainFn& train, Communicator* world, const std::string& dir,
                            bool world_first, size_t states);
 
+// A resume with a changed flag: trains 2 steps of `train` into `dir` (a gtest failure if that
+// fails), then for each of `extras` creates an MLP trainer resuming it to step 4 with `args`
+// (`from` replaced by `to`) + " --resume --ckpt-dir DIR" + that extra; the creations' statuses.
+std::vector<Status> ResumeWithChangedFlag(const TrainFn& train, Communicator* world,
+                                          const std::string& dir, std::string args,
+                                          const std::string& from, const std::string& to,
+                                          const std::vector<std::string>& extras = {""});
+
 // A tensor of a safetensors file as f32 (a gtest failure and {} when missing).
 std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name);
 

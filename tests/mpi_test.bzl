@@ -1,7 +1,9 @@
 """mpi_test: a C++ test binary run under real `mpirun` at several world sizes.
 
-mpi_test(name = "x_test", srcs = [...], deps = [...], ranks = [1, 2, 3, 4]) defines
-  x_test_bin     the cc_binary (link //tests:mpi_test_main for an MPI-initialising gtest main),
+mpi_test(name = "x_test", deps = [...], ranks = [1, 2, 3, 4]) defines
+  x_test_bin     the cc_binary of srcs (default ["x_test.cc"]), linked with `main` (default
+                 //tests:mpi_test_main, an MPI-initialising gtest main, and gtest; main = None:
+                 the test brings its own main and deps),
   x_test_np{N}   one sh_test per world size N, running tests/mpi_run.sh N x_test_bin,
   x_test         a test_suite of all of them.
 The tests are tagged "mpi" and "exclusive" (one at a time: ranks oversubscribe the cores).
@@ -17,12 +19,15 @@ killed by mpi_run.sh (which kills every rank) before Bazel kills the test.
 # Bazel's default timeout per test size, minus a margin for mpirun to tear the ranks down.
 _MPI_TIMEOUT = {"small": 50, "medium": 280, "large": 870, "enormous": 3570}
 
-def mpi_test(name, srcs, deps = [], ranks = [1, 2, 3, 4], args = [], data = [], size = "medium",
-             tags = [], one_process_per_case = False, progress_thread_ranks = [], **kwargs):
+_MAIN = "//tests:mpi_test_main"
+
+def mpi_test(name, srcs = None, deps = [], ranks = [1, 2, 3, 4], args = [], data = [],
+             size = "medium", tags = [], one_process_per_case = False, progress_thread_ranks = [],
+             main = _MAIN, **kwargs):
     native.cc_binary(
         name = name + "_bin",
-        srcs = srcs,
-        deps = deps,
+        srcs = srcs if srcs != None else [name + ".cc"],
+        deps = deps + ([main, "@system_usr//:gtest"] if main else []),
         testonly = True,
         **kwargs
     )
