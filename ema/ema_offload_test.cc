@@ -18,12 +18,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::FullParams;
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::MaxLocalError;
-using ::shardema::testing::RefEma;
-using ::shardema::testing::TrainingRig;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"l0", {{"l0.weight", {7, 5}}, {"l0.bias", {7}}}},

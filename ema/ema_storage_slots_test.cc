@@ -23,9 +23,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::TrainingRig;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"l0", {{"l0.weight", {5, 3}}, {"l0.bias", {5}}}}, {"l1", {{"l1.weight", {37}}}}};

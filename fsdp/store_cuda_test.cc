@@ -21,12 +21,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::FeedGradsAnyDevice;
-using ::shardema::testing::GpuSkipReason;
-using ::shardema::testing::NcclWorld;
-using ::shardema::testing::SlotBytes;
-using ::shardema::testing::ViewBytes;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 // Sizes that are not multiples of the world size; an empty unit and a zero-size parameter.
 std::vector<UnitSpec> Units() {

@@ -22,14 +22,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::FeedGradsAnyDevice;
-using ::shardema::testing::GpuSkipReason;
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::NcclWorld;
-using ::shardema::testing::SlotBytes;
-using ::shardema::testing::TrainingRig;
-using ::shardema::testing::ViewBytes;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"l0", {{"l0.weight", {33, 17}}, {"l0.bias", {33}}}},

@@ -27,11 +27,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::FeedGradsAnyDevice;
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::SlotBytes;
-using ::shardema::testing::TrainingRig;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"a", {{"a.weight", {29, 13}}, {"a.bias", {29}}}}, {"b", {{"b.weight", {1031}}}}};

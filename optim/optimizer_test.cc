@@ -17,11 +17,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::RefAdamW;
-using ::shardema::testing::RefClipCoef;
-using ::shardema::testing::RefHyper;
-using ::shardema::testing::RefSgd;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"a", {{"a.weight", {7}}}},
@@ -41,8 +37,6 @@ float Grad(int s, int r, const std::string& name, int64_t i) {
 
 using Rig = ::shardema::testing::TrainingRig;
 using Full = ::shardema::testing::FullParams;
-using ::shardema::testing::GradFn;
-using ::shardema::testing::MaxLocalError;
 
 Rig MakeRig(const OptimizerOptions& o, std::vector<EmaConfig> emas = {}, StoreOptions so = {},
             std::vector<ParamSpec> buffers = {}) {

@@ -23,15 +23,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::FullParams;
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::MaxLocalError;
-using ::shardema::testing::RefAdamW;
-using ::shardema::testing::RefClipCoef;
-using ::shardema::testing::RefEma;
-using ::shardema::testing::RefHyper;
-using ::shardema::testing::RefPowerFunctionBeta;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 constexpr int kIn = 6, kHidden = 2, kOut = 5;
 constexpr int kMicroBatch = 12, kMicroBatches = 2, kSteps = 8;

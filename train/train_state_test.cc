@@ -21,9 +21,7 @@
 namespace shardema {
 namespace {
 
-using ::shardema::testing::MakeEma;
-using ::shardema::testing::TrainingRig;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 std::vector<UnitSpec> Units() {
   return {{"a", {{"a.weight", {7}}}}, {"b", {{"b.weight", {3, 5}}, {"b.bias", {3}}}}};

@@ -35,10 +35,7 @@
 namespace shardema::examples {
 namespace {
 
-using ::shardema::testing::GpuSkipReason;
-using ::shardema::testing::MpiWorld;
-using ::shardema::testing::NcclWorld;
-using ::shardema::testing::World;
+using namespace ::shardema::testing;  // the rig's helpers (tests/)
 
 constexpr char kParityArgs[] =
     "--layers 6,9,7,3 --activation gelu --loss mse --batch 8 --lr 1e-2 --betas 0.9,0.95 "

@@ -1,8 +1,9 @@
 // Test fixture for the nn/cuda GPU tests: a stream and CublasGemm on device 0, host<->device
 // copies of vectors, bf16/f16 rounding helpers. SetUp skips (GTEST_SKIP) without a visible GPU.
-// Use only inside `#if SHARDEMA_WITH_CUDA`.
+// Empty without --config=cuda (SHARDEMA_WITH_CUDA 0): use it inside `#if SHARDEMA_WITH_CUDA`.
 #ifndef SHARDEMA_NN_CUDA_CUDA_TEST_UTIL_H_
 #define SHARDEMA_NN_CUDA_CUDA_TEST_UTIL_H_
+#if SHARDEMA_WITH_CUDA
 
 #include <gtest/gtest.h>
 
@@ -90,4 +91,5 @@ class CudaTest : public ::testing::Test {
 
 }  // namespace shardema::nn::testing
 
+#endif  // SHARDEMA_WITH_CUDA
 #endif  // SHARDEMA_NN_CUDA_CUDA_TEST_UTIL_H_

@@ -20,14 +20,11 @@
 #include "nn/activation.h"
 #include "nn/cpu_context.h"
 #include "nn/cuda/cublas_gemm.h"
+#include "nn/cuda/cuda_test_util.h"
 #include "nn/cuda/loss_kernels.h"
 #include "nn/grad_check.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
-
-#if SHARDEMA_WITH_CUDA
-#include "nn/cuda/cuda_test_util.h"
-#endif
 
 namespace shardema::nn {
 namespace {

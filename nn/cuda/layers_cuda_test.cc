@@ -14,15 +14,12 @@
 #include "nn/attention.h"
 #include "nn/cpu_context.h"
 #include "nn/cuda/attention.h"
+#include "nn/cuda/cuda_test_util.h"
 #include "nn/cuda/embedding_kernels.h"
 #include "nn/cuda/layernorm_kernels.h"
 #include "nn/embedding.h"
 #include "nn/grad_check.h"
 #include "nn/layernorm.h"
-
-#if SHARDEMA_WITH_CUDA
-#include "nn/cuda/cuda_test_util.h"
-#endif
 
 namespace shardema::nn {
 namespace {
