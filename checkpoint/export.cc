@@ -65,6 +65,27 @@ StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std:
       items[name] = it;
     }
   }
+  // Padding rows: a parameter listed in "export_rows" keeps its first rows only (see export.h).
+  if (m.meta.is_object() && m.meta.contains("export_rows")) {
+    const json& rows = m.meta.at("export_rows");
+    if (!rows.is_object())
+      return DataLoss("export: checkpoint meta 'export_rows' is not an object");
+    for (auto r = rows.begin(); r != rows.end(); ++r) {
+      auto it = items.find(r.key());
+      if (it == items.end() || it->second.buffer >= 0) {
+        return DataLoss("export: checkpoint meta 'export_rows' names '", r.key(),
+                        "', which is not a parameter of the checkpoint");
+      }
+      std::vector<int64_t>& shape = it->second.tensor.shape;
+      if (!r.value().is_number_integer() || shape.empty() || r.value().get<int64_t>() < 1 ||
+          r.value().get<int64_t>() > shape[0]) {
+        return DataLoss("export: checkpoint meta 'export_rows': '", r.key(), "' of shape ",
+                        ShapeToString(shape), " cannot keep ", r.value().dump(), " rows");
+      }
+      shape[0] = r.value().get<int64_t>();
+      it->second.numel = NumElements(shape);  // the leading rows (row-major)
+    }
+  }
   // Tied weights: each alias is a copy of its parameter (see export.h).
   if (m.meta.is_object() && m.meta.contains("tied_weights")) {
     const json& tied = m.meta.at("tied_weights");

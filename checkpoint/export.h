@@ -9,8 +9,11 @@
 // exported when S has no copy of its own. Buffers are converted to `dtype` too. Tied weights: the
 // checkpoint meta's "tied_weights" object {alias: parameter} (e.g. {"lm_head.weight":
 // "transformer.wte.weight"}, written by train_gpt) exports each alias as a copy of its parameter,
-// as PyTorch's state_dict of a module with tied weights lists both names. Tensors are ordered by
-// name (the reference writer's order for equal alignment).
+// as PyTorch's state_dict of a module with tied weights lists both names. Padding rows: the
+// meta's "export_rows" object {parameter: rows} (e.g. {"transformer.wte.weight": 50257}, written
+// by train_gpt for a vocabulary padded to 50304) exports only the parameter's first `rows` rows
+// (and its aliases'). Tensors are ordered by name (the reference writer's order for equal
+// alignment).
 // __metadata__: format = "pt", step, slot, source = "shardema", and the slot's hyperparameters
 // from the checkpoint meta (meta.ema.<slot> object, the meta.ema array element whose "name" is
 // the slot, or the meta.ema.slots[] entry whose config.name is the slot — the optimizer's layout,
@@ -48,7 +51,8 @@
 // checkpoint: about 24 MiB with the defaults, whatever the model size. Single process.
 // Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
 // the slots); kFailedPrecondition for a slot that never started (CheckSlotStarted); kDataLoss for
-// a malformed "tied_weights" (an alias of no parameter, or one that is itself a tensor) or slot
+// a malformed "tied_weights" (an alias of no parameter, or one that is itself a tensor),
+// "export_rows" (no such parameter, rows outside [1, first dimension]) or slot
 // meta entry; write errors naming the file. Nothing is written on error before the writing
 // starts. Threading: thread-safe for distinct outputs.
 //

@@ -131,6 +131,45 @@ TEST_F(ExportTest, MetadataFromAnySectionListingTheSlot) {
   EXPECT_EQ(md.count("name"), 0u);
 }
 
+// "export_rows" keeps a parameter's leading rows (a padded vocabulary's real rows), with the
+// same values; a name that is no parameter, or rows outside [1, first dimension], is kDataLoss
+// naming it.
+TEST_F(ExportTest, ExportRowsKeepsTheLeadingRows) {
+  std::vector<OwnedState> st = MakeStates(MakeLayout(TestModel(), 2), DefaultSlots(), 7);
+  const auto save = [&](const nlohmann::json& rows, const std::string& name) {
+    for (OwnedState& o : st) o.state.meta = {{"export_rows", rows}};
+    const std::string dir = JoinPath(base_, name);
+    EXPECT_TRUE(SaveAllRanks(dir, StatesOf(st), SaveOptions{}).ok());
+    return dir;
+  };
+  const std::string out = JoinPath(base_, "rows.safetensors");
+  StatusOr<ExportReport> r =
+      ExportSafetensors(save({{"embed.weight", 30}}, "rows"), "params", DType::kF32, out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<SafetensorsFile> f = SafetensorsFile::Open(out).value();
+  ASSERT_EQ(f->Find("embed.weight")->shape, (Shape{30, 5}));
+  std::vector<float> got(150);
+  ASSERT_TRUE(f->ReadTensor("embed.weight", DType::kF32, got.data(), 150).ok());
+  for (int64_t i = 0; i < 150; ++i) {
+    ASSERT_EQ(F32Bits(got[size_t(i)]), F32Bits(SourceValue({"params", DType::kF32}, 0, i, 7))) << i;
+  }
+  EXPECT_EQ(f->Find("head.weight")->shape, (Shape{3, 11}));  // the others are whole
+  int k = 0;
+  for (const auto& [rows, what] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"nope.weight", 3}}, "'nope.weight', which is not a parameter"},
+           {{{"embed.weight", 38}}, "cannot keep 38 rows"},
+           {{{"embed.weight", 0}}, "cannot keep 0 rows"},
+           {{{"layers.0.scale", 1}}, "'layers.0.scale' of shape []"},
+           {nlohmann::json::array(), "'export_rows' is not an object"}}) {
+    StatusOr<ExportReport> bad =
+        ExportSafetensors(save(rows, "rows_bad" + std::to_string(k++)), "params", DType::kF32,
+                          JoinPath(base_, "bad.safetensors"));
+    ASSERT_FALSE(bad.ok()) << rows.dump();
+    EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << bad.status();
+    EXPECT_NE(bad.status().message().find(what), std::string::npos) << bad.status();
+  }
+}
+
 TEST_F(ExportTest, ConvertsToBf16AndF16) {
   StatusOr<ExportReport> r = ExportSafetensors(JoinPath(base_, "ckpt"), "params", DType::kBF16,
                                                JoinPath(base_, "p.safetensors"));

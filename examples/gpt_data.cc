@@ -1,5 +1,13 @@
 #include "examples/gpt_data.h"
 
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <utility>
 
@@ -32,6 +40,51 @@ Status ReadAs(const SafetensorsFile& f, const SafetensorsTensor& t, int64_t n,
   return Status::Ok();
 }
 
+// llm.c token shards (see gpt_data.h).
+constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr int32_t kLlmcVersion = 1;
+
+// The little-endian int32 at p.
+int32_t LoadLe32(const unsigned char* p) {
+  return int32_t(uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+                 uint32_t(p[3]) << 24);
+}
+
+bool IsGlob(const std::string& path) { return path.find_first_of("*?") != std::string::npos; }
+
+// The files matching a glob(3) pattern, sorted by name (byte-wise). Errors: kNotFound naming the
+// pattern when nothing matches, kInvalidArgument for a match not ending in ".bin",
+// kResourceExhausted / kInternal when glob fails.
+StatusOr<std::vector<std::string>> GlobTokenFiles(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> names;
+  if (rc == 0) names.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && names.empty())) {
+    return NotFound("data pattern '", pattern, "' matches no file");
+  }
+  if (rc == GLOB_NOSPACE)
+    return ResourceExhausted("data pattern '", pattern, "': glob out of memory");
+  if (rc != 0) return Internal("data pattern '", pattern, "': glob failed (", rc, ")");
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    if (!EndsWith(n, ".bin")) {
+      return InvalidArgument("data pattern '", pattern, "' matches '", n,
+                             "', which is not a .bin token file");
+    }
+  }
+  return names;
+}
+
+// The index of the shard holding shard-space index j (the last shard with begin <= j).
+size_t ShardIndex(const std::vector<TokenShard>& shards, int64_t j) {
+  auto it = std::upper_bound(shards.begin(), shards.end(), j,
+                             [](int64_t v, const TokenShard& s) { return v < s.begin; });
+  return size_t(it - shards.begin()) - 1;
+}
+
 // (a * b) mod m without overflow (a, b >= 0, m > 0).
 int64_t MulMod(int64_t a, int64_t b, int64_t m) {
   return int64_t((unsigned __int128)(a % m) * (unsigned __int128)(b % m) % (unsigned __int128)m);
@@ -49,10 +102,111 @@ StatusOr<DataOrder> ParseDataOrder(const std::string& s) {
   return InvalidArgument("--data-order: '", s, "' is not sequential or shuffled");
 }
 
+int32_t TokenData::Token(int64_t i) const {
+  if (i < int64_t(tokens.size())) return tokens[size_t(i)];
+  const int64_t j = i - int64_t(tokens.size());
+  const TokenShard& s = shards[ShardIndex(shards, j)];
+  return s.Token(j - s.begin);
+}
+
+void CopyTokens(const TokenData& d, int64_t begin, int64_t n, int64_t* out) {
+  const int64_t end = begin + n;
+  const int64_t in_memory = int64_t(d.tokens.size());
+  int64_t i = begin;
+  for (; i < std::min(end, in_memory); ++i) *out++ = d.tokens[size_t(i)];
+  if (i >= end) return;
+  int64_t j = i - in_memory;  // index among the shards' tokens
+  for (size_t k = ShardIndex(d.shards, j); i < end; ++k) {
+    const TokenShard& s = d.shards[k];
+    const int64_t take = std::min(end - i, s.begin + s.count - j);
+    for (int64_t t = 0; t < take; ++t) *out++ = s.Token(j - s.begin + t);
+    i += take;
+    j += take;
+  }
+}
+
+StatusOr<TokenShard> MapTokenFile(const std::string& path, int64_t vocab) {
+  TokenShard s;
+  s.path = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "data file '" + path + "': open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, "data file '" + path + "': stat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("data file '", path, "' is not a regular file");
+  }
+  const int64_t size = int64_t(st.st_size);
+  if (size == 0) {  // mmap refuses length 0: an empty nanoGPT file, no tokens
+    ::close(fd);
+    return s;
+  }
+  void* addr = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping stays valid without the descriptor
+  if (addr == MAP_FAILED) return ErrnoToStatus(map_errno, "data file '" + path + "': mmap");
+  s.mapping = std::shared_ptr<const void>(
+      addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size_t(size)); });
+  const auto* bytes = static_cast<const unsigned char*>(addr);
+  if (size >= kLlmcHeaderBytes && LoadLe32(bytes) == kLlmcMagic) {
+    const int32_t version = LoadLe32(bytes + 4);
+    if (version != kLlmcVersion) {
+      return InvalidArgument("data file '", path, "': llm.c token shard version ", version,
+                             ", expected ", kLlmcVersion);
+    }
+    const int64_t n = LoadLe32(bytes + 8);
+    const int64_t after_header = size - kLlmcHeaderBytes;
+    if (n < 0 || after_header != 2 * n) {
+      return InvalidArgument("data file '", path, "': llm.c header says ", n, " tokens (", 2 * n,
+                             " bytes after the ", kLlmcHeaderBytes,
+                             "-byte header expected), the file has ", after_header, " (size ", size,
+                             ")");
+    }
+    s.data = bytes + kLlmcHeaderBytes;
+    s.count = n;
+  } else {
+    if (size % 2 != 0) {
+      return InvalidArgument("data file '", path, "': size ", size,
+                             " bytes is odd; a nanoGPT .bin file holds little-endian uint16 "
+                             "tokens (2 bytes each)");
+    }
+    s.data = bytes;
+    s.count = size / 2;
+  }
+  if (vocab <= 0xffff) {
+    for (int64_t i = 0; i < s.count; ++i) {
+      const int32_t v = s.Token(i);
+      if (v >= vocab) {
+        return InvalidArgument("data file '", path, "': tokens[", i, "] = ", v,
+                               " is outside the vocabulary [0, ", vocab, ")");
+      }
+    }
+  }
+  return s;
+}
+
 StatusOr<TokenData> LoadTokens(const std::string& path, int64_t vocab, int64_t seq_len) {
   TokenData d;
   d.source = path;
-  if (EndsWith(path, ".safetensors")) {
+  std::string what = "data file '" + path + "'";
+  if (IsGlob(path) || EndsWith(path, ".bin")) {
+    std::vector<std::string> files = {path};
+    if (IsGlob(path)) {
+      ASSIGN_OR_RETURN(files, GlobTokenFiles(path));
+      what = "data pattern '" + path + "' (" + std::to_string(files.size()) + " files)";
+    }
+    int64_t begin = 0;
+    for (const std::string& f : files) {
+      ASSIGN_OR_RETURN(TokenShard s, MapTokenFile(f, vocab));
+      s.begin = begin;
+      begin += s.count;
+      d.shards.push_back(std::move(s));
+    }
+  } else if (EndsWith(path, ".safetensors")) {
     ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(path));
     const SafetensorsTensor* t = f->Find("tokens");
     if (t == nullptr) return NotFound("data file '", path, "' has no tensor 'tokens'");
@@ -87,8 +241,8 @@ StatusOr<TokenData> LoadTokens(const std::string& path, int64_t vocab, int64_t s
     }
   }
   if (d.size() < seq_len + 1) {
-    return InvalidArgument("data file '", path, "' has ", d.size(), " tokens; --block-size ",
-                           seq_len, " needs at least ", seq_len + 1);
+    return InvalidArgument(what, " has ", d.size(), " tokens; --block-size ", seq_len,
+                           " needs at least ", seq_len + 1);
   }
   return d;
 }
@@ -136,9 +290,7 @@ void FillSequences(const TokenData& d, const std::vector<int64_t>& starts, int64
   out->labels.clear();
   out->tokens.resize(starts.size() * size_t(seq_len + 1));
   for (size_t r = 0; r < starts.size(); ++r) {
-    for (int64_t t = 0; t <= seq_len; ++t) {
-      out->tokens[r * size_t(seq_len + 1) + size_t(t)] = d.tokens[size_t(starts[r] + t)];
-    }
+    CopyTokens(d, starts[r], seq_len + 1, out->tokens.data() + r * size_t(seq_len + 1));
   }
 }
 

@@ -1,10 +1,23 @@
-// The data of train_gpt: a token stream (bytes of a text file, or pre-tokenized), and which
-// sequences each rank takes at each step.
+// The data of train_gpt: a token stream (bytes of a text file, pre-tokenized safetensors, or
+// memory-mapped .bin token files), and which sequences each rank takes at each step.
 //
-// Tokens. --data FILE: a file whose name ends in ".safetensors" is read as pre-tokenized: its
-// tensor `tokens` (U8, U16, I32 or I64, shape [N]) is the stream; any other file's raw bytes are
-// the tokens (byte vocabulary). Every token must lie in [0, vocab). N must be at least T + 1 (one
-// window of inputs plus its last target).
+// Tokens. --data PATH, by its name:
+//   *.safetensors  pre-tokenized: its tensor `tokens` (U8, U16, I32 or I64, shape [N]) is the
+//                  stream, read into TokenData::tokens.
+//   *.bin          a token file, memory-mapped (never copied) into TokenData::shards:
+//                  - llm.c token shard when the file has at least 1024 bytes and its first
+//                    little-endian int32 is the magic 20240520: a header of 256 little-endian
+//                    int32 values, [0] magic 20240520, [1] version (must be 1), [2] the token
+//                    count N (the rest unused), then N little-endian uint16 tokens; the file size
+//                    must be exactly 1024 + 2*N.
+//                  - otherwise nanoGPT's train.bin / val.bin: raw little-endian uint16 tokens, no
+//                    header; the byte count must be even.
+//   containing '*' or '?'  a glob(3) pattern of .bin token files (e.g. llm.c's
+//                  "fineweb_train_*.bin"), each read as above and concatenated in sorted
+//                  (byte-wise) name order into one stream.
+//   anything else  the file's raw bytes are the tokens (byte vocabulary).
+// Every token must lie in [0, vocab); each is checked once, at load. N (over the whole stream)
+// must be at least T + 1 (one window of inputs plus its last target).
 //
 // Sequences. Optimizer step s (0-based) uses B sequences j = 0..B-1 of T tokens; sequence j
 // starting at offset o has inputs tokens[o : o+T] and targets tokens[o+1 : o+T+1]. Ranks and
@@ -21,13 +34,17 @@
 // Evaluation uses the windows o = k*T, k = 0..K-1 of the eval stream (--eval-data, else the
 // training stream), in order, split contiguously over ranks (EvalSpan).
 //
-// Errors: kNotFound (missing file or tensor), kInvalidArgument naming the file (wrong dtype or
-// shape, a token outside the vocabulary with its index, too few tokens), kDataLoss (corrupt
-// safetensors). Threading: values; a SequenceOrder caches one epoch's permutation (one thread).
+// Errors: kNotFound (missing file or tensor, a glob matching nothing), kInvalidArgument naming
+// the file (wrong dtype or shape, a token outside the vocabulary with its index, too few tokens,
+// a .bin file of odd size, an llm.c shard of another version or whose size disagrees with its
+// header, a glob match that is not a .bin file), kDataLoss (corrupt safetensors), errno values
+// of open / mmap. Threading: values (copies of a TokenData share its read-only mappings); a
+// SequenceOrder caches one epoch's permutation (one thread).
 #ifndef SHARDEMA_EXAMPLES_GPT_DATA_H_
 #define SHARDEMA_EXAMPLES_GPT_DATA_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,14 +57,43 @@ enum class DataOrder { kSequential, kShuffled };
 const char* DataOrderName(DataOrder o);  // "sequential", "shuffled"
 StatusOr<DataOrder> ParseDataOrder(const std::string& s);
 
-struct TokenData {
-  std::string source;           // the file
-  std::vector<int32_t> tokens;  // [N]
-  int64_t size() const { return int64_t(tokens.size()); }
+// One memory-mapped .bin token file: `count` little-endian uint16 tokens at `data`.
+struct TokenShard {
+  std::string path;                     // the file
+  std::shared_ptr<const void> mapping;  // the mmap (munmap when the last copy goes); null if empty
+  const unsigned char* data = nullptr;  // the first token's bytes, inside `mapping`
+  int64_t count = 0;                    // tokens in this file
+  int64_t begin = 0;                    // stream index of its first token, minus tokens.size()
+  // Token i of this file (0 <= i < count).
+  int32_t Token(int64_t i) const {
+    return int32_t(uint32_t(data[2 * i]) | uint32_t(data[2 * i + 1]) << 8);
+  }
 };
+
+// The stream: `tokens` (safetensors, raw bytes) followed by the tokens of `shards` (.bin files);
+// LoadTokens fills one of the two. shards[k].begin = the sum of the counts of shards[0..k-1].
+struct TokenData {
+  std::string source;              // the --data path (a glob pattern for several files)
+  std::vector<int32_t> tokens;     // [N] in memory
+  std::vector<TokenShard> shards;  // memory-mapped, in stream order
+  int64_t size() const {
+    return int64_t(tokens.size()) +
+           (shards.empty() ? 0 : shards.back().begin + shards.back().count);
+  }
+  // Token i of the stream (0 <= i < size()): O(log shards).
+  int32_t Token(int64_t i) const;
+};
+
+// Copies the stream's tokens [begin, begin + n) into out[0, n), across shard boundaries
+// (0 <= begin, begin + n <= d.size()).
+void CopyTokens(const TokenData& d, int64_t begin, int64_t n, int64_t* out);
 
 // Loads --data / --eval-data (see above) for sequences of `seq_len` tokens.
 StatusOr<TokenData> LoadTokens(const std::string& path, int64_t vocab, int64_t seq_len);
+
+// Maps one .bin token file (llm.c shard or nanoGPT raw, see above) and checks every token against
+// [0, vocab). The returned shard's begin is 0. Errors: those of LoadTokens for one .bin file.
+StatusOr<TokenShard> MapTokenFile(const std::string& path, int64_t vocab);
 
 // Offsets of the training sequences (see above).
 class SequenceOrder {

@@ -1,4 +1,5 @@
-// train_gpt's data: loading (bytes, safetensors tokens of every dtype, errors), the sequential
+// train_gpt's data: loading (bytes, safetensors tokens of every dtype, memory-mapped nanoGPT and
+// llm.c .bin token files and globs of them as one stream, errors), the sequential
 // formula, the shuffled order (a permutation per epoch, a pure function of (seed, step, j): the
 // same whatever the call order, so resumes and world sizes agree) and the batch layout.
 #include "examples/gpt_data.h"
@@ -7,6 +8,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <set>
 
 #include "examples/test_files.h"
@@ -18,6 +21,53 @@ std::string WriteText(const std::string& name, const std::string& text) {
   const std::string path = TestPath(name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
+}
+
+// Little-endian uint16 bytes of `tokens` (a nanoGPT .bin file).
+std::string Le16(const std::vector<uint16_t>& tokens) {
+  std::string b;
+  for (uint16_t t : tokens) {
+    b.push_back(char(t & 0xff));
+    b.push_back(char(t >> 8));
+  }
+  return b;
+}
+
+// An llm.c token shard: a header of 256 little-endian int32 (magic, version, count) + tokens.
+std::string Llmc(const std::vector<uint16_t>& tokens, int32_t version = 1,
+                 std::optional<int32_t> count = std::nullopt, int32_t magic = 20240520) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count ? *count : int32_t(tokens.size());
+  std::string b;
+  for (int32_t v : header) {
+    for (int k = 0; k < 4; ++k) b.push_back(char((uint32_t(v) >> (8 * k)) & 0xff));
+  }
+  return b + Le16(tokens);
+}
+
+// Every token of the stream, through TokenData::Token.
+std::vector<int32_t> AllTokens(const TokenData& d) {
+  std::vector<int32_t> all;
+  for (int64_t i = 0; i < d.size(); ++i) all.push_back(d.Token(i));
+  return all;
+}
+
+// Whether /proc/self/maps has a mapping of `path` (the file is mapped, not read).
+bool IsMapped(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  return text.find(path) != std::string::npos;
+}
+
+// The message of a failed load, with its code checked.
+std::string LoadError(const std::string& path, int64_t vocab, int64_t seq_len, StatusCode code) {
+  StatusOr<TokenData> d = LoadTokens(path, vocab, seq_len);
+  EXPECT_FALSE(d.ok()) << path;
+  if (d.ok()) return "";
+  EXPECT_EQ(d.status().code(), code) << d.status();
+  return d.status().message();
 }
 
 TEST(GptDataTest, RawBytesAreTokens) {
@@ -131,6 +181,159 @@ TEST(GptDataTest, BatchLayoutAndEvalWindows) {
   EXPECT_EQ(b.tokens, (std::vector<int64_t>{20, 21, 22, 23, 24, 25}));
   EXPECT_TRUE(ParseDataOrder("shuffled").ok());
   EXPECT_FALSE(ParseDataOrder("random").ok());
+}
+
+TEST(GptDataTest, NanoGptRawBinRoundTrip) {
+  // 0x0102 = 258 tells little- from big-endian; 65535 is the largest uint16.
+  const std::vector<uint16_t> want = {0, 258, 50256, 7, 65535, 1, 2, 3};
+  const std::string path = WriteText("nanogpt_train.bin", Le16(want));
+  StatusOr<TokenData> d = LoadTokens(path, 65536, 3);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->source, path);
+  EXPECT_TRUE(d->tokens.empty());  // mapped, not copied
+  ASSERT_EQ(d->shards.size(), 1u);
+  EXPECT_EQ(d->shards[0].path, path);
+  EXPECT_EQ(d->shards[0].count, 8);
+  EXPECT_EQ(d->shards[0].data, d->shards[0].mapping.get());  // no header
+  EXPECT_EQ(d->size(), 8);
+  EXPECT_EQ(AllTokens(*d), std::vector<int32_t>(want.begin(), want.end()));
+  Batch b;
+  FillSequences(*d, {1, 4}, 3, &b);
+  EXPECT_EQ(b.rows, 2);
+  EXPECT_EQ(b.tokens, (std::vector<int64_t>{258, 50256, 7, 65535, 65535, 1, 2, 3}));
+  // A first int32 that is not llm.c's magic: raw tokens, header-sized or not.
+  std::string fake = Llmc({5, 6}, 1, 2, 20240521);
+  const std::string fake_path = WriteText("nanogpt_fake_magic.bin", fake);
+  StatusOr<TokenData> f = LoadTokens(fake_path, 65536, 3);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->size(), 514);
+  EXPECT_EQ(f->Token(0), 20240521 & 0xffff);
+  EXPECT_EQ(f->Token(1), 20240521 >> 16);
+  EXPECT_EQ(f->Token(2), 1);
+  EXPECT_EQ(f->Token(512), 5);
+  EXPECT_EQ(f->Token(513), 6);
+}
+
+TEST(GptDataTest, LlmcShardRoundTripIsMappedAndUnmapped) {
+  const std::vector<uint16_t> want = {50256, 15496, 11, 995, 0, 258, 42};
+  const std::string path = WriteText("llmc_val_000000.bin", Llmc(want));
+  {
+    TokenData copy;
+    {
+      StatusOr<TokenData> d = LoadTokens(path, 50257, 6);
+      ASSERT_TRUE(d.ok()) << d.status();
+      ASSERT_EQ(d->shards.size(), 1u);
+      EXPECT_EQ(d->shards[0].count, 7);
+      EXPECT_EQ(d->shards[0].data,
+                static_cast<const unsigned char*>(d->shards[0].mapping.get()) + 1024);
+      EXPECT_EQ(d->size(), 7);
+      EXPECT_EQ(AllTokens(*d), std::vector<int32_t>(want.begin(), want.end()));
+      EXPECT_TRUE(IsMapped(path));
+      copy = *d;
+    }
+    // The copy keeps the mapping after the original is gone.
+    EXPECT_TRUE(IsMapped(path));
+    Batch b;
+    FillWindowSequences(copy, RowSpan{0, 1}, 6, &b);
+    EXPECT_EQ(b.tokens, (std::vector<int64_t>{50256, 15496, 11, 995, 0, 258, 42}));
+  }
+  EXPECT_FALSE(IsMapped(path));  // munmap with the last copy
+  // A token equal to the vocabulary size.
+  EXPECT_NE(
+      LoadError(path, 50256, 2, StatusCode::kInvalidArgument)
+          .find("data file '" + path + "': tokens[0] = 50256 is outside the vocabulary [0, 50256)"),
+      std::string::npos);
+  EXPECT_FALSE(IsMapped(path));  // an error unmaps too
+}
+
+TEST(GptDataTest, GlobOfShardsIsOneStream) {
+  // Written out of order: the stream follows the sorted names.
+  const std::vector<uint16_t> a = {10, 11, 12, 13, 14, 15, 16};
+  const std::vector<uint16_t> b = {20, 21, 22, 23, 24, 25};
+  WriteText("glob_shard_000001.bin", Llmc(b));
+  WriteText("glob_shard_000000.bin", Llmc(a));
+  const std::string pattern = TestPath("glob_shard_??????.bin");
+  StatusOr<TokenData> d = LoadTokens(pattern, 100, 3);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->source, pattern);
+  ASSERT_EQ(d->shards.size(), 2u);
+  EXPECT_EQ(d->shards[0].path, TestPath("glob_shard_000000.bin"));
+  EXPECT_EQ(d->shards[1].path, TestPath("glob_shard_000001.bin"));
+  EXPECT_EQ(d->shards[1].begin, 7);
+  ASSERT_EQ(d->size(), 13);
+  TokenData plain;
+  plain.tokens.insert(plain.tokens.end(), a.begin(), a.end());
+  plain.tokens.insert(plain.tokens.end(), b.begin(), b.end());
+  EXPECT_EQ(AllTokens(*d), plain.tokens);
+  // Windows of T = 3 (4 tokens each) at every offset, including those across the boundary.
+  std::vector<int64_t> starts;
+  for (int64_t o = 0; o + 4 <= 13; ++o) starts.push_back(o);
+  Batch mapped, held;
+  FillSequences(*d, starts, 3, &mapped);
+  FillSequences(plain, starts, 3, &held);
+  EXPECT_EQ(mapped.tokens, held.tokens);
+  FillSequences(*d, {5}, 3, &mapped);  // tokens 5..8: a[5], a[6], b[0], b[1]
+  EXPECT_EQ(mapped.tokens, (std::vector<int64_t>{15, 16, 20, 21}));
+  // The training order over the whole stream, shuffled, matches the plain stream's.
+  SequenceOrder o1(DataOrder::kShuffled, 3, d->size(), 3, 2), o2(DataOrder::kShuffled, 3, 13, 3, 2);
+  for (int64_t step = 0; step < 6; ++step) {
+    FillStepSequences(*d, &o1, step, RowSpan{0, 2}, 3, &mapped);
+    FillStepSequences(plain, &o2, step, RowSpan{0, 2}, 3, &held);
+    EXPECT_EQ(mapped.tokens, held.tokens) << "step " << step;
+  }
+  // Formats mixed, an empty file between: a window reads across it.
+  WriteText("glob_mixed_0.bin", Le16({1, 2, 3}));
+  WriteText("glob_mixed_1.bin", "");
+  WriteText("glob_mixed_2.bin", Llmc({4, 5}));
+  StatusOr<TokenData> m = LoadTokens(TestPath("glob_mixed_*.bin"), 6, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->shards.size(), 3u);
+  EXPECT_EQ(AllTokens(*m), (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  FillSequences(*m, {0}, 4, &mapped);
+  EXPECT_EQ(mapped.tokens, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  // The total-size check covers the whole stream.
+  EXPECT_NE(LoadError(TestPath("glob_mixed_*.bin"), 6, 5, StatusCode::kInvalidArgument)
+                .find("(3 files) has 5 tokens; --block-size 5 needs at least 6"),
+            std::string::npos);
+}
+
+TEST(GptDataTest, TokenFileErrors) {
+  // llm.c: another version; a size that disagrees with the header.
+  const std::string v2 = WriteText("err_version.bin", Llmc({1, 2, 3}, 2));
+  EXPECT_NE(LoadError(v2, 10, 1, StatusCode::kInvalidArgument)
+                .find("data file '" + v2 + "': llm.c token shard version 2, expected 1"),
+            std::string::npos);
+  const std::string sized =
+      WriteText("err_size.bin", Llmc({1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5}, 1, 10));
+  EXPECT_NE(LoadError(sized, 10, 1, StatusCode::kInvalidArgument)
+                .find("data file '" + sized +
+                      "': llm.c header says 10 tokens (20 bytes after the 1024-byte header "
+                      "expected), the file has 30 (size 1054)"),
+            std::string::npos);
+  const std::string negative = WriteText("err_negative.bin", Llmc({1, 2}, 1, -5));
+  EXPECT_EQ(LoadTokens(negative, 10, 1).status().code(), StatusCode::kInvalidArgument);
+  // nanoGPT: an odd byte count.
+  const std::string odd = WriteText("err_odd.bin", std::string("\x01\x00\x02\x00\x03", 5));
+  EXPECT_NE(LoadError(odd, 10, 1, StatusCode::kInvalidArgument)
+                .find("data file '" + odd + "': size 5 bytes is odd"),
+            std::string::npos);
+  // A token >= vocab, named by its index within its file (the second file of a glob).
+  WriteText("err_vocab_0.bin", Le16({1, 2, 3, 4}));
+  const std::string bad = WriteText("err_vocab_1.bin", Llmc({5, 6, 7, 8, 9, 10}));
+  EXPECT_NE(LoadError(TestPath("err_vocab_*.bin"), 8, 1, StatusCode::kInvalidArgument)
+                .find("data file '" + bad + "': tokens[3] = 8 is outside the vocabulary [0, 8)"),
+            std::string::npos);
+  // Globs: no match; a match that is not a .bin file. A missing .bin file.
+  const std::string none = TestPath("err_nothing_*.bin");
+  EXPECT_NE(LoadError(none, 10, 1, StatusCode::kNotFound)
+                .find("data pattern '" + none + "' matches no file"),
+            std::string::npos);
+  const std::string txt = WriteText("err_glob_b.txt", "abc");
+  WriteText("err_glob_a.bin", Le16({1, 2, 3}));
+  EXPECT_NE(LoadError(TestPath("err_glob_*"), 10, 1, StatusCode::kInvalidArgument)
+                .find("matches '" + txt + "', which is not a .bin token file"),
+            std::string::npos);
+  EXPECT_EQ(LoadTokens(TestPath("err_missing.bin"), 10, 1).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "checkpoint/safetensors.h"
@@ -43,8 +44,8 @@ Status GptShape::Check() const {
 std::vector<UnitSpec> GptUnits(const GptShape& s) {
   const int64_t C = s.n_embd;
   std::vector<UnitSpec> units;
-  units.push_back(
-      {"transformer.embed", {{kWte, {s.vocab, C}}, {"transformer.wpe.weight", {s.block_size, C}}}});
+  units.push_back({"transformer.embed",
+                   {{kWte, {s.padded_vocab(), C}}, {"transformer.wpe.weight", {s.block_size, C}}}});
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string h = "transformer.h." + std::to_string(i);
     units.push_back({h,
@@ -77,6 +78,11 @@ UnitSchedule GptSchedule(const GptShape& s, bool recompute) {
 }
 
 std::map<std::string, std::string> GptTiedNames() { return {{kLmHead, kWte}}; }
+
+nlohmann::json PaddingMetaSections(const GptShape& s) {
+  if (s.padded_vocab() == s.vocab) return nlohmann::json::object();
+  return {{"export_rows", {{kWte, s.vocab}}}};
+}
 
 Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t seed) {
   const double proj_std = 0.02 / std::sqrt(2.0 * double(s.n_layer));
@@ -257,7 +263,7 @@ Status GptModel::BlockBackward(size_t block, const float* const* p, float* const
 
 Status GptModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
   if (n_ == 0) return Status::Ok();  // a rank without rows still takes part in the gathers
-  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = n_;
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = n_;
   const size_t use = call.use;
   std::vector<const float*> p = Params(views);
   if (use == 0) {  // token + position embeddings
@@ -281,6 +287,10 @@ Status GptModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
   } else {  // lm_head, tied to wte
     logits_.resize(size_t(n * V));
     nn::LinearForward(ctx_, xs_[size_t(L) + 2].data(), p[0], nullptr, n, C, V, logits_.data());
+    const int64_t pad = V - shape_.vocab;  // masked out of the softmax (GptShape::padded_vocab)
+    for (int64_t r = 0; pad > 0 && r < n; ++r) {
+      std::memset(logits_.data() + r * V + shape_.vocab, kMaskedLogitByte, size_t(pad) * 4);
+    }
   }
   return Status::Ok();
 }
@@ -288,7 +298,7 @@ Status GptModel::ForwardUse(const UnitCall& call, const std::vector<TensorView>&
 Status GptModel::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                              const std::vector<TensorView>& grads) {
   if (n_ == 0) return Status::Ok();
-  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = n_;
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = n_;
   const size_t use = call.use;
   std::vector<const float*> p = Params(views);
   std::vector<float*> g(grads.size());
@@ -326,8 +336,9 @@ StatusOr<double> GptModel::ForwardBackward(const Batch& batch) {
   cb.loss = [&](int64_t) -> Status {
     if (n_ == 0) return Status::Ok();
     dlogits_.resize(logits_.size());
-    ASSIGN_OR_RETURN(loss, nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_,
-                                                shape_.vocab, double(n_), dlogits_.data()));
+    ASSIGN_OR_RETURN(loss,
+                     nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_,
+                                          shape_.padded_vocab(), double(n_), dlogits_.data()));
     return Status::Ok();
   };
   RETURN_IF_ERROR(runner_.ForwardBackward(cb));
@@ -339,7 +350,7 @@ StatusOr<double> GptModel::LossSum(const Batch& batch) {
   RETURN_IF_ERROR(runner_.Forward(Callbacks()));
   if (n_ == 0) return 0.0;
   // Normaliser t: each row's mean over its targets, summed over rows.
-  return nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_, shape_.vocab,
+  return nn::CrossEntropyLoss(ctx_, logits_.data(), tok_.targets.data(), n_, shape_.padded_vocab(),
                               double(seq_), nullptr);
 }
 
@@ -347,7 +358,7 @@ StatusOr<const float*> GptModel::LastLogits(const Batch& batch) {
   RETURN_IF_ERROR(SetBatch(batch));
   if (n_ == 0) return InvalidArgument("LastLogits: an empty batch");
   RETURN_IF_ERROR(runner_.Forward(Callbacks()));
-  return logits_.data() + (n_ - 1) * shape_.vocab;
+  return logits_.data() + (n_ - 1) * shape_.padded_vocab();
 }
 
 StatusOr<std::vector<int64_t>> GptLm::Sample(std::vector<int64_t> prompt, int64_t n,

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,14 @@ struct GptShape {
   int64_t n_head = 2;
   int64_t n_embd = 32;
   int64_t block_size = 16;  // T
-  int64_t vocab = 256;      // V (byte vocabulary)
+  int64_t vocab = 256;      // V (--vocab-size; the byte vocabulary by default)
+
+  // Vp: the rows of wte and the width of the logits, V rounded up to a multiple of 64 (as nanoGPT
+  // pads GPT-2's 50257 to 50304, for the GEMMs). The logits of the padding columns are set to
+  // kMaskedLogit before the softmax, so they take no probability mass and get no gradient; the
+  // padding rows of wte are never read by the embedding and exports strip them
+  // (PaddingMetaSections).
+  int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }
 
   // kInvalidArgument naming the flag for non-positive sizes or n_embd % n_head != 0.
   Status Check() const;
@@ -82,11 +90,18 @@ enum BlockParam {
   kBlockParams
 };
 constexpr float kLayerNormEps = 1e-5f;
+// The value of a padding logit: the float whose four bytes are 0xF7 (-1.0045e34, so a memset
+// writes it on either device); exp(kMaskedLogit - max) is exactly 0 in float and double.
+constexpr unsigned char kMaskedLogitByte = 0xF7;
 }  // namespace gpt_layout
 // The schedule of unit uses (see above).
 UnitSchedule GptSchedule(const GptShape& s, bool recompute);
 // {"lm_head.weight": "transformer.wte.weight"}.
 std::map<std::string, std::string> GptTiedNames();
+// Checkpoint meta sections of a padded vocabulary (Vp > V): {"export_rows":
+// {"transformer.wte.weight": V}}, so exports write the V real rows (checkpoint/export.h); {}
+// otherwise.
+nlohmann::json PaddingMetaSections(const GptShape& s);
 
 // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), the two c_proj weights of each
 // block ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0; each parameter
@@ -123,8 +138,8 @@ class GptLm : public ModelCompute {
 
  protected:
   explicit GptLm(const GptShape& shape) : shape_(shape) {}
-  // Collective. Forward of `batch` (rows >= 1); the f32 logits [V] of the last position of its
-  // last row, in host memory valid until the next call.
+  // Collective. Forward of `batch` (rows >= 1); the f32 logits of the last position of its last
+  // row (the V real ones first), in host memory valid until the next call.
   virtual StatusOr<const float*> LastLogits(const Batch& batch) = 0;
 
   GptShape shape_;

@@ -10,11 +10,16 @@ namespace shardema::examples {
 namespace {
 
 const char* kDescription =
-    "Trains a nanoGPT-shaped transformer (byte vocabulary, PyTorch parameter names, lm_head tied\n"
-    "to wte) with the sharded parameter store, AdamW/SGD and sharded EMA slots.\n"
+    "Trains a nanoGPT-shaped transformer (PyTorch parameter names, lm_head tied to wte) with the\n"
+    "sharded parameter store, AdamW/SGD and sharded EMA slots. --vocab-size V (default 256, the\n"
+    "bytes) is padded to a multiple of 64 (GPT-2's 50257 -> 50304) for the GEMMs; the padding\n"
+    "logits are masked out of the softmax and exports keep wte's V real rows.\n"
     "Run as: mpirun -np W train_gpt --data input.txt --n-layer 4 --n-head 4 --n-embd 128 ...\n"
     "--data: the raw bytes of a file are the tokens, or a .safetensors with tokens\n"
-    "(U8/U16/I32/I64 [N]). Step s uses --batch B sequences of --block-size T tokens; rank r of W\n"
+    "(U8/U16/I32/I64 [N]), or a .bin token file (nanoGPT's uint16 train.bin, or an llm.c shard:\n"
+    "a 256-int32 header, then uint16), memory-mapped; a pattern with * or ? reads its .bin files\n"
+    "in name order as one stream (llm.c's shards). Step s uses --batch B sequences of --block-size "
+    "T tokens; rank r of W\n"
     "takes sequences j in [r*B/W, (r+1)*B/W) (per micro-batch with --grad-accum). --data-order\n"
     "sequential: sequence j starts at ((s*B + j)*T) mod (N - T); shuffled: a seeded permutation,\n"
     "per epoch, of the windows k*T (the same at every world size). Without --init, nanoGPT's\n"
@@ -32,8 +37,12 @@ Status FinishGpt(const std::string& data_order, GptConfig& c) {
   if (c.n_embd % c.n_head != 0) {
     return InvalidArgument("--n-embd ", c.n_embd, " is not divisible by --n-head ", c.n_head);
   }
+  if (c.vocab_size < 1 || c.vocab_size > (int64_t(1) << 31) - 64) {
+    return InvalidArgument("--vocab-size ", c.vocab_size, " is outside [1, 2^31 - 64]");
+  }
   if (c.data.empty())
-    return InvalidArgument("--data is required (a text file, or .safetensors with tokens)");
+    return InvalidArgument(
+        "--data is required (a text file, .safetensors with tokens, or .bin token files)");
   ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(data_order));
   if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
   RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
@@ -88,6 +97,11 @@ class GptTrainModel final : public TrainModel {
     return rules;
   }
   std::map<std::string, std::string> TiedNames() const override { return GptTiedNames(); }
+  nlohmann::json MetaSections() const override {
+    nlohmann::json m = TrainModel::MetaSections();
+    m.update(PaddingMetaSections(c_.Shape()));
+    return m;
+  }
 
   // Units wte V*C, wpe T*C, ln_f 2C and n_layer blocks of 12C^2 + 13C; per token of a micro-batch
   // every block's ln_1, qkv, attention probabilities, attention output, c_proj, ln_2, c_fc, gelu
@@ -97,7 +111,7 @@ class GptTrainModel final : public TrainModel {
     ModelMemory m;
     m.size_flags = "--n-embd / --n-layer";
     const std::string flag = "--n-embd / --n-layer / --block-size";
-    const int64_t C = c_.n_embd, T = c_.block_size, V = GptShape().vocab;
+    const int64_t C = c_.n_embd, T = c_.block_size, V = c_.Shape().padded_vocab();
     if (C <= 0 || T <= 0 || c_.n_layer <= 0 || c_.n_head <= 0 || C % c_.n_head != 0) {
       return InvalidArgument("GPT shape: --n-layer ", c_.n_layer, " --n-head ", c_.n_head,
                              " --n-embd ", C, " --block-size ", T,
@@ -116,7 +130,7 @@ class GptTrainModel final : public TrainModel {
   }
 
   StatusOr<std::unique_ptr<TrainData>> LoadData(Communicator* comm) override {
-    const int64_t vocab = GptShape().vocab;
+    const int64_t vocab = c_.vocab_size;
     StatusOr<TokenData> d = LoadTokens(c_.data, vocab, c_.block_size);
     RETURN_IF_ERROR(AgreeOnStatus(comm, d.status(), "--data"));
     TokenData eval;
@@ -152,25 +166,28 @@ class GptTrainModel final : public TrainModel {
   nlohmann::json Hparams() const override {
     const nlohmann::json all = Config();
     nlohmann::json h;
-    for (const char* k :
-         {"model", "n_layer", "n_head", "n_embd", "block_size", "data", "data_order"}) {
-      h[k] = all[k];
+    for (const char* k : {"model", "n_layer", "n_head", "n_embd", "block_size", "vocab_size",
+                          "data", "data_order"}) {
+      if (all.contains(k)) h[k] = all[k];
     }
     return h;
   }
   nlohmann::json Config() const override {
-    return {{"model", "gpt"},
-            {"n_layer", c_.n_layer},
-            {"n_head", c_.n_head},
-            {"n_embd", c_.n_embd},
-            {"block_size", c_.block_size},
-            {"data_order", DataOrderName(c_.data_order)},
-            {"sample", c_.sample},
-            {"temperature", c_.temperature},
-            {"recompute", c_.recompute},
-            {"compute_threads", c_.compute_threads},
-            {"data", c_.data},
-            {"eval_data", c_.eval_data}};
+    nlohmann::json cfg = {{"model", "gpt"},
+                          {"n_layer", c_.n_layer},
+                          {"n_head", c_.n_head},
+                          {"n_embd", c_.n_embd},
+                          {"block_size", c_.block_size},
+                          {"data_order", DataOrderName(c_.data_order)},
+                          {"sample", c_.sample},
+                          {"temperature", c_.temperature},
+                          {"recompute", c_.recompute},
+                          {"compute_threads", c_.compute_threads},
+                          {"data", c_.data},
+                          {"eval_data", c_.eval_data}};
+    // The byte vocabulary (the default) is left out: checkpoints from before --vocab-size match.
+    if (c_.vocab_size != GptShape().vocab) cfg["vocab_size"] = c_.vocab_size;
+    return cfg;
   }
   nlohmann::json BenchJson() const override {
     return {{"n_layer", c_.n_layer},
@@ -179,14 +196,21 @@ class GptTrainModel final : public TrainModel {
             {"block_size", c_.block_size}};
   }
 
-  // --sample bytes generated with the prompt "\n", --temperature and the stream "sample" of
-  // --seed (the same for every weights).
+  // --sample tokens generated with the prompt "\n" (token 10), --temperature and the stream
+  // "sample" of --seed (the same for every weights): the text of a byte vocabulary, else the token
+  // ids separated by spaces.
   bool samples() const override { return c_.sample > 0; }
   StatusOr<std::string> Sample() override {
     ASSIGN_OR_RETURN(std::vector<int64_t> toks,
                      lm_->Sample({int64_t('\n')}, c_.sample, c_.temperature, c_.seed, "sample"));
     std::string text;
-    for (int64_t t : toks) text.push_back(char(t));
+    for (int64_t t : toks) {
+      if (c_.vocab_size <= 256) {
+        text.push_back(char(t));
+      } else {
+        text += (text.empty() ? "" : " ") + std::to_string(t);
+      }
+    }
     return text;
   }
 
@@ -225,6 +249,7 @@ GptShape GptConfig::Shape() const {
   s.n_head = n_head;
   s.n_embd = n_embd;
   s.block_size = block_size;
+  s.vocab = vocab_size;
   return s;
 }
 
@@ -239,8 +264,12 @@ ModelFlags GptFlags(GptConfig* c) {
         ->capture_default_str();
     app.add_option("--n-embd", c->n_embd, "model width C")->capture_default_str();
     app.add_option("--block-size", c->block_size, "sequence length T")->capture_default_str();
+    app.add_option("--vocab-size", c->vocab_size,
+                   "vocabulary V (tokens in [0, V)); padded to a multiple of 64")
+        ->capture_default_str();
     app.add_option("--data", c->data,
-                   "text file (bytes are tokens) or .safetensors with tokens [N]");
+                   "text file (bytes are tokens), .safetensors with tokens [N], or .bin token "
+                   "files (nanoGPT / llm.c; a * or ? pattern for several)");
     app.add_option("--eval-data", c->eval_data,
                    "like --data, for evaluation (default: training tokens)");
     app.add_option("--data-order", *data_order, "shuffled | sequential")->capture_default_str();

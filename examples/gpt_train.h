@@ -30,8 +30,9 @@ namespace shardema::examples {
 struct GptConfig : TrainConfig {
   GptConfig();  // nanoGPT's defaults of the trainer's flags (above)
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
-  std::string data;       // --data (required): a text file (bytes are tokens) or .safetensors
-  std::string eval_data;  // --eval-data: empty = the training tokens
+  int64_t vocab_size = 256;  // --vocab-size V (padded to a multiple of 64: GptShape)
+  std::string data;          // --data (required): a text file (bytes are tokens) or .safetensors
+  std::string eval_data;     // --eval-data: empty = the training tokens
   DataOrder data_order = DataOrder::kShuffled;
   int64_t sample = 0;        // --sample N: bytes generated at the end from live and EMA weights
   double temperature = 1.0;  // sampling temperature (0: argmax)

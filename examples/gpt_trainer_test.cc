@@ -7,13 +7,16 @@
 //   * bit-exact resume on the same world size, and a resume resharded onto one rank that
 //     continues the same data order (losses and weights agree with a straight run);
 //   * weight decay only on >= 2-D parameters; --init errors (lm_head differing from wte);
-//   * --sample: every rank generates the same bytes, and live and EMA weights differ.
+//   * --sample: every rank generates the same bytes, and live and EMA weights differ;
+//   * a padded vocabulary (--vocab-size 300, wte padded to 320 rows): the padding rows never
+//     reach the loss or a real row, and exports keep the 300 real rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "ema/snapshot.h"
+#include "examples/gpt_model.h"
 #include "examples/test_files.h"
 #include "examples/trainer_test_util.h"
 #include "framework/self_communicator.h"
@@ -340,6 +344,98 @@ TEST(GptTrainerTest, SamplesAreTheSameOnEveryRankAndDifferPerSlot) {
   StatusOr<TrainRun> again = Train(ParityArgs() + " --init " + kInit + " --sample 24", World());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->summary.samples, samples);
+}
+
+// --vocab-size 300 pads wte to 320 rows (GptShape::padded_vocab). Two runs whose --init files
+// differ only in the padding rows train bit-identically (losses, and every real row of every slot):
+// the masked logits take no probability mass and give those rows no gradient, and the embedding
+// never reads them. Unmasked, the 20 padding logits would change every loss. The first loss is
+// about ln(300) (small initial logits), not ln(320). An export keeps the 300 real rows of wte and
+// of its alias lm_head.
+TEST(GptTrainerTest, PaddedVocabularyRowsNeverReachTheLoss) {
+  GptShape shape;
+  shape.n_layer = 2;
+  shape.n_head = 2;
+  shape.n_embd = kC;
+  shape.block_size = 8;
+  shape.vocab = 300;
+  ASSERT_EQ(shape.padded_vocab(), 320);
+  const std::string data = TestPath("v300_tokens.safetensors");
+  const std::string init[2] = {TestPath("v300_init_a.safetensors"),
+                               TestPath("v300_init_b.safetensors")};
+  if (World()->rank() == 0) {
+    std::vector<uint16_t> toks(600);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = uint16_t((i * 7919 + 13) % 300);
+    ASSERT_TRUE(WriteSafetensorsFile(data, {{"tokens", MakeRawTensor("U16", {600}, toks)}}).ok());
+    for (int f = 0; f < 2; ++f) {
+      std::map<std::string, RawTensor> params;
+      for (const UnitSpec& u : GptUnits(shape)) {
+        for (const ParamSpec& ps : u.params) {
+          std::vector<float> v(size_t(NumElements(ps.shape)));
+          for (size_t k = 0; k < v.size(); ++k) v[k] = 0.02f * std::sin(0.37f * float(k) + 1.3f);
+          if (ps.name == "transformer.wte.weight") {
+            for (size_t k = size_t(300 * kC); k < v.size(); ++k) v[k] = f == 0 ? 0.f : 3.f;
+          }
+          if (ps.name.find("ln_") != std::string::npos &&
+              ps.name.find(".weight") != std::string::npos)
+            std::fill(v.begin(), v.end(), 1.f);
+          params[ps.name] = MakeRawTensor("F32", ps.shape, v);
+        }
+      }
+      ASSERT_TRUE(WriteSafetensorsFile(init[f], params).ok());
+    }
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  const std::string args =
+      "--n-layer 2 --n-head 2 --n-embd 16 --block-size 8 --batch 12 --steps 6 --vocab-size 300 "
+      "--lr 1e-2 --weight-decay 0.1 --clip-norm 1 --ema 0.9 --data-order sequential --data " +
+      data;
+  const std::string dir = TestPath("v300_ckpt");
+  StatusOr<TrainRun> a = Train(args + " --init " + init[0] + " --ckpt-dir " + dir, World());
+  ASSERT_TRUE(a.ok()) << a.status();
+  StatusOr<TrainRun> b = Train(args + " --init " + init[1], World());
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->summary.losses.size(), 6u);
+  EXPECT_EQ(a->summary.losses, b->summary.losses);
+  EXPECT_NEAR(a->summary.losses[0], std::log(300.0), 0.02);
+  const std::vector<std::vector<FullTensor>> sa = GatherState(*a->trainer);
+  const std::vector<std::vector<FullTensor>> sb = GatherState(*b->trainer);
+  if (World()->rank() == 0) {
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t s = 0; s < sa.size(); ++s) {
+      for (size_t t = 0; t < sa[s].size(); ++t) {
+        const FullTensor &x = sa[s][t], &y = sb[s][t];
+        const size_t n = x.name == "transformer.wte.weight" ? size_t(300 * kC) : x.data.size();
+        ASSERT_EQ(x.shape, y.shape) << x.name;
+        EXPECT_TRUE(std::equal(x.data.begin(), x.data.begin() + n, y.data.begin()))
+            << "slot " << s << " " << x.name;
+      }
+    }
+    const std::string out = TestPath("v300_export.safetensors");
+    ASSERT_TRUE(ExportSafetensors(dir, "ema_0.9", DType::kF32, out).ok());
+    StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+      const SafetensorsTensor* t = (*f)->Find(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->shape, (Shape{300, kC})) << name;
+    }
+  }
+}
+
+TEST(GptTrainerTest, BadVocabularySizeIsRefused) {
+  for (const char* v : {"0", "-3", "2147483647"}) {
+    StatusOr<ParsedGptArgs> p =
+        ParseGptConfig(SplitArgs(ParityArgs() + " --vocab-size " + std::string(v)));
+    ASSERT_FALSE(p.ok()) << v;
+    EXPECT_NE(p.status().message().find("--vocab-size " + std::string(v)), std::string::npos)
+        << p.status();
+  }
+  // A token outside the vocabulary is named (the parity text's bytes reach 'z' = 122).
+  StatusOr<TrainRun> r = Train(ParityArgs() + " --vocab-size 100", World());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("outside the vocabulary [0, 100)"), std::string::npos)
+      << r.status();
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ Status GptModelCuda::Reserve(int64_t n, int64_t att_numel) {
   if (n <= n_cap_ && att_numel <= att_cap_) return Status::Ok();
   RETURN_IF_ERROR(SynchronizeStream(stream_));  // queued work may still read the old buffers
   const int64_t cap = std::max(n, 2 * n_cap_), att = std::max(att_numel, att_cap_);
-  const int64_t C = shape_.n_embd, V = shape_.vocab;
+  const int64_t C = shape_.n_embd, V = shape_.padded_vocab();
   const Device d = dev_;
   RETURN_IF_ERROR(Grow(&ids_, cap, sizeof(int64_t), d));
   RETURN_IF_ERROR(Grow(&targets_, cap, sizeof(int64_t), d));
@@ -215,7 +215,7 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
 
 Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
   if (tok_.n == 0) return Status::Ok();  // a rank without rows still takes part in the gathers
-  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = tok_.n;
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = tok_.n;
   const size_t use = call.use;
   void* s = stream_.native;
   ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
@@ -234,13 +234,15 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
                                       kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
                                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
   }
-  return Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>());
+  RETURN_IF_ERROR(Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>()));
+  // The padding columns, masked out of the softmax (GptShape::padded_vocab).
+  return nn::LaunchFillColumns(logits_.as<float>(), n, V, shape_.vocab, kMaskedLogitByte, s);
 }
 
 Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                                  const std::vector<TensorView>& grads) {
   if (tok_.n == 0) return Status::Ok();  // the store's zeroed buffer is the gradient
-  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.vocab, n = tok_.n;
+  const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = tok_.n;
   const size_t use = call.use;
   void* s = stream_.native;
   ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
@@ -275,7 +277,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
 
 Status GptModelCuda::QueueLoss(double norm, bool read) {
   RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
-      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.vocab, norm,
+      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.padded_vocab(), norm,
       dlogits_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
   if (!read) return Status::Ok();
   RETURN_IF_ERROR(
@@ -312,9 +314,9 @@ StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
   if (tok_.n == 0) return InvalidArgument("LastLogits: an empty batch");
   RETURN_IF_ERROR(runner_->Forward(Callbacks()));
-  const int64_t V = shape_.vocab;
+  const int64_t V = shape_.vocab;  // the real logits of the last row
   RETURN_IF_ERROR(CopyBytes(logits_host_.data(), Device::Cpu(),
-                            logits_.as<const float>() + (tok_.n - 1) * V, dev_,
+                            logits_.as<const float>() + (tok_.n - 1) * shape_.padded_vocab(), dev_,
                             size_t(V) * sizeof(float), stream_));
   RETURN_IF_ERROR(loss_ready_.Record(stream_));
   RETURN_IF_ERROR(loss_ready_.Synchronize("model loss read"));

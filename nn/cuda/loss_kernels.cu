@@ -120,6 +120,19 @@ Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64
   return QueueSum(scratch, rows, norm, loss, s);
 }
 
+Status LaunchFillColumns(float* y, int64_t rows, int64_t cols, int64_t from, unsigned char byte,
+                         void* stream) {
+  if (rows < 0 || from < 0 || from > cols) {
+    return InvalidArgument("LaunchFillColumns: rows ", rows, ", columns ", from, " .. ", cols);
+  }
+  if (rows == 0 || from == cols) return Status::Ok();
+  if (y == nullptr) return InvalidArgument("LaunchFillColumns: null pointer");
+  return CudaStatus(
+      cudaMemset2DAsync(y + from, size_t(cols) * sizeof(float), byte,
+                        size_t(cols - from) * sizeof(float), size_t(rows), AsStream(stream)),
+      "cudaMemset2DAsync (masked columns)");
+}
+
 Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,
                       void* stream) {
   if (loss == nullptr || sum == nullptr || mean == nullptr) {

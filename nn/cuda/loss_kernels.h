@@ -32,6 +32,11 @@ Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64
                               int64_t classes, double norm, float* dlogits, double* scratch,
                               double* loss, void* stream);
 
+// y [rows, cols]: every byte of columns [from, cols) set to `byte` (e.g. masked logits). One
+// cudaMemset2DAsync. kInvalidArgument for from outside [0, cols] or a null y with work to do.
+Status LaunchFillColumns(float* y, int64_t rows, int64_t cols, int64_t from, unsigned char byte,
+                         void* stream);
+
 // One thread. kInvalidArgument for null pointers or count < 1.
 Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,
                       void* stream);
