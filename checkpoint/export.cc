@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -20,6 +21,7 @@
 #include "checkpoint/safetensors_index.h"
 #include "checkpoint/slot_meta.h"
 #include "checkpoint/slot_values.h"
+#include "framework/glob.h"
 #include "fsdp/slot_names.h"
 
 namespace shardema {
@@ -28,8 +30,41 @@ using nlohmann::json;
 
 namespace {
 
+// The "transpose" globs of meta.export_layouts[layout] (see export.h).
+StatusOr<std::vector<std::string>> LayoutTransposes(const json& meta, const std::string& layout) {
+  const json* all =
+      meta.is_object() && meta.contains("export_layouts") ? &meta.at("export_layouts") : nullptr;
+  if (all != nullptr && !all->is_object())
+    return DataLoss("export: checkpoint meta 'export_layouts' is not an object");
+  if (all == nullptr || !all->contains(layout)) {
+    std::string names;
+    if (all != nullptr) {
+      for (auto it = all->begin(); it != all->end(); ++it) {
+        names += (names.empty() ? "" : ", ") + it.key();
+      }
+    }
+    return NotFound("export: the checkpoint defines no layout '", layout,
+                    "' (it defines: ", names.empty() ? "none" : names, ")");
+  }
+  const json& l = all->at(layout);
+  std::vector<std::string> globs;
+  if (!l.is_object() || !l.contains("transpose") || !l.at("transpose").is_array()) {
+    return DataLoss("export: checkpoint meta 'export_layouts.", layout,
+                    "' is not {\"transpose\": [globs]}");
+  }
+  for (const json& g : l.at("transpose")) {
+    if (!g.is_string()) {
+      return DataLoss("export: checkpoint meta 'export_layouts.", layout, ".transpose' holds ",
+                      g.dump(), ", not a string");
+    }
+    globs.push_back(g.get<std::string>());
+  }
+  return globs;
+}
+
 StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std::string& slot,
-                                                   DType dtype, bool include_buffers) {
+                                                   DType dtype, bool include_buffers,
+                                                   const std::string& layout) {
   std::map<std::string, ExportTensor> items;
   const std::string st_dtype = DTypeSafetensorsName(dtype);
   for (size_t u = 0; u < m.layout.units().size(); ++u) {
@@ -86,6 +121,18 @@ StatusOr<std::vector<ExportTensor>> CollectTensors(const Manifest& m, const std:
       it->second.numel = NumElements(shape);  // the leading rows (row-major)
     }
   }
+  if (!layout.empty()) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> globs, LayoutTransposes(m.meta, layout));
+    for (auto& [name, it] : items) {
+      if (it.buffer >= 0 || it.tensor.shape.size() != 2) continue;
+      for (const std::string& g : globs) {
+        if (!GlobMatch(g, name)) continue;
+        it.transposed = true;
+        std::swap(it.tensor.shape[0], it.tensor.shape[1]);
+        break;
+      }
+    }
+  }
   // Tied weights: each alias is a copy of its parameter (see export.h).
   if (m.meta.is_object() && m.meta.contains("tied_weights")) {
     const json& tied = m.meta.at("tied_weights");
@@ -122,7 +169,7 @@ std::string Stem(const std::string& out_path) {
 // The part of tensor `t` (elements [*lo, *hi)) that `rank` of `world` writes: parameters by the
 // unit shard at that world size, buffers by rank 0.
 void OwnedRange(const ExportTensor& t, int rank, int world, int64_t* lo, int64_t* hi) {
-  if (t.buffer >= 0) {
+  if (t.buffer >= 0 || t.transposed) {
     *lo = 0;
     *hi = rank == 0 ? t.numel : 0;
     return;
@@ -141,6 +188,24 @@ Status WriteOwnedParts(const ExportFilePlan& f, DType dtype, const ExportValueFn
   for (const ExportTensor& t : f.tensors) {
     int64_t lo = 0, hi = 0;
     OwnedRange(t, rank, world, &lo, &hi);
+    if (t.transposed && hi > lo) {  // [R, C] read whole, written as [C, R]
+      const int64_t cols = t.tensor.shape[0], rows = t.tensor.shape[1];
+      std::vector<char> whole(size_t(t.numel) * ds), out(size_t(t.numel) * ds);
+      for (int64_t b = 0; b < t.numel; b += step) {
+        const int64_t n = std::min(step, t.numel - b);
+        DType src_type = dtype;
+        RETURN_IF_ERROR(values(t, b, n, src.data(), &src_type));
+        ConvertBuffer(src.data(), src_type, whole.data() + size_t(b) * ds, dtype, size_t(n));
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          std::memcpy(out.data() + size_t(c * rows + r) * ds,
+                      whole.data() + size_t(r * cols + c) * ds, ds);
+        }
+      }
+      RETURN_IF_ERROR(file.WriteAt(f.header.size() + t.tensor.begin, out.data(), out.size()));
+      continue;
+    }
     for (int64_t b = lo; b < hi; b += step) {
       const int64_t n = std::min(step, hi - b);
       DType src_type = dtype;
@@ -409,7 +474,7 @@ StatusOr<ExportPlan> PlanExport(const Manifest& m, const std::string& slot, DTyp
                                 const std::map<std::string, std::string>& metadata,
                                 const ExportOptions& options) {
   ASSIGN_OR_RETURN(std::vector<ExportTensor> items,
-                   CollectTensors(m, slot, dtype, options.include_buffers));
+                   CollectTensors(m, slot, dtype, options.include_buffers, options.layout));
   ExportPlan plan;
   plan.dtype = dtype;
   plan.step = m.step;

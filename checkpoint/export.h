@@ -12,8 +12,11 @@
 // as PyTorch's state_dict of a module with tied weights lists both names. Padding rows: the
 // meta's "export_rows" object {parameter: rows} (e.g. {"transformer.wte.weight": 50257}, written
 // by train_gpt for a vocabulary padded to 50304) exports only the parameter's first `rows` rows
-// (and its aliases'). Tensors are ordered by name (the reference writer's order for equal
-// alignment).
+// (and its aliases'). Layouts: ExportOptions::layout names an entry of the meta's
+// "export_layouts" object, {name: {"transpose": [glob, ...]}} (e.g. train_gpt's "hf": the Conv1D
+// weights of Hugging Face's GPT2LMHeadModel, stored [in, out]); the 2-D parameters matching a
+// glob (framework/glob.h) are written transposed, each held whole in memory while it is written.
+// Tensors are ordered by name (the reference writer's order for equal alignment).
 // __metadata__: format = "pt", step, slot, source = "shardema", and the slot's hyperparameters
 // from the checkpoint meta (meta.ema.<slot> object, the meta.ema array element whose "name" is
 // the slot, or the meta.ema.slots[] entry whose config.name is the slot — the optimizer's layout,
@@ -52,7 +55,9 @@
 // Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
 // the slots); kFailedPrecondition for a slot that never started (CheckSlotStarted); kDataLoss for
 // a malformed "tied_weights" (an alias of no parameter, or one that is itself a tensor),
-// "export_rows" (no such parameter, rows outside [1, first dimension]) or slot
+// "export_rows" (no such parameter, rows outside [1, first dimension]), "export_layouts" (not
+// {name: {"transpose": [strings]}}; kNotFound for a layout it does not name, listing those it
+// does) or slot
 // meta entry; write errors naming the file. Nothing is written on error before the writing
 // starts. Threading: thread-safe for distinct outputs.
 //
@@ -90,6 +95,9 @@ struct ExportOptions {
   bool include_buffers = true;
   size_t cache_chunks = 2;
   bool fsync = true;
+  // A layout the checkpoint meta's "export_layouts" names (e.g. "hf" of train_gpt): its
+  // "transpose" globs select 2-D parameters written transposed ([in, out] for [out, in]).
+  std::string layout;
 };
 
 struct ExportReport {
@@ -115,6 +123,7 @@ struct ExportTensor {
   int64_t offset = 0;
   int64_t unit_numel = 0;
   int64_t numel = 0;
+  bool transposed = false;  // a 2-D parameter written as its transpose (tensor.shape is the file's)
 };
 
 struct ExportFilePlan {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "checkpoint/safetensors.h"
+#include "framework/glob.h"
 #include "framework/rng.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
@@ -79,9 +80,10 @@ UnitSchedule GptSchedule(const GptShape& s, bool recompute) {
 
 std::map<std::string, std::string> GptTiedNames() { return {{kLmHead, kWte}}; }
 
-nlohmann::json PaddingMetaSections(const GptShape& s) {
-  if (s.padded_vocab() == s.vocab) return nlohmann::json::object();
-  return {{"export_rows", {{kWte, s.vocab}}}};
+nlohmann::json GptMetaSections(const GptShape& s) {
+  nlohmann::json m = {{"export_layouts", {{"hf", {{"transpose", GptHfTransposedGlobs()}}}}}};
+  if (s.padded_vocab() != s.vocab) m["export_rows"] = {{kWte, s.vocab}};
+  return m;
 }
 
 Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t seed) {
@@ -100,12 +102,47 @@ Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t
   });
 }
 
-Status InitGptFromFile(ShardedParameterStore* store, const std::string& path) {
+std::vector<std::string> GptHfTransposedGlobs() {
+  return {"*.attn.c_attn.weight", "*.attn.c_proj.weight", "*.mlp.c_fc.weight",
+          "*.mlp.c_proj.weight"};
+}
+
+namespace {
+
+bool IsHfConv1D(const std::string& name) {
+  for (const std::string& g : GptHfTransposedGlobs()) {
+    if (GlobMatch(g, name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status InitGptFromFile(ShardedParameterStore* store, const GptShape& s, const std::string& path) {
   StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
   const SafetensorsSet& f = **opened;
-  RETURN_IF_ERROR(
-      CheckInitFile(f, store->layout(), {kLmHead}, "--n-layer/--n-head/--n-embd/--block-size"));
+  const int64_t C = s.n_embd;
+  const SafetensorsTensor* attn0 = f.Find("transformer.h.0.attn.c_attn.weight");
+  const bool hf = attn0 != nullptr && attn0->shape == Shape{C, 3 * C};
+  const SafetensorsTensor* wte0 = f.Find(kWte);
+  const bool real_rows =
+      wte0 != nullptr && s.padded_vocab() != s.vocab && wte0->shape == Shape{s.vocab, C};
+  InitFileRules rules;
+  rules.optional = {kLmHead};
+  if (hf) {
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+      const std::string h = "transformer.h." + std::to_string(i) + ".attn.";
+      rules.ignored.insert({h + "bias", h + "masked_bias"});
+    }
+  }
+  rules.file_shape = [&](const ParamLayout& p) -> Shape {
+    if (hf && p.shape.size() == 2 && IsHfConv1D(p.name)) return {p.shape[1], p.shape[0]};
+    if (real_rows && p.name == kWte) return {s.vocab, C};
+    return p.shape;
+  };
+  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), rules,
+                                "--n-layer/--n-head/--n-embd/--block-size/--vocab-size"));
   if (const SafetensorsTensor* head = f.Find(kLmHead)) {
     const SafetensorsTensor* wte = f.Find(kWte);
     if (head->shape != wte->shape) {
@@ -125,7 +162,21 @@ Status InitGptFromFile(ShardedParameterStore* store, const std::string& path) {
       }
     }
   }
-  return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
+  return store->InitFromFunction([&](const ParamLayout& p, float* out) -> Status {
+    if (hf && p.shape.size() == 2 && IsHfConv1D(p.name)) {  // [in, out] -> [out, in]
+      const int64_t rows = p.shape[0], cols = p.shape[1];
+      std::vector<float> t(size_t(p.numel));
+      RETURN_IF_ERROR(f.ReadTensor(p.name, DType::kF32, t.data(), p.numel));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = t[size_t(c * rows + r)];
+      }
+      return Status::Ok();
+    }
+    if (real_rows && p.name == kWte) {  // the padding rows start at 0
+      RETURN_IF_ERROR(f.ReadTensor(p.name, DType::kF32, out, s.vocab * C));
+      std::fill(out + s.vocab * C, out + p.numel, 0.f);
+      return Status::Ok();
+    }
     return f.ReadTensor(p.name, DType::kF32, out, p.numel);
   });
 }

@@ -63,7 +63,7 @@ struct GptShape {
   // pads GPT-2's 50257 to 50304, for the GEMMs). The logits of the padding columns are set to
   // kMaskedLogit before the softmax, so they take no probability mass and get no gradient; the
   // padding rows of wte are never read by the embedding and exports strip them
-  // (PaddingMetaSections).
+  // (GptMetaSections).
   int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }
 
   // kInvalidArgument naming the flag for non-positive sizes or n_embd % n_head != 0.
@@ -98,10 +98,11 @@ constexpr unsigned char kMaskedLogitByte = 0xF7;
 UnitSchedule GptSchedule(const GptShape& s, bool recompute);
 // {"lm_head.weight": "transformer.wte.weight"}.
 std::map<std::string, std::string> GptTiedNames();
-// Checkpoint meta sections of a padded vocabulary (Vp > V): {"export_rows":
-// {"transformer.wte.weight": V}}, so exports write the V real rows (checkpoint/export.h); {}
-// otherwise.
-nlohmann::json PaddingMetaSections(const GptShape& s);
+// train_gpt's checkpoint meta sections for exports (checkpoint/export.h): "export_layouts"
+// {"hf": {"transpose": GptHfTransposedGlobs()}} (`ckpt export --layout hf` writes Hugging Face's
+// GPT2LMHeadModel layout), and for a padded vocabulary (Vp > V) "export_rows"
+// {"transformer.wte.weight": V}, so exports write the V real rows.
+nlohmann::json GptMetaSections(const GptShape& s);
 
 // nanoGPT's init: weights of Linear and Embedding ~ N(0, 0.02), the two c_proj weights of each
 // block ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0; each parameter
@@ -109,10 +110,17 @@ nlohmann::json PaddingMetaSections(const GptShape& s);
 Status InitGptFromSeed(ShardedParameterStore* store, const GptShape& s, uint64_t seed);
 
 // --init: every store parameter by name (F32/BF16/F16, exact shape); lm_head.weight optional and,
-// when present, equal to transformer.wte.weight element for element. Errors list every problem:
-// kInvalidArgument (missing tensor, wrong shape or dtype, unknown tensor, lm_head differing from
-// wte with the first differing index), kDataLoss for a corrupt file.
-Status InitGptFromFile(ShardedParameterStore* store, const std::string& path);
+// when present, equal to transformer.wte.weight element for element. wte (and lm_head) may hold
+// the V real rows only (an export's): the padding rows start at 0. Hugging Face's
+// GPT2LMHeadModel layout is read too: recognised by c_attn.weight of shape [C, 3C], its Conv1D
+// weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored [in, out], the transpose
+// of ours, and its causal-mask buffers (attn.bias, attn.masked_bias) are ignored. Errors list
+// every problem: kInvalidArgument (missing tensor, wrong shape or dtype, unknown tensor, lm_head
+// differing from wte with the first differing index), kDataLoss for a corrupt file.
+Status InitGptFromFile(ShardedParameterStore* store, const GptShape& s, const std::string& path);
+// The names of the four Conv1D weights of the Hugging Face layout (per block), as globs
+// ("*.attn.c_attn.weight", ...): the parameters an export in that layout transposes.
+std::vector<std::string> GptHfTransposedGlobs();
 
 // The inputs and targets of a GPT batch: Batch::tokens [rows, t+1] split into ids (the first t
 // of each row) and targets (the last t), n = rows * t.

@@ -99,7 +99,7 @@ class GptTrainModel final : public TrainModel {
   std::map<std::string, std::string> TiedNames() const override { return GptTiedNames(); }
   nlohmann::json MetaSections() const override {
     nlohmann::json m = TrainModel::MetaSections();
-    m.update(PaddingMetaSections(c_.Shape()));
+    m.update(GptMetaSections(c_.Shape()));
     return m;
   }
 
@@ -146,7 +146,7 @@ class GptTrainModel final : public TrainModel {
     return InitGptFromSeed(store, c_.Shape(), seed);
   }
   Status InitFromFile(ShardedParameterStore* store, const std::string& path) override {
-    return InitGptFromFile(store, path);
+    return InitGptFromFile(store, c_.Shape(), path);
   }
 
   StatusOr<std::unique_ptr<ModelCompute>> Build(const ModelContext& ctx) override {

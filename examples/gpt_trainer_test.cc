@@ -27,6 +27,7 @@
 #include "examples/gpt_model.h"
 #include "examples/test_files.h"
 #include "examples/trainer_test_util.h"
+#include "framework/glob.h"
 #include "framework/self_communicator.h"
 #include "tests/test_world.h"
 #include "train/trainer.h"
@@ -421,6 +422,59 @@ TEST(GptTrainerTest, PaddedVocabularyRowsNeverReachTheLoss) {
       EXPECT_EQ(t->shape, (Shape{300, kC})) << name;
     }
   }
+}
+
+// `ckpt export --layout hf` (train_gpt's meta "export_layouts"): the four Conv1D weights of each
+// block are written transposed, the rest as they are; --init reads that layout back (and an
+// export's V real rows of wte): two runs started from the hf and the plain export of one
+// checkpoint train bit-identically.
+TEST(GptTrainerTest, HuggingFaceLayoutExportsAndInitsBack) {
+  const std::string dir = TestPath("hf_ckpt");
+  std::string args = ParityArgs() + " --vocab-size 200";
+  args.replace(args.find("--steps 12"), 10, "--steps 4");
+  ASSERT_TRUE(Train(args + " --ckpt-dir " + dir, World()).ok());
+  const std::string plain = TestPath("hf_plain.safetensors"), hf = TestPath("hf_hf.safetensors");
+  if (World()->rank() == 0) {
+    ASSERT_TRUE(ExportSafetensors(dir, "params", DType::kF32, plain).ok());
+    ExportOptions o;
+    o.layout = "hf";
+    ASSERT_TRUE(ExportSafetensors(dir, "params", DType::kF32, hf, o).ok());
+    o.layout = "nope";
+    StatusOr<ExportReport> bad = ExportSafetensors(dir, "params", DType::kF32, hf + ".x", o);
+    EXPECT_EQ(bad.status().code(), StatusCode::kNotFound) << bad.status();
+    std::unique_ptr<SafetensorsFile> a = SafetensorsFile::Open(plain).value();
+    std::unique_ptr<SafetensorsFile> b = SafetensorsFile::Open(hf).value();
+    int transposed = 0;
+    for (const SafetensorsTensor& t : a->header().tensors) {
+      const SafetensorsTensor* u = b->Find(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      std::vector<float> x = ReadF32(*a, t.name), y = ReadF32(*b, t.name);
+      bool conv1d = false;
+      for (const std::string& g : GptHfTransposedGlobs()) conv1d = conv1d || GlobMatch(g, t.name);
+      if (!conv1d) {
+        EXPECT_EQ(u->shape, t.shape) << t.name;
+        EXPECT_EQ(x, y) << t.name;
+        continue;
+      }
+      ++transposed;
+      ASSERT_EQ(u->shape, (Shape{t.shape[1], t.shape[0]})) << t.name;
+      for (int64_t r = 0; r < t.shape[0]; ++r) {
+        for (int64_t c = 0; c < t.shape[1]; ++c) {
+          ASSERT_EQ(x[size_t(r * t.shape[1] + c)], y[size_t(c * t.shape[0] + r)]) << t.name;
+        }
+      }
+    }
+    EXPECT_EQ(transposed, 4 * 2);  // c_attn, attn.c_proj, c_fc, mlp.c_proj of 2 blocks
+    EXPECT_EQ(a->Find("transformer.wte.weight")->shape, (Shape{200, kC}));
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  StatusOr<TrainRun> from_plain = Train(args + " --init " + plain, World());
+  StatusOr<TrainRun> from_hf = Train(args + " --init " + hf, World());
+  ASSERT_TRUE(from_plain.ok()) << from_plain.status();
+  ASSERT_TRUE(from_hf.ok()) << from_hf.status();
+  EXPECT_EQ(from_plain->summary.losses, from_hf->summary.losses);
+  const auto sp = GatherState(*from_plain->trainer), sh = GatherState(*from_hf->trainer);
+  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(sp, sh));
 }
 
 TEST(GptTrainerTest, BadVocabularySizeIsRefused) {

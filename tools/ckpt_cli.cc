@@ -25,7 +25,8 @@ constexpr char kDirHelp[] =
 constexpr char kSubcommands[] = "inspect, verify, export, reshard, diff, posthoc";
 
 struct Raw {
-  std::string dir, dir_b, slot = kMasterSlot, dtype = "f32", out, max_file_size = "0", sigma_rel;
+  std::string dir, dir_b, slot = kMasterSlot, dtype = "f32", out, max_file_size = "0", sigma_rel,
+                          layout;
   int64_t step = -1, step1 = -1, step2 = -1, step_max = -1;
   int world = 0;
   bool json = false, all = false, no_buffers = false, no_progress = false, slots_only = false;
@@ -146,6 +147,9 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
   exp->add_option("-o,--output", raw.out, "OUT.safetensors")->required();
   CLI::Option* export_step = AddStep(exp, raw);
   exp->add_flag("--no-buffers", raw.no_buffers, "leave out the replicated buffers");
+  exp->add_option("--layout", raw.layout,
+                  "a layout the checkpoint defines (meta export_layouts), e.g. train_gpt's hf: "
+                  "Hugging Face GPT2LMHeadModel (its Conv1D weights transposed, [in, out])");
   exp->footer(kExitCodes);
 
   CLI::App* reshard = app.add_subcommand(
@@ -261,6 +265,7 @@ int RunCkptCli(int argc, const char* const* argv, std::ostream& out, std::ostrea
     o.slot = raw.slot;
     o.out = raw.out;
     o.include_buffers = !raw.no_buffers;
+    o.layout = raw.layout;
     st = ParseOutputFormat(raw, &o.dtype, &o.max_file_size);
     if (st.ok()) st = Export(o, io);
   } else if (name == "posthoc") {

@@ -183,6 +183,7 @@ Status Export(const ExportCommandOptions& options, const CommandIo& io) {
   ExportOptions eo;
   eo.max_file_size = options.max_file_size;
   eo.include_buffers = options.include_buffers;
+  eo.layout = options.layout;
   ProgressBar bar("export " + options.slot,
                   ExportBytes(m, options.slot, options.dtype, options.include_buffers), io.err,
                   io.progress);

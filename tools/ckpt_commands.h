@@ -82,6 +82,7 @@ struct ExportCommandOptions {
   std::string out;             // OUT.safetensors
   uint64_t max_file_size = 0;  // 0: one file
   bool include_buffers = true;
+  std::string layout;  // "": the checkpoint's own names and shapes (ExportOptions::layout)
 };
 Status Export(const ExportCommandOptions& options, const CommandIo& io);
 

@@ -12,19 +12,21 @@ bool FloatDType(const std::string& d) { return d == "F32" || d == "BF16" || d ==
 
 }  // namespace
 
-Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout,
-                     const std::set<std::string>& optional, const std::string& model_flags) {
+Status CheckInitFile(const SafetensorsSet& f, const StoreLayout& layout, const InitFileRules& rules,
+                     const std::string& model_flags) {
   std::string problems;
+  const std::set<std::string>& optional = rules.optional;
   std::set<std::string> known = optional;
+  known.insert(rules.ignored.begin(), rules.ignored.end());
   for (const UnitLayout& u : layout.units()) {
     for (const ParamLayout& p : u.params) {
       known.insert(p.name);
       const SafetensorsTensor* t = f.Find(p.name);
+      const Shape want = rules.file_shape ? rules.file_shape(p) : p.shape;
       if (t == nullptr) {
-        problems +=
-            "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(p.shape) + ")";
-      } else if (t->shape != p.shape) {
-        problems += "\n  tensor '" + p.name + "': expected shape " + ShapeToString(p.shape) +
+        problems += "\n  tensor '" + p.name + "' is missing (expected " + ShapeToString(want) + ")";
+      } else if (t->shape != want) {
+        problems += "\n  tensor '" + p.name + "': expected shape " + ShapeToString(want) +
                     ", found " + ShapeToString(t->shape);
       } else if (!FloatDType(t->dtype)) {
         problems +=
@@ -64,7 +66,9 @@ Status InitStoreFromFile(ShardedParameterStore* store, const std::string& path,
   StatusOr<std::unique_ptr<SafetensorsSet>> opened = SafetensorsSet::Open(path);
   if (!opened.ok()) return opened.status().WithContext("--init");
   const SafetensorsSet& f = **opened;
-  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), optional, model_flags));
+  InitFileRules rules;
+  rules.optional = optional;
+  RETURN_IF_ERROR(CheckInitFile(f, store->layout(), rules, model_flags));
   return store->InitFromFunction([&f](const ParamLayout& p, float* out) {
     return f.ReadTensor(p.name, DType::kF32, out, p.numel);
   });
