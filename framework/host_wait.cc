@@ -1,5 +1,6 @@
 #include "framework/host_wait.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -35,17 +36,21 @@ Status RunPolls(double* timeout_s) {
 }
 
 thread_local int64_t host_waits = 0;
-thread_local std::map<std::string, int64_t> host_waits_by_reason;
+thread_local const char* host_wait_log[kHostWaitLog];  // wait i's `what` at i % kHostWaitLog
 
 }  // namespace
 
 int64_t HostWaitsOnThisThread() { return host_waits; }
-const std::map<std::string, int64_t>& HostWaitsByReasonOnThisThread() {
-  return host_waits_by_reason;
+std::map<std::string, int64_t> HostWaitReasonsSince(int64_t count) {
+  std::map<std::string, int64_t> out;
+  for (int64_t i = std::max(count, host_waits - kHostWaitLog); i < host_waits; ++i) {
+    ++out[host_wait_log[i % kHostWaitLog]];
+  }
+  return out;
 }
 void CountHostWait(const char* what) {
+  host_wait_log[host_waits % kHostWaitLog] = what;
   ++host_waits;
-  ++host_waits_by_reason[what];
 }
 
 int AddHostWaitPoll(HostWaitPoll poll, double timeout_seconds) {

@@ -42,11 +42,13 @@ Status WaitPolling(const std::function<StatusOr<bool>()>& query,
 // Test hook: the host waits on GPU work this thread has made (every WaitPolling call, and the
 // device communicators' own host waits, which call CountHostWait), so a test can hold a stretch
 // of work (e.g. training steps that neither log, evaluate nor save) to zero host waits.
-// HostWaitsByReasonOnThisThread counts them by their `what`, so a test can tell a throttle (the
-// host a full ring ahead of the GPU: "upload ring full", "step decision ring full") from a wait
-// for a result.
+// HostWaitReasonsSince(count) counts the waits after the first `count` by their `what` (the
+// newest kHostWaitLog of them), so a test can tell a throttle (the host a full ring ahead of the
+// GPU: "upload ring full", "step decision ring full") from a wait for a result. `what` must
+// outlive the thread (every caller passes a string literal); only the pointer is kept.
 int64_t HostWaitsOnThisThread();
-const std::map<std::string, int64_t>& HostWaitsByReasonOnThisThread();
+inline constexpr int kHostWaitLog = 64;
+std::map<std::string, int64_t> HostWaitReasonsSince(int64_t count);
 void CountHostWait(const char* what);
 
 }  // namespace shardema

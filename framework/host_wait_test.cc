@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <thread>
 
@@ -80,4 +81,21 @@ TEST(HostWaitTest, WaitsCountOnTheirOwnThread) {
 }
 
 }  // namespace
+// The reasons of the waits after a count, by `what`; only the newest kHostWaitLog are kept.
+TEST(HostWaitTest, ReasonsSinceACount) {
+  auto wait = [](const char* what) {
+    ASSERT_TRUE(WaitPolling([] { return StatusOr<bool>(true); }, nullptr, what).ok());
+  };
+  wait("x");
+  const int64_t before = HostWaitsOnThisThread();
+  EXPECT_TRUE(HostWaitReasonsSince(before).empty());
+  wait("a");
+  wait("b");
+  wait("a");
+  EXPECT_EQ(HostWaitReasonsSince(before), (std::map<std::string, int64_t>{{"a", 2}, {"b", 1}}));
+  for (int i = 0; i < kHostWaitLog + 5; ++i) wait("c");
+  EXPECT_EQ(HostWaitReasonsSince(before),
+            (std::map<std::string, int64_t>{{"c", int64_t(kHostWaitLog)}}));
+}
+
 }  // namespace shardema

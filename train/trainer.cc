@@ -418,7 +418,6 @@ StatusOr<TrainSummary> Trainer::Run() {
   if (c.bench_json) timing.emplace(comm_, device(), store()->stream(), c.bench_warmup);
   for (int64_t step = s.start_step; step < c.steps; ++step) {
     const int64_t waits0 = HostWaitsOnThisThread();
-    std::map<std::string, int64_t> reasons = HostWaitsByReasonOnThisThread();
     if (timing) RETURN_IF_ERROR(timing->Begin());
     // Only a host that ran StepLoss::kSlots steps ahead of the device reads its losses here.
     if (loss_->unread() >= StepLoss::kSlots) {
@@ -463,11 +462,9 @@ StatusOr<TrainSummary> Trainer::Run() {
       }
     }
     s.step_host_waits.push_back(HostWaitsOnThisThread() - waits0);
-    for (const auto& [what, n] : HostWaitsByReasonOnThisThread()) reasons[what] = n - reasons[what];
-    for (auto it = reasons.begin(); it != reasons.end();) {
-      it = it->second == 0 ? reasons.erase(it) : std::next(it);
-    }
-    s.step_host_wait_reasons.push_back(std::move(reasons));
+    s.step_host_wait_reasons.push_back(s.step_host_waits.back() > 0
+                                           ? HostWaitReasonsSince(waits0)
+                                           : std::map<std::string, int64_t>());
   }
   RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
   if (timing) RETURN_IF_ERROR(timing->Finish());
