@@ -130,8 +130,9 @@ class Work {
   // Drives the operation's progress without blocking (MPI: MPI_Test, one ring step) and returns
   // true when it is complete, after which Wait() returns at once. Callers that compute while
   // collectives are in flight call it between pieces of work (fsdp's unit boundaries) so the
-  // transfers advance. The default (backends that progress on their own, e.g. NCCL) returns
-  // false and does nothing. Errors are kept for Wait(); Test() then returns true.
+  // transfers advance. The default returns false and does nothing; NCCL, which progresses on
+  // its own, only reads its completion event. Errors are kept for Wait(); Test() then returns
+  // true.
   virtual bool Test() { return false; }
 };
 

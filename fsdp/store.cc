@@ -106,6 +106,7 @@ ShardedParameterStore::~ShardedParameterStore() {
   if (device().is_cuda()) {
     // Device buffers are freed below; let the queued work that uses them finish first.
     SynchronizeStream(stream_).IgnoreError();
+    streams_.Synchronize().IgnoreError();
     units_.clear();
     cache_.Clear();
     owned_stream_.Reset().IgnoreError();
@@ -146,6 +147,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
       s->stream_ = s->owned_stream_;
     }
   }
+  ASSIGN_OR_RETURN(s->streams_, CollectiveStreams::Create(s->stream_, s->layout_.units().size()));
   RETURN_IF_ERROR(s->registry_.AddSlot(kMasterSlot, SlotKind::kMaster, true).status());
   RETURN_IF_ERROR(s->registry_.AddSlot(kGradSlot, SlotKind::kGrad, false).status());
   ASSIGN_OR_RETURN(s->master_slot_, s->registry_.FindSlot(kMasterSlot));
@@ -314,6 +316,7 @@ Status ShardedParameterStore::BeginShardUpdate() {
   }
   for (const auto& g : guards_) RETURN_IF_ERROR(g.second(stream_));
   ReshardAll();
+  streams_.ShardsChanged();
   return Status::Ok();
 }
 
@@ -366,23 +369,34 @@ std::vector<TensorView> ShardedParameterStore::UnitViews(size_t unit, void* base
   return out;
 }
 
-CollectiveOptions ShardedParameterStore::CollOpts(ReduceOp op) const {
+CollectiveOptions ShardedParameterStore::CollOpts(ReduceOp op, const Stream* stream) const {
   CollectiveOptions o;
   o.op = op;
-  o.stream = stream_;
+  o.stream = stream != nullptr ? *stream : stream_;
   return o;
+}
+
+void ShardedParameterStore::ReleaseToCache(Buffer buffer) {
+  if (buffer.data() == nullptr) return;
+  // A failed record leaves no event for this address: a later gather into it would not wait, so
+  // the buffer is kept out of the cache instead.
+  if (!streams_.BufferReleased(buffer.data()).ok()) {
+    KeepMovedUntilExit(std::move(buffer));
+    return;
+  }
+  cache_.Release(std::move(buffer));
 }
 
 void ShardedParameterStore::FreeUnitParams(UnitState& s) {
   s.gather_work.reset();
-  cache_.Release(std::move(s.param_buf));
+  ReleaseToCache(std::move(s.param_buf));
   s.param_buf = Buffer();
   s.param_data = nullptr;
   s.params = UnitState::Params::kReleased;
 }
 
 void ShardedParameterStore::FreeUnitGrads(UnitState& s) {
-  cache_.Release(std::move(s.grad_buf));
+  ReleaseToCache(std::move(s.grad_buf));
   s.grad_buf = Buffer();
   s.grad_live = false;
 }
@@ -425,14 +439,27 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
     s.param_buf = std::move(buf).value();
     s.param_data = s.param_buf.data();
     const char* send = shard;
-    StatusOr<std::unique_ptr<Work>> w = comm_->AllGatherAsync(
-        send, s.param_buf.data(), size_t(u.shard_numel), options_.compute_dtype, CollOpts());
+    Status ordered = streams_.BeforeGather(s.param_buf.data());
+    if (!ordered.ok()) {
+      KeepMovedUntilExit(std::move(s.param_buf));  // its previous use may not be finished
+      FreeUnitParams(s);
+      return LocalFailure(ordered, what);
+    }
+    const Stream gather = streams_.gather();
+    StatusOr<std::unique_ptr<Work>> w =
+        comm_->AllGatherAsync(send, s.param_buf.data(), size_t(u.shard_numel),
+                              options_.compute_dtype, CollOpts(ReduceOp::kSum, &gather));
     if (!w.ok()) {
       FreeUnitParams(s);
       return w.status().WithContext("gather of unit '" + u.name + "'");
     }
     s.gather_work = std::move(w).value();
     s.params = UnitState::Params::kInFlight;
+    if (device().is_cuda()) {
+      // The gather stream follows the collective (no host wait); WaitGather reports its status.
+      s.gather_work->Wait().IgnoreError();
+      RETURN_IF_ERROR(streams_.AfterGather(unit));
+    }
   }
   ++s.refs;
   return GatherHandle(this, unit);
@@ -447,6 +474,7 @@ StatusOr<std::vector<TensorView>> ShardedParameterStore::WaitGather(size_t unit)
   }
   if (s.params == UnitState::Params::kInFlight) {
     Status st = s.gather_work->Wait();
+    if (st.ok()) st = streams_.ComputeWaitsForGather(unit);
     s.gather_work.reset();
     if (!st.ok()) {
       // The buffer holds garbage, and the given-up gather may still write it: keep it out of the
@@ -555,12 +583,20 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     const bool direct = ReducesIntoShard(s);
     char* out = direct ? reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit))
                        : base + size_t(rank()) * size_t(u.shard_numel) * esize;
-    CollectiveOptions co = CollOpts(FoldDivisor() > 1 && !direct ? ReduceOp::kSum : ReduceOp::kAvg);
+    const Stream reduce = streams_.reduce();
+    CollectiveOptions co =
+        CollOpts(FoldDivisor() > 1 && !direct ? ReduceOp::kSum : ReduceOp::kAvg, &reduce);
     co.overwrite_send = true;
+    Status ordered = streams_.BeforeReduceScatter(unit);
+    if (!ordered.ok()) return LocalFailure(ordered, "reduce-scatter of unit '" + u.name + "'");
     StatusOr<std::unique_ptr<Work>> w =
         comm_->ReduceScatterAsync(base, out, size_t(u.shard_numel), options_.reduce_dtype, co);
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
+    if (device().is_cuda()) {  // as in GatherAsync
+      s.reduce_work->Wait().IgnoreError();
+      RETURN_IF_ERROR(streams_.AfterReduceScatter(unit));
+    }
   }
   s.reduce_pending = true;
   return ReduceScatterHandle(this, unit);
@@ -572,6 +608,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   const UnitLayout& u = layout_.units()[unit];
   if (!s.reduce_pending) return Status::Ok();  // already folded in
   Status st = s.reduce_work != nullptr ? s.reduce_work->Wait() : Status::Ok();
+  if (st.ok() && s.reduce_work != nullptr) st = streams_.ComputeWaitsForReduceScatter(unit);
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {

@@ -63,9 +63,12 @@
 // slots) and the unit buffers are device memory; replicated buffers stay on the host. The
 // communicator must be on the same device (a NcclCommunicator). Everything the store does runs on
 // its compute stream, stream(): StoreOptions::stream, or a non-blocking stream the store creates
-// and owns. Collectives are issued with that stream as CollectiveOptions::stream: NCCL runs them
-// on its own stream, after the work queued on the compute stream before the call, and Wait()
-// makes the compute stream wait for them without blocking the host. Hence:
+// and owns. Unit all-gathers and reduce-scatters are issued from streams of their own and
+// ordered by events (fsdp/collective_streams.h, fsdp/STREAMS.md): a gather waits only for the
+// last change of the shards and the previous use of its buffer, a reduce-scatter for the work
+// queued on the compute stream before its call (the unit's gradient), and the compute stream
+// waits (WaitGather, WaitReduceScatter) only for the collective it consumes, never blocking the
+// host. Hence:
 //   * the caller's forward/backward kernels must run on stream() (or be ordered with it);
 //   * views handed out (Gather, UnitGrads) are device memory, valid for work queued on stream();
 //   * prefetch: call GatherAsync(u+1) BEFORE queuing unit u's kernels, so the all_gather only
@@ -116,6 +119,7 @@
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
+#include "fsdp/collective_streams.h"
 #include "fsdp/layout.h"
 #include "fsdp/slot_registry.h"
 #include "fsdp/unit_memory.h"
@@ -373,7 +377,10 @@ class ShardedParameterStore {
   float* GradShardData() const;
   void FreeUnitParams(UnitState& s);
   void FreeUnitGrads(UnitState& s);
-  CollectiveOptions CollOpts(ReduceOp op = ReduceOp::kSum) const;
+  // Options of a collective issued from `stream` (default: the compute stream).
+  CollectiveOptions CollOpts(ReduceOp op = ReduceOp::kSum, const Stream* stream = nullptr) const;
+  // Gives a unit buffer back to the cache after the uses queued so far on the compute stream.
+  void ReleaseToCache(Buffer buffer);
   // Writes this rank's local master (local_numel floats on the host, padding zero) to the master
   // shard: directly on CPU (fill(dst) writes into the master), through a host staging copy on
   // CUDA. Then refreshes the compute copy.
@@ -386,8 +393,9 @@ class ShardedParameterStore {
   std::vector<ParamSpec> buffer_specs_;
   Communicator* comm_;
   StoreOptions options_;
-  Stream stream_;             // options.stream or owned_stream_
-  OwnedStream owned_stream_;  // CUDA: the store's own stream when options.stream is elsewhere
+  Stream stream_;              // options.stream or owned_stream_
+  OwnedStream owned_stream_;   // CUDA: the store's own stream when options.stream is elsewhere
+  CollectiveStreams streams_;  // the gather and reduce streams and their events
   SlotRegistry registry_;
   SlotHandle master_slot_;  // kMasterSlot (fsdp/slot_names.h)
   SlotHandle grad_slot_;    // kGradSlot

@@ -7,12 +7,16 @@
 // The device-mismatch errors run everywhere.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "framework/cuda/cuda_test_util.h"
 #include "fsdp/store.h"
 #include "fsdp/store_test_util.h"
 #include "tests/nccl_test_world.h"
@@ -216,6 +220,98 @@ TEST_F(StoreCudaTest, MemoryReportAndStreams) {
     EXPECT_EQ(cached, (*s)->layout().units()[2].padded_numel * 2);
   }
   DestroyStream(*stream).IgnoreError();
+}
+
+// The dependencies of the unit collectives (fsdp/STREAMS.md), observed with the compute stream
+// held back by a gate: what a collective must not wait for completes while the gate is closed,
+// what it must wait for does not. ProgressCollectives() reads the collectives' completion.
+bool AllCompleteWithin(ShardedParameterStore* s, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (s->ProgressCollectives() > 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_F(StoreCudaTest, TheNextGatherIsNotOrderedAfterCompute) {
+  auto dev = MakeStore(comm_, gpu(), DType::kBF16, DType::kF32);
+  ASSERT_TRUE(dev);
+  // The first gather after the shards changed; units 1 and 2 leave buffers in the cache, so no
+  // allocation happens while the gate is closed.
+  for (size_t u : {0, 1, 2}) ASSERT_TRUE(dev->Gather(u).ok());
+  ASSERT_TRUE(dev->Release(1).ok());
+  ASSERT_TRUE(dev->Release(2).ok());
+  cuda_test::StreamGate gate;  // declared after the store: opens before it is destroyed
+  ASSERT_TRUE(gate.Close(dev->stream()).ok());
+  // Unit 0 "computes" (the gate); the prefetches of units 1 and 2 must not wait for it.
+  ASSERT_TRUE(dev->GatherAsync(1).ok());
+  ASSERT_TRUE(dev->GatherAsync(2).ok());
+  const bool done = AllCompleteWithin(dev.get(), 20);
+  gate.Open();
+  EXPECT_TRUE(done) << "a prefetch waited for the compute stream";
+  for (size_t u : {0, 1, 2}) {
+    ASSERT_TRUE(dev->WaitGather(u).ok());
+    ASSERT_TRUE(dev->Release(u).ok());
+  }
+  ASSERT_TRUE(dev->Synchronize().ok());
+}
+
+TEST_F(StoreCudaTest, AGatherWaitsForThePreviousUseOfItsBuffer) {
+  auto dev = MakeStore(comm_, gpu(), DType::kF32, DType::kF32);
+  auto cpu = MakeStore(World(), Device::Cpu(), DType::kF32, DType::kF32);
+  ASSERT_TRUE(dev && cpu);
+  ASSERT_TRUE(dev->Gather(2).ok());
+  cuda_test::StreamGate gate;
+  ASSERT_TRUE(gate.Close(dev->stream()).ok());
+  // The buffer's last reader is queued behind the gate; a new gather into it must wait.
+  ASSERT_TRUE(dev->Release(2).ok());
+  ASSERT_TRUE(dev->GatherAsync(2).ok());
+  const bool early = AllCompleteWithin(dev.get(), 0.3);
+  gate.Open();
+  EXPECT_FALSE(early) << "a gather overwrote a buffer still in use";
+  EXPECT_TRUE(AllCompleteWithin(dev.get(), 20));
+  auto got = dev->WaitGather(2);
+  auto want = cpu->Gather(2);
+  ASSERT_TRUE(got.ok() && want.ok()) << got.status();
+  EXPECT_EQ(*ViewBytes(*dev, (*got)[0]), *ViewBytes(*cpu, (*want)[0]));
+  ASSERT_TRUE(dev->Release(2).ok());
+}
+
+TEST_F(StoreCudaTest, AReduceScatterWaitsForItsGradient) {
+  auto dev = MakeStore(comm_, gpu(), DType::kF32, DType::kF32);
+  auto cpu = MakeStore(World(), Device::Cpu(), DType::kF32, DType::kF32);
+  ASSERT_TRUE(dev && cpu);
+  const size_t u = 2;
+  const ParamLayout& p = dev->layout().units()[u].params[0];
+  // Pinned, so that the copy below is queued without the host waiting for it.
+  auto pinned =
+      Buffer::Allocate(size_t(p.numel) * sizeof(float), Device::Cpu(), MemoryKind::kPinnedHost);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  float* grad = pinned->as<float>();
+  for (int64_t i = 0; i < p.numel; ++i) grad[i] = GradValue(0, dev->rank(), p.name, i);
+  auto views = dev->UnitGrads(u);
+  ASSERT_TRUE(views.ok()) << views.status();
+  cuda_test::StreamGate gate;
+  ASSERT_TRUE(gate.Close(dev->stream()).ok());
+  // The backward writes the gradient behind the gate; the reduce-scatter must wait for it.
+  ASSERT_TRUE(CopyBytes((*views)[0].data, gpu(), grad, Device::Cpu(),
+                        size_t(p.numel) * sizeof(float), dev->stream())
+                  .ok());
+  ASSERT_TRUE(dev->ReduceScatterGradsAsync(u).ok());
+  const bool early = AllCompleteWithin(dev.get(), 0.3);
+  gate.Open();
+  EXPECT_FALSE(early) << "a reduce-scatter read a gradient not yet written";
+  ASSERT_TRUE(dev->WaitReduceScatter(u).ok());
+  auto cpu_views = cpu->UnitGrads(u);
+  ASSERT_TRUE(cpu_views.ok());
+  std::memcpy((*cpu_views)[0].data, grad, size_t(p.numel) * sizeof(float));
+  ASSERT_TRUE(cpu->ReduceScatterGrads(u).ok());
+  const int64_t off = dev->layout().local_offset(u);
+  const int64_t n = dev->layout().units()[u].shard_numel;
+  std::string got = SlotBytes(*dev, dev->grad_shard(), gpu())->substr(off * 4, n * 4);
+  std::string want = SlotBytes(*cpu, cpu->grad_shard(), Device::Cpu())->substr(off * 4, n * 4);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

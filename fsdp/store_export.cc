@@ -77,8 +77,8 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
     return Status::Ok();
   }();
   if (!st.ok()) {
-    cache_.Release(std::move(unit_dev));
-    cache_.Release(std::move(send_dev));
+    ReleaseToCache(std::move(unit_dev));
+    ReleaseToCache(std::move(send_dev));
     return LocalFailure(st, "GatherSlotToRank: unit buffers");
   }
   std::vector<FullTensor> out;
@@ -108,8 +108,8 @@ StatusOr<std::vector<FullTensor>> ShardedParameterStore::GatherSlotToRankCuda(
     // The host slot (send) and the pinned buffer must not be read after return.
     return Synchronize();
   }();
-  cache_.Release(std::move(unit_dev));
-  cache_.Release(std::move(send_dev));
+  ReleaseToCache(std::move(unit_dev));
+  ReleaseToCache(std::move(send_dev));
   if (!st.ok()) return st;
   return out;
 }

@@ -1,8 +1,16 @@
 #include "framework/cuda/cuda_test_util.h"
 
+#include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 #include <utility>
+
+#if SHARDEMA_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "framework/cuda_error.h"
+#endif
 
 namespace shardema {
 namespace cuda_test {
@@ -15,6 +23,45 @@ void CudaTest::SetUp() {
 }
 
 void CudaTest::TearDown() { EXPECT_TRUE(stream_.Reset().ok()); }
+
+namespace {
+struct GateState {
+  std::shared_ptr<std::atomic<bool>> open;
+  double max_seconds;
+};
+}  // namespace
+
+Status StreamGate::Close(Stream stream, double max_seconds) {
+#if SHARDEMA_WITH_CUDA
+  Open();
+  open_ = std::make_shared<std::atomic<bool>>(false);
+  auto* state = new GateState{open_, max_seconds};
+  auto wait = [](void* p) {
+    std::unique_ptr<GateState> g(static_cast<GateState*>(p));
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(g->max_seconds);
+    while (!g->open->load() && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  RETURN_IF_ERROR(SetCurrentDevice(stream.device));
+  cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream.native), wait, state);
+  if (e != cudaSuccess) {
+    delete state;
+    return CudaStatus(e, "cudaLaunchHostFunc (stream gate)");
+  }
+  return Status::Ok();
+#else
+  (void)stream;
+  (void)max_seconds;
+  return Unavailable("StreamGate: built without --config=cuda");
+#endif
+}
+
+void StreamGate::Open() {
+  if (open_ != nullptr) open_->store(true);
+  open_.reset();
+}
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);

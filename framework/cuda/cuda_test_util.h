@@ -6,13 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "framework/device.h"
+#include "framework/status.h"
 
 namespace shardema {
 namespace cuda_test {
@@ -73,6 +76,23 @@ class CudaTest : public ::testing::Test {
 
  private:
   static void Check(const Status& s, const char* what) { EXPECT_TRUE(s.ok()) << what << ": " << s; }
+};
+
+// Holds back the work queued on a stream after Close() until Open(): Close queues a host function
+// (cudaLaunchHostFunc) that waits for Open, or at most `max_seconds` so that a failing test
+// cannot hang. Other streams run meanwhile, which is what dependency tests observe. Destruction
+// opens the gate. Errors: kUnavailable without CUDA, CUDA launch errors.
+class StreamGate {
+ public:
+  StreamGate() = default;
+  ~StreamGate() { Open(); }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  Status Close(Stream stream, double max_seconds = 30);
+  void Open();
+
+ private:
+  std::shared_ptr<std::atomic<bool>> open_;
 };
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi);

@@ -209,6 +209,11 @@ StatusOr<bool> NcclWork::Done() const {
   return done_.Query();
 }
 
+bool NcclWork::Test() {
+  StatusOr<bool> done = Done();
+  return !done.ok() || *done;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Creation and shutdown
 

@@ -118,6 +118,8 @@ class NcclWork final : public Work {
 
   // True when the operation is complete on the GPU; never blocks.
   StatusOr<bool> Done() const;
+  // Work::Test: Done(), true on an error (kept for Wait). NCCL progresses on its own.
+  bool Test() override;
 
  private:
   friend class NcclCommunicator;
