@@ -56,6 +56,19 @@ Status CheckSubsetSlots(const Manifest& m, const std::string& where) {
     }
   }
   const std::vector<std::string> names = LayoutParamNames(m.layout);
+  // Frozen parameters (meta.store.config.frozen) are tracked by no slot.
+  std::vector<std::string> frozen;
+  const nlohmann::json* store = m.meta.contains("store") ? &m.meta.at("store") : nullptr;
+  if (store != nullptr && store->is_object() && store->contains("config") &&
+      store->at("config").is_object() && store->at("config").contains("frozen")) {
+    ASSIGN_OR_RETURN(JsonField config, JsonField(m.meta, where, "meta").Get("store"));
+    ASSIGN_OR_RETURN(config, config.Get("config"));
+    ASSIGN_OR_RETURN(std::vector<JsonField> list, config.GetArray("frozen"));
+    for (const JsonField& f : list) {
+      ASSIGN_OR_RETURN(std::string name, f.String());
+      frozen.push_back(std::move(name));
+    }
+  }
   for (const EmaSlotSubset& s : subsets) {
     const int i = m.FindSlot(s.name);
     if (i < 0) continue;  // a slot the checkpoint does not store (e.g. a snapshot's)
@@ -64,7 +77,9 @@ Status CheckSubsetSlots(const Manifest& m, const std::string& where) {
     if (!mask.ok()) return DataLoss(mask.status().message());
     std::vector<std::string> want;
     for (size_t p = 0; p < names.size(); ++p) {
-      if ((*mask)[p]) want.push_back(names[p]);
+      if ((*mask)[p] && std::find(frozen.begin(), frozen.end(), names[p]) == frozen.end()) {
+        want.push_back(names[p]);
+      }
     }
     if (m.slots[size_t(i)].params != want) {
       return DataLoss(what, ": its include/exclude patterns select ", want.size(),

@@ -48,21 +48,31 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
   }
   // Resolve every subset first (a pattern matching nothing registers nothing).
   std::vector<std::shared_ptr<const ParamSubset>> subsets;
+  // Frozen parameters are never tracked: with any, every slot is a subset slot.
+  const bool frozen = !store->frozen_params().empty();
   for (const EmaConfig& c : configs) {
     subsets.push_back(nullptr);
-    if (!c.subset()) continue;
+    if (!c.subset() && !frozen) continue;
     const std::string what = "EMA slot '" + c.name + "'";
     if (!store->device().is_cpu()) {
-      return Unimplemented(what,
-                           ": a slot over a parameter subset (include/exclude) runs on the "
-                           "CPU only; the CUDA store does not support it yet");
+      return Unimplemented(what, ": a slot over a parameter subset (include/exclude",
+                           frozen ? ", or frozen parameters" : "",
+                           ") runs on the CPU only; the CUDA store does not support it yet");
     }
     const std::vector<std::string> names = LayoutParamNames(store->layout());
     ASSIGN_OR_RETURN(const std::vector<bool> mask,
                      SelectByGlobs(names, c.include, c.exclude, what));
     std::vector<std::string> tracked;
     for (size_t p = 0; p < names.size(); ++p) {
-      if (mask[p]) tracked.push_back(names[p]);
+      if (mask[p] && !store->IsFrozen(names[p])) tracked.push_back(names[p]);
+    }
+    if (c.offload) {
+      return InvalidArgument(what, ": offload of a slot over a subset (here: the parameters ",
+                             "that are not frozen) is not supported");
+    }
+    if (tracked.empty()) {
+      return InvalidArgument(what, " tracks no trainable parameter: its include/exclude ",
+                             "patterns select only frozen ones");
     }
     ASSIGN_OR_RETURN(ParamSubset sub, ParamSubset::Create(store->layout(), store->rank(), tracked));
     subsets.back() = std::make_shared<const ParamSubset>(std::move(sub));

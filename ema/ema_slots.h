@@ -69,7 +69,10 @@
 // and the live master at the others; checkpoints store the compact array with the tracked names
 // (checkpoint/FORMAT.md). A pattern that matches no parameter, or a subset of no parameter, is
 // kInvalidArgument naming the slot and the pattern; a subset slot on a CUDA store is
-// kUnimplemented (CPU only for now); offloading one is refused by EmaConfig::Validate.
+// kUnimplemented (CPU only for now); offloading one is refused by EmaConfig::Validate. Frozen
+// parameters (fsdp/store.h StoreOptions::frozen) are tracked by no slot: with any, every slot is
+// a subset slot over the parameters it selects that are not frozen (kInvalidArgument when that
+// leaves none, or for an offloaded slot).
 //
 // State (the checkpoint's "ema" section, PyTorch DCP Stateful shape): ConfigJson() holds every
 // slot's config (compared on resume by checkpoint/hparams.h, which lists every difference),

@@ -31,6 +31,10 @@ struct ShardedParameterStore::UnitState {
   Buffer grad_buf;
   std::unique_ptr<Work> reduce_work;
   int64_t micro_batches = 0;
+  // Frozen parameters (StoreOptions::frozen): all of the unit's (no reduce-scatter), or this
+  // rank's pieces of some of them {local_begin, numel}, zeroed in the gradient shard after folds.
+  bool frozen = false;
+  std::vector<std::pair<int64_t, int64_t>> frozen_pieces;
 };
 
 namespace {
@@ -165,7 +169,59 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
   for (size_t u = 0; u < s->layout_.units().size(); ++u) {
     s->units_.push_back(std::make_unique<UnitState>());
   }
+  RETURN_IF_ERROR(s->SetFrozen(options.frozen));
   return s;
+}
+
+Status ShardedParameterStore::SetFrozen(const std::vector<std::string>& names) {
+  if (names.empty()) return Status::Ok();
+  std::set<std::string> wanted;
+  for (const std::string& n : names) {
+    if (!wanted.insert(n).second) return InvalidArgument("frozen parameter '", n, "' given twice");
+  }
+  size_t params = 0;
+  for (const UnitLayout& u : layout_.units()) {
+    for (const ParamLayout& p : u.params) {
+      ++params;
+      if (wanted.erase(p.name) != 0) frozen_.push_back(p.name);
+    }
+  }
+  if (!wanted.empty()) {
+    return InvalidArgument("frozen parameter '", *wanted.begin(), "' is not a parameter of the ",
+                           "model (", params, " parameters)");
+  }
+  if (frozen_.size() == params) {
+    return InvalidArgument("every parameter (", params, ") is frozen: nothing to train");
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitLayout& ul = layout_.units()[u];
+    size_t n = 0;
+    for (const ParamLayout& p : ul.params) n += IsFrozen(p.name) ? 1 : 0;
+    units_[u]->frozen = !ul.params.empty() && n == ul.params.size();
+  }
+  for (const LocalParamPiece& pc : layout_.LocalPieces(rank())) {
+    UnitState& s = *units_[pc.unit];
+    if (!s.frozen && IsFrozen(layout_.units()[pc.unit].params[pc.param].name)) {
+      s.frozen_pieces.emplace_back(pc.local_begin, pc.numel);
+    }
+  }
+  return Status::Ok();
+}
+
+bool ShardedParameterStore::IsFrozen(const std::string& param) const {
+  return std::find(frozen_.begin(), frozen_.end(), param) != frozen_.end();
+}
+
+bool ShardedParameterStore::unit_frozen(size_t unit) const {
+  return unit < units_.size() && units_[unit]->frozen;
+}
+
+Status ShardedParameterStore::ZeroFrozenGrads(size_t unit) {
+  for (const auto& piece : units_[unit]->frozen_pieces) {
+    RETURN_IF_ERROR(FillZero(stream_, GradShardData() + piece.first,
+                             size_t(piece.second) * sizeof(float)));
+  }
+  return Status::Ok();
 }
 
 StatusOr<size_t> ShardedParameterStore::UnitIndex(const std::string& unit_name) const {
@@ -338,8 +394,10 @@ void ShardUpdateGuardToken::Reset() {
 }
 
 nlohmann::json ShardedParameterStore::ConfigJson() const {
-  return {{"compute_dtype", DTypeName(options_.compute_dtype)},
-          {"reduce_dtype", DTypeName(options_.reduce_dtype)}};
+  nlohmann::json j = {{"compute_dtype", DTypeName(options_.compute_dtype)},
+                      {"reduce_dtype", DTypeName(options_.reduce_dtype)}};
+  if (!frozen_.empty()) j["frozen"] = frozen_;
+  return j;
 }
 
 ShardUpdateGuardToken ShardedParameterStore::AddShardUpdateGuard(ShardUpdateGuard guard) {
@@ -568,6 +626,10 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     return FailedPrecondition("ReduceScatterGradsAsync: unit '", u.name,
                               "' already has a reduce-scatter in flight");
   }
+  if (s.frozen) {  // no gradient to reduce: WaitReduceScatter only counts the micro-batch
+    s.reduce_pending = true;
+    return ReduceScatterHandle(this, unit);
+  }
   // A rank without local gradients for this unit still takes part (with zeros).
   if (!s.grad_live) RETURN_IF_ERROR(UnitGrads(unit).status());
   const size_t esize = DTypeSize(options_.reduce_dtype);
@@ -607,6 +669,12 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   UnitState& s = *units_[unit];
   const UnitLayout& u = layout_.units()[unit];
   if (!s.reduce_pending) return Status::Ok();  // already folded in
+  if (s.frozen) {  // its gradient shard region stays zero (ZeroGrad)
+    s.reduce_pending = false;
+    ++s.micro_batches;
+    FreeUnitGrads(s);
+    return Status::Ok();
+  }
   Status st = s.reduce_work != nullptr ? s.reduce_work->Wait() : Status::Ok();
   if (st.ok() && s.reduce_work != nullptr) st = streams_.ComputeWaitsForReduceScatter(unit);
   s.reduce_work.reset();
@@ -621,7 +689,8 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   if (ReducesIntoShard(s)) {  // already in the gradient shard: the first micro-batch's fold
     ++s.micro_batches;
     FreeUnitGrads(s);
-    return Status::Ok();
+    st = ZeroFrozenGrads(unit);
+    return st.ok() ? st : st.WithContext("gradient of unit '" + u.name + "'");
   }
   // Running mean over micro-batches (fsdp/device_ops.h FoldMeanOn), queued on the compute
   // stream after the reduce-scatter on CUDA.
@@ -632,6 +701,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   st = FoldMeanOn(stream_, GradShardData() + layout_.local_offset(unit), mine,
                   options_.reduce_dtype, int64_t(n), k, FoldDivisor());
   FreeUnitGrads(s);
+  if (st.ok()) st = ZeroFrozenGrads(unit);
   return st.ok() ? st : st.WithContext("gradient fold of unit '" + u.name + "'");
 }
 

@@ -145,6 +145,13 @@ struct StoreOptions {
   // CUDA only: the compute stream (a stream of `device`). A CPU stream, the default, makes the
   // store create and own a non-blocking stream on `device`. Ignored for a CPU device.
   Stream stream;
+  // Frozen parameters (names): they gather, checkpoint and export with the rest, but get no
+  // gradient. A unit whose parameters are all frozen has no reduce-scatter (ReduceScatterGrads
+  // only counts the micro-batch: local, no collective); in a unit with some frozen parameters the
+  // reduce-scatter runs and their part of the gradient shard is zeroed after each fold. The
+  // optimizer keeps no state for them and EMA slots do not track them (optim/optimizer.h,
+  // ema/ema_slots.h). Put frozen parameters in units of their own to save their reduce-scatter.
+  std::vector<std::string> frozen;
 };
 
 // A full (unsharded) f32 tensor, e.g. one parameter of an exported model.
@@ -211,8 +218,8 @@ class ShardedParameterStore {
   // shards, and registers `buffers` as replicated (zeroed). `comm` must outlive the store.
   // Errors: kInvalidArgument (null comm, bad layout specs, a buffer name that is empty, contains
   // '/' or equals a parameter name, compute/reduce dtype not f32/bf16/f16, comm->device() or
-  // options.stream not on options.device); kUnavailable (CUDA device not usable);
-  // kResourceExhausted.
+  // options.stream not on options.device, a frozen name that is no parameter, every parameter
+  // frozen); kUnavailable (CUDA device not usable); kResourceExhausted.
   static StatusOr<std::unique_ptr<ShardedParameterStore>> Create(
       const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& buffers, Communicator* comm,
       const StoreOptions& options = {});
@@ -235,8 +242,14 @@ class ShardedParameterStore {
   StatusOr<size_t> UnitIndex(const std::string& unit_name) const;
   const std::vector<ParamSpec>& buffer_specs() const { return buffer_specs_; }
 
-  // The store's configuration for the checkpoint meta: {"compute_dtype", "reduce_dtype"}.
+  // The store's configuration for the checkpoint meta: {"compute_dtype", "reduce_dtype"}, and
+  // "frozen" (the frozen parameters in layout order) when there are any.
   nlohmann::json ConfigJson() const;
+  // The frozen parameters in layout order (StoreOptions::frozen), and whether one is.
+  const std::vector<std::string>& frozen_params() const { return frozen_; }
+  bool IsFrozen(const std::string& param) const;
+  // True when unit u has parameters and every one of them is frozen.
+  bool unit_frozen(size_t unit) const;
 
   SlotRegistry& registry() { return registry_; }
   const SlotRegistry& registry() const { return registry_; }
@@ -405,6 +418,11 @@ class ShardedParameterStore {
   BufferCache cache_;
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;
+  std::vector<std::string> frozen_;  // layout order
+  // Validates and records StoreOptions::frozen (Create).
+  Status SetFrozen(const std::vector<std::string>& names);
+  // Zeroes this rank's part of unit u's gradient shard that belongs to frozen parameters.
+  Status ZeroFrozenGrads(size_t unit);
   std::map<int, ShardUpdateGuard> guards_;
   int next_guard_id_ = 0;
 };

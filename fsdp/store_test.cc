@@ -470,5 +470,42 @@ TEST(StoreTest, BadConstructionIsAClearError) {
   EXPECT_NE(mismatch.status().message().find("cuda:0"), std::string::npos) << mismatch.status();
 }
 
+// A wholly frozen unit has no reduce-scatter: one rank alone can reduce it (a collective would
+// block); a partly frozen unit reduces, and its frozen part of the gradient shard is zero.
+TEST(StoreTest, FrozenParametersGetNoGradient) {
+  StoreOptions so;
+  so.frozen = {"f.weight", "m.bias"};
+  std::vector<UnitSpec> units = {{"f", {{"f.weight", {9}}}},
+                                 {"m", {{"m.weight", {5}}, {"m.bias", {4}}}}};
+  auto s = ShardedParameterStore::Create(units, {}, World(), so);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ShardedParameterStore& st = **s;
+  EXPECT_TRUE(st.unit_frozen(0));
+  EXPECT_FALSE(st.unit_frozen(1));
+  EXPECT_TRUE(st.IsFrozen("m.bias"));
+  ASSERT_TRUE(st.ZeroGrad().ok());
+  if (st.rank() == 0) {
+    auto g = st.UnitGrads(0);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int64_t i = 0; i < 9; ++i) (*g)[0].as<float>()[i] = 1.f;
+    ASSERT_TRUE(st.ReduceScatterGrads(0).ok());
+  } else {
+    ASSERT_TRUE(st.ReduceScatterGrads(0).ok());  // local too: no gradient buffer asked for
+  }
+  EXPECT_EQ(st.micro_batches(0), 1);
+  auto g = st.UnitGrads(1);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int64_t i = 0; i < 5; ++i) (*g)[0].as<float>()[i] = 2.f;
+  for (int64_t i = 0; i < 4; ++i) (*g)[1].as<float>()[i] = 3.f;
+  ASSERT_TRUE(st.ReduceScatterGrads(1).ok());
+  ASSERT_TRUE(st.CheckGradsReady().ok());
+  for (const LocalParamPiece& pc : st.layout().LocalPieces(st.rank())) {
+    const std::string& n = st.layout().units()[pc.unit].params[pc.param].name;
+    for (int64_t k = 0; k < pc.numel; ++k) {
+      EXPECT_EQ(st.grad_shard()[pc.local_begin + k], n == "m.weight" ? 2.f : 0.f) << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardema

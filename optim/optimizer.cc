@@ -138,15 +138,32 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
 
   SlotRegistry& reg = store->registry();
   const nlohmann::json hyper = {{"optimizer", OptimizerKindName(opts.kind)}};
+  // With frozen parameters the moments cover the trainable ones only (compact subset slots).
+  if (!store->frozen_params().empty()) {
+    std::vector<std::string> trainable;
+    for (const std::string& n : LayoutParamNames(store->layout())) {
+      if (!store->IsFrozen(n)) trainable.push_back(n);
+    }
+    ASSIGN_OR_RETURN(ParamSubset sub,
+                     ParamSubset::Create(store->layout(), store->rank(), trainable));
+    o->trainable_ = std::make_unique<ParamSubset>(std::move(sub));
+  }
+  auto add_moment = [&](const char* name) -> StatusOr<float*> {
+    if (o->trainable_ == nullptr) return reg.AddSlot(name, SlotKind::kMoment, true, hyper);
+    ASSIGN_OR_RETURN(void* p, reg.AddSubsetSlotOf(DType::kF32, name, SlotKind::kMoment, true,
+                                                  hyper, o->trainable_->numel(),
+                                                  o->trainable_->params()));
+    return static_cast<float*>(p);
+  };
   if (opts.kind == OptimizerKind::kAdamW) {
-    ASSIGN_OR_RETURN(o->moment1_, reg.AddSlot(kExpAvg, SlotKind::kMoment, true, hyper));
-    ASSIGN_OR_RETURN(o->moment2_, reg.AddSlot(kExpAvgSq, SlotKind::kMoment, true, hyper));
+    ASSIGN_OR_RETURN(o->moment1_, add_moment(kExpAvg));
+    ASSIGN_OR_RETURN(o->moment2_, add_moment(kExpAvgSq));
     o->slot_names_ = {kExpAvg, kExpAvgSq};
   } else {
     bool momentum = false;
     for (const OptimizerHyper& h : o->group_hyper_) momentum = momentum || h.momentum != 0;
     if (momentum) {
-      ASSIGN_OR_RETURN(o->moment1_, reg.AddSlot(kMomentumBuffer, SlotKind::kMoment, true, hyper));
+      ASSIGN_OR_RETURN(o->moment1_, add_moment(kMomentumBuffer));
       o->slot_names_ = {kMomentumBuffer};
     }
   }
@@ -160,6 +177,7 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
   }
   for (const LocalParamPiece& pc : layout.LocalPieces(store->rank())) {
     const ParamLayout& pl = layout.units()[pc.unit].params[pc.param];
+    if (store->IsFrozen(pl.name)) continue;  // no update, no weight decay, no state
     const int g = o->GroupOf(pl.name);
     const int64_t global = unit_global[pc.unit] + pl.offset + pc.param_begin;
     if (!o->ranges_.empty()) {
@@ -170,7 +188,15 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
         continue;
       }
     }
-    o->ranges_.push_back(Range{pc.local_begin, pc.numel, g, global});
+    o->ranges_.push_back(Range{pc.local_begin, pc.numel, g, global, pc.local_begin});
+  }
+  if (o->trainable_ != nullptr) {  // each range's place in the compact moments
+    const std::vector<SubsetRange>& t = o->trainable_->ranges();
+    for (Range& r : o->ranges_) {
+      auto it = std::upper_bound(t.begin(), t.end(), r.local_begin,
+                                 [](int64_t x, const SubsetRange& y) { return x < y.local_begin; });
+      r.moment_begin = (it - 1)->compact_begin + (r.local_begin - (it - 1)->local_begin);
+    }
   }
   if (store->device().is_cuda()) {
     ASSIGN_OR_RETURN(o->decider_, DeviceStepDecider::Create(store->device(), store->world_size(),
@@ -419,10 +445,11 @@ StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas,
     a.grad = grad + begin;
     a.grad_scale = float(res.clip_coef);
     a.master = master + begin;
+    const int64_t mb = r.moment_begin + (begin - r.local_begin);  // moments' element
     a.exp_avg = m != nullptr && (options_.kind == OptimizerKind::kAdamW || h.momentum != 0)
-                    ? m + begin
+                    ? m + mb
                     : nullptr;
-    a.exp_avg_sq = v != nullptr ? v + begin : nullptr;
+    a.exp_avg_sq = v != nullptr ? v + mb : nullptr;
     a.compute = compute != nullptr ? compute + size_t(begin) * csize : nullptr;
     a.compute_dtype = store_->options().compute_dtype;
     a.emas = t.data();

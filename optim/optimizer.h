@@ -7,7 +7,9 @@
 //
 // Parameter groups: rules matched in order against each parameter's name (glob, framework/glob.h
 // GlobMatch; first match wins, e.g. {"*.bias", weight_decay 0}); unset fields and unmatched
-// parameters use `defaults`. A parameter's local piece is contiguous in the shard, so each
+// parameters use `defaults`. Frozen parameters (fsdp/store.h StoreOptions::frozen) are in no
+// range: never updated nor decayed, and the moments are then subset slots (fsdp/param_subset.h)
+// over the trainable parameters only. A parameter's local piece is contiguous in the shard, so each
 // group's elements form ranges (adjacent pieces of one group are merged) and the fused kernel
 // runs once per range with that group's hyperparameters. Padding is in no range: it stays zero.
 //
@@ -210,6 +212,7 @@ class Optimizer {
     int64_t n = 0;
     int group = -1;
     int64_t global_begin = 0;  // global element index of local_begin (FusedStepArgs)
+    int64_t moment_begin = 0;  // element of the moments at local_begin (compact when frozen)
   };
   // The two phases of a step (see above); TrainState::Step() runs them around EmaSlots::PlanStep
   // and CommitStep, Step() back to back.
@@ -253,6 +256,8 @@ class Optimizer {
   OptimizerOptions options_;
   std::vector<OptimizerHyper> group_hyper_;  // [0] = defaults, [i + 1] = groups[i]
   std::vector<Range> ranges_;
+  // With frozen parameters: the trainable ones, whose compact arrays the moments are.
+  std::unique_ptr<ParamSubset> trainable_;
   std::vector<std::string> slot_names_;
   float* moment1_ = nullptr;  // exp_avg or momentum_buffer (resolved once; null without)
   float* moment2_ = nullptr;  // exp_avg_sq (AdamW)

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 
+#include "fsdp/param_subset.h"
 #include "optim/clip.h"
 #include "tests/reference_optim.h"
 #include "tests/test_world.h"
@@ -423,6 +424,96 @@ TEST(OptimizerTest, StandaloneStepIsRefusedBesideEmaSlots) {
   auto stepped = plain.opt->Step();
   ASSERT_TRUE(stepped.ok()) << stepped.status();
   EXPECT_EQ(stepped->step, 1);
+}
+
+// Frozen parameters (a whole unit, "a", and one parameter of unit "c") against the same model
+// with them in a group of lr_scale 0 and weight decay 0: every trainable element and its moments
+// are bit-identical, the frozen ones never change (no decay either), the moments store only the
+// trainable elements, and the gradient norm leaves the frozen gradients out.
+TEST(OptimizerTest, FrozenParametersMatchAGroupThatNeverMoves) {
+  const std::vector<std::string> frozen = {"a.weight", "c.bias"};
+  OptimizerOptions o;
+  o.lr.base_lr = 0.05;
+  o.defaults.weight_decay = 0.1;
+  StoreOptions so;
+  so.frozen = frozen;
+  Rig f = MakeRig(o, {}, so);
+  OptimizerOptions still = o;
+  for (const std::string& n : frozen) {
+    ParamGroupRule g;
+    g.pattern = n;
+    g.lr_scale = 0.0;
+    g.weight_decay = 0.0;
+    still.groups.push_back(g);
+  }
+  Rig r = MakeRig(still);
+  ASSERT_NE(f.opt, nullptr);
+  ASSERT_NE(r.opt, nullptr);
+  EXPECT_TRUE(f.store->unit_frozen(0));
+  EXPECT_FALSE(f.store->unit_frozen(2));
+  EXPECT_EQ(f.store->ConfigJson()["frozen"], nlohmann::json(frozen));
+  std::vector<std::string> trainable;
+  for (const std::string& n : LayoutParamNames(f.store->layout())) {
+    if (n != "a.weight" && n != "c.bias") trainable.push_back(n);
+  }
+  auto sub = ParamSubset::Create(f.store->layout(), World()->rank(), trainable);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  const size_t local = size_t(f.store->layout().local_numel());
+  const size_t compact = size_t(sub->numel());
+  EXPECT_EQ(f.store->registry().Info("exp_avg")->params, trainable);
+  EXPECT_EQ(f.store->StateBytesPerRank(), int64_t(4 * local + 8 * compact));
+  const Full init = InitialFull(f.store->layout());
+  const StepGradFn wave = WaveGrad(0.37, 1.3, 0.71, 0.1);
+  for (int step = 1; step <= 3; ++step) {
+    const GradFn g = [&](int rank, const std::string& n, int64_t i) { return wave(step, rank, n, i); };
+    FeedGrads(f.store, g);
+    FeedGrads(r.store, g);
+    // The frozen part of the gradient shard is zero; the norm is that of the trainable part.
+    std::vector<float> zeros;
+    for (const LocalParamPiece& pc : f.store->layout().LocalPieces(World()->rank())) {
+      const std::string& n = f.store->layout().units()[pc.unit].params[pc.param].name;
+      if (n != "a.weight" && n != "c.bias") continue;
+      zeros.assign(size_t(pc.numel), 0.f);
+      EXPECT_EQ(std::memcmp(f.store->grad_shard() + pc.local_begin, zeros.data(),
+                            zeros.size() * 4),
+                0)
+          << n;
+    }
+    double sq = 0;
+    for (const auto& kv : MeanGrad(f.store->layout(), World()->world_size(), g)) {
+      if (kv.first == "a.weight" || kv.first == "c.bias") continue;
+      for (double x : kv.second) sq += x * x;
+    }
+    auto rf = f.state->Step();
+    auto rr = r.state->Step();
+    ASSERT_TRUE(rf.ok() && rr.ok()) << rf.status() << rr.status();
+    EXPECT_NEAR(rf->grad_norm, std::sqrt(sq), 1e-5 * std::sqrt(sq)) << "step " << step;
+    EXPECT_EQ(std::memcmp(f.store->master(), r.store->master(), local * 4), 0) << "step " << step;
+    for (const char* m : {"exp_avg", "exp_avg_sq"}) {
+      std::vector<float> want(compact);
+      sub->Compact(*r.store->registry().Data(m), want.data(), sizeof(float));
+      EXPECT_EQ(std::memcmp(*f.store->registry().Data(m), want.data(), compact * 4), 0) << m;
+    }
+  }
+  for (const LocalParamPiece& pc : f.store->layout().LocalPieces(World()->rank())) {
+    const std::string& n = f.store->layout().units()[pc.unit].params[pc.param].name;
+    if (n != "a.weight" && n != "c.bias") continue;
+    for (int64_t k = 0; k < pc.numel; ++k) {
+      ASSERT_EQ(f.store->master()[pc.local_begin + k], float(init.at(n)[size_t(pc.param_begin + k)]))
+          << n << "[" << pc.param_begin + k << "]";
+    }
+  }
+}
+
+TEST(OptimizerTest, FrozenNamesAreChecked) {
+  for (const auto& names : std::vector<std::vector<std::string>>{
+           {"nope"}, {"a.weight", "a.weight"}, {"a.weight", "b.weight", "b.bias", "c.weight",
+                                                "c.bias"}}) {
+    StoreOptions so;
+    so.frozen = names;
+    auto s = ShardedParameterStore::Create(Units(), {}, World(), so);
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << names.size();
+  }
 }
 
 TEST(ClipTest, GlobalNormIsIdenticalOnEveryRankAndMatchesTorchCoefficient) {

@@ -118,6 +118,10 @@ class TrainModel {
   virtual std::string name() const = 0;
   virtual std::vector<UnitSpec> Units() const = 0;
   virtual std::vector<ParamGroupRule> ParamGroups() const { return {}; }
+  // Parameters the model keeps frozen (requires_grad false): no gradient reduce-scatter, no
+  // optimizer state, no EMA; they gather, checkpoint and export with the rest (fsdp/store.h
+  // StoreOptions::frozen). The trainer adds those --freeze selects.
+  virtual std::vector<std::string> FrozenParams() const { return {}; }
   virtual std::map<std::string, std::string> TiedNames() const { return {}; }
   // kInvalidArgument naming the flag when a size overflows.
   virtual StatusOr<ModelMemory> Memory() const = 0;

@@ -376,6 +376,7 @@ nlohmann::json TrainConfig::ToJson() const {
                       {"device", gpu_from_local_rank ? std::string("cuda") : device.ToString()},
                       {"allow_tf32", allow_tf32}};
   if (!init_from_slot.empty()) j["init_from_slot"] = init_from_slot;
+  if (!freeze.empty()) j["freeze"] = freeze;
   return j;
 }
 
@@ -517,6 +518,13 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
   app.add_option("--warmup-steps", c.warmup_steps, "linear LR warmup steps")->capture_default_str();
   app.add_option("--min-lr", c.min_lr, "final LR of the cosine schedule")->capture_default_str();
   // EMA.
+  app.add_option("--freeze", c.freeze,
+                 "GLOB,...: keep the parameters these globs select frozen (no gradient "
+                 "reduce-scatter for units wholly frozen, no optimizer state, no EMA; they still "
+                 "gather, save and export). Changing the frozen set on --resume is refused; to "
+                 "unfreeze, start a new run with --init CKPT (moments and schedule start over)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--ema", raw.ema, "EMA decays d1,d2,...: slots ema_<d>");
   app.add_option("--ema-schedule", raw.ema_schedule,
                  "schedule of --ema slots: constant | warmup | power_warmup")

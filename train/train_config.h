@@ -54,6 +54,11 @@ struct TrainConfig {
   // schedule and EMA slots start over; train/trainer_checkpoint.h InitFromCheckpointSlot).
   std::string init_from_slot;
 
+  // --freeze GLOBS: parameters to keep frozen (added to the model's FrozenParams()). Changing the
+  // frozen set on --resume is refused (it changes the stored moments and EMA slots); to unfreeze,
+  // start a new run from the checkpoint with --init CKPT (--init-from-slot for an EMA's weights).
+  std::vector<std::string> freeze;
+
   // Batching and steps.
   int64_t batch = 32;      // global batch B per optimizer step
   int64_t grad_accum = 1;  // micro-batches per optimizer step (B divisible by grad_accum * W)

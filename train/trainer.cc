@@ -14,6 +14,7 @@
 #include "framework/cuda/event.h"
 #include "framework/duration.h"
 #include "framework/fault_injection.h"
+#include "framework/glob.h"
 #include "framework/host_wait.h"
 #include "framework/logging.h"
 #include "framework/rank_env.h"
@@ -22,6 +23,29 @@
 
 namespace shardema {
 namespace {
+
+// The model's frozen parameters and those the --freeze globs select, in layout order. Errors
+// (kInvalidArgument): a glob that selects no parameter, naming it.
+StatusOr<std::vector<std::string>> FrozenParams(const std::vector<UnitSpec>& units,
+                                                const std::vector<std::string>& model_frozen,
+                                                const std::vector<std::string>& globs) {
+  std::vector<bool> used(globs.size(), false);
+  std::vector<std::string> out;
+  for (const UnitSpec& u : units) {
+    for (const ParamSpec& p : u.params) {
+      bool frozen =
+          std::find(model_frozen.begin(), model_frozen.end(), p.name) != model_frozen.end();
+      for (size_t g = 0; g < globs.size(); ++g) {
+        if (GlobMatch(globs[g], p.name)) frozen = used[g] = true;
+      }
+      if (frozen) out.push_back(p.name);
+    }
+  }
+  for (size_t g = 0; g < globs.size(); ++g) {
+    if (!used[g]) return InvalidArgument("--freeze '", globs[g], "' selects no parameter");
+  }
+  return out;
+}
 
 OptimizerOptions OptimizerOptionsFor(const TrainConfig& c, const TrainModel& model) {
   OptimizerOptions o;
@@ -200,6 +224,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> Trainer::CreateStore(int ranks_
     store_comm = device_comm_;
   }
   const std::vector<UnitSpec> units = model_->Units();
+  ASSIGN_OR_RETURN(so.frozen, FrozenParams(units, model_->FrozenParams(), c.freeze));
   ASSIGN_OR_RETURN(so.unit_memory_limit_bytes, UnitMemoryLimit(units, so, ranks_on_node));
   StatusOr<std::unique_ptr<ShardedParameterStore>> s =
       ShardedParameterStore::Create(units, {}, store_comm, so);
