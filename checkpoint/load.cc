@@ -141,8 +141,9 @@ Status MatchEntries(const Manifest& m, const CheckpointState& dest, const LoadOp
   if (!subsets.empty()) {
     return FailedPrecondition(
         "parameter subsets differ: ", JoinList(subsets),
-        " (a slot's include/exclude patterns cannot change on resume: keep them, or give the new "
-        "subset another slot name)");
+        " (neither a slot's include/exclude patterns nor the frozen parameters can change on "
+        "resume: keep them, give a new subset another slot name, or start a new run from the "
+        "checkpoint's weights with --init CKPT --init-from-slot params)");
   }
   if (!unrequested.empty() && options.unrequested == UnrequestedPolicy::kError) {
     return InvalidArgument(

@@ -218,8 +218,8 @@ bool ShardedParameterStore::unit_frozen(size_t unit) const {
 
 Status ShardedParameterStore::ZeroFrozenGrads(size_t unit) {
   for (const auto& piece : units_[unit]->frozen_pieces) {
-    RETURN_IF_ERROR(FillZero(stream_, GradShardData() + piece.first,
-                             size_t(piece.second) * sizeof(float)));
+    RETURN_IF_ERROR(
+        FillZero(stream_, GradShardData() + piece.first, size_t(piece.second) * sizeof(float)));
   }
   return Status::Ok();
 }
@@ -669,7 +669,7 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   UnitState& s = *units_[unit];
   const UnitLayout& u = layout_.units()[unit];
   if (!s.reduce_pending) return Status::Ok();  // already folded in
-  if (s.frozen) {  // its gradient shard region stays zero (ZeroGrad)
+  if (s.frozen) {                              // its gradient shard region stays zero (ZeroGrad)
     s.reduce_pending = false;
     ++s.micro_batches;
     FreeUnitGrads(s);

@@ -150,9 +150,8 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(ShardedParameterStore* st
   }
   auto add_moment = [&](const char* name) -> StatusOr<float*> {
     if (o->trainable_ == nullptr) return reg.AddSlot(name, SlotKind::kMoment, true, hyper);
-    ASSIGN_OR_RETURN(void* p, reg.AddSubsetSlotOf(DType::kF32, name, SlotKind::kMoment, true,
-                                                  hyper, o->trainable_->numel(),
-                                                  o->trainable_->params()));
+    ASSIGN_OR_RETURN(void* p, reg.AddSubsetSlotOf(DType::kF32, name, SlotKind::kMoment, true, hyper,
+                                                  o->trainable_->numel(), o->trainable_->params()));
     return static_cast<float*>(p);
   };
   if (opts.kind == OptimizerKind::kAdamW) {

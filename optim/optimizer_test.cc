@@ -465,7 +465,9 @@ TEST(OptimizerTest, FrozenParametersMatchAGroupThatNeverMoves) {
   const Full init = InitialFull(f.store->layout());
   const StepGradFn wave = WaveGrad(0.37, 1.3, 0.71, 0.1);
   for (int step = 1; step <= 3; ++step) {
-    const GradFn g = [&](int rank, const std::string& n, int64_t i) { return wave(step, rank, n, i); };
+    const GradFn g = [&](int rank, const std::string& n, int64_t i) {
+      return wave(step, rank, n, i);
+    };
     FeedGrads(f.store, g);
     FeedGrads(r.store, g);
     // The frozen part of the gradient shard is zero; the norm is that of the trainable part.
@@ -474,8 +476,7 @@ TEST(OptimizerTest, FrozenParametersMatchAGroupThatNeverMoves) {
       const std::string& n = f.store->layout().units()[pc.unit].params[pc.param].name;
       if (n != "a.weight" && n != "c.bias") continue;
       zeros.assign(size_t(pc.numel), 0.f);
-      EXPECT_EQ(std::memcmp(f.store->grad_shard() + pc.local_begin, zeros.data(),
-                            zeros.size() * 4),
+      EXPECT_EQ(std::memcmp(f.store->grad_shard() + pc.local_begin, zeros.data(), zeros.size() * 4),
                 0)
           << n;
     }
@@ -499,7 +500,8 @@ TEST(OptimizerTest, FrozenParametersMatchAGroupThatNeverMoves) {
     const std::string& n = f.store->layout().units()[pc.unit].params[pc.param].name;
     if (n != "a.weight" && n != "c.bias") continue;
     for (int64_t k = 0; k < pc.numel; ++k) {
-      ASSERT_EQ(f.store->master()[pc.local_begin + k], float(init.at(n)[size_t(pc.param_begin + k)]))
+      ASSERT_EQ(f.store->master()[pc.local_begin + k],
+                float(init.at(n)[size_t(pc.param_begin + k)]))
           << n << "[" << pc.param_begin + k << "]";
     }
   }
@@ -507,8 +509,9 @@ TEST(OptimizerTest, FrozenParametersMatchAGroupThatNeverMoves) {
 
 TEST(OptimizerTest, FrozenNamesAreChecked) {
   for (const auto& names : std::vector<std::vector<std::string>>{
-           {"nope"}, {"a.weight", "a.weight"}, {"a.weight", "b.weight", "b.bias", "c.weight",
-                                                "c.bias"}}) {
+           {"nope"},
+           {"a.weight", "a.weight"},
+           {"a.weight", "b.weight", "b.bias", "c.weight", "c.bias"}}) {
     StoreOptions so;
     so.frozen = names;
     auto s = ShardedParameterStore::Create(Units(), {}, World(), so);

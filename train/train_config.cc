@@ -491,10 +491,10 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
                  "seeded init");
   app.add_option(
       "--init-from-slot", c.init_from_slot,
-      "NAME: a FRESH run whose master weights are EMA slot NAME of the checkpoint --init names "
-      "(saved at any world size; a 2-byte slot widened exactly to f32); step, moments, LR "
-      "schedule and EMA slots start over. Use it to fine-tune or restart from the averaged "
-      "weights");
+      "NAME: a FRESH run whose master weights are EMA slot NAME (or 'params', the live weights) "
+      "of the checkpoint --init names (saved at any world size; a 2-byte slot widened exactly "
+      "to f32); step, moments, LR schedule and EMA slots start over. Use it to fine-tune or "
+      "restart from the averaged weights, or to change the frozen parameters");
   app.add_option("--seed", c.seed, "seed of the init and the model's data")->capture_default_str();
   // Batching.
   app.add_option("--batch", c.batch, "global batch per optimizer step")->capture_default_str();
@@ -522,7 +522,8 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
                  "GLOB,...: keep the parameters these globs select frozen (no gradient "
                  "reduce-scatter for units wholly frozen, no optimizer state, no EMA; they still "
                  "gather, save and export). Changing the frozen set on --resume is refused; to "
-                 "unfreeze, start a new run with --init CKPT (moments and schedule start over)")
+                 "unfreeze, start a new run with --init CKPT --init-from-slot params (moments and "
+                 "schedule start over)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--ema", raw.ema, "EMA decays d1,d2,...: slots ema_<d>");

@@ -56,7 +56,7 @@ struct TrainConfig {
 
   // --freeze GLOBS: parameters to keep frozen (added to the model's FrozenParams()). Changing the
   // frozen set on --resume is refused (it changes the stored moments and EMA slots); to unfreeze,
-  // start a new run from the checkpoint with --init CKPT (--init-from-slot for an EMA's weights).
+  // start a new run from the checkpoint: --init CKPT --init-from-slot params (or an EMA slot).
   std::vector<std::string> freeze;
 
   // Batching and steps.

@@ -102,9 +102,16 @@ Status InitFromCheckpointSlot(ShardedParameterStore* store, const std::string& p
     for (const std::string& d : diffs) msg += "\n  " + d;
     return InvalidArgument(msg);
   }
-  RETURN_IF_ERROR(CheckEmaSlotOf(m, reader.dir(), slot, flag));
+  // "params": the checkpoint's live master (a new run from its weights, e.g. to unfreeze).
+  const bool master = slot == kMasterSlot;
+  if (!master) RETURN_IF_ERROR(CheckEmaSlotOf(m, reader.dir(), slot, flag));
   const int index = m.FindSlot(slot);
-  ASSIGN_OR_RETURN(const EmaStorage storage, SlotStorage(reader, slot));
+  if (index < 0)
+    return DataLoss(flag, ": checkpoint '", reader.dir(), "' has no slot '", slot, "'");
+  EmaStorage storage = EmaStorage::kF32;
+  if (!master) {
+    ASSIGN_OR_RETURN(storage, SlotStorage(reader, slot));
+  }
   // This rank's elements of every unit, read from the rank files that hold them.
   std::vector<float> shard(size_t(layout.local_numel()));
   const int rank = store->rank();
@@ -118,12 +125,12 @@ Status InitFromCheckpointSlot(ShardedParameterStore* store, const std::string& p
   SlotRegistry& reg = store->registry();
   std::vector<std::pair<int, TensorView>> buffers;
   for (const ParamSpec& b : store->buffer_specs()) {
-    const int j = m.FindBuffer(SlotBufferName(slot, b.name));
+    const std::string name = master ? b.name : SlotBufferName(slot, b.name);
+    const int j = m.FindBuffer(name);
     ASSIGN_OR_RETURN(TensorView dst, reg.BufferTensor(b.name));
     if (j < 0 || m.buffers[size_t(j)].shape != b.shape || m.buffers[size_t(j)].dtype != dst.dtype) {
-      return DataLoss(flag, ": checkpoint '", reader.dir(), "' lacks buffer '",
-                      SlotBufferName(slot, b.name), "' ", DTypeName(dst.dtype),
-                      ShapeToString(b.shape));
+      return DataLoss(flag, ": checkpoint '", reader.dir(), "' lacks buffer '", name, "' ",
+                      DTypeName(dst.dtype), ShapeToString(b.shape));
     }
     buffers.emplace_back(j, dst);
   }
@@ -137,9 +144,9 @@ Status InitFromCheckpointSlot(ShardedParameterStore* store, const std::string& p
     std::memcpy(buffers[k].second.data, values[k].data(), values[k].size());
   }
   if (rank == 0) {
-    LOG_INFO << flag << ": master weights from EMA slot '" << slot << "' ("
-             << EmaStorageName(storage) << ") of checkpoint '" << reader.dir() << "' (step "
-             << m.step << ", saved on " << m.world_size << " rank(s))";
+    LOG_INFO << flag << ": master weights from " << (master ? "slot '" : "EMA slot '") << slot
+             << "' (" << EmaStorageName(storage) << ") of checkpoint '" << reader.dir()
+             << "' (step " << m.step << ", saved on " << m.world_size << " rank(s))";
   }
   return Status::Ok();
 }

@@ -38,8 +38,8 @@ Status StreamGate::Close(Stream stream, double max_seconds) {
   auto* state = new GateState{open_, max_seconds};
   auto wait = [](void* p) {
     std::unique_ptr<GateState> g(static_cast<GateState*>(p));
-    const auto end = std::chrono::steady_clock::now() +
-                     std::chrono::duration<double>(g->max_seconds);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(g->max_seconds);
     while (!g->open->load() && std::chrono::steady_clock::now() < end) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
