@@ -170,7 +170,40 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     s->units_.push_back(std::make_unique<UnitState>());
   }
   RETURN_IF_ERROR(s->SetFrozen(options.frozen));
+  if (options.replicas != nullptr && options.replicas->world_size() > 1) {
+    if (options.replicas->device() != options.device) {
+      return InvalidArgument("ShardedParameterStore: the replica communicator is on ",
+                             options.replicas->device().ToString(), ", the store on ",
+                             options.device.ToString());
+    }
+    int64_t largest = 0;
+    for (const UnitLayout& u : s->layout_.units()) largest = std::max(largest, u.shard_numel);
+    const int64_t r = options.replicas->world_size(), chunk = (largest + r - 1) / r;
+    const size_t bytes = size_t(chunk * (r + 1)) * DTypeSize(options.reduce_dtype);
+    StatusOr<Buffer> t = Buffer::Allocate(std::max<size_t>(bytes, 1), options.device);
+    if (!t.ok()) return t.status().WithContext("replica averaging buffer");
+    s->replica_tmp_ = std::move(t).value();
+  }
   return s;
+}
+
+Status ShardedParameterStore::AverageOverReplicas(void* data, DType dtype, size_t n,
+                                                  Stream stream) {
+  Communicator* rc = options_.replicas;
+  if (rc == nullptr || rc->world_size() <= 1 || n == 0) return Status::Ok();
+  const size_t r = size_t(rc->world_size()), chunk = (n + r - 1) / r, es = DTypeSize(dtype);
+  char* padded = replica_tmp_.as<char>();
+  char* mine = padded + chunk * r * es;
+  RETURN_IF_ERROR(CopyBytes(padded, device(), data, device(), n * es, stream));
+  RETURN_IF_ERROR(FillZero(stream, padded + n * es, (chunk * r - n) * es));
+  const CollectiveOptions avg = CollOpts(ReduceOp::kAvg, &stream);
+  StatusOr<std::unique_ptr<Work>> w = rc->ReduceScatterAsync(padded, mine, chunk, dtype, avg);
+  if (w.ok()) RETURN_IF_ERROR((*w)->Wait());  // CUDA: orders `stream`; CPU: completes
+  if (!w.ok()) return w.status();
+  w = rc->AllGatherAsync(mine, padded, chunk, dtype, CollOpts(ReduceOp::kSum, &stream));
+  if (w.ok()) RETURN_IF_ERROR((*w)->Wait());
+  if (!w.ok()) return w.status();
+  return CopyBytes(data, device(), padded, device(), n * es, stream);
 }
 
 Status ShardedParameterStore::SetFrozen(const std::vector<std::string>& names) {
@@ -656,7 +689,11 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
     if (device().is_cuda()) {  // as in GatherAsync
-      s.reduce_work->Wait().IgnoreError();
+      Status waited = s.reduce_work->Wait();
+      if (waited.ok()) {
+        waited = AverageOverReplicas(out, options_.reduce_dtype, size_t(u.shard_numel), reduce);
+      }
+      if (!waited.ok()) return waited.WithContext("reduce-scatter of unit '" + u.name + "'");
       RETURN_IF_ERROR(streams_.AfterReduceScatter(unit));
     }
   }
@@ -677,6 +714,14 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
   }
   Status st = s.reduce_work != nullptr ? s.reduce_work->Wait() : Status::Ok();
   if (st.ok() && s.reduce_work != nullptr) st = streams_.ComputeWaitsForReduceScatter(unit);
+  if (st.ok() && device().is_cpu() && options_.replicas != nullptr) {
+    // The rank's reduced slice, where the reduce-scatter left it (see ReduceScatterGradsAsync).
+    char* slice = ReducesIntoShard(s)
+                      ? reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit))
+                      : s.grad_buf.as<char>() + size_t(rank()) * size_t(u.shard_numel) *
+                                                    DTypeSize(options_.reduce_dtype);
+    st = AverageOverReplicas(slice, options_.reduce_dtype, size_t(u.shard_numel), stream_);
+  }
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {

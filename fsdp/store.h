@@ -152,6 +152,13 @@ struct StoreOptions {
   // optimizer keeps no state for them and EMA slots do not track them (optim/optimizer.h,
   // ema/ema_slots.h). Put frozen parameters in units of their own to save their reduce-scatter.
   std::vector<std::string> frozen;
+  // Hybrid sharding (fsdp/HYBRID.md): `comm` is then this rank's shard group and `replicas` the
+  // ranks holding the same shard in the other groups (same device as `comm`; null or one rank:
+  // none). After each unit's reduce-scatter the rank's slice is averaged over `replicas`, as a
+  // reduce-scatter and an all-gather over them, so every element is reduced once, by one rank,
+  // and every replica holds the same bits. It is issued where the reduce-scatter completes:
+  // stream-ordered on CUDA (overlapping the backward), blocking in WaitReduceScatter on the CPU.
+  Communicator* replicas = nullptr;
 };
 
 // A full (unsharded) f32 tensor, e.g. one parameter of an exported model.
@@ -419,6 +426,10 @@ class ShardedParameterStore {
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;
   std::vector<std::string> frozen_;  // layout order
+  // Averages `n` elements of the reduce dtype at `data` (this rank's reduced slice) over
+  // StoreOptions::replicas, issued from `stream` (see there). No-op without replicas.
+  Status AverageOverReplicas(void* data, DType dtype, size_t n, Stream stream);
+  Buffer replica_tmp_;  // the padded send and the chunk of AverageOverReplicas
   // Validates and records StoreOptions::frozen (Create).
   Status SetFrozen(const std::vector<std::string>& names);
   // Zeroes this rank's part of unit u's gradient shard that belongs to frozen parameters.

@@ -311,6 +311,30 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
 
   MPI_Comm comm = MPI_COMM_NULL;
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup", -1));
+  return Adopt(comm, options, /*world=*/true);
+}
+
+StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int color, int key,
+                                                                  const CommOptions& options) {
+  RETURN_IF_ERROR(CheckNotShutDown("Split"));
+  if (color < 0) return InvalidArgument("Split: rank ", rank_, ": color ", color, " < 0");
+  if (options.progress_thread && !options_.progress_thread) {
+    return InvalidArgument("Split: a progress thread needs the parent's (MPI_THREAD_MULTIPLE)");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    std::unique_lock<std::mutex> lock = LockOps();
+    RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split", rank_));
+  }
+  ProcessState& ps = Process();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  return Adopt(comm, options, /*world=*/false);
+}
+
+StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Adopt(MPI_Comm comm,
+                                                                  const CommOptions& options,
+                                                                  bool world) {
+  ProcessState& ps = Process();
   auto fail = [&comm](Status s) {
     MPI_Comm_free(&comm);
     return s;
@@ -321,18 +345,21 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
   if (st.ok()) st = MpiStatus(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", -1);
   if (st.ok()) st = MpiStatus(MPI_Comm_size(comm, &size), "MPI_Comm_size", rank);
   if (!st.ok()) return fail(st);
-  SetLogRank(rank, size);
+  if (world) SetLogRank(rank, size);
 
   // This rank's own checks, agreed before the collectives below: a rank that fails here must not
   // leave its peers waiting in them, and the peers name it.
   Status checked = InjectedFault("mpi.create");
-  StatusOr<RankEnv> env = DiscoverRankEnv();
-  if (checked.ok() && !env.ok()) checked = env.status().WithContext("MpiCommunicator::Create");
-  if (checked.ok() && env->source != "default" && (env->rank != rank || env->world_size != size)) {
-    checked = FailedPrecondition(
-        "MpiCommunicator::Create: MPI says rank ", rank, " of ", size, " but the ", env->source,
-        " launcher variables say rank ", env->rank, " of ", env->world_size,
-        " (was the program started without its launcher, e.g. srun/mpirun?)");
+  if (world) {
+    StatusOr<RankEnv> env = DiscoverRankEnv();
+    if (checked.ok() && !env.ok()) checked = env.status().WithContext("MpiCommunicator::Create");
+    if (checked.ok() && env->source != "default" &&
+        (env->rank != rank || env->world_size != size)) {
+      checked = FailedPrecondition(
+          "MpiCommunicator::Create: MPI says rank ", rank, " of ", size, " but the ", env->source,
+          " launcher variables say rank ", env->rank, " of ", env->world_size,
+          " (was the program started without its launcher, e.g. srun/mpirun?)");
+    }
   }
   st = AgreeOnStatus(comm, checked, "MpiCommunicator::Create");
   if (!st.ok()) return fail(st);

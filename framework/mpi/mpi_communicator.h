@@ -128,6 +128,13 @@ class MpiCommunicator final : public CallCommunicator {
   // kInvalidArgument for malformed launcher variables; kInternal for MPI failures.
   static StatusOr<std::unique_ptr<MpiCommunicator>> Create(const CommOptions& options = {});
 
+  // A communicator over the ranks of this one that pass the same `color` (>= 0), ranked by `key`
+  // then by rank here (MPI_Comm_split), e.g. the shard and replica groups of hybrid sharding.
+  // Collective over this communicator. Errors: kInvalidArgument (negative color, a progress
+  // thread this one lacks), kFailedPrecondition after Shutdown, MPI failures (kInternal).
+  StatusOr<std::unique_ptr<MpiCommunicator>> Split(int color, int key,
+                                                   const CommOptions& options = {});
+
   // Shuts down every live MpiCommunicator, then MPI_Finalize if Create() initialised MPI. Safe to
   // call more than once and when MPI was never initialised. After it, Create() fails.
   static Status FinalizeMpi();
@@ -173,6 +180,11 @@ class MpiCommunicator final : public CallCommunicator {
  private:
   MpiCommunicator(MPI_Comm comm, int rank, int world_size, RankEnv local_env,
                   const CommOptions& options);
+  // Makes a communicator of `comm` (owned from here; freed on failure). `world`: the job's
+  // communicator (sets the log rank, cross-checks the launcher). Collective over `comm`; the
+  // caller holds the process lock.
+  static StatusOr<std::unique_ptr<MpiCommunicator>> Adopt(MPI_Comm comm, const CommOptions& options,
+                                                          bool world);
 
   // Local checks, then (check_args) the collective signature check, then the MPI call.
   StatusOr<std::unique_ptr<Work>> Issue(const CollectiveCall& call,
