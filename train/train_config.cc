@@ -394,6 +394,9 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["comm_thread"] = comm_thread;
   j["optimizer_threads"] = optimizer_threads;
   j["compute_threads"] = compute_threads;
+  j["shard_group_size"] = shard_group_size;
+  j["shard_group_across_nodes"] = shard_group_across_nodes;
+  j["check_replicas"] = check_replicas;
   j["profile"] = profile;
   j["unit_memory_limit"] = unit_memory_limit;
   j["async_snapshot"] = async_in_place ? "in-place" : "copy";
@@ -415,6 +418,11 @@ Status TrainConfig::CheckForWorld(int world_size) const {
     return InvalidArgument("--batch ", batch, ", --grad-accum ", grad_accum, " and --eval-batch ",
                            eval_batch, " must be >= 1");
   }
+  if (shard_group_size < 0 || (shard_group_size > 0 && world_size % shard_group_size != 0)) {
+    return InvalidArgument("--shard-group-size ", shard_group_size, " must divide the world size ",
+                           world_size);
+  }
+  if (check_replicas < 0) return InvalidArgument("--check-replicas ", check_replicas, " < 0");
   if (batch % (grad_accum * world_size) != 0) {
     return InvalidArgument("--batch ", batch, " is not divisible by --grad-accum ", grad_accum,
                            " x world size ", world_size, " (each rank must get the same number of",
@@ -605,6 +613,18 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
                  "seconds a rank waits in a collective before it aborts the job (0: forever)")
       ->capture_default_str();
   app.add_option("--optimizer-threads", c.optimizer_threads, "threads of the fused optimizer pass")
+      ->capture_default_str();
+  app.add_option("--shard-group-size", c.shard_group_size,
+                 "S: hybrid sharding: shard each unit over groups of S ranks on one node and "
+                 "replicate it across the groups, averaging gradients across replicas "
+                 "(fsdp/HYBRID.md); S divides the world size and the ranks per node; 0: the world "
+                 "size (full sharding)")
+      ->capture_default_str();
+  app.add_flag("--shard-group-across-nodes", c.shard_group_across_nodes,
+               "allow shard groups that span nodes (S need not divide the ranks per node)");
+  app.add_option("--check-replicas", c.check_replicas,
+                 "K: with hybrid sharding, compare a checksum of every state slot across the "
+                 "replicas every K steps and fail naming the slot, step and ranks (0: never)")
       ->capture_default_str();
   app.add_option(
          "--reduce-scatter", raw.reduce_scatter,

@@ -127,6 +127,13 @@ struct TrainConfig {
   // and nothing else).
   static constexpr int64_t kUnitMemoryAuto = -2;
   int64_t unit_memory_limit = kUnitMemoryAuto;
+  // Hybrid sharding (fsdp/HYBRID.md): --shard-group-size S (0: the world size, full sharding)
+  // shards each unit over groups of S ranks on one node and replicates it across the groups;
+  // --shard-group-across-nodes allows groups that span nodes; --check-replicas K compares a
+  // checksum of every state slot across the replicas every K steps (0: never).
+  int shard_group_size = 0;
+  bool shard_group_across_nodes = false;
+  int64_t check_replicas = 0;
 
   // The trainer's flags, for the checkpoint meta ("trainer.run"; the model adds its Config()).
   nlohmann::json ToJson() const;

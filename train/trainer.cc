@@ -20,6 +20,7 @@
 #include "framework/rank_env.h"
 #include "train/config_agreement.h"
 #include "train/memory_estimate.h"
+#include "train/shard_groups.h"
 
 namespace shardema {
 namespace {
@@ -117,6 +118,8 @@ Status Trainer::Setup() {
     agreed.update(model_->Config());
     RETURN_IF_ERROR(AgreeOnConfig(agreed, comm_));
   }
+  ASSIGN_OR_RETURN(groups_, MakeShardGroups(comm_, c.shard_group_size, c.shard_group_across_nodes));
+  const int state_world = groups_.hybrid() ? groups_.shard->world_size() : world;
   const StatusOr<RankEnv> env = DiscoverRankEnv();  // ranks on this node: 0 when unknown
   const int ranks_on_node = env.ok() ? env->local_size : 0;
   {
@@ -124,13 +127,14 @@ Status Trainer::Setup() {
     StatusOr<ModelMemory> model_mem = model_->Memory();
     Status fits = model_mem.status();
     if (fits.ok()) {
-      StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, *model_mem, world);
+      StatusOr<RankMemoryEstimate> mem = EstimateRankMemory(c, *model_mem, state_world);
       fits = mem.ok() ? CheckFitsInMemory(*mem, std::max(1, ranks_on_node), AvailableMemoryBytes())
                       : mem.status();
     }
     RETURN_IF_ERROR(AgreeOnStatus(comm_, fits, "memory"));
   }
   RETURN_IF_ERROR(AgreeOnStatus(comm_, CheckDevice(), "--device"));
+  if (device_comm_ != nullptr) RETURN_IF_ERROR(MakeDeviceGroups(&groups_, device_comm_->device()));
   RETURN_IF_ERROR(AgreeOnCpuIsa());
 
   // Data: every rank reads the same file(s); the model agrees the outcome over the ranks.
@@ -166,15 +170,27 @@ Status Trainer::Setup() {
   // Checkpoints and metrics.
   if (!c.ckpt_dir.empty()) {
     ASSIGN_OR_RETURN(ckpt_lock_, LockCheckpointDir(c, comm_));
+    // Hybrid sharding: the checkpoint is that of one shard group (S ranks); every group reads
+    // it, the first one alone writes (each byte once).
+    Communicator* io = groups_.hybrid() ? groups_.shard.get() : comm_;
     if (c.resume) {
-      ASSIGN_OR_RETURN(resume_, ResumeFromLatest(c, *model_, *data_, comm_, state_.get()));
+      TrainConfig rc = c;
+      rc.discard_newer_steps = c.discard_newer_steps && groups_.writes();
+      StatusOr<ResumeInfo> r = ResumeFromLatest(rc, *model_, *data_, io, state_.get());
+      if (groups_.hybrid()) RETURN_IF_ERROR(AgreeOnStatus(comm_, r.status(), "--resume"));
+      RETURN_IF_ERROR(r.status());
+      resume_ = std::move(r).value();
     } else {
-      RETURN_IF_ERROR(PrepareFreshCheckpointDir(c, comm_));
+      Status fresh = groups_.writes() ? PrepareFreshCheckpointDir(c, io) : Status::Ok();
+      if (groups_.hybrid()) fresh = AgreeOnStatus(comm_, fresh, "--ckpt-dir");
+      RETURN_IF_ERROR(fresh);
     }
     ASSIGN_OR_RETURN(Lineage lineage, RunLineage(resume_, comm_));
-    saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, comm_, lineage);
-    RETURN_IF_ERROR(
-        AgreeOnStatus(comm_, saver_->ReserveStaging(*state_), "--async-save staging memory"));
+    if (groups_.writes()) {
+      saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, io, lineage);
+    }
+    RETURN_IF_ERROR(AgreeOnStatus(comm_, saver_ ? saver_->ReserveStaging(*state_) : Status::Ok(),
+                                  "--async-save staging memory"));
   }
   const std::string metrics_path = !c.metrics.empty()   ? c.metrics
                                    : c.ckpt_dir.empty() ? ""
@@ -222,6 +238,10 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> Trainer::CreateStore(int ranks_
   if (device_comm_ != nullptr) {
     so.device = device_comm_->device();
     store_comm = device_comm_;
+  }
+  if (groups_.hybrid()) {  // shard within the group, average across the replicas
+    store_comm = groups_.store_shard();
+    so.replicas = groups_.store_replicas();
   }
   const std::vector<UnitSpec> units = model_->Units();
   ASSIGN_OR_RETURN(so.frozen, FrozenParams(units, model_->FrozenParams(), c.freeze));
@@ -274,7 +294,9 @@ StatusOr<int64_t> Trainer::UnitMemoryLimit(const std::vector<UnitSpec>& units,
   float on_one_node = 0.f;
   RETURN_IF_ERROR(comm_->AllReduce(&mine, &on_one_node, 1, DType::kF32));
   if (on_one_node != float(comm_->world_size())) return int64_t(0);
-  ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm_->world_size()));
+  ASSIGN_OR_RETURN(StoreLayout layout,
+                   StoreLayout::Build(units, groups_.hybrid() ? groups_.shard->world_size()
+                                                              : comm_->world_size()));
   const int64_t largest = MinUnitMemoryLimit(layout, so.compute_dtype, so.reduce_dtype);
   if (largest <= kSmallUnitPrefetchBytes) return int64_t(0);  // every gather is latency-bound
   return largest + kSmallUnitPrefetchBytes;
@@ -476,7 +498,15 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
     if (EmaSnapshotDue(done, c.ema_snapshot_every)) {
       RETURN_IF_ERROR(state_->Sync());  // the EMA counters of the latest step (CUDA)
-      RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas(), done).status());
+      if (groups_.writes()) {
+        Communicator* io = groups_.hybrid() ? groups_.shard.get() : comm_;
+        RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, io, *emas(), done).status());
+      }
+    }
+    if (groups_.hybrid() && c.check_replicas > 0 && done % c.check_replicas == 0) {
+      RETURN_IF_ERROR(state_->Sync());
+      Status same = CheckReplicas(*store(), groups_.replicas.get(), comm_->rank(), done);
+      RETURN_IF_ERROR(AgreeOnStatus(comm_, same, "--check-replicas"));
     }
     if (saver_ != nullptr) {
       ScopedPhase save(ph, Phase::kSave);

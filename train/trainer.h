@@ -3,46 +3,25 @@
 // weights and of every EMA slot, metrics.jsonl, logging and the launch (train/trainer_main.h).
 //
 // Devices (--device). On the CPU one host communicator does everything. With --device cuda the
-// trainer takes two communicators over the same ranks: `comm`, a host one (MPI), for setup
-// agreement, checkpoints (collective file I/O on host memory), the loss/eval all-reduces and the
-// timing; and `device_comm`, one on the rank's GPU (NCCL, train/device_comm.h), for the store:
-// gathers, reduce-scatters and the optimizer's norm run on it, ordered with the store's compute
-// stream by events. The store, the optimizer moments and the EMA slots live on the GPU; the model's
-// Build gets the CUDA store and returns its GPU compute; batches are copied up by the model;
-// checkpoints are staged to pinned host memory (TrainState) and are device-independent: a
-// checkpoint saved on the GPU resumes on the CPU and vice versa.
+// trainer takes two over the same ranks: `comm`, a host one (MPI: setup agreement, checkpoints,
+// the loss and eval all-reduces, timing), and `device_comm`, on the rank's GPU (NCCL,
+// train/device_comm.h), for the store's collectives and the optimizer's norm. The store, moments
+// and EMA slots then live on the GPU; checkpoints are staged to pinned host memory and are
+// device-independent (saved on a GPU, resumed on the CPU, and vice versa).
 //
-// Create() checks the configuration (agreed over the ranks: the same flags on every rank, the
-// memory estimate, the device, the CPU kernels), then builds, in this order: the data
-// (TrainModel::LoadData), the sharded store of the model's units, the parameters (--init or the
-// model's seeded init), the EMA slots and the optimizer (the model's parameter groups), the
-// model's compute (TrainModel::Build); then either restores the latest checkpoint (--resume) or
-// checks that --ckpt-dir holds none. Run() then reads top to bottom:
-//
-//   for step = start .. steps-1:
-//     ZeroGrad; for each micro-batch: TrainData::FillTrain of the rank's span,
-//       ModelCompute::ForwardBackward
-//     loss = mean over the micro-batches and the ranks (StepLoss: on a GPU folded and
-//       all-reduced on the device, read back lazily)
-//     TrainState::Step (clipping, the fused AdamW/SGD + EMA pass)
-//     log (with ETA); metrics.jsonl (CUDA: the loss and the optimizer's decision are read
-//       lazily: a step that neither logs, evaluates nor saves writes only the rows whose values
-//       reached the host, without waiting: 0 host waits, TrainSummary::step_host_waits)
-//     every --eval-every: Evaluate (live weights, then each started EMA slot swapped in)
-//     every --save-every: checkpoint (async: committed by Poll on later steps)
-//   final eval, the model's Sample hook, final checkpoint, table of final eval losses (rank 0)
-//
-// Evaluation shards the eval items across ranks (EvalSpan) in chunks of --eval-batch, sums the
-// per-row losses (ModelCompute::LossSum), and all-reduces: the loss is the mean over all eval
-// items. EMA weights are evaluated through EmaSlots::Swap / SwapBack, so the normal gather path
-// sees them.
-//
-// CPU kernels: Setup agrees on the framework/cpu_isa.h variant (SHARDEMA_CPU_ISA, the lowest any
-// rank supports); --compute-threads threads per rank run the layers. --profile adds each phase's
-// wall time to TrainSummary::phases (forward/backward/waits from the model's UnitRunner; zeroing,
-// optimizer, loss all-reduce, eval and saves here); --bench-json times each step and adds CPU
-// time and peak RSS (train/step_timing.h: on the CPU after a barrier by the host clock, on a GPU
-// by CUDA events, no synchronisation per step); without it no step does timing work.
+// Create() checks the configuration, agreed over the ranks (the same flags on every rank, the
+// memory estimate, the device, the CPU kernels), then builds, in this order, the data, the store,
+// the parameters (--init or the model's seeded init), the EMA slots and the optimizer, and the
+// model's compute; then restores the latest checkpoint (--resume) or checks that --ckpt-dir holds
+// none.
+// Run(): per step ZeroGrad, ForwardBackward of each micro-batch, the global mean loss,
+// TrainState::Step, log and metrics.jsonl (on a GPU read lazily: a step that neither logs,
+// evaluates nor saves makes no host wait), --eval-every Evaluate, --save-every checkpoint; at the
+// end the final eval, the model's Sample hook, the final checkpoint and the eval table (rank 0).
+// Evaluation: the mean loss over all eval items (sharded over ranks, ModelCompute::LossSum) of the
+// live weights and of each started EMA slot, swapped in (EmaSlots::Swap / SwapBack).
+// Loop, devices, --profile and --bench-json in detail: train/TRAINER.md; checkpoints and resume:
+// train/CHECKPOINTS.md.
 //
 // Every call is collective over the communicator (all ranks call the same methods).
 // Errors: configuration and data errors (kInvalidArgument, kNotFound, kDataLoss, naming the flag
@@ -72,6 +51,7 @@
 #include "train/model.h"
 #include "train/step_loss.h"
 #include "train/step_timing.h"
+#include "train/shard_groups.h"
 #include "train/train_config.h"
 #include "train/train_state.h"
 #include "train/trainer_checkpoint.h"
@@ -202,6 +182,8 @@ class Trainer {
   TrainConfig config_;
   Communicator* comm_;
   Communicator* device_comm_;  // null on the CPU
+  // Hybrid sharding's groups (none: full sharding); before state_: the store uses them.
+  ShardGroups groups_;
   std::unique_ptr<TrainModel> model_;
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<TrainState> state_;  // store + EMA slots + optimizer
