@@ -1,75 +1,34 @@
 // ExportSafetensors: the one place where a sharded slot (e.g. an EMA) is assembled into a full
 // model: a consolidated safetensors file (or a sharded set with an index) with PyTorch state_dict
-// names and shapes, streamed from the rank files in bounded memory.
+// names and shapes, streamed from the rank files in bounded memory. Single process.
 //
-// Tensors: every parameter of the checkpoint's layout (name and shape from the layout), the
-// slot's values converted to `dtype` (f32, bf16 or f16, round to nearest even), plus replicated
-// buffers when include_buffers: for slot S, a buffer named "S/<name>" is exported as "<name>"
-// (the slot's own copy, e.g. EMA-averaged batch-norm statistics); a plain buffer "<name>" is
-// exported when S has no copy of its own. Buffers are converted to `dtype` too. Tied weights: the
-// checkpoint meta's "tied_weights" object {alias: parameter} (e.g. {"lm_head.weight":
-// "transformer.wte.weight"}, written by train_gpt) exports each alias as a copy of its parameter,
-// as PyTorch's state_dict of a module with tied weights lists both names. Padding rows: the
-// meta's "export_rows" object {parameter: rows} (e.g. {"transformer.wte.weight": 50257}, written
-// by train_gpt for a vocabulary padded to 50304) exports only the parameter's first `rows` rows
-// (and its aliases'). Layouts: ExportOptions::layout names an entry of the meta's
-// "export_layouts" object, {name: {"transpose": [glob, ...]}} (e.g. train_gpt's "hf": the Conv1D
-// weights of Hugging Face's GPT2LMHeadModel, stored [in, out]); the 2-D parameters matching a
-// glob (framework/glob.h) are written transposed, each held whole in memory while it is written.
-// Tensors are ordered by name (the reference writer's order for equal alignment).
-// __metadata__: format = "pt", step, slot, source = "shardema", and the slot's hyperparameters
-// from the checkpoint meta (meta.ema.<slot> object, the meta.ema array element whose "name" is
-// the slot, or the meta.ema.slots[] entry whose config.name is the slot — the optimizer's layout,
-// whose counters are added as "counters.<key>"), each as a string (strings verbatim, other values
-// as JSON text).
-// Files: with max_file_size == 0 (or everything fitting), one file at out_path. Otherwise tensors
-// go greedily, in order, into files of at most max_file_size data bytes (a larger tensor gets a
-// file of its own), named "<stem>-00001-of-0000K.safetensors" beside out_path (stem = out_path's
-// name without ".safetensors", e.g. "model"), plus "<stem>.safetensors.index.json" =
-// {"metadata": {"total_size": <data bytes>}, "weight_map": {name: file}}.
-// Atomicity: a single file is written to "<out>.tmp", fsynced and renamed over out_path: it is
-// the old file or the new one, never a mix. A set is all or nothing when its output directory is
-// a directory of its own (holding nothing but files of an export to this name: an older set, a
-// single file, temporaries): the shards are written complete under ".tmp" names beside the
-// output, hard-linked under their final names into a sibling staging directory
-// "<parent>/.<dir>.<stem>.export.tmp" (the output directory's mode) with the index, fsynced, and
-// that directory is swapped with the output directory in one renameat2(RENAME_EXCHANGE); the
-// previous contents are then removed (anything created there meanwhile is moved into the new
-// directory). So a consumer of that directory sees the previous output or the complete new set,
-// never a partial set or a mix, whenever the export is killed. The directory is replaced: its
-// inode (and owner, if another user's) changes. In a shared directory (other files there), the
-// working directory, "." or "/", or where the file system refuses the hard links or the exchange
-// (NFS, a mount point), a set falls back to renames: every shard and the index complete under
-// ".tmp" names, the old index removed, the shards renamed into place and the index last. Then
-// only this holds: when the index exists, every shard it names is complete and from this export;
-// a kill during the renames leaves shards without an index (the previous set is gone), which the
-// next export to the same name removes with its staging directory and temporaries at its start.
-// Errors before the publication (bad input, a failed read or write) remove the temporaries and
-// leave the published output as it was.
+// Tensors, ordered by name: every parameter of the checkpoint's layout with the slot's values
+// (a subset slot's untracked ones from "params") converted to `dtype` (f32, bf16 or f16, round to
+// nearest even), plus replicated buffers when include_buffers (the slot's copy "S/<name>" as
+// "<name>", else the plain buffer). The checkpoint meta may alias tied weights ("tied_weights"),
+// cut padding rows ("export_rows") and name layouts whose matching 2-D parameters are written
+// transposed ("export_layouts", ExportOptions::layout). __metadata__: format "pt", step, slot,
+// source "shardema", and the slot's config entry and counters from the meta, as strings.
+// Files: one at out_path when max_file_size is 0 or everything fits; else
+// "<stem>-00001-of-0000K.safetensors" beside it and "<stem>.safetensors.index.json".
+// Publication: a single file is replaced atomically ("<out>.tmp", fsync, rename); a set in a
+// directory of its own is all or nothing (one directory exchange); elsewhere, when the index
+// exists every shard it names is complete and from this export. Errors before the publication
+// leave the published output as it was. Every rule in detail: checkpoint/EXPORT.md.
 //
-// A slot that never started is refused (CheckSlotStarted below): an EMA slot whose counters in
-// the meta say started_at < 0 holds the registry's zero fill (nothing was ever copied into it),
-// so its export would be a model of zeros.
-// Memory: piece_bytes (source dtype) + the converted piece + cache_chunks * chunk_bytes of the
-// checkpoint: about 24 MiB with the defaults, whatever the model size. Single process.
-// Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint (listing
-// the slots); kFailedPrecondition for a slot that never started (CheckSlotStarted); kDataLoss for
-// a malformed "tied_weights" (an alias of no parameter, or one that is itself a tensor),
-// "export_rows" (no such parameter, rows outside [1, first dimension]), "export_layouts" (not
-// {name: {"transpose": [strings]}}; kNotFound for a layout it does not name, listing those it
-// does) or slot
-// meta entry; write errors naming the file. Nothing is written on error before the writing
-// starts. Threading: thread-safe for distinct outputs.
+// Memory: piece_bytes + the converted piece + cache_chunks * chunk_bytes (about 24 MiB with the
+// defaults), whatever the model size; a transposed parameter is held whole while it is written.
+// Errors: the reader's (kNotFound, kDataLoss); kNotFound for a slot not in the checkpoint or a
+// layout the meta does not name (listing those that exist); kFailedPrecondition for a slot that
+// never started (CheckSlotStarted: its export would be the zero fill); kDataLoss for a malformed
+// "tied_weights", "export_rows", "export_layouts" or slot meta entry; write errors naming the
+// file. Threading: thread-safe for distinct outputs.
 //
-// Lower level (also used by the post-hoc EMA reconstruction, ema/posthoc.h, which writes the same
-// files from other values): PlanExport computes the tensors, the grouping into files and each
-// file's header; WriteExportPlan writes a plan's files with the values a callback supplies, in one
-// process or collectively: each rank of a communicator of W ranks writes the elements of every
-// parameter tensor that fall in its unit shard at world size W ([r*s, (r+1)*s) of the unit's flat
-// elements, s = ceil(numel / W)) with positional writes into the same temporary files, rank 0
-// writes the headers and the buffers; the result is byte-identical at every W when the callback's
-// values do not depend on the rank. The output directory must then be on a file system every rank
-// sees (like a checkpoint root).
+// Lower level (also used by ema/posthoc.h): PlanExport computes the tensors, files and headers;
+// WriteExportPlan writes them with values from a callback, in one process or collectively over W
+// ranks (each rank the elements of its unit shards at world size W, rank 0 the headers and the
+// buffers; byte-identical at every W for values that do not depend on the rank; the output
+// directory must be visible to every rank).
 #ifndef SHARDEMA_CHECKPOINT_EXPORT_H_
 #define SHARDEMA_CHECKPOINT_EXPORT_H_
 

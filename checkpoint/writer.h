@@ -1,79 +1,34 @@
 // CheckpointWriter: crash-safe sharded saves of a CheckpointState (checkpoint/state.h), synchronous
-// or asynchronous, in the format of checkpoint/FORMAT.md.
+// or asynchronous, in the format and with the commit protocol of checkpoint/FORMAT.md.
 //
-// Every rank writes its own rank file into ROOT/.tmp_step_N; the save commits only when every
-// rank's file is complete and durable: the ranks exchange their file reports (size, XXH3, chunk
-// XXH3s) with an all-gather, rank 0 writes the manifest last, renames the directory to
-// ROOT/step_N, updates ROOT/latest and drops checkpoints beyond keep_last (directory.h). A crash at
-// any point leaves the previous checkpoint and `latest` intact.
+// Every rank writes its rank file into ROOT/.tmp_step_N; once every rank's file is durable (an
+// all-gather of the file reports), rank 0 writes the manifest, renames the directory to
+// ROOT/step_N, updates ROOT/latest and drops checkpoints beyond keep_last (in the background). A
+// crash at any point leaves the previous checkpoint and `latest` intact. All ranks make the same
+// calls in the same order (`comm` null: one process); every collective runs on the calling thread.
+//   Save(state)      [commit a pending save] + the save; returns once committed (or failed).
+//   SaveAsync(state) [commit a pending save] + begin (one all-gather agreeing on the plan), then
+//                    returns while a writer thread (file I/O only) copies the state to host
+//                    staging (Snapshot::kInBackground) or writes straight from it (kInPlace).
+//   WaitSnapshot()   local: blocks until the pending save no longer reads the caller's memory;
+//                    call it before modifying any slot or buffer (e.g. the optimizer step).
+//   Poll()           never blocks on a collective, a file write or rank 0's commit; returns true
+//                    (or the save's error) at the same call on every rank, once the save is
+//                    committed, or failed, on every rank (phase 1: files written, "commit start";
+//                    phase 2: rank 0's commit done, "commit finish").
+//   Wait()/Finish()  block until the save is committed; Finish() also waits for the deletions.
+// last_committed_step()/dir() change at "commit finish", on every rank at the same call.
+// Phases, agreements, snapshot modes and threads: checkpoint/ASYNC_SAVE.md.
 //
-// Collective protocol (all ranks make the same calls in the same order; `comm` may be null for a
-// single process). The background thread of an asynchronous save does file I/O only; every
-// collective runs on the calling thread inside these calls:
-//   Save(state)       [commit a pending save] + begin + write own file + commit. Returns when the
-//                     checkpoint is committed (or failed) on every rank.
-//   SaveAsync(state)  [commit a pending save] + begin: validates, agrees on the plan, rank 0 makes
-//                     the temp directory, then starts the background writer and returns. With
-//                     SaveOptions::snapshot kInBackground (the default) the writer thread copies
-//                     every slot and buffer into host staging memory (the snapshot), overlapping
-//                     the caller's work (e.g. forward/backward, which do not modify the state);
-//                     with kInPlace nothing is copied: the writer thread writes the rank file
-//                     straight from the caller's memory (no staging memory, no copy; the
-//                     optimizer step then waits if writing the file takes longer than the work
-//                     it overlaps). Either way the caller must call WaitSnapshot() before it
-//                     modifies any slot or buffer (e.g. before the optimizer step).
-//   WaitSnapshot()    local: blocks until the pending save no longer reads the caller's memory
-//                     (kInBackground: its copy is taken; kInPlace: the rank file's data is
-//                     written, checksummed and durable).
-//   Poll()            never blocks on a collective, a file write or rank 0's commit while the
-//                     save is in flight (call it e.g. every step). A save has two phases, and in
-//                     each Poll looks at this rank's part locally (phase 1: its file is written;
-//                     phase 2: rank 0's commit has finished; other ranks' part of phase 2 is
-//                     done at once). Every SaveOptions::agree_every-th Poll call of a phase (and
-//                     its first) starts a non-blocking one-float all-reduce of "my part is done"
-//                     (every rank starts it at the same call); the next Poll call collects its
-//                     result, which the ranks issued a call earlier, so it is normally complete.
-//                     When it says every rank is done:
-//                       phase 1 -> 2: that Poll runs "commit start" and returns false;
-//                       phase 2 end:  that Poll runs "commit finish" and returns true.
-//                     So every rank starts and finishes the commit at the same Poll call (a rank
-//                     that finished early never commits alone), the first Poll of a phase
-//                     returns false, and a Poll returns true (or the save's error) only once
-//                     the checkpoint is committed, or failed, on every rank.
-//   Wait()/Finish()   blocks until the pending write is done and commits it (in phase 2: until
-//                     rank 0's commit has finished), and returns the outcome.
-// "begin" is ONE all-gather of each rank's validation result and plan fingerprint (slot names and
-// dtypes, buffers, step and layout must match on every rank), after rank 0 has prepared the
-// temp directory.
-// "commit start" is ONE all-gather of the file reports (collective_bytes.h: reports up to 4 KiB
-// take one collective each), checked by every rank the same way (a failed write fails the save
-// here, on every rank); then rank 0 starts its commit (BackgroundCommit: manifest, fsyncs, rename,
-// `latest`, retention; FORMAT.md steps 4-8), on a thread of its own from Poll, inline from
-// Save/Wait/Finish. That thread does file I/O only.
-// "commit finish" waits for rank 0's commit (already finished when reached through Poll) and is
-// ONE broadcast of its outcome. last_committed_step()/dir() change there, on every rank at the
-// same call: the Poll that returns true, or Save/Wait/Finish/the next SaveAsync. Meanwhile rank 0
-// may already have renamed step_N and updated `latest` (a reader may see the new checkpoint
-// first); `latest` never names a checkpoint whose manifest is not durable (FORMAT.md).
-//
-// Errors are never silent and are the same on every rank: a validation error, a rank's write
-// failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) or a failure of rank 0's
-// commit ("save of step N: rank 0's commit: " and the file) is returned by the call that ends
-// that save (Save, Poll, Wait, Finish, or the next SaveAsync, which then starts no new save); the
-// temp directory is then removed and the previous checkpoint stays the latest (a failed `latest`
-// update leaves step_N committed but unnamed, see FORMAT.md).
-// kAlreadyExists when the step is already the latest checkpoint. kInvalidArgument for a state that
-// does not match the communicator (rank, world size) or has null buffers.
-//
-// Deleting old checkpoints (keep_last) and leftovers of crashed saves is done by rank 0 on a
-// background thread too (BackgroundDeleter): the commit only renames them to ".tmp_delete_*"
-// names, which readers ignore; Finish() and the destructor wait for the deletions.
-//
-// Memory: an asynchronous save holds one host copy of the rank's slots and buffers (reused from
-// save to save when the size does not grow), none with kInPlace; the rank-file writer two
-// io_bytes buffers.
-// Threading: one thread calls a writer; the state's memory must stay valid and unchanged during
-// Save, and from SaveAsync until WaitSnapshot returns.
+// Errors, the same on every rank, are returned by the call that ends the save (Save, Poll, Wait,
+// Finish, or the next SaveAsync, which then starts none): a validation error, a rank's write
+// failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) or rank 0's commit
+// failure; the temp directory is then removed and the previous checkpoint stays the latest.
+// kAlreadyExists when step_N is committed (and `latest` names it, or !replace_committed);
+// kInvalidArgument for a state that does not match the communicator or has null buffers.
+// Memory: one host copy of the rank's slots and buffers for kInBackground (reused), none for
+// kInPlace; two io_bytes write buffers. Threading: one thread calls a writer; the state's memory
+// must stay valid and unchanged during Save, and from SaveAsync until WaitSnapshot returns.
 #ifndef SHARDEMA_CHECKPOINT_WRITER_H_
 #define SHARDEMA_CHECKPOINT_WRITER_H_
 

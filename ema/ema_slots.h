@@ -1,90 +1,33 @@
 // EmaSlots: several EMAs of the fp32 master weights, each a sharded optimizer-state slot.
 //
-// Every EmaConfig (ema/schedule.h) becomes one slot in the store's SlotRegistry, named by the
-// config and sharded exactly like the master (layout.local_numel() elements, padding zero), so
-// memory per rank is 4 * local_numel bytes per fp32 slot, never O(N). EmaConfig::storage
-// (framework/ema_storage.h) picks 2 bytes instead: bf16 (stops moving once updates round to
-// zero), bf16_sr (stochastic rounding) or delta_bf16 / delta_bf16_sr (d = ema - master, moved by
-// the fused pass at EVERY step once started: a not-due step is a "track_only" plan entry with
-// beta 1). Everything that reads EMA values (ShardToHost, Swap, CopyTo, snapshots) sees the
-// reconstructed f32 values; checkpoints save the stored bits (bf16 slot; the config's "storage"
-// says how to read them). Every replicated buffer "b" of the store gets a per-slot copy "<slot>/b",
-// kept by BufferModeFor(config, b): kCopy (the current value) or kAverage (an EMA with the slot's
-// beta).
+// Each EmaConfig (ema/schedule.h) becomes one slot of the store's SlotRegistry, sharded like the
+// master: local_numel elements per rank of 4 bytes (fp32) or 2 bytes (EmaConfig::storage bf16,
+// bf16_sr, delta_bf16, delta_bf16_sr), fewer for a slot over a parameter subset (include /
+// exclude globs; frozen parameters are never tracked); never O(N). Every replicated buffer "b"
+// gets a per-slot copy "<slot>/b" (BufferModeFor: the current value or an EMA). Every reader
+// (shard() of an fp32 slot, ShardToHost, Swap, CopyTo, snapshots) sees f32 EMA values, a subset
+// slot's untracked elements being the live master's; checkpoints save the stored bits.
 //
-// Updates happen inside the optimizer's fused pass (optim/optimizer.h) once per completed,
-// non-skipped optimizer step, never per micro-batch. The optimizer knows no EmaSlots: it takes
-// this step's targets as plain data (optim/fused_step.h EmaTarget: slot memory + decay), which
-// PlanStep() computes before the pass and CommitStep() completes after it
-// (train/train_state.h does both around Optimizer::BeginStep / FinishStep):
-//   PlanStep(step)      StartPending(step) and Plan(step + 1); the targets are the planned slots
-//                       that are not offloaded.
-//   CommitStep(s, skipped)  nothing for a skipped step; else SubmitOffloaded(plan) and Commit.
-// The parts:
-//   StartPending(step)  before the pass: every slot not started yet whose start_step <= step is
-//                       initialised from the master (and its buffers copied). With start_step 0
-//                       this captures the initial weights before the first step; a slot added on
-//                       resume after its start_step starts at the next step.
-//   Plan(next_step)     the slots the pass completing `next_step` writes: a slot reaching
-//                       start_step (EmaStarts) with beta 0 (exact copy of the new master), a
-//                       started slot that is due (EmaDue) with beta = EmaDecay (interval
-//                       correction included).
-//   Commit(plan, next)  after the pass: buffer copies and counters.
+// Updates run inside the optimizer's fused pass (optim/optimizer.h), once per completed,
+// non-skipped step: PlanStep(step) starts the due slots (an exact copy of the master) and returns
+// the pass's targets; CommitStep queues the offloaded updates and records buffer copies and
+// counters (train/train_state.h calls both; a skipped step changes nothing).
+//   Swap(slot), SwapBack()  exchange the master and buffers with the slot's (O(1) for a full fp32
+//       slot; others by value, through a temporary f32 copy of the master), refresh the compute
+//       copy; swapping back is bit-exact. Steps, checkpoints and loads are refused while swapped.
+//   CopyTo(slot, root)  the slot as a full f32 model on rank `root` (others: empty). Collective.
+//   ResetMasterFromSlot(slot)  master := the slot's values for good. Local.
+// offload = true keeps a slot in (pinned) host memory, updated on a host thread by an EmaOffloader
+// (ema/offload.h); its readers wait for pending updates; results are bit-identical. State:
+// ConfigJson() (compared on resume), ProgressJson() / LoadProgress() (the counters; slots new to
+// the run start afresh). Step protocol, storages, swaps, offload, subsets: ema/SLOTS.md.
 //
-// Evaluation and export:
-//   Swap(slot)    exchanges the master shard with the slot shard, and every buffer with the
-//                 slot's copy, in O(1) (storage exchange, no communication), then refreshes the
-//                 compute copy, so a forward through the normal gather path sees the EMA
-//                 weights. Swap(slot) again (or SwapBack()) restores master, compute copy and
-//                 buffers bit-exactly. While swapped, optimizer steps and checkpoints are refused.
-//                 A slot that is not fp32 is swapped by value instead: the master is saved to a
-//                 temporary copy (4 bytes/element while swapped) and overwritten with the
-//                 reconstructed EMA; swapping back copies it back.
-//   CopyTo(slot, root)  the slot as a full, unsharded f32 model (parameters then buffers, by
-//                 their model names) on rank `root`; one all_gather per unit; other ranks get an
-//                 empty vector. Collective.
-//   ResetMasterFromSlot(slot)  master := the slot's values for good (not a swap: nothing to swap
-//                 back), e.g. to continue training from an EMA after a divergence. Local.
-//
-// Devices and offload. On a CUDA store the slots are device memory (registry slots), started by
-// device copies on the store's stream and updated inside the fused CUDA pass; Swap is the same
-// pointer exchange (no communication) plus a compute-copy refresh queued on the stream, and
-// CopyTo gathers on the device and copies each unit down on root. A config with offload = true
-// makes a host slot (SlotPlacement::kHost: pinned on CUDA) updated by an EmaOffloader
-// (ema/offload.h) on a host thread from asynchronous snapshots of the master: the optimizer
-// leaves it out of its fused pass and calls SubmitOffloaded(plan) after it. Reads of an
-// offloaded slot wait for its pending updates: shard() and ShardToHost() fence, Swap, CopyTo and
-// the optimizer's checkpoint staging call Fence(). Its Swap exchanges contents with the device
-// master (two copies through host memory) instead of pointers when the store is on CUDA. On a
-// CPU store offload changes no placement; the updates still go through the host thread.
-// Results are bit-identical with and without offload.
-//
-// Parameter subsets. A config with include / exclude globs (EmaConfig::include, exclude;
-// framework/glob.h SelectByGlobs over the layout's parameter names, the same set on every rank
-// and at every world size) makes a slot that tracks only those parameters: its registry slot is
-// the compact array of fsdp/param_subset.h (ParamSubset::numel() elements: the tracked elements
-// of this rank's shard), so memory and StateBytes shrink; the fused pass updates only the tracked
-// ranges (EmaStep::subsets). Every reader sees the slot as a whole model: ShardToHost, Swap
-// (always by value), CopyTo, snapshots and ResetMasterFromSlot give the EMA at tracked elements
-// and the live master at the others; checkpoints store the compact array with the tracked names
-// (checkpoint/FORMAT.md). A pattern that matches no parameter, or a subset of no parameter, is
-// kInvalidArgument naming the slot and the pattern; a subset slot on a CUDA store is
-// kUnimplemented (CPU only for now); offloading one is refused by EmaConfig::Validate. Frozen
-// parameters (fsdp/store.h StoreOptions::frozen) are tracked by no slot: with any, every slot is
-// a subset slot over the parameters it selects that are not frozen (kInvalidArgument when that
-// leaves none, or for an offloaded slot).
-//
-// State (the checkpoint's "ema" section, PyTorch DCP Stateful shape): ConfigJson() holds every
-// slot's config (compared on resume by checkpoint/hparams.h, which lists every difference),
-// ProgressJson() every slot's counters (num_updates, last_update_step, started_at; restored by
-// LoadProgress, never compared). LoadProgress restores the counters of the slots the checkpoint
-// has; slots new to the run start afresh (when a config change was accepted on resume, the
-// run's configs win).
-//
-// Errors: kInvalidArgument for invalid or duplicate configs; kNotFound for unknown slot names;
-// kFailedPrecondition for misuse (swapping while another slot is swapped, using a slot before it
-// started, a gathered unit during a swap, a step or load while swapped).
-// Threading: one thread, like the store. The store must outlive this object.
+// Errors: kInvalidArgument (invalid or duplicate configs, a subset pattern that matches no
+// parameter, a subset of no trainable parameter, an offloaded subset); kAlreadyExists (a name
+// clash with another registry slot); kNotFound (unknown slot, listing the slots); kUnimplemented
+// (a subset slot on a CUDA store); kFailedPrecondition for misuse (swapping while another slot is
+// swapped, using a slot before it started, a gathered unit during a swap, a step or load while
+// swapped). Threading: one thread, like the store. The store must outlive this object.
 #ifndef SHARDEMA_EMA_EMA_SLOTS_H_
 #define SHARDEMA_EMA_EMA_SLOTS_H_
 

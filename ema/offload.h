@@ -1,39 +1,31 @@
 // EmaOffloader: EMA updates of slots kept in host memory, applied by a host thread from
 // snapshots of the master, without stalling the device (the `offload` option of EmaConfig).
 //
-// For memory-constrained runs an EMA slot can live in (pinned) host memory instead of device
-// memory. After each optimizer step the owner calls Submit(master, targets):
-//   1. a snapshot buffer is picked: two host buffers are used alternately (double buffering);
-//      Submit first waits until the host update that last read the chosen buffer is done (it is
-//      two submissions old, so normally finished long ago: the device is only throttled when the
-//      host updates are slower than the steps);
-//   2. the snapshot: on CUDA an event is recorded on the compute stream (the master as of the
-//      work queued so far, i.e. after the step), the side stream waits for it and copies the
-//      master into the pinned snapshot buffer, then records `copied`; nothing blocks the host or
-//      the compute stream. On CPU the copy is a memcpy done at once;
-//   3. a task is queued to the update thread, which waits for `copied` and applies, in order,
-//      EmaUpdateCpu(target.ema, snapshot, n, target.beta) for every target: exactly the rounding
-//      of the in-pass EMA of FusedStepCpu / FusedStepCuda (lerp; beta 0 copies, beta 1 is a
-//      no-op), so an offloaded slot is bit-identical to a device slot.
-// Tasks run in submission order, so each slot sees its updates in step order.
-//
+//   Submit(master, targets)   after each optimizer step: copies the master into one of two host
+//                             snapshot buffers used alternately (CUDA: on a side stream after an
+//                             event of the compute stream, into pinned memory, blocking neither
+//                             the host nor the compute stream; CPU: a memcpy at once), first
+//                             waiting for the update that last read that buffer (two submissions
+//                             old); then queues a task to the update thread, which applies
+//                             EmaUpdateCpu(target.ema, snapshot, n, target.beta) for every target
+//                             once the copy is done: the rounding of the in-pass EMA of
+//                             FusedStepCpu / FusedStepCuda, so an offloaded slot is bit-identical
+//                             to a device slot. Tasks run in submission order.
 //   OrderMasterWrite(stream)  makes `stream` wait until the snapshot copies submitted so far
 //                             have read the master (CUDA: an event wait, no host block; CPU:
 //                             nothing to wait for). Call before the master changes; EmaSlots
 //                             registers it as a store shard-update guard.
 //   Fence()                   blocks until every queued update is applied. Call before reading
 //                             or writing a target slot on the host (checkpoint, export, swap).
-//
-// On a CPU device the machinery is the same (snapshot, double buffer, host thread), only the
-// copy is synchronous: the slot's memory placement does not change (every slot is host memory
-// already), but the update runs on the host thread, overlapping the next forward/backward.
+// On a CPU device the machinery is the same; the update overlaps the next forward/backward.
+// The protocol step by step: ema/SLOTS.md "Offload".
 //
 // Errors: the first failure of the update thread (a CUDA event error) is sticky: Submit and
 // Fence return it, and later tasks are dropped. Submit: kInvalidArgument for a null master with
 // n > 0, a null target, a beta outside [0, 1]; CUDA errors.
 // Threading: one owner thread calls Submit / OrderMasterWrite / Fence; the update thread is
 // internal. Target memory must stay valid, and be touched by nobody else, until a Fence() after
-// the Submit that named it.
+// the Submit that named it. Memory: two host snapshot buffers of n floats (pinned on CUDA).
 #ifndef SHARDEMA_EMA_OFFLOAD_H_
 #define SHARDEMA_EMA_OFFLOAD_H_
 

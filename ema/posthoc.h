@@ -4,45 +4,29 @@
 //   1. Plan (PlanPosthoc): list the committed snapshots (ListEmaSnapshots) up to step_max; the
 //      target time is the newest of them (step S, t = S - start_step); every snapshotted slot of
 //      every snapshot is an input profile (t_i, gamma_i); solve the least-squares coefficients
-//      for each requested sigma_rel (ema/posthoc_solve.h; formulas in ema/README.md).
-//   2. Combine (WritePosthoc): for each output, stream the weighted sum sum_i c_i * snapshot_i
-//      into the same files `ckpt export` writes (checkpoint/export.h PlanExport/WriteExportPlan:
-//      PyTorch names and shapes, --dtype, --max-file-size sharding, index file), parameter by
-//      parameter in pieces of piece_bytes: for each piece every input's elements are read through
-//      its snapshot's CheckpointReader (only the byte ranges needed, checksums verified, any
-//      snapshot world size: the resharding reader), accumulated in double in input order, rounded
-//      once to f32, then converted to the output dtype (round to nearest even). Inputs with a
-//      coefficient of exactly 0 are not read. Replicated buffers come from the target snapshot
-//      (the training buffers at step S, as EDM2 copies the network's buffers).
-//   __metadata__: format "pt", source "shardema", step S, slot "posthoc", sigma_rel, gamma, t,
-//   fit_error (relative L2 distance of the reconstructed profile, posthoc_solve.h) and inputs
-//   (JSON text: [{"step", "slot", "t", "gamma", "coefficient"}]).
+//      for each requested sigma_rel (ema/posthoc_solve.h).
+//   2. Combine (WritePosthoc): for each output, stream sum_i c_i * snapshot_i into the files
+//      `ckpt export` writes (checkpoint/export.h PlanExport / WriteExportPlan), parameter by
+//      parameter in pieces of piece_bytes: every input's elements are read through the resharding
+//      CheckpointReader (checksums verified, any snapshot world size), accumulated in double in
+//      input order, rounded once to f32, then converted to the output dtype (round to nearest
+//      even). Inputs with a coefficient of exactly 0 are not read. Replicated buffers come from
+//      the target snapshot. __metadata__ adds sigma_rel, gamma, t, fit_error and the inputs.
+// One sigma_rel writes `out_path`; several write "<stem>-sigma_rel_<%g value>.safetensors" each.
+// Distributed: every rank calls with the same arguments and writes the elements of its unit
+// shards at world size W (rank 0 the headers and buffers); the files are byte-identical for
+// every W. Subset slots: every input must track the same parameters; untracked parameters are
+// the target snapshot's live weights, listed in __metadata__ "ema_untracked". Outputs, metadata
+// and snapshots in detail: ema/README.md "Snapshots" and "ckpt posthoc".
 //
-// Outputs: one sigma_rel writes `out_path`; several write one file (set) per value, named
-// "<stem>-sigma_rel_<value>.safetensors" beside out_path (stem = out_path without
-// ".safetensors"; value printed with %g, e.g. model-sigma_rel_0.05.safetensors).
-//
-// Distributed: with a communicator of W ranks every rank calls the same functions with the same
-// arguments; each rank computes and writes the elements of its unit shards at world size W
-// (positional writes into shared files, export.h), rank 0 the headers and buffers. The files are
-// byte-identical for every W (the per-element arithmetic does not depend on who computes it).
-//
-// Subset slots (EMA slots over a parameter subset): the inputs must all track the same
-// parameters (kInvalidArgument listing the slots otherwise); the output is complete: tracked
-// parameters are the combination, untracked ones the live weights of the target snapshot (its
-// "params" slot, ema/snapshot.h), listed in __metadata__ "ema_untracked" (a JSON array).
-//
-// Snapshot requirements (errors, the same on every rank): at least one snapshot at or before
-// step_max (kNotFound listing the snapshot steps); every slot with the same start_step
-// (kInvalidArgument listing them: the closed-form profiles start at 0); every snapshot of the
-// same model (kFailedPrecondition naming the snapshot and the differences); sigma_rel in
-// (0, 1/sqrt(12) ~ 0.2887), no duplicates (kInvalidArgument). Snapshots of different world sizes
-// are fine. A corrupt or truncated snapshot file is kDataLoss naming the file.
-//
-// Memory (per rank, beside the manifests): about 5 * piece_bytes (f32 values, double
-// accumulator, one input piece, the converted piece) + one checksum chunk (4 MiB by default; each
-// reader's chunk cache is released after use): ~24 MiB with the defaults, whatever the model
-// size or the number of snapshots. Threading: one call at a time per communicator.
+// Errors, the same on every rank: kNotFound (no snapshot at or before step_max, listing the
+// snapshot steps); kInvalidArgument (slots of different start_step, listing them; inputs tracking
+// different parameters; sigma_rel outside (0, 1/sqrt(12)) or repeated); kFailedPrecondition
+// (snapshots of different models, naming the snapshot and the differences); kDataLoss naming the
+// file (a corrupt or truncated snapshot). Snapshots of different world sizes are fine.
+// Memory (per rank, beside the manifests): about 5 * piece_bytes (f32 values, double accumulator,
+// one input piece, the converted piece) + one checksum chunk, whatever the model size or the
+// number of snapshots. Threading: one call at a time per communicator.
 #ifndef SHARDEMA_EMA_POSTHOC_H_
 #define SHARDEMA_EMA_POSTHOC_H_
 

@@ -1,37 +1,29 @@
-// EMA snapshots for post-hoc EMA (EDM2; ema/README.md "Post-hoc EMA"): every K steps each rank
+// EMA snapshots for post-hoc EMA (EDM2; ema/README.md "Snapshots"): every K steps each rank
 // writes its shard of every power-function EMA slot as a snapshot, which ema/posthoc.h later
 // combines into the EMA of any other sigma_rel.
 //
 // Where: a snapshot is an ordinary checkpoint (checkpoint/FORMAT.md: same rank files, checksums,
 // manifest and commit protocol, written by CheckpointWriter) in the snapshot root
-// ROOT/ema_snapshots (ROOT = the trainer's --ckpt-dir):
-//   ROOT/ema_snapshots/step_00000500/   rank files + manifest of the snapshot after step 500
-//   ROOT/ema_snapshots/latest           the newest snapshot (the writer's commit point)
-//   ROOT/ema_snapshots/index.json       informational list (below)
-// so `ckpt inspect|verify|export ROOT/ema_snapshots/step_N` work on a snapshot. Snapshots are
-// never rotated (keep_last is unlimited). Its slots are the snapshotted EMA slots under their own
-// names (f32); its buffers the store's replicated buffers (the training buffers, e.g. batch-norm
-// statistics, at that step); its meta:
-//   "ema": [EmaConfig::ToJson() of each snapshotted slot]   (so `ckpt export` labels the slot)
-//   "ema_snapshot": {"format_version": 1, "step": S, "slots": [{"name", "gamma", "sigma_rel",
-//       "start_step", "t", "last_update_step", "num_updates", "interval"}]}
-// where t = last_update_step - start_step is the profile's time in optimizer steps (the slot
-// holds the power-function average of the weights after steps start_step+1 .. last_update_step).
+// ROOT/ema_snapshots (ROOT = the trainer's --ckpt-dir): ROOT/ema_snapshots/step_N/ (after step
+// N), ROOT/ema_snapshots/latest (the writer's commit point) and ROOT/ema_snapshots/index.json
+// (informational), so `ckpt inspect|verify|export ROOT/ema_snapshots/step_N` work on a snapshot.
+// Snapshots are never rotated (keep_last is unlimited). Its slots are the snapshotted EMA slots
+// under their own names (f32 values; a subset slot compact, with a "params" slot holding the live
+// master of the untracked parameters); its buffers the store's replicated buffers at that step;
+// its meta "ema" (each slot's EmaConfig::ToJson()) and "ema_snapshot" {"format_version": 1,
+// "step", "slots": [{"name", "gamma", "sigma_rel", "start_step", "t", "last_update_step",
+// "num_updates", "interval"}]}, t = last_update_step - start_step: the profile's time in steps.
 //
 // Which slots: every power-function slot (EmaScheduleKind::kPowerFunction) that has started and
 // been updated at least once after its start (t >= 1); others are not snapshotted. With none, no
 // snapshot is written (WriteEmaSnapshot returns "").
 //
-// Resume: a snapshot whose step is already committed (an interrupted run resumed from an earlier
-// checkpoint replays that step; resume is bit-exact, so its EMA values are the same) is kept and
-// not rewritten; every rank sees the same directory, so every rank skips it without
-// communication. Snapshots are read with the resharding reader, so a run resumed at another
-// world size keeps adding snapshots beside the old ones and post-hoc reads them all.
-//
-// The list: ListEmaSnapshots scans the committed step_N directories and reads their manifests
-// (the source of truth: a crash can never make it disagree with the files). index.json is the
-// same list, rewritten atomically by rank 0 after each snapshot for people and scripts; nothing
-// reads it back, and failing to write it only logs a warning.
+// Resume: a snapshot whose step is already committed (a resumed run replays that step bit-exactly)
+// is kept and not rewritten; every rank sees the same directory, so every rank skips it without
+// communication. Snapshots are read with the resharding reader, so snapshots of several world
+// sizes mix. ListEmaSnapshots scans the committed step_N directories and reads their manifests
+// (the source of truth); index.json is the same list, rewritten atomically by rank 0 after each
+// snapshot for people and scripts; nothing reads it back, and failing to write it only logs.
 #ifndef SHARDEMA_EMA_SNAPSHOT_H_
 #define SHARDEMA_EMA_SNAPSHOT_H_
 

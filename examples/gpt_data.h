@@ -1,38 +1,21 @@
 // The data of train_gpt: a token stream (bytes of a text file, pre-tokenized safetensors, or
 // memory-mapped .bin token files), and which sequences each rank takes at each step.
 //
-// Tokens. --data PATH, by its name:
-//   *.safetensors  pre-tokenized: its tensor `tokens` (U8, U16, I32 or I64, shape [N]) is the
-//                  stream, read into TokenData::tokens.
-//   *.bin          a token file, memory-mapped (never copied) into TokenData::shards:
-//                  - llm.c token shard when the file has at least 1024 bytes and its first
-//                    little-endian int32 is the magic 20240520: a header of 256 little-endian
-//                    int32 values, [0] magic 20240520, [1] version (must be 1), [2] the token
-//                    count N (the rest unused), then N little-endian uint16 tokens; the file size
-//                    must be exactly 1024 + 2*N.
-//                  - otherwise nanoGPT's train.bin / val.bin: raw little-endian uint16 tokens, no
-//                    header; the byte count must be even.
-//   containing '*' or '?'  a glob(3) pattern of .bin token files (e.g. llm.c's
-//                  "fineweb_train_*.bin"), each read as above and concatenated in sorted
-//                  (byte-wise) name order into one stream.
-//   anything else  the file's raw bytes are the tokens (byte vocabulary).
-// Every token must lie in [0, vocab); each is checked once, at load. N (over the whole stream)
-// must be at least T + 1 (one window of inputs plus its last target).
+// Tokens. --data PATH, by its name: *.safetensors (its tensor `tokens`, U8/U16/I32/I64 [N], read
+// into TokenData::tokens); *.bin, a token file memory-mapped (never copied) into
+// TokenData::shards: an llm.c token shard (256 little-endian int32 header, magic 20240520,
+// version 1, token count N, then N uint16 tokens) or else nanoGPT's raw uint16 train.bin /
+// val.bin; a name containing '*' or '?', a glob(3) pattern of .bin files concatenated in sorted
+// name order; anything else, the file's raw bytes (byte vocabulary). Every token must lie in
+// [0, vocab), checked once at load; the stream needs at least T + 1 tokens.
 //
-// Sequences. Optimizer step s (0-based) uses B sequences j = 0..B-1 of T tokens; sequence j
-// starting at offset o has inputs tokens[o : o+T] and targets tokens[o+1 : o+T+1]. Ranks and
-// micro-batches split j exactly as train_mlp splits rows (examples/dataset.h MicroBatchSpan).
-//   sequential  o = ((s*B + j) * T) mod (N - T)
-//   shuffled    the non-overlapping windows o = k*T, k = 0..K-1, K = floor((N - 1) / T), visited
-//               in a seeded random order per epoch: global sequence g = s*B + j lies in epoch
-//               e = floor(g / K) at position p = g mod K, and o = T * perm_e[p], where perm_e is
-//               the Fisher-Yates shuffle of 0..K-1 drawn from SeededRng(seed,
-//               "data.shuffle.epoch.<e>") (framework/rng.h): for i = K-1 down to 1, swap entries
-//               i and Next() mod (i+1).
-// Both orders are pure functions of (seed, s, j): the same at every world size, and a resume on
-// any world size continues them exactly.
-// Evaluation uses the windows o = k*T, k = 0..K-1 of the eval stream (--eval-data, else the
-// training stream), in order, split contiguously over ranks (EvalSpan).
+// Sequences. Optimizer step s uses B sequences j of T tokens (inputs tokens[o : o+T], targets
+// tokens[o+1 : o+T+1]), split over ranks and micro-batches as train/batch.h MicroBatchSpan says:
+// sequential o = ((s*B + j) * T) mod (N - T); shuffled: the non-overlapping windows o = k*T in a
+// seeded Fisher-Yates order per epoch (SeededRng(seed, "data.shuffle.epoch.<e>")). Both are pure
+// functions of (seed, s, j): the same at every world size, continued exactly by a resume on any.
+// Evaluation: the windows o = k*T of the eval stream in order, split contiguously over ranks
+// (EvalSpan). File formats and both orders exactly: examples/GPT_DATA.md.
 //
 // Errors: kNotFound (missing file or tensor, a glob matching nothing), kInvalidArgument naming
 // the file (wrong dtype or shape, a token outside the vocabulary with its index, too few tokens,

@@ -1,31 +1,26 @@
 // GptModel: the nanoGPT-shaped transformer of train_gpt on the CPU, run through the sharded store
 // by a UnitRunner (fsdp/unit_runner.h), with the layers of nn/.
 //
-// Parameters (PyTorch names and shapes of nanoGPT's GPT with bias, V = vocab, T = block size,
-// C = n_embd, L = n_layer):
-//   transformer.wte.weight [V, C]   transformer.wpe.weight [T, C]
-//   per block i: transformer.h.{i}.ln_1.{weight,bias} [C], .attn.c_attn.weight [3C, C], .bias
-//     [3C], .attn.c_proj.weight [C, C], .bias [C], .ln_2.{weight,bias} [C], .mlp.c_fc.weight
-//     [4C, C], .bias [4C], .mlp.c_proj.weight [C, 4C], .bias [C]
-//   transformer.ln_f.{weight,bias} [C]
-//   lm_head.weight: TIED to transformer.wte.weight (one parameter in the store; GptTiedNames()
-//   lists the alias for exports).
+// Parameters (PyTorch names and shapes of nanoGPT's GPT with bias; Vp = padded_vocab(), T = block
+// size, C = n_embd, L = n_layer): transformer.wte.weight [Vp, C], transformer.wpe.weight [T, C];
+// per block i transformer.h.{i}.ln_1.{weight,bias} [C], .attn.c_attn.{weight [3C, C], bias [3C]},
+// .attn.c_proj.{weight [C, C], bias [C]}, .ln_2.{weight,bias} [C], .mlp.c_fc.{weight [4C, C],
+// bias [4C]}, .mlp.c_proj.{weight [C, 4C], bias [C]}; transformer.ln_f.{weight,bias} [C];
+// lm_head.weight TIED to transformer.wte.weight (one parameter in the store; GptTiedNames() lists
+// the alias for exports).
 // Store units: "transformer.embed" = {wte, wpe}, "transformer.h.{i}" (the block, parameters in
 // the order above), "transformer.ln_f". Runner schedule (uses): embed, h.0 .. h.(L-1), ln_f,
 // embed again (the lm_head: logits = y wte^T): the tied gradient sums both uses before its one
 // reduce-scatter per micro-batch.
-//
 // Math (nanoGPT's forward, no dropout): x = wte[idx] + wpe[0..t-1]; per block (pre-LN)
 //   x = x + c_proj(attn(c_attn(ln_1(x)))),  x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))
 // with LayerNorm eps 1e-5, causal attention as nn/attention.h (q, k, v = the three C-wide chunks
-// of c_attn's output, heads = consecutive C/n_head columns, scale 1/sqrt(C/n_head)); then
-// logits = ln_f(x) wte^T and the loss is the mean cross-entropy over the LOCAL targets (the store
-// averages over ranks and micro-batches: the global mean for equal local batches).
-// Batches: Batch::tokens [rows, t+1] (examples/gpt_data.h); inputs the first t of each row,
-// targets the last t; 1 <= t <= T.
+// of c_attn's output, heads = consecutive C/n_head columns, scale 1/sqrt(C/n_head)); logits =
+// ln_f(x) wte^T (padding columns masked); the loss is the mean cross-entropy over the LOCAL
+// targets (the store averages over ranks and micro-batches). Batches: Batch::tokens [rows, t+1]
+// (examples/gpt_data.h), inputs the first t of each row, targets the last t; 1 <= t <= T.
 // Precision: gathered bf16/f16 parameters are widened to f32 (nn/precision.h); activations and
-// gradients are f32.
-// Recomputation (recompute == true): every block's activations are dropped after its forward and
+// gradients are f32. Recompute: every block's activations are dropped after its forward and
 // recomputed in the backward (UnitRunner); the gradients are bit-identical.
 //
 // Errors: kInvalidArgument for a bad shape (C not divisible by n_head, a sequence longer than T,

@@ -1,46 +1,25 @@
 // The fused per-element optimizer pass over a contiguous range of the local shard (CPU kernel).
 //
 // One call reads grad, master, moments and every due EMA slot once and writes master, moments,
-// the compute-dtype copy and every due EMA slot. Work is done in cache-sized blocks: the block's
-// master update is finished first, then each EMA slot reads the fresh master from cache, so each
-// array crosses memory once. Semantics follow PyTorch exactly:
-//
+// the compute-dtype copy and every due EMA slot (the CPU kernel in cache-sized blocks, so each
+// array crosses memory once). g = grad[i] * grad_scale (the clipping coefficient). Semantics are
+// PyTorch's, exactly:
 //   AdamW (torch.optim.AdamW): p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
 //          p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
 //   SGD (torch.optim.SGD): g += wd*p; if momentum: buf = first ? g : mom*buf + (1-damp)*g;
 //          g = nesterov ? g + mom*buf : buf; p -= lr*g
-//   EMA:   e = beta*e + (1-beta)*p_new   (beta = 0 copies p_new exactly)
-//   delta EMA (storage delta_bf16, d = e - p): d = beta*(d - (p_new - p_old))  (beta = 0: d = 0)
-//
-// g is grad[i] * grad_scale (grad_scale carries the clipping coefficient). Ranges of different
-// parameter groups (e.g. no weight decay for biases) are separate calls.
-//
-// Rounding contract (what makes results bit-identical to PyTorch 1.13's single-tensor
-// (foreach=False) AdamW/SGD on an x86 CPU with FMA, checked by optim/fused_step_golden_test):
-// hyperparameters are doubles, like PyTorch's Python floats; the scalar factors are formed in
-// double (1 - lr*wd, 1 - b1, lr / (1 - b1^t), sqrt(1 - b2^t), 1 - beta, ...) and rounded once to
-// f32; the per-element arithmetic is f32 in PyTorch's order, with a fused multiply-add exactly
-// where PyTorch's CPU kernels use one (add with alpha, addcmul, lerp):
-//
-//   AdamW  p = p * f(1-lr*wd); m = fma(g, f(1-b1), m*f(b1)); v = fma(f(1-b2)*g, g, v*f(b2));
-//          p = p + (f(-lr/(1-b1^t)) * m) / (sqrt(v) / f(sqrt(1-b2^t)) + f(eps))
-//   SGD    g = fma(p, f(wd), g) (wd != 0); buf = first ? g : fma(g, f(1-damp), buf*f(mom));
-//          g = nesterov ? fma(buf, f(mom), g) : buf; p = fma(g, f(-lr), p)
-//   EMA    torch `ema.lerp_(p, w)` with w = f(1-beta): w < 0.5 ? fma(p-e, w, e)
-//          : fma(-(p-e), 1-w, p). beta == 0 stores p (even over a NaN/Inf ema) and beta == 1
-//          leaves the slot untouched (its memory is not even read).
-//   Slot storages (framework/ema_storage.h): fp32 as above; bf16 and bf16_sr widen e to f32, run
-//   the same line, and round the result (and the beta-0 copy) to bf16, to nearest even (bf16) or
-//   stochastically with SrBits(sr_key, global_begin + i) (bf16_sr); delta_bf16 computes, in f32,
-//   t = f32(d) - (p_new - p_old), then d = bf16_rne(t * f(beta)), 0 for beta 0 (delta_bf16_sr:
-//   t * f(beta) rounded stochastically with SrBits(sr_key, global_begin + i)). A delta slot is
-//   NOT skipped at beta 1: d = d - (p_new - p_old) keeps the EMA value where it was while the
-//   master moves, so a delta slot must be a target of every pass once it has started.
-//
-// The results do not depend on the CPU: the kernels are compiled once per CPU ISA
-// (framework/cpu_isa.h: x86-64-v4 AVX-512, x86-64-v3 AVX2+FMA, and the portable v2 build with the
-// C library's correctly rounded fmaf, slower) and the variant ActiveCpuIsa() names runs, all with
-// the same bits (optim/fused_step_kernels.h); nor on num_threads.
+//   EMA    e = beta*e + (1-beta)*p_new, rounded as torch `ema.lerp_(p, w)` with w = f32(1-beta):
+//          w < 0.5 ? fma(p-e, w, e) : fma(-(p-e), 1-w, p). beta == 0 stores p (even over a
+//          NaN/Inf EMA); beta == 1 leaves the slot untouched (its memory is not even read).
+//   Storages (framework/ema_storage.h): bf16 / bf16_sr round the f32 result (nearest even /
+//   stochastic, SrBits(sr_key, global_begin + i)); delta_bf16(_sr) keep d = e - p with
+//   d = beta*(d - (p_new - p_old)), and are NOT skipped at beta 1: a started delta slot must be a
+//   target of every pass.
+// Results are bit-identical to PyTorch 1.13's single-tensor (foreach=False) AdamW/SGD on an x86
+// CPU with FMA (optim/fused_step_golden_test): scalars formed in double and rounded once to f32,
+// f32 element arithmetic in PyTorch's order with fma exactly where PyTorch uses one. They do not
+// depend on the CPU ISA variant that runs (framework/cpu_isa.h) nor on num_threads. The rounding
+// contract line by line, storages and kernels: optim/FUSED_STEP.md.
 //
 // Memory: no allocation (beyond starting threads when num_threads allows extra ones).
 // Threading: the function itself may use up to `num_threads` threads on disjoint ranges (joined

@@ -1,83 +1,37 @@
 // Optimizer: AdamW or SGD over the local shard of a ShardedParameterStore, with global-norm
 // clipping, parameter groups, an LR schedule and every EMA slot updated in the same fused pass.
 //
-// Semantics are PyTorch's (torch.optim.AdamW / SGD, see optim/fused_step.h): AdamW with bias
-// correction, decoupled weight decay (p *= 1 - lr*wd) and eps outside the sqrt; SGD with
-// momentum, dampening, nesterov and L2 weight decay. Each rank updates only the elements it owns.
+// Semantics are PyTorch's (torch.optim.AdamW / SGD, optim/fused_step.h); each rank updates only
+// the elements it owns. Parameter groups: rules matched in order against each parameter's name
+// (framework/glob.h GlobMatch; first match wins, e.g. {"*.bias", weight_decay 0}); unset fields
+// and unmatched parameters use `defaults`. Frozen parameters (fsdp/store.h StoreOptions::frozen)
+// are never updated nor decayed (the moments then cover the trainable ones only); padding stays 0.
 //
-// Parameter groups: rules matched in order against each parameter's name (glob, framework/glob.h
-// GlobMatch; first match wins, e.g. {"*.bias", weight_decay 0}); unset fields and unmatched
-// parameters use `defaults`. Frozen parameters (fsdp/store.h StoreOptions::frozen) are in no
-// range: never updated nor decayed, and the moments are then subset slots (fsdp/param_subset.h)
-// over the trainable parameters only. A parameter's local piece is contiguous in the shard, so each
-// group's elements form ranges (adjacent pieces of one group are merged) and the fused kernel
-// runs once per range with that group's hyperparameters. Padding is in no range: it stays zero.
-//
-// Step — collective, once per optimizer step after all micro-batches were reduce-scattered, in
-// two phases. Step() runs both for a store without EMA slots; with EMA slots (any registry slot
-// of kind kEma) only TrainState::Step() (train/train_state.h) may step, because it plans the EMA
-// targets between the phases and commits their counters after: Step() is then refused (see
-// Step below) and the phases themselves are private to TrainState (a friend), so no public call
-// can advance the master past EMA slots that never start:
-//   BeginStep():
-//   1. checks: gradients complete (store->CheckGradsReady()), no unit gathered;
-//   2. global gradient norm (optim/clip.h, bit-identical on every rank);
-//   3. non-finite norm (skip_nonfinite): the step is skipped on every rank: skipped_steps() is
-//      incremented and nothing else changes (the caller then leaves its EMA slots alone);
-//   4. clip coefficient min(1, max_norm / (norm + 1e-6)) when max_norm > 0, passed to the kernel
-//      as grad_scale (the gradient shard itself is not modified).
-//   FinishStep(emas):
-//   5. one FusedStepCpu pass per range writing master, moments, the compute copy (which the next
-//      gather all-gathers) and every EMA target of this step: plain data, the slot's local shard
-//      (local_numel floats laid out like the master) and its decay beta (0: an exact copy of
-//      the new master). A target over a parameter subset (fsdp/param_subset.h: its memory is the
-//      compact array of the tracked elements) cuts each range at its tracked boundaries, so the
-//      kernel runs once per piece and gets that target only where it tracks (more, smaller
-//      calls than with full slots only). The optimizer knows no EMA class: ema/ema_slots.h
-//      plans the targets before FinishStep and commits its counters after; train/train_state.h
-//      does both;
-//   6. step() += 1.
-// The LR of step s (1-based, the bias-correction count) is LrAt(options.lr, s) * group lr_scale.
-// Gradients are not zeroed: call store->ZeroGrad() before the next accumulation.
-//
-// CUDA: on a store on a CUDA device the same steps run on the store's compute stream and the
-// host does not wait for the device in BeginStep, FinishStep or Step (optim/device_step.h),
-// unless it is kMaxStepCandidates steps ahead of the device (see "blocking" below):
-//   BeginStep queues the norm (one SumSquaresCuda pass, a bit-exact all_gather of the partials),
-//   a one-thread decision kernel (norm, clip coefficient, skip: optim/step_decision.h, the same
-//   bits as the CPU on every rank) and an asynchronous copy of the decision into pinned memory.
-//   With max_grad_norm 0 and skip_nonfinite false nothing is computed (grad_norm NaN); with
-//   skip_nonfinite (the default) the norm is computed even without clipping: the sum of squares
-//   is the non-finite check (one read of the gradient, like an isfinite scan) and is what the
-//   step logs. It returns a StepResult with pending = true: grad_norm, clip_coef, skipped, lr and
-//   step are known once it resolves (Await).
-//   FinishStep queues ONE FusedStepCuda launch per range that reads the decision by pointer: a
-//   skipped step writes nothing (master, moments, compute copy, every EMA target).
-// Counters (exact for any pattern of skipped steps): the device keeps the true update count; the
-// host keeps the counts of the steps it has resolved (step(), skipped_steps()) and at most
-// kMaxStepCandidates - 1 unresolved ones. Since each unresolved step may have been skipped, the
-// new step's update count is one of `candidates` values; FinishStep passes the scalars (bias
-// correction step, LR schedule position, SGD first step) of every candidate and the kernel picks
-// the one the device's counter selects (optim/step_decision.h). Decisions resolve, in order:
-//   - without blocking at every BeginStep (each step whose event is complete);
-//   - blocking (CudaEvent::Synchronize: waits until that decision reached pinned memory, polling
-//     NCCL errors) only in: BeginStep when kMaxStepCandidates steps are unresolved (the oldest:
-//     the host is that many steps ahead of the device), Await(r) (up to r's step), Sync() (all)
-//     and LoadProgress (all).
-// A resolved skipped step logs the same warning as on the CPU; a step that a rank failed to
-// decide (its sum of squares failed) was skipped on every rank and resolves to kInternal naming
-// the rank. EMA targets must be memory of the store's device; the caller must plan them with the
-// exact update count (train/train_state.h resolves the earlier steps first).
-//
-// State (the checkpoint's "optimizer" section, see train/train_state.h): ConfigJson() is the
-// options (compared on resume by checkpoint/hparams.h), ProgressJson() the counters
-// {"step", "skipped_steps"} (restored by LoadProgress, never compared); SlotNames() lists the
-// moment slots this optimizer registered.
-//
+// A step is collective, once per optimizer step after all micro-batches were reduce-scattered, in
+// two phases. Step() runs both, only for a store without EMA slots (else kFailedPrecondition: the
+// phases are private to TrainState::Step(), train/train_state.h, which plans the EMA targets
+// between them and commits their counters after):
+//   BeginStep():  1. checks: gradients complete (store->CheckGradsReady()), no unit gathered;
+//                 2. global gradient norm (optim/clip.h, bit-identical on every rank);
+//                 3. non-finite norm (skip_nonfinite): the step is skipped on every rank;
+//                    skipped_steps() += 1 and nothing else changes;
+//                 4. clip coefficient min(1, max_norm / (norm + 1e-6)) when max_norm > 0, the
+//                    kernel's grad_scale (the gradient shard itself is not modified).
+//   FinishStep(emas):  5. one fused pass per group range writing master, moments, the compute copy
+//                    and every EMA target (slot memory and beta; beta 0 copies the new master);
+//                 6. step() += 1.
+// The LR of step s (1-based) is LrAt(options.lr, s) * group lr_scale. Gradients are not zeroed:
+// call store->ZeroGrad() before the next accumulation. Ranges and kernels: optim/FUSED_STEP.md.
+// CUDA: the phases are queued on the store's compute stream and the host does not wait for the
+// device (results are pending until Await, Poll or Sync) unless kMaxStepCandidates steps are
+// unresolved; a skipped step writes nothing. Resolution errors: kInternal naming the rank for a
+// step a rank failed to decide. EMA targets must be device memory, planned with the exact update
+// count. Decision, candidates, when the host blocks: optim/DEVICE_STEP.md.
+// State: ConfigJson() (the options, compared on resume), ProgressJson() {"step", "skipped_steps"}
+// (restored by LoadProgress, never compared), SlotNames() (the moment slots).
 // Errors: kInvalidArgument for bad options (naming the field); kFailedPrecondition for protocol
-// misuse (Step() beside EMA slots included) and mismatching checkpoints; communicator errors pass
-// through.
-// Threading: one thread, like the store. The store must outlive the optimizer.
+// misuse (Step() beside EMA slots included); kDataLoss for malformed progress; communicator and
+// CUDA errors pass through. Threading: one thread, like the store. The store must outlive it.
 #ifndef SHARDEMA_OPTIM_OPTIMIZER_H_
 #define SHARDEMA_OPTIM_OPTIMIZER_H_
 

@@ -16,19 +16,12 @@
 // world_size 0 means "the norm was not computed" (clipping off and skip_nonfinite off): norm NaN,
 // clip_coef 1, no skip.
 //
-// Candidates. On CUDA the host queues step s before it knows whether the earlier steps were
-// skipped, so it does not know the update count u (Adam's bias correction step u + 1, the LR
-// schedule position, SGD's first step) exactly: u is base + c for some c in [0, pending], where
-// base counts the updates among the steps already resolved on the host and `pending` the earlier
-// steps not yet resolved. The device keeps the true update count; the decision kernel stores
-// candidate = u_device - base, and the fused pass runs with the scalars the host formed for that
-// candidate (FusedStepArgs::decision, num_candidates, lr_candidates). With at most
-// kMaxStepCandidates - 1 unresolved steps before a new one, every possible u has its scalars, so
-// the result is exact for any pattern of skipped steps.
-//
-// PendingSteps: the host side of that protocol (pure host logic, no CUDA): resolved update and
-// skip counts, the queue of unresolved steps (each with a ring slot for its pinned copy of the
-// decision), and the consistency check of each resolved decision against the host's counts.
+// Candidates: on CUDA a step is queued before the host knows whether the earlier ones were
+// skipped; the decision's `candidate` (device update count minus the host's resolved count)
+// selects which of the scalars the host formed for each possible count the fused pass uses, exact
+// with at most kMaxStepCandidates - 1 unresolved steps. PendingSteps is the host side (pure host
+// logic, no CUDA): resolved update and skip counts, the queue of unresolved steps with their ring
+// slots, and the consistency check of each resolved decision. Protocol: optim/DEVICE_STEP.md.
 // Threading: DecideFromPartials is pure; a PendingSteps is used by one thread.
 #ifndef SHARDEMA_OPTIM_STEP_DECISION_H_
 #define SHARDEMA_OPTIM_STEP_DECISION_H_

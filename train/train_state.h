@@ -1,61 +1,34 @@
 // TrainState: the sharded store, the optimizer and the EMA slots of one training run, composed,
 // with everything a checkpoint needs.
 //
-// Components (each exposes only its own state, PyTorch DCP's `Stateful` shape):
-//   "store"      ShardedParameterStore  config: compute/reduce dtypes; progress: {}
-//   "optimizer"  Optimizer              config: options (kind, lr schedule, groups, clipping);
-//                                       progress: step, skipped_steps
-//   "ema"        EmaSlots               config: every slot's EmaConfig; progress: every slot's
-//                                       counters (always present; no slots without EMA)
-// Meta(extra) is the checkpoint meta: {"<component>": {"config", "progress", "slots"}, ...} plus
-// the caller's `extra` sections (e.g. the trainer's own {"config", "progress"}), which must not
-// reuse a component name. "slots" lists the registry slots the component owns ("store" lists the
-// whole registry: slots with kinds and hyperparameters, and buffers); it is informational. On
-// resume checkpoint/hparams.h compares every section's "config" and never its "progress".
+// Components, each a meta section with "config" (compared on resume by checkpoint/hparams.h),
+// "progress" (restored, never compared) and informational "slots": "store", "optimizer" and "ema"
+// (always present; train/CHECKPOINTS.md lists their contents). Meta(extra) adds the caller's
+// sections (e.g. the trainer's), which must not reuse a component name.
 //
-// Step() = one optimizer step: Optimizer::BeginStep (checks, gradient norm, skip decision); when
-// not skipped EmaSlots::PlanStep (starts due slots, plans this step's targets), then
+// Step() = one optimizer step: Optimizer::BeginStep; unless skipped, EmaSlots::PlanStep, then
 // Optimizer::FinishStep(targets) (ONE fused pass per range updating master, moments, compute copy
-// and the EMA slots), then EmaSlots::CommitStep (offloaded updates, buffer copies, counters). A
-// skipped step leaves every EMA slot, buffer copy and counter untouched.
-// CUDA (the optimizer decides the step on the device, optim/optimizer.h): the EMA plan needs the
-// exact update count, so with EMA slots Step() first resolves the earlier steps and commits their
-// deferred EMA work (for those not skipped), blocking until the previous step's decision reached
-// the host; except when the plan cannot depend on it (PlanIsStepFree: every slot started, not
-// offloaded, not stochastically rounded, with a step-free schedule (ema/schedule.h
-// EmaPlanIsStepFree), and no buffers), where it commits only the decisions that arrived and
-// never waits. This step's commit is deferred (counters only: exact, since the plan is fixed,
-// and the resolved result gives the exact update count) unless the step needs host work that
-// depends on the decision: a slot starting (StartPending or a plan start), an offloaded slot, or
-// replicated buffers (host copies). Then Step() waits for this step's own decision first
-// (Optimizer::Await) and returns early when it is skipped. Without EMA slots Step() never waits.
-// The returned result is pending until Optimizer::Await; the EMA counters of the latest step lag
-// until Sync() (Meta, StageCheckpoint and FinishRestore call it; call it before reading EmaSlots
-// counters directly).
+// and EMA slots), then EmaSlots::CommitStep. A skipped step leaves every EMA slot, buffer copy and
+// counter untouched. CUDA: the EMA plan needs the exact update count, so with EMA slots Step()
+// first commits the earlier steps' deferred EMA work, waiting for their decisions unless the plan
+// cannot depend on them (PlanIsStepFree), and waits for its own decision when its EMA work needs
+// it (NeedsDecision: a slot starting, an offloaded slot, replicated buffers); without EMA slots it
+// never waits. The result is pending until Optimizer::Await; EMA counters lag until Sync() (Meta,
+// StageCheckpoint and FinishRestore call it). The protocol: optim/DEVICE_STEP.md.
 //
-// Checkpoints: CheckpointView(extra) lists every persistent slot ("params", the moments, each
-// EMA slot by name) and replicated buffer (EMA copies "<slot>/<buffer>" included) as host views
-// with Meta(extra): on CPU views into the registry; on CUDA views of pinned host buffers this
-// object owns, filled by StageCheckpoint() and waited for (offloaded EMA slots are viewed in
-// place after their pending updates). StageCheckpoint(extra) is the non-blocking form: the
-// copies run on a side stream and the state may be read once the handle's Wait() returns. The
-// staged buffers stay valid until the next CheckpointView / StageCheckpoint; views of
-// host-resident slots are the slots themselves: consume them before the next Step(), as the
-// checkpoint writer's SaveAsync does.
-// Restore: the reader fills CheckpointView()'s views, then FinishRestore(meta) compares the
-// components' configs with the checkpoint's (refusing differences unless allow_config_change, in
-// which case this run's configs win), restores every component's progress (slots new to the run
-// start afresh), copies staged slots back to the device (CUDA) and refreshes the compute copy.
-// Restore(path, comm, options) does all of it with checkpoint/load.h; its default options resume
-// an identically configured run.
-//
-// Destruction order: the staging (waits for copies in flight, removes its shard-update guard),
-// the optimizer, the EMA slots (apply pending offloaded updates), then the store.
+// Checkpoints: CheckpointView(extra) = Meta(extra) and host views of every persistent slot and
+// replicated buffer (on CUDA pinned buffers this object owns, filled by StageCheckpoint(), the
+// non-blocking form: read them once its handle's Wait() returns). Views stay valid until the next
+// CheckpointView / StageCheckpoint; views of host-resident slots are the slots themselves: consume
+// them before the next Step(). Restore: the reader fills the views, then FinishRestore(meta)
+// compares the configs (differences refused unless allow_config_change: this run's win), restores
+// the progress, copies staged slots to the device and refreshes the compute copy; Restore(path,
+// comm, options) does it all. Destruction order: the staging, the optimizer, the EMA slots
+// (applying pending offloaded updates), then the store.
 // Errors: kInvalidArgument (bad options or configs, an extra section named like a component);
 // kFailedPrecondition (protocol misuse, an EMA slot swapped in, a configuration mismatch);
-// kDataLoss naming the field (a meta that breaks checkpoint/meta_schema.h: what verify refuses);
-// communicator and CUDA errors pass through.
-// Threading: one thread, like the store.
+// kDataLoss naming the field (a meta that breaks checkpoint/meta_schema.h); communicator and CUDA
+// errors pass through. Threading: one thread, like the store.
 #ifndef SHARDEMA_TRAIN_TRAIN_STATE_H_
 #define SHARDEMA_TRAIN_TRAIN_STATE_H_
 

@@ -2,39 +2,25 @@
 // --resume (fresh start without a checkpoint, hyperparameter check, reshard on another world
 // size, bit-exact restore on the same one).
 //
-// Meta of every checkpoint (JSON, stored verbatim in the manifest): TrainState::Meta's sections
-// ("store", "optimizer", "ema": each {"config", "progress", "slots"}) plus
-//   "trainer"   {"config": TrainConfig::HparamsJson() + TrainModel::Hparams() plus "data_rows"
-//                (TrainData::size(); what must match on resume), "progress": {"world_size": W,
-//                "data": {"next_step", "rows", "source"} + TrainData::Progress (the loader's
-//                position, e.g. "next_row"), "rng": {"seed", "generator",
-//                "draws_during_training": 0}}, "run": TrainConfig::ToJson() + TrainModel::Config()
-//                (the whole command line; not compared)}
-//   plus TrainModel::MetaSections() (e.g. "tied_weights" {"lm_head.weight":
-//                "transformer.wte.weight"}, which exports write under both names)
-// The trainer draws random numbers only while initialising (keyed by (seed, name),
-// framework/rng.h), so the seed is the whole RNG state; it is recorded and compared on resume.
+// Meta: TrainState::Meta's sections ("store", "optimizer", "ema") plus "trainer" ({"config":
+// TrainConfig::HparamsJson() + TrainModel::Hparams() + "data_rows", compared on resume;
+// "progress": world size, data position, RNG seed; "run": the whole command line, not compared}),
+// TrainModel::MetaSections() (e.g. "tied_weights" for exports) and this run's lineage. The
+// trainer draws random numbers only while initialising, so the seed is the whole RNG state.
 //
 // Resume (collective): rank 0 looks at --ckpt-dir and broadcasts what it found. No directory, or
-// one with neither `latest` nor a committed step directory: a fresh start. Otherwise the
-// checkpoint ResolveResumeCheckpoint picks is loaded (--resume-step S: step S; else the newest
-// committed step, `latest` being a hint; committed steps newer than `latest`'s are refused,
-// naming them, until --resume-step says which one), and with --discard-newer-steps rank 0 then
-// deletes the committed steps after it (logged). Any failure and any failure — a corrupt or missing
-// file, a manifest checksum mismatch, another model — is an error naming the file (never a silent
-// fresh start or an older checkpoint). Before reading slots, every section's "config" is compared
-// with this run's (checkpoint/hparams.h, the one check): differences fail, listing each one, unless
-// --override-hparams (then they are logged and this run's values win; EMA slots new to the run
-// start afresh from the master, slots only in the checkpoint are dropped).
-//
-// Continuing from an EMA (which one when: --help):
-//   --init CKPT --init-from-slot NAME  a fresh run whose master weights are EMA slot NAME of
-//       checkpoint CKPT (InitFromCheckpointSlot); everything else starts over as in any fresh run.
-//   --resume --reset-master-from-slot NAME  after the restore, the master := EMA slot NAME of the
-//       checkpoint (EmaSlots::ResetMasterFromSlot); step, moments, LR schedule and every slot are
-//       kept, and this run's lineage entry records "master_from_slot" (checkpoint/lineage.h).
-//       The slot is checked before anything is read or deleted: it must be in the checkpoint and
-//       have started (kInvalidArgument naming the checkpoint and listing its EMA slots).
+// none with `latest` or a committed step: a fresh start. Otherwise ResolveResumeCheckpoint picks
+// the checkpoint (--resume-step S; else the newest committed step, unless a step newer than
+// `latest`'s does not continue its lineage: refused, naming them), and --discard-newer-steps then
+// deletes the committed steps after it. Any failure (a corrupt or missing file, a checksum
+// mismatch, another model) is an error naming the file, never a silent fresh start or an older
+// checkpoint. Every section's "config" is compared with this run's before slots are read
+// (checkpoint/hparams.h): differences fail, listing each one, unless --override-hparams (this
+// run's values win; new EMA slots start afresh, slots only in the checkpoint are dropped).
+// Continuing from an EMA: --init CKPT --init-from-slot NAME (a fresh run from slot NAME,
+// InitFromCheckpointSlot) or --resume --reset-master-from-slot NAME (master := slot NAME after
+// the restore, all else kept; checked before anything is read or deleted).
+// Meta layout, resume rules and the EMA continuations in detail: train/CHECKPOINTS.md.
 //
 // A fresh run (no --resume) refuses a --ckpt-dir that already holds checkpoints.
 // Threading: one thread (the trainer's). Errors agree across ranks where noted.

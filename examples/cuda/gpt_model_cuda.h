@@ -4,22 +4,18 @@
 // The store must be on a CUDA device (fsdp/store.h) with f32 gradient buffers; everything is
 // queued on its compute stream store->stream(), to which the cuBLAS handle is bound, and the
 // UnitRunner (fsdp/unit_runner.h) orders the gathers and reduce-scatters with it by the store's
-// events, as MlpModelCuda does (examples/cuda/mlp_model_cuda.h):
-//   upload    the token ids and targets (checked on the host first) through pinned staging;
-//   forward   per use, with the layer kit of nn/cuda: embeddings; per block LayerNorm, c_attn
-//             (cuBLAS GEMM + bias), CudaAttention, c_proj, residual add, LayerNorm, c_fc, tanh
-//             GELU, c_proj, residual add; ln_f; logits = ln_f(x) wte^T;
-//   loss      the cross-entropy kernel: the gradient of the mean over the LOCAL targets and the
-//             loss into a device double, copied to pinned host memory behind an event;
-//   backward  the same uses in reverse, gradients straight into the unit gradient buffers
-//             (written, or added to for the tied wte's second use), the embedding backward
-//             without atomics (deterministic);
-//   return    the host blocks only for the loss value.
+// events, as MlpModelCuda does (examples/cuda/mlp_model_cuda.h). Per micro-batch: the token ids
+// and targets (checked on the host first) go up through pinned staging; the forward of each use
+// runs the layer kit of nn/cuda (embeddings, LayerNorm, cuBLAS GEMMs, CudaAttention, tanh GELU,
+// residual adds; logits = ln_f(x) wte^T); the cross-entropy kernel (the gradient of the mean over
+// the LOCAL targets); the backward, in reverse, writes straight into the unit gradient buffers
+// (added to for the tied wte's second use), the embedding backward without atomics
+// (deterministic). ForwardBackward leaves the loss in device memory (DeviceLoss()) and does not
+// wait for the device; LossSum and Sample wait for their values.
 // Precision: every GEMM is f32 (TF32 only with allow_tf32). With a bf16 / f16 compute dtype the
-// gathered weights are widened to f32 device scratch before use (framework/cuda/convert_kernels.h)
-// and activations and gradients stay f32 — the CPU GptModel's rule (nn/precision.h), so both
-// devices agree to f32 rounding at every precision and f16 gradients cannot underflow.
-// Recomputation: as the CPU model (one block's activations with recompute).
+// gathered weights are widened to f32 device scratch before use and activations and gradients
+// stay f32 (the CPU GptModel's rule, nn/precision.h): both devices agree to f32 rounding at every
+// precision. Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
 //
 // Errors: Create: kInvalidArgument for a store that is not on a CUDA device or does not hold
 // GptUnits(shape), or a bad shape; kUnavailable without CUDA or a GPU; cuBLAS/CUDA errors.

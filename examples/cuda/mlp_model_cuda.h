@@ -2,30 +2,19 @@
 // MlpModel, examples/mlp_model.h: same model, units, collective protocol and loss semantics).
 //
 // The store must be on a CUDA device (fsdp/store.h); everything is queued on its compute stream
-// store->stream(), to which the cuBLAS handle is bound, so gathers and reduce-scatters (NCCL, on
-// the communicator's stream) are ordered with the compute by the store's events:
-//   upload    the batch (x, mse targets or labels) is copied into pinned host staging, then
-//             asynchronously to device buffers on the stream (the staging is reused once the
-//             previous upload is done);
-//   layers    run as the uses 0..L-1 of a UnitRunner (fsdp/unit_runner.h), which issues
-//             GatherAsync(i + 1) before layer i's kernels are queued (prefetch), releases after
-//             the forward (the last unit stays gathered for the backward), and overlaps each
-//             reduce-scatter with the next layer's queued backward (waits never block the host);
-//   forward   per layer z = x W^T (cuBLAS, nn/cuda/cublas_gemm.h), + b, act;
-//   loss      kernels (nn/cuda/elementwise_kernels.h, nn/cuda/loss_kernels.h): the gradient of
-//             the mean over the LOCAL rows (the store averages over ranks and micro-batches) and
-//             the loss into a device double, copied to pinned host memory behind an event;
-//   backward  per layer dW = dz^T x and db = column sums of dz straight into the unit gradient
-//             buffer (through an f32 scratch and a conversion when the store's reduce dtype is
-//             not f32), dx = dz W, then act' of the layer below;
-//   return    the host blocks only for the loss value (after the forward and the loss kernel).
-// Precision: with f32 compute every GEMM is f32 (TF32 off unless allow_tf32). With a bf16 / f16
-// compute dtype the forward uses the gathered weights as they are and rounds the layer input x
-// to the same dtype (framework/cuda/convert_kernels.h) — 16-bit inputs, f32 accumulation and f32
-// outputs; bf16 does the same in the backward (dz rounded to bf16). fp16's backward instead keeps
-// dz and x f32 and widens the weight to f32 (f16's range would flush small gradients to zero
-// without loss scaling). Activations, bias adds, losses and gradients stay f32. (The CPU MlpModel
-// widens the weights and keeps x and dz in f32, so 16-bit runs agree to 16-bit rounding.)
+// store->stream(), to which the cuBLAS handle is bound, and the layers run as the uses 0..L-1 of
+// a UnitRunner (fsdp/unit_runner.h: prefetched gathers, overlapped reduce-scatters, ordered with
+// the compute by the store's events, no host block). Per micro-batch: the batch is uploaded
+// through pinned host staging (a ring of slots, each reused once its previous copy is done);
+// forward z = x W^T (cuBLAS) + b, act; the loss kernels (the gradient of the mean over the LOCAL
+// rows: the store averages over ranks and micro-batches); backward dW = dz^T x and db straight
+// into the unit gradient buffer, dx = dz W. ForwardBackward leaves the loss in device memory
+// (DeviceLoss()) and does not wait for the device; LossSum waits for its value.
+// Precision: f32 compute runs f32 GEMMs (TF32 off unless allow_tf32). With bf16 / f16 the GEMM
+// operands are 16-bit (the gathered weights, x rounded; bf16 also dz) with f32 accumulation and
+// outputs, except f16's backward, which keeps dz and x f32 and widens the weight; activations,
+// bias adds, losses and gradients stay f32 (16-bit runs agree with the CPU to 16-bit rounding).
+// Each phase and the precision rules in detail: examples/CUDA_MODELS.md.
 //
 // Errors: Create: kInvalidArgument for a store that is not on a CUDA device or layers that do not
 // match it, kUnavailable without CUDA or a GPU, cuBLAS/CUDA errors. ForwardBackward/LossSum:
@@ -34,7 +23,7 @@
 // fail alike); store/communicator/CUDA/cuBLAS errors pass through with the layer named.
 // Threading: one thread (the store's). Memory (device): the batch, the activations of one
 // micro-batch (2 * rows * sum D(i+1) floats), four rows * max(D) scratch arrays, and at most two
-// gathered units at a time; pinned host: the batch.
+// gathered units at a time; pinned host: the batch staging and the loss.
 #ifndef SHARDEMA_EXAMPLES_CUDA_MLP_MODEL_CUDA_H_
 #define SHARDEMA_EXAMPLES_CUDA_MLP_MODEL_CUDA_H_
 

@@ -3,31 +3,26 @@
 // FusedStepCuda(args, stream) enqueues on `stream` (a cudaStream_t; nullptr = the current
 // device's legacy stream) the pass that optim/fused_step.h defines, over args.n elements of
 // device arrays: AdamW or SGD (PyTorch semantics), the optional compute copy (f32, bf16, f16) and
-// every due EMA slot, reading the new master from registers. It is ONE kernel launch for up to
-// kCudaEmaSlotsPerLaunch slots whose beta is not 1 (slots with beta 1 are dropped on the host:
-// their memory is not touched and their pointer may be null); each further group of up to
-// kCudaEmaSlotsPerLaunch slots costs one more EMA-only launch that re-reads the fresh master, so
-// any number of slots is supported.
+// every due EMA slot, reading the new master from registers. One kernel launch carries up to
+// kCudaEmaSlotsPerLaunch slots (delta slots first, all in that launch); each further group costs
+// one more EMA-only launch, so any number of other slots is supported. A slot with beta 1 that is
+// not a delta slot is dropped on the host: its memory is not touched and its pointer may be null.
 //
 // Results are bit-identical to FusedStepCpu for the same arguments: the per-call scalars are
 // rounded on the host exactly as the CPU kernel rounds them, and the per-element arithmetic uses
-// round-to-nearest intrinsics (__fmul_rn, __fmaf_rn, __fdiv_rn, __fsqrt_rn, ...) in the CPU
-// kernel's order, so nvcc cannot contract or approximate them. (NaN payloads may differ: a NaN
-// produced on the device is the canonical one.) args.num_threads is ignored.
-//
-// Memory access: 16-byte loads/stores (4 elements per thread, grid-stride loop) when all arrays
-// reach 16-byte alignment (8 bytes for a 16-bit compute copy) at the same element, after a scalar
-// head of at most 3 elements; arrays misaligned relative to one another take an all-scalar
-// (still coalesced) loop. Per element: AdamW reads 16 and writes 12 bytes, plus 4 read + 4 written
-// per lerped EMA slot, 4 written per beta-0 (copy) slot, and 2 or 4 written for a compute copy.
+// round-to-nearest intrinsics in the CPU kernel's order (NaN payloads may differ: a NaN produced
+// on the device is the canonical one). args.num_threads is ignored. Launches, vector widths and
+// memory traffic: optim/FUSED_STEP.md.
 //
 // Contract: all arrays are memory of the current device (or memory it can address), hold args.n
 // elements and do not overlap. The call returns once the work is queued; arrays must stay alive
 // and untouched by other streams until it is done on `stream`.
 // Errors (nothing is launched): kInvalidArgument for n < 0, a null grad/master (or exp_avg /
-// exp_avg_sq as the kind requires, or an EMA pointer), step < 1 for AdamW, a beta outside [0, 1],
-// num_emas < 0 or a null `emas` with num_emas > 0, an unknown compute dtype or kind, or
-// overlapping arrays; launch failures as framework/cuda_error.h.
+// exp_avg_sq as the kind requires, or the memory of a slot that reaches the device), step < 1 for
+// AdamW, a beta outside [0, 1], num_emas < 0 or a null `emas` with num_emas > 0, more than
+// kCudaEmaSlotsPerLaunch delta slots, num_candidates outside [1, kMaxStepCandidates] with a
+// decision, an unknown compute dtype or kind, or overlapping arrays; launch failures as
+// framework/cuda_error.h.
 //
 // Defined only under --config=cuda (nvcc compiles the .cu file): include this header anywhere
 // but call it inside `#if SHARDEMA_WITH_CUDA`. Thread-safe.
