@@ -11,6 +11,7 @@
 #   clip.sum_of_squares  (the gradient norm's local part, folded into its all-gather: the peers
 #                        name the failing rank), train_mlp with --clip-norm, 3 ranks
 #   store.gather         train_gpt (UnitRunner schedule with prefetching), 2 ranks
+#   store.gather         train_mlp with --shard-group-size 2 (hybrid sharding), 4 ranks
 # Setup failures on one rank (agreed before any training collective; rank 0 names the rank):
 #   trainer.init         the parameter initialisation, train_mlp, 3 ranks
 #   trainer.state        the optimizer and EMA state allocation, train_gpt, 2 ranks
@@ -71,6 +72,15 @@ run gpt store.gather@0#9 2 "$train_gpt" --data "$gpt_data" --n-layer 2 --n-head 
   --block-size 8 --batch 4 --steps 40
 expect gpt "rank 0/2\] E .*gather of unit 'transformer\.[a-z_.0-9]+': injected fault at store\.gather on rank 0"
 expect gpt "rank 1/2\] E .*rank 0 of 2 failed and left the job: gather of unit 'transformer\."
+
+# Hybrid sharding, 2 shard groups of 2: a rank of the second group fails in a gather; its group
+# peer hears it on the shard group, the first group's ranks on their replica groups (a failure is
+# announced on every communicator of the rank), and every rank names world rank 3.
+run hybrid store.gather@3#7 4 "$train_mlp" "${mlp[@]}" --shard-group-size 2
+expect hybrid 'rank 3/4\] E .*injected fault at store\.gather on rank 3'
+for r in 0 1 2; do
+  expect hybrid "rank $r/4\] E .*failed and left the job: .*world rank 3: gather of unit"
+done
 
 run init trainer.init@1 3 "$train_mlp" "${mlp[@]}"
 expect init 'rank 0/3\] E .*parameter init: rank 1 of 3: injected fault at trainer\.init on rank 1'

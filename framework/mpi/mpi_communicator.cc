@@ -201,6 +201,7 @@ struct ProcessState {
   bool we_initialized = false;
   bool atexit_registered = false;
   std::set<MpiCommunicator*> live;
+  int families = 0;  // Create() starts a family; Split() joins its parent's
 };
 ProcessState& Process() {
   static ProcessState* state = new ProcessState;
@@ -311,7 +312,9 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(const CommOpt
 
   MPI_Comm comm = MPI_COMM_NULL;
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup", -1));
-  return Adopt(comm, options, /*world=*/true);
+  ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> c, Adopt(comm, options, /*world=*/true));
+  c->family_ = ++ps.families;
+  return c;
 }
 
 StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int color, int key,
@@ -328,7 +331,9 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int color, int
   }
   ProcessState& ps = Process();
   std::lock_guard<std::mutex> lock(ps.mu);
-  return Adopt(comm, options, /*world=*/false);
+  ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> c, Adopt(comm, options, /*world=*/false));
+  c->family_ = family_;
+  return c;
 }
 
 StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Adopt(MPI_Comm comm,
@@ -385,6 +390,7 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Adopt(MPI_Comm comm,
   StatusOr<std::unique_ptr<FailureNotices>> notices = FailureNotices::Create(comm);
   if (!notices.ok()) return fail(notices.status().WithContext("MpiCommunicator::Create"));
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, rank, size, local, options));
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank_);
   c->notices_ = std::move(notices).value();
   if (options.progress_thread) {
     c->sync_ = std::make_shared<ProgressSync>();
@@ -525,8 +531,25 @@ WaitPoll MpiCommunicator::Poll() const {
 }
 
 Status MpiCommunicator::AnnounceFailure(const Status& failure) {
-  if (failure.ok() || shut_down_ || notices_ == nullptr) return failure;
-  notices_->Announce(failure.message());
+  if (failure.ok()) return failure;
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  // A rank of several communicators of one family (a communicator and those Split from it, e.g.
+  // hybrid sharding's groups) tells the peers of each: a peer may wait on any of them.
+  std::set<MpiCommunicator*> live;
+  {
+    ProcessState& ps = Process();
+    std::lock_guard<std::mutex> lock(ps.mu);
+    live = ps.live;
+  }
+  live.insert(this);
+  for (MpiCommunicator* c : live) {
+    if (c->family_ != family_ || c->shut_down_ || c->notices_ == nullptr) continue;
+    c->notices_->Announce(c->world_rank_ == c->rank_ && c->world_size_ == world_size
+                              ? failure.message()
+                              : "world rank " + std::to_string(c->world_rank_) + ": " +
+                                    failure.message());
+  }
   return failure;
 }
 

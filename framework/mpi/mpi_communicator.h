@@ -1,90 +1,33 @@
 // MpiCommunicator: the Communicator (framework/communicator.h) over MPI, for host memory.
 //
-// Each collective is one real non-blocking MPI call on a private duplicate of MPI_COMM_WORLD:
-// MPI_Iallgather, MPI_Ireduce_scatter_block (or, with the default kRing algorithm, our ring of
-// MPI_Isend/MPI_Irecv below), MPI_Iallreduce, MPI_Ibcast (Barrier: see below).
-// The returned Work's Wait() is MPI_Wait plus the post-processing below, so several operations
-// may be outstanding and be waited in any order (MPI matches them by issue order, which the
-// Communicator contract makes the same on every rank).
+// Each collective is one non-blocking MPI call on a private communicator (a duplicate of
+// MPI_COMM_WORLD, or Split's MPI_Comm_split result): MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast,
+// and for ReduceScatter RingReduceScatter (ring_reduce_scatter.h; reduce_scatter_algorithm kRing,
+// the default) or MPI_Ireduce_scatter_block (kMpi). Work::Wait() is MPI_Wait plus
+// post-processing; operations may be outstanding together and be waited in any order. The ring
+// moves only inside Work::Test() and Wait() (or on the progress thread): a caller computing
+// meanwhile calls Test(). Dtypes: f32 zero-copy; bf16/f16 reductions in f32, rounded once at
+// Wait(); kAvg divides the f32 sum at Wait(); u8 is never reduced. Zero counts complete at once;
+// counts above INT_MAX fail.
 //
-// Reduce-scatter algorithm (CommOptions::reduce_scatter_algorithm): kMpi calls
-// MPI_Ireduce_scatter_block as below; kRing runs RingReduceScatter (ring_reduce_scatter.h: W-1
-// steps of chunked MPI_Isend/MPI_Irecv to the next rank, the additions done here in f32, the same
-// dtype handling, kAvg and in-place rules; it progresses only inside Work::Test() and Wait(), so
-// a caller computing meanwhile calls Test() between pieces of work). Its receive temporary is
-// CommOptions::ring_chunks_in_flight chunks of ring_chunk_bytes, twice that unless the caller
-// sets CollectiveOptions::overwrite_send (a bf16/f16 input's f32 copy is always overwritten).
+// MPI lifetime: Create() initialises MPI (MPI_THREAD_SERIALIZED; MPI_THREAD_MULTIPLE for a
+// progress thread) if it is not yet and registers FinalizeMpi with std::atexit. FinalizeMpi()
+// shuts down every live MpiCommunicator, then finalizes MPI only if Create() initialised it.
+// Shutdown() completes the outstanding Works; after a failure it gives them up and keeps the MPI
+// communicators and the Works' temporaries until exit (late messages may still arrive).
 //
-// Dtypes: f32 is MPI_FLOAT and zero-copy (sum reductions go straight from the caller's send
-// buffer into its recv buffer). bf16/f16 all_gather/broadcast move 16-bit words
-// (MPI_UINT16_T), u8 moves bytes (MPI_UINT8_T) and is never reduced. bf16/f16 reductions convert
-// the input to an f32 temporary when issued, reduce in f32 (MPI_FLOAT, MPI_SUM) and convert back
-// with one rounding at Wait(). kAvg divides the f32 sum by world_size() at Wait() (f32: in the recv
-// buffer; bf16/f16: before rounding). Doubles: Communicator::AllReduceF64, one u8 all-gather
-// reduced on every rank. In place follows NCCL (framework/communicator.h): AllGather
-// -> MPI_IN_PLACE; AllReduce -> MPI_IN_PLACE; ReduceScatter (recv == send + rank*count) reduces
-// into a count-element temporary copied into place at Wait(), so the rest of the send buffer is
-// left untouched (unless CollectiveOptions::overwrite_send gives it up to the ring).
-//
-// Limits: counts above INT_MAX elements per call (MPI's int count) are rejected with
-// kInvalidArgument naming the count and the limit; callers split such buffers. Zero counts
-// return an already-complete Work without calling MPI. World size 1 needs no special case.
-//
-// Errors (never hangs on bad arguments when check_args is on, never aborts):
-//   kFailedPrecondition: any call after Shutdown().
-//   kInvalidArgument: null buffers with count > 0, root outside [0, world), bad overlap, count >
-//     INT_MAX, a CUDA stream (opts.stream with a CUDA device or a native handle) — this backend
-//     reads host memory only. With CommOptions::check_args (default) a collective first runs
-//     one MPI_Allreduce of 12 int64 (the CallSignature of collective_args.h) — on the first use
-//     of its signature, or on every call with check_every_call (arg_check_policy.h) — so a
-//     mismatch in kind, dtype, count, root or op, or a local argument error on any rank, returns
-//     kInvalidArgument on every rank naming the operation, the rank and the values. Without a
-//     check a local error returns at once on that rank only (its peers may then block).
-//   kInternal: an MPI error code, converted by MpiStatus (mpi_error.h) with the op and rank.
-//   kAborted: a wait past CommOptions::timeout_seconds; a peer announced a failure while this rank
-//     waited (its failure notice, polled every 256 polls of a wait: "rank R of W failed and left
-//     the job: ..."); any call once this rank or a peer announced one.
-//   kResourceExhausted: a bf16/f16 f32 temporary could not be allocated (checked before the
-//     collective check, so peers see it as an invalid-argument rank).
-//
-// Barrier(): with check_args the signature all-reduce (run for every Barrier) is the barrier (so a
-// Barrier matched against another rank's collective is reported, not a hang); without, MPI_Barrier.
-//
-// MPI lifetime: Create() calls MPI_Init_thread(MPI_THREAD_SERIALIZED) if MPI is not initialised
-// yet and remembers that it did. FinalizeMpi() shuts down every live MpiCommunicator and calls
-// MPI_Finalize once, only if Create() initialised MPI (an application that initialised MPI
-// itself finalizes it itself). Create() also registers FinalizeMpi with std::atexit as a
-// fallback, so a program that returns from main without calling it still finalizes cleanly.
-// Shutdown() completes every outstanding Work of this communicator (their Wait() then returns
-// the recorded status) and frees the duplicate communicator. After a failure (this rank's or a
-// peer's notice) it gives the outstanding Works up and frees neither the duplicate nor the
-// notices' one: messages of the failed exchange may still arrive, and a freed communicator's
-// context id would be reused by the next communicator, whose operations would match them. Those
-// communicators and the temporaries of the given-up Works stay allocated until the process exits.
-//
-// Threading: one thread issues collectives and waits on a communicator's Work at a time
-// (MPI_THREAD_SERIALIZED); different threads may take turns. Create/FinalizeMpi are
-// internally serialised.
-// Progress thread (CommOptions::progress_thread; Create then initialises MPI with
-// MPI_THREAD_MULTIPLE, and fails with kFailedPrecondition naming the levels when MPI was
-// initialised below it): the communicator starts one thread that, while operations are in
-// flight, tests them (MPI_Test, RingReduceScatter::Progress) and runs their completion
-// (post-processing, temporaries back to the cache) every 20 microseconds, and sleeps on a
-// condition variable when none is (it yields instead of pausing while a Wait() waits). One mutex
-// per communicator orders it with the caller: Issue and Barrier hold it; Work::Test() never
-// takes it and only reads whether the operation is complete (a flag the completion sets last, so
-// it is never false for a completed operation while the thread works on another), and
-// Work::Wait() sleeps until the thread completes it (with the same timeout and failure-notice
-// polls as without the thread), neither making an MPI call, so the copies and additions of the
-// transfers run on the thread's core, never the caller's. Only an operation of at most 64 KiB
-// (a loss or norm all-reduce: latency, no copies to speak of) is completed by Wait() itself.
-// Shutdown() stops and joins the thread first, then completes what is left itself. Results are
-// bit-identical with and without it (the same MPI calls and additions, in the same order per
-// operation).
-// Memory: buffers must stay valid and untouched until Wait() returns; bf16/f16 reductions,
-// in-place kMpi ReduceScatter and kRing ReduceScatter own their temporaries inside the Work,
-// taken from the communicator's BufferCache (framework/buffer_cache.h) and given back when the
-// operation completes (at most 256 MiB kept between calls; a failed operation keeps its own).
+// Errors (never aborts): kFailedPrecondition after Shutdown(); kInvalidArgument for bad arguments
+// (null buffers, root, overlap, count, a CUDA stream), on every rank when the signature check of
+// CommOptions::check_args runs (first use of a signature, every Barrier), so no hang; kInternal
+// for MPI errors, naming op and rank; kAborted for a wait past CommOptions::timeout_seconds, a
+// peer's failure notice ("rank R of W failed and left the job: ...") and any call after a failure
+// was announced; kResourceExhausted when an f32 temporary cannot be allocated.
+// Threading: one thread at a time issues and waits (MPI_THREAD_SERIALIZED); Create/FinalizeMpi
+// are serialised. CommOptions::progress_thread completes operations on a thread of its own
+// (Test() then only reads a flag); results are bit-identical with and without it.
+// Memory: buffers stay valid and untouched until Wait() returns; temporaries (bf16/f16 copies,
+// in-place kMpi, the ring) come from a cache (at most 256 MiB kept between calls).
+// Calls, checks, failures, lifetime, the progress thread and the ring: framework/mpi/MPI.md.
 #ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_H_
 
@@ -170,7 +113,9 @@ class MpiCommunicator final : public CallCommunicator {
 
   // Failure notices (framework/mpi/failure_notices.h): see Communicator. After this rank
   // announced a failure or a peer's notice arrived, every call returns kAborted naming the
-  // failure, and Shutdown() gives outstanding operations up instead of waiting for them.
+  // failure, and Shutdown() gives outstanding operations up instead of waiting for them. The
+  // notice goes to the peers of every live communicator of this one's family (the one Create()
+  // made and those Split from it), naming this rank's world rank in the split ones.
   Status AnnounceFailure(const Status& failure) override;
   // Announces `why`, waits up to kAbortGraceSeconds for every peer to announce, then
   // MPI_Abort(exit_code) on this communicator (0 becomes 1). Does not return.
@@ -208,6 +153,8 @@ class MpiCommunicator final : public CallCommunicator {
   void ProgressLoop();        // the progress thread's body
   void StopProgressThread();  // stops and joins it (no-op without one)
 
+  int world_rank_ = 0;  // this rank in MPI_COMM_WORLD (named in a split communicator's notices)
+  int family_ = 0;      // Create()'s communicator and those Split from it (AnnounceFailure)
   MPI_Comm comm_;
   int rank_;
   int world_size_;
