@@ -55,10 +55,9 @@ struct SaveOptions {
   uint64_t io_bytes = uint64_t(16) << 20;     // largest single write(2)
   bool fsync = true;                          // off only for tests that do not need durability
   WriteFaultHook fault_hook;                  // tests: simulate ENOSPC/EIO on any write
-  // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above). Both stay
-  // because each wins somewhere (bench/results/save_stall_bench_w2_*.json): kInBackground stalls
-  // the steps least, kInPlace needs no staging memory. (A copy inside SaveAsync itself was a
-  // third mode: never faster than kInBackground, bench/results/ckpt_bench_w2_*.json; removed.)
+  // Where an asynchronous save's data comes from (see SaveAsync / WaitSnapshot above):
+  // kInBackground stalls the steps least (bench/results/save_stall_bench_w2_*.json), kInPlace
+  // needs no staging memory.
   enum class Snapshot : uint8_t {
     // The writer thread copies the state into staging memory, checksumming each block as it
     // copies it and queueing the writes as it goes (one pass over the state, never waiting for

@@ -2,32 +2,26 @@
 // per-unit parameter and gradient buffers (fsdp/store.h), the MPI communicator's temporaries
 // (framework/mpi/mpi_communicator.h, Keep::kYes on the host: no fresh pages per collective).
 //
-// A sharded store acquires a unit buffer for every gather and every backward and releases it
-// soon after. On the host that is cheap and the store's memory should be exactly what is live,
-// so by default on a CPU device Acquire allocates and Release frees. On a CUDA device
-// cudaMalloc/cudaFree would synchronize the device on every unit (cudaFree waits for all queued
-// work), defeating the overlap of collectives with compute; there (Options::keep) Release keeps
-// the buffer and a later Acquire reuses it:
+// With Keep::kDefault a CPU cache allocates at every Acquire and frees at every Release. On CUDA
+// (where cudaFree would synchronize the device on every unit, defeating the overlap of collectives
+// with compute) or with Keep::kYes, Release keeps the buffer and a later Acquire reuses it:
 //   * best fit: Acquire(n) takes the smallest cached buffer of at least n and at most
-//     n * max_fit bytes (a larger buffer than asked for; its size() is its capacity), else
-//     allocates exactly n;
-//   * bounded: the cached (released, not handed out) bytes never exceed max_cached_bytes. A
-//     Release that would exceed it frees the longest-cached buffers first; a buffer larger than
-//     the cap is freed at once. (Freeing a CUDA buffer synchronizes the device; the store sizes
-//     the cap so that a training step's working set fits and steady state frees nothing.)
+//     n * max_fit bytes (its size() is its capacity), else allocates exactly n;
+//   * bounded: the cached (released, not handed out) bytes never exceed max_cached_bytes; a
+//     Release past it frees the longest-cached buffers first, and a buffer larger than the cap at
+//     once (freeing a CUDA buffer synchronizes the device: the store sizes the cap so that a
+//     step's working set fits and steady state frees nothing);
 //   * limited (Options::limit_bytes > 0): an Acquire that allocates first frees cached buffers
-//     until what is held (handed out + cached + the new buffer) is within the limit, so the
-//     cache never holds more than max(limit, what is handed out). Fits(n) says whether an
-//     Acquire(n) now stays within it (the caller decides whether to ask: a prefetch can wait).
-// peak_bytes() is the high-water mark of the bytes held through the cache (handed out and not
-// yet released, plus cached): the unit buffer memory the store needed at its worst.
+//     until what is held (handed out + cached + the new buffer) is within the limit, so the cache
+//     never holds more than max(limit, what is handed out); Fits(n) says whether Acquire(n) now
+//     stays within it (a prefetch can wait).
+// peak_bytes() is the high-water mark of the bytes held (handed out + cached).
 //
-// Stream-order contract (CUDA): a buffer may be released as soon as every operation that touches
-// it is ordered before work later queued on the store's compute stream: kernels on that stream,
-// and collectives whose Work::Wait() has made that stream wait (framework/nccl). A reacquired
-// buffer is only used by later work on the compute stream or by collectives issued with it
-// (which start after everything queued there), so it is never overwritten while still in use.
-// The store follows this contract; other users must too.
+// Stream-order contract (CUDA): a buffer may be released once every operation that touches it is
+// ordered before work later queued on the store's compute stream (kernels on that stream, and
+// collectives whose Work::Wait() made it wait). A reacquired buffer is only used by later work on
+// that stream or by collectives issued with it, so it is never overwritten while in use. The
+// store follows this contract; other users must too.
 //
 // Errors: Acquire passes Buffer::Allocate's (kResourceExhausted naming the size, kUnavailable).
 // Threading: one thread, like the store. Memory: see above; buffers acquired and never released

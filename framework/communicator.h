@@ -1,8 +1,8 @@
 // Communicator: the collectives shardema needs, over any backend (MPI on CPU, NCCL on GPU).
 //
-// Collectives see a communicator and buffers; options are structs (gloo style). Every call is
-// collective: all ranks of the communicator must make the same calls in the same order with
-// matching counts, dtypes and ops. Counts are in elements of `dtype`, per rank:
+// Every call is collective: all ranks of the communicator make the same calls in the same order
+// with matching counts, dtypes and ops; options are plain structs. Counts are in elements of
+// `dtype`, per rank:
 //
 //   AllGather(send[count], recv[count * world])          recv = concat over ranks of send
 //   ReduceScatter(send[count * world], recv[count], op)  recv = op over ranks of send[rank slice]
@@ -12,24 +12,20 @@
 //
 // In place (NCCL's convention): AllGather with send == recv + rank*count; ReduceScatter with
 // recv == send + rank*count; AllReduce with send == recv. Otherwise send and recv must not
-// overlap. Zero counts are valid. World size 1 works the same as any other size.
+// overlap. Zero counts are valid; world size 1 works like any other. Dtypes: f32, bf16, f16, and
+// u8 for byte payloads, which AllGather and Broadcast move bit for bit and the reductions refuse
+// (kInvalidArgument). bf16/f16 reductions accumulate in f32 and round once (MPI; NCCL with
+// CommOptions::widen_half_reductions, else natively in the 16-bit type). kAvg divides the f32 sum
+// by the world size. Doubles on the host: AllReduceF64 (sum, avg, max), built on AllGather.
 //
-// Dtypes: f32, bf16, f16, and u8 for byte payloads, which AllGather and Broadcast move bit for
-// bit and the reductions refuse (kInvalidArgument). Reductions of bf16/f16 accumulate in f32 and
-// round once at the end (MPI; NCCL with CommOptions::widen_half_reductions, else natively in the
-// 16-bit type). kAvg divides the f32 sum by the world size. Doubles on the host: AllReduceF64
-// (sum, avg, max), built on AllGather.
-//
-// Asynchronous variants return a Work handle; the buffers must stay alive and untouched until
-// Wait() returns. Several operations may be outstanding and be waited in any order. Wait() blocks
-// the calling host thread (MPI) or orders the caller's stream after the operation (NCCL: see
-// Wait's contract in the backend header). Destroying an unwaited Work waits for it.
-//
-// Errors (never hangs or crashes): null buffers with a non-zero count, an invalid root, a dtype
-// or count that differs between ranks (checked collectively on first use of each call signature
-// when CommOptions::check_args, the default), and calls after Shutdown() return kInvalidArgument /
+// Asynchronous variants return a Work; the buffers must stay alive and untouched until Wait()
+// returns. Several operations may be outstanding and be waited in any order. Wait() blocks the
+// calling host thread (MPI) or orders the caller's stream after the operation (NCCL: see the
+// backend header). Destroying an unwaited Work waits for it.
+// Errors (never hangs or crashes): null buffers with a non-zero count, an invalid root, a dtype or
+// count that differs between ranks (checked collectively on first use of each call signature when
+// CommOptions::check_args, the default), and calls after Shutdown() return kInvalidArgument /
 // kFailedPrecondition. Backend errors become kInternal naming the operation and the rank.
-//
 // Threading: one thread issues collectives on a communicator at a time.
 #ifndef SHARDEMA_FRAMEWORK_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_COMMUNICATOR_H_

@@ -11,28 +11,21 @@
 // A caller declares the variants' functions once with SHARDEMA_ISA_DECLARE and calls them with
 // SHARDEMA_ISA_DISPATCH, which takes the variant ActiveCpuIsa() names. The v3/v4 builds rename
 // Eigen's namespace (EigenV3, EigenV4) and each library's symbols test checks that they define
-// nothing outside their namespaces, so no AVX2/AVX-512 inline function can replace a portable
-// copy at link time.
+// nothing outside their namespaces, so no AVX2/AVX-512 inline function replaces a portable copy.
 //
-// "auto" (the default) takes kV4 where CpuPrefersAvx512() (framework/cpu_features.h): Intel CPUs
-// with AVX-512 (two 512-bit FMA ports on the server parts: the benchmark GPT's 1-rank step took
-// 64 ms with kV4 against 83-89 ms with kV3 on a Sapphire Rapids core) and AMD Zen 5 (family 0x1A,
-// 512-bit datapaths: the 19.9M MLP's forward + backward at 48 rows took 51 ms with kV4 against
-// 67 ms with kV3 on an EPYC core), and kV3 on any other CPU with AVX2 (AMD Zen 4 runs 512-bit
-// operations as two 256-bit halves: an x86-64-v4 build measured no faster than kV3 there);
-// SHARDEMA_CPU_ISA=v4 forces it.
-// The layer kit's variants compute the same formulas but may differ in the last bits (FMA
-// contracts, wider GEMM kernels sum in another order); the checksums and the fused step give the
-// same bits in every variant. A process therefore uses one variant throughout, and all ranks of a
-// job must use the same one: results are bit-exact from run to run and across a resume or reshard
-// only between processes on the same variant.
+// "auto" (the default) takes kV4 where CpuPrefersAvx512() (framework/cpu_features.h: Intel CPUs
+// with AVX-512, AMD Zen 5 and later, whose cores run 512-bit vectors at full width), else kV3
+// where supported (Zen 4 splits each 512-bit operation in two), else kV2. The layer kit's
+// variants compute the same formulas but may differ in the last bits (FMA contracts, wider GEMM
+// kernels sum in another order); the checksums and the fused step give the same bits in every
+// variant. So a process uses one variant throughout and all ranks of a job the same one: results
+// are bit-exact across runs, resumes and reshards only between processes on the same variant.
 //
 // Choosing: the environment variable SHARDEMA_CPU_ISA = auto (or unset, empty) | v2 | v3 | v4. A
 // trainer reads it once at start-up (CpuIsaFromEnv), agrees on the lowest choice across ranks and
 // calls SetCpuIsa before any kernel runs. Code that never calls SetCpuIsa gets CpuIsaFromEnv() on
 // first use, or kV2 if the variable is malformed or names an ISA this CPU lacks. Tests switch
 // variants with SetCpuIsa (over SupportedCpuIsas()) to compare them.
-//
 // Threading: ActiveCpuIsa and the dispatch are safe from any thread. SetCpuIsa must not race with
 // running kernels (a call that dispatches twice could mix variants).
 #ifndef SHARDEMA_FRAMEWORK_CPU_ISA_H_

@@ -2,34 +2,28 @@
 //
 // Two families:
 //   * Sharded slots: arrays of layout.local_numel() elements laid out like the fp32 master
-//     (fsdp/layout.h: this rank's slices of every unit, concatenated, padding included). Each has
-//     a name, a kind (master, moment, ema, grad), whether checkpoints save it, and JSON
-//     hyperparameters (e.g. the EMA config or the optimizer betas) recorded in ToJson(). They
-//     are f32 unless added with another dtype by AddSlotOf (a bf16 EMA slot: 2 bytes/element).
-//     Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq", "momentum_buffer",
-//     "grad" (not persistent), and each EMA slot by its config name (fsdp/slot_names.h).
+//     (fsdp/layout.h: this rank's slices of every unit, concatenated, padding included), or fewer
+//     for a slot over a parameter subset (AddSubsetSlotOf). Each has a name, a kind (master,
+//     moment, ema, grad), whether checkpoints save it, and JSON hyperparameters (e.g. the EMA
+//     config) recorded in ToJson(); f32 unless added with another dtype by AddSlotOf (a bf16 EMA
+//     slot: 2 bytes/element). Well-known names: "params" (fp32 master), "exp_avg", "exp_avg_sq",
+//     "momentum_buffer", "grad" (not persistent), each EMA slot by its config name
+//     (fsdp/slot_names.h).
 //   * Replicated buffers: f32 tensors of any shape kept in full on every rank (non-trainable
-//     state such as running statistics; an EMA slot's copy of buffer "b" is named "<slot>/b",
-//     fsdp/slot_names.h).
+//     state; an EMA slot's copy of buffer "b" is named "<slot>/b").
 //
-// Placement. A registry has a device (the store's). Sharded slots live in that device's memory
-// (SlotPlacement::kDevice: host memory on CPU, cudaMalloc'd memory on CUDA) unless created with
-// SlotPlacement::kHost (an offloaded EMA slot: pinned host memory on a CUDA registry, plain host
-// memory on a CPU one). Replicated buffers are always host memory (they are small and read and
-// written by host code). SlotDevice() says where a slot's bytes are.
+// Placement. Sharded slots live in the memory of the registry's device (SlotPlacement::kDevice:
+// host memory on CPU, cudaMalloc'd on CUDA) unless created with SlotPlacement::kHost (an
+// offloaded EMA slot: pinned host memory on a CUDA registry). Replicated buffers are always host
+// memory. SlotDevice() says where a slot's bytes are.
 //
-// The registry owns the memory (framework/device.h Buffer, 64-byte aligned on the host,
-// zero-filled at creation; on CUDA the zeroing is complete when AddSlot returns). It knows no
-// checkpoint: the checkpoint views (checkpoint/state.h) are built above it from Slots(), Data()
-// and the buffers (train/host_staging.h, which also stages device slots to host memory), and
-// the reader fills the same memory in place; nothing is special-cased per slot.
-//
-// Storage exchange: SwapSlots / SwapBuffers exchange two entries' memory in O(1) (no copy), which
-// is how an EMA slot is swapped into the master for evaluation. Raw pointers obtained earlier
-// then point at the other entry's values: fetch pointers again after a swap (Data() is a map
-// lookup, cheap; a SlotHandle reads the entry's current memory with none). Two slots in
-// different memories (a device slot and a kHost slot) exchange
-// their contents instead (two copies through a temporary host buffer; pointers stay put).
+// The registry owns the memory (64-byte aligned on the host, zero-filled at creation, on CUDA
+// complete when AddSlot returns). It knows no checkpoint: checkpoint views (checkpoint/state.h,
+// train/host_staging.h) are built from Slots(), Data() and the buffers, and the reader fills the
+// same memory in place. SwapSlots / SwapBuffers exchange two entries' memory in O(1) (an EMA slot
+// swapped into the master for evaluation): raw pointers obtained earlier then point at the other
+// entry's values, so fetch them again (a SlotHandle reads the entry's current memory). A device
+// slot and a kHost slot exchange contents instead (copies through host memory; pointers stay).
 //
 // Threading: not thread-safe; one thread owns a registry. Pointers stay valid until the registry
 // is destroyed (entries are never removed).

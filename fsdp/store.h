@@ -1,106 +1,33 @@
 // ShardedParameterStore: FSDP/ZeRO-3 parameter, gradient and state sharding over a Communicator.
 //
-// Parameters are registered by name and shape, grouped into units (fsdp/layout.h); every unit is
-// one flat buffer padded to a multiple of the world size W, and rank r owns slice r of each. Per
-// rank the store holds (all flat, layout.local_numel() elements, padding always zero):
-//   * the fp32 master shard            registry slot "params" (kind master, persistent)
-//   * the fp32 gradient shard          registry slot "grad" (kind grad, not persistent)
-//   * the compute-dtype copy of master one extra shard for bf16/f16 compute; with f32 compute it
-//                                      is the master itself (no extra memory)
-// plus replicated buffers (non-trainable state, full on every rank, not sharded). Optimizer
-// moments and EMA slots are added to the same registry by their owners (optim/optimizer.h,
-// ema/ema_slots.h), so memory reports and checkpoints see everything in one place.
+// Parameter units (fsdp/layout.h) are flat buffers padded to a multiple of the world size W; rank
+// r owns slice r of each. Per rank: the fp32 master ("params" slot), the fp32 gradient ("grad"),
+// a compute copy (f32: the master), local_numel() elements each, zero padding; replicated buffers.
 //
-// Forward/backward protocol (every call below that communicates is collective: all ranks make the
-// same calls for the same units in the same order):
-//   GatherAsync(u) / Gather(u)   ONE all_gather of the unit's compute-copy shard into a unit
-//                                buffer (padded_numel elements of compute dtype); the views have
-//                                the parameters' PyTorch shapes. Gathers are reference counted:
-//                                gathering a unit that is gathered, in flight or cached adds a
-//                                reference and does not communicate. Prefetch: GatherAsync(u+1)
-//                                while unit u computes, then handle.Wait(). One rank on the CPU:
-//                                no buffer and no copy, the views point into the compute shard
-//                                (which holds the whole unit).
-//   Release(u)                   drops a reference; at zero the unit buffer is freed.
-//   UnitBufferFits(u)            local: whether GatherAsync(u) now stays within
-//                                StoreOptions::unit_memory_limit_bytes (always true without a
-//                                bound, and for a unit that is gathered, in flight or needs no
-//                                buffer). UnitGradsFit(u): the same for UnitGrads(u).
-//   ReleaseAfterForward(u)       as Release, except that with reshard_after_forward == false the
-//                                buffer is kept (cached) at zero references so the backward's
-//                                Gather(u) costs nothing; ReshardAll() frees cached buffers.
-//   UnitGrads(u)                 a zeroed, full-size gradient buffer for the unit (reduce_dtype;
-//                                views per parameter). The caller writes (or sums into) it.
-//                                UnitGrads(u, false) skips zeroing what the caller overwrites.
-//   ReduceScatterGradsAsync(u)   reduce-scatters it (mean over ranks) and, at Wait(), folds the
-//                                rank's slice into the fp32 gradient shard as a running mean over
-//                                micro-batches: after k reduce-scatters since ZeroGrad() the
-//                                shard holds (1/k) * sum of the k world averages. On the CPU with
-//                                f32 gradients the first micro-batch's collective averages straight
-//                                into the shard (no fold pass, no ring temporary), later ones sum
-//                                and the fold divides by W (one pass; the bits of ReduceOp::kAvg);
-//                                elsewhere ReduceOp::kAvg. One rank on the CPU: no collective, the
-//                                fold reads the buffer.
-//                                The unit gradient buffer is then released. A rank that never
-//                                asked for UnitGrads(u) takes part with zeros. The collective
-//                                may use the buffer as scratch (overwrite_send): the views of
-//                                UnitGrads(u) must not be read once it is issued.
-// Averaging contract: if each rank writes the gradient of the MEAN loss over its local
-// micro-batch, and all micro-batches (over ranks and accumulation steps) have the same size, the
-// gradient shard equals the gradient of the mean loss over the global batch. Ranks with unequal
-// local batch sizes pre-scale their gradient by local_size * W * k / global_size.
-// ZeroGrad() resets the shard (on the CPU lazily: the first reduce-scatter of each unit overwrites
-// its region, and grad_shard() zeroes a region read before that) and the micro-batch count. The
-// optimizer steps once per
-// optimizer step (after all micro-batches), never per micro-batch.
+// Calls that communicate are collective: all ranks make them for the same units in the same order.
+// GatherAsync(u) / Gather(u): one all_gather of the unit's compute copy, reference counted
+// (prefetch: GatherAsync(u+1) while u computes). Release(u) drops a reference, freeing the buffer
+// at zero; ReleaseAfterForward(u) too, but keeps it cached when reshard_after_forward is false.
+// UnitGrads(u): a zeroed unit gradient buffer, not to be read once ReduceScatterGradsAsync(u) is
+// issued; that + Wait: its mean over ranks, folded into the gradient shard as a running mean over
+// the micro-batches since ZeroGrad(). Averaging contract: when each rank writes the gradient of the
+// MEAN loss over its local micro-batch and all micro-batches have one size, the shard is the
+// gradient of the mean loss over the global batch (unequal sizes: pre-scale the gradient by
+// local_size * W * k / global_size). Before the master changes: BeginShardUpdate() (fails while a
+// unit is gathered or in flight), then RefreshComputeCopy(). Shard-update guards: work that reads
+// the state asynchronously registers one; BeginShardUpdate() calls it with the compute stream,
+// which it orders after its reads; its move-only token removes it when destroyed and must not
+// outlive the store. Each call, unit buffers, devices and failures in detail: fsdp/UNITS.md.
 //
-// Whenever the master changes (optimizer step, EMA swap, initialisation, checkpoint load) the
-// owner calls BeginShardUpdate() first (fails if a unit is gathered or in flight; frees cached
-// unit buffers, which would be stale) and RefreshComputeCopy() or writes the compute copy itself.
+// Devices: on a CUDA device shards, slots and unit buffers are device memory; the store queues its
+// work on stream(), its waits never block the host, and views are valid for work on that stream
+// (fsdp/STREAMS.md). On the CPU every call completes before returning.
 //
-// Devices. With StoreOptions::device a CUDA GPU, the master, gradient and compute shards, the
-// optimizer moments and EMA slots (registry slots; see fsdp/slot_registry.h for offloaded EMA
-// slots) and the unit buffers are device memory; replicated buffers stay on the host. The
-// communicator must be on the same device (a NcclCommunicator). Everything the store does runs on
-// its compute stream, stream(): StoreOptions::stream, or a non-blocking stream the store creates
-// and owns. Unit all-gathers and reduce-scatters are issued from streams of their own and
-// ordered by events (fsdp/collective_streams.h, fsdp/STREAMS.md): a gather waits only for the
-// last change of the shards and the previous use of its buffer, a reduce-scatter for the work
-// queued on the compute stream before its call (the unit's gradient), and the compute stream
-// waits (WaitGather, WaitReduceScatter) only for the collective it consumes, never blocking the
-// host. Hence:
-//   * the caller's forward/backward kernels must run on stream() (or be ordered with it);
-//   * views handed out (Gather, UnitGrads) are device memory, valid for work queued on stream();
-//   * prefetch: call GatherAsync(u+1) BEFORE queuing unit u's kernels, so the all_gather only
-//     waits for the work already queued and runs while unit u computes;
-//   * reduce-scatter overlap: call ReduceScatterGradsAsync(u) after queuing unit u's backward,
-//     queue the next units' backward, and WaitReduceScatter later (at the latest before the
-//     step): the wait orders the stream and queues the fold (LaunchFoldMean), it never blocks;
-//   * gradient zeroing (LaunchFillZero) and the compute-copy refresh (LaunchConvert) are queued
-//     on the stream; InitFromFull/InitFromFunction stage through host memory and copy up.
-// Unit buffers come from a BufferCache (framework/buffer_cache.h), which keeps released buffers
-// (best fit, at most two of the largest unit's parameter + gradient buffers) for reuse instead of
-// freeing them: on CUDA in stream order, on the CPU so that a step neither allocates nor
-// page-faults its unit buffers again. On the CPU every call completes before returning.
-//
-// Shard-update guards: work that reads the state asynchronously (a device->host snapshot of the
-// master for an offloaded EMA, a checkpoint staging copy) registers a guard; BeginShardUpdate()
-// calls every guard with the compute stream before the state may change, and the guard orders
-// the stream after its reads (no host block on CUDA). Registering returns a move-only token
-// whose destruction (or Reset) removes the guard; it must not outlive the store.
-//
-// Errors: kInvalidArgument for bad specs, names, shapes and unit indices (messages name the unit,
-// parameter and values), a communicator on another device than options.device, or a stream of
-// another device; kUnavailable for a CUDA device in a build without --config=cuda or without
-// that GPU; kFailedPrecondition for protocol misuse (releasing an ungathered unit, stepping with
-// a pending reduce-scatter, ...); collective and CUDA errors pass through with the unit named.
-// A local failure before a collective that the peers may already wait in (the unit buffer of
-// GatherAsync, the gradient buffer of UnitGrads, GatherSlotToRank's buffers including root's
-// pinned one) is told to the peers (Communicator::AnnounceFailure: no collective, no cost when
-// nothing fails): this rank returns its error, e.g. "gather of unit 'b': out of memory ...", and
-// a peer's wait returns kAborted "... rank R of W failed and left the job: gather of unit 'b':
-// ...". After it the communicator is unusable: the caller ends the job (Communicator::Abort).
-// Threading: one thread drives a store (the Communicator contract). Memory: see MemoryReport().
+// Errors: kInvalidArgument (bad specs, names, shapes, unit indices; a communicator or stream on
+// another device); kUnavailable (no CUDA build or no such GPU); kFailedPrecondition (protocol
+// misuse); collective and CUDA errors name the unit. A local failure before a collective that peers
+// may wait in is announced to them (AnnounceFailure: they return kAborted naming this rank); the
+// caller ends the job. Threading: one thread drives a store. Memory: MemoryReport().
 #ifndef SHARDEMA_FSDP_STORE_H_
 #define SHARDEMA_FSDP_STORE_H_
 

@@ -1,64 +1,27 @@
 // UnitRunner: schedules the FSDP protocol of fsdp/store.h for a model written as per-unit forward
 // and backward callbacks, so a model author writes only the math of each unit.
 //
-// Schedule. A model is a list of unit USES in forward order: use i runs store unit units[i].
-// A unit may be used more than once (tied weights: e.g. a token embedding used at the start and
-// again as the output projection at the end). Each use may ask for activation recomputation.
+// Schedule. A model is a list of unit USES in forward order (UnitSchedule: use i runs store unit
+// units[i]; a unit may be used more than once, e.g. a tied embedding; each use may ask for
+// recomputation). ForwardBackward runs one micro-batch, collectively (all ranks run the same
+// schedule): the forward gathers each use's unit (prefetching the next), calls forward(i) and
+// releases it, keeping the last use's unit gathered; then the optional loss callback; then the
+// backward in reverse: (re)gather, prefetch the previous use's unit, forward(i) again in mode
+// kRecompute where asked, backward(i) into the unit's gradient buffer, release. After a unit's
+// last backward use its gradient is reduce-scattered, exactly once per micro-batch, overlapping
+// the next use's backward; a unit's second and later backward uses add to the gradient already
+// there (UnitCall::accumulate). Under StoreOptions::unit_memory_limit_bytes a prefetch that does
+// not fit becomes a gather at the use, a gradient buffer waits for the pending reduce-scatter.
+// Step(K, ...) = ZeroGrad, K micro-batches, CheckGradsReady: each micro-batch's callbacks write
+// the gradient of the MEAN loss over its local examples (the averaging contract of store.h);
+// Forward(...) runs the forward alone (mode kEval). A split backward defers the prefetch past
+// backward_input and the previous reduce-scatter's wait. The schedule in detail: fsdp/UNITS.md.
 //
-// One micro-batch (ForwardBackward), every step collective (all ranks run the same schedule):
-//   forward   GatherAsync(units[0]); for use i: wait its gather, GatherAsync(units[i+1])
-//             (prefetch while use i computes), forward(i), then ReleaseAfterForward(units[i])
-//             (which frees the buffer, or keeps it cached when reshard_after_forward == false) —
-//             except the last use, whose unit stays gathered for the backward (as FSDP2 does);
-//   loss      the optional `loss` callback, between the last forward and the first backward;
-//   backward  uses in reverse: wait the (re)gather of units[i] (the last use's is the kept one),
-//             GatherAsync(units[i-1]) (prefetch), with recompute[i] call forward(i) again (mode
-//             kRecompute) to rebuild its activations, backward(i) with the unit's gradient buffer
-//             (UnitGrads: zeroed at its first backward use in this micro-batch unless the
-//             callbacks say backward_overwrites; a later use of the
-//             same unit finds the earlier use's gradient there and must ADD to it, see
-//             UnitCall::accumulate), Release(units[i]); after the unit's LAST backward use
-//             (its first forward use) ReduceScatterGradsAsync(units[i]); the previous
-//             reduce-scatter is waited only after the next use's backward compute (overlap), the
-//             last one before returning. With a split backward the use runs backward_input(i),
-//             Release(units[i]), UnitGrads (so the gradient buffer can reuse the parameter
-//             buffer), then waits the previous reduce-scatter (which overlapped backward_input)
-//             and only then issues the prefetch GatherAsync(units[i-1]) (which overlaps
-//             backward_params(i)): the prefetched unit takes the memory of the previous unit's
-//             gradient instead of adding to it, so the backward's unit buffers peak at one
-//             unit's gradient plus the larger of the previous unit's gradient and the
-//             prefetched unit (fsdp/store.h memory). Every unit's gradient is reduce-scattered
-//             exactly once per micro-batch, after all its uses have contributed.
-// Unit memory bound (StoreOptions::unit_memory_limit_bytes): a prefetch is issued only when
-// store->UnitBufferFits says it stays within the bound; otherwise the unit is gathered at its use
-// (in the backward after waiting the pending reduce-scatter, whose gradient buffer it then
-// reuses), without overlap; likewise a gradient buffer that does not fit (UnitGradsFit) is
-// asked for only after the pending reduce-scatter has completed. Without a bound the schedule is
-// exactly the one above.
-// Step(K, ...) = ZeroGrad, then K micro-batches (prepare(m), ForwardBackward), then
-// CheckGradsReady: the store's running mean over micro-batches does the accumulation, so each
-// micro-batch's callbacks write the gradient of the MEAN loss over that micro-batch's local
-// examples (the averaging contract of store.h).
-// Forward(...) runs the forward alone (evaluation: mode kEval, every unit released at the end).
-//
-// Parameters: a callback's `params` (and a backward's `grads`) are the unit's views in its layout
-// order (fsdp/layout.h, UnitLayout::params); ParamByName(call, views, name) finds one by its full
-// name instead of its index.
-//
-// Progress: on MPI a non-blocking collective moves only while the rank calls into MPI, so the
-// runner calls store->ProgressCollectives() (Work::Test) before and after every callback: the
-// reduce-scatter of unit u and the prefetch gather advance at the boundaries of the next
-// units' computation, and a callback may call UnitCall::progress in between.
-//
-// Recomputation: with recompute[i] the first forward(i) is called with mode kForwardNoSave: the
-// callback computes the use's output (the next use's input) but need not keep what its backward
-// needs; before backward(i) the runner calls forward(i) again with mode kRecompute, with the same
-// parameters and the same input, and the callback then keeps its activations. A deterministic
-// callback therefore gives bit-identical gradients with and without recomputation.
-//
-// Devices: the runner only sequences store calls; on a CUDA store the callbacks queue their
-// kernels on store->stream() (store.h: views are device memory valid for work on that stream),
-// and every store call above is then asynchronous in stream order.
+// Callbacks get the unit's views in its layout order (UnitLayout::params; ParamByName finds one
+// by name). On MPI a collective moves only inside MPI calls, so the runner calls
+// store->ProgressCollectives() before and after every callback (a callback may call
+// UnitCall::progress too). On a CUDA store the callbacks queue their kernels on store->stream()
+// and every store call is asynchronous in stream order.
 //
 // Errors: Create: kInvalidArgument for a null store, an empty schedule, a unit index out of range
 // or a recompute list of another length than the schedule (messages name the use and unit).

@@ -49,9 +49,9 @@
 #include "optim/optimizer.h"
 #include "train/metrics.h"
 #include "train/model.h"
+#include "train/shard_groups.h"
 #include "train/step_loss.h"
 #include "train/step_timing.h"
-#include "train/shard_groups.h"
 #include "train/train_config.h"
 #include "train/train_state.h"
 #include "train/trainer_checkpoint.h"
@@ -150,9 +150,7 @@ class Trainer {
   // ranks' own cores inside MPI calls, so gathering a unit ahead hides only its latency, not its
   // bandwidth. Units up to 1 MiB are latency-bound and still prefetched (beside a large one when
   // they fit); a larger unit is gathered at its use into the buffer the previous unit gave back,
-  // so a rank holds one large unit instead of two. Measured (bench/README.md): the 19.9M MLP
-  // at W=4 196 instead of 212 MiB per rank and no slower; a GPT of 0.8 MB blocks keeps its
-  // prefetch (gathering each block at its use cost it 10 % at W=2).
+  // so a rank holds one large unit instead of two.
   // `ranks_on_node`: the launcher's local size (framework/rank_env.h), 0 when unknown.
   StatusOr<int64_t> UnitMemoryLimit(const std::vector<UnitSpec>& units, const StoreOptions& so,
                                     int ranks_on_node);

@@ -2,48 +2,29 @@
 // ring), progressed by the caller; an alternative to MPI_Ireduce_scatter_block
 // (CommOptions::reduce_scatter_algorithm, framework/communicator.h).
 //
-// Algorithm. W ranks, rank r, blocks of `count` elements: block q of the input is the part that
-// rank q receives the sum of. In W-1 steps s = 0..W-2, rank r sends to r+1 and receives from
-// r-1 (mod W): at step 0 it sends its own input block (r-1) mod W; at every step it receives the
-// partial sum of block (r-s-2) mod W, adds its own input of that block, and sends the result at
-// step s+1. After the last step the partial sum of block r holds all W contributions; the output
-// is that plus nothing else (the last addition is rank r's own block), divided by W for an
-// average. So block r is summed in the order x[r+1] + x[r+2] + ... + x[r-1] + x[r] (indices mod
-// W), left to right in f32 — exact whenever every partial sum is exact (e.g. small integers);
-// otherwise it may differ from another order by rounding. Each block is cut into chunks of at
-// most `chunk_elems` elements that advance independently through the steps, so the reduction of
-// one chunk overlaps the transfer of the next. W = 1: out = in (/1).
+// W ranks, blocks of `count` elements: rank r gets the sum (Options::average: the mean) of block
+// r over the ranks, added in f32 in the fixed order x[r+1] + x[r+2] + ... + x[r-1] + x[r]
+// (indices mod W) over W-1 steps of sends to r+1 and receives from r-1. Each block is cut into
+// chunks that advance independently; at most Options::chunks_in_flight are in flight, started in
+// chunk order on every rank, so the operation cannot deadlock. Start posts the first messages;
+// Progress() reduces what arrived and posts the next ones. W = 1: out = in.
 //
-// Chunks in flight. At most Options::chunks_in_flight chunks (0: all) are in flight at once; each
-// holds a receive slot of chunk_elems floats in `temp` while it runs. They start in chunk order:
-// Start posts the first ones, and Progress starts the next chunk whenever one completes. Every
-// rank starts chunk k only after chunks 0..k-1, so the lowest unfinished chunk is in flight on
-// every rank and the operation cannot deadlock.
+// Input. Start only reads `in`. StartOverwriting may use `in` as scratch (afterwards its contents
+// are unspecified, except `out` when it is in + rank*count) and needs half the temporary, none
+// when `out` lies outside `in`. Every form adds the same operands in the same order, so the
+// results are bit-identical.
 //
-// Input. Start reads `in` only: each slot has two receive buffers (the partial sum received at
-// step s, while the one received at step s-1 is being sent). StartOverwriting may overwrite `in`
-// (the caller discards it): the partial sum received at step s is added into that block of `in`
-// and sent from there, so each slot has one receive buffer; afterwards the contents of `in` are
-// unspecified (except out, when it is in + rank*count). When `out` lies outside `in`, it needs no
-// temporary at all: a chunk's step-0 partial sum is received into its place in `out`, and the one
-// of step s >= 1 into block (r-s) of `in`, which this rank sent at step s-1 (a chunk posts step s
-// only after both messages of step s-1 completed) and never reads again (its own input of block
-// (r-s-2) and of block r, which the next steps add, lie elsewhere). The additions, their operands
-// and their order are the same in every form (received partial sum + own input), so the results
-// are bit-identical.
+// Tags: chunk k uses tag `tag + k` on `comm`; every rank starts its operations in the same order
+// with the same tags, and operations in flight together on one communicator need disjoint tag
+// ranges (FirstTag). Point-to-point traffic never matches collectives.
 //
-// Messages of chunk k use tag `tag + k` on `comm` (at most kMaxChunks chunks: larger chunks for
-// a larger count); every rank must start its operations in the same order with the same tags,
-// and operations in flight together on one communicator need disjoint tag ranges
-// (MpiCommunicator numbers them: FirstTag). Point-to-point traffic never matches collectives.
-//
-// Memory: in (count*W f32) must stay valid, and unchanged by anyone else, and out (count f32)
-// and temp (TempElems(count, world, options) f32: slots x receive buffers x chunk; the caller
-// allocates it, so an allocation failure is known before any message moves) untouched, until the
-// operation completes; out may be in + rank*count (in place). Errors: kInternal for MPI errors
-// (the operation is then abandoned with requests possibly pending: the caller keeps in, out and
-// temp until exit, framework/keep_until_exit.h). Threading: one thread at a time, as
-// MPI_THREAD_SERIALIZED allows.
+// Memory: in (count*W f32) must stay valid and unchanged by anyone else, and out (count f32) and
+// temp (TempElems f32; the caller allocates it, so an allocation failure is known before any
+// message moves) untouched, until the operation completes; out may be in + rank*count (in place).
+// Errors: kInternal for MPI errors (the operation is then abandoned with requests possibly
+// pending: the caller keeps in, out and temp until exit, framework/keep_until_exit.h).
+// Threading: one thread at a time, as MPI_THREAD_SERIALIZED allows. The algorithm, its chunks and
+// the forms without a temporary in detail: framework/mpi/MPI.md.
 #ifndef SHARDEMA_FRAMEWORK_MPI_RING_REDUCE_SCATTER_H_
 #define SHARDEMA_FRAMEWORK_MPI_RING_REDUCE_SCATTER_H_
 

@@ -1,82 +1,33 @@
 // NcclCommunicator: the Communicator (framework/communicator.h) over NCCL, for device memory.
 //
-// Bootstrap (as llm.c): rank 0 of the MPI communicator `bootstrap` calls ncclGetUniqueId, the id
-// is broadcast with MPI_Bcast (MPI_BYTE), and every rank calls ncclCommInitRank on its device.
-// The NCCL rank and world size are those of `bootstrap`. Which GPU a rank uses is the caller's
-// choice (Create), or the node-local rank's (CreateForLocalRank: MPI_Comm_split_type SHARED,
-// then LocalGpuFor of framework/rank_env.h). The communicator keeps a duplicate of `bootstrap`
-// (MPI_ERRORS_RETURN) for its argument checks; MPI must stay initialised until Shutdown().
+// Bootstrap: rank 0 of the MPI communicator `bootstrap` makes the NCCL unique id, MPI_Bcast sends
+// it, and every rank joins on its device (Create: the caller's GPU; CreateForLocalRank: the
+// node-local rank's, framework/rank_env.h LocalGpuFor). Ranks and size are `bootstrap`'s; a
+// duplicate of it serves the argument checks, so MPI must stay initialised until Shutdown().
+// Streams: collectives run on the communicator's own stream (stream()) after everything queued on
+// the caller's stream (CollectiveOptions::stream; a CPU stream: the device's legacy default
+// stream) before the call. Work::Wait() makes the caller's stream wait for the operation and does
+// NOT block the host (so the blocking forms are stream-ordered too); NcclWork::WaitHost() blocks.
+// Dtypes: f32 zero-copy; bf16/f16 reductions natively in the 16-bit type (partial sums rounded)
+// unless CommOptions::widen_half_reductions (f32, one rounding); kAvg is ncclAvg.
+// Argument checks: every call checks locally (buffers, root, overlap, sizes, the stream's
+// device). With CommOptions::check_args, on the calls arg_check_policy.h selects, it also checks
+// that the buffers are memory of this GPU and all ranks agree on the call signature over MPI (host
+// only, no GPU work), so a mismatch or a local error on any rank is kInvalidArgument on every rank.
 //
-// Streams. Collectives run on the communicator's own non-blocking stream (stream()). Each call
-// records an event on the caller's stream (CollectiveOptions::stream; a CPU stream, the
-// default, means the communicator device's legacy default stream), makes the communicator's
-// stream wait for it, enqueues the operation, and records a completion event (recycled from
-// finished Works: no event is created per call in steady state). So an operation
-// sees everything queued on the caller's stream before the call, and nothing queued after.
-// NcclWork::Wait() (Work::Wait) makes the caller's stream wait for the completion event: it does
-// NOT block the host; work queued on that stream afterwards sees the result. The blocking forms
-// of Communicator (AllReduce, ...) are therefore stream-ordered too. NcclWork::WaitHost() blocks
-// the calling thread until the operation is complete (tests, host reads, benchmarks).
-//
-// Dtypes (framework/nccl/reduction_dtype.h). f32 maps to ncclFloat32 and runs zero-copy.
-// bf16/f16 AllGather and Broadcast move the 16-bit data unchanged. bf16/f16 ReduceScatter and
-// AllReduce reduce natively as ncclBfloat16/ncclFloat16 by default (zero-copy; NCCL rounds its
-// partial sums to the 16-bit type, so at more than two ranks a result may differ from the
-// once-rounded f32 sum by a few units in the last place). With CommOptions::widen_half_reductions
-// they convert their input to an f32 device temporary (framework/cuda/convert_kernels.h), reduce
-// in f32 and convert the result back with one round to nearest even (framework/dtype.h). kAvg is
-// ncclAvg (NCCL scales each input by 1/world before summing, so a result may differ from
-// sum/world in the last bit). In-place calls (framework/communicator.h) are NCCL's own.
-//
-// Argument checks. Before any GPU work each call checks locally (framework/mpi/collective_args.h:
-// null buffers, root, overlap, sizes) and that the caller's stream belongs to this device. With
-// CommOptions::check_args (default), on the calls framework/mpi/arg_check_policy.h selects (the
-// first use of each call signature and every Barrier; every call with check_every_call) it also
-// checks that every buffer is device memory of this GPU (cudaPointerGetAttributes: pageable or
-// pinned host memory, or another GPU's memory, is refused) and then every rank takes part in one
-// MPI_Allreduce of the call signature over the duplicated bootstrap communicator (12 int64 on
-// the host: no GPU work and no wait on queued GPU work), so a kind, dtype, count, root or op
-// mismatch, or a local argument error on any rank, returns kInvalidArgument on every rank
-// instead of a hang. Calls that skip the check make no host rendezvous and no pointer query; a
-// local error then returns at once on that rank only (its peers may then block).
-//
-// Errors:
-//   kUnavailable: no CUDA build or no GPU (Create).
-//   kInvalidArgument: a CPU device or a device index out of range (Create), bad arguments as
-//     above, a stream of another device.
-//   kFailedPrecondition: MPI not initialised (Create), any call after Shutdown(), any call after
-//     an asynchronous NCCL error aborted the communicator.
-//   kAborted: Create on a rank whose peers failed to set up.
-//   kInternal: a NCCL failure (framework/nccl/nccl_error.h) or CUDA failure, naming the
-//     operation and the rank; kResourceExhausted when an f32 temporary cannot be allocated.
-// Asynchronous NCCL errors are noticed by Wait()/WaitHost()/Barrier(); WaitHost and Barrier poll
-// them while they wait, so a failed peer gives an error (after ncclCommAbort), not a hang. A
-// watchdog thread polls them too, every 0.1 s from Create to Shutdown, so an error aborts the
-// communicator even while every other thread is blocked. The ncclComm_t is an AbortableHandle
-// (framework/abortable_handle.h): every enqueue, every poll (any thread's) and the abort take one
-// lock, so the abort never runs during an enqueue and runs once; every call after it fails naming
-// the first reason (kFailedPrecondition). From
-// Create to Shutdown the communicator is also registered with framework/host_wait.h: every host
-// wait of the process on GPU work (SynchronizeStream, CudaEvent::Synchronize: the store, the
-// gradient norm, the models, the checkpoint staging) polls its asynchronous errors and gives up
-// after CommOptions::timeout_seconds (kAborted), instead of blocking forever on a dead peer.
-// Limit: NCCL connects peers lazily, during the first collective that needs a connection. When
-// a peer failed (and announced it) before joining the first collective of a fresh communicator,
-// the job blocked beyond every poll and timeout here (2 ranks on one H200 over sockets,
-// 2026-11-27: bench/results/gpu_session_2026-11-27T224813Z*, nccl_communicator_test's
-// PeersWaitingOnAFailedRankLearnWhoFailed before it ran a collective first). So setup failures
-// are agreed over MPI before the first collective (train/trainer.h), and only a peer that fails
-// once the ranks have run collectives together is noticed as above.
-//
-// Memory. Widened bf16/f16 reductions allocate their f32 temporaries stream-ordered from the
-// communicator's own CUDA memory pool, which keeps the largest one reserved for reuse until
-// Shutdown(). The caller's buffers must stay valid until the operation is complete on the GPU,
-// i.e. until work queued on the caller's stream after Wait() runs, or until WaitHost() returns.
-//
-// Threading: one thread issues collectives on a communicator at a time (it sets the current
-// CUDA device to the communicator's); any thread may wait on its Works' GPU work, poll its errors
-// (framework/host_wait.h) or find it aborted. Create, Barrier and Shutdown are collective over
-// `bootstrap`'s ranks.
+// Errors: kUnavailable (no CUDA build or GPU); kInvalidArgument (a CPU device or an index out of
+// range, bad arguments, a stream of another device); kFailedPrecondition (MPI not initialised,
+// any call after Shutdown() or an abort, naming the first reason); kAborted (Create on a rank
+// whose peers failed, a host wait past CommOptions::timeout_seconds, a peer's failure notice);
+// kInternal (NCCL or CUDA failures, naming the operation and rank); kResourceExhausted (an f32
+// temporary). Asynchronous NCCL errors, polled by Wait(), WaitHost(), Barrier(), a watchdog
+// thread and every host wait on GPU work (framework/host_wait.h), abort the communicator. Limit: a
+// peer failing before the ranks' first collective together may block the others (NCCL connects
+// lazily), so setup failures are agreed over MPI first (train/trainer.h).
+// Memory: buffers stay valid until the operation completes on the GPU; widened reductions take f32
+// temporaries from the communicator's pool. Threading: one thread issues collectives at a time;
+// any thread may wait on its Works' GPU work or poll its errors. Create, Barrier and Shutdown are
+// collective over `bootstrap`'s ranks. In detail: framework/nccl/NCCL.md.
 #ifndef SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
 #define SHARDEMA_FRAMEWORK_NCCL_NCCL_COMMUNICATOR_H_
 
