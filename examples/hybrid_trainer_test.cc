@@ -3,6 +3,7 @@
 //   * 24 steps: every step's loss and the final state equal full sharding's within the
 //     reordering of the gradient sums (stated tolerance), and --check-replicas 1 finds the
 //     replicas bit-identical after every step;
+//   * the bytes sent across groups per step are the replica averaging's, counted exactly;
 //   * the checkpoint is one shard group's (S rank files, each written once, by group 0);
 //   * resume hybrid -> full sharding and full -> hybrid is bit-exact (a reshard), and hybrid ->
 //     hybrid continues bit-exactly;
@@ -59,6 +60,19 @@ TEST(HybridTrainerTest, LossesAndStateMatchFullShardingAndReplicasAgree) {
       EXPECT_LT(RelErr(hybrid->summary.losses[i], full->summary.losses[i], 1e-3), kTolerance)
           << "S=" << s << " step " << i + 1;
     }
+    // Traffic per step, counted: the replica averaging sends 2 (R - 1) chunks of ceil(n / R)
+    // f32 per unit slice of n elements (one micro-batch per step here).
+    const int64_t replicas = World()->world_size() / s;
+    int64_t across = 0;
+    for (const UnitLayout& u : hybrid->trainer->store()->layout().units()) {
+      if (u.shard_numel > 0)
+        across += 2 * (replicas - 1) * ((u.shard_numel + replicas - 1) / replicas) * 4;
+    }
+    EXPECT_EQ(hybrid->summary.sent_bytes_across_groups_per_step, across) << "S=" << s;
+    EXPECT_GT(hybrid->summary.sent_bytes_in_group_per_step, 0);
+    EXPECT_LT(hybrid->summary.sent_bytes_in_group_per_step,
+              full->summary.sent_bytes_in_group_per_step);
+    EXPECT_EQ(full->summary.sent_bytes_across_groups_per_step, 0);
     const auto got = GatherState(*hybrid->trainer);
     if (World()->rank() == 0) EXPECT_LT(MaxRelDiff(got, want), 1e-4) << "S=" << s;
   }

@@ -203,6 +203,7 @@ Status ShardedParameterStore::AverageOverReplicas(void* data, DType dtype, size_
   w = rc->AllGatherAsync(mine, padded, chunk, dtype, CollOpts(ReduceOp::kSum, &stream));
   if (w.ok()) RETURN_IF_ERROR((*w)->Wait());
   if (!w.ok()) return w.status();
+  sent_.across_groups += 2 * int64_t((r - 1) * chunk * es);  // the reduce-scatter, the all-gather
   return CopyBytes(data, device(), padded, device(), n * es, stream);
 }
 
@@ -546,6 +547,7 @@ StatusOr<GatherHandle> ShardedParameterStore::GatherAsync(size_t unit) {
     }
     s.gather_work = std::move(w).value();
     s.params = UnitState::Params::kInFlight;
+    sent_.in_group += int64_t(world_size() - 1) * u.shard_numel * int64_t(esize);
     if (device().is_cuda()) {
       // The gather stream follows the collective (no host wait); WaitGather reports its status.
       s.gather_work->Wait().IgnoreError();
@@ -688,6 +690,7 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
         comm_->ReduceScatterAsync(base, out, size_t(u.shard_numel), options_.reduce_dtype, co);
     if (!w.ok()) return w.status().WithContext("reduce-scatter of unit '" + u.name + "'");
     s.reduce_work = std::move(w).value();
+    sent_.in_group += int64_t(world_size() - 1) * u.shard_numel * int64_t(esize);
     if (device().is_cuda()) {  // as in GatherAsync
       Status waited = s.reduce_work->Wait();
       if (waited.ok()) {

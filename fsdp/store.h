@@ -266,6 +266,16 @@ class ShardedParameterStore {
   // buffer, and every non-empty unit has the same micro-batch count. Errors name the unit.
   Status CheckGradsReady() const;
 
+  // Bytes this rank has sent in unit collectives since Create, counted as a ring sends them
+  // (n - 1 chunks per all-gather and reduce-scatter over n ranks): in its shard group (gathers,
+  // gradient reduce-scatters; the whole world without replicas) and across groups (the replica
+  // averaging, fsdp/HYBRID.md). Slot exports are not counted.
+  struct SentBytes {
+    int64_t in_group = 0;
+    int64_t across_groups = 0;
+  };
+  SentBytes sent_bytes() const { return sent_; }
+
   // ---- Replicated buffers ----
   StatusOr<TensorView> buffer(const std::string& name) const;
 
@@ -357,6 +367,7 @@ class ShardedParameterStore {
   // StoreOptions::replicas, issued from `stream` (see there). No-op without replicas.
   Status AverageOverReplicas(void* data, DType dtype, size_t n, Stream stream);
   Buffer replica_tmp_;  // the padded send and the chunk of AverageOverReplicas
+  SentBytes sent_;
   // Validates and records StoreOptions::frozen (Create).
   Status SetFrozen(const std::vector<std::string>& names);
   // Zeroes this rank's part of unit u's gradient shard that belongs to frozen parameters.

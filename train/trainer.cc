@@ -460,6 +460,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   s.state_bytes_per_rank = store()->StateBytesPerRank();
   PhaseTimes* ph = c.profile ? &phases_ : nullptr;
   const auto run_start = std::chrono::steady_clock::now();
+  const ShardedParameterStore::SentBytes sent0 = store()->sent_bytes();
   std::deque<UnloggedStep> unlogged;  // steps whose rows wait for their decision (CUDA)
   std::optional<StepTiming> timing;   // --bench-json only
   if (c.bench_json) timing.emplace(comm_, device(), store()->stream(), c.bench_warmup);
@@ -522,6 +523,11 @@ StatusOr<TrainSummary> Trainer::Run() {
                                            : std::map<std::string, int64_t>());
   }
   RETURN_IF_ERROR(LogResolved(&unlogged, /*all=*/true, run_start, &s));
+  if (const int64_t ran = state_->step() - s.start_step; ran > 0) {
+    const ShardedParameterStore::SentBytes sent = store()->sent_bytes();
+    s.sent_bytes_in_group_per_step = (sent.in_group - sent0.in_group) / ran;
+    s.sent_bytes_across_groups_per_step = (sent.across_groups - sent0.across_groups) / ran;
+  }
   if (timing) RETURN_IF_ERROR(timing->Finish());
   s.loop_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run_start)

@@ -87,6 +87,10 @@ struct TrainSummary {
   int64_t compute_bytes_per_rank = 0;
   int64_t unit_peak_bytes = 0;
   int64_t num_params = 0;
+  // Bytes this rank sent per training step in unit collectives (ShardedParameterStore::
+  // sent_bytes): inside its shard group and across groups (hybrid sharding).
+  int64_t sent_bytes_in_group_per_step = 0;
+  int64_t sent_bytes_across_groups_per_step = 0;
   // The model's Sample hook: ("live" or the EMA slot name, its text) after the final eval.
   std::vector<std::pair<std::string, std::string>> samples;
 };

@@ -166,6 +166,9 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
           {"compute_bytes_per_rank", summary->compute_bytes_per_rank},
           {"unit_peak_bytes", summary->unit_peak_bytes},
           {"params", summary->num_params},
+          {"sent_bytes_per_step",
+           {{"in_group", summary->sent_bytes_in_group_per_step},
+            {"across_groups", summary->sent_bytes_across_groups_per_step}}},
           {"batch", config.batch},
           {"device", (*trainer)->device().ToString()}};
       j.update((*trainer)->model().BenchJson());
