@@ -98,10 +98,8 @@ struct CommOptions {
   // how many chunks it keeps in flight at once (0: all). Each chunk in flight holds a receive
   // temporary of 2 chunks (1 with CollectiveOptions::overwrite_send) for the call's duration, so
   // a ring reduce-scatter's temporary is at most 2 x 4 x 1 MiB by default, whatever the count.
-  // kRing is the default: bench/comm_bench measured 1.6-5.5x the busbw of OpenMPI's
-  // MPI_Ireduce_scatter_block from 1 MiB arrays up at 2 and 4 ranks; kMpi stays for small arrays,
-  // where it was faster at 4 ranks on 2 cores (16-256 KiB: 0.78-0.86 of the ring's time;
-  // bench/results/comm_bench_w2_2026-11-28T013915Z.json, comm_bench_w4_2026-11-28T013953Z.json).
+  // kRing is the default: faster than OpenMPI's MPI_Ireduce_scatter_block from 1 MiB arrays up;
+  // kMpi stays for small arrays, where it wins at 4 ranks (bench/README.md, comm_bench).
   ReduceScatterAlgorithm reduce_scatter_algorithm = ReduceScatterAlgorithm::kRing;
   size_t ring_chunk_bytes = size_t(1) << 20;
   size_t ring_chunks_in_flight = 4;

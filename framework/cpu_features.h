@@ -9,7 +9,7 @@
 //                      0x1A Zen 5), 0 on other vendors.
 //   CpuPrefersAvx512() x86-64-v4 and cores that run 512-bit vectors at full width: Intel, or AMD
 //                      family 0x1A and later (Zen 5). Zen 4 splits each 512-bit operation in two
-//                      and measured no faster with them: "auto" (cpu_isa.h) keeps it on v3.
+//                      (no faster): "auto" (cpu_isa.h) keeps it on v3.
 //   CpusAllowed()      how many CPUs the calling thread may run on now (sched_getaffinity; 1
 //                      when a launcher bound it to one core); not cached, >= 1.
 // No errors. Threading: thread-safe (each answer but CpusAllowed is computed once, then cached).

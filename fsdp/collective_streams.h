@@ -1,5 +1,5 @@
 // CollectiveStreams: the streams and events that order a CUDA store's unit collectives
-// (fsdp/store.h), as FSDP2 does: all-gathers on a gather stream, reduce-scatters on a reduce
+// (fsdp/store.h): all-gathers on a gather stream, reduce-scatters on a reduce
 // stream, and each side waiting by events for exactly what it needs (design: fsdp/STREAMS.md).
 //
 //   gather of unit u into buffer b   the gather stream waits for

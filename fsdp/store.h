@@ -65,7 +65,7 @@ struct StoreOptions {
   // any smaller unit; UnitBufferFits tells a scheduler (fsdp/unit_runner.h) whether a prefetch
   // would exceed it, and the runner then gathers the unit at its use instead (after the
   // pending reduce-scatter has given its buffer back). It trades the overlap of those gathers
-  // for memory, like DeepSpeed's stage3_max_live_parameters. kUnitMemoryLimitOneUnit
+  // for memory. kUnitMemoryLimitOneUnit
   // (fsdp/unit_memory.h) asks for the tightest bound, the largest unit's buffer; options()
   // reports the bound in bytes.
   int64_t unit_memory_limit_bytes = 0;
