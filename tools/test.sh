@@ -7,7 +7,10 @@
 #      with 1-4 ranks through tests/mpi_run.sh), then tests/client_workspace/run.sh (one test:
 #      a separate Bazel workspace depending on @shardema builds a training binary and README's
 #      C++ blocks and runs them against the in-tree train_mlp; its own output base, so its first
-#      build is cold: 4.5 minutes on 2 cores; limit $SHARDEMA_CLIENT_TIMEOUT, default 1200 s),
+#      build is cold: 4.5 minutes on 2 cores; limit $SHARDEMA_CLIENT_TIMEOUT, default 1200 s);
+#      right after bazel test, tools/check_readme.py, tools/flags_doc.sh --check and
+#      tools/bench_tables.py --check (README's shape, docs/flags.md against the built binaries'
+#      --help, bench/README.md's generated tables; one test each),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
@@ -101,6 +104,16 @@ for step in "--self-test" ""; do
 done
 
 run_tests "bazel test //... (CPU build, multi-rank tests under mpirun)" -- //... "$@"
+
+echo "== docs (README's shape; docs/flags.md is --help; bench/README.md's tables are the newest results)"
+for check in "python3 tools/check_readme.py" "tools/flags_doc.sh --check" \
+  "python3 tools/bench_tables.py --check"; do
+  if $check; then
+    passed=$((passed + 1)); echo "$check: PASSED"
+  else
+    failed=$((failed + 1)); echo "$check: FAILED"
+  fi
+done
 
 echo "== client workspace (tests/client_workspace/run.sh: shardema from another Bazel workspace)"
 client_timeout="${SHARDEMA_CLIENT_TIMEOUT:-1200}"
