@@ -37,14 +37,9 @@ StatusOr<TrainRun> Train(const std::string& extra, Communicator* comm) {
 }
 
 TEST(EmaStorageTrainerTest, ResumeIsBitExactForEveryStorage) {
-  const std::string a = TestPath("storage_straight"), b = TestPath("storage_halves");
-  StatusOr<TrainRun> straight = Train("--steps 8 --ckpt-dir " + a, World());
-  ASSERT_TRUE(straight.ok()) << straight.status();
-  ASSERT_TRUE(Train("--steps 4 --save-every 2 --ckpt-dir " + b, World()).ok());
-  StatusOr<TrainRun> second = Train("--steps 8 --resume --ckpt-dir " + b, World());
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(second->summary.start_step, 4);
-  EXPECT_EQ(RawEmaShards(*second->trainer), RawEmaShards(*straight->trainer));
+  auto [straight, second] = ExpectHalvesResumeBitExactly(
+      Train, World(), TestPath("storage_straight"), TestPath("storage_halves"));
+  ASSERT_TRUE(straight.ok() && second.ok());
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(second->trainer->emas()->counters(i), straight->trainer->emas()->counters(i)) << i;
   }

@@ -127,14 +127,8 @@ TEST(EmaSubsetTrainerTest, SwapSeesTheEmaAtTrackedParametersOnly) {
 }
 
 TEST(EmaSubsetTrainerTest, ResumeIsBitExact) {
-  const std::string a = TestPath("subset_straight"), b = TestPath("subset_halves");
-  StatusOr<TrainRun> straight = Train("--steps 8 --ckpt-dir " + a, World());
-  ASSERT_TRUE(straight.ok()) << straight.status();
-  ASSERT_TRUE(Train("--steps 4 --save-every 2 --ckpt-dir " + b, World()).ok());
-  StatusOr<TrainRun> second = Train("--steps 8 --resume --ckpt-dir " + b, World());
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(second->summary.start_step, 4);
-  EXPECT_EQ(RawEmaShards(*second->trainer), RawEmaShards(*straight->trainer));
+  ExpectHalvesResumeBitExactly(Train, World(), TestPath("subset_straight"),
+                               TestPath("subset_halves"));
 }
 
 TEST(EmaSubsetTrainerTest, ReshardIsBitExactBothWays) {

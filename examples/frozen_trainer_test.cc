@@ -61,7 +61,7 @@ TEST(FrozenTrainerTest, FrozenParametersStayAndTheOthersTrain) {
     const std::string& n = s[0][p].name;
     if (Frozen(n)) {
       EXPECT_EQ(s[0][p].data, (*init)[p].data) << n;  // not even decayed
-      EXPECT_EQ(s[1][p].data, s[0][p].data) << n;    // the EMA reads the live master there
+      EXPECT_EQ(s[1][p].data, s[0][p].data) << n;     // the EMA reads the live master there
     } else {
       EXPECT_NE(s[0][p].data, (*init)[p].data) << n;
       EXPECT_NE(s[1][p].data, s[0][p].data) << n;
@@ -86,15 +86,11 @@ TEST(FrozenTrainerTest, FrozenParametersStayAndTheOthersTrain) {
 }
 
 TEST(FrozenTrainerTest, ResumeIsBitExact) {
-  const std::string a = TestPath("frozen_straight"), b = TestPath("frozen_halves");
-  StatusOr<TrainRun> straight = Train("--steps 8 --ckpt-dir " + a, World());
-  ASSERT_TRUE(straight.ok()) << straight.status();
-  ASSERT_TRUE(Train("--steps 4 --save-every 2 --ckpt-dir " + b, World()).ok());
-  StatusOr<TrainRun> second = Train("--steps 8 --resume --ckpt-dir " + b, World());
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(second->summary.start_step, 4);
-  EXPECT_EQ(RawEmaShards(*second->trainer), RawEmaShards(*straight->trainer));
-  EXPECT_TRUE(BitEqual(GatherState(*second->trainer), GatherState(*straight->trainer)));
+  auto [straight, second] = ExpectHalvesResumeBitExactly(
+      Train, World(), TestPath("frozen_straight"), TestPath("frozen_halves"));
+  ASSERT_TRUE(straight.ok() && second.ok());
+  const auto x = GatherState(*second->trainer), y = GatherState(*straight->trainer);
+  EXPECT_TRUE(BitEqual(x, y));
 }
 
 TEST(FrozenTrainerTest, ReshardIsBitExactBothWays) {
@@ -104,15 +100,14 @@ TEST(FrozenTrainerTest, ReshardIsBitExactBothWays) {
 
 TEST(FrozenTrainerTest, AChangedFrozenSetIsRefusedOnResume) {
   const std::vector<Status> st =
-      ResumeWithChangedFlag(Train, World(), TestPath("frozen_change"), kArgs,
-                            "--freeze layers.1.*", "--freeze layers.1.bias",
-                            {"", " --override-hparams"});
+      ResumeWithChangedFlag(Train, World(), TestPath("frozen_change"), kArgs, "--freeze layers.1.*",
+                            "--freeze layers.1.bias", {"", " --override-hparams"});
   EXPECT_EQ(st[0].code(), StatusCode::kFailedPrecondition) << st[0];
   EXPECT_NE(st[0].message().find("frozen"), std::string::npos) << st[0];
   EXPECT_FALSE(st[1].ok());
   // Unfreezing everything: refused the same way.
-  const std::vector<Status> un = ResumeWithChangedFlag(
-      Train, World(), TestPath("frozen_unfreeze"), kArgs, "--freeze layers.1.*", "", {""});
+  const std::vector<Status> un = ResumeWithChangedFlag(Train, World(), TestPath("frozen_unfreeze"),
+                                                       kArgs, "--freeze layers.1.*", "", {""});
   EXPECT_FALSE(un[0].ok());
   EXPECT_NE(un[0].message().find("frozen"), std::string::npos) << un[0];
 }

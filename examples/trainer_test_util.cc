@@ -145,4 +145,19 @@ std::vector<Status> ResumeWithChangedFlag(const TrainFn& train, Communicator* wo
   return out;
 }
 
+StraightAndHalves ExpectHalvesResumeBitExactly(const TrainFn& train, Communicator* world,
+                                               const std::string& straight_dir,
+                                               const std::string& halves_dir) {
+  StraightAndHalves r;
+  r.straight = train("--steps 8 --ckpt-dir " + straight_dir, world);
+  EXPECT_TRUE(r.straight.ok()) << r.straight.status();
+  EXPECT_TRUE(train("--steps 4 --save-every 2 --ckpt-dir " + halves_dir, world).ok());
+  r.second = train("--steps 8 --resume --ckpt-dir " + halves_dir, world);
+  EXPECT_TRUE(r.second.ok()) << r.second.status();
+  if (!r.straight.ok() || !r.second.ok()) return r;
+  EXPECT_EQ(r.second->summary.start_step, 4);
+  EXPECT_EQ(RawEmaShards(*r.second->trainer), RawEmaShards(*r.straight->trainer));
+  return r;
+}
+
 }  // namespace shardema::examples

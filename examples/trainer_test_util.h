@@ -91,6 +91,17 @@ std::vector<Status> ResumeWithChangedFlag(const TrainFn& train, Communicator* wo
                                           const std::string& from, const std::string& to,
                                           const std::vector<std::string>& extras = {""});
 
+// A run of 8 steps straight and one of 4 (saved every 2) resumed to 8, in `straight_dir` and
+// `halves_dir` (gtest failures when a run fails or the resume does not start at step 4): both
+// runs, for the caller's comparisons; this rank's stored EMA bits are compared here.
+struct StraightAndHalves {
+  StatusOr<TrainRun> straight = Status(StatusCode::kInternal, "not run");
+  StatusOr<TrainRun> second = Status(StatusCode::kInternal, "not run");
+};
+StraightAndHalves ExpectHalvesResumeBitExactly(const TrainFn& train, Communicator* world,
+                                               const std::string& straight_dir,
+                                               const std::string& halves_dir);
+
 // A tensor of a safetensors file as f32 (a gtest failure and {} when missing).
 std::vector<float> ReadF32(const SafetensorsFile& f, const std::string& name);
 
