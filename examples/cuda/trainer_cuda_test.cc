@@ -351,6 +351,41 @@ TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
   }
 }
 
+// Hybrid sharding on the GPU (fsdp/HYBRID.md): shard groups of W/2 ranks (1 at W = 2: plain
+// replication), NCCL communicators over the groups, the replica averaging on the reduce stream;
+// against the CPU trainer with full sharding, and the replicas checked bit-identical every step.
+TEST_F(CudaTrainerTest, HybridShardingMatchesTheCpuTrainer) {
+  const int w = World()->world_size();
+  if (w < 2 || w % 2 != 0) GTEST_SKIP() << "needs an even world size, not " << w;
+  const std::string args = std::string(kParityArgs) + " --steps 12";
+  StatusOr<TrainedRun> cpu = Train(args, false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StatusOr<TrainedRun> gpu =
+      Train(args + " --check-replicas 1 --shard-group-size " + std::to_string(w / 2), true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->trainer->store()->world_size(), w / 2);
+  EXPECT_GT(gpu->summary.sent_bytes_across_groups_per_step, 0);
+  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
+  EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-5);
+  if (World()->rank() == 0) EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+}
+
+// Frozen parameters on the GPU: the moments as subset slots on the device, the frozen gradient
+// zeroed after each fold; against the CPU trainer. (EMA slots beside frozen parameters are
+// CPU-only: subset EMA slots.)
+TEST_F(CudaTrainerTest, FrozenParametersMatchTheCpuTrainer) {
+  const std::string args =
+      "--layers 10,16,4 --batch 16 --steps 6 --lr 5e-3 --weight-decay 0.1 --synthetic-rows 64 "
+      "--seed 5 --log-every 0 --freeze layers.0.*";
+  StatusOr<TrainedRun> cpu = Train(args, false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  StatusOr<TrainedRun> gpu = Train(args, true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->summary.state_bytes_per_rank, cpu->summary.state_bytes_per_rank);
+  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
+  if (World()->rank() == 0) EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+}
+
 TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {
   StatusOr<std::unique_ptr<Communicator>> none =
       CreateDeviceCommunicator(*Config(std::string(kParityArgs)).config, MpiWorld());
