@@ -377,6 +377,10 @@ nlohmann::json TrainConfig::ToJson() const {
                       {"allow_tf32", allow_tf32}};
   if (!init_from_slot.empty()) j["init_from_slot"] = init_from_slot;
   if (!freeze.empty()) j["freeze"] = freeze;
+  if (shard_group_size != 0) {  // hybrid sharding: the run's group size (the checkpoint is S ranks)
+    j["shard_group_size"] = shard_group_size;
+    j["shard_group_across_nodes"] = shard_group_across_nodes;
+  }
   return j;
 }
 
@@ -394,8 +398,6 @@ nlohmann::json TrainConfig::AgreementJson() const {
   j["comm_thread"] = comm_thread;
   j["optimizer_threads"] = optimizer_threads;
   j["compute_threads"] = compute_threads;
-  j["shard_group_size"] = shard_group_size;
-  j["shard_group_across_nodes"] = shard_group_across_nodes;
   j["check_replicas"] = check_replicas;
   j["profile"] = profile;
   j["unit_memory_limit"] = unit_memory_limit;
