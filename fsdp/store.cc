@@ -39,8 +39,6 @@ struct ShardedParameterStore::UnitState {
 
 namespace {
 
-bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-
 // A buffer of `bytes` from `cache` whose bytes [zero_from, bytes) are zeroed (zeroing queued on
 // `stream` on CUDA).
 StatusOr<Buffer> ZeroedBuffer(BufferCache& cache, Stream stream, size_t bytes, size_t zero_from) {
@@ -122,7 +120,7 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
     const StoreOptions& options) {
   if (comm == nullptr) return InvalidArgument("ShardedParameterStore: communicator is null");
   RETURN_IF_ERROR(CheckDevices(options.device, *comm, options.stream));
-  if (!IsFloatDType(options.compute_dtype) || !IsFloatDType(options.reduce_dtype)) {
+  if (!IsFloatingDType(options.compute_dtype) || !IsFloatingDType(options.reduce_dtype)) {
     return InvalidArgument("ShardedParameterStore: compute/reduce dtype must be f32, bf16 or f16");
   }
   ASSIGN_OR_RETURN(StoreLayout layout, StoreLayout::Build(units, comm->world_size()));
@@ -275,99 +273,6 @@ Status ShardedParameterStore::CheckUnit(size_t unit, const char* what) const {
                            " units)");
   }
   return Status::Ok();
-}
-
-// ---- Initialisation ----
-
-Status ShardedParameterStore::InitFromFull(const std::map<std::string, TensorView>& tensors) {
-  RETURN_IF_ERROR(BeginShardUpdate());
-  std::set<std::string> used;
-  const std::vector<LocalParamPiece> pieces = layout_.LocalPieces(rank());
-  // Check every parameter first so a bad input leaves the store unchanged.
-  for (const UnitLayout& u : layout_.units()) {
-    for (const ParamLayout& p : u.params) {
-      auto it = tensors.find(p.name);
-      if (it == tensors.end())
-        return InvalidArgument("InitFromFull: parameter '", p.name, "' missing");
-      const TensorView& t = it->second;
-      if (t.shape != p.shape || !IsFloatDType(t.dtype) || (t.data == nullptr && p.numel > 0)) {
-        return InvalidArgument("InitFromFull: parameter '", p.name, "' expected shape ",
-                               ShapeToString(p.shape), " in f32, bf16 or f16, got ", t.ToString());
-      }
-      used.insert(p.name);
-    }
-  }
-  for (const ParamSpec& b : buffer_specs_) {
-    auto it = tensors.find(b.name);
-    if (it == tensors.end()) return InvalidArgument("InitFromFull: buffer '", b.name, "' missing");
-    RETURN_IF_ERROR(CheckTensor(it->second, b.shape, it->second.dtype,
-                                "InitFromFull: buffer '" + b.name + "'"));
-    if (!IsFloatDType(it->second.dtype))
-      return InvalidArgument("InitFromFull: buffer '", b.name, "' dtype");
-    used.insert(b.name);
-  }
-  for (const auto& kv : tensors) {
-    if (!used.count(kv.first))
-      return InvalidArgument("InitFromFull: unknown tensor '", kv.first, "'");
-  }
-  RETURN_IF_ERROR(WriteMasterFromHost([&](float* m) {
-    for (const LocalParamPiece& pc : pieces) {
-      const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
-      const TensorView& t = tensors.at(p.name);
-      const char* src =
-          static_cast<const char*>(t.data) + size_t(pc.param_begin) * DTypeSize(t.dtype);
-      ConvertBuffer(src, t.dtype, m + pc.local_begin, DType::kF32, size_t(pc.numel));
-    }
-    return Status::Ok();
-  }));
-  for (const ParamSpec& b : buffer_specs_) {
-    const TensorView& t = tensors.at(b.name);
-    ASSIGN_OR_RETURN(TensorView dst, registry_.BufferTensor(b.name));
-    ConvertBuffer(t.data, t.dtype, dst.data, DType::kF32, size_t(dst.numel()));
-  }
-  return Status::Ok();
-}
-
-Status ShardedParameterStore::InitFromFunction(const ParamInitFn& fn) {
-  RETURN_IF_ERROR(BeginShardUpdate());
-  return WriteMasterFromHost([&](float* m) {
-    std::vector<float> scratch;
-    for (const LocalParamPiece& pc : layout_.LocalPieces(rank())) {
-      const ParamLayout& p = layout_.units()[pc.unit].params[pc.param];
-      scratch.assign(size_t(p.numel), 0.f);
-      Status st = fn(p, scratch.data());
-      if (!st.ok()) return st.WithContext("InitFromFunction: parameter '" + p.name + "'");
-      std::memcpy(m + pc.local_begin, scratch.data() + pc.param_begin,
-                  size_t(pc.numel) * sizeof(float));
-    }
-    return Status::Ok();
-  });
-}
-
-Status ShardedParameterStore::InitFromLocal(const float* values) {
-  RETURN_IF_ERROR(BeginShardUpdate());
-  return WriteMasterFromHost([&](float* m) {
-    std::memcpy(m, values, size_t(layout_.local_numel()) * sizeof(float));
-    return Status::Ok();
-  });
-}
-
-Status ShardedParameterStore::WriteMasterFromHost(const std::function<Status(float* dst)>& fill) {
-  if (device().is_cpu()) {
-    RETURN_IF_ERROR(fill(master()));
-    return RefreshComputeCopy();
-  }
-  // Staged: the whole local master (padding zero) goes up in one copy. On error the device
-  // master is untouched.
-  const size_t n = size_t(layout_.local_numel());
-  ASSIGN_OR_RETURN(Buffer staged,
-                   Buffer::Allocate(n * sizeof(float), Device::Cpu(), MemoryKind::kPinnedHost));
-  std::memset(staged.data(), 0, n * sizeof(float));
-  RETURN_IF_ERROR(fill(staged.as<float>()));
-  RETURN_IF_ERROR(
-      CopyBytes(master(), device(), staged.data(), Device::Cpu(), n * sizeof(float), stream_));
-  RETURN_IF_ERROR(RefreshComputeCopy());
-  return Synchronize();  // the staging buffer is freed on return
 }
 
 // ---- Shards ----
