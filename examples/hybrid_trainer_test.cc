@@ -74,7 +74,9 @@ TEST(HybridTrainerTest, LossesAndStateMatchFullShardingAndReplicasAgree) {
               full->summary.sent_bytes_in_group_per_step);
     EXPECT_EQ(full->summary.sent_bytes_across_groups_per_step, 0);
     const auto got = GatherState(*hybrid->trainer);
-    if (World()->rank() == 0) EXPECT_LT(MaxRelDiff(got, want), 1e-4) << "S=" << s;
+    if (World()->rank() == 0) {
+      EXPECT_LT(MaxRelDiff(got, want), 1e-4) << "S=" << s;
+    }
   }
 }
 
@@ -109,7 +111,9 @@ TEST(HybridTrainerTest, ResumeAcrossLayoutsIsBitExact) {
     const auto as_full_state = GatherState(*as_full->trainer);  // collective
     // Gathered on each store's rank 0: compare on world rank 0 (in both layouts).
     const bool lead = World()->rank() == 0;
-    if (lead) EXPECT_TRUE(BitEqual(as_full_state, want)) << "S=" << s;
+    if (lead) {
+      EXPECT_TRUE(BitEqual(as_full_state, want)) << "S=" << s;
+    }
     const std::string b = TestPath("full_to_hybrid_" + std::to_string(s));
     ASSERT_TRUE(Train("--steps 5 --ckpt-dir " + b).ok());
     StatusOr<TrainRun> as_hybrid = Train("--steps 5 --resume --ckpt-dir " + b + g);
@@ -117,7 +121,9 @@ TEST(HybridTrainerTest, ResumeAcrossLayoutsIsBitExact) {
     StatusOr<TrainRun> full_again = Train("--steps 5 --resume --ckpt-dir " + b);
     ASSERT_TRUE(full_again.ok()) << full_again.status();
     const auto h = GatherState(*as_hybrid->trainer), f = GatherState(*full_again->trainer);
-    if (lead) EXPECT_TRUE(BitEqual(h, f)) << "S=" << s;
+    if (lead) {
+      EXPECT_TRUE(BitEqual(h, f)) << "S=" << s;
+    }
     // Hybrid halves equal a straight hybrid run, bit for bit.
     const std::string c = TestPath("hybrid_halves_" + std::to_string(s));
     StatusOr<TrainRun> straight = Train("--steps 8" + g);

@@ -367,7 +367,9 @@ TEST_F(CudaTrainerTest, HybridShardingMatchesTheCpuTrainer) {
   EXPECT_GT(gpu->summary.sent_bytes_across_groups_per_step, 0);
   EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
   EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-5);
-  if (World()->rank() == 0) EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+  if (World()->rank() == 0) {
+    EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+  }
 }
 
 // Frozen parameters on the GPU: the moments as subset slots on the device, the frozen gradient
@@ -383,7 +385,9 @@ TEST_F(CudaTrainerTest, FrozenParametersMatchTheCpuTrainer) {
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ(gpu->summary.state_bytes_per_rank, cpu->summary.state_bytes_per_rank);
   EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
-  if (World()->rank() == 0) EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+  if (World()->rank() == 0) {
+    EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+  }
 }
 
 TEST(CudaTrainerErrorsTest, DeviceCudaWithoutAGpuIsUnavailable) {

@@ -54,7 +54,7 @@ cd "$here"
 state=warm
 [ -e "$here/bazel-out" ] || state="cold: first build of this workspace"
 t0=$EPOCHREALTIME
-"${BAZEL[@]}" build //:client_train //:readme_loop //:readme_unit_runner ||
+"${BAZEL[@]}" build //:client_train //:readme_loop //:readme_unit_runner //:your_model ||
   fail "bazel build in tests/client_workspace"
 build_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 echo "client build: ${build_s} s (${state})"
@@ -131,6 +131,20 @@ mpi_run 1 "$client_bin/readme_loop" "$tmp/readme_run" 200 || fail "README loop r
 [ -s "$tmp/readme_ema.safetensors" ] || fail "ckpt export wrote no file"
 echo "== README UnitRunner step: 2 ranks"
 mpi_run 2 "$client_bin/readme_unit_runner" || fail "README UnitRunner step at 2 ranks"
+
+echo "== docs/your_model.md: 2 ranks to step 40, resumed resharded on 3 to step 60"
+mpi_run 2 "$client_bin/your_model" --batch 12 --steps 40 --lr 0.05 --ema 0.99 --log-every 0 \
+  --ckpt-dir "$tmp/tiny" >"$tmp/tiny2.out" 2>"$tmp/tiny2.log" || {
+  tail -20 "$tmp/tiny2.log"
+  fail "docs/your_model.md's program at 2 ranks"
+}
+mpi_run 3 "$client_bin/your_model" --batch 12 --steps 60 --lr 0.05 --ema 0.99 --log-every 0 \
+  --ckpt-dir "$tmp/tiny" --resume >"$tmp/tiny3.out" 2>"$tmp/tiny3.log" || {
+  tail -20 "$tmp/tiny3.log"
+  fail "docs/your_model.md's program resumed at 3 ranks"
+}
+grep -q "resharded" "$tmp/tiny3.log" || fail "docs/your_model.md's resume did not reshard"
+grep -q "^ema_0.99 " "$tmp/tiny3.out" || fail "docs/your_model.md's program printed no EMA eval"
 
 echo "summary: client_step_ms=$client_ms intree_step_ms=$intree_ms ratio=$ratio ranks=2" \
   "client_build_s=$build_s"
