@@ -9,7 +9,7 @@
 
 #include "framework/dtype.h"
 #include "framework/mpi/mpi_communicator.h"
-#include "framework/mpi/mpi_communicator_test_util.h"
+#include "tests/mpi_communicator_test_util.h"
 
 namespace shardema {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "framework/dtype.h"
 #include "framework/keep_until_exit.h"
-#include "framework/mpi/mpi_communicator_test_util.h"
+#include "tests/mpi_communicator_test_util.h"
 #include "tests/test_world.h"
 
 namespace shardema {

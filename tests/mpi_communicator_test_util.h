@@ -1,6 +1,6 @@
 // Helpers shared by the MpiCommunicator tests over the test world (tests/test_world.h). Test-only.
-#ifndef SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_TEST_UTIL_H_
-#define SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_TEST_UTIL_H_
+#ifndef SHARDEMA_TESTS_MPI_COMMUNICATOR_TEST_UTIL_H_
+#define SHARDEMA_TESTS_MPI_COMMUNICATOR_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -31,4 +31,4 @@ inline bool Contains(const Status& s, const std::string& part) {
 }  // namespace mpi_test
 }  // namespace shardema
 
-#endif  // SHARDEMA_FRAMEWORK_MPI_MPI_COMMUNICATOR_TEST_UTIL_H_
+#endif  // SHARDEMA_TESTS_MPI_COMMUNICATOR_TEST_UTIL_H_
