@@ -3,10 +3,14 @@
 // (slot, unit, global element, step), independent of the code under test.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <sstream>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -401,6 +405,116 @@ TEST_F(CheckpointMpiTest, NextSaveAsyncCompletesACommitInFlightOnEveryRank) {
   EXPECT_EQ(ReadLatest(root_).value(), "step_00000003");
   ExpectLoads(root_, 3);
   ExpectLoads(JoinPath(root_, "step_00000002"), 2);
+}
+
+// Hybrid sharding (SaveOptions::replicas): the W ranks hold R copies of an S-rank state; the R
+// copies of each rank file split its writing. Every byte of every file is written by exactly one
+// rank, every rank writes a share near 1/W, and the checkpoint verifies and loads.
+TEST_F(CheckpointMpiTest, ReplicasSplitEachRankFileAndWriteEveryByteOnce) {
+  for (int copies = 2; copies <= world_; ++copies) {
+    if (world_ % copies != 0) continue;
+    const int files = world_ / copies;
+    std::mutex mu;
+    std::vector<std::vector<uint64_t>> writes;  // {file rank, offset, length} per write(2)
+    SaveOptions o;
+    o.replicas = copies;
+    o.fault_hook = [&mu, &writes](const std::string& path, uint64_t off, size_t n) {
+      const size_t at = path.find("rank_");
+      if (at != std::string::npos && path.find(".bin") != std::string::npos) {
+        std::lock_guard<std::mutex> l(mu);
+        writes.push_back({std::stoull(path.substr(at + 5, 5)), off, n});
+      }
+      return 0;
+    };
+    std::vector<OwnedState> all = MakeStates(MakeLayout(model_, files), DefaultSlots(), 7);
+    OwnedState mine = std::move(all[size_t(rank_ % files)]);
+    RebindViews(mine);
+    for (bool async : {false, true}) {
+      const std::string root = JoinPath(root_, "r" + std::to_string(copies) + (async ? "a" : ""));
+      writes.clear();
+      CheckpointWriter w(root, comm_, o);
+      Status s = async ? w.SaveAsync(mine.state) : w.Save(mine.state);
+      EXPECT_TRUE(s.ok()) << s;
+      if (async) {
+        w.WaitSnapshot();
+        EXPECT_TRUE(w.Finish().ok());
+      }
+      // Rank 0 checks that the writes of all ranks tile every file once.
+      std::string flat;
+      for (const std::vector<uint64_t>& e : writes) {
+        flat +=
+            std::to_string(e[0]) + " " + std::to_string(e[1]) + " " + std::to_string(e[2]) + "\n";
+      }
+      StatusOr<std::vector<std::string>> gathered = AllGatherBytes(comm_, flat);
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      if (rank_ == 0) {
+        StatusOr<VerifiedCheckpoint> v = VerifyCheckpoint(root);
+        ASSERT_TRUE(v.ok()) << v.status();
+        EXPECT_EQ(v->world_size, files);
+        const Manifest m = ReadManifest(w.last_committed_dir()).value();
+        std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spans(static_cast<size_t>(files));
+        std::vector<uint64_t> per_rank(static_cast<size_t>(world_), 0);
+        uint64_t total = 0;
+        for (int r = 0; r < world_; ++r) {
+          std::istringstream in((*gathered)[size_t(r)]);
+          uint64_t f, off, n;
+          while (in >> f >> off >> n) {
+            ASSERT_LT(f, uint64_t(files));
+            EXPECT_EQ(int(f), r % files) << "rank " << r << " wrote into rank file " << f;
+            spans[f].push_back({off, off + n});
+            per_rank[size_t(r)] += n;
+            total += n;
+          }
+        }
+        for (int f = 0; f < files; ++f) {
+          std::sort(spans[size_t(f)].begin(), spans[size_t(f)].end());
+          uint64_t at = 0;
+          for (const auto& sp : spans[size_t(f)]) {
+            EXPECT_EQ(sp.first, at) << "rank file " << f << ": a gap or a byte written twice";
+            at = std::max(at, sp.second);
+          }
+          EXPECT_EQ(at, m.RankFileBytes(f)) << "rank file " << f;
+        }
+        for (int r = 0; r < world_; ++r) {  // a share near 1/W (whole chunks: within 2x)
+          EXPECT_GT(per_rank[size_t(r)] * 2 * uint64_t(world_), total) << "rank " << r;
+          EXPECT_LT(per_rank[size_t(r)] * uint64_t(world_), 2 * total) << "rank " << r;
+        }
+      }
+      EXPECT_TRUE(comm_->Barrier().ok());
+      ExpectLoads(root, 7);
+    }
+  }
+}
+
+// A failed part fails the save on every rank, naming the rank that failed.
+TEST_F(CheckpointMpiTest, OneReplicasWriteFailureFailsTheSaveOnEveryRank) {
+  if (world_ < 2) GTEST_SKIP() << "needs two replicas";
+  const int bad = world_ - 1;
+  SaveOptions o;
+  o.replicas = world_;
+  if (rank_ == bad) {
+    o.fault_hook = [](const std::string& path, uint64_t, size_t) {
+      return path.find(".bin") != std::string::npos ? ENOSPC : 0;
+    };
+  }
+  std::vector<OwnedState> all = MakeStates(MakeLayout(model_, 1), DefaultSlots(), 3);
+  CheckpointWriter w(root_, comm_, o);
+  Status s = w.Save(all[0].state);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("rank " + std::to_string(bad) + " of " + std::to_string(world_)),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(comm_->Barrier().ok());
+  EXPECT_EQ(ListDir(root_).value(), std::vector<std::string>{});
+  // A replica count that does not divide the world is refused on every rank.
+  if (world_ == 2 || world_ == 4) return;
+  SaveOptions three;
+  three.replicas = 2;
+  Status odd = CheckpointWriter(root_, comm_, three).Save(all[0].state);
+  EXPECT_EQ(odd.code(), StatusCode::kInvalidArgument) << odd;
+  EXPECT_NE(odd.message().find("2 replicas do not divide the " + std::to_string(world_)),
+            std::string::npos)
+      << odd;
 }
 
 TEST_F(CheckpointMpiTest, BytesLongerThanTheInlineFrameArriveWhole) {

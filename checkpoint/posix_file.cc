@@ -31,7 +31,7 @@ WritableFile::~WritableFile() { Close().IgnoreError(); }
 
 StatusOr<std::unique_ptr<WritableFile>> WritableFile::OpenForUpdate(const std::string& path,
                                                                     WriteFaultHook hook) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("open for writing", path);
   return std::unique_ptr<WritableFile>(new WritableFile(path, fd, std::move(hook)));
 }

@@ -46,8 +46,9 @@ class WritableFile {
   // Errors: the errno of open(2) (kNotFound for a missing directory, ...).
   static StatusOr<std::unique_ptr<WritableFile>> Create(const std::string& path,
                                                         WriteFaultHook hook = nullptr);
-  // Opens an existing file for positional writes, without truncating it (e.g. several processes
-  // each writing their own byte ranges of one file). Errors: the errno of open(2).
+  // Opens a file for positional writes, creating it if missing, never truncating it (e.g.
+  // several processes each writing their own byte ranges of one file). Errors: the errno of
+  // open(2).
   static StatusOr<std::unique_ptr<WritableFile>> OpenForUpdate(const std::string& path,
                                                                WriteFaultHook hook = nullptr);
   ~WritableFile();  // closes without syncing if Close() was not called

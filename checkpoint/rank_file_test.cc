@@ -92,6 +92,43 @@ TEST_F(RankFileTest, SnapshotFileMatchesTheStateAsItWasWhenTheCopyWasTaken) {
   EXPECT_TRUE(*a == *b) << "the snapshot's file differs from the state's";
 }
 
+// Parts written one by one into one file (the replicas of hybrid sharding) make the file the
+// whole-file writer makes, byte for byte, and FileEntryFromParts its manifest entry; parts that
+// do not tile the file are refused.
+TEST_F(RankFileTest, PartsWrittenSeparatelyMakeTheWholeFile) {
+  const std::string whole_path = JoinPath(dir_, "whole"), parts_path = JoinPath(dir_, "parts");
+  StatusOr<FileEntry> whole = WriteRankFile(whole_path, plan_, 0, slots_, buffers_, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const uint64_t bytes = plan_.RankFileBytes(0), chunks = NumChunks(bytes, plan_.chunk_bytes);
+  const int parts = int(chunks) + 2;  // two parts get no chunk
+  std::vector<RankFilePart> written;
+  int empty = 0;
+  for (int p = parts - 1; p >= 0; --p) {  // any order
+    const std::pair<uint64_t, uint64_t> range = PartRange(bytes, plan_.chunk_bytes, p, parts);
+    empty += range.first == range.second;
+    StatusOr<RankFilePart> part =
+        WriteRankFilePart(parts_path, plan_, 0, range.first, range.second, slots_, buffers_, {});
+    ASSERT_TRUE(part.ok()) << part.status();
+    written.insert(written.begin(), std::move(part).value());
+  }
+  EXPECT_EQ(empty, 2);
+  EXPECT_EQ(PartRange(bytes, plan_.chunk_bytes, 0, parts).first, 0u);
+  EXPECT_EQ(PartRange(bytes, plan_.chunk_bytes, parts - 1, parts).second, bytes);
+  StatusOr<FileEntry> merged = FileEntryFromParts(0, bytes, plan_.chunk_bytes, written);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->xxh3, whole->xxh3);
+  EXPECT_EQ(merged->chunk_xxh3, whole->chunk_xxh3);
+  StatusOr<std::string> a = ReadFileToString(whole_path), b = ReadFileToString(parts_path);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b) << "the parts' file differs from the whole file";
+  written.erase(written.begin() + 1);  // a gap
+  StatusOr<FileEntry> gap = FileEntryFromParts(0, bytes, plan_.chunk_bytes, written);
+  EXPECT_EQ(gap.status().code(), StatusCode::kInternal) << gap.status();
+  StatusOr<RankFilePart> unaligned =
+      WriteRankFilePart(parts_path, plan_, 0, 1, bytes, slots_, buffers_, {});
+  EXPECT_EQ(unaligned.status().code(), StatusCode::kInvalidArgument) << unaligned.status();
+}
+
 // The copy does not wait for the device: with every write held until the snapshot is released,
 // on_copied still runs (AppendCopy queues its writes without the two-write bound).
 TEST_F(RankFileTest, SnapshotIsReleasedBeforeTheDeviceTakesTheFirstWrite) {

@@ -63,7 +63,8 @@ StatusOr<FileEntry> WriteResharded(CheckpointReader& reader, const Manifest& pla
     }
   }
   RETURN_IF_ERROR(w->PadTo(plan.RankFileBytes(r)));
-  return w->Finish();
+  ASSIGN_OR_RETURN(RankFilePart part, w->Finish());
+  return FileEntryFromParts(r, plan.RankFileBytes(r), plan.chunk_bytes, {part});
 }
 }  // namespace
 

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "checkpoint/background_commit.h"
 #include "checkpoint/checksum.h"
@@ -105,6 +107,8 @@ CommitOptions CommitOpts(const SaveOptions& o, std::vector<std::string>* deferre
 struct CheckpointWriter::Pending {
   Manifest plan;
   std::string tmp_dir;
+  int file_rank = 0;            // the rank file this rank writes a part of
+  uint64_t begin = 0, end = 0;  // the part
   std::vector<const void*> slot_ptrs;
   std::vector<const void*> buffer_ptrs;
   // Background snapshot (kInBackground): the staging destination of each section, copied and
@@ -115,7 +119,7 @@ struct CheckpointWriter::Pending {
   bool snapshot_taken = true;
   std::thread thread;
   std::atomic<bool> done{false};
-  StatusOr<FileEntry> result = Status(StatusCode::kAborted, "rank file not written");
+  StatusOr<RankFilePart> result = Status(StatusCode::kAborted, "rank file not written");
   // Poll's agreement: calls so far in this phase, and the all-reduce in flight (its operands live
   // here).
   int64_t polls = 0;
@@ -141,7 +145,7 @@ struct CheckpointWriter::Pending {
   // caller's memory is read until the snapshot is copied (kInBackground: released as soon as the
   // copy is made, while the file is still being written), or (in place: slot_ptrs and
   // buffer_ptrs are the caller's) until the file is written.
-  void Write(int rank, const SaveOptions& options, bool background) {
+  void Write(const SaveOptions& options, bool background) {
     const bool copy_here = background && options.snapshot == SaveOptions::Snapshot::kInBackground;
     if (copy_here) {
       snapshot.on_copied = [&] { ReleaseSnapshot(); };
@@ -149,10 +153,11 @@ struct CheckpointWriter::Pending {
       ReleaseSnapshot();  // none needed: Save's caller waits
     }
     try {
-      result = WriteRankFile(JoinPath(tmp_dir, RankFileName(rank)), plan, rank, slot_ptrs,
-                             buffer_ptrs, RankOptions(options), copy_here ? &snapshot : nullptr);
+      result = WriteRankFilePart(JoinPath(tmp_dir, RankFileName(file_rank)), plan, file_rank, begin,
+                                 end, slot_ptrs, buffer_ptrs, RankOptions(options),
+                                 copy_here ? &snapshot : nullptr);
     } catch (const std::bad_alloc&) {
-      result = ResourceExhausted("writing rank ", rank, "'s file: out of memory");
+      result = ResourceExhausted("writing rank ", file_rank, "'s file: out of memory");
     }
     snapshot.on_copied = nullptr;  // it refers to this call's locals
     ReleaseSnapshot();             // in place, or a write that failed before its copy was complete
@@ -204,19 +209,25 @@ CheckpointWriter::~CheckpointWriter() {
 
 StatusOr<std::unique_ptr<CheckpointWriter::Pending>> CheckpointWriter::Begin(
     const CheckpointState& state) {
-  const int rank = RankOf(comm_), world = WorldSizeOf(comm_);
+  const int rank = RankOf(comm_), world = WorldSizeOf(comm_), copies = options_.replicas;
   Status local;
-  if (state.layout.world_size() != world || state.rank != rank) {
+  if (copies < 1 || world % copies != 0) {
+    local = InvalidArgument("checkpoint writer: ", copies, " replicas do not divide the ", world,
+                            " ranks");
+  } else if (state.layout.world_size() != world / copies || state.rank != FileRank()) {
     local =
         InvalidArgument("checkpoint state is rank ", state.rank, " of ", state.layout.world_size(),
-                        " but the communicator is rank ", rank, " of ", world);
+                        " but the communicator's rank ", rank, " of ", world, " with ", copies,
+                        " replicas holds rank ", FileRank(), " of ", world / copies);
   }
   auto p = std::make_unique<Pending>();
   std::string fingerprint;
   if (local.ok()) {
-    StatusOr<Manifest> plan = PlanForState(state, options_.chunk_bytes);
+    StatusOr<Manifest> plan = Plan(state);
     if (plan.ok()) {
       p->plan = std::move(plan).value();
+      p->file_rank = FileRank();
+      std::tie(p->begin, p->end) = Part(p->plan);
       fingerprint = PlanFingerprint(p->plan);
     } else {
       local = plan.status();
@@ -294,29 +305,61 @@ StatusOr<CommitResult> DecodeCommitResult(const std::string& bytes) {
 }
 
 namespace {
-// The manifest of a save whose ranks reported `reports` (all-gathered, one per rank): `plan` with
-// every rank's file entry, after checking each report. Every rank decides the same, so a failed
-// write fails the save on every rank at the same call.
+json PartToJson(const RankFilePart& p) {
+  return {{"rank", p.rank},
+          {"begin", p.begin},
+          {"end", p.end},
+          {"chunk_xxh3", EncodeHashList(p.chunk_xxh3)}};
+}
+
+StatusOr<RankFilePart> PartFromJson(const json& j, uint64_t chunk_bytes, const std::string& what) {
+  RankFilePart p;
+  if (!j.is_object() || !j.value("rank", json()).is_number_integer() ||
+      !j.value("begin", json()).is_number_unsigned() ||
+      !j.value("end", json()).is_number_unsigned() || !j.value("chunk_xxh3", json()).is_string()) {
+    return Internal(what, ": malformed part report");
+  }
+  p.rank = j["rank"].get<int>();
+  p.begin = j["begin"].get<uint64_t>();
+  p.end = j["end"].get<uint64_t>();
+  if (p.end < p.begin) return Internal(what, ": part [", p.begin, ", ", p.end, ")");
+  ASSIGN_OR_RETURN(p.chunk_xxh3, DecodeHashList(j["chunk_xxh3"].get<std::string>(),
+                                                NumChunks(p.end - p.begin, chunk_bytes), what));
+  return p;
+}
+
+// The manifest of a save whose ranks reported `reports` (all-gathered, one per rank; rank w wrote
+// part w / S of rank file w % S, S = the plan's world size): `plan` with every rank file's entry,
+// after checking each report. Every rank decides the same, so a failed write fails the save on
+// every rank at the same call.
 StatusOr<Manifest> ManifestFromReports(const Manifest& plan,
                                        const std::vector<std::string>& reports) {
-  const int world = int(reports.size());
+  const int world = int(reports.size()), files = plan.layout.world_size();
   Manifest manifest = plan;
-  for (int r = 0; r < world; ++r) {
+  std::vector<std::vector<RankFilePart>> parts(static_cast<size_t>(files));
+  for (int w = 0; w < world; ++w) {
     const std::string what = "save of step " + std::to_string(plan.step) + ": rank " +
-                             std::to_string(r) + " of " + std::to_string(world);
-    const json j = json::parse(reports[size_t(r)], nullptr, false);
+                             std::to_string(w) + " of " + std::to_string(world);
+    const json j = json::parse(reports[size_t(w)], nullptr, false);
     if (j.is_discarded() || !j.is_object()) return Internal(what, ": unreadable file report");
     Status s = DecodeStatus(j.value("status", std::string()));
     if (!s.ok()) return Status(s.code(), what + ": " + s.message());
-    const auto file = j.find("file");
-    if (file == j.end()) return Internal(what, ": file report without a file");
-    StatusOr<FileEntry> f = FileEntryFromJson(*file, manifest.chunk_bytes, what);
-    if (!f.ok()) return f.status();
-    if (f->rank != r || f->bytes != manifest.RankFileBytes(r)) {
-      return Internal(what, ": reported rank ", f->rank, " with ", f->bytes,
-                      " bytes, expected rank ", r, " with ", manifest.RankFileBytes(r));
+    const auto part = j.find("part");
+    if (part == j.end()) return Internal(what, ": file report without a part");
+    ASSIGN_OR_RETURN(RankFilePart p, PartFromJson(*part, manifest.chunk_bytes, what));
+    const std::pair<uint64_t, uint64_t> expected = PartRange(
+        manifest.RankFileBytes(w % files), manifest.chunk_bytes, w / files, world / files);
+    if (p.rank != w % files || p.begin != expected.first || p.end != expected.second) {
+      return Internal(what, ": reported bytes [", p.begin, ", ", p.end, ") of rank ", p.rank,
+                      "'s file, expected [", expected.first, ", ", expected.second, ") of rank ",
+                      w % files, "'s");
     }
-    manifest.files.push_back(std::move(f).value());
+    parts[size_t(w % files)].push_back(std::move(p));
+  }
+  for (int r = 0; r < files; ++r) {
+    ASSIGN_OR_RETURN(FileEntry f, FileEntryFromParts(r, manifest.RankFileBytes(r),
+                                                     manifest.chunk_bytes, parts[size_t(r)]));
+    manifest.files.push_back(std::move(f));
   }
   return manifest;
 }
@@ -341,7 +384,7 @@ Status CheckpointWriter::StartCommit(bool background) {
   if (p.thread.joinable()) p.thread.join();
   const int rank = RankOf(comm_);
   json mine = {{"status", EncodeStatus(p.result.status())}};
-  if (p.result.ok()) mine["file"] = FileEntryToJson(*p.result);
+  if (p.result.ok()) mine["part"] = PartToJson(*p.result);
   StatusOr<std::vector<std::string>> all = AllGatherBytes(comm_, DumpLossless(mine));
   if (!all.ok()) {
     pending_.reset();
@@ -367,11 +410,13 @@ Status CheckpointWriter::FinishCommit() {
   CommitResult outcome;
   if (pending_->commit != nullptr) outcome = pending_->commit->Join();  // rank 0
   StatusOr<std::string> agreed = BroadcastBytes(comm_, EncodeCommitResult(outcome), 0);
+  const uint64_t mine = pending_->end - pending_->begin;  // written: the reports were agreed
   pending_.reset();
   if (!agreed.ok()) return agreed.status();
   ASSIGN_OR_RETURN(CommitResult decided, DecodeCommitResult(*agreed));
   if (!decided.status.ok()) return decided.status;
   last_commit_ = std::move(decided);
+  bytes_written_ += mine;
   return Status::Ok();
 }
 
@@ -394,15 +439,42 @@ Status CheckpointWriter::Save(const CheckpointState& state) {
   ASSIGN_OR_RETURN(pending_, Begin(state));
   pending_->slot_ptrs = SlotPointers(state);
   pending_->buffer_ptrs = BufferPointers(state);
-  pending_->Write(RankOf(comm_), options_, /*background=*/false);
+  pending_->Write(options_, /*background=*/false);
   return Commit();
 }
 
-uint64_t CheckpointWriter::StagingBytes(const Manifest& plan, int rank) {
+StatusOr<Manifest> CheckpointWriter::Plan(const CheckpointState& state) const {
+  ASSIGN_OR_RETURN(Manifest plan, PlanForState(state, options_.chunk_bytes));
+  const uint64_t copies = uint64_t(std::max(1, options_.replicas));
+  if (copies > 1) {  // about 8 chunks per replica in the largest file (SaveOptions::replicas)
+    uint64_t largest = 0;
+    for (int r = 0; r < plan.layout.world_size(); ++r)
+      largest = std::max(largest, plan.RankFileBytes(r));
+    const uint64_t c = AlignUp((largest + 8 * copies - 1) / (8 * copies), kDirectIoAlign);
+    plan.chunk_bytes = std::min(plan.chunk_bytes, c);
+  }
+  return plan;
+}
+
+int CheckpointWriter::FileRank() const {
+  return RankOf(comm_) % std::max(1, WorldSizeOf(comm_) / std::max(1, options_.replicas));
+}
+
+std::pair<uint64_t, uint64_t> CheckpointWriter::Part(const Manifest& plan) const {
+  const int files = plan.layout.world_size();
+  return PartRange(plan.RankFileBytes(FileRank()), plan.chunk_bytes, RankOf(comm_) / files,
+                   WorldSizeOf(comm_) / files);
+}
+
+uint64_t CheckpointWriter::StagingBytes(const Manifest& plan) const {
+  const std::pair<uint64_t, uint64_t> part = Part(plan);
+  auto staged = [&part](uint64_t offset, uint64_t bytes) {
+    return AlignUp(BytesInRange(offset, bytes, part.first, part.second), kDirectIoAlign);
+  };
   uint64_t total = 0;
-  for (const SlotEntry& s : plan.slots) total += AlignUp(s.bytes_per_rank, kDirectIoAlign);
-  if (rank == 0) {
-    for (const BufferEntry& b : plan.buffers) total += AlignUp(b.bytes, kDirectIoAlign);
+  for (const SlotEntry& s : plan.slots) total += staged(s.offset, s.bytes_per_rank);
+  if (FileRank() == 0) {
+    for (const BufferEntry& b : plan.buffers) total += staged(b.offset, b.bytes);
   }
   return total;
 }
@@ -423,9 +495,9 @@ bool CheckpointWriter::GrowStaging(uint64_t bytes, bool touch) {
 }
 
 Status CheckpointWriter::ReserveStaging(const CheckpointState& state) {
-  ASSIGN_OR_RETURN(Manifest plan, PlanForState(state, options_.chunk_bytes));
+  ASSIGN_OR_RETURN(Manifest plan, Plan(state));
   if (options_.snapshot == SaveOptions::Snapshot::kInPlace) return Status::Ok();  // none needed
-  const uint64_t total = StagingBytes(plan, state.rank);
+  const uint64_t total = StagingBytes(plan);
   if (!GrowStaging(total, /*touch=*/true)) {
     return ResourceExhausted("asynchronous saves: cannot allocate ", total,
                              " bytes of staging memory on rank ", state.rank);
@@ -446,32 +518,36 @@ Status CheckpointWriter::SaveAsync(const CheckpointState& state) {
     // Snapshot into the staging buffer: slots, then (rank 0) buffers, each page-aligned (so that
     // the rank file writes them to the device directly, posix_file.h), copied by the writer
     // thread, checksumming as it copies (RankFileSnapshot).
-    const uint64_t total = StagingBytes(p.plan, rank);
+    const uint64_t total = StagingBytes(p.plan);
     if (!GrowStaging(total, /*touch=*/false)) {
       p.result = ResourceExhausted("asynchronous save of step ", p.plan.step, ": cannot allocate ",
                                    total, " bytes of staging memory on rank ", rank);
       p.done.store(true);
       return Status::Ok();  // reported collectively by the commit
     }
+    // (Only each section's bytes inside this rank's part are staged: BytesInRange.)
     uint64_t off = 0;
-    auto stage = [&](const void* src, uint64_t n, std::vector<const void*>* ptrs,
+    auto stage = [&](const void* src, uint64_t offset, uint64_t n, std::vector<const void*>* ptrs,
                      std::vector<char*>* stages) {
       ptrs->push_back(src);
       stages->push_back(staging_.as<char>() + off);
-      off += AlignUp(n, kDirectIoAlign);
+      off += AlignUp(BytesInRange(offset, n, p.begin, p.end), kDirectIoAlign);
     };
     for (size_t i = 0; i < p.plan.slots.size(); ++i) {
-      stage(state.slots[i].data, p.plan.slots[i].bytes_per_rank, &p.slot_ptrs, &p.snapshot.slots);
+      const SlotEntry& e = p.plan.slots[i];
+      stage(state.slots[i].data, e.offset, e.bytes_per_rank, &p.slot_ptrs, &p.snapshot.slots);
     }
-    if (rank == 0) {
-      for (size_t i = 0; i < p.plan.buffers.size(); ++i)
-        stage(state.buffers[i].data, p.plan.buffers[i].bytes, &p.buffer_ptrs, &p.snapshot.buffers);
+    if (p.file_rank == 0) {
+      for (size_t i = 0; i < p.plan.buffers.size(); ++i) {
+        const BufferEntry& e = p.plan.buffers[i];
+        stage(state.buffers[i].data, e.offset, e.bytes, &p.buffer_ptrs, &p.snapshot.buffers);
+      }
     }
   }
   p.snapshot_taken = false;  // released by the writer thread
   Pending* raw = &p;
   const SaveOptions* opts = &options_;
-  p.thread = std::thread([raw, rank, opts] { raw->Write(rank, *opts, /*background=*/true); });
+  p.thread = std::thread([raw, opts] { raw->Write(*opts, /*background=*/true); });
   return Status::Ok();
 }
 

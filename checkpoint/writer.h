@@ -20,21 +20,23 @@
 // last_committed_step()/dir() change at "commit finish", on every rank at the same call.
 // Phases, agreements, snapshot modes and threads: checkpoint/ASYNC_SAVE.md.
 //
+// With SaveOptions::replicas R > 1 the R copies of each rank file's state write its parts.
 // Errors, the same on every rank, are returned by the call that ends the save (Save, Poll, Wait,
 // Finish, or the next SaveAsync, which then starts none): a validation error, a rank's write
 // failure (e.g. kResourceExhausted for ENOSPC, naming the rank and file) or rank 0's commit
 // failure; the temp directory is then removed and the previous checkpoint stays the latest.
 // kAlreadyExists when step_N is committed (and `latest` names it, or !replace_committed);
 // kInvalidArgument for a state that does not match the communicator or has null buffers.
-// Memory: one host copy of the rank's slots and buffers for kInBackground (reused), none for
-// kInPlace; two io_bytes write buffers. Threading: one thread calls a writer; the state's memory
-// must stay valid and unchanged during Save, and from SaveAsync until WaitSnapshot returns.
+// Memory: one host copy of the rank's part of its slots and buffers for kInBackground (reused),
+// none for kInPlace; two io_bytes write buffers. Threading: one thread calls a writer; the state's
+// memory must stay valid and unchanged during Save, and from SaveAsync until WaitSnapshot returns.
 #ifndef SHARDEMA_CHECKPOINT_WRITER_H_
 #define SHARDEMA_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/background_commit.h"
@@ -68,6 +70,13 @@ struct SaveOptions {
   Snapshot snapshot = Snapshot::kInBackground;
   // A save may replace a committed step_N that `latest` does not name (CommitOptions).
   bool replace_committed = false;
+  // Hybrid sharding (fsdp/HYBRID.md): the communicator's W ranks hold `replicas` (R) identical
+  // copies of an S = W / R rank state; rank w passes state rank w % S and writes part w / S of
+  // that rank file (PartRange: whole chunks, split evenly), so each byte is written once and each
+  // rank writes about 1/W of them. With R > 1 the chunk size is lowered (never below 4096 bytes)
+  // until the largest rank file has about 8R chunks, so that the parts balance. 1: every rank
+  // writes its whole file.
+  int replicas = 1;
   // Poll: every agree_every-th call of a phase (and its first) starts the ranks' non-blocking
   // agreement on "my part is done" (see Poll above); >= 1. Larger: fewer collectives, a later
   // commit (a caller that saves every K Polls with K <= agree_every gets one agreement per phase,
@@ -112,6 +121,8 @@ class CheckpointWriter {
   // by the call that returns the commit's outcome (see "commit finish" above).
   int64_t last_committed_step() const { return last_commit_.step; }
   const std::string& last_committed_dir() const { return last_commit_.dir; }
+  // Bytes of rank files this rank wrote in the saves this writer committed.
+  uint64_t bytes_written() const { return bytes_written_; }
   const std::string& root() const { return root_; }
 
  private:
@@ -126,8 +137,14 @@ class CheckpointWriter {
   // Completes Poll's all-reduce in flight (if any); on failure abandons the pending save.
   Status CompleteAgreement();
   CommitOptions CommitOpts();
-  // Bytes of the snapshot of `plan` on `rank`: slots, then (rank 0) buffers, each page-aligned.
-  static uint64_t StagingBytes(const Manifest& plan, int rank);
+  // PlanForState with the chunk size SaveOptions::replicas asks for.
+  StatusOr<Manifest> Plan(const CheckpointState& state) const;
+  // This rank's rank file and part of it (SaveOptions::replicas).
+  int FileRank() const;
+  std::pair<uint64_t, uint64_t> Part(const Manifest& plan) const;
+  // Bytes of the snapshot of this rank's part of `plan`: the slots' bytes in it, then (rank 0's
+  // file) the buffers', each page-aligned.
+  uint64_t StagingBytes(const Manifest& plan) const;
   // Makes staging_ at least `bytes` (zero-filled when `touch`); false when allocation fails.
   bool GrowStaging(uint64_t bytes, bool touch);
 
@@ -145,6 +162,7 @@ class CheckpointWriter {
   std::unique_ptr<BackgroundDeleter> deleter_;
   bool first_prepare_ = true;
   CommitResult last_commit_;  // the last successful commit
+  uint64_t bytes_written_ = 0;
 };
 
 // Writes a whole checkpoint of W = ranks.size() ranks from one process (ranks[r] is rank r's

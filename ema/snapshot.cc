@@ -3,6 +3,7 @@
 #include <climits>
 #include <set>
 
+#include "checkpoint/collective_bytes.h"
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
 #include "checkpoint/posix_file.h"
@@ -179,10 +180,11 @@ StatusOr<std::string> WriteEmaSnapshot(const std::string& ckpt_root, Communicato
   SaveOptions so;
   so.keep_last = INT_MAX;
   so.fsync = options.fsync;
+  so.replicas = options.replicas;
   CheckpointWriter writer(snap_root, comm, so);
   Status s = writer.Save(state);
   if (!s.ok()) return s.WithContext("EMA snapshot of step " + std::to_string(step));
-  if (store->rank() == 0) WriteIndex(snap_root, options.fsync);
+  if (RankOf(comm) == 0) WriteIndex(snap_root, options.fsync);
   return writer.last_committed_dir();
 }
 

@@ -47,6 +47,9 @@ bool EmaSnapshotDue(int64_t step, int64_t every);
 
 struct EmaSnapshotOptions {
   bool fsync = true;  // off only in tests
+  // Hybrid sharding: `comm` holds `replicas` copies of the store's ranks, which split the
+  // writing (SaveOptions::replicas); the store's communicator is then one shard group.
+  int replicas = 1;
 };
 
 // Collective over `comm` (null: one process): every rank calls it after the optimizer step that

@@ -4,7 +4,8 @@
 //     reordering of the gradient sums (stated tolerance), and --check-replicas 1 finds the
 //     replicas bit-identical after every step;
 //   * the bytes sent across groups per step are the replica averaging's, counted exactly;
-//   * the checkpoint is one shard group's (S rank files, each written once, by group 0);
+//   * the checkpoint is one shard group's (S rank files), each byte written once, and every
+//     rank writes a part of it; so are the EMA snapshots, which read back;
 //   * resume hybrid -> full sharding and full -> hybrid is bit-exact (a reshard), and hybrid ->
 //     hybrid continues bit-exactly;
 //   * an S that does not divide the world is refused, naming both numbers.
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/collective_bytes.h"
 #include "checkpoint/reader.h"
+#include "ema/snapshot.h"
 #include "examples/test_files.h"
 #include "examples/trainer_test_util.h"
 #include "tests/test_world.h"
@@ -80,21 +83,62 @@ TEST(HybridTrainerTest, LossesAndStateMatchFullShardingAndReplicasAgree) {
   }
 }
 
-TEST(HybridTrainerTest, TheCheckpointIsOneShardGroupsWrittenOnce) {
+TEST(HybridTrainerTest, TheCheckpointIsOneShardGroupsWrittenOnceByAllRanks) {
   for (int s : GroupSizes()) {
     const std::string dir = TestPath("hybrid_ckpt_" + std::to_string(s));
     StatusOr<TrainRun> r =
         Train("--steps 4 --ckpt-dir " + dir + " --shard-group-size " + std::to_string(s));
     ASSERT_TRUE(r.ok()) << r.status();
+    StatusOr<std::vector<std::string>> written =
+        AllGatherBytes(World(), std::to_string(r->summary.ckpt_bytes_written));
+    ASSERT_TRUE(written.ok()) << written.status();
     if (World()->rank() != 0) continue;
     auto reader = CheckpointReader::Open(JoinPath(dir, "step_00000004"), ReaderOptions{1});
     ASSERT_TRUE(reader.ok()) << reader.status();
-    EXPECT_EQ((*reader)->manifest().world_size, s);
+    const Manifest& m = (*reader)->manifest();
+    EXPECT_EQ(m.world_size, s);
     int files = 0;
     for (const auto& e : std::filesystem::directory_iterator(JoinPath(dir, "step_00000004"))) {
       files += e.path().filename().string().rfind("rank_", 0) == 0 ? 1 : 0;
     }
     EXPECT_EQ(files, s);
+    // Every rank wrote a part (SaveOptions::replicas), and the parts add up to the files.
+    uint64_t total = 0, sum = 0;
+    for (const FileEntry& f : m.files) total += f.bytes;
+    for (size_t w = 0; w < written->size(); ++w) {
+      const uint64_t mine = std::stoull((*written)[w]);
+      EXPECT_GT(mine, 0u) << "S=" << s << ": world rank " << w << " wrote nothing";
+      sum += mine;
+    }
+    EXPECT_EQ(sum, total) << "S=" << s;
+  }
+}
+
+TEST(HybridTrainerTest, EmaSnapshotsAreWrittenByAllRanksAndReadBack) {
+  for (int s : GroupSizes()) {
+    const std::string dir = TestPath("hybrid_snapshots_" + std::to_string(s));
+    StatusOr<TrainRun> r =
+        Train("--steps 4 --ema-sigma-rel 0.1 --ema-snapshot-every 2 --ckpt-dir " + dir +
+              " --shard-group-size " + std::to_string(s));
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (World()->rank() != 0) continue;
+    StatusOr<std::vector<EmaSnapshotInfo>> snaps = ListEmaSnapshots(dir);
+    ASSERT_TRUE(snaps.ok()) << snaps.status();
+    ASSERT_EQ(snaps->size(), 2u) << "S=" << s;
+    for (const EmaSnapshotInfo& i : *snaps) {  // every element read back, its chunks verified
+      EXPECT_EQ(i.world_size, s);
+      auto reader = CheckpointReader::Open(i.dir, ReaderOptions{1});
+      ASSERT_TRUE(reader.ok()) << reader.status();
+      const Manifest& m = (*reader)->manifest();
+      for (size_t slot = 0; slot < m.slots.size(); ++slot) {
+        for (size_t u = 0; u < m.layout.units().size(); ++u) {
+          const int64_t n = m.layout.units()[u].numel;
+          std::vector<float> values(static_cast<size_t>(n));
+          Status read = (*reader)->ReadUnitRange(int(slot), u, 0, n, values.data());
+          EXPECT_TRUE(read.ok()) << "S=" << s << " step " << i.step << ": " << read;
+        }
+      }
+    }
   }
 }
 

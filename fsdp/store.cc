@@ -169,40 +169,18 @@ StatusOr<std::unique_ptr<ShardedParameterStore>> ShardedParameterStore::Create(
   }
   RETURN_IF_ERROR(s->SetFrozen(options.frozen));
   if (options.replicas != nullptr && options.replicas->world_size() > 1) {
-    if (options.replicas->device() != options.device) {
-      return InvalidArgument("ShardedParameterStore: the replica communicator is on ",
-                             options.replicas->device().ToString(), ", the store on ",
-                             options.device.ToString());
-    }
     int64_t largest = 0;
     for (const UnitLayout& u : s->layout_.units()) largest = std::max(largest, u.shard_numel);
-    const int64_t r = options.replicas->world_size(), chunk = (largest + r - 1) / r;
-    const size_t bytes = size_t(chunk * (r + 1)) * DTypeSize(options.reduce_dtype);
-    StatusOr<Buffer> t = Buffer::Allocate(std::max<size_t>(bytes, 1), options.device);
-    if (!t.ok()) return t.status().WithContext("replica averaging buffer");
-    s->replica_tmp_ = std::move(t).value();
+    ASSIGN_OR_RETURN(s->replica_avg_, ReplicaAverager::Create(options.replicas, options.device,
+                                                              options.reduce_dtype, largest));
   }
   return s;
 }
 
-Status ShardedParameterStore::AverageOverReplicas(void* data, DType dtype, size_t n,
-                                                  Stream stream) {
-  Communicator* rc = options_.replicas;
-  if (rc == nullptr || rc->world_size() <= 1 || n == 0) return Status::Ok();
-  const size_t r = size_t(rc->world_size()), chunk = (n + r - 1) / r, es = DTypeSize(dtype);
-  char* padded = replica_tmp_.as<char>();
-  char* mine = padded + chunk * r * es;
-  RETURN_IF_ERROR(CopyBytes(padded, device(), data, device(), n * es, stream));
-  RETURN_IF_ERROR(FillZero(stream, padded + n * es, (chunk * r - n) * es));
-  const CollectiveOptions avg = CollOpts(ReduceOp::kAvg, &stream);
-  StatusOr<std::unique_ptr<Work>> w = rc->ReduceScatterAsync(padded, mine, chunk, dtype, avg);
-  if (w.ok()) RETURN_IF_ERROR((*w)->Wait());  // CUDA: orders `stream`; CPU: completes
-  if (!w.ok()) return w.status();
-  w = rc->AllGatherAsync(mine, padded, chunk, dtype, CollOpts(ReduceOp::kSum, &stream));
-  if (w.ok()) RETURN_IF_ERROR((*w)->Wait());
-  if (!w.ok()) return w.status();
-  sent_.across_groups += 2 * int64_t((r - 1) * chunk * es);  // the reduce-scatter, the all-gather
-  return CopyBytes(data, device(), padded, device(), n * es, stream);
+ShardedParameterStore::SentBytes ShardedParameterStore::sent_bytes() const {
+  SentBytes s = sent_;
+  if (replica_avg_ != nullptr) s.across_groups += replica_avg_->sent_bytes();
+  return s;
 }
 
 Status ShardedParameterStore::SetFrozen(const std::vector<std::string>& names) {
@@ -398,6 +376,14 @@ void ShardedParameterStore::FreeUnitGrads(UnitState& s) {
   s.grad_live = false;
 }
 
+char* ShardedParameterStore::ReducedSlice(size_t unit) {
+  const UnitState& s = *units_[unit];
+  const int64_t n = layout_.units()[unit].shard_numel;
+  if (ReducesIntoShard(s))
+    return reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit));
+  return s.grad_buf.as<char>() + size_t(rank()) * size_t(n) * DTypeSize(options_.reduce_dtype);
+}
+
 bool ShardedParameterStore::ReducesIntoShard(const UnitState& s) const {
   return FoldDivisor() > 1 && s.micro_batches == 0;
 }
@@ -583,8 +569,7 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     // no fold pass follows, and the MPI ring then needs no receive temporary (its output lies
     // outside the buffer, ring_reduce_scatter.h).
     const bool direct = ReducesIntoShard(s);
-    char* out = direct ? reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit))
-                       : base + size_t(rank()) * size_t(u.shard_numel) * esize;
+    char* out = ReducedSlice(unit);
     const Stream reduce = streams_.reduce();
     CollectiveOptions co =
         CollOpts(FoldDivisor() > 1 && !direct ? ReduceOp::kSum : ReduceOp::kAvg, &reduce);
@@ -598,12 +583,16 @@ StatusOr<ReduceScatterHandle> ShardedParameterStore::ReduceScatterGradsAsync(siz
     sent_.in_group += int64_t(world_size() - 1) * u.shard_numel * int64_t(esize);
     if (device().is_cuda()) {  // as in GatherAsync
       Status waited = s.reduce_work->Wait();
-      if (waited.ok()) {
-        waited = AverageOverReplicas(out, options_.reduce_dtype, size_t(u.shard_numel), reduce);
+      if (waited.ok() && replica_avg_ != nullptr) {
+        waited = replica_avg_->Average(out, size_t(u.shard_numel), reduce);
       }
       if (!waited.ok()) return waited.WithContext("reduce-scatter of unit '" + u.name + "'");
       RETURN_IF_ERROR(streams_.AfterReduceScatter(unit));
     }
+  }
+  if (device().is_cpu() && replica_avg_ != nullptr) {  // issued by ProgressCollectives
+    replica_avg_->Enqueue(unit, u.name, s.reduce_work.get(), ReducedSlice(unit),
+                          size_t(u.shard_numel));
   }
   s.reduce_pending = true;
   return ReduceScatterHandle(this, unit);
@@ -620,16 +609,11 @@ Status ShardedParameterStore::WaitReduceScatter(size_t unit) {
     FreeUnitGrads(s);
     return Status::Ok();
   }
-  Status st = s.reduce_work != nullptr ? s.reduce_work->Wait() : Status::Ok();
+  Status st;
+  // CPU hybrid sharding: the averaging over the replicas (which waits for the reduce-scatter).
+  if (device().is_cpu() && replica_avg_ != nullptr) st = replica_avg_->Wait(unit);
+  if (st.ok() && s.reduce_work != nullptr) st = s.reduce_work->Wait();
   if (st.ok() && s.reduce_work != nullptr) st = streams_.ComputeWaitsForReduceScatter(unit);
-  if (st.ok() && device().is_cpu() && options_.replicas != nullptr) {
-    // The rank's reduced slice, where the reduce-scatter left it (see ReduceScatterGradsAsync).
-    char* slice = ReducesIntoShard(s)
-                      ? reinterpret_cast<char*>(GradShardData() + layout_.local_offset(unit))
-                      : s.grad_buf.as<char>() + size_t(rank()) * size_t(u.shard_numel) *
-                                                    DTypeSize(options_.reduce_dtype);
-    st = AverageOverReplicas(slice, options_.reduce_dtype, size_t(u.shard_numel), stream_);
-  }
   s.reduce_work.reset();
   s.reduce_pending = false;
   if (!st.ok()) {
@@ -673,6 +657,7 @@ int ShardedParameterStore::ProgressCollectives() {
       in_flight += s->reduce_work->Test() ? 0 : 1;
     }
   }
+  if (device().is_cpu() && replica_avg_ != nullptr) in_flight += replica_avg_->Progress();
   return in_flight;
 }
 

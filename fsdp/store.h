@@ -48,6 +48,7 @@
 #include "framework/tensor.h"
 #include "fsdp/collective_streams.h"
 #include "fsdp/layout.h"
+#include "fsdp/replica_averager.h"
 #include "fsdp/slot_registry.h"
 #include "fsdp/unit_memory.h"
 
@@ -83,8 +84,10 @@ struct StoreOptions {
   // ranks holding the same shard in the other groups (same device as `comm`; null or one rank:
   // none). After each unit's reduce-scatter the rank's slice is averaged over `replicas`, as a
   // reduce-scatter and an all-gather over them, so every element is reduced once, by one rank,
-  // and every replica holds the same bits. It is issued where the reduce-scatter completes:
-  // stream-ordered on CUDA (overlapping the backward), blocking in WaitReduceScatter on the CPU.
+  // and every replica holds the same bits (fsdp/replica_averager.h). It follows the
+  // reduce-scatter: stream-ordered on CUDA, and on the CPU issued by ProgressCollectives (or
+  // WaitReduceScatter) as soon as the reduce-scatter completes; either way it overlaps the
+  // backward.
   Communicator* replicas = nullptr;
 };
 
@@ -274,7 +277,7 @@ class ShardedParameterStore {
     int64_t in_group = 0;
     int64_t across_groups = 0;
   };
-  SentBytes sent_bytes() const { return sent_; }
+  SentBytes sent_bytes() const;
 
   // ---- Replicated buffers ----
   StatusOr<TensorView> buffer(const std::string& name) const;
@@ -329,6 +332,9 @@ class ShardedParameterStore {
   // averages straight into the gradient shard instead of the unit buffer: the first micro-batch
   // with FoldDivisor() > 1. No fold follows it.
   bool ReducesIntoShard(const UnitState& s) const;
+  // Where unit `unit`'s reduce-scatter leaves this rank's reduced slice: the gradient shard
+  // (ReducesIntoShard) or the unit gradient buffer.
+  char* ReducedSlice(size_t unit);
   std::vector<TensorView> UnitViews(size_t unit, void* base, DType dtype) const;
   // The gradient shard's memory as it is (no deferred fill: see grad_shard()).
   float* GradShardData() const;
@@ -363,11 +369,9 @@ class ShardedParameterStore {
   Buffer compute_;  // empty when the compute copy aliases the master
   std::vector<std::unique_ptr<UnitState>> units_;
   std::vector<std::string> frozen_;  // layout order
-  // Averages `n` elements of the reduce dtype at `data` (this rank's reduced slice) over
-  // StoreOptions::replicas, issued from `stream` (see there). No-op without replicas.
-  Status AverageOverReplicas(void* data, DType dtype, size_t n, Stream stream);
-  Buffer replica_tmp_;  // the padded send and the chunk of AverageOverReplicas
-  SentBytes sent_;
+  // StoreOptions::replicas' averaging of each reduced slice; null without replicas.
+  std::unique_ptr<ReplicaAverager> replica_avg_;
+  SentBytes sent_;  // in_group; across_groups is replica_avg_'s
   // Validates and records StoreOptions::frozen (Create).
   Status SetFrozen(const std::vector<std::string>& names);
   // Zeroes this rank's part of unit u's gradient shard that belongs to frozen parameters.

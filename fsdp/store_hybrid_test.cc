@@ -82,5 +82,55 @@ TEST(StoreHybridTest, GradientsMatchFullShardingAndReplicasAgree) {
   }
 }
 
+// On the CPU the averaging over the replicas is issued by ProgressCollectives as soon as each
+// reduce-scatter completes (fsdp/replica_averager.h), so it runs during the backward: polling
+// alone completes every unit's averaging before any WaitReduceScatter, and the result is the
+// blocking path's, bit for bit.
+TEST(StoreHybridTest, ProgressCollectivesAveragesOverTheReplicasBeforeTheWait) {
+  MpiCommunicator* world = MpiWorld();
+  const int w = world->world_size(), r = world->rank();
+  if (w < 2) GTEST_SKIP() << "needs two replicas";
+  const int s = w % 2 == 0 && w > 2 ? 2 : 1;
+  auto shard = world->Split(r / s, r % s);
+  auto replicas = world->Split(r % s, r / s);
+  ASSERT_TRUE(shard.ok() && replicas.ok());
+  StoreOptions o;
+  o.replicas = replicas->get();
+  const auto grad = [r](int micro, int, const std::string& n, int64_t i) {
+    return Grad(micro, r, n, i);
+  };
+  auto blocking = ShardedParameterStore::Create(Units(), {}, shard->get(), o);
+  ASSERT_TRUE(blocking.ok()) << blocking.status();
+  ASSERT_TRUE(FeedGradsAnyDevice(blocking->get(), grad, 1, /*overlap=*/false).ok());
+  auto polled = ShardedParameterStore::Create(Units(), {}, shard->get(), o);
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  ShardedParameterStore* p = polled->get();
+  ASSERT_TRUE(p->ZeroGrad().ok());
+  for (size_t u = p->num_units(); u-- > 0;) {
+    auto views = p->UnitGrads(u);
+    ASSERT_TRUE(views.ok()) << views.status();
+    const UnitLayout& ul = p->layout().units()[u];
+    for (size_t k = 0; k < ul.params.size(); ++k) {
+      float* d = static_cast<float*>((*views)[k].data);
+      for (int64_t i = 0; i < ul.params[k].numel; ++i) d[i] = grad(0, r, ul.params[k].name, i);
+    }
+    ASSERT_TRUE(p->ReduceScatterGradsAsync(u).ok());
+  }
+  const int64_t before = p->sent_bytes().across_groups;
+  for (int i = 0; i < 200000 && p->ProgressCollectives() > 0; ++i) {}
+  EXPECT_EQ(p->ProgressCollectives(), 0) << "the averaging did not complete by polling";
+  // Every unit's averaging sent its bytes before any wait: as much as the blocking store's.
+  EXPECT_EQ(p->sent_bytes().across_groups - before, (*blocking)->sent_bytes().across_groups);
+  EXPECT_GT(p->sent_bytes().across_groups, 0);
+  for (size_t u = p->num_units(); u-- > 0;) ASSERT_TRUE(p->WaitReduceScatter(u).ok());
+  const size_t n = size_t(p->layout().local_numel());
+  EXPECT_EQ(std::memcmp(p->grad_shard(), (*blocking)->grad_shard(), n * 4), 0)
+      << "polled averaging differs from the blocking one";
+  polled->reset();
+  blocking->reset();
+  ASSERT_TRUE((*shard)->Shutdown().ok());
+  ASSERT_TRUE((*replicas)->Shutdown().ok());
+}
+
 }  // namespace
 }  // namespace shardema

@@ -35,10 +35,11 @@ struct ShardGroups {
   Communicator* store_replicas() const {
     return device_replicas ? device_replicas.get() : replicas.get();
   }
-  int replica_index = 0;  // this rank's group (0: the one that writes)
+  int replica_index = 0;  // this rank's group
   int num_replicas = 1;
   bool hybrid() const { return shard != nullptr; }
-  // The group that writes checkpoints and snapshots (each byte once).
+  // The group that prepares and cleans the checkpoint root (--ckpt-dir, --discard-newer-steps);
+  // the saves' writing is split among all groups (SaveOptions::replicas).
   bool writes() const { return replica_index == 0; }
 };
 

@@ -171,7 +171,7 @@ Status Trainer::Setup() {
   if (!c.ckpt_dir.empty()) {
     ASSIGN_OR_RETURN(ckpt_lock_, LockCheckpointDir(c, comm_));
     // Hybrid sharding: the checkpoint is that of one shard group (S ranks); every group reads
-    // it, the first one alone writes (each byte once).
+    // it, and the R replicas of each rank file split its writing (each byte once).
     Communicator* io = groups_.hybrid() ? groups_.shard.get() : comm_;
     if (c.resume) {
       TrainConfig rc = c;
@@ -186,11 +186,10 @@ Status Trainer::Setup() {
       RETURN_IF_ERROR(fresh);
     }
     ASSIGN_OR_RETURN(Lineage lineage, RunLineage(resume_, comm_));
-    if (groups_.writes()) {
-      saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, io, lineage);
-    }
-    RETURN_IF_ERROR(AgreeOnStatus(comm_, saver_ ? saver_->ReserveStaging(*state_) : Status::Ok(),
-                                  "--async-save staging memory"));
+    saver_ = std::make_unique<CheckpointSaver>(config_, *model_, *data_, comm_, lineage,
+                                               groups_.num_replicas);
+    RETURN_IF_ERROR(
+        AgreeOnStatus(comm_, saver_->ReserveStaging(*state_), "--async-save staging memory"));
   }
   const std::string metrics_path = !c.metrics.empty()   ? c.metrics
                                    : c.ckpt_dir.empty() ? ""
@@ -499,10 +498,9 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
     if (EmaSnapshotDue(done, c.ema_snapshot_every)) {
       RETURN_IF_ERROR(state_->Sync());  // the EMA counters of the latest step (CUDA)
-      if (groups_.writes()) {
-        Communicator* io = groups_.hybrid() ? groups_.shard.get() : comm_;
-        RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, io, *emas(), done).status());
-      }
+      EmaSnapshotOptions so;
+      so.replicas = groups_.num_replicas;
+      RETURN_IF_ERROR(WriteEmaSnapshot(c.ckpt_dir, comm_, *emas(), done, so).status());
     }
     if (groups_.hybrid() && c.check_replicas > 0 && done % c.check_replicas == 0) {
       RETURN_IF_ERROR(state_->Sync());
@@ -546,6 +544,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (!already) RETURN_IF_ERROR(saver_->SaveFinal(*state_, s.final_step));
     RETURN_IF_ERROR(saver_->Finish());
     s.last_checkpoint = already ? resume_.dir : saver_->last_committed_dir();
+    s.ckpt_bytes_written = int64_t(saver_->bytes_written());
   }
   ckpt_lock_.reset();  // this run writes nothing more to --ckpt-dir
   save.Stop();

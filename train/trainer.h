@@ -71,6 +71,9 @@ struct TrainSummary {
   EvalLosses final_eval;
   ResumeInfo resume;
   std::string last_checkpoint;  // directory of the final checkpoint ("" without --ckpt-dir)
+  // Bytes of rank files this rank wrote in this run's committed checkpoints (hybrid sharding:
+  // its part of its shard's files, about 1/W of each checkpoint).
+  int64_t ckpt_bytes_written = 0;
   // --profile: rank 0's time per phase over the whole run, and that run's wall time.
   PhaseTimes phases;
   double run_ms = 0;

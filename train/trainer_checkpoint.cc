@@ -323,15 +323,18 @@ StatusOr<Lineage> RunLineage(const ResumeInfo& resume, Communicator* comm) {
 }
 
 CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& model,
-                                 const TrainData& data, Communicator* comm, Lineage lineage)
+                                 const TrainData& data, Communicator* comm, Lineage lineage,
+                                 int replicas)
     : config_(config),
       model_(model),
       data_(data),
       comm_(comm),
       lineage_(std::move(lineage)),
-      writer_(config.ckpt_dir, comm, [&config] {
+      replicas_(replicas),
+      writer_(config.ckpt_dir, comm, [&config, replicas] {
         SaveOptions o;
         o.keep_last = config.keep;
+        o.replicas = replicas;
         // --async-save: the snapshot copy itself runs on the writer thread, overlapping the next
         // step's forward/backward (--async-snapshot in-place: no copy, the writer writes from the
         // state); the trainer calls WaitSnapshot() before the optimizer step.
@@ -341,7 +344,8 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, const TrainModel& mo
       }()) {}
 
 StatusOr<CheckpointState> CheckpointSaver::View(const TrainState& state, int64_t step) const {
-  nlohmann::json extra = TrainerSections(config_, model_, data_, WorldSizeOf(comm_), step);
+  nlohmann::json extra =
+      TrainerSections(config_, model_, data_, WorldSizeOf(comm_) / replicas_, step);
   extra[kLineageSection] = LineageJson(lineage_);
   return state.CheckpointView(extra);
 }

@@ -104,8 +104,10 @@ class CheckpointSaver {
  public:
   // `config`, `model` and `data` must outlive the saver.
   // `lineage`: this run's (RunLineage), written into every checkpoint's meta.
+  // `replicas` (hybrid sharding): `comm` holds that many copies of the state's ranks, which split
+  // the writing (SaveOptions::replicas).
   CheckpointSaver(const TrainConfig& config, const TrainModel& model, const TrainData& data,
-                  Communicator* comm, Lineage lineage);
+                  Communicator* comm, Lineage lineage, int replicas = 1);
 
   // Local. With --async-save, reserves and touches the writer's staging memory for the state
   // now (CheckpointWriter::ReserveStaging): the first save then stalls no step, and a rank short
@@ -126,6 +128,7 @@ class CheckpointSaver {
   // Step of the last committed checkpoint of this run (-1 when none), and its directory.
   int64_t last_committed_step() const { return writer_.last_committed_step(); }
   const std::string& last_committed_dir() const { return writer_.last_committed_dir(); }
+  uint64_t bytes_written() const { return writer_.bytes_written(); }
 
  private:
   // The checkpoint view of `state` at `step` with the trainer's sections.
@@ -135,6 +138,7 @@ class CheckpointSaver {
   const TrainData& data_;
   Communicator* comm_;
   Lineage lineage_;
+  int replicas_;
   CheckpointWriter writer_;
 };
 
