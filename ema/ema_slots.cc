@@ -54,11 +54,6 @@ StatusOr<std::unique_ptr<EmaSlots>> EmaSlots::Create(ShardedParameterStore* stor
     subsets.push_back(nullptr);
     if (!c.subset() && !frozen) continue;
     const std::string what = "EMA slot '" + c.name + "'";
-    if (!store->device().is_cpu()) {
-      return Unimplemented(what, ": a slot over a parameter subset (include/exclude",
-                           frozen ? ", or frozen parameters" : "",
-                           ") runs on the CPU only; the CUDA store does not support it yet");
-    }
     const std::vector<std::string> names = LayoutParamNames(store->layout());
     ASSIGN_OR_RETURN(const std::vector<bool> mask,
                      SelectByGlobs(names, c.include, c.exclude, what));
@@ -168,10 +163,7 @@ StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
   }
   if (subsets_[i] != nullptr) return SubsetToHost(i);
   const int64_t n = store_->layout().local_numel();
-  std::vector<uint16_t> raw(static_cast<size_t>(n));
-  RETURN_IF_ERROR(CopyBytes(raw.data(), Device::Cpu(), SlotRaw(i), shard_device(i),
-                            raw.size() * sizeof(uint16_t), store_->stream()));
-  RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
+  ASSIGN_OR_RETURN(const std::vector<uint16_t> raw, RawToHost(i));
   std::vector<float> master;
   if (IsDeltaStorage(kind)) {
     ASSIGN_OR_RETURN(master, store_->LocalToHost(store_->master(), store_->device()));
@@ -181,28 +173,42 @@ StatusOr<std::vector<float>> EmaSlots::ShardToHost(size_t i) const {
   return out;
 }
 
+StatusOr<std::vector<uint16_t>> EmaSlots::RawToHost(size_t i) const {
+  const size_t bytes = size_t(SlotNumel(i)) * DTypeSize(EmaStorageDType(storage(i)));
+  std::vector<uint16_t> raw(bytes / sizeof(uint16_t));  // 2 or 4 bytes per element
+  RETURN_IF_ERROR(
+      CopyBytes(raw.data(), Device::Cpu(), SlotRaw(i), shard_device(i), bytes, store_->stream()));
+  RETURN_IF_ERROR(SynchronizeStream(store_->stream()));
+  return raw;
+}
+
 StatusOr<std::vector<float>> EmaSlots::SubsetToHost(size_t i) const {
   const ParamSubset& sub = *subsets_[i];
   const size_t n = size_t(sub.numel());
   ASSIGN_OR_RETURN(std::vector<float> out, store_->LocalToHost(store_->master(), store_->device()));
+  ASSIGN_OR_RETURN(const std::vector<uint16_t> raw, RawToHost(i));
   std::vector<float> master(n), values(n);
   sub.Compact(out.data(), master.data(), sizeof(float));
-  EmaStorageToF32(storage(i), SlotRaw(i), master.data(), values.data(), int64_t(n));
+  EmaStorageToF32(storage(i), raw.data(), master.data(), values.data(), int64_t(n));
   sub.Expand(values.data(), out.data(), sizeof(float));
   return out;
 }
 
 Status EmaSlots::StoreSubset(size_t i, const float* local, bool start) {
   const ParamSubset& sub = *subsets_[i];
-  std::vector<float> values(size_t(sub.numel()));
+  const size_t n = size_t(sub.numel());
+  std::vector<float> values(n);
   sub.Compact(local, values.data(), sizeof(float));
+  const size_t bytes = n * DTypeSize(EmaStorageDType(storage(i)));
+  std::vector<uint16_t> raw(bytes / sizeof(uint16_t));  // the slot's bits, built on the host
   if (start) {
-    EmaStorageFromF32(storage(i), values.data(), SlotRaw(i), sub.numel());
+    EmaStorageFromF32(storage(i), values.data(), raw.data(), int64_t(n));
   } else {  // f32 copy, or the values rounded to bf16 (nearest even)
-    ConvertBuffer(values.data(), DType::kF32, SlotRaw(i), EmaStorageDType(storage(i)),
-                  values.size());
+    ConvertBuffer(values.data(), DType::kF32, raw.data(), EmaStorageDType(storage(i)), n);
   }
-  return Status::Ok();
+  RETURN_IF_ERROR(
+      CopyBytes(SlotRaw(i), shard_device(i), raw.data(), Device::Cpu(), bytes, store_->stream()));
+  return SynchronizeStream(store_->stream());  // `raw` is freed on return
 }
 
 Status EmaSlots::CheckStarted(size_t i, const char* what) const {
@@ -219,8 +225,10 @@ Status EmaSlots::StartFromMaster(size_t i, int64_t step) {
     // change only after the snapshot copy has read it.
     RETURN_IF_ERROR(offloader_->Submit(store_->master(), {EmaOffloader::Target{SlotData(i), 0.0}}));
     RETURN_IF_ERROR(offloader_->OrderMasterWrite(store_->stream()));
-  } else if (subsets_[i] != nullptr) {  // the tracked elements (host memory: CPU stores only)
-    RETURN_IF_ERROR(StoreSubset(i, store_->master(), /*start=*/true));
+  } else if (subsets_[i] != nullptr) {  // the tracked elements, through host memory
+    ASSIGN_OR_RETURN(const std::vector<float> master,
+                     store_->LocalToHost(store_->master(), store_->device()));
+    RETURN_IF_ERROR(StoreSubset(i, master.data(), /*start=*/true));
   } else if (IsDeltaStorage(c.storage)) {  // d = 0: the EMA equals the master
     RETURN_IF_ERROR(
         FillZero(store_->stream(), SlotRaw(i), size_t(reg.local_numel()) * sizeof(uint16_t)));

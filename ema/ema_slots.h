@@ -24,10 +24,12 @@
 //
 // Errors: kInvalidArgument (invalid or duplicate configs, a subset pattern that matches no
 // parameter, a subset of no trainable parameter, an offloaded subset); kAlreadyExists (a name
-// clash with another registry slot); kNotFound (unknown slot, listing the slots); kUnimplemented
-// (a subset slot on a CUDA store); kFailedPrecondition for misuse (swapping while another slot is
-// swapped, using a slot before it started, a gathered unit during a swap, a step or load while
-// swapped). Threading: one thread, like the store. The store must outlive this object.
+// clash with another registry slot); kNotFound (unknown slot, listing the slots);
+// kFailedPrecondition for misuse (swapping while another slot is swapped, using a slot before it
+// started, a gathered unit during a swap, a step or load while swapped). Devices: on a CUDA store
+// the slots are device memory (an offloaded one: pinned host memory); a subset slot's start and
+// readers go through host copies queued on the store's stream, which they wait for.
+// Threading: one thread, like the store. The store must outlive this object.
 #ifndef SHARDEMA_EMA_EMA_SLOTS_H_
 #define SHARDEMA_EMA_EMA_SLOTS_H_
 
@@ -103,6 +105,7 @@ class EmaSlots {
   float* shard(size_t i) const;
   // The slot's memory as stored: local_numel elements of EmaStorageDType(storage(i)) (the bf16
   // value, or d = ema - master for delta_bf16); a subset slot's compact array (subset(i)).
+  // Memory of shard_device(i): device memory on a CUDA store unless offloaded.
   void* raw_shard(size_t i) const;
   // The parameters slot i tracks, or null when it tracks all of them.
   const ParamSubset* subset(size_t i) const { return subsets_[i].get(); }
@@ -169,11 +172,15 @@ class EmaSlots {
   float* SlotData(size_t i) const;
   void* SlotRaw(size_t i) const;
   int64_t SlotNumel(size_t i) const;  // elements of the slot's memory
+  // Slot i's memory as stored (SlotNumel elements of its storage dtype, as 16-bit words), copied
+  // to the host after the work queued on the store's stream; waits for the copy.
+  StatusOr<std::vector<uint16_t>> RawToHost(size_t i) const;
   // A subset slot's values over the whole local shard (see ShardToHost).
   StatusOr<std::vector<float>> SubsetToHost(size_t i) const;
-  // Subset slot i := the tracked elements of `local` (a full local f32 array): a start copy
-  // (EmaStorageFromF32: d = 0 for a delta slot) when `start`, else the values converted to the
-  // storage dtype (nearest even; a delta slot's d).
+  // Subset slot i := the tracked elements of `local` (a full local f32 array in host memory): a
+  // start copy (EmaStorageFromF32: d = 0 for a delta slot) when `start`, else the values
+  // converted to the storage dtype (nearest even; a delta slot's d). The bits are built on the
+  // host and copied into the slot on the store's stream; waits for the copy.
   Status StoreSubset(size_t i, const float* local, bool start);
   // Swap of a slot that is not fp32: the master is saved to swap_backup_ and overwritten with the
   // reconstructed values; called again (swap_backup_ set), the master is restored bit-exactly.

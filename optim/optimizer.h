@@ -180,8 +180,9 @@ class Optimizer {
   // Phases 5-6 for the step BeginStep began (not skipped). Local. `subsets`: empty, or one per
   // target: its parameter subset (fsdp/param_subset.h; the target's memory is then the compact
   // array and only its tracked ranges are passed to the kernel, so a range is cut at their
-  // boundaries) or null (a full target). Errors: kFailedPrecondition without such a step;
-  // kInvalidArgument for a null target or a subset list of another length.
+  // boundaries: one kernel call per piece, on the CPU and on CUDA) or null (a full target). Errors:
+  // kFailedPrecondition without such a step; kInvalidArgument for a null target or a subset list of
+  // another length.
   StatusOr<StepResult> FinishStep(const std::vector<EmaTarget>& emas,
                                   const std::vector<const ParamSubset*>& subsets = {});
   // One fused pass: range, first local element, element count, the targets at that element.

@@ -6,7 +6,10 @@
 //   * cross-entropy, relu, --grad-accum 2 and chunked evaluation within 1e-4;
 //   * bf16 and fp16 compute: train, and track the CPU run to 16-bit rounding;
 //   * cross-device resume: saved on CUDA (async saves) -> resumed on the CPU, and saved on the
-//     CPU -> resumed on CUDA, both continuing like a straight CPU run;
+//     CPU -> resumed on CUDA, both continuing like a straight CPU run; saved on CUDA with subset
+//     EMA slots and frozen parameters (compact device slots staged) -> resumed on the CPU;
+//   * frozen parameters with EMA slots (subset slots, snapshotted) and EMA slots over parameter
+//     subsets (evaluated through their swap by value) within 1e-5;
 //   * train_gpt --device cuda (GptModelCuda) against the CPU GptModel at f32, fp16 and with
 //     --recompute --grad-accum 2: losses, state, eval losses and samples;
 // and, on machines without a GPU (where the tests above skip), the clear kUnavailable of
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "ema/snapshot.h"
 #include "examples/gpt_train.h"
 #include "examples/mlp_train.h"
 #include "examples/test_files.h"
@@ -46,6 +50,11 @@ constexpr char kParityArgs[] =
 const std::set<std::string> kThrottles = {"upload ring full", "step decision ring full"};
 
 constexpr char kGolden[] = "examples/testdata/parity_golden.safetensors";
+
+// Two fp32 EMA slots over parameter subsets of the parity MLP (layers 0-2), beside --ema's.
+constexpr char kSubsetEmaArgs[] =
+    " --ema-spec sub:decay=0.95,include=layers.1.*|layers.0.bias"
+    " --ema-spec sub_x:decay=0.8,interval=2,exclude=layers.2.weight";
 
 // train_gpt's parity model (examples/gpt_trainer_test.cc) for a few steps.
 constexpr char kGptArgs[] =
@@ -293,11 +302,13 @@ TEST_F(CudaTrainerTest, HalfPrecisionTrainsAndTracksTheCpu) {
 }
 
 // Saves the first half on `first`, resumes on the other device to the end, and compares with a
-// straight CPU run.
-void ExpectCrossDeviceResume(bool first_cuda, const std::string& dir, const std::string& extra) {
-  const std::string args = std::string(kParityArgs) + extra;
+// straight CPU run. `model` (flags of every run) is added to kParityArgs, `extra` (checkpoint
+// flags) to the saving and resuming runs.
+void ExpectCrossDeviceResume(bool first_cuda, const std::string& dir, const std::string& extra,
+                             const std::string& model = "") {
+  const std::string args = std::string(kParityArgs) + model + extra;
   // Saving changes nothing in training: the straight run has no checkpoint flags.
-  StatusOr<TrainedRun> straight = Train(std::string(kParityArgs) + " --steps 12", false);
+  StatusOr<TrainedRun> straight = Train(std::string(kParityArgs) + model + " --steps 12", false);
   ASSERT_TRUE(straight.ok()) << straight.status();
   StatusOr<TrainedRun> half = Train(args + " --steps 6 --ckpt-dir " + dir, first_cuda);
   ASSERT_TRUE(half.ok()) << half.status();
@@ -322,6 +333,13 @@ TEST_F(CudaTrainerTest, SavedOnCudaResumesOnCpu) {
 
 TEST_F(CudaTrainerTest, SavedOnCpuResumesOnCuda) {
   ExpectCrossDeviceResume(false, TestPath("cpu_to_cuda"), " --save-every 2");
+}
+
+// Every EMA slot a compact device slot (subsets, and frozen parameters beside them), staged for
+// the saves on CUDA and read back by the CPU run.
+TEST_F(CudaTrainerTest, SubsetEmaSlotsSavedOnCudaResumeOnCpu) {
+  ExpectCrossDeviceResume(true, TestPath("subset_cuda_to_cpu"), " --save-every 3 --async-save",
+                          std::string(kSubsetEmaArgs) + " --freeze layers.2.bias");
 }
 
 // Runs everywhere: where the GPU tests skip for want of a device, --device cuda must say why.
@@ -372,19 +390,50 @@ TEST_F(CudaTrainerTest, HybridShardingMatchesTheCpuTrainer) {
   }
 }
 
-// Frozen parameters on the GPU: the moments as subset slots on the device, the frozen gradient
-// zeroed after each fold; against the CPU trainer. (EMA slots beside frozen parameters are
-// CPU-only: subset EMA slots.)
+// Frozen parameters on the GPU: the moments and every EMA slot as subset slots on the device (the
+// power-function one snapshotted at steps 3 and 6, the final checkpoint staged), the frozen
+// gradient zeroed after each fold; against the CPU trainer.
 TEST_F(CudaTrainerTest, FrozenParametersMatchTheCpuTrainer) {
   const std::string args =
       "--layers 10,16,4 --batch 16 --steps 6 --lr 5e-3 --weight-decay 0.1 --synthetic-rows 64 "
-      "--seed 5 --log-every 0 --freeze layers.0.*";
+      "--seed 5 --log-every 0 --freeze layers.0.* --ema 0.9 --ema-sigma-rel 0.1 "
+      "--ema-snapshot-every 3 --ckpt-dir ";
+  StatusOr<TrainedRun> cpu = Train(args + TestPath("frozen_cpu"), false);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const std::string dir = TestPath("frozen_cuda");
+  StatusOr<TrainedRun> gpu = Train(args + dir, true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const EmaSlots& emas = *gpu->trainer->emas();
+  ASSERT_EQ(emas.size(), 2u);
+  for (size_t i = 0; i < emas.size(); ++i) EXPECT_NE(emas.subset(i), nullptr) << i;
+  EXPECT_EQ(gpu->summary.state_bytes_per_rank, cpu->summary.state_bytes_per_rank);
+  EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
+  EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-5);
+  StatusOr<std::vector<EmaSnapshotInfo>> snaps = ListEmaSnapshots(dir);
+  ASSERT_TRUE(snaps.ok()) << snaps.status();
+  ASSERT_EQ(snaps->size(), 2u);
+  EXPECT_EQ((*snaps)[1].step, 6);
+  ASSERT_EQ((*snaps)[1].slots.size(), 1u);
+  EXPECT_EQ((*snaps)[1].slots[0].params, emas.subset(1)->params());
+  if (World()->rank() == 0) {
+    EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
+  }
+}
+
+// EMA slots over parameter subsets on the GPU (compact device slots, updated piece by piece in
+// the fused pass; evaluated through their swap by value): against the CPU trainer.
+TEST_F(CudaTrainerTest, SubsetEmaSlotsMatchTheCpuTrainer) {
+  const std::string args = std::string(kParityArgs) + kSubsetEmaArgs + " --steps 12";
   StatusOr<TrainedRun> cpu = Train(args, false);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   StatusOr<TrainedRun> gpu = Train(args, true);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const EmaSlots& emas = *gpu->trainer->emas();
+  ASSERT_EQ(emas.size(), 4u);
+  for (size_t i = 0; i < emas.size(); ++i) EXPECT_EQ(emas.subset(i) != nullptr, i >= 2) << i;
   EXPECT_EQ(gpu->summary.state_bytes_per_rank, cpu->summary.state_bytes_per_rank);
   EXPECT_LT(LossErr(gpu->summary.losses, cpu->summary.losses), 1e-5);
+  EXPECT_LT(EvalErr(gpu->summary.final_eval, cpu->summary.final_eval), 1e-5);
   if (World()->rank() == 0) {
     EXPECT_LT(StateErr(*gpu, *cpu), 1e-5);
   }
