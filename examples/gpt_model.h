@@ -56,7 +56,8 @@ struct GptShape {
 
   // Vp: the rows of wte and the width of the logits, V rounded up to a multiple of 64 (as nanoGPT
   // pads GPT-2's 50257 to 50304, for the GEMMs). The logits of the padding columns are set to
-  // kMaskedLogit before the softmax, so they take no probability mass and get no gradient; the
+  // kMaskedLogit before the softmax (GptModelCuda's loss kernel leaves them out of it instead),
+  // so they take no probability mass and get no gradient; the
   // padding rows of wte are never read by the embedding and exports strip them
   // (GptMetaSections).
   int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }

@@ -474,7 +474,9 @@ TEST(GptTrainerTest, HuggingFaceLayoutExportsAndInitsBack) {
   ASSERT_TRUE(from_hf.ok()) << from_hf.status();
   EXPECT_EQ(from_plain->summary.losses, from_hf->summary.losses);
   const auto sp = GatherState(*from_plain->trainer), sh = GatherState(*from_hf->trainer);
-  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(sp, sh));
+  if (World()->rank() == 0) {
+    EXPECT_TRUE(BitEqual(sp, sh));
+  }
 }
 
 TEST(GptTrainerTest, BadVocabularySizeIsRefused) {

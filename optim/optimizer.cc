@@ -9,6 +9,7 @@
 
 #include "checkpoint/json_reader.h"
 #include "checkpoint/meta_schema.h"
+#include "framework/cuda/nvtx.h"
 #include "framework/glob.h"
 #include "framework/logging.h"
 #include "fsdp/param_subset.h"
@@ -322,6 +323,7 @@ Status Optimizer::CheckReady() const {
 }
 
 StatusOr<StepResult> Optimizer::BeginStep() {
+  NvtxRange range("optimizer: begin step");  // the clip/skip decision
   begun_ = false;
   RETURN_IF_ERROR(CheckReady());
   if (decider_ != nullptr) return BeginDeviceStep();
@@ -407,6 +409,7 @@ Status Optimizer::RunSubsetPieces(const Range& r, const std::vector<EmaTarget>& 
 
 StatusOr<StepResult> Optimizer::FinishStep(const std::vector<EmaTarget>& emas,
                                            const std::vector<const ParamSubset*>& subsets) {
+  NvtxRange range("optimizer: finish step");  // the update (and EMA) pass
   if (!subsets.empty() && subsets.size() != emas.size()) {
     return InvalidArgument("FinishStep: ", subsets.size(), " subsets for ", emas.size(),
                            " EMA targets");

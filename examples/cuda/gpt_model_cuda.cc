@@ -7,6 +7,7 @@
 
 #if SHARDEMA_WITH_CUDA
 #include "framework/cuda/convert_kernels.h"
+#include "framework/cuda/nvtx.h"
 #include "nn/cuda/elementwise_kernels.h"
 #include "nn/cuda/embedding_kernels.h"
 #include "nn/cuda/layernorm_kernels.h"
@@ -26,6 +27,14 @@ GptModelCuda::~GptModelCuda() {
 namespace {
 
 using namespace gpt_layout;  // BlockParam, kLayerNormEps
+
+// The NVTX range of a use (static names; the use index is the range's payload).
+const char* UseRangeName(size_t use, int64_t L, bool backward) {
+  if (use == 0) return backward ? "gpt backward: embeddings" : "gpt forward: embeddings";
+  if (use <= size_t(L)) return backward ? "gpt backward: block" : "gpt forward: block";
+  if (use == size_t(L) + 1) return backward ? "gpt backward: ln_f" : "gpt forward: ln_f";
+  return backward ? "gpt backward: lm_head" : "gpt forward: lm_head";
+}
 
 Status Grow(Buffer* b, int64_t elems, size_t elem_size, Device dev) {
   *b = Buffer();
@@ -81,10 +90,10 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
   return m;
 }
 
-Status GptModelCuda::Reserve(int64_t n, int64_t att_numel) {
-  if (n <= n_cap_ && att_numel <= att_cap_) return Status::Ok();
+Status GptModelCuda::Reserve(int64_t n) {
+  if (n <= n_cap_) return Status::Ok();
   RETURN_IF_ERROR(SynchronizeStream(stream_));  // queued work may still read the old buffers
-  const int64_t cap = std::max(n, 2 * n_cap_), att = std::max(att_numel, att_cap_);
+  const int64_t cap = std::max(n, 2 * n_cap_);
   const int64_t C = shape_.n_embd, V = shape_.padded_vocab();
   const Device d = dev_;
   RETURN_IF_ERROR(Grow(&ids_, cap, sizeof(int64_t), d));
@@ -96,31 +105,44 @@ Status GptModelCuda::Reserve(int64_t n, int64_t att_numel) {
     RETURN_IF_ERROR(Grow(&a.qkv, cap * 3 * C, 4, d));
     RETURN_IF_ERROR(Grow(&a.h, cap * 4 * C, 4, d));
     RETURN_IF_ERROR(Grow(&a.g, cap * 4 * C, 4, d));
-    RETURN_IF_ERROR(Grow(&a.att, att, 4, d));
+    RETURN_IF_ERROR(Grow(&a.lse, cap * shape_.n_head, 4, d));  // [rows, n_head, t]
   }
   for (Buffer* b : {&lnf_mean_, &lnf_rstd_}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
-  for (Buffer* b : {&logits_, &dlogits_}) RETURN_IF_ERROR(Grow(b, cap * V, 4, d));
+  RETURN_IF_ERROR(Grow(&logits_, cap * V, 4, d));  // the loss writes dlogits over it
+  RETURN_IF_ERROR(Grow(&plan_, 3 * cap + 1, sizeof(int64_t), d));
   RETURN_IF_ERROR(Grow(&row_loss_, cap, sizeof(double), d));
-  for (Buffer* b : {&dy_, &dtmp_, &dln_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
+  for (Buffer* b : {&dy_, &dtmp_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
   RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
   n_cap_ = cap;
-  att_cap_ = att;
   return Status::Ok();
 }
 
-Status GptModelCuda::Upload(const Batch& batch) {
+Status GptModelCuda::Upload(const Batch& batch, bool backward) {
+  NvtxRange range("gpt upload");
   RETURN_IF_ERROR(SetCurrentDevice(dev_));
   RETURN_IF_ERROR(SplitGptBatch(batch, shape_, &tok_));
-  const nn::AttentionShape as{tok_.rows, tok_.seq, shape_.n_embd, shape_.n_head};
-  RETURN_IF_ERROR(Reserve(tok_.n, as.att_numel()));
+  RETURN_IF_ERROR(Reserve(tok_.n));
   if (tok_.n == 0) return Status::Ok();
   const size_t bytes = size_t(tok_.n) * sizeof(int64_t);
-  ASSIGN_OR_RETURN(char* host, uploads_.Next(2 * bytes));  // waits only kSlots uploads ahead
+  // The embedding backward's token order (ids grouped by value), only for a backward.
+  plan_host_.clear();
+  if (backward) {
+    RETURN_IF_ERROR(nn::BuildEmbeddingPlan(tok_.ids.data(), tok_.n, shape_.padded_vocab(),
+                                           &plan_host_, &distinct_));
+  }
+  const size_t plan_bytes = plan_host_.size() * sizeof(int64_t);
+  // Slots sized by n alone (the plan's most, 3n + 1), so they are not regrown batch by batch.
+  ASSIGN_OR_RETURN(char* host, uploads_.Next(2 * bytes + (3 * bytes + sizeof(int64_t))));
   std::memcpy(host, tok_.ids.data(), bytes);
   std::memcpy(host + bytes, tok_.targets.data(), bytes);
+  if (plan_bytes > 0) std::memcpy(host + 2 * bytes, plan_host_.data(), plan_bytes);
   RETURN_IF_ERROR(CopyBytes(ids_.data(), dev_, host, Device::Cpu(), bytes, stream_));
   RETURN_IF_ERROR(CopyBytes(targets_.data(), dev_, host + bytes, Device::Cpu(), bytes, stream_));
+  if (plan_bytes > 0) {
+    RETURN_IF_ERROR(
+        CopyBytes(plan_.data(), dev_, host + 2 * bytes, Device::Cpu(), plan_bytes, stream_));
+  }
   return uploads_.Queued(stream_);
 }
 
@@ -166,12 +188,12 @@ Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockAc
                                              kLayerNormEps, a->ln1.as<float>(),
                                              a->mean1.as<float>(), a->rstd1.as<float>(), s));
   RETURN_IF_ERROR(Linear(a->ln1.as<float>(), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
-  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->att.as<float>()));
-  RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], p[kAProjB], C, C, y));
-  RETURN_IF_ERROR(nn::LaunchAdd(x, y, a->x1.as<float>(), n * C, s));
-  RETURN_IF_ERROR(nn::LaunchLayerNormForward(a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32, n,
-                                             C, kLayerNormEps, a->ln2.as<float>(),
-                                             a->mean2.as<float>(), a->rstd2.as<float>(), s));
+  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>()));
+  // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
+  RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
+  RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
+      x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32, n, C, kLayerNormEps,
+      a->ln2.as<float>(), a->mean2.as<float>(), a->rstd2.as<float>(), s));
   RETURN_IF_ERROR(Linear(a->ln2.as<float>(), p[kFcW], p[kFcB], C, 4 * C, a->h.as<float>()));
   RETURN_IF_ERROR(nn::LaunchActivationForward(nn::Activation::kGeluTanh, a->h.as<float>(),
                                               a->g.as<float>(), n * 4 * C, s));
@@ -187,7 +209,6 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
   float* dy = dy_.as<float>();
   float* dtmp = dtmp_.as<float>();
-  float* dln = dln_.as<float>();
   float* dbig = dbig_.as<float>();
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   RETURN_IF_ERROR(LinearBackward(a.g.as<float>(), p[kMProjW], dy, 4 * C, C, g[kMProjW], g[kMProjB],
@@ -196,21 +217,19 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
                                                dbig, n * 4 * C, s));
   RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
                                  accumulate));
-  RETURN_IF_ERROR(nn::LaunchLayerNormBackward(a.x1.as<float>(), p[kLn2W], DType::kF32,
-                                              a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n, C,
-                                              dln, g[kLn2W], g[kLn2B], accumulate, s));
-  RETURN_IF_ERROR(nn::LaunchAddInPlace(dy, dln, n * C, s));  // dL/dx1
+  RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
+      a.x1.as<float>(), p[kLn2W], DType::kF32, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n, C,
+      dy, g[kLn2W], g[kLn2B], accumulate, s, /*add_dx=*/true));  // dy: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
                                  dtmp, accumulate));
-  RETURN_IF_ERROR(
-      attn_->Backward(as, a.qkv.as<float>(), a.att.as<float>(), dtmp, dqkv_.as<float>()));
+  RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.atty.as<float>(), a.lse.as<float>(),
+                                  dtmp, dqkv_.as<float>()));
   RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
                                  g[kAttnW], g[kAttnB], dtmp, accumulate));
-  RETURN_IF_ERROR(nn::LaunchLayerNormBackward(x, p[kLn1W], DType::kF32, a.mean1.as<float>(),
-                                              a.rstd1.as<float>(), dtmp, n, C, dln, g[kLn1W],
-                                              g[kLn1B], accumulate, s));
-  return nn::LaunchAddInPlace(dy, dln, n * C, s);  // dL/dx
+  return nn::LaunchLayerNormBackward(x, p[kLn1W], DType::kF32, a.mean1.as<float>(),
+                                     a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],
+                                     accumulate, s, /*add_dx=*/true);  // dy: dL/dx
 }
 
 Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
@@ -218,6 +237,7 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = tok_.n;
   const size_t use = call.use;
   void* s = stream_.native;
+  NvtxRange range(UseRangeName(use, L, /*backward=*/false), int64_t(use));
   ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
   if (use == 0) {  // token + position embeddings
     RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], DType::kF32, V, C,
@@ -234,9 +254,8 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
                                       kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
                                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
   }
-  RETURN_IF_ERROR(Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>()));
-  // The padding columns, masked out of the softmax (GptShape::padded_vocab).
-  return nn::LaunchFillColumns(logits_.as<float>(), n, V, shape_.vocab, kMaskedLogitByte, s);
+  // The padding columns (GptShape::padded_vocab) are left out of the softmax by the loss.
+  return Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>());
 }
 
 Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
@@ -245,6 +264,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   const int64_t L = shape_.n_layer, C = shape_.n_embd, V = shape_.padded_vocab(), n = tok_.n;
   const size_t use = call.use;
   void* s = stream_.native;
+  NvtxRange range(UseRangeName(use, L, /*backward=*/true), int64_t(use));
   ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
   std::vector<float*> g(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -254,8 +274,8 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
     }
     g[i] = grads[i].as<float>();
   }
-  if (use == size_t(L) + 2) {  // lm_head: seeds dy_ from the loss gradient
-    return LinearBackward(xs_[size_t(L) + 2].as<float>(), p[0], dlogits_.as<float>(), C, V, g[0],
+  if (use == size_t(L) + 2) {  // lm_head: seeds dy_ from the loss gradient (over the logits)
+    return LinearBackward(xs_[size_t(L) + 2].as<float>(), p[0], logits_.as<float>(), C, V, g[0],
                           nullptr, dy_.as<float>(), call.accumulate);
   }
   if (use == size_t(L) + 1) {
@@ -269,16 +289,19 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
     return BlockBackward(p.data(), g.data(), call.accumulate, xs_[use].as<float>(),
                          acts_[recompute_ ? 0 : use - 1]);
   }
-  RETURN_IF_ERROR(nn::LaunchEmbeddingBackward(ids_.as<const int64_t>(), n, dy_.as<float>(), V, C,
-                                              g[0], call.accumulate, s));
+  RETURN_IF_ERROR(nn::LaunchEmbeddingBackward(plan_.as<const int64_t>(), n, distinct_,
+                                              dy_.as<float>(), V, C, g[0], call.accumulate, s));
   return nn::LaunchPositionEmbeddingBackward(dy_.as<float>(), tok_.rows, tok_.seq, C, g[1],
                                              call.accumulate, s);
 }
 
 Status GptModelCuda::QueueLoss(double norm, bool read) {
-  RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
-      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.padded_vocab(), norm,
-      dlogits_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+  NvtxRange range("gpt loss");
+  // dlogits in place over the logits (the lm_head backward needs only the gradient).
+  RETURN_IF_ERROR(
+      nn::LaunchCrossEntropyLoss(logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n,
+                                 shape_.padded_vocab(), shape_.vocab, norm, logits_.as<float>(),
+                                 row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
   if (!read) return Status::Ok();
   RETURN_IF_ERROR(
       CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
@@ -291,7 +314,7 @@ StatusOr<double> GptModelCuda::ReadLoss() {
 }
 
 StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
-  RETURN_IF_ERROR(Upload(batch));
+  RETURN_IF_ERROR(Upload(batch, /*backward=*/true));
   UnitCallbacks cb = Callbacks();
   // The loss stays on the device (DeviceLoss): 0 for no tokens (an empty loss kernel writes 0).
   cb.loss = [this](int64_t) {

@@ -5,13 +5,17 @@
 // queued on its compute stream store->stream(), to which the cuBLAS handle is bound, and the
 // UnitRunner (fsdp/unit_runner.h) orders the gathers and reduce-scatters with it by the store's
 // events, as MlpModelCuda does (examples/cuda/mlp_model_cuda.h). Per micro-batch: the token ids
-// and targets (checked on the host first) go up through pinned staging; the forward of each use
-// runs the layer kit of nn/cuda (embeddings, LayerNorm, cuBLAS GEMMs, CudaAttention, tanh GELU,
-// residual adds; logits = ln_f(x) wte^T); the cross-entropy kernel (the gradient of the mean over
-// the LOCAL targets); the backward, in reverse, writes straight into the unit gradient buffers
-// (added to for the tied wte's second use), the embedding backward without atomics
-// (deterministic). ForwardBackward leaves the loss in device memory (DeviceLoss()) and does not
-// wait for the device; LossSum and Sample wait for their values.
+// and targets (checked on the host first; for a backward also the embedding gradient's token
+// order, nn::BuildEmbeddingPlan) go up through pinned staging; the forward of each use runs the
+// layer kit of nn/cuda (embeddings, LayerNorm, cuBLAS GEMMs, CudaAttention, tanh GELU, residual
+// adds, the attention branch's residual add fused with ln_2; logits = ln_f(x) wte^T); the fused
+// cross-entropy kernel (the gradient of the mean over the LOCAL targets, written over the logits,
+// the vocabulary's padding columns left out); the backward, in reverse, writes straight into the
+// unit gradient buffers (added to for the tied wte's second use), the LayerNorm input gradients
+// added into the residual gradient in the same pass, the embedding backward without atomics
+// (deterministic). Each use's forward and backward, the upload and the loss are NVTX ranges
+// (framework/cuda/nvtx.h) for Nsight Systems. ForwardBackward leaves the loss in device memory
+// (DeviceLoss()) and does not wait for the device; LossSum and Sample wait for their values.
 // Precision: every GEMM is f32 (TF32 only with allow_tf32). With a bf16 / f16 compute dtype the
 // gathered weights are widened to f32 device scratch before use and activations and gradients
 // stay f32 (the CPU GptModel's rule, nn/precision.h): both devices agree to f32 rounding at every
@@ -22,10 +26,12 @@
 // ForwardBackward/LossSum/Sample: kInvalidArgument for a bad batch (host check, before anything
 // is queued); store/communicator/CUDA/cuBLAS errors with the use named.
 // Threading: one thread (the store's). Memory (device): per micro-batch of n tokens about
-// n * (4 + 17 C + 2 V) floats (residual stream per block, per-block activations, logits and
-// their gradient) plus rows * n_head * t^2 per block for the attention probabilities (one
-// block's with recompute), and a widened copy of the largest unit for bf16/f16; pinned host: the
-// tokens, the loss and one row of logits.
+// n * (10 + 16 C + V) floats (ids, targets and the embedding plan, residual stream per block,
+// per-block activations, the logits then their gradient) plus n * n_head per block for the
+// attention's saved row logsumexp (one block's with recompute), CudaAttention's workspace (n *
+// n_head; for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2), and
+// a widened copy of the largest unit for bf16/f16; pinned host: the tokens and the plan, the loss
+// and one row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 #define SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 
@@ -62,13 +68,14 @@ class GptModelCuda final : public GptLm, private UnitModule {
  private:
   // A block's saved activations (device, f32).
   struct BlockActs {
-    Buffer ln1, mean1, rstd1, qkv, att, atty, x1, ln2, mean2, rstd2, h, g;
+    Buffer ln1, mean1, rstd1, qkv, lse, atty, x1, ln2, mean2, rstd2, h, g;  // lse: CudaAttention's
   };
   GptModelCuda(ShardedParameterStore* store, const GptShape& shape, bool recompute);
   StatusOr<const float*> LastLogits(const Batch& batch) override;
   // Host checks, device buffers grown for the batch, ids and targets copied up.
-  Status Upload(const Batch& batch);
-  Status Reserve(int64_t n, int64_t att_numel);
+  // `backward`: also the embedding backward's plan (plan_).
+  Status Upload(const Batch& batch, bool backward = false);
+  Status Reserve(int64_t n);
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                      const std::vector<TensorView>& grads) override;
@@ -94,12 +101,15 @@ class GptModelCuda final : public GptLm, private UnitModule {
   std::unique_ptr<nn::CudaAttention> attn_;
   std::optional<UnitRunner> runner_;
   GptTokens tok_;
-  int64_t n_cap_ = 0, att_cap_ = 0;  // capacity of the device buffers (tokens, att elements)
+  int64_t n_cap_ = 0;  // capacity of the device buffers (tokens)
   Buffer ids_, targets_;
   std::vector<Buffer> xs_;       // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output
   std::vector<BlockActs> acts_;  // per block, or one with recompute
-  Buffer lnf_mean_, lnf_rstd_, logits_, dlogits_, row_loss_, loss_dev_;
-  Buffer dy_, dtmp_, dln_, dbig_, dqkv_;
+  Buffer lnf_mean_, lnf_rstd_, logits_, row_loss_, loss_dev_;  // logits_: then dlogits
+  Buffer dy_, dtmp_, dbig_, dqkv_;
+  Buffer plan_;                     // device copy of plan_host_
+  std::vector<int64_t> plan_host_;  // nn::BuildEmbeddingPlan of the batch's ids
+  int64_t distinct_ = 0;            // distinct ids in the batch
   Buffer widened_;                  // bf16/f16: the use's parameters widened to f32
   Buffer loss_host_, logits_host_;  // pinned host
   UploadRing uploads_;              // the batches' pinned staging

@@ -223,9 +223,10 @@ Status MlpModelCuda::QueueLoss(int64_t global_rows, bool read) {
                                       dy_.as<float>(), row_loss_.as<double>(),
                                       loss_dev_.as<double>(), stream_.native));
   } else {
-    RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
-        z_[L - 1].as<const float>(), labels_.as<const int64_t>(), rows_, out, double(global_rows),
-        dy_.as<float>(), row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+    RETURN_IF_ERROR(
+        nn::LaunchCrossEntropyLoss(z_[L - 1].as<const float>(), labels_.as<const int64_t>(), rows_,
+                                   out, out, double(global_rows), dy_.as<float>(),
+                                   row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
   }
   if (!read) return Status::Ok();
   RETURN_IF_ERROR(

@@ -5,6 +5,7 @@
 #if SHARDEMA_WITH_CUDA
 #include "framework/cuda/convert_kernels.h"
 #include "nn/cuda/attention_kernels.h"
+#include "nn/cuda/flash_attention_kernels.h"
 #endif
 
 namespace shardema::nn {
@@ -28,62 +29,73 @@ Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
   return Status::Ok();
 }
 
-Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* att) {
+Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* lse) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
-  if (qkv == nullptr || out == nullptr || att == nullptr) {
+  if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return InvalidArgument("CudaAttention::Forward: null buffer");
   }
+  if (s.head_dim() > kFlashMaxHeadDim) return ForwardMaterialised(s, qkv, out, lse);
+  return LaunchFlashAttentionForward(s, qkv, dtype_, out, lse, gemm_->stream().native);
+}
+
+Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const float* out,
+                               const float* lse, const float* dout, float* dqkv) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  if (qkv == nullptr || out == nullptr || lse == nullptr || dout == nullptr || dqkv == nullptr) {
+    return InvalidArgument("CudaAttention::Backward: null buffer");
+  }
+  if (s.head_dim() > kFlashMaxHeadDim) return BackwardMaterialised(s, qkv, dout, dqkv);
+  RETURN_IF_ERROR(Reserve(&drow_, size_t(LseNumel(s)) * sizeof(float)));
+  return LaunchFlashAttentionBackward(s, qkv, out, lse, dout, dtype_, drow_.as<float>(), dqkv,
+                                      gemm_->stream().native);
+}
+
+Status CudaAttention::SoftmaxMaterialised(const AttentionShape& s, const float* qkv, float* lse) {
   void* st = gemm_->stream().native;
   const int64_t T = s.seq, hs = s.head_dim(), bh = s.batch * s.heads;
   const size_t op_bytes = size_t(s.out_numel()) * DTypeSize(dtype_);
-  RETURN_IF_ERROR(Reserve(&q_, op_bytes));
-  RETURN_IF_ERROR(Reserve(&k_, op_bytes));
-  RETURN_IF_ERROR(Reserve(&v_, op_bytes));
-  RETURN_IF_ERROR(Reserve(&y_, size_t(s.out_numel()) * sizeof(float)));
+  for (Buffer* b : {&q_, &k_, &v_}) RETURN_IF_ERROR(Reserve(b, op_bytes));
+  RETURN_IF_ERROR(Reserve(&p_, size_t(s.att_numel()) * sizeof(float)));
   const bool low = dtype_ != DType::kF32;
   if (low) RETURN_IF_ERROR(Reserve(&p_low_, size_t(s.att_numel()) * DTypeSize(dtype_)));
   void* qkv_dst[3] = {q_.data(), k_.data(), v_.data()};
   RETURN_IF_ERROR(LaunchSplitHeads(qkv, 3 * s.dim, 0, 3, s, qkv_dst, dtype_, st));
   const float scale = float(1.0 / std::sqrt(double(hs)));
-  // S = scale Q K^T into att, then softmax in place (and its GEMM-dtype copy).
+  // S = scale Q K^T into p_, then softmax in place (and its GEMM-dtype copy).
   RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention S", false, true, T, T, hs, scale,
                                          {q_.data(), hs, T * hs}, {k_.data(), hs, T * hs}, dtype_,
-                                         0.f, att, T, T * T, bh));
-  RETURN_IF_ERROR(LaunchCausalSoftmax(att, bh * T, T, low ? p_low_.data() : nullptr, dtype_, st));
-  const void* p = low ? p_low_.data() : static_cast<const void*>(att);
+                                         0.f, p_.as<float>(), T, T * T, bh));
+  return LaunchCausalSoftmax(p_.as<float>(), bh * T, T, low ? p_low_.data() : nullptr, dtype_, lse,
+                             st);
+}
+
+Status CudaAttention::ForwardMaterialised(const AttentionShape& s, const float* qkv, float* out,
+                                          float* lse) {
+  const int64_t T = s.seq, hs = s.head_dim(), bh = s.batch * s.heads;
+  RETURN_IF_ERROR(Reserve(&y_, size_t(s.out_numel()) * sizeof(float)));
+  RETURN_IF_ERROR(SoftmaxMaterialised(s, qkv, lse));
+  const void* p = dtype_ != DType::kF32 ? p_low_.data() : p_.data();
   RETURN_IF_ERROR(gemm_->BatchedRowMajor("attention PV", false, false, T, hs, T, 1.f, {p, T, T * T},
                                          {v_.data(), hs, T * hs}, dtype_, 0.f, y_.as<float>(), hs,
                                          T * hs, bh));
   const float* y = y_.as<const float>();
-  return LaunchMergeHeads(&y, 1, s, out, s.dim, 0, st);
+  return LaunchMergeHeads(&y, 1, s, out, s.dim, 0, gemm_->stream().native);
 }
 
-Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const float* att,
-                               const float* dout, float* dqkv) {
-  RETURN_IF_ERROR(CheckAttentionShape(s));
-  if (qkv == nullptr || att == nullptr || dout == nullptr || dqkv == nullptr) {
-    return InvalidArgument("CudaAttention::Backward: null buffer");
-  }
+Status CudaAttention::BackwardMaterialised(const AttentionShape& s, const float* qkv,
+                                           const float* dout, float* dqkv) {
   void* st = gemm_->stream().native;
   const int64_t T = s.seq, hs = s.head_dim(), bh = s.batch * s.heads;
-  const size_t op_bytes = size_t(s.out_numel()) * DTypeSize(dtype_);
   const size_t f32_bytes = size_t(s.out_numel()) * sizeof(float);
-  for (Buffer* b : {&q_, &k_, &v_}) RETURN_IF_ERROR(Reserve(b, op_bytes));
   for (Buffer* b : {&y_, &dq_, &dk_, &dv_}) RETURN_IF_ERROR(Reserve(b, f32_bytes));
   RETURN_IF_ERROR(Reserve(&work_f32_, size_t(s.att_numel()) * sizeof(float)));
+  // P recomputed (with q_, k_, v_ and its GEMM-dtype copy), dY split into y_.
+  RETURN_IF_ERROR(SoftmaxMaterialised(s, qkv, nullptr));
   const bool low = dtype_ != DType::kF32;
-  if (low) RETURN_IF_ERROR(Reserve(&p_low_, size_t(s.att_numel()) * DTypeSize(dtype_)));
-  // Operands: q, k, v again (the buffers may have served another layer since), dY (in y_), P.
-  void* qkv_dst[3] = {q_.data(), k_.data(), v_.data()};
-  RETURN_IF_ERROR(LaunchSplitHeads(qkv, 3 * s.dim, 0, 3, s, qkv_dst, dtype_, st));
   void* dy_dst[1] = {y_.data()};
   RETURN_IF_ERROR(LaunchSplitHeads(dout, s.dim, 0, 1, s, dy_dst, dtype_, st));
-  const void* p = att;
-  if (low) {
-    RETURN_IF_ERROR(
-        LaunchConvert(att, DType::kF32, p_low_.data(), dtype_, size_t(s.att_numel()), st));
-    p = p_low_.data();
-  }
+  const float* att = p_.as<const float>();
+  const void* p = low ? p_low_.data() : p_.data();
   const GemmOperand dy{y_.data(), hs, T * hs};
   float* dp = work_f32_.as<float>();
   // dP = dY V^T, dV = P^T dY.
@@ -117,7 +129,17 @@ Status CudaAttention::Forward(const AttentionShape&, const float*, float*, float
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 Status CudaAttention::Backward(const AttentionShape&, const float*, const float*, const float*,
-                               float*) {
+                               const float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::SoftmaxMaterialised(const AttentionShape&, const float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::ForwardMaterialised(const AttentionShape&, const float*, float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::BackwardMaterialised(const AttentionShape&, const float*, const float*,
+                                           float*) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 

@@ -1,23 +1,30 @@
 // CudaAttention: causal multi-head self-attention on the GPU, the device twin of nn/attention.h
-// (same shapes, layouts, formulas and saved probabilities `att`).
+// (same shapes, layouts and formulas), except for what the forward saves: instead of the
+// probabilities `att` [B, nh, T, T] it saves the row logsumexp lse f32 [B, nh, T],
+// L[i] = log sum_{j<=i} exp(S[i, j]) with S = scale Q K^T, and the backward recomputes
+// P = exp(S - L). The CPU layer keeps its `att`.
 //
 // Implementation (all on the CublasGemm's stream):
-//   forward   split qkv [B, T, 3C] into Q, K, V [B, nh, T, hs] in the GEMM dtype (rounded);
-//             S = scale Q K^T (strided-batched GEMM over the B*nh heads, f32 [B, nh, T, T]);
-//             causal softmax kernel (f32, one warp per row, masked entries 0) -> att (f32, saved)
-//             and its GEMM-dtype copy; Y = P V (batched GEMM, f32); merge heads -> out [B, T, C].
-//   backward dY split from dout; dP = dY V^T; dV = P^T dY; softmax backward kernel
-//             dS = P (dP - rowsum(P dP)); dQ = scale dS K; dK = scale dS^T Q (batched GEMMs);
-//             merge dQ, dK, dV -> dqkv [B, T, 3C] (overwritten).
-// GEMM dtype: f32, or the compute dtype bf16/f16 (nn/precision.h: operands rounded, f32
-// accumulation and outputs). Deterministic (no atomics).
+//   head size <= 128 (kFlashMaxHeadDim): the fused kernels of nn/cuda/flash_attention_kernels.h,
+//     reading q, k, v straight from qkv [B, T, 3C]: no [T, T] buffer. Forward: online softmax
+//     over key tiles -> out, lse. Backward: D = rowsum(dY Y) and dQ (a CTA per query block),
+//     then dK, dV (a CTA per key block) -> dqkv.
+//   head size > 128 (not covered by the fused kernels): the materialised path. Forward: split
+//     qkv into Q, K, V [B, nh, T, hs] in the GEMM dtype; S = scale Q K^T (strided-batched GEMM,
+//     f32 [B, nh, T, T]); causal softmax kernel (also writes lse); Y = P V; merge heads -> out.
+//     Backward: S and P recomputed the same way, then dP = dY V^T; dV = P^T dY;
+//     dS = P (dP - rowsum(P dP)); dQ = scale dS K; dK = scale dS^T Q; merge -> dqkv.
+// GEMM dtype: f32, or the compute dtype bf16/f16 (nn/precision.h: operands Q, K, V, dY, P, dS
+// rounded, f32 accumulation, softmax statistics and outputs). Deterministic (no atomics).
 //
 // Memory: a device workspace owned by the object, grown on demand (the stream is synchronised
-// before a buffer is replaced): q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer (Y,
-// then dY), a B*nh*T*T GEMM-dtype copy of P (bf16/f16 only); the backward adds dQ, dK, dV
-// (3 B*T*C f32) and dP (B*nh*T*T f32). One object may serve every layer (buffers are reused).
-// Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape) or dtype; kUnavailable
-// without CUDA; CUDA/cuBLAS errors. Threading: one thread at a time (as the CublasGemm).
+// before a buffer is replaced). Fused path: B*nh*T f32 (D) in the backward. Materialised path:
+// q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer, P (B*nh*T*T f32) and its
+// GEMM-dtype copy (bf16/f16 only); the backward adds dQ, dK, dV (3 B*T*C f32) and dP
+// (B*nh*T*T f32). One object may serve every layer (buffers are reused).
+// Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape), a null buffer or dtype;
+// kUnavailable without CUDA; CUDA/cuBLAS errors. Threading: one thread at a time (as the
+// CublasGemm).
 #ifndef SHARDEMA_NN_CUDA_ATTENTION_H_
 #define SHARDEMA_NN_CUDA_ATTENTION_H_
 
@@ -38,20 +45,30 @@ class CudaAttention {
   // f16.
   static StatusOr<std::unique_ptr<CudaAttention>> Create(CublasGemm* gemm, DType gemm_dtype);
 
-  // qkv f32 [B, T, 3C] -> out f32 [B, T, C]; att f32 [B, nh, T, T] (saved for Backward).
-  Status Forward(const AttentionShape& s, const float* qkv, float* out, float* att);
-  // dqkv f32 [B, T, 3C] from dout f32 [B, T, C], the forward's qkv and att.
-  Status Backward(const AttentionShape& s, const float* qkv, const float* att, const float* dout,
-                  float* dqkv);
+  // Elements of the saved lse: B * n_head * T.
+  static int64_t LseNumel(const AttentionShape& s) { return s.batch * s.heads * s.seq; }
+
+  // qkv f32 [B, T, 3C] -> out f32 [B, T, C]; lse f32 [B, nh, T] (saved for Backward).
+  Status Forward(const AttentionShape& s, const float* qkv, float* out, float* lse);
+  // dqkv f32 [B, T, 3C] (overwritten) from dout f32 [B, T, C] and the forward's qkv, out, lse.
+  Status Backward(const AttentionShape& s, const float* qkv, const float* out, const float* lse,
+                  const float* dout, float* dqkv);
 
  private:
   CudaAttention(CublasGemm* gemm, DType t) : gemm_(gemm), dtype_(t) {}
   // Makes *b hold at least `bytes` (synchronising the stream before replacing it).
   Status Reserve(Buffer* b, size_t bytes);
+  // The materialised path (head size > 128): q_, k_, v_ from qkv; S and P into p_ (and
+  // p_low_); lse when not null.
+  Status SoftmaxMaterialised(const AttentionShape& s, const float* qkv, float* lse);
+  Status ForwardMaterialised(const AttentionShape& s, const float* qkv, float* out, float* lse);
+  Status BackwardMaterialised(const AttentionShape& s, const float* qkv, const float* dout,
+                              float* dqkv);
 
   CublasGemm* gemm_;
   DType dtype_;
-  Buffer q_, k_, v_, p_low_, y_, work_f32_, dq_, dk_, dv_;
+  Buffer drow_;                                                 // fused path
+  Buffer q_, k_, v_, p_, p_low_, y_, work_f32_, dq_, dk_, dv_;  // materialised path
 };
 
 }  // namespace shardema::nn

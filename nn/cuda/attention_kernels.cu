@@ -48,7 +48,7 @@ __global__ void MergeHeadsKernel(ConstPtrs src, int count, int64_t B, int64_t T,
 
 // One warp per row r of [rows_total, T]; the row's query position is r % T.
 __global__ void CausalSoftmaxKernel(float* s, int64_t rows_total, int64_t t, void* low,
-                                    DType low_type) {
+                                    DType low_type, float* lse) {
   const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows_total) return;
@@ -60,6 +60,7 @@ __global__ void CausalSoftmaxKernel(float* s, int64_t rows_total, int64_t t, voi
   float sum = 0;
   for (int64_t j = lane; j <= i; j += 32) sum += expf(row[j] - mx);
   sum = WarpSum(sum);
+  if (lse != nullptr && lane == 0) lse[r] = mx + logf(sum);
   const float inv = 1.f / sum;
   for (int64_t j = lane; j < t; j += 32) {
     const float p = j <= i ? expf(row[j] - mx) * inv : 0.f;
@@ -129,12 +130,12 @@ Status LaunchMergeHeads(const float* const* src, int count, const AttentionShape
 }
 
 Status LaunchCausalSoftmax(float* s_inout, int64_t rows_total, int64_t t, void* low, DType low_type,
-                           void* stream) {
+                           float* lse, void* stream) {
   if (rows_total < 0 || t < 1) return InvalidArgument("LaunchCausalSoftmax: bad sizes");
   if (rows_total == 0) return Status::Ok();
   if (s_inout == nullptr) return InvalidArgument("LaunchCausalSoftmax: null buffer");
   CausalSoftmaxKernel<<<RowBlocks(rows_total), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
-      s_inout, rows_total, t, low, low_type);
+      s_inout, rows_total, t, low, low_type, lse);
   return CudaLastErrorStatus("launching the causal softmax kernel");
 }
 

@@ -8,7 +8,8 @@
 //                           columns col0 + j*C (other columns untouched).
 //   LaunchCausalSoftmax     in place on s f32 [B*nh, T, T]: row i becomes softmax of its first
 //                           i+1 entries, the rest 0; also writes the rows in `low_type` to
-//                           `low` (skipped when low is null).
+//                           `low` (skipped when low is null) and the row's logsumexp
+//                           log sum_{j<=i} exp(s[j]) to lse f32 [B*nh*T] (skipped when null).
 //   LaunchCausalSoftmaxBackward  ds = p (dp - rowsum(p dp)) for j <= i, 0 beyond, written in
 //                           `ds_type` to ds (dp and p f32 [B*nh, T, T]).
 // Contract, errors: as nn/cuda/elementwise_kernels.h. Defined only under --config=cuda.
@@ -30,7 +31,7 @@ Status LaunchMergeHeads(const float* const* src, int count, const AttentionShape
                         int64_t width, int64_t col0, void* stream);
 
 Status LaunchCausalSoftmax(float* s_inout, int64_t rows_total, int64_t t, void* low, DType low_type,
-                           void* stream);
+                           float* lse, void* stream);
 
 Status LaunchCausalSoftmaxBackward(const float* p, const float* dp, int64_t rows_total, int64_t t,
                                    void* ds, DType ds_type, void* stream);

@@ -1,9 +1,13 @@
 // Kernels of nn/cuda/embedding_kernels.h.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "framework/cuda_error.h"
 #include "nn/cuda/embedding_kernels.h"
 #include "nn/cuda/kernel_util.h"
+#include "nn/embedding.h"
 
 namespace shardema::nn {
 namespace {
@@ -21,16 +25,19 @@ __global__ void EmbeddingForwardKernel(const int64_t* ids, int64_t n, const void
   }
 }
 
-// One thread per channel, tokens in order (deterministic, no atomics).
-__global__ void EmbeddingBackwardKernel(const int64_t* ids, int64_t n, const float* dout,
+// One block per (distinct id, chunk of channels): each thread owns a channel of that id's row
+// and adds the id's tokens in ascending token order (the plan's order; no atomics).
+__global__ void EmbeddingBackwardKernel(const int64_t* order, const int64_t* bucket_id,
+                                        const int64_t* start, int64_t n, const float* dout,
                                         int64_t vocab, int64_t dim, float* dtable) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= dim) return;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = ids[i];
-    if (id < 0 || id >= vocab) continue;
-    dtable[id * dim + c] += dout[i * dim + c];
+  const int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x, id = bucket_id[blockIdx.x];
+  if (c >= dim || id < 0 || id >= vocab) return;
+  float s = dtable[id * dim + c];
+  for (int64_t k = start[blockIdx.x]; k < start[blockIdx.x + 1]; ++k) {
+    const int64_t i = order[k];
+    if (i >= 0 && i < n) s += dout[i * dim + c];
   }
+  dtable[id * dim + c] = s;
 }
 
 __global__ void PositionForwardKernel(const void* wpe, DType type, int64_t batch, int64_t t,
@@ -42,7 +49,7 @@ __global__ void PositionForwardKernel(const void* wpe, DType type, int64_t batch
   }
 }
 
-// One thread per (position, channel), batch in order.
+// One thread per (position, channel), the batch rows in order (no atomics).
 __global__ void PositionBackwardKernel(const float* dout, int64_t batch, int64_t t, int64_t dim,
                                        float* dwpe, bool accumulate) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < t * dim;
@@ -73,12 +80,52 @@ Status LaunchEmbeddingForward(const int64_t* ids, int64_t n, const void* table, 
   return CudaLastErrorStatus("launching the embedding kernel");
 }
 
-Status LaunchEmbeddingBackward(const int64_t* ids, int64_t n, const float* dout, int64_t vocab,
-                               int64_t dim, float* dtable, bool accumulate, void* stream) {
+Status BuildEmbeddingPlan(const int64_t* ids, int64_t n, int64_t vocab, std::vector<int64_t>* plan,
+                          int64_t* distinct) {
+  RETURN_IF_ERROR(CheckSizes("BuildEmbeddingPlan", n, vocab));
+  if (plan == nullptr || distinct == nullptr || (n > 0 && ids == nullptr)) {
+    return InvalidArgument("BuildEmbeddingPlan: null pointer");
+  }
+  RETURN_IF_ERROR(CheckIds(ids, n, vocab));
+  std::vector<int64_t> count(size_t(vocab) + 1, 0);  // count[id + 1], then bucket starts
+  for (int64_t i = 0; i < n; ++i) ++count[size_t(ids[i]) + 1];
+  int64_t d = 0;
+  for (int64_t v = 0; v < vocab; ++v) d += count[size_t(v) + 1] > 0 ? 1 : 0;
+  plan->assign(size_t(2 * n + d + 1), 0);
+  int64_t* order = plan->data();
+  int64_t* bucket_id = order + n;
+  int64_t* start = bucket_id + d;
+  int64_t b = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (count[size_t(v) + 1] > 0) {
+      bucket_id[b] = v;
+      start[b++] = count[size_t(v)];
+    }
+    count[size_t(v) + 1] += count[size_t(v)];
+  }
+  start[d] = n;
+  for (int64_t i = 0; i < n; ++i) order[count[size_t(ids[i])]++] = i;  // stable
+  *distinct = d;
+  return Status::Ok();
+}
+
+Status LaunchEmbeddingBackward(const int64_t* plan, int64_t n, int64_t distinct, const float* dout,
+                               int64_t vocab, int64_t dim, float* dtable, bool accumulate,
+                               void* stream) {
   RETURN_IF_ERROR(CheckSizes("LaunchEmbeddingBackward", n, vocab, dim));
+  if (distinct < 0 || distinct > n || (n > 0 && distinct == 0)) {
+    return InvalidArgument("LaunchEmbeddingBackward: ", distinct, " distinct ids of ", n,
+                           " tokens");
+  }
   if (vocab * dim == 0) return Status::Ok();
-  if (!dtable || (n > 0 && (!ids || !dout))) {
+  if (!dtable || (n > 0 && (!plan || !dout))) {
     return InvalidArgument("LaunchEmbeddingBackward: null buffer");
+  }
+  const unsigned threads = unsigned(std::min<int64_t>(kThreads, (dim + 31) / 32 * 32));
+  const int64_t chunks = (dim + threads - 1) / threads;
+  if (distinct > 0x7fffffff || chunks > 65535) {
+    return InvalidArgument("LaunchEmbeddingBackward: ", distinct, " ids x ", dim,
+                           " channels exceed the grid");
   }
   cudaStream_t s = AsStream(stream);
   if (!accumulate) {
@@ -86,8 +133,8 @@ Status LaunchEmbeddingBackward(const int64_t* ids, int64_t n, const float* dout,
                                "cudaMemsetAsync (embedding gradient)"));
   }
   if (n == 0) return Status::Ok();
-  EmbeddingBackwardKernel<<<unsigned((dim + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      ids, n, dout, vocab, dim, dtable);
+  EmbeddingBackwardKernel<<<dim3(unsigned(distinct), unsigned(chunks)), threads, 0, s>>>(
+      plan, plan + n, plan + n + distinct, n, dout, vocab, dim, dtable);
   return CudaLastErrorStatus("launching the embedding-gradient kernel");
 }
 

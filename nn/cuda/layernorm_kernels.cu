@@ -14,8 +14,11 @@ constexpr int kWarpsPerBlock = 8;
 
 unsigned RowBlocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
-// One warp per row.
-__global__ void LayerNormForwardKernel(const float* x, const void* w, const void* b, DType t,
+// One warp per row. With `res` (the fused residual add), the row is first formed as
+// x + (res + bias) (bias may be null) and stored to `sum`; the statistics then read it back.
+template <bool kResidual>
+__global__ void LayerNormForwardKernel(const float* x, const float* res, const void* bias,
+                                       float* sum, const void* w, const void* b, DType t,
                                        int64_t rows, int64_t c, float eps, float* y, float* mean,
                                        float* rstd) {
   const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
@@ -23,7 +26,18 @@ __global__ void LayerNormForwardKernel(const float* x, const void* w, const void
   if (r >= rows) return;
   const float* xr = x + r * c;
   float s = 0;
-  for (int64_t i = lane; i < c; i += 32) s += xr[i];
+  if constexpr (kResidual) {
+    const float* rr = res + r * c;
+    float* sr = sum + r * c;
+    for (int64_t i = lane; i < c; i += 32) {
+      const float v = xr[i] + (bias == nullptr ? rr[i] : rr[i] + LoadWidened(bias, t, i));
+      sr[i] = v;
+      s += v;
+    }
+    xr = sr;  // each lane reads back only what it wrote
+  } else {
+    for (int64_t i = lane; i < c; i += 32) s += xr[i];
+  }
   const float m = WarpSum(s) / float(c);
   float sq = 0;
   for (int64_t i = lane; i < c; i += 32) sq += (xr[i] - m) * (xr[i] - m);
@@ -38,10 +52,10 @@ __global__ void LayerNormForwardKernel(const float* x, const void* w, const void
   }
 }
 
-// One warp per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
+// One warp per row: dx (+)= rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
 __global__ void LayerNormInputGradKernel(const float* x, const void* w, DType t, const float* mean,
                                          const float* rstd, const float* dy, int64_t rows,
-                                         int64_t c, float* dx) {
+                                         int64_t c, float* dx, bool add_dx) {
   const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -58,7 +72,8 @@ __global__ void LayerNormInputGradKernel(const float* x, const void* w, DType t,
   float* dxr = dx + r * c;
   for (int64_t i = lane; i < c; i += 32) {
     const float xhat = (xr[i] - m) * s;
-    dxr[i] = s * (dyr[i] * LoadWidened(w, t, i) - mg - xhat * mgx);
+    const float d = s * (dyr[i] * LoadWidened(w, t, i) - mg - xhat * mgx);
+    dxr[i] = add_dx ? dxr[i] + d : d;
   }
 }
 
@@ -93,27 +108,47 @@ __global__ void LayerNormParamGradKernel(const float* x, const float* mean, cons
   }
 }
 
+Status CheckForward(const char* what, DType wb_type, int64_t rows, int64_t c) {
+  RETURN_IF_ERROR(CheckSizes(what, rows, c));
+  if (!cuda_util::IsFloatType(wb_type)) {
+    return InvalidArgument(what, ": dtype ", DTypeName(wb_type), " unsupported");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DType wb_type,
                               int64_t rows, int64_t c, float eps, float* y, float* mean,
                               float* rstd, void* stream) {
-  RETURN_IF_ERROR(CheckSizes("LaunchLayerNormForward", rows, c));
-  if (!cuda_util::IsFloatType(wb_type)) {
-    return InvalidArgument("LaunchLayerNormForward: dtype ", DTypeName(wb_type), " unsupported");
-  }
+  RETURN_IF_ERROR(CheckForward("LaunchLayerNormForward", wb_type, rows, c));
   if (rows == 0 || c == 0) return Status::Ok();
   if (!x || !w || !b || !y || !mean || !rstd) {
     return InvalidArgument("LaunchLayerNormForward: null buffer");
   }
-  LayerNormForwardKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
-      x, w, b, wb_type, rows, c, eps, y, mean, rstd);
+  LayerNormForwardKernel<false><<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
+      x, nullptr, nullptr, nullptr, w, b, wb_type, rows, c, eps, y, mean, rstd);
   return CudaLastErrorStatus("launching the layernorm kernel");
+}
+
+Status LaunchResidualLayerNormForward(const float* x, const float* res, const void* bias,
+                                      float* sum, const void* w, const void* b, DType wb_type,
+                                      int64_t rows, int64_t c, float eps, float* y, float* mean,
+                                      float* rstd, void* stream) {
+  RETURN_IF_ERROR(CheckForward("LaunchResidualLayerNormForward", wb_type, rows, c));
+  if (rows == 0 || c == 0) return Status::Ok();
+  if (!x || !res || !sum || !w || !b || !y || !mean || !rstd) {
+    return InvalidArgument("LaunchResidualLayerNormForward: null buffer");
+  }
+  LayerNormForwardKernel<true><<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
+      x, res, bias, sum, w, b, wb_type, rows, c, eps, y, mean, rstd);
+  return CudaLastErrorStatus("launching the residual-layernorm kernel");
 }
 
 Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
                                const float* rstd, const float* dy, int64_t rows, int64_t c,
-                               float* dx, float* dw, float* db, bool accumulate, void* stream) {
+                               float* dx, float* dw, float* db, bool accumulate, void* stream,
+                               bool add_dx) {
   RETURN_IF_ERROR(CheckSizes("LaunchLayerNormBackward", rows, c));
   if (!cuda_util::IsFloatType(w_type)) {
     return InvalidArgument("LaunchLayerNormBackward: dtype ", DTypeName(w_type), " unsupported");
@@ -124,8 +159,8 @@ Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, cons
   }
   cudaStream_t s = AsStream(stream);
   if (dx != nullptr && rows > 0) {
-    LayerNormInputGradKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, s>>>(x, w, w_type, mean,
-                                                                             rstd, dy, rows, c, dx);
+    LayerNormInputGradKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, s>>>(
+        x, w, w_type, mean, rstd, dy, rows, c, dx, add_dx);
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the layernorm input-gradient kernel"));
   }
   if (dw == nullptr && db == nullptr) return Status::Ok();

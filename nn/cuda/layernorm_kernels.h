@@ -1,13 +1,20 @@
 // nn/layernorm.h on the GPU: the same shapes and formulas (see there).
 //
-//   LaunchLayerNormForward   one warp per row: mean and rstd (f32 [rows], saved), y.
-//   LaunchLayerNormBackward  dx per row (one warp per row); dw/db as column sums over rows in a
-//                            fixed order in double (deterministic), overwritten unless
-//                            accumulate.
-// The weight and bias are f32, bf16 or f16 (`wb_type`, a gathered unit in the compute dtype),
-// widened to f32; x, y, dy, dx, dw, db, mean, rstd are f32. Row statistics use f32 warp
-// reductions (the CPU accumulates in double: results agree to f32 rounding). dx may be null;
-// dw and db may be null.
+//   LaunchLayerNormForward          one warp per row: mean and rstd (f32 [rows], saved), y.
+//   LaunchResidualLayerNormForward  the residual add fused in: sum = x + (res + bias) (bias
+//                                   [c] may be null; the rounding of an add after a separate
+//                                   bias add), then y = LayerNorm(sum) with its mean and rstd,
+//                                   in one pass over the rows (sum stays in the warp's cache
+//                                   between the add and the statistics). sum may alias x or res.
+//   LaunchLayerNormBackward         dx per row (one warp per row), written or, with add_dx,
+//                                   added to (a residual trunk's gradient takes the LayerNorm's
+//                                   in the same pass: the bits of writing it and adding it
+//                                   after); dw/db as column sums over rows in a fixed order in
+//                                   double (deterministic), overwritten unless accumulate.
+// The weight and bias (and the residual bias) are f32, bf16 or f16 (`wb_type`, a gathered unit
+// in the compute dtype), widened to f32; x, res, sum, y, dy, dx, dw, db, mean, rstd are f32. Row
+// statistics use f32 warp reductions (the CPU accumulates in double: results agree to f32
+// rounding). dx may be null; dw and db may be null.
 //
 // Contract: device memory of the current device; `stream` a cudaStream_t; asynchronous.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
@@ -27,9 +34,16 @@ Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DTyp
                               int64_t rows, int64_t c, float eps, float* y, float* mean,
                               float* rstd, void* stream);
 
+// x, res, sum, y: [rows, c].
+Status LaunchResidualLayerNormForward(const float* x, const float* res, const void* bias,
+                                      float* sum, const void* w, const void* b, DType wb_type,
+                                      int64_t rows, int64_t c, float eps, float* y, float* mean,
+                                      float* rstd, void* stream);
+
 Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
                                const float* rstd, const float* dy, int64_t rows, int64_t c,
-                               float* dx, float* dw, float* db, bool accumulate, void* stream);
+                               float* dx, float* dw, float* db, bool accumulate, void* stream,
+                               bool add_dx = false);
 
 }  // namespace shardema::nn
 

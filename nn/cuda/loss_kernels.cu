@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
+#include <algorithm>
+
 #include "framework/cuda_error.h"
 #include "nn/cuda/kernel_util.h"
 #include "nn/cuda/loss_kernels.h"
@@ -26,33 +28,79 @@ __global__ void MseRowsKernel(const float* y, const float* t, int64_t rows, int6
   }
 }
 
-// One thread per row: logsumexp(row) - row[target] and (softmax - onehot) / norm.
-__global__ void CrossEntropyRowsKernel(const float* y, const int64_t* targets, int64_t rows,
-                                       int64_t classes, double norm, float* dy, double* row_loss) {
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
-       r += int64_t(gridDim.x) * blockDim.x) {
-    const float* row = y + r * classes;
-    float* drow = dy == nullptr ? nullptr : dy + r * classes;
-    const int64_t label = targets[r];
-    if (label < 0 || label >= classes) {
-      if (drow != nullptr) {
-        for (int64_t c = 0; c < classes; ++c) drow[c] = CUDART_NAN_F;
-      }
-      row_loss[r] = CUDART_NAN;
-      continue;
+// (m, s): a running max and the sum of exp(x - m) over the values seen.
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum Combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -CUDART_INF_F) return {m, 0.f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+// The block's combined (m, s) in a fixed tree (lane 0's result of each warp, then of warp 0,
+// broadcast through shared memory), in every thread; blockDim.x a multiple of 32, <= 1024.
+__device__ MaxSum BlockMaxSum(MaxSum v) {
+  __shared__ MaxSum part[32];
+  for (int o = 16; o > 0; o /= 2) {
+    v = Combine(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < warps ? part[lane] : MaxSum{-CUDART_INF_F, 0.f};
+    for (int o = 16; o > 0; o /= 2) {
+      v = Combine(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
     }
-    double mx = row[0];
-    for (int64_t c = 1; c < classes; ++c) mx = fmax(mx, double(row[c]));
-    double sum = 0;
-    for (int64_t c = 0; c < classes; ++c) sum += exp(double(row[c]) - mx);
-    const double lse = mx + log(sum);
-    row_loss[r] = lse - double(row[label]);
-    if (drow == nullptr) continue;
-    for (int64_t c = 0; c < classes; ++c) {
-      const double p = exp(double(row[c]) - lse);
-      drow[c] = float((p - (c == label ? 1.0 : 0.0)) / norm);
+    if (lane == 0) part[0] = v;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+// One block per row. Pass 1 reads the row's valid logits once for the online max and sum of
+// exponentials (f32); pass 2 reads them again and writes dlogits ((softmax - onehot) / norm, 0
+// in the padding columns). Pass 2 starts after the block's barriers, so dlogits may alias y.
+__global__ void CrossEntropyRowsKernel(const float* y, const int64_t* targets, int64_t classes,
+                                       int64_t valid, float norm, float* dy, double* row_loss) {
+  const int64_t r = blockIdx.x;
+  const float* row = y + r * classes;
+  float* drow = dy == nullptr ? nullptr : dy + r * classes;
+  const int64_t label = targets[r];
+  const bool ok = label >= 0 && label < valid;
+  const float picked = ok && threadIdx.x == 0 ? row[label] : 0.f;
+  MaxSum v{-CUDART_INF_F, 0.f};
+  for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) {
+    const float x = row[c];
+    if (x > v.m) {
+      v.s = v.s * expf(v.m - x) + 1.f;
+      v.m = x;
+    } else {
+      v.s += expf(x - v.m);
     }
   }
+  v = BlockMaxSum(v);
+  if (threadIdx.x == 0) {
+    row_loss[r] = ok ? double(v.m) + log(double(v.s)) - double(picked) : CUDART_NAN;
+  }
+  if (drow == nullptr) return;
+  const float inv = 1.f / v.s;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    float d = 0.f;
+    if (!ok) {
+      d = CUDART_NAN_F;
+    } else if (c < valid) {
+      d = (expf(row[c] - v.m) * inv - (c == label ? 1.f : 0.f)) / norm;
+    }
+    drow[c] = d;
+  }
+}
+
+// Threads per cross-entropy row: a multiple of 32, about 8 valid columns each, at most 1024.
+unsigned RowThreads(int64_t valid) {
+  return unsigned(32 * std::min<int64_t>(32, std::max<int64_t>(1, (valid + 255) / 256)));
 }
 
 // One block: *out = (sum of v[0..n)) / divisor, in a fixed order.
@@ -107,30 +155,21 @@ Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols,
 }
 
 Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
-                              int64_t classes, double norm, float* dlogits, double* scratch,
-                              double* loss, void* stream) {
+                              int64_t classes, int64_t valid, double norm, float* dlogits,
+                              double* scratch, double* loss, void* stream) {
   RETURN_IF_ERROR(
       CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets, scratch, loss));
+  if (rows > 0 && (valid < 1 || valid > classes)) {
+    return InvalidArgument("LaunchCrossEntropyLoss: ", valid, " valid columns of ", classes);
+  }
+  if (rows > 0x7fffffff) return InvalidArgument("LaunchCrossEntropyLoss: ", rows, " rows");
   cudaStream_t s = AsStream(stream);
   if (rows > 0) {
-    CrossEntropyRowsKernel<<<BlocksFor(rows), kThreads, 0, s>>>(logits, targets, rows, classes,
-                                                                norm, dlogits, scratch);
+    CrossEntropyRowsKernel<<<unsigned(rows), RowThreads(valid), 0, s>>>(
+        logits, targets, classes, valid, float(norm), dlogits, scratch);
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the cross-entropy kernel"));
   }
   return QueueSum(scratch, rows, norm, loss, s);
-}
-
-Status LaunchFillColumns(float* y, int64_t rows, int64_t cols, int64_t from, unsigned char byte,
-                         void* stream) {
-  if (rows < 0 || from < 0 || from > cols) {
-    return InvalidArgument("LaunchFillColumns: rows ", rows, ", columns ", from, " .. ", cols);
-  }
-  if (rows == 0 || from == cols) return Status::Ok();
-  if (y == nullptr) return InvalidArgument("LaunchFillColumns: null pointer");
-  return CudaStatus(
-      cudaMemset2DAsync(y + from, size_t(cols) * sizeof(float), byte,
-                        size_t(cols - from) * sizeof(float), size_t(rows), AsStream(stream)),
-      "cudaMemset2DAsync (masked columns)");
 }
 
 Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,

@@ -1,19 +1,29 @@
 // The losses of nn/loss.h on the GPU, with the same normalisation and formulas.
 //
-//   LaunchMseLoss           loss = sum((y - t)^2) / norm, dy = 2 (y - t) / norm.
-//   LaunchCrossEntropyLoss  per row: logsumexp(y_r) - y_r[target_r] (double, max-subtracted);
-//                           loss = sum / norm, dy_r = (softmax(y_r) - onehot(target_r)) / norm.
+//   LaunchMseLoss           loss = sum((y - t)^2) / norm, dy = 2 (y - t) / norm; one thread per
+//                           row, double.
+//   LaunchCrossEntropyLoss  per row: logsumexp(y_r) - y_r[target_r] over the row's `valid`
+//                           leading columns (max-subtracted); loss = sum / norm,
+//                           dy_r = (softmax(y_r) - onehot(target_r)) / norm. Columns [valid,
+//                           classes) are padding (e.g. a padded vocabulary): never read, outside
+//                           the softmax, their dy is 0. One block per row: an online max and
+//                           sum of exponentials in f32 (block-wide reductions in a fixed tree),
+//                           the row term in double from them; each valid logit is read twice
+//                           and dy written once. dy may alias y (in place: the gradient replaces
+//                           the logits).
 //   LaunchFoldLoss          a training step's loss over its micro-batches, on the device:
 //                           *sum = (first ? 0 : *sum) + *loss; *mean = float(*sum / count).
-// Per-row terms are computed in double into `scratch` (rows doubles) and summed by one block in a
-// fixed order (deterministic) into *loss (one device double). dy may be null (loss only). An empty
-// input gives 0.
+// Row terms (double) go to `scratch` (rows doubles) and are summed by one block in a fixed order
+// (deterministic: the same bits every run) into *loss (one device double). dy may be null (loss
+// only). An empty input gives 0.
 //
-// Contract: device memory of the current device; `stream` a cudaStream_t. Targets (int64) must
-// lie in [0, classes): the caller checks them on the host (nn::CheckIds, nn/embedding.h) since a
-// kernel cannot report them; a target outside gives a NaN row instead of an out-of-bounds read.
-// Errors (nothing is launched): kInvalidArgument for negative sizes, norm <= 0, null pointers
-// with work to do; launch failures as framework/cuda_error.h.
+// Contract: device memory of the current device; `stream` a cudaStream_t; asynchronous. Targets
+// (int64) must lie in [0, valid): the caller checks them on the host (nn::CheckIds,
+// nn/embedding.h) since a kernel cannot report them; a target outside gives a NaN row (and NaN
+// dy) instead of an out-of-bounds read.
+// Errors (nothing is launched): kInvalidArgument for negative sizes, norm <= 0, valid outside
+// [1, classes] or more than 2^31 - 1 rows with work to do, null pointers with work to do; launch
+// failures as framework/cuda_error.h.
 // Defined only under --config=cuda. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
 #define SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
@@ -28,14 +38,10 @@ namespace shardema::nn {
 Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols, double norm,
                      float* dy, double* scratch, double* loss, void* stream);
 
+// logits, dlogits: [rows, classes]; targets: [rows].
 Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
-                              int64_t classes, double norm, float* dlogits, double* scratch,
-                              double* loss, void* stream);
-
-// y [rows, cols]: every byte of columns [from, cols) set to `byte` (e.g. masked logits). One
-// cudaMemset2DAsync. kInvalidArgument for from outside [0, cols] or a null y with work to do.
-Status LaunchFillColumns(float* y, int64_t rows, int64_t cols, int64_t from, unsigned char byte,
-                         void* stream);
+                              int64_t classes, int64_t valid, double norm, float* dlogits,
+                              double* scratch, double* loss, void* stream);
 
 // One thread. kInvalidArgument for null pointers or count < 1.
 Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,

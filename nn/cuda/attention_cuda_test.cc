@@ -1,0 +1,223 @@
+// CudaAttention (nn/cuda/attention.h) against a double-precision loop of nn/attention.h's
+// formulas on random data: out, the saved row logsumexp and dqkv, for T = 1, T not a multiple of
+// the kernels' 16-row blocks or 32-row tiles, head sizes 5, 48, 64, 100, 128 (fused path) and 160
+// (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
+// argument errors. The reference itself is checked against the CPU layer (runs without a GPU).
+//
+// Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
+// multiplies (Q, K, V, dY rounded to the operand dtype), so what is left is f32 summation (f32:
+// 3e-5) and, for 16-bit operands, the rounding of P and dS to bf16 (2^-8 relative: 2e-2) or f16
+// (2^-11: 4e-3) as they enter a product. lse involves no rounded P: 3e-5 in every mode.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "framework/dtype.h"
+#include "framework/status.h"
+#include "nn/attention.h"
+#include "nn/cpu_context.h"
+#include "nn/cuda/attention.h"
+#include "nn/cuda/cuda_test_util.h"
+#include "nn/grad_check.h"
+
+namespace shardema::nn {
+namespace {
+
+using testing::MaxRelError;
+using testing::Uniform;
+
+// Row logsumexp, out and dqkv of causal attention, in double (nn/attention.h's formulas).
+struct Reference {
+  std::vector<float> out, lse, dqkv;
+};
+
+Reference Compute(const AttentionShape& s, const std::vector<float>& qkv,
+                  const std::vector<float>& dout) {
+  const int64_t B = s.batch, T = s.seq, C = s.dim, nh = s.heads, hs = s.head_dim();
+  const double scale = 1.0 / std::sqrt(double(hs));
+  Reference r;
+  r.out.assign(size_t(B * T * C), 0.f);
+  r.lse.assign(size_t(B * nh * T), 0.f);
+  r.dqkv.assign(size_t(B * T * 3 * C), 0.f);
+  std::vector<double> p(size_t(T * T)), grad(size_t(T * 3 * hs));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < nh; ++h) {
+      // x(part, t, d): q (part 0), k (1) or v (2) of row t; dy(t, d).
+      auto x = [&](int part, int64_t t, int64_t d) {
+        return double(qkv[size_t((b * T + t) * 3 * C + part * C + h * hs + d)]);
+      };
+      auto dy = [&](int64_t t, int64_t d) {
+        return double(dout[size_t((b * T + t) * C + h * hs + d)]);
+      };
+      std::fill(grad.begin(), grad.end(), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hs; ++d) dot += x(0, i, d) * x(1, j, d);
+          p[size_t(i * T + j)] = scale * dot;
+          mx = std::max(mx, scale * dot);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[size_t(i * T + j)] - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[size_t((b * nh + h) * T + i)] = float(lse);
+        for (int64_t j = 0; j <= i; ++j)
+          p[size_t(i * T + j)] = std::exp(p[size_t(i * T + j)] - lse);
+        for (int64_t d = 0; d < hs; ++d) {
+          double y = 0;
+          for (int64_t j = 0; j <= i; ++j) y += p[size_t(i * T + j)] * x(2, j, d);
+          r.out[size_t((b * T + i) * C + h * hs + d)] = float(y);
+        }
+        // dP = dY V^T, D = rowsum(P dP), dS = P (dP - D); dQ, dK, dV as nn/attention.h.
+        std::vector<double> dp(size_t(i + 1));
+        double dsum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double v = 0;
+          for (int64_t d = 0; d < hs; ++d) v += dy(i, d) * x(2, j, d);
+          dp[size_t(j)] = v;
+          dsum += p[size_t(i * T + j)] * v;
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double pij = p[size_t(i * T + j)], ds = pij * (dp[size_t(j)] - dsum);
+          for (int64_t d = 0; d < hs; ++d) {
+            grad[size_t(i * 3 * hs + d)] += scale * ds * x(1, j, d);
+            grad[size_t(j * 3 * hs + hs + d)] += scale * ds * x(0, i, d);
+            grad[size_t(j * 3 * hs + 2 * hs + d)] += pij * dy(i, d);
+          }
+        }
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        for (int part = 0; part < 3; ++part) {
+          for (int64_t d = 0; d < hs; ++d) {
+            r.dqkv[size_t((b * T + t) * 3 * C + part * C + h * hs + d)] =
+                float(grad[size_t(t * 3 * hs + part * hs + d)]);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+const AttentionShape kShapes[] = {
+    {1, 1, 64, 1},     // T = 1
+    {2, 17, 10, 2},    // hs = 5: odd, below one lane per dimension
+    {2, 33, 96, 2},    // hs = 48, T one past a 32-row tile
+    {2, 100, 128, 2},  // GPT-2's hs = 64, T not a multiple of 16 or 32
+    {1, 70, 200, 2},   // hs = 100
+    {1, 300, 256, 2},  // hs = 128 (the fused limit), many tiles
+    {1, 45, 160, 1},   // hs = 160: the materialised path
+};
+
+TEST(AttentionReferenceTest, MatchesTheCpuLayer) {
+  const CpuContext cpu;
+  for (const AttentionShape& sh : {kShapes[1], kShapes[3]}) {
+    const auto qkv = Uniform(size_t(sh.qkv_numel()), 11, -2.f, 2.f),
+               dout = Uniform(size_t(sh.out_numel()), 12);
+    std::vector<float> out(size_t(sh.out_numel())), att(size_t(sh.att_numel())),
+        dqkv(size_t(sh.qkv_numel()));
+    ASSERT_TRUE(AttentionForward(cpu, sh, qkv.data(), out.data(), att.data()).ok());
+    ASSERT_TRUE(AttentionBackward(cpu, sh, qkv.data(), att.data(), dout.data(), dqkv.data()).ok());
+    const Reference r = Compute(sh, qkv, dout);
+    EXPECT_LT(MaxRelError(r.out, out, 1.0), 1e-5);
+    EXPECT_LT(MaxRelError(r.dqkv, dqkv, 1.0), 1e-5);
+  }
+}
+
+#if SHARDEMA_WITH_CUDA
+
+using testing::Round16;
+using testing::Widen16;
+
+class AttentionCudaTest : public testing::CudaTest {
+ protected:
+  struct Run {
+    std::vector<float> out, lse, dqkv;
+  };
+  // Forward and backward of `a` on fresh device copies (outputs pre-filled with NaN).
+  Run Once(CudaAttention* a, const AttentionShape& sh, const std::vector<float>& qkv,
+           const std::vector<float>& dout) {
+    const size_t nl = size_t(CudaAttention::LseNumel(sh));
+    float *gqkv = Up(qkv), *gdout = Up(dout), *gout = Alloc<float>(size_t(sh.out_numel()), NAN),
+          *glse = Alloc<float>(nl, NAN), *gdqkv = Alloc<float>(qkv.size(), NAN);
+    Status st = a->Forward(sh, gqkv, gout, glse);
+    EXPECT_TRUE(st.ok()) << st;
+    st = a->Backward(sh, gqkv, gout, glse, gdout, gdqkv);
+    EXPECT_TRUE(st.ok()) << st;
+    return Run{Down(gout, size_t(sh.out_numel())), Down(glse, nl), Down(gdqkv, qkv.size())};
+  }
+};
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(AttentionCudaTest, MatchesTheDoubleReference) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto a = CudaAttention::Create(gemm_.get(), t);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const double tol = t == DType::kF32 ? 3e-5 : t == DType::kBF16 ? 2e-2 : 4e-3;
+    for (const AttentionShape& sh : kShapes) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(t) << " B " << sh.batch << " T " << sh.seq
+                                        << " C " << sh.dim << " nh " << sh.heads);
+      const auto qkv = Uniform(size_t(sh.qkv_numel()), 21, -2.f, 2.f),
+                 dout = Uniform(size_t(sh.out_numel()), 22);
+      // The reference multiplies what the GPU multiplies: the operands rounded to t.
+      const Reference r =
+          t == DType::kF32 ? Compute(sh, qkv, dout)
+                           : Compute(sh, Widen16(Round16(qkv, t), t), Widen16(Round16(dout, t), t));
+      const Run g = Once(a->get(), sh, qkv, dout);
+      EXPECT_LT(MaxRelError(g.out, r.out, 1.0), tol);
+      EXPECT_LT(MaxRelError(g.lse, r.lse, 1.0), 3e-5);
+      EXPECT_LT(MaxRelError(g.dqkv, r.dqkv, 1.0), tol);
+    }
+  }
+}
+
+TEST_F(AttentionCudaTest, RunsAreBitwiseIdentical) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    for (const AttentionShape& sh : {kShapes[3], kShapes[6]}) {
+      const auto qkv = Uniform(size_t(sh.qkv_numel()), 31, -2.f, 2.f),
+                 dout = Uniform(size_t(sh.out_numel()), 32);
+      auto a = CudaAttention::Create(gemm_.get(), t), b = CudaAttention::Create(gemm_.get(), t);
+      ASSERT_TRUE(a.ok() && b.ok());
+      const Run first = Once(a->get(), sh, qkv, dout), again = Once(a->get(), sh, qkv, dout),
+                other = Once(b->get(), sh, qkv, dout);
+      for (const Run* x : {&again, &other}) {
+        EXPECT_TRUE(SameBits(first.out, x->out));
+        EXPECT_TRUE(SameBits(first.lse, x->lse));
+        EXPECT_TRUE(SameBits(first.dqkv, x->dqkv));
+      }
+    }
+  }
+}
+
+TEST_F(AttentionCudaTest, ArgumentErrors) {
+  auto a = CudaAttention::Create(gemm_.get(), DType::kF32);
+  ASSERT_TRUE(a.ok());
+  float* x = Alloc<float>(64);
+  const StatusCode bad = StatusCode::kInvalidArgument;
+  const AttentionShape ok{1, 2, 8, 2};
+  EXPECT_EQ((*a)->Forward(AttentionShape{1, 2, 6, 4}, x, x, x).code(), bad);  // 4 does not divide 6
+  EXPECT_EQ((*a)->Forward(ok, x, x, nullptr).code(), bad);
+  EXPECT_EQ((*a)->Backward(ok, x, nullptr, x, x, x).code(), bad);
+  EXPECT_EQ((*a)->Backward(ok, x, x, x, x, nullptr).code(), bad);
+  EXPECT_EQ(CudaAttention::Create(gemm_.get(), static_cast<DType>(9)).status().code(), bad);
+}
+
+#else  // !SHARDEMA_WITH_CUDA
+
+TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
+  EXPECT_EQ(CudaAttention::Create(nullptr, DType::kF32).status().code(), StatusCode::kUnavailable);
+}
+
+#endif  // SHARDEMA_WITH_CUDA
+
+}  // namespace
+}  // namespace shardema::nn
