@@ -647,7 +647,9 @@ TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferR
     // One rank gathers no buffers; with more the split needs at most the unsplit memory, and
     // less for the plain chain (each unit's gradient takes its parameter buffer).
     EXPECT_LE(peaks[1], peaks[0]);
-    if (World()->world_size() > 1 && sched.units.size() == kUnits) EXPECT_LT(peaks[1], peaks[0]);
+    if (World()->world_size() > 1 && sched.units.size() == kUnits) {
+      EXPECT_LT(peaks[1], peaks[0]);
+    }
   }
 }
 

@@ -4,15 +4,20 @@
 #   tools/gpu_check.sh --package DIR [--with-cuda-libs]
 #       In the repository: builds with --config=cuda and assembles DIR, a folder that runs on its
 #       own (no Bazel, no MPI install): every gpu-tagged test binary (the NCCL/store/optimizer/
-#       trainer multi-rank ones included), train_mlp, gpu_optimizer_bench, their data files,
-#       the CPU builds of train_mlp and step_roofline with the step benchmark and its PyTorch
-#       peers (for --step-bench and check 3b),
+#       trainer multi-rank ones included), train_mlp, train_gpt, gpu_optimizer_bench, their data
+#       files, the CPU builds of train_mlp and step_roofline with the step benchmark and its
+#       PyTorch peers (for --step-bench and check 3b), the GPU GPT benchmark
+#       (bench/gpu_gpt_bench.sh with bench/peer/torch_gpt_gpu.py and gpt_flops.py, check 3d),
 #       the OpenMPI runtime (mpirun, orted, libraries, MCA components, PMIx, help files) copied
 #       from this machine's install, the other shared libraries they need, env.sh (PATH,
 #       LD_LIBRARY_PATH, OPAL_PREFIX and the other install-dir variables) and this script.
 #       Left out unless --with-cuda-libs (they are ~800 MiB): libnccl and libcublas/Lt, which
 #       env.sh finds on the GPU machine (LD_LIBRARY_PATH, /usr/local/cuda*/lib64, the system
 #       library folders, pip's nvidia-* packages); the driver (libcuda) always comes from there.
+#       Binaries and libraries are stripped, and DIR is also packed into DIR.tar.gz, what travels
+#       to a device machine (unpack it there: tar -xzf DIR.tar.gz); that archive must fit the
+#       device's carry limit (64 MiB): --package fails (exit 2), listing the package's largest
+#       files, when it does not (with --with-cuda-libs it only says so).
 #   DIR/gpu_check.sh [--report FILE] [--max-ranks N] [--kill-bound S] [--check-timeout S]
 #                    [--only REGEX]
 #       In a package: runs every check below (--only: those whose report name matches the
@@ -49,6 +54,14 @@
 #   3b. the CPU step benchmarks' PyTorch FSDP2 peers (bench/peer/torch_fsdp2_{mlp,gpt}.py), a
 #      2-rank step of a tiny model each, on the CPU while a GPU is visible (PASS when the peer
 #      prints its JSON line; SKIP when the machine's python3 has no torch);
+#   3c. train_mlp_step: a 1-rank train_mlp --device cuda step timed with CUDA events (--bench-json);
+#   3d. gpu_gpt_bench: bench/gpu_gpt_bench.sh, the GPT-2 small shape (12 layers, 12 heads, C 768,
+#      T 1024, vocabulary 50257 padded to 50304), batch 8 x 1024, AdamW + EMA 0.999,0.9999:
+#      train_gpt --device cuda at one rank against PyTorch eager bf16 (and torch.compile, within
+#      100 s) on the same tokens, with a large bf16 GEMM for the MFU reference; 2 warm-up and 5
+#      timed steps. Its summary line and its results file (a `results:` line) go into the
+#      report; SKIP when the package has no train_gpt, FAIL when the driver exits non-zero
+#      (ours failed, or the peer failed where torch imports);
 #   4. a 2-rank and a 4-rank train_mlp --device cuda run in which one rank is killed (SIGKILL)
 #      once training runs: PASS when the job exits, non-zero, within --kill-bound seconds
 #      (default 60); on GPUs shared as in 2. where the ranks outnumber them;
@@ -74,6 +87,7 @@ die() { echo "gpu_check: $*" >&2; exit 2; }
 # driver); never copied.
 SYSTEM_LIBS='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libutil|libcuda|libnvidia-[a-z-]+)\.so'
 BIG_CUDA_LIBS='^(libnccl|libcublas|libcublasLt)\.so'
+CARRY_LIMIT=$((64 * 1048576))  # the device's limit on what travels with a run (bytes)
 
 copy_libs_of() {  # $1: ELF file; copies the libraries it resolves (not SYSTEM_LIBS) into $lib
   local name path
@@ -103,14 +117,14 @@ package() {
   singles=$("${BAZEL[@]}" query "kind(cc_test, $gpu)" 2>/dev/null) || die "bazel query failed"
   mpibins=$("${BAZEL[@]}" query "kind(cc_binary, labels(data, kind(sh_test, $gpu)))" 2>/dev/null)
   datafiles=$("${BAZEL[@]}" query "kind('source file', labels(data, $gpu))" 2>/dev/null)
-  local tools="//examples:train_mlp //bench:gpu_optimizer_bench"
+  local tools="//examples:train_mlp //examples:train_gpt //bench:gpu_optimizer_bench"
   echo "== bazel build --config=cuda ($(echo $singles $mpibins | wc -w) test binaries, $tools)"
   # shellcheck disable=SC2086
   "${BAZEL[@]}" build --config=cuda $singles $mpibins $tools || die "the CUDA build failed"
   local bin_root
   bin_root=$("${BAZEL[@]}" info --config=cuda bazel-bin 2>/dev/null) || die "bazel info failed"
 
-  rm -rf "$dir" && mkdir -p "$dir"/{bin,lib,root,mpi/bin,mpi/lib,mpi/share,mpi/etc} || die "mkdir $dir"
+  rm -rf "$dir" "$dir.tar.gz" && mkdir -p "$dir"/{bin,lib,root,mpi/bin,mpi/lib,mpi/share,mpi/etc} || die "mkdir $dir"
   dir="$(cd "$dir" && pwd)"
   lib="$dir/lib"
   local manifest="$dir/MANIFEST" label name path
@@ -127,6 +141,7 @@ package() {
   for label in $singles; do add_bin "$label" single; done
   for label in $mpibins; do add_bin "$label" mpi; done
   add_bin //examples:train_mlp tool
+  add_bin //examples:train_gpt tool
   add_bin //bench:gpu_optimizer_bench tool
   # --step-bench's binaries, built without CUDA: the CPU tables' own build, without the CUDA
   # libraries in their RSS.
@@ -184,6 +199,10 @@ package() {
 
   cp "$self" "$dir/gpu_check.sh" && cp "$here/test_results.sh" "$dir/test_results.sh" &&
     cp "$here/shared_gpu_rank.sh" "$dir/shared_gpu_rank.sh" || die "copy the scripts"
+  if [ -f "$here/gpu_session.sh" ]; then  # the session's one script, inside the archive too
+    cp "$here/gpu_session.sh" "$dir/gpu_session.sh" && chmod +x "$dir/gpu_session.sh" ||
+      die "copy gpu_session.sh"
+  fi
   cp bench/peer/torch_fused_adamw.py "$dir/torch_fused_adamw.py" || die "copy the PyTorch peer"
   # The step benchmarks' peers, in the repository's layout (the GPT peer imports
   # examples/testdata/gpt_torch.py by its path relative to bench/peer).
@@ -192,6 +211,12 @@ package() {
       "$dir/peer/bench/peer/" && cp examples/testdata/gpt_torch.py "$dir/peer/examples/testdata/" &&
     cp bench/step_bench.sh bench/save_stall_bench.sh bench/bench_lib.sh "$dir/peer/bench/" \
       || die "copy the FSDP2 peers"
+  # The GPU GPT benchmark (check 3d), in the same layout: its peer imports gpt_torch.py and
+  # gpt_flops.py by their paths.
+  if ! cp bench/gpu_gpt_bench.sh "$dir/peer/bench/" ||
+     ! cp bench/peer/torch_gpt_gpu.py bench/peer/gpt_flops.py "$dir/peer/bench/peer/"; then
+    die "copy the GPU GPT benchmark"
+  fi
   chmod +x "$dir/gpu_check.sh"
   write_env "$dir/env.sh"
   {
@@ -199,8 +224,25 @@ package() {
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
     echo "openmpi: $(ompi_info --parsable --version 2>/dev/null | head -1)"
   } > "$dir/BUILD_INFO"
-  echo "== package: $dir ($(du -sh "$dir" | cut -f1), $(grep -c . "$manifest") binaries)"
-  echo "   run it on a GPU machine: $dir/gpu_check.sh"
+  # What travels: the folder as one gzip archive (the CUDA binaries' fat binaries, SASS and PTX,
+  # pack about 3:1), which must fit the device's carry limit.
+  local bytes packed archive="$dir.tar.gz" base
+  base=$(basename "$dir")
+  bytes=$(du -sb "$dir" | cut -f1)
+  tar -czf "$archive" -C "$(dirname "$dir")" "$base" || die "tar $archive"
+  packed=$(stat -c %s "$archive")
+  echo "== package: $dir ($((bytes / 1048576)) MiB, $(grep -c . "$manifest") binaries); it" \
+    "travels as $archive: $((packed / 1048576)) MiB ($packed bytes) of the device's 64 MiB" \
+    "carry limit"
+  if [ "$packed" -gt "$CARRY_LIMIT" ]; then
+    {
+      echo "gpu_check: $archive is $packed bytes, OVER the device's carry limit of" \
+        "$CARRY_LIMIT bytes (64 MiB): it cannot travel. The package's largest files:"
+      find "$dir" -type f -printf '%s %P\n' | sort -rn | head -12 | sed 's/^/  /'
+    } >&2
+    [ "$with_cuda_libs" = 1 ] || exit 2  # --with-cuda-libs packages are for other machines
+  fi
+  echo "   on a GPU machine: tar -xzf $base.tar.gz && $base/gpu_check.sh"
 }
 
 write_env() {
@@ -369,6 +411,35 @@ train_mlp_step() {
     "layers=1024,4096,4096,1024 batch=256 ranks=1" | tee -a "$report"
 }
 
+# 3d. The GPU GPT benchmark (bench/gpu_gpt_bench.sh; the header's 3d): its summary line and its
+# results file go into the report. The peer's interpreter: GPU_CHECK_PYTHON (as for 3b; "none":
+# no torch, its figures na), default python3. The driver's own time limits (ours 90 s, the peer
+# 75 s, torch.compile 100 s) end it within gpu_session's gpt_bench stage (290 s).
+GPT_BENCH_FLAGS=(--batch 8 --steps 5 --warmup 2 --ema "0.999,0.9999" --gemm-size 8192
+                 --ours-timeout 90 --torch-timeout 75 --compile-timeout 100)
+gpu_gpt_bench() {
+  local script="$pkg/peer/bench/gpu_gpt_bench.sh" log="$logs/$1.log" json="$logs/$1.json"
+  local python="${GPU_CHECK_PYTHON:-python3}" rc line
+  if [ ! -x "$pkg/bin/train_gpt" ] || [ ! -f "$script" ]; then
+    record SKIP "$1" "not in this package"
+    return
+  fi
+  [ "$python" = none ] && python="$pkg/no-python"
+  rm -f "$json"
+  PYTHON="$python" timeout --kill-after=10 330 bash "$script" --train-gpt "$pkg/bin/train_gpt" \
+    --json "$json" --build "$(head -1 "$pkg/BUILD_INFO" 2>/dev/null)" "${GPT_BENCH_FLAGS[@]}" \
+    < /dev/null > "$log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    record FAIL "$1" "exit $rc; log: $log"
+  else
+    record PASS "$1" "log: $log"
+  fi
+  line=$(grep '^summary:' "$log" | tail -1)
+  [ -n "$line" ] && echo "  $line" | tee -a "$report"
+  [ -s "$json" ] && echo "  results: $json" | tee -a "$report"
+}
+
 TRAIN_FLAGS=(--device cuda --layers 64,128,128,10 --loss cross_entropy --batch 64 --log-every 1
              --synthetic-rows 4096)
 
@@ -385,6 +456,7 @@ plan_checks() {
   # The quick checks first, the slow sanitizer runs last.
   echo "bench gpu_optimizer_bench"
   echo "bench train_mlp_step"
+  echo "bench gpu_gpt_bench"
   echo "peer torch_fsdp2_mlp"
   echo "peer torch_fsdp2_gpt"
   echo "kill train_mlp 2"
@@ -650,6 +722,10 @@ $MAX_SHARED_RANKS ranks; --max-ranks $max_ranks)"
       bench)
         if [ "${p[1]}" = train_mlp_step ]; then
           train_mlp_step "$name"
+          continue
+        fi
+        if [ "${p[1]}" = gpu_gpt_bench ]; then
+          gpu_gpt_bench "$name"
           continue
         fi
         # The PyTorch peer (fused AdamW + lerp) where the machine's python3 has torch with CUDA;

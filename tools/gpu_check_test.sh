@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh's run mode on a fake package: skipped checks are never passes, a machine
 # without a GPU skips everything and exits 0, a failing test makes the script exit 1, --only
-# selects checks, and a sanitizer run with nothing to check is a SKIP (after a pass only).
+# selects checks, a sanitizer run with nothing to check is a SKIP (after a pass only), and the
+# benchmark checks put their summary lines (and the GPT benchmark its results file) in the report.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -38,10 +39,10 @@ out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
 echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
-# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + 2 benches + 2 peers + 2 kills = 17
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + 3 benches + 2 peers + 2 kills = 18
 # checks.
-[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 17 skipped" ] || fail "no GPU counts: $out"
-[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 17 skipped" ] || fail "report"
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 18 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 18 skipped" ] || fail "report"
 
 # 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU (and no
 # shared-GPU runs: case 7).
@@ -55,7 +56,8 @@ echo "$out" | grep -qE '^SKIP train_mlp np=2 .*needs 2 GPUs' || fail "kill test:
 echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
 echo "$out" | grep -qE '^SKIP torch_fsdp2_mlp.py, 2 ranks .* +not in this package' || fail "peer: $out"
 grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
-[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 15 skipped" ] || fail "one GPU counts: $out"
+echo "$out" | grep -qE '^SKIP gpu_gpt_bench +not in this package' || fail "gpt bench: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 16 skipped" ] || fail "one GPU counts: $out"
 
 # 2b. The train_mlp step check: the --bench-json step time goes into the report.
 printf '#!/bin/sh\necho "{\\"device\\":\\"cuda\\",\\"step_ms\\":2.5}"\n' > "$tmp/a/bin/train_mlp"
@@ -65,6 +67,35 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 grep -q '^  summary: train_mlp_cuda_step_ms=2.5 timing=cuda_events' "$tmp/b2.txt" ||
   fail "step summary: $(cat "$tmp/b2.txt")"
 rm "$tmp/a/bin/train_mlp"
+
+# 2d. The GPU GPT benchmark: the driver gets the package's train_gpt, the peer's interpreter and
+# its flags; its summary line and its results file go into the report; a failing driver FAILs.
+mkdir -p "$tmp/a/peer/bench"
+printf '#!/bin/sh\n' > "$tmp/a/bin/train_gpt"
+chmod +x "$tmp/a/bin/train_gpt"
+cat > "$tmp/a/peer/bench/gpu_gpt_bench.sh" <<'B'
+json=""
+while [ $# -gt 0 ]; do
+  case "$1" in --json) json="$2" ;; --train-gpt) gpt="$2" ;; --batch) batch="$2" ;; esac
+  shift 2
+done
+[ -x "$gpt" ] && [ "$batch" = 8 ] && [ "$PYTHON" = fakepython ] || { echo "bad args" >&2; exit 1; }
+echo '{"name": "gpu_gpt_bench", "summary": {"ours_ms": 90}}' > "$json"
+echo "summary: ours_ms=90 torch_ms=45 ratio=0.5"
+exit "${GPT_BENCH_EXIT:-0}"
+B
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON=fakepython "$tmp/a/gpu_check.sh" \
+        --report "$tmp/b4.txt" --only '^gpu_gpt_bench$' 2>&1) || fail "gpu_gpt_bench: $out"
+echo "$out" | grep -qE '^PASS gpu_gpt_bench +log: ' || fail "gpu_gpt_bench: $out"
+grep -q '^  summary: ours_ms=90 torch_ms=45 ratio=0.5$' "$tmp/b4.txt" || fail "gpt summary: $(cat "$tmp/b4.txt")"
+res=$(sed -n 's/^  results: //p' "$tmp/b4.txt")
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["summary"]["ours_ms"] == 90' "$res" ||
+  fail "gpt results file: $(cat "$tmp/b4.txt")"
+out=$(GPT_BENCH_EXIT=1 GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON=fakepython \
+        "$tmp/a/gpu_check.sh" --report "$tmp/b5.txt" --only '^gpu_gpt_bench$' 2>&1)
+[ $? = 1 ] || fail "gpt bench failing: exit: $out"
+echo "$out" | grep -qE '^FAIL gpu_gpt_bench +exit 1' || fail "gpt bench failing: $out"
+rm -r "$tmp/a/bin/train_gpt" "$tmp/a/peer"
 
 # 2c. --check-timeout: a test binary that hangs FAILs after it, naming the case it was in, and the
 # checks after it still run.
@@ -86,7 +117,7 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 18 skipped" ] || fail "failing counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 19 skipped" ] || fail "failing counts: $out"
 # 4. --only: just the matching checks; a pattern that matches none is an error.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
         --only '^(ran_test|bad_test)$' 2>&1)

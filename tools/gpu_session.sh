@@ -4,8 +4,12 @@
 #
 #   tools/gpu_session.sh --package DIR
 #       In the repository: tools/gpu_check.sh --package DIR (the CUDA build, the test binaries,
-#       train_mlp, the OpenMPI runtime: see its header) plus this script; prints the package's
-#       size against the device's carry limit (64 MiB).
+#       train_mlp, train_gpt, the benchmarks and their PyTorch peers, the OpenMPI runtime: see its
+#       header) with this script, and DIR.tar.gz, the archive that travels: DIR itself is over
+#       the device's carry limit (64 MiB; the fat binaries' SASS and PTX pack about 3:1). Prints
+#       the archive's size against that limit, counting the repository's tracked files (they
+#       travel with every run), and fails (exit 2, on stderr) when they are over it together.
+#       Carry DIR.tar.gz alone; on the GPU machine: tar -xzf DIR.tar.gz && DIR/gpu_session.sh.
 #   DIR/gpu_session.sh [--only STAGE] [--budget S] [--report FILE]
 #       On the GPU machine: runs the stages below in priority order, each under its own timeout
 #       (DIR/gpu_check.sh --only <the stage's checks>), none stopping the rest, and skips a stage
@@ -13,7 +17,8 @@
 #       --only STAGE runs that stage alone. Writes one JSON report (default
 #       DIR/gpu_session_<date>.json: date, host, card, driver, the package's build line (commit),
 #       each stage's status, counts, seconds, report lines and benchmark summaries, the stages not
-#       run) and prints a summary that lists the stages not run. Commit the report as
+#       run; a stage's results files, named by `results: FILE` lines of its checks, embedded under
+#       "results") and prints a summary that lists the stages not run. Commit the report as
 #       bench/results/gpu_session_<date>.json and run tools/gpu_report_table.py --write: the
 #       README's GPU table is generated from the newest report (a test checks it).
 #
@@ -25,6 +30,14 @@
 #   kill:      train_mlp --device cuda at 2 and 4 ranks with one rank killed (bounded exit); 45 s
 #   bench:     gpu_optimizer_bench (fused AdamW + EMA against the copy bound and PyTorch) and
 #              a train_mlp --device cuda step timed with CUDA events (--bench-json);       60 s
+#   gpt_bench: gpu_gpt_bench (bench/gpu_gpt_bench.sh): train_gpt --device cuda at the GPT-2
+#              small shape, batch 8 x 1024, AdamW + 2 EMA slots, 2 warm-up + 5 timed steps,
+#              against PyTorch eager bf16 (and torch.compile within 100 s) and a bf16 GEMM;
+#              its summary (ours_ms, torch_ms, ratio, mfu_ours, mfu_torch, ...) and its
+#              results file go into the report;                                           290 s
+#              last: a default --budget of 300 s leaves it out. Every stage needs 695 s, more
+#              than one device command may run (600 s): run --only gpt_bench in one command
+#              and the other stages (--budget 420) in another.
 # A stage passes when its checks ran and none failed, is "skipped" when every check skipped (no
 # GPU), "none" when the package has none of its checks, "failed" on any FAIL or when gpu_check
 # ended without its count line, "timeout" when its timeout ended it.
@@ -33,7 +46,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 die() { echo "gpu_session: $*" >&2; exit 2; }
 
-STAGES=(one_rank shared_2 shared_4 kill bench)
+STAGES=(one_rank shared_2 shared_4 kill bench gpt_bench)
 stage_checks() {  # gpu_check --only regex of a stage
   case "$1" in
     one_rank) echo '^[A-Za-z0-9_]+_test$|^[A-Za-z0-9_]+ np=1$' ;;
@@ -41,12 +54,17 @@ stage_checks() {  # gpu_check --only regex of a stage
     shared_4) echo '^[A-Za-z0-9_]+ np=4$' ;;
     kill) echo 'one rank killed$' ;;
     bench) echo '^(gpu_optimizer_bench|train_mlp_step)$' ;;
+    gpt_bench) echo '^gpu_gpt_bench$' ;;
   esac
 }
 stage_timeout() {
-  case "$1" in one_rank) echo 60 ;; shared_2) echo 100 ;; shared_4) echo 140 ;; bench) echo 60 ;; *) echo 45 ;; esac
+  case "$1" in
+    one_rank) echo 60 ;; shared_2) echo 100 ;; shared_4) echo 140 ;; bench) echo 60 ;;
+    gpt_bench) echo 290 ;; *) echo 45 ;;
+  esac
 }
 check_timeout() {  # one test binary run's limit in a stage: a hung one leaves the rest their time
+  # (gpu_check's benchmark checks keep their own limits: gpu_gpt_bench's are in gpu_check.sh)
   # 4 ranks sharing one GPU through the socket transport: trainer_cuda_test needed about 45 s
   # (gpu_session_2026-11-28T050632Z.json) before its subset-EMA cases were added.
   case "$1" in shared_4) echo 100 ;; shared_2) echo 60 ;; *) echo 30 ;; esac
@@ -55,15 +73,28 @@ check_timeout() {  # one test binary run's limit in a stage: a hung one leaves t
 if [ "${1:-}" = --package ]; then
   [ -n "${2:-}" ] || die "--package needs a folder"
   dir=$(realpath -m "$2")
+  # Builds DIR (this script included) and DIR.tar.gz, and fails when the archive is over the
+  # carry limit.
   "$here/gpu_check.sh" --package "$dir" || exit 2
-  cp "$here/gpu_session.sh" "$dir/gpu_session.sh" && chmod +x "$dir/gpu_session.sh" ||
-    die "copy gpu_session.sh"
-  bytes=$(du -sb "$dir" | cut -f1)
-  echo "== gpu_session package: $dir, $((bytes / 1048576)) MiB ($bytes bytes; the device's carry" \
-    "limit is 64 MiB$([ "$bytes" -gt 67108864 ] && echo ': TOO LARGE'))"
-  echo "   on the GPU machine: $dir/gpu_session.sh"
-  [ "$bytes" -le 67108864 ]
-  exit $?
+  [ -x "$dir/gpu_session.sh" ] && [ -f "$dir.tar.gz" ] || die "gpu_check --package left no" \
+    "$dir/gpu_session.sh or $dir.tar.gz"
+  limit=67108864  # the device's carry limit: 64 MiB
+  packed=$(stat -c %s "$dir.tar.gz")
+  tree=$(cd "$here/.." && git ls-files -z 2>/dev/null | xargs -0 du -cb 2>/dev/null | tail -1 |
+           cut -f1)
+  tree=${tree:-0}
+  echo "== gpu_session package: $dir.tar.gz, $((packed / 1048576)) MiB ($packed bytes) of the" \
+    "device's 64 MiB carry limit; with the repository's tracked files ($((tree / 1048576)) MiB)" \
+    "$(((packed + tree) / 1048576)) MiB travel (the folder itself, $(($(du -sb "$dir" |
+    cut -f1) / 1048576)) MiB, must not travel too)"
+  if [ $((packed + tree)) -gt "$limit" ]; then
+    echo "gpu_session: the archive and the repository's tracked files ($((packed + tree)) bytes)" \
+      "are OVER the carry limit ($limit) together" >&2
+    exit 2
+  fi
+  base=$(basename "$dir")
+  echo "   on the GPU machine: tar -xzf $base.tar.gz && $base/gpu_session.sh"
+  exit 0
 fi
 
 [ -f "$here/MANIFEST" ] || die "run it from a package (tools/gpu_session.sh --package DIR)"
@@ -95,6 +126,19 @@ json_lines() {  # a JSON array of the lines of $1 ([] for none)
     [ $first = 1 ] || printf ', '
     first=0
     json_str "$line"
+  done <<< "$1"
+  printf ']'
+}
+
+json_results() {  # a JSON array of the JSON files named by the lines of $1 (those that parse)
+  local first=1 file
+  printf '['
+  while IFS= read -r file; do
+    [ -s "$file" ] || continue  # also skips an empty line
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$file" 2>/dev/null || continue
+    [ $first = 1 ] || printf ', '
+    first=0
+    cat "$file"
   done <<< "$1"
   printf ']'
 }
@@ -135,10 +179,12 @@ for stage in "${STAGES[@]}"; do
   case "$status" in failed | timeout) bad=1 ;; esac
   lines=$(grep -E '^(PASS|FAIL|SKIP) ' "$out/$stage.txt" 2>/dev/null)
   summaries=$(grep -h '^ *summary:' "$out/$stage.txt" 2>/dev/null | sed 's/^ *//')
+  results=$(json_results "$(sed -n 's/^ *results: *//p' "$out/$stage.txt" 2>/dev/null)")
   printf '%-9s %-8s %s (%s s)\n' "$stage" "$status" "${counts:-no count line}" "$seconds"
   stage_json+=("{\"name\": $(json_str "$stage"), \"status\": $(json_str "$status"), \
 \"passed\": $p, \"failed\": $f, \"skipped\": $s, \"seconds\": $seconds, \
-\"timeout_s\": $limit, \"checks\": $(json_lines "$lines"), \"summaries\": $(json_lines "$summaries")}")
+\"timeout_s\": $limit, \"checks\": $(json_lines "$lines"), \
+\"summaries\": $(json_lines "$summaries"), \"results\": $results}")
 done
 
 {

@@ -6,6 +6,10 @@
 
 #include <sys/resource.h>
 
+#if SHARDEMA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace shardema {
 namespace {
 
@@ -28,6 +32,23 @@ double PeakRssMib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// The memory in use on `device` (total - free: every process's allocations, the CUDA context
+// included), in MiB; 0 on the CPU, without CUDA, or when the query fails. No device wait.
+double DeviceUsedMib(Device device) {
+#if SHARDEMA_WITH_CUDA
+  if (!device.is_cuda() || !SetCurrentDevice(device).ok()) return 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // clears the error: the figure is best effort
+    return 0;
+  }
+  return double(total_bytes - free_bytes) / 1048576.0;
+#else
+  (void)device;
+  return 0;
+#endif
 }
 
 }  // namespace
@@ -56,6 +77,8 @@ Status StepTiming::Begin() {
 
 void StepTiming::End(double wall_ms) {
   t_.step_ms.push_back(wall_ms);
+  if (device_.is_cuda())
+    peak_device_used_mib_ = std::max(peak_device_used_mib_, DeviceUsedMib(device_));
   if (int64_t(t_.step_ms.size()) > warmup_) cpu_ms_.push_back(ProcessCpuMs() - step_cpu0_ms_);
 }
 
@@ -77,15 +100,18 @@ StatusOr<StepTimes> StepTiming::Report() {
   t_.timed_steps = int64_t(cpu_ms_.size());
   const std::vector<double> timed(t_.step_ms.end() - t_.timed_steps, t_.step_ms.end());
   const int world = comm_->world_size();
-  std::vector<float> all(size_t(4 * world));
-  const float mine[4] = {float(Median(timed)), float(Median(cpu_ms_)), float(PeakRssMib()),
-                         float(ProcessCpuMs() - run_cpu0_ms_)};
-  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), 4, DType::kF32));
+  constexpr int kFields = 5;
+  std::vector<float> all(size_t(kFields * world));
+  const float mine[kFields] = {float(Median(timed)), float(Median(cpu_ms_)), float(PeakRssMib()),
+                               float(ProcessCpuMs() - run_cpu0_ms_), float(peak_device_used_mib_)};
+  RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), kFields, DType::kF32));
   for (int r = 0; r < world; ++r) {
-    t_.median_step_ms = std::max(t_.median_step_ms, double(all[size_t(4 * r)]));
-    t_.median_step_cpu_ms = std::max(t_.median_step_cpu_ms, double(all[size_t(4 * r + 1)]));
-    t_.peak_rss_mib.push_back(all[size_t(4 * r + 2)]);
-    t_.run_cpu_ms += double(all[size_t(4 * r + 3)]);
+    const float* f = &all[size_t(kFields * r)];
+    t_.median_step_ms = std::max(t_.median_step_ms, double(f[0]));
+    t_.median_step_cpu_ms = std::max(t_.median_step_cpu_ms, double(f[1]));
+    t_.peak_rss_mib.push_back(f[2]);
+    t_.run_cpu_ms += double(f[3]);
+    if (device_.is_cuda()) t_.peak_device_used_mib.push_back(f[4]);
   }
   return t_;
 }

@@ -171,6 +171,9 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
             {"across_groups", summary->sent_bytes_across_groups_per_step}}},
           {"batch", config.batch},
           {"device", (*trainer)->device().ToString()}};
+      // GPU: the device memory in use, per rank (train/step_timing.h).
+      if (!summary->timing.peak_device_used_mib.empty())
+        j["peak_device_used_mib"] = summary->timing.peak_device_used_mib;
       j.update((*trainer)->model().BenchJson());
       std::cout << j.dump() << "\n";
     }

@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# gpu_gpt_bench: one training step of the GPT-2 small shape on one GPU, through shardema's
+# train_gpt --device cuda (one rank, the sharded store, fused AdamW + 2 EMA slots) and through
+# PyTorch eager with bf16 autocast (bench/peer/torch_gpt_gpu.py: the same model, batch and
+# tokens; fused AdamW, 2 EMA copies by torch._foreach_lerp_), in the same run, with the MFU of
+# each against the card's data-sheet dense bf16 peak and against a measured large bf16 GEMM.
+#
+#   bench/gpu_gpt_bench.sh [--train-gpt PATH] [--peer PATH] [--device cuda|cpu] [--batch 8]
+#       [--steps 5] [--warmup 2] [--n-layer 12] [--n-head 12] [--n-embd 768] [--block-size 1024]
+#       [--vocab-size 50257] [--ema 0.999,0.9999] [--ours-flags "--precision bf16 --allow-tf32"]
+#       [--attention naive|sdpa] [--torch-dtype bf16|fp32] [--gemm-size 8192]
+#       [--compile-timeout 0] [--ours-timeout 150] [--torch-timeout 120] [--json FILE]
+#       [--build TEXT]
+#   (tools/gpu_session.sh's gpt_bench stage runs it from its package: tools/gpu_check.sh's
+#   gpu_gpt_bench check.)
+#
+# --train-gpt: a CUDA build of //examples:train_gpt (default bazel-bin/examples/train_gpt of
+# the repository above this script, built with --config=cuda when missing). --peer: default
+# bench/peer/torch_gpt_gpu.py beside this script, run by $PYTHON (default python3); when that
+# cannot import torch the torch figures read "na". --batch: sequences of --block-size tokens per
+# step, the same for both sides; choose once the largest power of two at which PyTorch eager
+# fits on the card and keep it (default 8: 8192 tokens per step). --steps timed steps after
+# --warmup. --ours-flags: extra train_gpt flags (default --precision bf16 --allow-tf32, the
+# match of the peer's autocast: bf16 GEMM operands where train_gpt's CUDA model takes them, else
+# the bf16 weights widened to f32 and the f32 GEMMs on TF32 tensor cores; with --device cpu
+# the default is ""; "" for plain f32; the summary's ours_flags). --attention: the peer's
+# (naive: the twin's materialised T x T probabilities, as ours; sdpa:
+# F.scaled_dot_product_attention). --torch-dtype: the peer's
+# autocast (default bf16; fp32 for the CPU dry run). --gemm-size: the square bf16 GEMM the peer
+# times (0: none). --compile-timeout S > 0 also runs the peer with torch.compile, ended after S
+# seconds (compile included): its step time is torch_compile_ms, else "unavailable" (offline
+# machines, old torch). --device cpu: the plumbing's dry run without a GPU (a CPU train_gpt, the
+# peer on the CPU; use a tiny shape). --json FILE: also write the results file (name, date,
+# card, driver, machine, commit, build, command, summary, and each side's JSON line).
+# --build: the package's build line (gpu_session's BUILD_INFO) for the results file.
+#
+# Tokens: a generated file of (B x (warmup + steps) + 1) x T + 1 random uint16 tokens in
+# [0, --vocab-size) (a nanoGPT-style .bin), read by both in train_gpt's --data-order sequential:
+# step s's sequence j starts at ((s*B + j)*T) mod (N - T), so each step has fresh tokens and both
+# sides the same ones. Ours evaluates once after the run (untimed) on a T + 1 token file.
+# Ours: train_gpt --bench-json (step time by CUDA events, no host wait per step; the median over
+# the timed steps; peak_device_used_mib: the device memory in use at each step's end,
+# cudaMemGetInfo). Torch: the same events and reading (torch.cuda.mem_get_info), plus
+# torch.cuda.max_memory_allocated / max_memory_reserved. The FLOP count per token is
+# 6 N + 12 L T C (N: the weights in matrix products; derived in bench/peer/gpt_flops.py, with
+# the table of data-sheet peaks).
+# Prints both sides' figures and ends with one line
+#   summary: ours_ms=... torch_ms=... ratio=... ours_tokens_per_s=... torch_tokens_per_s=...
+#     mfu_ours=... mfu_torch=... mfu_gemm_ours=... mfu_gemm_torch=... gemm_tflops=...
+#     peak_tflops=... ours_device_mib=... torch_device_mib=... torch_allocated_mib=...
+#     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... block_size=...
+#     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... attention=... device=...
+#     ours_flags=... (--ours-flags, commas for spaces)
+# (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
+# mfu_gemm_*: against gemm_tflops; *_device_mib: device memory in use, the CUDA context
+# included, read the same way on both sides; "na" for what did not run).
+# Exit: 0 when ours ran (and the peer, where torch imports), 1 otherwise, 2 for bad arguments.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The source tree, or peer/ in a gpu_check package.
+root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
+die() { echo "gpu_gpt_bench: $*" >&2; exit 2; }
+why() {  # $1: exit status, $2: the time limit -> ", timeout N s" for a timeout
+  [ "$1" = 124 ] && echo ", timeout $2 s"
+}
+
+train="" peer="$root/bench/peer/torch_gpt_gpu.py" device=cuda batch=8 steps=5 warmup=2
+n_layer=12 n_head=12 n_embd=768 block=1024 vocab=50257 ema=0.999,0.9999
+ours_flags=default attention=naive torch_dtype="" gemm=8192 compile_timeout=0
+ours_timeout=150 torch_timeout=120 json="" build=""
+command_line="$0 $*"
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --train-gpt) train="$2" ;;
+    --peer) peer="$2" ;;
+    --device) device="$2" ;;
+    --batch) batch="$2" ;;
+    --steps) steps="$2" ;;
+    --warmup) warmup="$2" ;;
+    --n-layer) n_layer="$2" ;;
+    --n-head) n_head="$2" ;;
+    --n-embd) n_embd="$2" ;;
+    --block-size) block="$2" ;;
+    --vocab-size) vocab="$2" ;;
+    --ema) ema="$2" ;;
+    --ours-flags) ours_flags="$2" ;;
+    --attention) attention="$2" ;;
+    --torch-dtype) torch_dtype="$2" ;;
+    --gemm-size) gemm="$2" ;;
+    --compile-timeout) compile_timeout="$2" ;;
+    --ours-timeout) ours_timeout="$2" ;;
+    --torch-timeout) torch_timeout="$2" ;;
+    --json) json="$2" ;;
+    --build) build="$2" ;;
+    *) die "unknown flag $1" ;;
+  esac
+  shift 2
+done
+for v in batch steps n_layer n_head n_embd block vocab ours_timeout torch_timeout; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-} '${!v}': a positive integer"
+done
+for v in warmup gemm compile_timeout; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || die "--${v//_/-} '${!v}': an integer >= 0"
+done
+[ "$vocab" -le 65536 ] || die "--vocab-size $vocab: the token file is uint16 (<= 65536)"
+[ $((n_embd % n_head)) = 0 ] || die "--n-embd $n_embd is not divisible by --n-head $n_head"
+case "$device" in cuda | cpu) ;; *) die "--device '$device': cuda or cpu" ;; esac
+case "$attention" in naive | sdpa) ;; *) die "--attention '$attention': naive or sdpa" ;; esac
+if [ "$ours_flags" = default ]; then  # --allow-tf32 is for CUDA only
+  ours_flags="--precision bf16 --allow-tf32"
+  [ "$device" = cpu ] && ours_flags=""
+fi
+[ -n "$torch_dtype" ] || { [ "$device" = cuda ] && torch_dtype=bf16 || torch_dtype=fp32; }
+case "$torch_dtype" in bf16 | fp32) ;; *) die "--torch-dtype '$torch_dtype': bf16 or fp32" ;; esac
+[[ "$ema" =~ ^[0-9.]+(,[0-9.]+)*$ ]] || die "--ema '$ema': decays d1,d2,..."
+if [ -z "$train" ]; then
+  train="$root/bazel-bin/examples/train_gpt"
+  if [ ! -x "$train" ] && [ -f "$root/WORKSPACE" ]; then
+    cfg=()
+    [ "$device" = cuda ] && cfg=(--config=cuda)
+    (cd "$root" && bazel build "${cfg[@]}" //examples:train_gpt >&2) || die "the build failed"
+  fi
+fi
+[ -x "$train" ] || die "no train_gpt at $train (--train-gpt)"
+[ -f "$peer" ] || die "no peer at $peer (--peer)"
+flops_py="$(dirname "$peer")/gpt_flops.py"
+[ -f "$flops_py" ] || die "no gpt_flops.py beside the peer ($flops_py)"
+python="${PYTHON:-python3}"
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ beside the peer and the model it imports
+tool_python="${BENCH_PYTHON:-python3}"  # the plumbing: the standard library only
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpu_gpt_bench.XXXXXX")" || die "mktemp"
+trap 'rm -rf "$work"' EXIT
+
+# The tokens (see the header); the first is 0, so the file never reads as an llm.c shard.
+"$tool_python" - "$work" "$vocab" "$batch" "$block" $((warmup + steps)) <<'PY' || die "tokens"
+import array, random, sys
+work, vocab, b, t, s = sys.argv[1], *map(int, sys.argv[2:])
+rng = random.Random(0)
+for name, n in (("tokens.bin", (b * s + 1) * t + 1), ("eval.bin", t + 1)):
+    a = array.array("H", (rng.randrange(vocab) for _ in range(n)))
+    a[0] = 0
+    if sys.byteorder != "little":
+        a.byteswap()
+    with open("%s/%s" % (work, name), "wb") as f:
+        f.write(a.tobytes())
+PY
+
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "# gpu_gpt_bench: GPT n_layer $n_layer n_head $n_head n_embd $n_embd block $block vocab" \
+  "$vocab, batch $batch x $block tokens, AdamW + EMA $ema, $steps timed steps after $warmup," \
+  "device $device (${card:-no nvidia-smi})"
+
+# Ours.
+read -r -a extra <<< "$ours_flags"  # --ours-flags: a list of flags
+ours_cmd=("$train" --device "$device" --n-layer "$n_layer" --n-head "$n_head" --n-embd "$n_embd"
+  --block-size "$block" --vocab-size "$vocab" --data "$work/tokens.bin"
+  --eval-data "$work/eval.bin" --eval-batch 1 --data-order sequential --batch "$batch"
+  --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --log-every 0
+  --lr 6e-4 --ema "$ema" "${extra[@]}")
+echo "# ours: ${ours_cmd[*]}"
+timeout --kill-after=5 "$ours_timeout" "${ours_cmd[@]}" > "$work/ours.out" 2> "$work/ours.log"
+ours_rc=$?
+grep '^{.*"step_ms"' "$work/ours.out" | tail -1 > "$work/ours.json"
+if [ "$ours_rc" != 0 ] || [ ! -s "$work/ours.json" ]; then
+  echo "# ours failed (exit $ours_rc$(why "$ours_rc" "$ours_timeout")):"
+  tail -5 "$work/ours.log" | sed 's/^/#   /'
+  : > "$work/ours.json"
+fi
+
+# The peer: eager, then (--compile-timeout) torch.compile.
+peer_args=(--data "$work/tokens.bin" --device "$device" --n-layer "$n_layer" --n-head "$n_head"
+  --n-embd "$n_embd" --block-size "$block" --vocab-size "$vocab" --batch "$batch"
+  --steps "$steps" --warmup "$warmup" --ema "$ema" --dtype "$torch_dtype"
+  --attention "$attention")
+torch_ok=1 torch_rc=0 compile=not_tried
+: > "$work/torch.json"
+: > "$work/compile.json"
+if ! "$python" -c 'import torch' > /dev/null 2>&1; then
+  torch_ok=0
+  echo "# torch: $python cannot import torch; its figures read na"
+else
+  echo "# torch: $python $peer ${peer_args[*]} --gemm-size $gemm"
+  timeout --kill-after=5 "$torch_timeout" "$python" "$peer" "${peer_args[@]}" --gemm-size "$gemm" \
+    > "$work/torch.out" 2> "$work/torch.log"
+  torch_rc=$?
+  grep '^{' "$work/torch.out" | tail -1 > "$work/torch.json"
+  if [ "$torch_rc" != 0 ] || [ ! -s "$work/torch.json" ]; then
+    echo "# torch failed (exit $torch_rc$(why "$torch_rc" "$torch_timeout")):"
+    tail -5 "$work/torch.log" | sed 's/^/#   /'
+    : > "$work/torch.json"
+  fi
+  if [ "$compile_timeout" -gt 0 ]; then
+    echo "# torch.compile: the same, --compile, within ${compile_timeout} s"
+    timeout --kill-after=5 "$compile_timeout" "$python" "$peer" "${peer_args[@]}" --compile \
+      --gemm-size 0 > "$work/compile.out" 2> "$work/compile.log"
+    rc=$?
+    grep '^{' "$work/compile.out" | tail -1 > "$work/compile.json"
+    if [ "$rc" = 0 ] && [ -s "$work/compile.json" ]; then
+      compile=ok
+    else
+      compile=unavailable
+      echo "# torch.compile unavailable (exit $rc$(why "$rc" "$compile_timeout")):"
+      tail -3 "$work/compile.log" | sed 's/^/#   /'
+      : > "$work/compile.json"
+    fi
+  fi
+fi
+
+# The figures, the summary line and the results file.
+commit=$(git -C "$root" rev-parse HEAD 2>/dev/null)
+dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -1)
+if ! SHAPE="$n_layer $n_head $n_embd $block $vocab $batch $steps $warmup" CARD="${card:-}" \
+DRIVER="${driver:-}" DEVICE="$device" ATTENTION="$attention" COMPILE="$compile" \
+OURS_FLAGS="$ours_flags" COMMAND="$command_line" COMMIT="$commit" DIRTY="$dirty" BUILD="$build" \
+OURS_CMD="${ours_cmd[*]}" \
+  "$tool_python" - "$work" "$flops_py" "$json" <<'PY'; then
+import datetime, importlib.util, json, os, re, socket, sys
+work, flops_py, out = sys.argv[1], sys.argv[2], sys.argv[3]
+spec = importlib.util.spec_from_file_location("gpt_flops", flops_py)
+gf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gf)
+L, H, C, T, V, B, S, W = map(int, os.environ["SHAPE"].split())
+
+def load(name):
+    try:
+        with open(os.path.join(work, name)) as f:
+            return json.loads(f.read().strip() or "null")
+    except (OSError, ValueError):
+        return None
+
+ours, torch_, comp = load("ours.json"), load("torch.json"), load("compile.json")
+name = (torch_ or {}).get("device_name") or os.environ["CARD"] or os.environ["DEVICE"]
+gemm = (torch_ or {}).get("gemm_tflops")
+gemm = gemm if isinstance(gemm, (int, float)) else None
+def num(d, k):
+    v = (d or {}).get(k)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def peak(v):
+    return max(v) if isinstance(v, list) and v else (v if isinstance(v, (int, float)) else None)
+ours_ms, torch_ms = num(ours, "step_ms"), num(torch_, "step_ms")
+fo = gf.figures(L, C, T, V, B, ours_ms, name, gemm)
+ft = gf.figures(L, C, T, V, B, torch_ms, name, gemm)
+def f(v, nd=4):
+    if v is None or v == "na":
+        return "na"
+    return ("%.*f" % (nd, v)).rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
+s = {
+    "ours_ms": f(ours_ms), "torch_ms": f(torch_ms),
+    "ratio": f(torch_ms / ours_ms) if ours_ms and torch_ms else "na",
+    "ours_tokens_per_s": f(fo["tokens_per_s"], 1), "torch_tokens_per_s": f(ft["tokens_per_s"], 1),
+    "mfu_ours": f(fo["mfu_peak"]), "mfu_torch": f(ft["mfu_peak"]),
+    "mfu_gemm_ours": f(fo["mfu_gemm"]), "mfu_gemm_torch": f(ft["mfu_gemm"]),
+    "gemm_tflops": f(gemm, 2), "peak_tflops": f(fo["peak_tflops"], 1),
+    "ours_device_mib": f(peak((ours or {}).get("peak_device_used_mib")), 1),
+    "torch_device_mib": f(num(torch_, "peak_device_used_mib"), 1),
+    "torch_allocated_mib": f(num(torch_, "max_memory_allocated_mib"), 1),
+    "torch_reserved_mib": f(num(torch_, "max_memory_reserved_mib"), 1),
+    "torch_compile_ms": f(num(comp, "step_ms")) if comp else os.environ["COMPILE"],
+    "compile": os.environ["COMPILE"],
+    "batch": B, "block_size": T, "n_layer": L, "n_embd": C, "vocab_padded": gf.padded_vocab(V),
+    "steps": S, "warmup": W, "attention": os.environ["ATTENTION"],
+    "device": name.replace(" ", "_"),
+    "ours_flags": ",".join(os.environ["OURS_FLAGS"].split()) or "none",
+}
+print("%-6s %10s %12s %8s %8s %11s %s" % ("side", "step_ms", "tokens/s", "TFLOP/s", "mfu",
+                                         "mfu_gemm", "device MiB (allocated, reserved)"))
+print("%-6s %10s %12s %8s %8s %11s %s" % ("ours", s["ours_ms"], s["ours_tokens_per_s"],
+      f(fo["tflops"], 1), s["mfu_ours"], s["mfu_gemm_ours"], s["ours_device_mib"]))
+print("%-6s %10s %12s %8s %8s %11s %s (%s, %s)" % ("torch", s["torch_ms"],
+      s["torch_tokens_per_s"], f(ft["tflops"], 1), s["mfu_torch"], s["mfu_gemm_torch"],
+      s["torch_device_mib"], s["torch_allocated_mib"], s["torch_reserved_mib"]))
+print("# %s FLOPs per token (6 N + 12 L T C), peak %s TFLOP/s (%s), GEMM %s TFLOP/s; "
+      "torch.compile: %s; ratio = tokens/s ours / torch" % (fo["flops_per_token"],
+      s["peak_tflops"], fo["peak_source"], s["gemm_tflops"], s["torch_compile_ms"]))
+line = "summary: " + " ".join("%s=%s" % kv for kv in s.items())
+if out:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "")
+    doc = {"name": "gpu_gpt_bench",
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "card": os.environ["CARD"] or "none", "driver": os.environ["DRIVER"] or "none",
+           "machine": {"cpu": cpu, "cores": os.cpu_count(), "host": socket.gethostname()},
+           "commit": os.environ["COMMIT"], "dirty": bool(os.environ["DIRTY"]),
+           "build": os.environ["BUILD"], "command": os.environ["COMMAND"],
+           "ours_command": os.environ["OURS_CMD"], "summary": {},
+           "ours": ours, "torch": torch_, "torch_compile": comp}
+    doc["summary"] = {k: (int(v) if re.fullmatch(r"-?\d+", str(v)) else
+                          float(v) if re.fullmatch(r"-?[0-9.]+(e-?\d+)?", str(v)) else v)
+                      for k, v in s.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+    print("# results: %s" % out)
+print(line)
+PY
+  exit 1
+fi
+[ -s "$work/ours.json" ] || exit 1
+[ "$torch_ok" = 0 ] || [ -s "$work/torch.json" ] || exit 1
+exit 0

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/gpu_gpt_bench.sh without a GPU: its argument errors exit 2, and a CPU dry run of its
+# plumbing at a tiny shape (a CPU train_gpt, $1) prints the summary line with ours' figures and
+# writes the results file; without torch (PYTHON naming no interpreter) the peer's figures read
+# na and the run still passes. Where this machine's python3 imports torch and numpy (Debian's
+# python3-torch), the peer runs too, from the source tree the test's files link to, and its
+# figures and the ratio are numbers.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+train="$(realpath "${1:?usage: gpu_gpt_bench_test.sh TRAIN_GPT}")"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+driver="$here/gpu_gpt_bench.sh"
+
+# 1. Argument errors.
+for args in "--batch 0" "--steps x" "--warmup -1" "--device tpu" "--attention flash" \
+  "--torch-dtype f16" "--n-embd 100 --n-head 12" "--vocab-size 70000" "--ema 0.9;1" \
+  "--bogus 1" "--steps" "--train-gpt $tmp/none"; do
+  # shellcheck disable=SC2086  # each case is a list of arguments
+  out=$("$driver" --train-gpt "$train" $args 2>&1)
+  [ $? = 2 ] || fail "'$args' did not exit 2: $out"
+  echo "$out" | grep -q '^gpu_gpt_bench: ' || fail "'$args': no message: $out"
+done
+
+# 2. The dry run without torch.
+tiny=(--device cpu --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --vocab-size 300
+      --batch 2 --steps 2 --warmup 1 --gemm-size 32 --ours-flags "")
+out=$(PYTHON="$tmp/no-python" "$driver" --train-gpt "$train" "${tiny[@]}" --json "$tmp/r.json" \
+        --build "built here" 2>&1) || fail "dry run: $out"
+line=$(echo "$out" | tail -1)
+[[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=na\ ratio=na\ ours_tokens_per_s=[0-9.]+\  ]] ||
+  fail "summary: $line"
+for kv in mfu_ours=na gemm_tflops=na compile=not_tried batch=2 block_size=16 vocab_padded=320 \
+  steps=2 warmup=1 device=cpu; do
+  echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
+done
+python3 - "$tmp/r.json" <<'PY' || fail "results file: $(cat "$tmp/r.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["name"] == "gpu_gpt_bench" and r["build"] == "built here", r
+assert r["summary"]["ours_ms"] > 0 and r["summary"]["torch_ms"] == "na", r["summary"]
+assert r["ours"]["batch"] == 2 and r["ours"]["timed_steps"] == 2 and r["torch"] is None, r
+assert r["summary"]["ours_tokens_per_s"] > 0 and r["date"].endswith("Z"), r
+PY
+
+# 3. The peer, where python3 imports torch (run from the source tree: the peer imports
+# examples/testdata/gpt_torch.py by its path).
+py=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c 'import torch, numpy' > /dev/null 2>&1; then py="$p"; break; fi
+done
+if [ -z "$py" ]; then
+  echo "PASS (parts 1 and 2; no python3 here imports torch: the peer's dry run not run)"
+  exit 0
+fi
+src="$(dirname "$(readlink -f "$driver")")"
+out=$(PYTHON="$py" "$src/gpu_gpt_bench.sh" --train-gpt "$train" "${tiny[@]}" 2>&1) ||
+  fail "dry run with torch: $out"
+line=$(echo "$out" | tail -1)
+[[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=[0-9.]+\ ratio=[0-9.]+\  ]] ||
+  fail "summary with torch: $line"
+echo "PASS"
