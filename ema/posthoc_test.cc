@@ -420,7 +420,9 @@ TEST(PosthocSubsetTest, SubsetSlotsReconstructTrackedAndKeepTheLiveOthers) {
   EmaSnapshotOptions so;
   so.fsync = false;
   Train(rig, 60, [&](int64_t s) {
-    if (EmaSnapshotDue(s, 20)) ASSERT_TRUE(WriteEmaSnapshot(root, World(), *rig.emas, s, so).ok());
+    if (EmaSnapshotDue(s, 20)) {
+      ASSERT_TRUE(WriteEmaSnapshot(root, World(), *rig.emas, s, so).ok());
+    }
   });
   StatusOr<std::vector<EmaSnapshotInfo>> list = ListEmaSnapshots(root);
   ASSERT_TRUE(list.ok()) << list.status().ToString();

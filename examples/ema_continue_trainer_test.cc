@@ -80,7 +80,9 @@ void ExpectInitFromSlot(const std::string& tag, bool world_first) {
     ASSERT_TRUE(r.ok()) << r.status();
     source = GatherState(*r->trainer);  // master, ema_0.9, e_bf16 (widened)
   }
-  if (lead) ASSERT_TRUE(ExportSafetensors(src, "ema_0.9", DType::kF32, exported).ok());
+  if (lead) {
+    ASSERT_TRUE(ExportSafetensors(src, "ema_0.9", DType::kF32, exported).ok());
+  }
   ASSERT_TRUE(World()->Barrier().ok());
   if (!world_first || lead) {
     for (size_t slot : {size_t(1), size_t(2)}) {
@@ -111,7 +113,9 @@ void ExpectInitFromSlot(const std::string& tag, bool world_first) {
     EXPECT_EQ(a->summary.start_step, 0);
     EXPECT_EQ(a->summary.losses, b->summary.losses);
     const State got = GatherState(*a->trainer), want = GatherState(*b->trainer);
-    if (lead) EXPECT_TRUE(BitEqual(got, want)) << tag;
+    if (lead) {
+      EXPECT_TRUE(BitEqual(got, want)) << tag;
+    }
   }
   ASSERT_TRUE(World()->Barrier().ok());
 }
@@ -185,7 +189,9 @@ TEST(EmaContinueTrainerTest, ResetMasterFromSlotKeepsTheRestAndResumesBitExactly
   EXPECT_EQ(again->summary.start_step, 6);
   EXPECT_EQ(again->summary.losses, std::vector<double>(run->losses.begin() + 2, run->losses.end()));
   const State again_end = GatherState(*again->trainer);
-  if (World()->rank() == 0) EXPECT_TRUE(BitEqual(again_end, end));
+  if (World()->rank() == 0) {
+    EXPECT_TRUE(BitEqual(again_end, end));
+  }
   // ... and resharded on one rank within the world-size tolerance (bit-exact at W = 1).
   const std::string one = TestPath("reset_copy_one");
   CopyStep(root, "step_00000006", one);
@@ -196,7 +202,9 @@ TEST(EmaContinueTrainerTest, ResetMasterFromSlotKeepsTheRestAndResumesBitExactly
     ASSERT_EQ(serial->summary.losses.size(), 2u);
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_NEAR(serial->summary.losses[i], run->losses[2 + i], 1e-5 * run->losses[2 + i]);
-      if (World()->world_size() == 1) EXPECT_EQ(serial->summary.losses[i], run->losses[2 + i]);
+      if (World()->world_size() == 1) {
+        EXPECT_EQ(serial->summary.losses[i], run->losses[2 + i]);
+      }
     }
   }
   ASSERT_TRUE(World()->Barrier().ok());

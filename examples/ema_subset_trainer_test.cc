@@ -69,7 +69,9 @@ TEST(EmaSubsetTrainerTest, TrackedValuesEqualAFullSlotAndMemoryShrinks) {
     const ParamSubset* sub = t.emas()->subset(i);
     EXPECT_EQ(sub != nullptr, i == 1 || i >= 3) << i;
     EXPECT_EQ(n, sub ? sub->numel() : t.store()->layout().local_numel()) << i;
-    if (sub) EXPECT_LT(n, t.store()->layout().local_numel()) << i;
+    if (sub) {
+      EXPECT_LT(n, t.store()->layout().local_numel()) << i;
+    }
     ema_bytes += n * int64_t(DTypeSize(EmaStorageDType(t.emas()->storage(i))));
     full_bytes += t.store()->layout().local_numel() *
                   int64_t(DTypeSize(EmaStorageDType(t.emas()->storage(i))));
@@ -94,7 +96,9 @@ TEST(EmaSubsetTrainerTest, TrackedValuesEqualAFullSlotAndMemoryShrinks) {
     // slot k (1-based in s) against its full twin or the master
     EXPECT_EQ(bits(2) == (Tracked(1, name) ? bits(1) : bits(0)), true) << "sub " << name;
     EXPECT_EQ(bits(4) == (Tracked(3, name) ? bits(3) : bits(0)), true) << "sub_d " << name;
-    if (!Tracked(5 - 1, name)) EXPECT_EQ(bits(5), bits(0)) << "sub_sr " << name;
+    if (!Tracked(5 - 1, name)) {
+      EXPECT_EQ(bits(5), bits(0)) << "sub_sr " << name;
+    }
     (Tracked(1, name) ? tracked : untracked)++;
     // Not vacuous: the EMA moved away from the master.
     EXPECT_NE(bits(1), bits(0)) << name;
@@ -156,7 +160,9 @@ TEST(EmaSubsetTrainerTest, ExportWritesUntrackedParametersFromTheMaster) {
       if (!in) untracked.push_back(p.name);
       // The slot's gathered values: tracked = EMA, untracked = master (checked above).
       EXPECT_EQ(ReadF32(**f, p.name), s[slot + 1][&p - s[0].data()].data) << name << " " << p.name;
-      if (!in) EXPECT_EQ(ReadF32(**f, p.name), p.data) << name << " " << p.name;
+      if (!in) {
+        EXPECT_EQ(ReadF32(**f, p.name), p.data) << name << " " << p.name;
+      }
     }
     const auto& md = (*f)->header().metadata;
     ASSERT_EQ(md.count("ema_untracked"), 1u) << name;

@@ -10,8 +10,12 @@ namespace shardema {
 namespace {
 
 TEST(CpuFeaturesTest, LevelsNest) {
-  if (CpuHasX86_64V4()) EXPECT_TRUE(CpuHasX86_64V3());
-  if (CpuHasX86_64V3()) EXPECT_TRUE(CpuHasAvx2Fma());
+  if (CpuHasX86_64V4()) {
+    EXPECT_TRUE(CpuHasX86_64V3());
+  }
+  if (CpuHasX86_64V3()) {
+    EXPECT_TRUE(CpuHasAvx2Fma());
+  }
 }
 
 TEST(CpuFeaturesTest, AgreesWithTheCompilerBuiltins) {

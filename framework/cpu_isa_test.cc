@@ -35,7 +35,9 @@ TEST(CpuIsaTest, Parses) {
     }
   }
   // v4 implies v3; auto never picks what the CPU lacks.
-  if (CpuSupports(CpuIsa::kV4)) EXPECT_TRUE(CpuSupports(CpuIsa::kV3));
+  if (CpuSupports(CpuIsa::kV4)) {
+    EXPECT_TRUE(CpuSupports(CpuIsa::kV3));
+  }
   EXPECT_TRUE(CpuSupports(BestCpuIsa()));
 }
 

@@ -49,7 +49,9 @@ void ExpectPeersSeeAnAnnouncedFailure(bool check_args) {
                           " of " + std::to_string(world) + " failed and left the job: boom"),
         std::string::npos)
         << st;
-    if (work.ok()) EXPECT_EQ((*work)->Wait().code(), StatusCode::kAborted) << "idempotent";
+    if (work.ok()) {
+      EXPECT_EQ((*work)->Wait().code(), StatusCode::kAborted) << "idempotent";
+    }
   }
   const Status again = c.AllGather(send.data(), recv.data(), send.size(), DType::kF32);
   EXPECT_EQ(again.code(), StatusCode::kAborted) << again;

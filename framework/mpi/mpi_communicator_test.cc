@@ -612,7 +612,9 @@ TEST(AsyncTest, TestSeesEveryOperationTheProgressThreadCounted) {
     EXPECT_TRUE(complete) << "round " << round;
     EXPECT_TRUE((*rs)->Wait().ok());
     EXPECT_TRUE((*ag)->Wait().ok());
-    if (!w->options().progress_thread) EXPECT_EQ(w->completed_by_progress_thread(), 0);
+    if (!w->options().progress_thread) {
+      EXPECT_EQ(w->completed_by_progress_thread(), 0);
+    }
     ExpectSummedAndGathered(recv, count, all, gathered);
   }
   EXPECT_EQ(behind, 0) << "of " << polls << " polls, " << behind

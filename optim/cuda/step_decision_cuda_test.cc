@@ -113,7 +113,9 @@ TEST_F(StepDecisionCudaTest, FusedPassReadsTheDecision) {
       EXPECT_EQ(CompareBits("moment 1", Download(dm), hm), "");
       EXPECT_EQ(CompareBits("moment 2", Download(dv), hv), "");
       EXPECT_EQ(CompareBits("ema", Download(de), he), "");
-      if (c < 0) EXPECT_EQ(CompareBits("untouched", Download(dp), p0), "");
+      if (c < 0) {
+        EXPECT_EQ(CompareBits("untouched", Download(dp), p0), "");
+      }
     }
   }
 }
