@@ -9,8 +9,10 @@
 //   CUDA (nn/cuda): GEMM operands are in the compute dtype: the gathered weights as they are, the
 //     activation operand (x, dy, attention's q/k/v/probabilities/gradients) rounded to the compute
 //     dtype (ties to even, framework/dtype.h) just before the GEMM; cuBLAS accumulates in f32 and
-//     writes f32. Element-wise kernels read bf16/f16 parameters (LayerNorm weight/bias, biases,
-//     embedding tables) widened to f32.
+//     writes f32 (nn/cuda/linear.h). Element-wise kernels read bf16/f16 parameters (LayerNorm
+//     weight/bias, biases, embedding tables) widened to f32. A model may instead widen the
+//     weights and keep f32 operands (the CPU's rule): GptModelCuda does at f16 (no loss scaling),
+//     and takes the 16-bit operands at bf16 (PyTorch autocast); MlpModelCuda keeps dz f32 at f16.
 // So f32 runs agree across devices to f32 rounding, and bf16/f16 runs to the operand rounding.
 #ifndef SHARDEMA_NN_PRECISION_H_
 #define SHARDEMA_NN_PRECISION_H_

@@ -522,7 +522,9 @@ StatusOr<ParsedArgs> ParseConfig(int argc, const char* const* argv, TrainConfig&
   app.add_option("--clip-norm", c.clip_norm, "global gradient-norm clipping (0: off)")
       ->capture_default_str();
   app.add_option("--precision", raw.precision,
-                 "compute dtype of gathered weights: fp32 | bf16 | fp16")
+                 "compute dtype of gathered weights: fp32 | bf16 | fp16. The CPU widens them for "
+                 "fp32 GEMMs; with --device cuda, bf16 is PyTorch's autocast(bf16): bf16 GEMM "
+                 "operands on tensor cores, fp32 accumulation (examples/CUDA_MODELS.md)")
       ->capture_default_str();
   app.add_option("--lr-schedule", raw.lr_schedule, "constant | cosine")->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "linear LR warmup steps")->capture_default_str();

@@ -69,8 +69,13 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
   m->stream_ = store->stream();
   m->xs_.resize(size_t(shape.n_layer) + 3);
   m->acts_.resize(recompute ? 1 : size_t(shape.n_layer));
+  // bf16: autocast's rule (bf16 GEMM operands, the gathered weights as they are); f32 and f16:
+  // f32 GEMMs (f16's weights widened: no loss scaling, so no f16 gradients).
+  const DType compute = store->options().compute_dtype;
+  m->param_dtype_ = compute == DType::kBF16 ? DType::kBF16 : DType::kF32;
   ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
-  ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), DType::kF32));
+  ASSIGN_OR_RETURN(m->linear_, nn::CudaLinear::Create(m->gemm_.get(), m->param_dtype_));
+  ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), m->param_dtype_));
   ASSIGN_OR_RETURN(m->uploads_, UploadRing::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
@@ -78,7 +83,7 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
                    Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
   ASSIGN_OR_RETURN(m->logits_host_, Buffer::Allocate(size_t(shape.vocab) * sizeof(float),
                                                      Device::Cpu(), MemoryKind::kPinnedHost));
-  if (store->options().compute_dtype != DType::kF32) {
+  if (compute != m->param_dtype_) {  // f16: the widened copy of a use's parameters
     int64_t most = 0;
     for (const UnitSpec& u : GptUnits(shape)) {
       int64_t numel = 0;
@@ -114,6 +119,8 @@ Status GptModelCuda::Reserve(int64_t n) {
   for (Buffer* b : {&dy_, &dtmp_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
   RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
+  // 16-bit GEMM operands: x at most [n, 4C]; dy at most the lm_head's [n, V] or c_fc's [n, 4C].
+  RETURN_IF_ERROR(linear_->Reserve(cap * 4 * C, cap * std::max(V, 4 * C)));
   n_cap_ = cap;
   return Status::Ok();
 }
@@ -146,13 +153,17 @@ Status GptModelCuda::Upload(const Batch& batch, bool backward) {
   return uploads_.Queued(stream_);
 }
 
-StatusOr<std::vector<const float*>> GptModelCuda::Params(const std::vector<TensorView>& views) {
-  std::vector<const float*> p(views.size());
+StatusOr<std::vector<const void*>> GptModelCuda::Params(const std::vector<TensorView>& views) {
+  std::vector<const void*> p(views.size());
   size_t offset = 0;
   for (size_t i = 0; i < views.size(); ++i) {
-    if (views[i].dtype == DType::kF32) {
-      p[i] = views[i].as<const float>();
+    if (views[i].dtype == param_dtype_) {
+      p[i] = views[i].data;
       continue;
+    }
+    if (param_dtype_ != DType::kF32 || widened_.size() == 0) {
+      return Internal("GptModelCuda: a gathered ", DTypeName(views[i].dtype),
+                      " parameter, the model computes with ", DTypeName(param_dtype_));
     }
     float* dst = widened_.as<float>() + offset;
     RETURN_IF_ERROR(LaunchConvert(views[i].data, views[i].dtype, dst, DType::kF32,
@@ -163,28 +174,21 @@ StatusOr<std::vector<const float*>> GptModelCuda::Params(const std::vector<Tenso
   return p;
 }
 
-Status GptModelCuda::Linear(const float* x, const float* w, const float* b, int64_t in, int64_t out,
+Status GptModelCuda::Linear(const float* x, const void* w, const void* b, int64_t in, int64_t out,
                             float* y) {
-  RETURN_IF_ERROR(gemm_->LinearForward(x, w, DType::kF32, tok_.n, in, out, y));
-  if (b == nullptr) return Status::Ok();
-  return nn::LaunchBiasAdd(y, b, DType::kF32, tok_.n, out, stream_.native);
+  return linear_->Forward(x, w, b, param_dtype_, tok_.n, in, out, y);
 }
 
-Status GptModelCuda::LinearBackward(const float* x, const float* w, const float* dy, int64_t in,
+Status GptModelCuda::LinearBackward(const float* x, const void* w, const float* dy, int64_t in,
                                     int64_t out, float* dw, float* db, float* dx, bool accumulate) {
-  const int64_t n = tok_.n;
-  RETURN_IF_ERROR(gemm_->LinearWeightGrad(dy, x, DType::kF32, n, in, out, dw, accumulate));
-  if (db != nullptr)
-    RETURN_IF_ERROR(nn::LaunchColumnSums(dy, n, out, db, stream_.native, accumulate));
-  if (dx == nullptr) return Status::Ok();
-  return gemm_->LinearInputGrad(dy, w, DType::kF32, n, in, out, dx);
+  return linear_->Backward(x, w, param_dtype_, dy, tok_.n, in, out, dw, db, dx, accumulate);
 }
 
-Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockActs* a, float* y) {
+Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockActs* a, float* y) {
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
-  RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], DType::kF32, n, C,
+  RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], param_dtype_, n, C,
                                              kLayerNormEps, a->ln1.as<float>(),
                                              a->mean1.as<float>(), a->rstd1.as<float>(), s));
   RETURN_IF_ERROR(Linear(a->ln1.as<float>(), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
@@ -192,7 +196,7 @@ Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockAc
   // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
   RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
-      x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], DType::kF32, n, C, kLayerNormEps,
+      x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], param_dtype_, n, C, kLayerNormEps,
       a->ln2.as<float>(), a->mean2.as<float>(), a->rstd2.as<float>(), s));
   RETURN_IF_ERROR(Linear(a->ln2.as<float>(), p[kFcW], p[kFcB], C, 4 * C, a->h.as<float>()));
   RETURN_IF_ERROR(nn::LaunchActivationForward(nn::Activation::kGeluTanh, a->h.as<float>(),
@@ -202,7 +206,7 @@ Status GptModelCuda::BlockForward(const float* const* p, const float* x, BlockAc
 }
 
 // dy_ holds dL/d(block output); on return dL/d(block input).
-Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool accumulate,
+Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool accumulate,
                                    const float* x, const BlockActs& a) {
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
@@ -218,8 +222,8 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
   RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
                                  accumulate));
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
-      a.x1.as<float>(), p[kLn2W], DType::kF32, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n, C,
-      dy, g[kLn2W], g[kLn2B], accumulate, s, /*add_dx=*/true));  // dy: dL/dx1
+      a.x1.as<float>(), p[kLn2W], param_dtype_, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n,
+      C, dy, g[kLn2W], g[kLn2B], accumulate, s, /*add_dx=*/true));  // dy: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
                                  dtmp, accumulate));
@@ -227,7 +231,7 @@ Status GptModelCuda::BlockBackward(const float* const* p, float* const* g, bool 
                                   dtmp, dqkv_.as<float>()));
   RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
                                  g[kAttnW], g[kAttnB], dtmp, accumulate));
-  return nn::LaunchLayerNormBackward(x, p[kLn1W], DType::kF32, a.mean1.as<float>(),
+  return nn::LaunchLayerNormBackward(x, p[kLn1W], param_dtype_, a.mean1.as<float>(),
                                      a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],
                                      accumulate, s, /*add_dx=*/true);  // dy: dL/dx
 }
@@ -238,11 +242,11 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   const size_t use = call.use;
   void* s = stream_.native;
   NvtxRange range(UseRangeName(use, L, /*backward=*/false), int64_t(use));
-  ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
+  ASSIGN_OR_RETURN(std::vector<const void*> p, Params(views));
   if (use == 0) {  // token + position embeddings
-    RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], DType::kF32, V, C,
-                                               xs_[1].as<float>(), false, s));
-    return nn::LaunchPositionEmbeddingForward(p[1], DType::kF32, tok_.rows, tok_.seq, C,
+    RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], param_dtype_, V,
+                                               C, xs_[1].as<float>(), false, s));
+    return nn::LaunchPositionEmbeddingForward(p[1], param_dtype_, tok_.rows, tok_.seq, C,
                                               xs_[1].as<float>(), /*accumulate=*/true, s);
   }
   if (use <= size_t(L)) {
@@ -250,7 +254,7 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
     return BlockForward(p.data(), xs_[use].as<float>(), a, xs_[use + 1].as<float>());
   }
   if (use == size_t(L) + 1) {  // ln_f
-    return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], DType::kF32, n, C,
+    return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
                                       kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
                                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
   }
@@ -265,7 +269,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   const size_t use = call.use;
   void* s = stream_.native;
   NvtxRange range(UseRangeName(use, L, /*backward=*/true), int64_t(use));
-  ASSIGN_OR_RETURN(std::vector<const float*> p, Params(views));
+  ASSIGN_OR_RETURN(std::vector<const void*> p, Params(views));
   std::vector<float*> g(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].dtype != DType::kF32) {
@@ -280,7 +284,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   }
   if (use == size_t(L) + 1) {
     RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
-        xs_[use].as<float>(), p[0], DType::kF32, lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
+        xs_[use].as<float>(), p[0], param_dtype_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
         dy_.as<float>(), n, C, dtmp_.as<float>(), g[0], g[1], call.accumulate, s));
     std::swap(dy_, dtmp_);
     return Status::Ok();

@@ -16,10 +16,20 @@
 // (deterministic). Each use's forward and backward, the upload and the loss are NVTX ranges
 // (framework/cuda/nvtx.h) for Nsight Systems. ForwardBackward leaves the loss in device memory
 // (DeviceLoss()) and does not wait for the device; LossSum and Sample wait for their values.
-// Precision: every GEMM is f32 (TF32 only with allow_tf32). With a bf16 / f16 compute dtype the
-// gathered weights are widened to f32 device scratch before use and activations and gradients
-// stay f32 (the CPU GptModel's rule, nn/precision.h): both devices agree to f32 rounding at every
-// precision. Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
+// Precision (the store's compute dtype):
+//   f32: every GEMM is f32 (TF32 only with allow_tf32); agrees with the CPU GptModel to f32
+//     rounding.
+//   bf16: PyTorch autocast(bf16). Every GEMM (the Linears through nn::CudaLinear, attention's
+//     products in CudaAttention's bf16 mode) has bf16 operands on tensor cores with f32
+//     accumulation and f32 outputs: the gathered bf16 weights as they are, the f32 activation
+//     operand (x; dy and x in the backward) rounded to a bf16 scratch just before; dW = dy^T x
+//     accumulates in f32 into the f32 gradient buffers. Activations and activation gradients are
+//     kept f32; LayerNorm, softmax, GELU, the loss and the bias and embedding kernels compute in
+//     f32 (their bf16 parameters widened in the kernel). The CPU GptModel widens the weights and
+//     keeps f32 operands, so the devices differ by the bf16 rounding of the activation operands.
+//   f16: as f32, with the gathered weights widened to f32 device scratch before use (no loss
+//     scaling, so no f16 gradients): agrees with the CPU to f32 rounding.
+// Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
 //
 // Errors: Create: kInvalidArgument for a store that is not on a CUDA device or does not hold
 // GptUnits(shape), or a bad shape; kUnavailable without CUDA or a GPU; cuBLAS/CUDA errors.
@@ -30,8 +40,9 @@
 // per-block activations, the logits then their gradient) plus n * n_head per block for the
 // attention's saved row logsumexp (one block's with recompute), CudaAttention's workspace (n *
 // n_head; for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2), and
-// a widened copy of the largest unit for bf16/f16; pinned host: the tokens and the plan, the loss
-// and one row of logits.
+// for bf16 two GEMM-operand scratch buffers of n * 4C and n * max(V, 4C) bf16 elements, for f16
+// a widened f32 copy of the largest unit; pinned host: the tokens and the plan, the loss and one
+// row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 #define SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 
@@ -50,6 +61,7 @@
 #include "fsdp/unit_runner.h"
 #include "nn/cuda/attention.h"
 #include "nn/cuda/cublas_gemm.h"
+#include "nn/cuda/linear.h"
 
 namespace shardema::examples {
 
@@ -79,16 +91,17 @@ class GptModelCuda final : public GptLm, private UnitModule {
   Status ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) override;
   Status BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
                      const std::vector<TensorView>& grads) override;
-  Status BlockForward(const float* const* p, const float* x, BlockActs* a, float* y);
-  Status BlockBackward(const float* const* p, float* const* g, bool accumulate, const float* x,
+  // p: the use's parameters in param_dtype_.
+  Status BlockForward(const void* const* p, const float* x, BlockActs* a, float* y);
+  Status BlockBackward(const void* const* p, float* const* g, bool accumulate, const float* x,
                        const BlockActs& a);
-  // y[n, out] = x W^T + b (b may be null).
-  Status Linear(const float* x, const float* w, const float* b, int64_t in, int64_t out, float* y);
+  // y[n, out] = x W^T + b (b may be null), through linear_.
+  Status Linear(const float* x, const void* w, const void* b, int64_t in, int64_t out, float* y);
   // dW (+)= dy^T x, db (+)= column sums of dy (db may be null), dx = dy W (dx may be null).
-  Status LinearBackward(const float* x, const float* w, const float* dy, int64_t in, int64_t out,
+  Status LinearBackward(const float* x, const void* w, const float* dy, int64_t in, int64_t out,
                         float* dw, float* db, float* dx, bool accumulate);
-  // f32 device pointers to a use's parameters (widened into widened_ for bf16/f16).
-  StatusOr<std::vector<const float*>> Params(const std::vector<TensorView>& views);
+  // Device pointers to a use's parameters in param_dtype_ (f16 ones widened into widened_).
+  StatusOr<std::vector<const void*>> Params(const std::vector<TensorView>& views);
   // The loss kernel into loss_dev_; `read`: also its copy to loss_host_ and loss_ready_.
   Status QueueLoss(double norm, bool read = true);
   StatusOr<double> ReadLoss();
@@ -97,7 +110,9 @@ class GptModelCuda final : public GptLm, private UnitModule {
   bool recompute_;
   Device dev_;
   Stream stream_;
+  DType param_dtype_ = DType::kF32;  // bf16 at bf16 (the GEMM operand dtype), else f32
   std::unique_ptr<nn::CublasGemm> gemm_;
+  std::unique_ptr<nn::CudaLinear> linear_;
   std::unique_ptr<nn::CudaAttention> attn_;
   std::optional<UnitRunner> runner_;
   GptTokens tok_;
@@ -110,7 +125,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   Buffer plan_;                     // device copy of plan_host_
   std::vector<int64_t> plan_host_;  // nn::BuildEmbeddingPlan of the batch's ids
   int64_t distinct_ = 0;            // distinct ids in the batch
-  Buffer widened_;                  // bf16/f16: the use's parameters widened to f32
+  Buffer widened_;                  // f16: the use's parameters widened to f32
   Buffer loss_host_, logits_host_;  // pinned host
   UploadRing uploads_;              // the batches' pinned staging
   CudaEvent loss_ready_;

@@ -11,7 +11,8 @@
 //   * frozen parameters with EMA slots (subset slots, snapshotted) and EMA slots over parameter
 //     subsets (evaluated through their swap by value) within 1e-5;
 //   * train_gpt --device cuda (GptModelCuda) against the CPU GptModel at f32, fp16 and with
-//     --recompute --grad-accum 2: losses, state, eval losses and samples;
+//     --recompute --grad-accum 2: losses, state, eval losses and samples; at bf16 (autocast on
+//     the GPU: bf16 GEMM operands) the losses and eval losses to bf16 rounding;
 // and, on machines without a GPU (where the tests above skip), the clear kUnavailable of
 // --device cuda from CreateDeviceCommunicator and Trainer::Create.
 #include <gtest/gtest.h>
@@ -107,6 +108,17 @@ StatusOr<TrainedRun> Train(const std::string& args, bool cuda) {
     ASSIGN_OR_RETURN(std::vector<FullTensor> e, emas->CopyTo(emas->config(i).name, 0));
     r.state.push_back(std::move(e));
   }
+  return r;
+}
+
+// `args` trained on the CPU, then on the GPU.
+struct CpuAndGpu {
+  TrainedRun cpu, gpu;
+};
+StatusOr<CpuAndGpu> TrainBoth(const std::string& args) {
+  CpuAndGpu r;
+  ASSIGN_OR_RETURN(r.cpu, Train(args, false));
+  ASSIGN_OR_RETURN(r.gpu, Train(args, true));
   return r;
 }
 
@@ -365,6 +377,35 @@ TEST_F(CudaTrainerTest, GptMatchesTheCpuTrainer) {
         std::string(extra).find("fp16") != std::string::npos && World()->world_size() > 1;
     if (World()->rank() == 0) {
       EXPECT_LT(StateErr(*gpu, *cpu), fp16_ranks ? 5e-4 : 1e-4);
+    }
+  }
+}
+
+// train_gpt --precision bf16: the GPU runs autocast(bf16) (bf16 GEMM operands, f32 accumulation;
+// examples/cuda/gpt_model_cuda.h), the CPU f32 operands with the same bf16-rounded weights, so
+// they differ by the bf16 rounding of the activation operands (a relative 2^-9 = 2e-3 per
+// operand). That perturbs each logit by a few 1e-3 of its scale, which moves a cross-entropy
+// near ln(vocab) by well under 1e-2 relative, and 6 steps of AdamW at lr 1e-2 on nearly the same
+// gradients stay close: 2e-2 relative on every step's loss and the eval losses leaves a margin
+// while an error in the bf16 path (a wrong operand, a missed bias, a lost accumulation) moves
+// the loss by far more. Parameters are not compared (Adam's update of a near-zero gradient flips
+// with its sign, so single weights may differ by 2 lr per step); samples are not compared (a
+// near-tie between two tokens may break the other way). Without --recompute and with it.
+TEST_F(CudaTrainerTest, GptBf16AutocastTracksTheCpuTrainer) {
+  for (const char* extra : {" --precision bf16", " --precision bf16 --recompute --grad-accum 3"}) {
+    SCOPED_TRACE(extra);
+    StatusOr<CpuAndGpu> runs = TrainBoth(std::string(kGptArgs) + extra);
+    ASSERT_TRUE(runs.ok()) << runs.status();
+    const TrainSummary &cpu = runs->cpu.summary, &gpu = runs->gpu.summary;
+    ASSERT_EQ(gpu.losses.size(), 6u);
+    const double loss_err = LossErr(gpu.losses, cpu.losses);
+    const double eval_err = EvalErr(gpu.final_eval, cpu.final_eval);
+    EXPECT_LT(loss_err, 2e-2);
+    EXPECT_LT(eval_err, 2e-2);
+    EXPECT_GT(loss_err, 0.0) << "the GPU should compute with bf16 operands, the CPU with f32";
+    if (World()->rank() == 0) {
+      std::printf("gpt bf16 cuda vs cpu at W=%d: losses %.3g, eval %.3g\n", World()->world_size(),
+                  loss_err, eval_err);
     }
   }
 }

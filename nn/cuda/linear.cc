@@ -1,0 +1,110 @@
+#include "nn/cuda/linear.h"
+
+#include <algorithm>
+
+#if SHARDEMA_WITH_CUDA
+#include "framework/cuda/convert_kernels.h"
+#include "nn/cuda/elementwise_kernels.h"
+#endif
+
+namespace shardema::nn {
+
+#if SHARDEMA_WITH_CUDA
+
+StatusOr<std::unique_ptr<CudaLinear>> CudaLinear::Create(CublasGemm* gemm, DType op_dtype) {
+  if (gemm == nullptr) return InvalidArgument("CudaLinear::Create: null CublasGemm");
+  if (op_dtype != DType::kF32 && op_dtype != DType::kBF16 && op_dtype != DType::kF16) {
+    return InvalidArgument("CudaLinear::Create: operand dtype ", DTypeName(op_dtype),
+                           " is not f32, bf16 or f16");
+  }
+  return std::unique_ptr<CudaLinear>(new CudaLinear(gemm, op_dtype));
+}
+
+Status CudaLinear::Check(const char* what, DType w_type, int64_t rows, int64_t in,
+                         int64_t out) const {
+  if (w_type != op_) {
+    return InvalidArgument("CudaLinear::", what, ": weight dtype ", DTypeName(w_type),
+                           ", the operand dtype is ", DTypeName(op_));
+  }
+  if (rows < 0 || in < 0 || out < 0) {
+    return InvalidArgument("CudaLinear::", what, ": negative size (rows ", rows, ", in ", in,
+                           ", out ", out, ")");
+  }
+  return Status::Ok();
+}
+
+Status CudaLinear::Grow(Buffer* b, int64_t elems) {
+  const size_t bytes = size_t(std::max<int64_t>(elems, 1)) * DTypeSize(op_);
+  if (b->size() >= bytes) return Status::Ok();
+  RETURN_IF_ERROR(SynchronizeStream(gemm_->stream()));  // queued GEMMs may still read it
+  *b = Buffer();
+  ASSIGN_OR_RETURN(*b, Buffer::Allocate(bytes, gemm_->stream().device));
+  return Status::Ok();
+}
+
+Status CudaLinear::Reserve(int64_t x_elems, int64_t dy_elems) {
+  if (op_ == DType::kF32) return Status::Ok();
+  RETURN_IF_ERROR(Grow(&x_low_, x_elems));
+  return Grow(&dy_low_, dy_elems);
+}
+
+StatusOr<const void*> CudaLinear::Operand(const float* src, int64_t n, Buffer* scratch) {
+  if (op_ == DType::kF32 || n == 0) return static_cast<const void*>(src);
+  RETURN_IF_ERROR(Grow(scratch, n));
+  RETURN_IF_ERROR(
+      LaunchConvert(src, DType::kF32, scratch->data(), op_, size_t(n), gemm_->stream().native));
+  return static_cast<const void*>(scratch->data());
+}
+
+Status CudaLinear::Forward(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
+                           int64_t in, int64_t out, float* y) {
+  RETURN_IF_ERROR(Check("Forward", w_type, rows, in, out));
+  ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
+  RETURN_IF_ERROR(gemm_->LinearForward(xo, w, op_, rows, in, out, y));
+  if (b == nullptr) return Status::Ok();
+  return LaunchBiasAdd(y, b, w_type, rows, out, gemm_->stream().native);
+}
+
+Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const float* dy,
+                            int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
+                            bool accumulate) {
+  RETURN_IF_ERROR(Check("Backward", w_type, rows, in, out));
+  ASSIGN_OR_RETURN(const void* dyo, Operand(dy, rows * out, &dy_low_));
+  ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
+  RETURN_IF_ERROR(gemm_->LinearWeightGrad(dyo, xo, op_, rows, in, out, dw, accumulate));
+  if (db != nullptr) {
+    RETURN_IF_ERROR(LaunchColumnSums(dy, rows, out, db, gemm_->stream().native, accumulate));
+  }
+  if (dx == nullptr) return Status::Ok();
+  return gemm_->LinearInputGrad(dyo, w, op_, rows, in, out, dx);
+}
+
+#else  // !SHARDEMA_WITH_CUDA
+
+StatusOr<std::unique_ptr<CudaLinear>> CudaLinear::Create(CublasGemm*, DType) {
+  return Unavailable("CudaLinear::Create: this binary was built without --config=cuda");
+}
+Status CudaLinear::Check(const char*, DType, int64_t, int64_t, int64_t) const {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+Status CudaLinear::Grow(Buffer*, int64_t) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+Status CudaLinear::Reserve(int64_t, int64_t) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+StatusOr<const void*> CudaLinear::Operand(const float*, int64_t, Buffer*) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+Status CudaLinear::Forward(const float*, const void*, const void*, DType, int64_t, int64_t, int64_t,
+                           float*) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+Status CudaLinear::Backward(const float*, const void*, DType, const float*, int64_t, int64_t,
+                            int64_t, float*, float*, float*, bool) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+
+#endif  // SHARDEMA_WITH_CUDA
+
+}  // namespace shardema::nn
