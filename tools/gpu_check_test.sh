@@ -2,7 +2,8 @@
 # tools/gpu_check.sh's run mode on a fake package: skipped checks are never passes, a machine
 # without a GPU skips everything and exits 0, a failing test makes the script exit 1, --only
 # selects checks, a sanitizer run with nothing to check is a SKIP (after a pass only), and the
-# benchmark checks put their summary lines (and the GPT benchmark its results file) in the report.
+# benchmark checks put their summary lines (and the GPT benchmark and the GPT autocast parity
+# check their results files) in the report.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -39,10 +40,10 @@ out=$(GPU_CHECK_GPUS=0 "$tmp/a/gpu_check.sh" --report "$tmp/a_report.txt" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "no GPU: exit $rc: $out"
 echo "$out" | grep -q '^no GPU: ' || fail "no 'no GPU' line: $out"
-# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + 3 benches + 2 peers + 2 kills = 18
+# 2 tests + 3 sanitizer tools x (2 tests + train_mlp) + 4 benches + 2 peers + 2 kills = 19
 # checks.
-[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 18 skipped" ] || fail "no GPU counts: $out"
-[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 18 skipped" ] || fail "report"
+[ "$(echo "$out" | tail -1)" = "0 passed, 0 failed, 19 skipped" ] || fail "no GPU counts: $out"
+[ "$(tail -1 "$tmp/a_report.txt")" = "0 passed, 0 failed, 19 skipped" ] || fail "report"
 
 # 2. One GPU: a test with a skipped case is SKIP, not PASS; no sanitizer, no second GPU (and no
 # shared-GPU runs: case 7).
@@ -57,7 +58,8 @@ echo "$out" | grep -qE '^PASS gpu_optimizer_bench' || fail "bench: $out"
 echo "$out" | grep -qE '^SKIP torch_fsdp2_mlp.py, 2 ranks .* +not in this package' || fail "peer: $out"
 grep -q '^  summary: fused_vs_copy=1.0' "$tmp/b.txt" || fail "bench summary not in the report"
 echo "$out" | grep -qE '^SKIP gpu_gpt_bench +not in this package' || fail "gpt bench: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 16 skipped" ] || fail "one GPU counts: $out"
+echo "$out" | grep -qE '^SKIP gpt_autocast_parity +not in this package' || fail "parity: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 17 skipped" ] || fail "one GPU counts: $out"
 
 # 2b. The train_mlp step check: the --bench-json step time goes into the report.
 printf '#!/bin/sh\necho "{\\"device\\":\\"cuda\\",\\"step_ms\\":2.5}"\n' > "$tmp/a/bin/train_mlp"
@@ -95,6 +97,43 @@ out=$(GPT_BENCH_EXIT=1 GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHO
         "$tmp/a/gpu_check.sh" --report "$tmp/b5.txt" --only '^gpu_gpt_bench$' 2>&1)
 [ $? = 1 ] || fail "gpt bench failing: exit: $out"
 echo "$out" | grep -qE '^FAIL gpu_gpt_bench +exit 1' || fail "gpt bench failing: $out"
+
+# 2e. The GPT autocast parity check: the driver gets the package's train_gpt, the peer's
+# interpreter, --device cuda and its time limits; its summary line and its results file go into
+# the report; exit 1 FAILs, exit 3 (no torch) SKIPs.
+cat > "$tmp/a/peer/bench/gpt_autocast_parity.sh" <<'B'
+json=""
+while [ $# -gt 0 ]; do
+  case "$1" in --json) json="$2" ;; --train-gpt) gpt="$2" ;; --device) dev="$2" ;;
+    --ours-timeout) ot="$2" ;; esac
+  shift 2
+done
+[ -x "$gpt" ] && [ "$dev" = cuda ] && [ "$ot" = 25 ] && [ "$PYTHON" = fakepython ] ||
+  { echo "bad args" >&2; exit 1; }
+[ "${PARITY_EXIT:-0}" = 3 ] && exit 3
+echo '{"name": "gpt_autocast_parity", "summary": {"max_rel_diff_bf16": 0.004}}' > "$json"
+echo "summary: max_rel_diff_bf16=4.0e-03 max_rel_diff_f32=2.0e-06 steps=60 pass=1"
+exit "${PARITY_EXIT:-0}"
+B
+for rc in 1 3 0; do  # the passing run last: its results file stays in the shared logs folder
+  out=$(PARITY_EXIT=$rc GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON=fakepython \
+          "$tmp/a/gpu_check.sh" --report "$tmp/b6_$rc.txt" --only '^gpt_autocast_parity$' 2>&1)
+  got=$?
+  case "$rc" in
+    0) want='^PASS gpt_autocast_parity +max_rel_diff_bf16=4.0e-03 max_rel_diff_f32=2.0e-06; log: '
+       [ "$got" = 0 ] || fail "parity: exit $got: $out" ;;
+    1) want='^FAIL gpt_autocast_parity +exit 1; log: '
+       [ "$got" = 1 ] || fail "parity failing: exit $got: $out" ;;
+    3) want='^SKIP gpt_autocast_parity +fakepython cannot import torch'
+       [ "$got" = 0 ] || fail "parity without torch: exit $got: $out" ;;
+  esac
+  echo "$out" | grep -qE "$want" || fail "parity exit $rc: $out"
+done
+grep -q '^  summary: max_rel_diff_bf16=4.0e-03 max_rel_diff_f32=2.0e-06 steps=60 pass=1$' \
+  "$tmp/b6_0.txt" || fail "parity summary: $(cat "$tmp/b6_0.txt")"
+res=$(sed -n 's/^  results: //p' "$tmp/b6_0.txt")
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["name"] == "gpt_autocast_parity"' \
+  "$res" || fail "parity results file: $(cat "$tmp/b6_0.txt")"
 rm -r "$tmp/a/bin/train_gpt" "$tmp/a/peer"
 
 # 2c. --check-timeout: a test binary that hangs FAILs after it, naming the case it was in, and the
@@ -117,7 +156,7 @@ out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "
 rc=$?
 [ "$rc" = 1 ] || fail "failing test: exit $rc"
 echo "$out" | grep -qE '^FAIL bad_test +exit 1' || fail "bad_test: $out"
-[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 19 skipped" ] || fail "failing counts: $out"
+[ "$(echo "$out" | tail -1)" = "2 passed, 1 failed, 20 skipped" ] || fail "failing counts: $out"
 # 4. --only: just the matching checks; a pattern that matches none is an error.
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/d.txt" \
         --only '^(ran_test|bad_test)$' 2>&1)

@@ -2,8 +2,8 @@
 # tools/gpu_session.sh's run mode on a fake package (no GPU needed): the stages in order with
 # their counts and statuses in one JSON report, a machine without a GPU skips every stage, a
 # failing check fails its stage and the exit, --budget leaves out the stages that no longer fit
-# (listed as not run), --only runs one stage, the GPT benchmark's results file is embedded in its
-# stage, bad arguments exit 2.
+# (listed as not run), --only runs one stage, the GPT autocast parity check and the GPT
+# benchmark run in one stage with their results files embedded, bad arguments exit 2.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -25,8 +25,10 @@ field() {  # $1: report, $2: python expression on the report `r`
   python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print($2)" "$1"
 }
 
-# 1. No GPU: every stage skipped, exit 0, a valid report naming the build.
-out=$(GPU_CHECK_GPUS=0 "$p/gpu_session.sh" --report "$tmp/a.json" 2>&1) || fail "no GPU: $out"
+# 1. No GPU: every stage skipped, exit 0, a valid report naming the build (a --budget that fits
+# every stage's timeout: 805 s; the default 300 s leaves gpt_bench, 400 s, out).
+out=$(GPU_CHECK_GPUS=0 "$p/gpu_session.sh" --budget 805 --report "$tmp/a.json" 2>&1) ||
+  fail "no GPU: $out"
 [ "$(field "$tmp/a.json" "[s['name'] + ':' + s['status'] for s in r['stages']]")" = \
   "['one_rank:skipped', 'shared_2:skipped', 'shared_4:skipped', 'kill:skipped', 'bench:skipped', 'gpt_bench:skipped']" ] ||
   fail "no GPU stages: $(cat "$tmp/a.json")"
@@ -34,7 +36,7 @@ out=$(GPU_CHECK_GPUS=0 "$p/gpu_session.sh" --report "$tmp/a.json" 2>&1) || fail 
   "('built 2026-11-27T00:00Z from abc1234', [], 'none')" ] || fail "no GPU fields: $(cat "$tmp/a.json")"
 echo "$out" | grep -q '^stages not run: none' || fail "summary: $out"
 
-[ "$(field "$tmp/a.json" "[s['skipped'] for s in r['stages']]")" = "[2, 1, 1, 2, 2, 1]" ] ||
+[ "$(field "$tmp/a.json" "[s['skipped'] for s in r['stages']]")" = "[2, 1, 1, 2, 2, 2]" ] ||
   fail "no GPU counts: $(cat "$tmp/a.json")"
 
 # 2. One GPU (shared runs off): the 1-rank stage (a test, the multi-rank test under mpirun at
@@ -46,7 +48,7 @@ out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --report "$tmp/b.json" 2>&1) || fail 
   fail "bench summary: $(cat "$tmp/b.json")"
 
 # 3. --budget 65: one_rank (60 s) fits, the 100 s stages do not and are listed as not run, the
-# later ones run in what is left (gpt_bench, 290 s, does not).
+# later ones run in what is left (gpt_bench, 400 s, does not).
 out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --budget 65 --report "$tmp/c.json" 2>&1) || fail "budget: $out"
 [ "$(field "$tmp/c.json" "([s['name'] for s in r['stages']], r['not_run'])")" = \
   "(['one_rank', 'kill', 'bench'], ['shared_2', 'shared_4', 'gpt_bench'])" ] || fail "budget: $(cat "$tmp/c.json")"
@@ -61,8 +63,8 @@ out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --only bench --report "$tmp/e.json" 2
 [ "$(field "$tmp/e.json" "(r['stages'][0]['status'], r['stages'][0]['failed'])")" = "('failed', 1)" ] ||
   fail "failing stage: $(cat "$tmp/e.json")"
 
-# 4b. The gpt_bench stage: the benchmark's summary line and its results file (named by the
-# check's `results:` line) in the report.
+# 4b. The gpt_bench stage: the parity check's and the benchmark's summary lines and results files
+# (named by the checks' `results:` lines) in the report, the parity check first.
 mkdir -p "$p/peer/bench"
 printf '#!/bin/sh\n' > "$p/bin/train_gpt"
 chmod +x "$p/bin/train_gpt"
@@ -71,11 +73,17 @@ while [ $# -gt 0 ]; do [ "$1" = --json ] && json="$2"; shift 2; done
 echo '{"name": "gpu_gpt_bench", "summary": {"ours_ms": 90, "mfu_ours": 0.1}}' > "$json"
 echo "summary: ours_ms=90 mfu_ours=0.1"
 B
+cat > "$p/peer/bench/gpt_autocast_parity.sh" <<'B'
+while [ $# -gt 0 ]; do [ "$1" = --json ] && json="$2"; shift 2; done
+echo '{"name": "gpt_autocast_parity", "summary": {"pass": 1}}' > "$json"
+echo "summary: max_rel_diff_bf16=4e-03 pass=1"
+B
 out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --only gpt_bench --report "$tmp/g.json" 2>&1) ||
   fail "gpt_bench: $out"
 [ "$(field "$tmp/g.json" "(r['stages'][0]['name'], r['stages'][0]['status'], \
-  r['stages'][0]['summaries'], r['stages'][0]['results'][0]['summary'])")" = \
-  "('gpt_bench', 'passed', ['summary: ours_ms=90 mfu_ours=0.1'], {'ours_ms': 90, 'mfu_ours': 0.1})" ] ||
+  r['stages'][0]['passed'], r['stages'][0]['summaries'], \
+  [x['summary'] for x in r['stages'][0]['results']])")" = \
+  "('gpt_bench', 'passed', 2, ['summary: max_rel_diff_bf16=4e-03 pass=1', 'summary: ours_ms=90 mfu_ours=0.1'], [{'pass': 1}, {'ours_ms': 90, 'mfu_ours': 0.1}])" ] ||
   fail "gpt_bench report: $(cat "$tmp/g.json")"
 
 # 5. Bad arguments.

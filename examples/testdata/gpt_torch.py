@@ -1,8 +1,9 @@
 """nanoGPT-shaped GPT in PyTorch with train_gpt's names, shapes and math (examples/gpt_model.h):
 pre-LN blocks, LayerNorm eps 1e-5, tanh GELU, causal attention with q, k, v the three C-wide
 chunks of c_attn and heads of C/n_head consecutive columns, lm_head tied to wte, no dropout,
-nanoGPT's init drawn by torch's RNG. Used by gen_gpt_golden.py (the parity golden) and by
-bench/peer/torch_fsdp2_gpt.py (the benchmark peer).
+nanoGPT's init drawn by torch's RNG. Used by gen_gpt_golden.py (the parity golden), by
+bench/peer/torch_fsdp2_gpt.py and torch_gpt_gpu.py (the benchmark peers) and by
+bench/peer/torch_gpt_parity.py (bench/gpt_autocast_parity.sh's bf16 autocast check).
 """
 import math
 

@@ -1,4 +1,5 @@
-"""The minimal safetensors writer of the golden-file generators (gen_*_golden.py)."""
+"""The minimal safetensors writer of the golden-file generators (gen_*_golden.py) and of
+bench/peer/torch_gpt_parity.py (the --init it shares with train_gpt)."""
 import json
 import struct
 
