@@ -83,100 +83,34 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The source tree, or peer/ in a gpu_check package.
-root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
-die() { echo "gpt_autocast_parity: $*" >&2; exit 2; }
-why() {  # $1: exit status, $2: the time limit -> ", timeout N s" for a timeout
-  [ "$1" = 124 ] && echo ", timeout $2 s"
-}
+gpt_driver=gpt_autocast_parity  # sets root: the source tree, or peer/ in a gpu_check package
+# shellcheck source=bench/gpt_driver_lib.sh
+. "$here/gpt_driver_lib.sh"
 
 train="" peer="$here/peer/torch_gpt_parity.py" device=cuda n_layer=4 n_head=4 n_embd=128
 block=128 vocab=512 batch=8 steps=60 lr=3e-3 warmup=5 min_lr=3e-4 tol_bf16=2e-2 tol_f32=1e-3
 ours_flags="" ours_timeout=60 torch_timeout=90 json="" build=""
 command_line="$0 $*"
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --train-gpt) train="$2" ;;
-    --peer) peer="$2" ;;
-    --device) device="$2" ;;
-    --n-layer) n_layer="$2" ;;
-    --n-head) n_head="$2" ;;
-    --n-embd) n_embd="$2" ;;
-    --block-size) block="$2" ;;
-    --vocab-size) vocab="$2" ;;
-    --batch) batch="$2" ;;
-    --steps) steps="$2" ;;
-    --lr) lr="$2" ;;
-    --warmup-steps) warmup="$2" ;;
-    --min-lr) min_lr="$2" ;;
-    --tol-bf16) tol_bf16="$2" ;;
-    --tol-f32) tol_f32="$2" ;;
-    --ours-flags) ours_flags="$2" ;;
-    --ours-timeout) ours_timeout="$2" ;;
-    --torch-timeout) torch_timeout="$2" ;;
-    --json) json="$2" ;;
-    --build) build="$2" ;;
-    *) die "unknown flag $1" ;;
-  esac
-  shift 2
-done
-for v in n_layer n_head n_embd block vocab batch steps ours_timeout torch_timeout; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-} '${!v}': a positive integer"
-done
+gpt_parse_flags "train-gpt:train peer device n-layer n-head n-embd block-size:block
+  vocab-size:vocab batch steps lr warmup-steps:warmup min-lr tol-bf16 tol-f32 ours-flags
+  ours-timeout torch-timeout json build" "$@"
+gpt_require positive n_layer n_head n_embd block vocab batch steps ours_timeout torch_timeout
 [[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup-steps '$warmup': an integer >= 0"
 [ "$warmup" -lt "$steps" ] || die "--warmup-steps $warmup: fewer than --steps $steps"
-for v in lr min_lr tol_bf16 tol_f32; do
-  [[ "${!v}" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || die "--${v//_/-} '${!v}': a number"
-done
-[ "$vocab" -le 65536 ] || die "--vocab-size $vocab: the token file is uint16 (<= 65536)"
+gpt_require number lr min_lr tol_bf16 tol_f32
 [ "$vocab" -ge 16 ] || die "--vocab-size $vocab: at least 16 (the words' tokens)"
-[ $((n_embd % n_head)) = 0 ] || die "--n-embd $n_embd is not divisible by --n-head $n_head"
-case "$device" in cuda | cpu) ;; *) die "--device '$device': cuda or cpu" ;; esac
-if [ -z "$train" ]; then
-  train="$root/bazel-bin/examples/train_gpt"
-  if [ ! -x "$train" ] && [ -f "$root/WORKSPACE" ]; then
-    cfg=()
-    [ "$device" = cuda ] && cfg=(--config=cuda)
-    (cd "$root" && bazel build "${cfg[@]}" //examples:train_gpt >&2) || die "the build failed"
-  fi
-fi
-[ -x "$train" ] || die "no train_gpt at $train (--train-gpt)"
-[ -f "$peer" ] || die "no peer at $peer (--peer)"
-python="${PYTHON:-python3}"
-export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ beside the peer and the modules it imports
-tool_python="${BENCH_PYTHON:-python3}"  # the plumbing: the standard library only
+gpt_check_shape
+gpt_find_tools
 if ! "$python" -c 'import torch, numpy' > /dev/null 2>&1; then
   echo "gpt_autocast_parity: $python cannot import torch and numpy: nothing compared" >&2
   exit 3
 fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/gpt_autocast_parity.XXXXXX")" || die "mktemp"
-trap 'rm -rf "$work"' EXIT
+gpt_work_dir
 
 # The tokens (see the header).
-"$tool_python" - "$work" "$vocab" "$batch" "$block" "$steps" <<'PY' || die "tokens"
-import array, random, sys
-work, vocab, b, t, s = sys.argv[1], *map(int, sys.argv[2:])
-rng = random.Random(1)
-words = [[rng.randrange(1, vocab) for _ in range(rng.randint(3, 8))] for _ in range(96)]
-succ = [[rng.randrange(96) for _ in range(3)] for _ in range(96)]
-def stream(n):
-    out, w = [0], rng.randrange(96)
-    while len(out) < n:
-        out += words[w]
-        w = rng.choice(succ[w])
-    a = array.array("H", out[:n])
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a.tobytes()
-for name, n in (("tokens.bin", (b * s + 1) * t + 1), ("eval.bin", t + 1)):
-    with open("%s/%s" % (work, name), "wb") as f:
-        f.write(stream(n))
-PY
+gpt_tokens markov "$steps" 1
 
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpt_card
 echo "# gpt_autocast_parity: GPT n_layer $n_layer n_head $n_head n_embd $n_embd block $block" \
   "vocab $vocab, batch $batch x $block tokens, $steps steps of AdamW (lr $lr cosine to $min_lr" \
   "after $warmup warm-up), device $device (${card:-no nvidia-smi})"
@@ -188,13 +122,9 @@ peer_args=(--data "$work/tokens.bin" --init-out "$work/init.safetensors" --devic
   --warmup-steps "$warmup" --min-lr "$min_lr" --betas "0.9,0.95" --eps 1e-8 --weight-decay 0.1
   --clip-norm 1 --precisions "fp32,bf16" --seed 0)
 echo "# torch: $python $peer ${peer_args[*]}"
-timeout --kill-after=5 "$torch_timeout" "$python" "$peer" "${peer_args[@]}" \
-  > "$work/torch.out" 2> "$work/torch.log"
-rc=$?
-grep '^{' "$work/torch.out" | tail -1 > "$work/torch.json"
+gpt_run torch "$torch_timeout" '^{' "$python" "$peer" "${peer_args[@]}"
 if [ "$rc" != 0 ] || [ ! -s "$work/torch.json" ] || [ ! -s "$work/init.safetensors" ]; then
-  echo "# torch failed (exit $rc$(why "$rc" "$torch_timeout")):"
-  tail -5 "$work/torch.log" | sed 's/^/#   /'
+  gpt_failed "torch failed" "$rc" "$torch_timeout" torch
   echo "summary: max_rel_diff_bf16=na max_rel_diff_f32=na steps=$steps device=$device pass=0"
   exit 1
 fi
@@ -213,12 +143,9 @@ for prec in fp32 bf16; do
     --metrics "$work/ours_$prec.jsonl" "${extra[@]}")
   echo "# ours: ${cmd[*]}"
   ours_cmds+=("${cmd[*]}")
-  timeout --kill-after=5 "$ours_timeout" "${cmd[@]}" > "$work/ours_$prec.out" \
-    2> "$work/ours_$prec.log"
-  rc=$?
+  gpt_run "ours_$prec" "$ours_timeout" '^{' "${cmd[@]}"
   if [ "$rc" != 0 ] || [ ! -s "$work/ours_$prec.jsonl" ]; then
-    echo "# ours --precision $prec failed (exit $rc$(why "$rc" "$ours_timeout")):"
-    tail -5 "$work/ours_$prec.log" | sed 's/^/#   /'
+    gpt_failed "ours --precision $prec failed" "$rc" "$ours_timeout" "ours_$prec"
     ours_ok=0
   fi
 done
@@ -228,8 +155,7 @@ if [ "$ours_ok" = 0 ]; then
 fi
 
 # The comparison, the summary line and the results file.
-commit=$(git -C "$root" rev-parse HEAD 2>/dev/null)
-dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -1)
+gpt_commit
 TOL="$tol_bf16 $tol_f32" STEPS="$steps" DEVICE="$device" CARD="${card:-}" DRIVER="${driver:-}" \
 COMMAND="$command_line" COMMIT="$commit" DIRTY="$dirty" BUILD="$build" \
 OURS_CMDS="$(printf '%s\n' "${ours_cmds[@]}")" \

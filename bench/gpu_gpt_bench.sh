@@ -58,55 +58,21 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The source tree, or peer/ in a gpu_check package.
-root="${BUILD_WORKSPACE_DIRECTORY:-$(cd "$here/.." && pwd)}"
-die() { echo "gpu_gpt_bench: $*" >&2; exit 2; }
-why() {  # $1: exit status, $2: the time limit -> ", timeout N s" for a timeout
-  [ "$1" = 124 ] && echo ", timeout $2 s"
-}
+gpt_driver=gpu_gpt_bench  # sets root: the source tree, or peer/ in a gpu_check package
+# shellcheck source=bench/gpt_driver_lib.sh
+. "$here/gpt_driver_lib.sh"
 
 train="" peer="$root/bench/peer/torch_gpt_gpu.py" device=cuda batch=8 steps=5 warmup=2
 n_layer=12 n_head=12 n_embd=768 block=1024 vocab=50257 ema=0.999,0.9999
 ours_flags=default attention=naive torch_dtype="" gemm=8192 compile_timeout=0
 ours_timeout=150 torch_timeout=120 json="" build=""
 command_line="$0 $*"
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --train-gpt) train="$2" ;;
-    --peer) peer="$2" ;;
-    --device) device="$2" ;;
-    --batch) batch="$2" ;;
-    --steps) steps="$2" ;;
-    --warmup) warmup="$2" ;;
-    --n-layer) n_layer="$2" ;;
-    --n-head) n_head="$2" ;;
-    --n-embd) n_embd="$2" ;;
-    --block-size) block="$2" ;;
-    --vocab-size) vocab="$2" ;;
-    --ema) ema="$2" ;;
-    --ours-flags) ours_flags="$2" ;;
-    --attention) attention="$2" ;;
-    --torch-dtype) torch_dtype="$2" ;;
-    --gemm-size) gemm="$2" ;;
-    --compile-timeout) compile_timeout="$2" ;;
-    --ours-timeout) ours_timeout="$2" ;;
-    --torch-timeout) torch_timeout="$2" ;;
-    --json) json="$2" ;;
-    --build) build="$2" ;;
-    *) die "unknown flag $1" ;;
-  esac
-  shift 2
-done
-for v in batch steps n_layer n_head n_embd block vocab ours_timeout torch_timeout; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-} '${!v}': a positive integer"
-done
-for v in warmup gemm compile_timeout; do
-  [[ "${!v}" =~ ^[0-9]+$ ]] || die "--${v//_/-} '${!v}': an integer >= 0"
-done
-[ "$vocab" -le 65536 ] || die "--vocab-size $vocab: the token file is uint16 (<= 65536)"
-[ $((n_embd % n_head)) = 0 ] || die "--n-embd $n_embd is not divisible by --n-head $n_head"
-case "$device" in cuda | cpu) ;; *) die "--device '$device': cuda or cpu" ;; esac
+gpt_parse_flags "train-gpt:train peer device batch steps warmup n-layer n-head n-embd
+  block-size:block vocab-size:vocab ema ours-flags attention torch-dtype gemm-size:gemm
+  compile-timeout ours-timeout torch-timeout json build" "$@"
+gpt_require positive batch steps n_layer n_head n_embd block vocab ours_timeout torch_timeout
+gpt_require count warmup gemm compile_timeout
+gpt_check_shape
 case "$attention" in naive | sdpa) ;; *) die "--attention '$attention': naive or sdpa" ;; esac
 if [ "$ours_flags" = default ]; then  # --allow-tf32 is for CUDA only
   ours_flags="--precision bf16 --allow-tf32"
@@ -115,41 +81,15 @@ fi
 [ -n "$torch_dtype" ] || { [ "$device" = cuda ] && torch_dtype=bf16 || torch_dtype=fp32; }
 case "$torch_dtype" in bf16 | fp32) ;; *) die "--torch-dtype '$torch_dtype': bf16 or fp32" ;; esac
 [[ "$ema" =~ ^[0-9.]+(,[0-9.]+)*$ ]] || die "--ema '$ema': decays d1,d2,..."
-if [ -z "$train" ]; then
-  train="$root/bazel-bin/examples/train_gpt"
-  if [ ! -x "$train" ] && [ -f "$root/WORKSPACE" ]; then
-    cfg=()
-    [ "$device" = cuda ] && cfg=(--config=cuda)
-    (cd "$root" && bazel build "${cfg[@]}" //examples:train_gpt >&2) || die "the build failed"
-  fi
-fi
-[ -x "$train" ] || die "no train_gpt at $train (--train-gpt)"
-[ -f "$peer" ] || die "no peer at $peer (--peer)"
+gpt_find_tools
 flops_py="$(dirname "$peer")/gpt_flops.py"
 [ -f "$flops_py" ] || die "no gpt_flops.py beside the peer ($flops_py)"
-python="${PYTHON:-python3}"
-export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ beside the peer and the model it imports
-tool_python="${BENCH_PYTHON:-python3}"  # the plumbing: the standard library only
+gpt_work_dir
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/gpu_gpt_bench.XXXXXX")" || die "mktemp"
-trap 'rm -rf "$work"' EXIT
+# The tokens (see the header).
+gpt_tokens random $((warmup + steps)) 0
 
-# The tokens (see the header); the first is 0, so the file never reads as an llm.c shard.
-"$tool_python" - "$work" "$vocab" "$batch" "$block" $((warmup + steps)) <<'PY' || die "tokens"
-import array, random, sys
-work, vocab, b, t, s = sys.argv[1], *map(int, sys.argv[2:])
-rng = random.Random(0)
-for name, n in (("tokens.bin", (b * s + 1) * t + 1), ("eval.bin", t + 1)):
-    a = array.array("H", (rng.randrange(vocab) for _ in range(n)))
-    a[0] = 0
-    if sys.byteorder != "little":
-        a.byteswap()
-    with open("%s/%s" % (work, name), "wb") as f:
-        f.write(a.tobytes())
-PY
-
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpt_card
 echo "# gpu_gpt_bench: GPT n_layer $n_layer n_head $n_head n_embd $n_embd block $block vocab" \
   "$vocab, batch $batch x $block tokens, AdamW + EMA $ema, $steps timed steps after $warmup," \
   "device $device (${card:-no nvidia-smi})"
@@ -162,12 +102,9 @@ ours_cmd=("$train" --device "$device" --n-layer "$n_layer" --n-head "$n_head" --
   --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --log-every 0
   --lr 6e-4 --ema "$ema" "${extra[@]}")
 echo "# ours: ${ours_cmd[*]}"
-timeout --kill-after=5 "$ours_timeout" "${ours_cmd[@]}" > "$work/ours.out" 2> "$work/ours.log"
-ours_rc=$?
-grep '^{.*"step_ms"' "$work/ours.out" | tail -1 > "$work/ours.json"
-if [ "$ours_rc" != 0 ] || [ ! -s "$work/ours.json" ]; then
-  echo "# ours failed (exit $ours_rc$(why "$ours_rc" "$ours_timeout")):"
-  tail -5 "$work/ours.log" | sed 's/^/#   /'
+gpt_run ours "$ours_timeout" '^{.*"step_ms"' "${ours_cmd[@]}"
+if [ "$rc" != 0 ] || [ ! -s "$work/ours.json" ]; then
+  gpt_failed "ours failed" "$rc" "$ours_timeout" ours
   : > "$work/ours.json"
 fi
 
@@ -176,7 +113,7 @@ peer_args=(--data "$work/tokens.bin" --device "$device" --n-layer "$n_layer" --n
   --n-embd "$n_embd" --block-size "$block" --vocab-size "$vocab" --batch "$batch"
   --steps "$steps" --warmup "$warmup" --ema "$ema" --dtype "$torch_dtype"
   --attention "$attention")
-torch_ok=1 torch_rc=0 compile=not_tried
+torch_ok=1 compile=not_tried
 : > "$work/torch.json"
 : > "$work/compile.json"
 if ! "$python" -c 'import torch' > /dev/null 2>&1; then
@@ -184,35 +121,27 @@ if ! "$python" -c 'import torch' > /dev/null 2>&1; then
   echo "# torch: $python cannot import torch; its figures read na"
 else
   echo "# torch: $python $peer ${peer_args[*]} --gemm-size $gemm"
-  timeout --kill-after=5 "$torch_timeout" "$python" "$peer" "${peer_args[@]}" --gemm-size "$gemm" \
-    > "$work/torch.out" 2> "$work/torch.log"
-  torch_rc=$?
-  grep '^{' "$work/torch.out" | tail -1 > "$work/torch.json"
-  if [ "$torch_rc" != 0 ] || [ ! -s "$work/torch.json" ]; then
-    echo "# torch failed (exit $torch_rc$(why "$torch_rc" "$torch_timeout")):"
-    tail -5 "$work/torch.log" | sed 's/^/#   /'
+  gpt_run torch "$torch_timeout" '^{' "$python" "$peer" "${peer_args[@]}" --gemm-size "$gemm"
+  if [ "$rc" != 0 ] || [ ! -s "$work/torch.json" ]; then
+    gpt_failed "torch failed" "$rc" "$torch_timeout" torch
     : > "$work/torch.json"
   fi
   if [ "$compile_timeout" -gt 0 ]; then
     echo "# torch.compile: the same, --compile, within ${compile_timeout} s"
-    timeout --kill-after=5 "$compile_timeout" "$python" "$peer" "${peer_args[@]}" --compile \
-      --gemm-size 0 > "$work/compile.out" 2> "$work/compile.log"
-    rc=$?
-    grep '^{' "$work/compile.out" | tail -1 > "$work/compile.json"
+    gpt_run compile "$compile_timeout" '^{' "$python" "$peer" "${peer_args[@]}" --compile \
+      --gemm-size 0
     if [ "$rc" = 0 ] && [ -s "$work/compile.json" ]; then
       compile=ok
     else
       compile=unavailable
-      echo "# torch.compile unavailable (exit $rc$(why "$rc" "$compile_timeout")):"
-      tail -3 "$work/compile.log" | sed 's/^/#   /'
+      gpt_failed "torch.compile unavailable" "$rc" "$compile_timeout" compile 3
       : > "$work/compile.json"
     fi
   fi
 fi
 
 # The figures, the summary line and the results file.
-commit=$(git -C "$root" rev-parse HEAD 2>/dev/null)
-dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -1)
+gpt_commit
 if ! SHAPE="$n_layer $n_head $n_embd $block $vocab $batch $steps $warmup" CARD="${card:-}" \
 DRIVER="${driver:-}" DEVICE="$device" ATTENTION="$attention" COMPILE="$compile" \
 OURS_FLAGS="$ours_flags" COMMAND="$command_line" COMMIT="$commit" DIRTY="$dirty" BUILD="$build" \

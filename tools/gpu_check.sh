@@ -9,7 +9,8 @@
 #       PyTorch peers (for --step-bench and check 3b), the GPU GPT benchmark
 #       (bench/gpu_gpt_bench.sh with bench/peer/torch_gpt_gpu.py and gpt_flops.py, check 3d),
 #       the GPT autocast parity check (bench/gpt_autocast_parity.sh with
-#       bench/peer/torch_gpt_parity.py and examples/testdata/safetensors_io.py, check 3e),
+#       bench/peer/torch_gpt_parity.py and examples/testdata/safetensors_io.py, check 3e; both
+#       drivers with bench/gpt_driver_lib.sh),
 #       the OpenMPI runtime (mpirun, orted, libraries, MCA components, PMIx, help files) copied
 #       from this machine's install, the other shared libraries they need, env.sh (PATH,
 #       LD_LIBRARY_PATH, OPAL_PREFIX and the other install-dir variables) and this script.
@@ -223,8 +224,8 @@ package() {
     cp bench/step_bench.sh bench/save_stall_bench.sh bench/bench_lib.sh "$dir/peer/bench/" \
       || die "copy the FSDP2 peers"
   # The GPU GPT benchmark (check 3d), in the same layout: its peer imports gpt_torch.py and
-  # gpt_flops.py by their paths.
-  if ! cp bench/gpu_gpt_bench.sh "$dir/peer/bench/" ||
+  # gpt_flops.py by their paths; it and check 3e's driver source gpt_driver_lib.sh beside them.
+  if ! cp bench/gpu_gpt_bench.sh bench/gpt_driver_lib.sh "$dir/peer/bench/" ||
      ! cp bench/peer/torch_gpt_gpu.py bench/peer/gpt_flops.py "$dir/peer/bench/peer/"; then
     die "copy the GPU GPT benchmark"
   fi
@@ -429,6 +430,32 @@ train_mlp_step() {
     "layers=1024,4096,4096,1024 batch=256 ranks=1" | tee -a "$report"
 }
 
+# 3d and 3e: the GPT driver peer/bench/$2 of the package with its train_gpt, its results file
+# ($logs/$1.json) and its build line, the flags after $4, ended after $3 s; the peer's interpreter
+# as for 3b (GPU_CHECK_PYTHON, "none": none). $4 records the verdict: a function called with the
+# check name, the driver's exit status, its summary line, its log and that interpreter. Then the
+# summary line and the results file go into the report. SKIP when the package has no train_gpt
+# or no driver.
+gpt_driver_check() {
+  local name="$1" script="$pkg/peer/bench/$2" limit="$3" verdict="$4" log="$logs/$1.log"
+  local json="$logs/$1.json" python="${GPU_CHECK_PYTHON:-python3}" rc line
+  shift 4
+  if [ ! -x "$pkg/bin/train_gpt" ] || [ ! -f "$script" ]; then
+    record SKIP "$name" "not in this package"
+    return
+  fi
+  [ "$python" = none ] && python="$pkg/no-python"
+  rm -f "$json"
+  PYTHON="$python" timeout --kill-after=10 "$limit" bash "$script" \
+    --train-gpt "$pkg/bin/train_gpt" --json "$json" \
+    --build "$(head -1 "$pkg/BUILD_INFO" 2>/dev/null)" "$@" < /dev/null > "$log" 2>&1
+  rc=$?
+  line=$(grep '^summary:' "$log" | tail -1)
+  "$verdict" "$name" "$rc" "$line" "$log" "$python"
+  [ -n "$line" ] && echo "  $line" | tee -a "$report"
+  [ -s "$json" ] && echo "  results: $json" | tee -a "$report"
+}
+
 # 3d. The GPU GPT benchmark (bench/gpu_gpt_bench.sh; the header's 3d): its summary line and its
 # results file go into the report. The peer's interpreter: GPU_CHECK_PYTHON (as for 3b; "none":
 # no torch, its figures na), default python3. The driver's own time limits (ours 90 s, the peer
@@ -436,27 +463,15 @@ train_mlp_step() {
 # 105 s before it).
 GPT_BENCH_FLAGS=(--batch 8 --steps 5 --warmup 2 --ema "0.999,0.9999" --gemm-size 8192
                  --ours-timeout 90 --torch-timeout 75 --compile-timeout 100)
-gpu_gpt_bench() {
-  local script="$pkg/peer/bench/gpu_gpt_bench.sh" log="$logs/$1.log" json="$logs/$1.json"
-  local python="${GPU_CHECK_PYTHON:-python3}" rc line
-  if [ ! -x "$pkg/bin/train_gpt" ] || [ ! -f "$script" ]; then
-    record SKIP "$1" "not in this package"
-    return
-  fi
-  [ "$python" = none ] && python="$pkg/no-python"
-  rm -f "$json"
-  PYTHON="$python" timeout --kill-after=10 330 bash "$script" --train-gpt "$pkg/bin/train_gpt" \
-    --json "$json" --build "$(head -1 "$pkg/BUILD_INFO" 2>/dev/null)" "${GPT_BENCH_FLAGS[@]}" \
-    < /dev/null > "$log" 2>&1
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    record FAIL "$1" "exit $rc; log: $log"
+gpu_gpt_bench_verdict() {  # gpt_driver_check's verdict: PASS on exit 0
+  if [ "$2" != 0 ]; then
+    record FAIL "$1" "exit $2; log: $4"
   else
-    record PASS "$1" "log: $log"
+    record PASS "$1" "log: $4"
   fi
-  line=$(grep '^summary:' "$log" | tail -1)
-  [ -n "$line" ] && echo "  $line" | tee -a "$report"
-  [ -s "$json" ] && echo "  results: $json" | tee -a "$report"
+}
+gpu_gpt_bench() {
+  gpt_driver_check "$1" gpu_gpt_bench.sh 330 gpu_gpt_bench_verdict "${GPT_BENCH_FLAGS[@]}"
 }
 
 # 3e. The GPT autocast parity check (bench/gpt_autocast_parity.sh; the header's 3e) at its
@@ -467,29 +482,18 @@ gpu_gpt_bench() {
 # a minute (an estimate, not yet run on a GPU: torch's import and CUDA start-up, 120 PyTorch and
 # 120 train_gpt steps of a 0.9M-parameter model).
 GPT_PARITY_FLAGS=(--device cuda --steps 60 --torch-timeout 45 --ours-timeout 25)
-gpt_autocast_parity() {
-  local script="$pkg/peer/bench/gpt_autocast_parity.sh" log="$logs/$1.log" json="$logs/$1.json"
-  local python="${GPU_CHECK_PYTHON:-python3}" rc line
-  if [ ! -x "$pkg/bin/train_gpt" ] || [ ! -f "$script" ]; then
-    record SKIP "$1" "not in this package"
-    return
-  fi
-  [ "$python" = none ] && python="$pkg/no-python"
-  rm -f "$json"
-  PYTHON="$python" timeout --kill-after=10 105 bash "$script" --train-gpt "$pkg/bin/train_gpt" \
-    --json "$json" --build "$(head -1 "$pkg/BUILD_INFO" 2>/dev/null)" "${GPT_PARITY_FLAGS[@]}" \
-    < /dev/null > "$log" 2>&1
-  rc=$?
-  line=$(grep '^summary:' "$log" | tail -1)
-  if [ "$rc" = 3 ]; then
-    record SKIP "$1" "$python cannot import torch and numpy: nothing compared"
-  elif [ "$rc" != 0 ]; then
-    record FAIL "$1" "exit $rc$([ "$rc" = 124 ] && echo ' (timeout after 105 s)'); log: $log"
+gpt_autocast_parity_verdict() {  # gpt_driver_check's verdict: the driver's exit 0, 1 or 3
+  if [ "$2" = 3 ]; then
+    record SKIP "$1" "$5 cannot import torch and numpy: nothing compared"
+  elif [ "$2" != 0 ]; then
+    record FAIL "$1" "exit $2$([ "$2" = 124 ] && echo ' (timeout after 105 s)'); log: $4"
   else
-    record PASS "$1" "$(echo "$line" | grep -o 'max_rel_diff_bf16=[^ ]* max_rel_diff_f32=[^ ]*'); log: $log"
+    record PASS "$1" "$(echo "$3" | grep -o 'max_rel_diff_bf16=[^ ]* max_rel_diff_f32=[^ ]*'); log: $4"
   fi
-  [ -n "$line" ] && echo "  $line" | tee -a "$report"
-  [ -s "$json" ] && echo "  results: $json" | tee -a "$report"
+}
+gpt_autocast_parity() {
+  gpt_driver_check "$1" gpt_autocast_parity.sh 105 gpt_autocast_parity_verdict \
+    "${GPT_PARITY_FLAGS[@]}"
 }
 
 TRAIN_FLAGS=(--device cuda --layers 64,128,128,10 --loss cross_entropy --batch 64 --log-every 1
