@@ -1,7 +1,7 @@
 // CudaAttention (nn/cuda/attention.h) against a double-precision loop of nn/attention.h's
 // formulas on random data: out, the saved row logsumexp and dqkv, for T = 1, T not a multiple of
-// the kernels' 16-row blocks or 32-row tiles, head sizes 5, 48, 64, 100, 128 (fused path) and 160
-// (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
+// the kernels' 16-row blocks or 32-row tiles, head sizes 5, 48, 64, 80, 100, 128 (fused path) and
+// 160 (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
 // argument errors. The reference itself is checked against the CPU layer (runs without a GPU).
 //
 // Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
@@ -110,6 +110,7 @@ const AttentionShape kShapes[] = {
     {2, 33, 96, 2},    // hs = 48, T one past a 32-row tile
     {2, 100, 128, 2},  // GPT-2's hs = 64, T not a multiple of 16 or 32
     {1, 70, 200, 2},   // hs = 100
+    {2, 40, 240, 3},   // hs = 80: three 32-wide lane chunks (NC = 3), B * nh = 6
     {1, 300, 256, 2},  // hs = 128 (the fused limit), many tiles
     {1, 45, 160, 1},   // hs = 160: the materialised path
 };
@@ -182,7 +183,7 @@ TEST_F(AttentionCudaTest, MatchesTheDoubleReference) {
 TEST_F(AttentionCudaTest, RunsAreBitwiseIdentical) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(t));
-    for (const AttentionShape& sh : {kShapes[3], kShapes[6]}) {
+    for (const AttentionShape& sh : {kShapes[3], kShapes[7]}) {
       const auto qkv = Uniform(size_t(sh.qkv_numel()), 31, -2.f, 2.f),
                  dout = Uniform(size_t(sh.out_numel()), 32);
       auto a = CudaAttention::Create(gemm_.get(), t), b = CudaAttention::Create(gemm_.get(), t);
