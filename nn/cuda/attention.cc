@@ -3,7 +3,6 @@
 #include <cmath>
 
 #if SHARDEMA_WITH_CUDA
-#include "framework/cuda/convert_kernels.h"
 #include "nn/cuda/attention_kernels.h"
 #include "nn/cuda/flash_attention_kernels.h"
 #endif
