@@ -6,8 +6,10 @@
 #       own (no Bazel, no MPI install): every gpu-tagged test binary (the NCCL/store/optimizer/
 #       trainer multi-rank ones included), train_mlp, train_gpt, gpu_optimizer_bench, their data
 #       files, the CPU builds of train_mlp and step_roofline with the step benchmark and its
-#       PyTorch peers (for --step-bench and check 3b), the GPU GPT benchmark
-#       (bench/gpu_gpt_bench.sh with bench/peer/torch_gpt_gpu.py and gpt_flops.py, check 3d),
+#       PyTorch peers (for --step-bench and check 3b), the train_mlp step's PyTorch peer
+#       (bench/peer/torch_mlp_gpu.py, check 3c), the GPU GPT benchmark
+#       (bench/gpu_gpt_bench.sh with bench/peer/torch_gpt_gpu.py and gpt_flops.py, check 3d;
+#       both GPU peers with bench/peer/gpu_peer_lib.py),
 #       the GPT autocast parity check (bench/gpt_autocast_parity.sh with
 #       bench/peer/torch_gpt_parity.py and examples/testdata/safetensors_io.py, check 3e; both
 #       drivers with bench/gpt_driver_lib.sh),
@@ -57,7 +59,12 @@
 #   3b. the CPU step benchmarks' PyTorch FSDP2 peers (bench/peer/torch_fsdp2_{mlp,gpt}.py), a
 #      2-rank step of a tiny model each, on the CPU while a GPU is visible (PASS when the peer
 #      prints its JSON line; SKIP when the machine's python3 has no torch);
-#   3c. train_mlp_step: a 1-rank train_mlp --device cuda step timed with CUDA events (--bench-json);
+#   3c. train_mlp_step: a 1-rank train_mlp --device cuda step timed with CUDA events (--bench-json)
+#      at layers 1024,4096,4096,1024, batch 256, against its PyTorch peer (eager f32, fused AdamW:
+#      bench/peer/torch_mlp_gpu.py) where the peers' python3 has torch with CUDA (else its keys
+#      read "unavailable"); the summary line (train_mlp_cuda_step_ms, torch_ms,
+#      ours_speedup_vs_torch, ...) goes into the report; FAIL when ours fails, or the peer fails
+#      where torch with CUDA imports;
 #   3d. gpu_gpt_bench: bench/gpu_gpt_bench.sh, the GPT-2 small shape (12 layers, 12 heads, C 768,
 #      T 1024, vocabulary 50257 padded to 50304), batch 8 x 1024, AdamW + EMA 0.999,0.9999:
 #      train_gpt --device cuda at one rank against PyTorch eager bf16 (and torch.compile, within
@@ -210,19 +217,76 @@ run_plain() {  # $1: check name, $2: timeout s, rest: command; PASS on exit 0
 }
 
 # 3c. A 1-rank train_mlp --device cuda step timed by --bench-json (CUDA events, no per-step
-# synchronisation): its median step goes into the report (a figure, not a ratio: no peer here).
-STEP_FLAGS=(--device cuda --layers 1024,4096,4096,1024 --loss cross_entropy --batch 256
-            --synthetic-rows 8192 --steps 60 --bench-warmup 10 --bench-json --log-every 0)
+# synchronisation) against its PyTorch peer (bench/peer/torch_mlp_gpu.py: the same MLP, shape,
+# batch, loss and AdamW, eager f32 without TF32 as ours, no EMA as ours, fused AdamW, the same
+# CUDA-event timing after as many warm-up steps). The peer runs under GPU_CHECK_PYTHON (as for
+# 3b; "none": not run), default python3, ended after MLP_PEER_TIMEOUT s. Where that interpreter
+# has no torch or its torch sees no CUDA device (the peer's exit 3), or the package has no peer,
+# the peer's keys read "unavailable" and the check is ours alone; a peer that fails otherwise
+# FAILs the check. The summary line: train_mlp_cuda_step_ms (ours' median), timing, layers,
+# batch, ranks, then torch_ms (the peer's median), ours_speedup_vs_torch (torch_ms / ours' ms:
+# > 1 when ours is faster), ours_device_mib and torch_device_mib (the device memory in use at a
+# step's end, the CUDA context included, read the same way on both sides), torch_allocated_mib
+# (max_memory_allocated) and torch_adamw (fused or foreach).
+STEP_LAYERS=1024,4096,4096,1024 STEP_BATCH=256
+STEP_SHAPE=(--layers "$STEP_LAYERS" --activation relu --loss cross_entropy --batch "$STEP_BATCH"
+            --synthetic-rows 8192)
+STEP_FLAGS=(--device cuda "${STEP_SHAPE[@]}" --steps 60 --bench-warmup 10 --bench-json
+            --log-every 0)
+MLP_PEER_FLAGS=(--device cuda "${STEP_SHAPE[@]}" --steps 50 --warmup 10 --dtype fp32)
+MLP_PEER_TIMEOUT=35
+json_num() {  # $1: key, $2: file -> the first number of "key": N (or "key": [N, ...]) in it
+  grep -o "\"$1\": *\[\?[0-9.eE+-]*" "$2" 2>/dev/null | head -1 | sed 's/.*: *\[\?//'
+}
 train_mlp_step() {
+  local name="$1" log="$logs/$1.log" rc ms
   if [ ! -x "$pkg/bin/train_mlp" ]; then
-    record SKIP "$1" "not in this package"
+    record SKIP "$name" "not in this package"
     return
   fi
-  run_plain "$1" 180 "$pkg/bin/train_mlp" "${STEP_FLAGS[@]}"
-  local log="$logs/$1.log" ms
-  ms=$(grep -o '"step_ms": *[0-9.eE+-]*' "$log" 2>/dev/null | head -1 | sed 's/.*: *//')
-  [ -n "$ms" ] && echo "  summary: train_mlp_cuda_step_ms=$ms timing=cuda_events" \
-    "layers=1024,4096,4096,1024 batch=256 ranks=1" | tee -a "$report"
+  (cd "$pkg/root" && timeout 180 "$pkg/bin/train_mlp" "${STEP_FLAGS[@]}") < /dev/null > "$log" 2>&1
+  rc=$?
+  ms=$(json_num step_ms "$log")
+  if [ "$rc" != 0 ] || [ -z "$ms" ]; then
+    record FAIL "$name" "exit $rc$([ "$rc" = 0 ] && echo ', no step_ms'); log: $log"
+    return
+  fi
+  # The peer (see above).
+  local python="${GPU_CHECK_PYTHON:-python3}" script="$pkg/peer/bench/peer/torch_mlp_gpu.py"
+  local pjson="$logs/torch_mlp_gpu.json" plog="$logs/torch_mlp_gpu.log" prc torch_ms="" note=""
+  local keys="torch_ms=unavailable ours_speedup_vs_torch=unavailable"
+  if [ ! -f "$script" ]; then
+    note="not in this package"
+  elif [ "$python" = none ]; then
+    note="no interpreter (GPU_CHECK_PYTHON=none)"
+  else
+    PYTHONDONTWRITEBYTECODE=1 timeout --kill-after=5 "$MLP_PEER_TIMEOUT" "$python" "$script" \
+      "${MLP_PEER_FLAGS[@]}" < /dev/null > "$pjson" 2> "$plog"
+    prc=$?
+    torch_ms=$(json_num step_ms "$pjson")
+    case "$prc" in
+      0) [ -n "$torch_ms" ] || { prc="0, no step_ms"; torch_ms=""; } ;;
+      3 | 126 | 127) torch_ms="" note="$(tail -1 "$plog") ($python)" ;;
+      *) torch_ms="" ;;
+    esac
+  fi
+  if [ -n "$torch_ms" ]; then
+    local speedup od td ta adamw
+    speedup=$(awk -v t="$torch_ms" -v o="$ms" 'BEGIN { printf "%.4f", t / o }')
+    od=$(json_num peak_device_used_mib "$log") td=$(json_num peak_device_used_mib "$pjson")
+    ta=$(json_num max_memory_allocated_mib "$pjson")
+    adamw=$(sed -n 's/.*"adamw": *"\([a-z]*\)".*/\1/p' "$pjson")
+    keys="torch_ms=$torch_ms ours_speedup_vs_torch=$speedup ours_device_mib=${od:-na}"
+    keys+=" torch_device_mib=${td:-na} torch_allocated_mib=${ta:-na} torch_adamw=${adamw:-na}"
+    record PASS "$name" "log: $log; PyTorch peer: $pjson"
+  elif [ -n "$note" ]; then
+    record PASS "$name" "log: $log; PyTorch peer unavailable: ${note:0:160}"
+  else
+    record FAIL "$name" "the PyTorch peer failed (exit $prc$([ "$prc" = 124 ] &&
+      echo ", timeout after $MLP_PEER_TIMEOUT s")); log: $plog"
+  fi
+  echo "  summary: train_mlp_cuda_step_ms=$ms timing=cuda_events layers=$STEP_LAYERS" \
+    "batch=$STEP_BATCH ranks=1 $keys" | tee -a "$report"
 }
 
 # 3d and 3e: the GPT driver peer/bench/$2 of the package with its train_gpt, its results file

@@ -61,14 +61,51 @@ echo "$out" | grep -qE '^SKIP gpu_gpt_bench +not in this package' || fail "gpt b
 echo "$out" | grep -qE '^SKIP gpt_autocast_parity +not in this package' || fail "parity: $out"
 [ "$(echo "$out" | tail -1)" = "2 passed, 0 failed, 17 skipped" ] || fail "one GPU counts: $out"
 
-# 2b. The train_mlp step check: the --bench-json step time goes into the report.
-printf '#!/bin/sh\necho "{\\"device\\":\\"cuda\\",\\"step_ms\\":2.5}"\n' > "$tmp/a/bin/train_mlp"
+# 2b. The train_mlp step check: the --bench-json step time goes into the report, with the
+# PyTorch peer's keys "unavailable" when the package has no peer or its interpreter no torch with
+# CUDA (exit 3), its step time and our speedup when it runs; a failing peer FAILs the check.
+cat > "$tmp/a/bin/train_mlp" <<'B'
+#!/bin/sh
+echo '{"device":"cuda","step_ms":2.5,"peak_device_used_mib":[700.25]}'
+B
 chmod +x "$tmp/a/bin/train_mlp"
+step_summary='^  summary: train_mlp_cuda_step_ms=2.5 timing=cuda_events layers=1024,4096,4096,1024 batch=256 ranks=1 '
 out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none "$tmp/a/gpu_check.sh" --report "$tmp/b2.txt" \
         --only '^train_mlp_step$' 2>&1) || fail "train_mlp_step: $out"
-grep -q '^  summary: train_mlp_cuda_step_ms=2.5 timing=cuda_events' "$tmp/b2.txt" ||
+grep -q "${step_summary}torch_ms=unavailable ours_speedup_vs_torch=unavailable$" "$tmp/b2.txt" ||
   fail "step summary: $(cat "$tmp/b2.txt")"
-rm "$tmp/a/bin/train_mlp"
+echo "$out" | grep -qE '^PASS train_mlp_step +log: .*PyTorch peer unavailable: not in this package' ||
+  fail "step without a peer: $out"
+mkdir -p "$tmp/a/peer/bench/peer"
+echo '# a fake peer: the fake interpreter below answers for it' > "$tmp/a/peer/bench/peer/torch_mlp_gpu.py"
+cat > "$tmp/fakepy" <<'B'
+#!/bin/sh
+case "$1 $*" in
+  */peer/bench/peer/torch_mlp_gpu.py*" --device cuda --layers 1024,4096,4096,1024 --activation relu --loss cross_entropy --batch 256 "*) ;;
+  *) echo "bad args: $*" >&2; exit 1 ;;
+esac
+[ "${PEER_EXIT:-0}" = 3 ] && { echo "torch_mlp_gpu: torch 2.5 sees no CUDA device" >&2; exit 3; }
+[ "${PEER_EXIT:-0}" = 0 ] || { echo "peer crashed" >&2; exit "$PEER_EXIT"; }
+echo '{"step_ms": 5.0, "step_ms_mean": 5.1, "peak_device_used_mib": 900.5, "max_memory_allocated_mib": 300.5, "adamw": "fused"}'
+B
+chmod +x "$tmp/fakepy"
+out=$(GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON="$tmp/fakepy" "$tmp/a/gpu_check.sh" \
+        --report "$tmp/b2p.txt" --only '^train_mlp_step$' 2>&1) || fail "step with the peer: $out"
+grep -q "${step_summary}torch_ms=5.0 ours_speedup_vs_torch=2.0000 ours_device_mib=700.25 torch_device_mib=900.5 torch_allocated_mib=300.5 torch_adamw=fused$" \
+  "$tmp/b2p.txt" || fail "step summary with the peer: $(cat "$tmp/b2p.txt")"
+out=$(PEER_EXIT=3 GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON="$tmp/fakepy" \
+        "$tmp/a/gpu_check.sh" --report "$tmp/b2q.txt" --only '^train_mlp_step$' 2>&1) ||
+  fail "step, peer without CUDA: $out"
+echo "$out" | grep -qE '^PASS train_mlp_step +log: .*PyTorch peer unavailable: .*sees no CUDA device' ||
+  fail "step, peer without CUDA: $out"
+grep -q "${step_summary}torch_ms=unavailable ours_speedup_vs_torch=unavailable$" "$tmp/b2q.txt" ||
+  fail "step summary, peer without CUDA: $(cat "$tmp/b2q.txt")"
+out=$(PEER_EXIT=1 GPU_CHECK_GPUS=1 GPU_CHECK_SANITIZER=none GPU_CHECK_PYTHON="$tmp/fakepy" \
+        "$tmp/a/gpu_check.sh" --report "$tmp/b2r.txt" --only '^train_mlp_step$' 2>&1)
+[ $? = 1 ] || fail "step, failing peer: exit: $out"
+echo "$out" | grep -qE '^FAIL train_mlp_step +the PyTorch peer failed \(exit 1\)' ||
+  fail "step, failing peer: $out"
+rm "$tmp/a/bin/train_mlp" "$tmp/a/peer/bench/peer/torch_mlp_gpu.py"
 
 # 2d. The GPU GPT benchmark: the driver gets the package's train_gpt, the peer's interpreter and
 # its flags; its summary line and its results file go into the report; a failing driver FAILs.

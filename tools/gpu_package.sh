@@ -137,9 +137,12 @@ package() {
   # The GPU GPT benchmark (check 3d), in the same layout: its peer imports gpt_torch.py and
   # gpt_flops.py by their paths; it and check 3e's driver source gpt_driver_lib.sh beside them.
   if ! cp bench/gpu_gpt_bench.sh bench/gpt_driver_lib.sh "$dir/peer/bench/" ||
-     ! cp bench/peer/torch_gpt_gpu.py bench/peer/gpt_flops.py "$dir/peer/bench/peer/"; then
+     ! cp bench/peer/torch_gpt_gpu.py bench/peer/gpt_flops.py bench/peer/gpu_peer_lib.py \
+       "$dir/peer/bench/peer/"; then
     die "copy the GPU GPT benchmark"
   fi
+  # The train_mlp step's PyTorch peer (check 3c): it imports gpu_peer_lib.py beside it.
+  cp bench/peer/torch_mlp_gpu.py "$dir/peer/bench/peer/" || die "copy the GPU MLP peer"
   # The GPT autocast parity check (check 3e): its peer imports gpt_torch.py, gpt_flops.py and
   # safetensors_io.py by their paths.
   if ! cp bench/gpt_autocast_parity.sh "$dir/peer/bench/" ||

@@ -20,6 +20,8 @@ mean cross-entropy over the B*T targets, backward, the global gradient norm clip
 (train_gpt's --clip-norm 1), AdamW (nanoGPT's groups: weight decay 0.1 on >= 2-D parameters,
 betas 0.9,0.95; fused=True on CUDA, else foreach), and one EMA copy per --ema decay updated with
 torch._foreach_lerp_ (a per-tensor lerp_ where this torch has none). No host sync inside a step.
+(The timing, AdamW, EMA and memory pieces: bench/peer/gpu_peer_lib.py, shared with
+torch_mlp_gpu.py.)
 Timing: a CUDA event at each step's start and one after the last; a step is from its start to
 the next's (as train_gpt's --bench-json); median and mean over the --steps after --warmup.
 Memory: torch.cuda.max_memory_allocated and max_memory_reserved over the training (before the
@@ -55,6 +57,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "..", "examples", "testdata"))
 import gpt_flops  # noqa: E402
+from gpu_peer_lib import Clock, Ema, cuda_memory, make_adamw, run_steps  # noqa: E402
 from gpt_torch import GPT, Block  # noqa: E402  (train_gpt's model, shared with the parity golden)
 
 
@@ -66,27 +69,6 @@ def sdpa_attention(self, x):
     q, k, v = (z.view(b, t, self.n_head, hs).transpose(1, 2) for z in (q, k, v))
     y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return self.attn.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class Clock:
-    """Step marks: CUDA events on the GPU, the host clock (after a sync) on the CPU."""
-
-    def __init__(self, cuda):
-        self.cuda, self.marks = cuda, []
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            self.marks.append(e)
-        else:
-            self.marks.append(time.perf_counter())
-
-    def intervals_ms(self):
-        if self.cuda:
-            self.marks[-1].synchronize()
-            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
-        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
 
 
 def gemm_tflops(n, iters, device):
@@ -167,18 +149,9 @@ def main():
     decay = [q for q in params if q.dim() >= 2]
     nodecay = [q for q in params if q.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}]
-    opt, adamw = None, "foreach"
-    if cuda:
-        try:
-            opt, adamw = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
-                                           fused=True), "fused"
-        except (TypeError, RuntimeError):
-            opt = None
-    if opt is None:
-        opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
-    emas = [[q.detach().clone() for q in params] for _ in decays]
-    lerp = getattr(torch, "_foreach_lerp_", None)
-    ema_update = "foreach_lerp" if lerp else "lerp_loop"
+    opt, adamw = make_adamw(groups, cuda, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    ema = Ema(params, decays)
+    ema_update = ema.kind
 
     data = torch.from_numpy(tokens.astype(np.int64)).to(a.device)
     N = data.numel()
@@ -198,43 +171,26 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        with torch.no_grad():
-            for ema, d in zip(emas, decays):
-                if lerp:
-                    lerp(ema, params, 1.0 - d)
-                else:
-                    for e, q in zip(ema, params):
-                        e.lerp_(q, 1.0 - d)
+        ema.update()
         return loss.detach()
 
-    clock = Clock(cuda)
-    used_peak = 0.0
-    losses = []
     t_first = time.perf_counter()
     first_s = None
-    for s in range(a.warmup + a.steps):
-        clock.mark()
-        losses.append(step(s))
+
+    def after(s):  # --compile: the first step's time (the compilation) on the host clock
+        nonlocal first_s
         if s == 0 and a.compile:
             if cuda:
                 torch.cuda.synchronize()
             first_s = time.perf_counter() - t_first
-        if cuda:
-            free, total = torch.cuda.mem_get_info()
-            used_peak = max(used_peak, (total - free) / 2.0**20)
-    clock.mark()
-    steps_ms = clock.intervals_ms()
-    timed = steps_ms[a.warmup:]
+
+    steps_ms, timed, losses, used_peak = run_steps(step, a.warmup, a.steps, cuda, after)
     step_ms = statistics.median(timed)
-    mem = {}
-    if cuda:
-        mem = {"max_memory_allocated_mib": round(torch.cuda.max_memory_allocated() / 2.0**20, 1),
-               "max_memory_reserved_mib": round(torch.cuda.max_memory_reserved() / 2.0**20, 1),
-               "peak_device_used_mib": round(used_peak, 1)}
+    mem = cuda_memory(used_peak) if cuda else {}
     loss_first, loss_last = float(losses[0]), float(losses[-1])
     if not (math.isfinite(loss_first) and math.isfinite(loss_last)):
         raise SystemExit("torch_gpt_gpu: non-finite loss %s, %s" % (loss_first, loss_last))
-    del emas, opt, model, fwd
+    del ema, opt, model, fwd
     if cuda:
         torch.cuda.empty_cache()
     gemm = gemm_tflops(a.gemm_size, a.gemm_iters, a.device)
