@@ -1,6 +1,7 @@
 // UnitRunner at 1, 2 and 3 ranks (mpi_test): bit-identical to the hand-written protocol,
 // prefetch / release / reduce-scatter order, tied units against an unsharded serial reference,
-// recomputation, gradient accumulation, schedule errors and ParamByName.
+// recomputation, gradient accumulation, unit memory bounds (schedule errors, phase times, callback
+// errors and ParamByName: unit_runner_api_test.cc).
 //
 // The test model is a chain of units, unit u = {"u{u}.weight" [D, D], "u{u}.bias" [D]}, each use
 // computing y = tanh(x W^T + b) on its rows; the loss of a rank is the mean over its local rows of
@@ -15,35 +16,15 @@
 #include <cstring>
 #include <thread>
 
+#include "fsdp/unit_runner_test_util.h"
 #include "tests/test_world.h"
 
 namespace shardema {
 namespace {
 
 using ::shardema::testing::World;
+using namespace unit_runner_test;  // NOLINT
 
-constexpr int64_t kDim = 5;   // not a multiple of 2 or 3: shards cut through parameters
-constexpr int64_t kRows = 6;  // global rows per micro-batch (divisible by 1, 2, 3)
-constexpr size_t kUnits = 3;
-
-std::vector<UnitSpec> ChainUnits() {
-  std::vector<UnitSpec> units;
-  for (size_t u = 0; u < kUnits; ++u) {
-    const std::string n = "u" + std::to_string(u);
-    units.push_back({n, {{n + ".weight", {kDim, kDim}}, {n + ".bias", {kDim}}}});
-  }
-  return units;
-}
-
-// Deterministic, world-size-independent values.
-float InitValue(const std::string& name, int64_t i) {
-  const int64_t h = int64_t(name[1] - '0') * 7 + (name.size() > 8 ? 3 : 0);
-  return float(((i * 13 + h * 5) % 17) - 8) * 0.06f;
-}
-Status FillInit(const ParamLayout& p, float* out) {
-  for (int64_t i = 0; i < p.numel; ++i) out[i] = InitValue(p.name, i);
-  return Status::Ok();
-}
 float InputValue(int64_t micro, int64_t row, int64_t k) {
   return float(((micro * 11 + row * 7 + k * 3) % 13) - 6) * 0.15f;
 }
@@ -184,19 +165,6 @@ class Chain {
   double loss_ = 0;
 };
 
-std::unique_ptr<ShardedParameterStore> MakeStore(bool reshard_after_forward,
-                                                 Communicator* comm = World(),
-                                                 int64_t unit_memory_limit = 0) {
-  StoreOptions o;
-  o.reshard_after_forward = reshard_after_forward;
-  o.unit_memory_limit_bytes = unit_memory_limit;
-  auto s = ShardedParameterStore::Create(ChainUnits(), {}, comm, o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE((*s)->InitFromFunction(FillInit).ok());
-  return std::move(s).value();
-}
-
 Chain LocalChain(size_t uses) {
   const int w = World()->world_size(), r = World()->rank();
   Chain c(uses, kRows / w, r * (kRows / w));
@@ -207,12 +175,6 @@ Chain LocalChain(size_t uses) {
 std::vector<float> GradShard(const ShardedParameterStore& s) {
   const float* g = s.grad_shard();
   return std::vector<float>(g, g + s.layout().local_numel());
-}
-
-UnitRunner MakeRunner(ShardedParameterStore* s, UnitSchedule sched) {
-  StatusOr<UnitRunner> r = UnitRunner::Create(s, std::move(sched));
-  EXPECT_TRUE(r.ok()) << r.status();
-  return std::move(r).value();
 }
 
 // The protocol as examples/mlp_model.cc hand-wrote it before the runner, for units 0..n-1.
@@ -255,9 +217,6 @@ std::vector<float> HandWrittenGrads(ShardedParameterStore* s) {
   EXPECT_TRUE(HandWritten(s, &a).ok());
   return GradShard(*s);
 }
-
-UnitSchedule Sequential() { return SequentialSchedule(kUnits); }
-UnitSchedule Tied() { return {{0, 1, 2, 0}, {}}; }
 
 TEST(UnitRunnerTest, BitIdenticalToHandWrittenProtocol) {
   for (bool reshard : {true, false}) {
@@ -705,97 +664,6 @@ TEST(UnitRunnerTest, AUnitMemoryBoundGathersAtTheUseWithIdenticalGradients) {
   auto one = ShardedParameterStore::Create(ChainUnits(), {}, World(), o);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ((*one)->options().unit_memory_limit_bytes, unit_bytes);
-}
-
-TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
-  auto s = MakeStore(true);
-  ASSERT_NE(s, nullptr);
-  StatusOr<UnitRunner> r = UnitRunner::Create(s.get(), {{0, 3}, {}});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("use 1 names unit 3"), std::string::npos) << r.status();
-  r = UnitRunner::Create(s.get(), {{0, 1}, {true}});
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("1 entries for 2 uses"), std::string::npos) << r.status();
-  EXPECT_FALSE(UnitRunner::Create(s.get(), {}).ok());
-  EXPECT_FALSE(UnitRunner::Create(nullptr, Sequential()).ok());
-}
-
-TEST(UnitRunnerTest, PhaseTimesCountCallbacksAndWaitsOfTrainingOnly) {
-  auto s = MakeStore(true);
-  ASSERT_NE(s, nullptr);
-  UnitRunner runner = MakeRunner(s.get(), {{0, 1, 2}, {false, true, false}});
-  PhaseTimes times;
-  runner.set_phase_times(&times);
-  // Each callback sleeps 1 ms, so each phase's share is bounded below by its callback count.
-  const auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
-  UnitCallbacks cb;
-  cb.forward = [&](const UnitCall&, const std::vector<TensorView>&) {
-    nap();
-    return Status::Ok();
-  };
-  cb.backward = [&](const UnitCall&, const std::vector<TensorView>&,
-                    const std::vector<TensorView>&) {
-    nap();
-    return Status::Ok();
-  };
-  cb.loss = [&](int64_t) {
-    nap();
-    return Status::Ok();
-  };
-  ASSERT_TRUE(runner.Forward(cb).ok());  // evaluation: not profiled
-  for (int p = 0; p < int(Phase::kCount); ++p) EXPECT_EQ(times.ms(Phase(p)), 0.0) << p;
-  ASSERT_TRUE(runner.Step(1, nullptr, cb).ok());
-  EXPECT_GE(times.ms(Phase::kForward), 4.0);   // 3 forwards + the loss
-  EXPECT_GE(times.ms(Phase::kBackward), 4.0);  // 3 backwards + 1 recomputation
-  EXPECT_GT(times.ms(Phase::kGatherWait), 0.0);
-  EXPECT_GT(times.ms(Phase::kReduceScatterWait), 0.0);
-  EXPECT_EQ(times.ms(Phase::kOptimizer), 0.0);
-}
-
-TEST(UnitRunnerTest, CallbackErrorNamesTheUse) {
-  auto s = MakeStore(true);
-  ASSERT_NE(s, nullptr);
-  UnitRunner runner = MakeRunner(s.get(), Sequential());
-  UnitCallbacks cb;
-  cb.forward = [](const UnitCall& c, const std::vector<TensorView>&) {
-    return c.use == 1 ? InvalidArgument("boom") : Status::Ok();
-  };
-  Status st = runner.Forward(cb);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("forward of use 1 (unit 'u1'): boom"), std::string::npos) << st;
-  // Same failure on every rank: release what the failed forward left gathered.
-  EXPECT_TRUE(s->Release(1).ok());
-  EXPECT_TRUE(s->Release(2).ok());
-}
-
-// ParamByName in a tied schedule's (split) callbacks and in a hand-made call (no layout).
-TEST(UnitRunnerTest, ParamByNameFindsTheUsesViewsOrNamesTheUnitsParameters) {
-  auto s = MakeStore(true);
-  ASSERT_NE(s, nullptr);
-  UnitRunner runner = MakeRunner(s.get(), Tied());
-  int found = 0;  // views found by name: 4 forwards, 4 backward_input (params), 4 (grads)
-  const auto check = [&](const UnitCall& c, const std::vector<TensorView>& v) -> Status {
-    const std::string n = "u" + std::to_string(c.unit);
-    StatusOr<TensorView> w = ParamByName(c, v, n + ".weight"), b = ParamByName(c, v, n + ".bias");
-    found += w.ok() && b.ok() && w->data == v[0].data && b->data == v[1].data;
-    const Status miss = ParamByName(c, v, n + ".scale").status(),
-                 other = ParamByName(c, v, c.unit == 1 ? "u2.bias" : "u1.bias").status();
-    EXPECT_EQ(miss.code(), StatusCode::kNotFound);
-    EXPECT_NE(miss.message().find("use " + std::to_string(c.use) + " (unit '" + n +
-                                  "') has no parameter '" + n + ".scale'; its parameters: " + n +
-                                  ".weight [5, 5], " + n + ".bias [5]"),
-              std::string::npos)
-        << miss;
-    EXPECT_NE(other.message().find("(it belongs to unit 'u"), std::string::npos) << other;
-    EXPECT_EQ(ParamByName(c, {v[0]}, n + ".bias").status().code(), StatusCode::kFailedPrecondition);
-    return Status::Ok();
-  };
-  UnitCallbacks cb;
-  cb.forward = cb.backward_input = cb.backward_params = check;
-  ASSERT_TRUE(runner.ForwardBackward(cb).ok());
-  EXPECT_EQ(found, 12);
-  EXPECT_EQ(ParamByName(UnitCall{}, {}, "x").status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
