@@ -36,6 +36,16 @@ StatusOr<std::unique_ptr<ReplicaAverager>> ReplicaAverager::Create(Communicator*
 ReplicaAverager::ReplicaAverager(Communicator* replicas, Device device, DType dtype, Buffer padded)
     : replicas_(replicas), device_(device), dtype_(dtype), padded_(std::move(padded)) {}
 
+ReplicaAverager::Split ReplicaAverager::SplitOf(size_t n) {
+  Split sp;
+  sp.r = size_t(replicas_->world_size());
+  sp.chunk = (n + sp.r - 1) / sp.r;
+  sp.es = DTypeSize(dtype_);
+  sp.padded = padded_.as<char>();
+  sp.mine = sp.padded + sp.chunk * sp.r * sp.es;
+  return sp;
+}
+
 ReplicaAverager::~ReplicaAverager() {
   if (queue_.empty()) return;
   // Abandoned mid-flight (a failed step): a collective may still use the buffer.
@@ -47,10 +57,10 @@ ReplicaAverager::~ReplicaAverager() {
 
 Status ReplicaAverager::Average(void* data, size_t n, Stream stream) {
   if (n == 0) return Status::Ok();
-  const size_t r = size_t(replicas_->world_size()), chunk = (n + r - 1) / r;
-  const size_t es = DTypeSize(dtype_);
-  char* padded = padded_.as<char>();
-  char* mine = padded + chunk * r * es;
+  const Split sp = SplitOf(n);
+  const size_t r = sp.r, chunk = sp.chunk, es = sp.es;
+  char* padded = sp.padded;
+  char* mine = sp.mine;
   RETURN_IF_ERROR(CopyBytes(padded, device_, data, device_, n * es, stream));
   RETURN_IF_ERROR(FillZero(stream, padded + n * es, (chunk * r - n) * es));
   StatusOr<std::unique_ptr<Work>> w =
@@ -85,10 +95,10 @@ bool ReplicaAverager::Step(Item& h, bool block, Status* st) {
     *st = current->Wait();
     if (!st->ok()) return true;
   }
-  const size_t r = size_t(replicas_->world_size()), chunk = (h.n + r - 1) / r;
-  const size_t es = DTypeSize(dtype_);
-  char* padded = padded_.as<char>();
-  char* mine = padded + chunk * r * es;
+  const Split sp = SplitOf(h.n);
+  const size_t r = sp.r, chunk = sp.chunk, es = sp.es;
+  char* padded = sp.padded;
+  char* mine = sp.mine;
   const Stream host{Device::Cpu()};
   auto issue = [&h](StatusOr<std::unique_ptr<Work>> w, Stage next) {
     if (!w.ok()) return w.status();

@@ -71,6 +71,13 @@ class ReplicaAverager {
     std::unique_ptr<Work> op;
   };
   ReplicaAverager(Communicator* replicas, Device device, DType dtype, Buffer padded);
+  // A slice of n elements padded to R chunks: the padded copy and this rank's chunk, in padded_.
+  struct Split {
+    size_t r, chunk, es;  // replicas, elements per chunk, bytes per element
+    char* padded;
+    char* mine;
+  };
+  Split SplitOf(size_t n);
   // Advances the queue's head as far as it can: without blocking, or (block) until `until` is
   // averaged.
   void Advance(bool block, size_t until);

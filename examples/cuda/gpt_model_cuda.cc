@@ -299,14 +299,14 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
                                              call.accumulate, s);
 }
 
-Status GptModelCuda::QueueLoss(double norm, bool read) {
+Status GptModelCuda::QueueLoss(double norm, bool evaluation) {
   NvtxRange range("gpt loss");
-  // dlogits in place over the logits (the lm_head backward needs only the gradient).
-  RETURN_IF_ERROR(
-      nn::LaunchCrossEntropyLoss(logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n,
-                                 shape_.padded_vocab(), shape_.vocab, norm, logits_.as<float>(),
-                                 row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
-  if (!read) return Status::Ok();
+  // Training: dlogits in place over the logits (the lm_head backward needs only the gradient).
+  float* dlogits = evaluation ? nullptr : logits_.as<float>();
+  RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
+      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.padded_vocab(),
+      shape_.vocab, norm, dlogits, row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+  if (!evaluation) return Status::Ok();
   RETURN_IF_ERROR(
       CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
   return loss_ready_.Record(stream_);
@@ -322,7 +322,7 @@ StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
   UnitCallbacks cb = Callbacks();
   // The loss stays on the device (DeviceLoss): 0 for no tokens (an empty loss kernel writes 0).
   cb.loss = [this](int64_t) {
-    return QueueLoss(double(std::max<int64_t>(tok_.n, 1)), /*read=*/false);
+    return QueueLoss(double(std::max<int64_t>(tok_.n, 1)), /*evaluation=*/false);
   };
   RETURN_IF_ERROR(runner_->ForwardBackward(cb));
   return 0.0;
@@ -333,7 +333,7 @@ StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {
   RETURN_IF_ERROR(runner_->Forward(Callbacks()));
   if (tok_.n == 0) return 0.0;
   // Normaliser t: each row's mean over its targets, summed over rows.
-  RETURN_IF_ERROR(QueueLoss(double(tok_.seq)));
+  RETURN_IF_ERROR(QueueLoss(double(tok_.seq), /*evaluation=*/true));
   return ReadLoss();
 }
 

@@ -102,8 +102,9 @@ class GptModelCuda final : public GptLm, private UnitModule {
                         float* dw, float* db, float* dx, bool accumulate);
   // Device pointers to a use's parameters in param_dtype_ (f16 ones widened into widened_).
   StatusOr<std::vector<const void*>> Params(const std::vector<TensorView>& views);
-  // The loss kernel into loss_dev_; `read`: also its copy to loss_host_ and loss_ready_.
-  Status QueueLoss(double norm, bool read = true);
+  // The loss kernel into loss_dev_. Training (`evaluation` false): also dlogits, over the logits.
+  // Evaluation: the loss only, copied to loss_host_ and recorded in loss_ready_.
+  Status QueueLoss(double norm, bool evaluation);
   StatusOr<double> ReadLoss();
 
   ShardedParameterStore* store_;
