@@ -9,14 +9,16 @@
 
 #include "fsdp/unit_runner.h"
 #include "fsdp/unit_runner_test_util.h"
+#include "tests/test_world.h"
 
 namespace shardema {
 namespace {
 
 using namespace unit_runner_test;  // NOLINT
+using ::shardema::testing::World;
 
 TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
-  auto s = MakeStore(true);
+  auto s = MakeStore(true, World());
   ASSERT_NE(s, nullptr);
   StatusOr<UnitRunner> r = UnitRunner::Create(s.get(), {{0, 3}, {}});
   ASSERT_FALSE(r.ok());
@@ -30,7 +32,7 @@ TEST(UnitRunnerTest, CreateRejectsBadSchedules) {
 }
 
 TEST(UnitRunnerTest, PhaseTimesCountCallbacksAndWaitsOfTrainingOnly) {
-  auto s = MakeStore(true);
+  auto s = MakeStore(true, World());
   ASSERT_NE(s, nullptr);
   UnitRunner runner = MakeRunner(s.get(), {{0, 1, 2}, {false, true, false}});
   PhaseTimes times;
@@ -62,7 +64,7 @@ TEST(UnitRunnerTest, PhaseTimesCountCallbacksAndWaitsOfTrainingOnly) {
 }
 
 TEST(UnitRunnerTest, CallbackErrorNamesTheUse) {
-  auto s = MakeStore(true);
+  auto s = MakeStore(true, World());
   ASSERT_NE(s, nullptr);
   UnitRunner runner = MakeRunner(s.get(), Sequential());
   UnitCallbacks cb;
@@ -79,7 +81,7 @@ TEST(UnitRunnerTest, CallbackErrorNamesTheUse) {
 
 // ParamByName in a tied schedule's (split) callbacks and in a hand-made call (no layout).
 TEST(UnitRunnerTest, ParamByNameFindsTheUsesViewsOrNamesTheUnitsParameters) {
-  auto s = MakeStore(true);
+  auto s = MakeStore(true, World());
   ASSERT_NE(s, nullptr);
   UnitRunner runner = MakeRunner(s.get(), Tied());
   int found = 0;  // views found by name: 4 forwards, 4 backward_input (params), 4 (grads)

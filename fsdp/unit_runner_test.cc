@@ -220,7 +220,7 @@ std::vector<float> HandWrittenGrads(ShardedParameterStore* s) {
 
 TEST(UnitRunnerTest, BitIdenticalToHandWrittenProtocol) {
   for (bool reshard : {true, false}) {
-    auto s = MakeStore(reshard);
+    auto s = MakeStore(reshard, World());
     ASSERT_NE(s, nullptr);
     Chain a = LocalChain(kUnits), b = LocalChain(kUnits);
     a.SetMicroBatch(0);
@@ -253,7 +253,7 @@ TEST(UnitRunnerTest, BitIdenticalToHandWrittenProtocol) {
 
 TEST(UnitRunnerTest, PrefetchReleaseAndReduceScatterOrder) {
   for (bool reshard : {true, false}) {
-    auto s = MakeStore(reshard);
+    auto s = MakeStore(reshard, World());
     ASSERT_NE(s, nullptr);
     Chain chain = LocalChain(kUnits);
     chain.SetMicroBatch(0);
@@ -413,7 +413,7 @@ void ExpectGradsNear(ShardedParameterStore* s, const std::vector<std::vector<flo
 }
 
 TEST(UnitRunnerTest, TiedUnitAccumulatesBothUsesBeforeOneReduceScatter) {
-  auto s = MakeStore(true);
+  auto s = MakeStore(true, World());
   ASSERT_NE(s, nullptr);
   Chain chain = LocalChain(4);
   chain.SetMicroBatch(0);
@@ -432,7 +432,7 @@ TEST(UnitRunnerTest, TiedUnitAccumulatesBothUsesBeforeOneReduceScatter) {
 
 TEST(UnitRunnerTest, RecomputationGivesIdenticalGradients) {
   for (const UnitSchedule& base : {Sequential(), Tied()}) {
-    auto s = MakeStore(true);
+    auto s = MakeStore(true, World());
     ASSERT_NE(s, nullptr);
     std::vector<std::vector<float>> results;
     for (int variant = 0; variant < 3; ++variant) {
@@ -465,7 +465,7 @@ TEST(UnitRunnerTest, RecomputationGivesIdenticalGradients) {
 
 TEST(UnitRunnerTest, StepAccumulatesMicroBatches) {
   constexpr int64_t kMicro = 3;
-  auto s = MakeStore(false);
+  auto s = MakeStore(false, World());
   ASSERT_NE(s, nullptr);
   Chain chain = LocalChain(4);
   UnitRunner runner = MakeRunner(s.get(), Tied());
@@ -510,7 +510,7 @@ TEST(UnitRunnerTest, StepAccumulatesMicroBatches) {
 
 TEST(UnitRunnerTest, OverwritingBackwardSkipsZeroingWithTheSameGradients) {
   for (const UnitSchedule& sched : {Sequential(), Tied()}) {
-    auto s = MakeStore(true);
+    auto s = MakeStore(true, World());
     ASSERT_NE(s, nullptr);
     Chain chain = LocalChain(sched.units.size());
     UnitRunner runner = MakeRunner(s.get(), sched);
@@ -595,7 +595,7 @@ TEST(UnitRunnerTest, SplitBackwardGivesIdenticalGradientsWithTheParameterBufferR
       // gathered and the prefetched unit in the forward; in the backward one unit's parameters
       // (then its gradient) and the previous unit's gradient, or the prefetched unit.
       const int64_t unit_bytes =
-          MakeStore(true)->layout().units()[0].padded_numel * int64_t(sizeof(float));
+          MakeStore(true, World())->layout().units()[0].padded_numel * int64_t(sizeof(float));
       if (World()->world_size() > 1) {
         EXPECT_EQ(peaks.back(), 2 * unit_bytes);
       }
@@ -616,7 +616,8 @@ TEST(UnitRunnerTest, AUnitMemoryBoundGathersAtTheUseWithIdenticalGradients) {
   // The plain chain's units are of one size: with a bound of one unit buffer no prefetch fits,
   // so every gather is issued at its use, after the previous unit's buffers went back (the
   // bound is then exceeded only by what a use itself needs).
-  const int64_t unit_bytes = MakeStore(true)->layout().units()[0].padded_numel * int64_t(4);
+  const int64_t unit_bytes =
+      MakeStore(true, World())->layout().units()[0].padded_numel * int64_t(4);
   for (const UnitSchedule& sched : {Sequential(), Tied()}) {
     for (bool split : {false, true}) {
       std::vector<std::vector<float>> grads;

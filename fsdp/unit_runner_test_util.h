@@ -1,6 +1,7 @@
 // The chain model's units, store and schedules shared by the UnitRunner tests
 // (unit_runner_test.cc, unit_runner_api_test.cc): unit u = {"u{u}.weight" [D, D], "u{u}.bias"
-// [D]}, initialised with deterministic, world-size-independent values.
+// [D]}, initialised with deterministic, world-size-independent values. (fsdp may not include
+// tests/: the callers pass their communicator, tests/test_world.h's World().)
 #ifndef SHARDEMA_FSDP_UNIT_RUNNER_TEST_UTIL_H_
 #define SHARDEMA_FSDP_UNIT_RUNNER_TEST_UTIL_H_
 
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "fsdp/unit_runner.h"
-#include "tests/test_world.h"
 
 namespace shardema::unit_runner_test {
 
@@ -39,9 +39,9 @@ inline Status FillInit(const ParamLayout& p, float* out) {
   return Status::Ok();
 }
 
-inline std::unique_ptr<ShardedParameterStore> MakeStore(
-    bool reshard_after_forward, Communicator* comm = ::shardema::testing::World(),
-    int64_t unit_memory_limit = 0) {
+inline std::unique_ptr<ShardedParameterStore> MakeStore(bool reshard_after_forward,
+                                                        Communicator* comm,
+                                                        int64_t unit_memory_limit = 0) {
   StoreOptions o;
   o.reshard_after_forward = reshard_after_forward;
   o.unit_memory_limit_bytes = unit_memory_limit;
