@@ -24,8 +24,9 @@
 # match of the peer's autocast: bf16 GEMM operands where train_gpt's CUDA model takes them, else
 # the bf16 weights widened to f32 and the f32 GEMMs on TF32 tensor cores; with --device cpu
 # the default is ""; "" for plain f32; the summary's ours_flags). --attention: the peer's
-# (naive: the twin's materialised T x T probabilities, as ours; sdpa:
-# F.scaled_dot_product_attention). --torch-dtype: the peer's
+# (sdpa, the default: F.scaled_dot_product_attention, PyTorch's fused attention, as ours (cuDNN
+# where train_gpt finds it, else its own fused kernels: the summary's ours_attention, from its
+# --bench-json); naive: the twin's materialised T x T probabilities). --torch-dtype: the peer's
 # autocast (default bf16; fp32 for the CPU dry run). --gemm-size: the square bf16 GEMM the peer
 # times (0: none). --compile-timeout S > 0 also runs the peer with torch.compile, ended after S
 # seconds (compile included): its step time is torch_compile_ms, else "unavailable" (offline
@@ -49,7 +50,8 @@
 #     mfu_ours=... mfu_torch=... mfu_gemm_ours=... mfu_gemm_torch=... gemm_tflops=...
 #     peak_tflops=... ours_device_mib=... torch_device_mib=... torch_allocated_mib=...
 #     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... block_size=...
-#     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... attention=... device=...
+#     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
+#     torch_attention=... device=...
 #     ours_flags=... (--ours-flags, commas for spaces)
 # (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
 # mfu_gemm_*: against gemm_tflops; *_device_mib: device memory in use, the CUDA context
@@ -64,7 +66,7 @@ gpt_driver=gpu_gpt_bench  # sets root: the source tree, or peer/ in a gpu_check 
 
 train="" peer="$root/bench/peer/torch_gpt_gpu.py" device=cuda batch=8 steps=5 warmup=2
 n_layer=12 n_head=12 n_embd=768 block=1024 vocab=50257 ema=0.999,0.9999
-ours_flags=default attention=naive torch_dtype="" gemm=8192 compile_timeout=0
+ours_flags=default attention=sdpa torch_dtype="" gemm=8192 compile_timeout=0
 ours_timeout=150 torch_timeout=120 json="" build=""
 command_line="$0 $*"
 gpt_parse_flags "train-gpt:train peer device batch steps warmup n-layer n-head n-embd
@@ -191,7 +193,9 @@ s = {
     "torch_compile_ms": f(num(comp, "step_ms")) if comp else os.environ["COMPILE"],
     "compile": os.environ["COMPILE"],
     "batch": B, "block_size": T, "n_layer": L, "n_embd": C, "vocab_padded": gf.padded_vocab(V),
-    "steps": S, "warmup": W, "attention": os.environ["ATTENTION"],
+    "steps": S, "warmup": W,
+    "ours_attention": str((ours or {}).get("attention", "na")).replace(" ", "_"),
+    "torch_attention": os.environ["ATTENTION"],
     "device": name.replace(" ", "_"),
     "ours_flags": ",".join(os.environ["OURS_FLAGS"].split()) or "none",
 }

@@ -31,7 +31,7 @@ line=$(echo "$out" | tail -1)
 [[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=na\ ratio=na\ ours_tokens_per_s=[0-9.]+\  ]] ||
   fail "summary: $line"
 for kv in mfu_ours=na gemm_tflops=na compile=not_tried batch=2 block_size=16 vocab_padded=320 \
-  steps=2 warmup=1 device=cpu; do
+  steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done
 python3 - "$tmp/r.json" <<'PY' || fail "results file: $(cat "$tmp/r.json")"
@@ -54,7 +54,8 @@ if [ -z "$py" ]; then
   exit 0
 fi
 src="$(dirname "$(readlink -f "$driver")")"
-out=$(PYTHON="$py" "$src/gpu_gpt_bench.sh" --train-gpt "$train" "${tiny[@]}" 2>&1) ||
+# --attention naive: Debian's torch 1.13 has no F.scaled_dot_product_attention.
+out=$(PYTHON="$py" "$src/gpu_gpt_bench.sh" --train-gpt "$train" "${tiny[@]}" --attention naive 2>&1) ||
   fail "dry run with torch: $out"
 line=$(echo "$out" | tail -1)
 [[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=[0-9.]+\ ratio=[0-9.]+\  ]] ||

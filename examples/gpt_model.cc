@@ -206,6 +206,7 @@ GptModel::GptModel(ShardedParameterStore* store, const GptShape& shape, int comp
       runner_(std::move(runner)) {
   xs_.resize(size_t(shape_.n_layer) + 3);
   if (!recompute_) acts_.resize(size_t(shape_.n_layer));
+  attention_impl_ = "cpu";
 }
 
 Status SplitGptBatch(const Batch& batch, const GptShape& shape, GptTokens* out) {

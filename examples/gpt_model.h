@@ -139,6 +139,9 @@ class GptLm : public ModelCompute {
   // 0: the argmax).
   StatusOr<std::vector<int64_t>> Sample(std::vector<int64_t> prompt, int64_t n, double temperature,
                                         uint64_t seed, const std::string& stream);
+  // What ran the attention of the last training micro-batch ("cpu" on the CPU; on the GPU
+  // CudaAttention::Implementation's answer), "none" before the first.
+  const std::string& attention_implementation() const { return attention_impl_; }
 
  protected:
   explicit GptLm(const GptShape& shape) : shape_(shape) {}
@@ -147,6 +150,7 @@ class GptLm : public ModelCompute {
   virtual StatusOr<const float*> LastLogits(const Batch& batch) = 0;
 
   GptShape shape_;
+  std::string attention_impl_ = "none";
 };
 
 class GptModel final : public GptLm, private UnitModule {

@@ -29,7 +29,7 @@ const char* kDescription =
     "--ema-snapshot-every).\n"
     "Exit codes: 0 ok, 2 invalid argument, 3 not found, 4 data loss (corrupt file), 1 other.";
 
-Status FinishGpt(const std::string& data_order, GptConfig& c) {
+Status FinishGpt(const std::string& data_order, const std::string& attention, GptConfig& c) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1) {
     return InvalidArgument("--n-layer ", c.n_layer, ", --n-head ", c.n_head, ", --n-embd ",
                            c.n_embd, " and --block-size ", c.block_size, " must be >= 1");
@@ -44,6 +44,9 @@ Status FinishGpt(const std::string& data_order, GptConfig& c) {
     return InvalidArgument(
         "--data is required (a text file, .safetensors with tokens, or .bin token files)");
   ASSIGN_OR_RETURN(c.data_order, ParseDataOrder(data_order));
+  StatusOr<nn::AttentionBackend> backend = nn::ParseAttentionBackend(attention);
+  if (!backend.ok()) return InvalidArgument("--attention: ", backend.status().message());
+  c.attention = *backend;
   if (c.sample < 0) return InvalidArgument("--sample ", c.sample, " < 0");
   RETURN_IF_ERROR(RequireFinite("--temperature", c.temperature, true));
   return Status::Ok();
@@ -153,8 +156,11 @@ class GptTrainModel final : public TrainModel {
     RETURN_IF_ERROR(CheckDecayGroups(ctx));
     std::unique_ptr<GptLm> lm;
     if (ctx.store->device().is_cuda()) {
-      ASSIGN_OR_RETURN(lm,
-                       GptModelCuda::Create(ctx.store, c_.Shape(), c_.recompute, ctx.allow_tf32));
+      ASSIGN_OR_RETURN(lm, GptModelCuda::Create(ctx.store, c_.Shape(), c_.recompute, ctx.allow_tf32,
+                                                c_.attention));
+    } else if (c_.attention != nn::AttentionBackend::kAuto) {
+      return InvalidArgument("--attention ", nn::AttentionBackendName(c_.attention),
+                             " applies to --device cuda; the CPU has one attention");
     } else {
       ASSIGN_OR_RETURN(lm,
                        GptModel::Create(ctx.store, c_.Shape(), ctx.compute_threads, c_.recompute));
@@ -193,7 +199,8 @@ class GptTrainModel final : public TrainModel {
     return {{"n_layer", c_.n_layer},
             {"n_head", c_.n_head},
             {"n_embd", c_.n_embd},
-            {"block_size", c_.block_size}};
+            {"block_size", c_.block_size},
+            {"attention", lm_ != nullptr ? lm_->attention_implementation() : "none"}};
   }
 
   // --sample tokens generated with the prompt "\n" (token 10), --temperature and the stream
@@ -255,10 +262,11 @@ GptShape GptConfig::Shape() const {
 
 ModelFlags GptFlags(GptConfig* c) {
   auto data_order = std::make_shared<std::string>("shuffled");
+  auto attention = std::make_shared<std::string>("auto");
   ModelFlags f;
   f.program = "train_gpt";
   f.description = kDescription;
-  f.add = [c, data_order](CLI::App& app, TrainConfig&) {
+  f.add = [c, data_order, attention](CLI::App& app, TrainConfig&) {
     app.add_option("--n-layer", c->n_layer, "transformer blocks")->capture_default_str();
     app.add_option("--n-head", c->n_head, "attention heads (divide --n-embd)")
         ->capture_default_str();
@@ -278,8 +286,11 @@ ModelFlags GptFlags(GptConfig* c) {
     app.add_option("--temperature", c->temperature, "sampling temperature (0: argmax)")
         ->capture_default_str();
     app.add_flag("--recompute", c->recompute, "recompute each block's activations in the backward");
+    app.add_option("--attention", *attention,
+                   "GPU attention: auto (cuDNN with bf16 where it runs, else ours) | cudnn | own")
+        ->capture_default_str();
   };
-  f.finish = [c, data_order] { return FinishGpt(*data_order, *c); };
+  f.finish = [c, data_order, attention] { return FinishGpt(*data_order, *attention, *c); };
   return f;
 }
 

@@ -5,7 +5,7 @@
 // Flags (beside the trainer's, train/train_config.h, whose defaults it sets to nanoGPT's:
 // --weight-decay 0.1, --betas 0.9,0.95, --clip-norm 1): --n-layer, --n-head, --n-embd,
 // --block-size, --data (required) / --eval-data, --data-order shuffled|sequential, --sample N,
-// --temperature, --recompute.
+// --temperature, --recompute, --attention.
 // Checkpoint config compared on resume: model "gpt", n_layer, n_head, n_embd, block_size, data,
 // data_order (with the trainer's init, seed, batch, grad_accum, precision).
 // Threading: one thread (the trainer's).
@@ -20,6 +20,7 @@
 #include "examples/gpt_model.h"
 #include "framework/communicator.h"
 #include "framework/status.h"
+#include "nn/cuda/attention.h"
 #include "train/model.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -37,6 +38,8 @@ struct GptConfig : TrainConfig {
   int64_t sample = 0;        // --sample N: bytes generated at the end from live and EMA weights
   double temperature = 1.0;  // sampling temperature (0: argmax)
   bool recompute = false;    // --recompute: activation recomputation per block
+  // --attention auto|cudnn|own: the GPU attention's implementation (nn/cuda/attention.h)
+  nn::AttentionBackend attention = nn::AttentionBackend::kAuto;
   GptShape Shape() const;
 };
 

@@ -494,5 +494,26 @@ TEST(GptTrainerTest, BadVocabularySizeIsRefused) {
       << r.status();
 }
 
+// --attention: a bad name is refused naming it; cudnn and own are for --device cuda only (the
+// CPU has one attention, reported as "cpu" in the bench JSON).
+TEST(GptTrainerTest, AttentionFlag) {
+  StatusOr<ParsedGptArgs> bad = ParseGptConfig(SplitArgs(ParityArgs() + " --attention flash"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--attention: attention backend 'flash'"),
+            std::string::npos)
+      << bad.status();
+  StatusOr<ParsedGptArgs> own = ParseGptConfig(SplitArgs(ParityArgs() + " --attention own"));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->config.attention, nn::AttentionBackend::kOwn);
+  StatusOr<TrainRun> r = Train(ParityArgs() + " --steps 4 --attention cudnn", World());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--attention cudnn applies to --device cuda"),
+            std::string::npos)
+      << r.status();
+  StatusOr<TrainRun> cpu = Train(ParityArgs() + " --steps 4", World());
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->trainer->model().BenchJson().value("attention", ""), "cpu");
+}
+
 }  // namespace
 }  // namespace shardema::examples

@@ -2,6 +2,8 @@
 
 mpi_configure: OpenMPI (or any MPI whose compiler wrapper answers `--showme:*`).
 cuda_configure: the CUDA toolkit, found from `nvcc` on PATH, then $CUDA_PATH, then /usr/local/cuda.
+cudnn_frontend_configure: cuDNN's header-only C++ frontend, the version third_party/
+    cudnn_frontend.version names, which tools/setup.sh unpacks into .deps/cudnn_frontend/VERSION.
 """
 
 def _lines(ctx, argv):
@@ -106,4 +108,31 @@ cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
     environ = ["PATH", "CUDA_PATH"],
     local = True,
+)
+
+def _cudnn_frontend_configure_impl(ctx):
+    version = ctx.read(Label("//third_party:cudnn_frontend.version")).strip()
+    root = ctx.path(Label("//:WORKSPACE")).dirname
+    inc = root.get_child(".deps").get_child("cudnn_frontend").get_child(version).get_child("include")
+    if inc.get_child("cudnn_frontend.h").exists:
+        ctx.symlink(inc, "include")
+        available = True
+    else:
+        ctx.file("include/.keep", "")
+        available = False
+    ctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp"], allow_empty = True),
+    includes = ["include"],
+)
+""")
+    ctx.file("defs.bzl", "CUDNN_FRONTEND_AVAILABLE = %r\nCUDNN_FRONTEND_VERSION = %r\n" % (available, version))
+
+# Re-run by `bazel sync --configure` (tools/setup.sh fetches the headers before the first build).
+cudnn_frontend_configure = repository_rule(
+    implementation = _cudnn_frontend_configure_impl,
+    local = True,
+    configure = True,
 )

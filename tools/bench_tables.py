@@ -348,8 +348,9 @@ BENCHES = {
               [((), ["{batch} x {block_size}", "{ours_ms}", "{torch_ms}", "{ratio}",
                      "{ours_tokens_per_s}", "{torch_tokens_per_s}", "{mfu_ours}", "{mfu_torch}",
                      "{mfu_gemm_ours}", "{mfu_gemm_torch}", "{torch_compile_ms}"])], labels=0),
-        Line("{n_layer} layers, C {n_embd}, vocabulary padded to {vocab_padded}, PyTorch's "
-             "attention {attention}; {steps} timed steps after {warmup}. MFU against the "
+        Line("{n_layer} layers, C {n_embd}, vocabulary padded to {vocab_padded}; attention: "
+             "ours {ours_attention}, PyTorch {torch_attention}; {steps} timed steps after "
+             "{warmup}. MFU against the "
              "data-sheet dense bf16 peak, {peak_tflops} TFLOP/s, and against the measured bf16 "
              "GEMM, {gemm_tflops} TFLOP/s. Device memory in use: ours {ours_device_mib} MiB, "
              "PyTorch {torch_device_mib} MiB (max_memory_allocated {torch_allocated_mib} MiB).")],

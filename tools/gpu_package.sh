@@ -204,6 +204,11 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x
          /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
          $(python3 -c 'import site; print(" ".join(p + "/nvidia/*/lib" for p in site.getsitepackages()))' 2>/dev/null); do
   [ -d "$d" ] && ls "$d" 2>/dev/null | grep -qE '^lib(nccl|cublas|cublasLt)\.so' && cuda_dirs="$cuda_dirs:$d"
+  # cuDNN 9 (PyTorch's): the GPU attention opens it at run time (nn/cuda/cudnn_attention.h).
+  if [ -z "${SHARDEMA_CUDNN_LIBRARY:-}" ] && [ -f "$d/libcudnn.so.9" ]; then
+    export SHARDEMA_CUDNN_LIBRARY="$d/libcudnn.so.9"
+    cuda_dirs="$cuda_dirs:$d"
+  fi
 done
 export LD_LIBRARY_PATH="$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$cuda_dirs"
 export PATH="$pkg/mpi/bin:$PATH"

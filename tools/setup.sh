@@ -83,6 +83,29 @@ fi
 
 if command -v nvcc >/dev/null 2>&1; then
   echo "setup: CUDA toolkit found: $(command -v nvcc) (the CUDA path will be compiled)"
+  # cuDNN's header-only C++ frontend (the GPU attention's cuDNN path, nn/cuda/cudnn_attention.h),
+  # from its PyPI wheel into .deps/ (git-ignored; third_party/system_libs.bzl looks there).
+  # Without it the CUDA build compiles that path out and the attention uses its own kernels.
+  fe_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn_frontend"
+  fe_version=$(cat "$(dirname "$0")/../third_party/cudnn_frontend.version")
+  if [ ! -f "$fe_dir/$fe_version/include/cudnn_frontend.h" ]; then
+    if [ $check_only = 1 ]; then
+      echo "setup: optional cuDNN frontend $fe_version headers missing (.deps/cudnn_frontend)"
+    else
+      fe_tmp=$(mktemp -d)
+      if python3 -m pip download -q --no-deps "nvidia-cudnn-frontend==$fe_version" -d "$fe_tmp" \
+          >/tmp/shardema-pip.log 2>&1 &&
+         mkdir -p "$fe_dir/$fe_version" &&
+         python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith("include/")]' \
+          "$(ls "$fe_tmp"/*.whl | head -1)" "$fe_dir/$fe_version"; then
+        echo "setup: cuDNN frontend $fe_version headers in .deps/cudnn_frontend"
+      else
+        rm -rf "${fe_dir:?}/$fe_version"
+        echo "setup: could not fetch nvidia-cudnn-frontend==$fe_version (see /tmp/shardema-pip.log): the CUDA build leaves out the cuDNN attention path"
+      fi
+      rm -rf "$fe_tmp"
+    fi
+  fi
 else
   echo "setup: no nvcc on PATH: CPU-only build (set PATH or CUDA_PATH to build the CUDA path)"
 fi

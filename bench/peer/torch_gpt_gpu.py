@@ -10,8 +10,9 @@
 The model is train_gpt's twin (examples/testdata/gpt_torch.py, imported by its path relative to
 this file, as bench/peer/torch_fsdp2_gpt.py does) with the vocabulary padded as train_gpt pads it
 (bench/peer/gpt_flops.py padded_vocab: 50257 -> 50304; no target is ever a padding token).
---attention naive is the twin's own attention (the T x T probabilities materialised, as our
-CUDA attention does); sdpa replaces it by F.scaled_dot_product_attention(is_causal=True).
+--attention sdpa (the default) replaces the twin's own attention by
+F.scaled_dot_product_attention(is_causal=True), PyTorch's fused attention (train_gpt's CUDA
+attention is fused too); naive keeps the twin's (the T x T probabilities materialised).
 The tokens: --data, a nanoGPT-style raw uint16 .bin (the file train_gpt reads), taken in
 train_gpt's --data-order sequential: step s's sequence j starts at ((s*B + j)*T) mod (N - T),
 inputs tokens[o:o+T], targets tokens[o+1:o+T+1] (the whole file is put on the device once).
@@ -109,7 +110,7 @@ def main():
     p.add_argument("--ema", default="0.999,0.9999")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--attention", default="naive", choices=["naive", "sdpa"])
+    p.add_argument("--attention", default="sdpa", choices=["naive", "sdpa"])
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gemm-size", type=int, default=8192)
     p.add_argument("--gemm-iters", type=int, default=10)

@@ -46,7 +46,8 @@ Status Grow(Buffer* b, int64_t elems, size_t elem_size, Device dev) {
 
 StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterStore* store,
                                                              const GptShape& shape, bool recompute,
-                                                             bool allow_tf32) {
+                                                             bool allow_tf32,
+                                                             nn::AttentionBackend attention) {
   RETURN_IF_ERROR(shape.Check());
   if (store == nullptr) return InvalidArgument("GptModelCuda::Create: null store");
   if (!store->device().is_cuda()) {
@@ -75,7 +76,7 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
   m->param_dtype_ = compute == DType::kBF16 ? DType::kBF16 : DType::kF32;
   ASSIGN_OR_RETURN(m->gemm_, nn::CublasGemm::Create(m->stream_, allow_tf32));
   ASSIGN_OR_RETURN(m->linear_, nn::CudaLinear::Create(m->gemm_.get(), m->param_dtype_));
-  ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), m->param_dtype_));
+  ASSIGN_OR_RETURN(m->attn_, nn::CudaAttention::Create(m->gemm_.get(), m->param_dtype_, attention));
   ASSIGN_OR_RETURN(m->uploads_, UploadRing::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_ready_, CudaEvent::Create(m->dev_));
   ASSIGN_OR_RETURN(m->loss_dev_, Buffer::Allocate(sizeof(double), m->dev_));
@@ -198,9 +199,9 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
       x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], param_dtype_, n, C, kLayerNormEps,
       a->ln2.as<float>(), a->mean2.as<float>(), a->rstd2.as<float>(), s));
-  RETURN_IF_ERROR(Linear(a->ln2.as<float>(), p[kFcW], p[kFcB], C, 4 * C, a->h.as<float>()));
-  RETURN_IF_ERROR(nn::LaunchActivationForward(nn::Activation::kGeluTanh, a->h.as<float>(),
-                                              a->g.as<float>(), n * 4 * C, s));
+  // h = c_fc(ln2) and g = gelu_tanh(h) (one GEMM where the GELU epilogue applies).
+  RETURN_IF_ERROR(linear_->ForwardGeluTanh(a->ln2.as<float>(), p[kFcW], p[kFcB], param_dtype_, n, C,
+                                           4 * C, a->h.as<float>(), a->g.as<float>()));
   RETURN_IF_ERROR(Linear(a->g.as<float>(), p[kMProjW], p[kMProjB], 4 * C, C, y));
   return nn::LaunchAdd(a->x1.as<float>(), y, y, n * C, s);
 }
@@ -215,10 +216,10 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   float* dtmp = dtmp_.as<float>();
   float* dbig = dbig_.as<float>();
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
-  RETURN_IF_ERROR(LinearBackward(a.g.as<float>(), p[kMProjW], dy, 4 * C, C, g[kMProjW], g[kMProjB],
-                                 dbig, accumulate));
-  RETURN_IF_ERROR(nn::LaunchActivationBackward(nn::Activation::kGeluTanh, a.h.as<float>(), dbig,
-                                               dbig, n * 4 * C, s));
+  // dbig = dL/dh: c_proj's input gradient times gelu_tanh'(h) (its DGELU epilogue if it applies).
+  RETURN_IF_ERROR(linear_->Backward(a.g.as<float>(), p[kMProjW], param_dtype_, dy, n, 4 * C, C,
+                                    g[kMProjW], g[kMProjB], dbig, accumulate,
+                                    /*gelu_pre=*/a.h.as<float>()));
   RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
                                  accumulate));
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
@@ -319,6 +320,10 @@ StatusOr<double> GptModelCuda::ReadLoss() {
 
 StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch, /*backward=*/true));
+  if (tok_.rows > 0) {
+    ASSIGN_OR_RETURN(attention_impl_, attn_->Implementation(nn::AttentionShape{
+                                          tok_.rows, tok_.seq, shape_.n_embd, shape_.n_head}));
+  }
   UnitCallbacks cb = Callbacks();
   // The loss stays on the device (DeviceLoss): 0 for no tokens (an empty loss kernel writes 0).
   cb.loss = [this](int64_t) {
@@ -353,7 +358,8 @@ StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
 #else  // !SHARDEMA_WITH_CUDA
 
 StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterStore* store,
-                                                             const GptShape&, bool, bool) {
+                                                             const GptShape&, bool, bool,
+                                                             nn::AttentionBackend) {
   return Unavailable("GptModelCuda::Create",
                      store != nullptr ? " on " + store->device().ToString() : std::string(),
                      ": this binary was built without --config=cuda");

@@ -25,7 +25,9 @@
 //     operand (x; dy and x in the backward) rounded to a bf16 scratch just before; dW = dy^T x
 //     accumulates in f32 into the f32 gradient buffers. Activations and activation gradients are
 //     kept f32; LayerNorm, softmax, GELU, the loss and the bias and embedding kernels compute in
-//     f32 (their bf16 parameters widened in the kernel). The CPU GptModel widens the weights and
+//     f32 (their bf16 parameters widened in the kernel); the Linear biases, c_fc's GELU and the
+//     GELU's gradient are cuBLASLt epilogues of their GEMMs where the shapes allow (nn/cuda/
+//     linear.h; f32 and f16 keep the GELU kernels). The CPU GptModel widens the weights and
 //     keeps f32 operands, so the devices differ by the bf16 rounding of the activation operands.
 //   f16: as f32, with the gathered weights widened to f32 device scratch before use (no loss
 //     scaling, so no f16 gradients): agrees with the CPU to f32 rounding.
@@ -67,9 +69,9 @@ namespace shardema::examples {
 
 class GptModelCuda final : public GptLm, private UnitModule {
  public:
-  static StatusOr<std::unique_ptr<GptModelCuda>> Create(ShardedParameterStore* store,
-                                                        const GptShape& shape, bool recompute,
-                                                        bool allow_tf32 = false);
+  static StatusOr<std::unique_ptr<GptModelCuda>> Create(
+      ShardedParameterStore* store, const GptShape& shape, bool recompute, bool allow_tf32 = false,
+      nn::AttentionBackend attention = nn::AttentionBackend::kAuto);
   ~GptModelCuda() override;  // waits for the work queued on the stream (ignoring its status)
 
   StatusOr<double> ForwardBackward(const Batch& batch) override;

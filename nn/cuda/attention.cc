@@ -2,22 +2,89 @@
 
 #include <cmath>
 
+#include "framework/logging.h"
+
 #if SHARDEMA_WITH_CUDA
+#include "framework/cuda/convert_kernels.h"
 #include "nn/cuda/attention_kernels.h"
 #include "nn/cuda/flash_attention_kernels.h"
 #endif
 
 namespace shardema::nn {
 
+const char* AttentionBackendName(AttentionBackend b) {
+  switch (b) {
+    case AttentionBackend::kAuto: return "auto";
+    case AttentionBackend::kCudnn: return "cudnn";
+    case AttentionBackend::kOwn: return "own";
+  }
+  return "?";
+}
+
+StatusOr<AttentionBackend> ParseAttentionBackend(const std::string& name) {
+  for (AttentionBackend b :
+       {AttentionBackend::kAuto, AttentionBackend::kCudnn, AttentionBackend::kOwn}) {
+    if (name == AttentionBackendName(b)) return b;
+  }
+  return InvalidArgument("attention backend '", name, "' is not auto, cudnn or own");
+}
+
+CudaAttention::~CudaAttention() = default;
+
 #if SHARDEMA_WITH_CUDA
 
-StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm* gemm, DType gemm_dtype) {
+StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm* gemm, DType gemm_dtype,
+                                                               AttentionBackend backend) {
   if (gemm == nullptr) return InvalidArgument("CudaAttention::Create: null CublasGemm");
   if (gemm_dtype != DType::kF32 && gemm_dtype != DType::kBF16 && gemm_dtype != DType::kF16) {
     return InvalidArgument("CudaAttention::Create: GEMM dtype ", DTypeName(gemm_dtype),
                            " is not f32, bf16 or f16");
   }
-  return std::unique_ptr<CudaAttention>(new CudaAttention(gemm, gemm_dtype));
+  std::unique_ptr<CudaAttention> a(new CudaAttention(gemm, gemm_dtype));
+  a->backend_ = backend;
+  if (backend == AttentionBackend::kCudnn && gemm_dtype == DType::kF32) {
+    return InvalidArgument(
+        "CudaAttention::Create: cuDNN attention needs a bf16 or f16 GEMM "
+        "dtype, not f32");
+  }
+  if (backend == AttentionBackend::kOwn || gemm_dtype == DType::kF32) return a;
+  auto c = CudnnAttention::Create(gemm->stream(), gemm_dtype);
+  if (!c.ok()) {
+    if (backend == AttentionBackend::kCudnn) return c.status();
+    static bool logged = false;  // once per process
+    if (!logged) LOG_INFO << "attention: our own kernels (" << c.status().message() << ")";
+    logged = true;
+    return a;
+  }
+  a->cudnn_ = std::move(c).value();
+  ASSIGN_OR_RETURN(a->cudnn_version_, CudnnVersion());
+  return a;
+}
+
+StatusOr<bool> CudaAttention::UseCudnn(const AttentionShape& s) {
+  if (cudnn_ == nullptr) return false;
+  const auto key = std::make_tuple(s.batch, s.seq, s.dim, s.heads);
+  auto it = cudnn_shapes_.find(key);
+  if (it != cudnn_shapes_.end()) return it->second;
+  const Status st = cudnn_->Prepare(s);
+  if (!st.ok() &&
+      (backend_ == AttentionBackend::kCudnn || st.code() != StatusCode::kUnimplemented)) {
+    return st;
+  }
+  if (!st.ok()) LOG_INFO << "attention: our own kernels for this shape (" << st.message() << ")";
+  cudnn_shapes_[key] = st.ok();
+  return st.ok();
+}
+
+StatusOr<std::string> CudaAttention::Implementation(const AttentionShape& s) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
+  if (cudnn) {
+    const int64_t v = cudnn_version_;
+    return "cudnn " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+  }
+  return std::string(s.head_dim() > kFlashMaxHeadDim ? "materialised" : "fused");
 }
 
 Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
@@ -33,6 +100,17 @@ Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* 
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return InvalidArgument("CudaAttention::Forward: null buffer");
   }
+  ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
+  if (cudnn) {
+    void* st = gemm_->stream().native;
+    const size_t es = DTypeSize(dtype_);
+    RETURN_IF_ERROR(Reserve(&qkv_low_, size_t(s.qkv_numel()) * es));
+    RETURN_IF_ERROR(Reserve(&o_low_, size_t(s.out_numel()) * es));
+    RETURN_IF_ERROR(
+        LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, size_t(s.qkv_numel()), st));
+    RETURN_IF_ERROR(cudnn_->Forward(s, qkv_low_.data(), o_low_.data(), lse));
+    return LaunchConvert(o_low_.data(), dtype_, out, DType::kF32, size_t(s.out_numel()), st);
+  }
   if (s.head_dim() > kFlashMaxHeadDim) return ForwardMaterialised(s, qkv, out, lse);
   return LaunchFlashAttentionForward(s, qkv, dtype_, out, lse, gemm_->stream().native);
 }
@@ -42,6 +120,19 @@ Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const 
   RETURN_IF_ERROR(CheckAttentionShape(s));
   if (qkv == nullptr || out == nullptr || lse == nullptr || dout == nullptr || dqkv == nullptr) {
     return InvalidArgument("CudaAttention::Backward: null buffer");
+  }
+  ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
+  if (cudnn) {
+    void* st = gemm_->stream().native;
+    const size_t es = DTypeSize(dtype_), nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
+    for (Buffer* b : {&qkv_low_, &dqkv_low_}) RETURN_IF_ERROR(Reserve(b, nq * es));
+    for (Buffer* b : {&o_low_, &dy_low_}) RETURN_IF_ERROR(Reserve(b, no * es));
+    RETURN_IF_ERROR(LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, nq, st));
+    RETURN_IF_ERROR(LaunchConvert(out, DType::kF32, o_low_.data(), dtype_, no, st));
+    RETURN_IF_ERROR(LaunchConvert(dout, DType::kF32, dy_low_.data(), dtype_, no, st));
+    RETURN_IF_ERROR(
+        cudnn_->Backward(s, qkv_low_.data(), o_low_.data(), lse, dy_low_.data(), dqkv_low_.data()));
+    return LaunchConvert(dqkv_low_.data(), dtype_, dqkv, DType::kF32, nq, st);
   }
   if (s.head_dim() > kFlashMaxHeadDim) return BackwardMaterialised(s, qkv, dout, dqkv);
   RETURN_IF_ERROR(Reserve(&drow_, size_t(LseNumel(s)) * sizeof(float)));
@@ -118,8 +209,15 @@ Status CudaAttention::BackwardMaterialised(const AttentionShape& s, const float*
 
 #else  // !SHARDEMA_WITH_CUDA
 
-StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm*, DType) {
+StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm*, DType,
+                                                               AttentionBackend) {
   return Unavailable("CudaAttention::Create: this binary was built without --config=cuda");
+}
+StatusOr<bool> CudaAttention::UseCudnn(const AttentionShape&) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+StatusOr<std::string> CudaAttention::Implementation(const AttentionShape&) {
+  return Unavailable("CudaAttention: built without --config=cuda");
 }
 Status CudaAttention::Reserve(Buffer*, size_t) {
   return Unavailable("CudaAttention: built without --config=cuda");

@@ -4,7 +4,11 @@
 // L[i] = log sum_{j<=i} exp(S[i, j]) with S = scale Q K^T, and the backward recomputes
 // P = exp(S - L). The CPU layer keeps its `att`.
 //
-// Implementation (all on the CublasGemm's stream):
+// Implementation (all on the CublasGemm's stream), chosen per shape by the AttentionBackend:
+//   cuDNN (kAuto with a bf16 / f16 GEMM dtype when nn/cuda/cudnn_attention.h opens cuDNN and
+//     supports the shape; kCudnn always): qkv and dY rounded to the GEMM dtype into scratch
+//     buffers, cuDNN's fused attention on them, o and dqkv widened to f32. Its lse is the same
+//     natural-log row logsumexp. The backward rounds `out` again (exact: it is o widened).
 //   head size <= 128 (kFlashMaxHeadDim): the fused kernels of nn/cuda/flash_attention_kernels.h,
 //     reading q, k, v straight from qkv [B, T, 3C]: no [T, T] buffer. Forward: online softmax
 //     over key tiles -> out, lse. Backward: D = rowsum(dY Y) and dQ (a CTA per query block),
@@ -15,35 +19,56 @@
 //     Backward: S and P recomputed the same way, then dP = dY V^T; dV = P^T dY;
 //     dS = P (dP - rowsum(P dP)); dQ = scale dS K; dK = scale dS^T Q; merge -> dqkv.
 // GEMM dtype: f32, or the compute dtype bf16/f16 (nn/precision.h: operands Q, K, V, dY, P, dS
-// rounded, f32 accumulation, softmax statistics and outputs). Deterministic (no atomics).
+// rounded, f32 accumulation, softmax statistics and outputs). Deterministic (no atomics; cuDNN's
+// deterministic backward).
 //
 // Memory: a device workspace owned by the object, grown on demand (the stream is synchronised
-// before a buffer is replaced). Fused path: B*nh*T f32 (D) in the backward. Materialised path:
+// before a buffer is replaced). cuDNN path: 8 B*T*C GEMM-dtype elements (qkv, o, dY, dqkv) and
+// cuDNN's workspace. Fused path: B*nh*T f32 (D) in the backward. Materialised path:
 // q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer, P (B*nh*T*T f32) and its
 // GEMM-dtype copy (bf16/f16 only); the backward adds dQ, dK, dV (3 B*T*C f32) and dP
 // (B*nh*T*T f32). One object may serve every layer (buffers are reused).
 // Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape), a null buffer or dtype;
-// kUnavailable without CUDA; CUDA/cuBLAS errors. Threading: one thread at a time (as the
+// kUnavailable without CUDA, or with kCudnn when cuDNN cannot be opened (Create; an f32 GEMM
+// dtype is kInvalidArgument); kUnimplemented with kCudnn for a shape cuDNN does not support;
+// CUDA/cuBLAS/cuDNN errors. Threading: one thread at a time (as the
 // CublasGemm).
 #ifndef SHARDEMA_NN_CUDA_ATTENTION_H_
 #define SHARDEMA_NN_CUDA_ATTENTION_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "nn/attention.h"
 #include "nn/cuda/cublas_gemm.h"
+#include "nn/cuda/cudnn_attention.h"
 
 namespace shardema::nn {
+
+// kAuto: cuDNN where it is there and supports the shape (16-bit GEMM dtypes), else our kernels;
+// kCudnn: cuDNN or an error; kOwn: our kernels only.
+enum class AttentionBackend { kAuto, kCudnn, kOwn };
+// "auto", "cudnn", "own"; the parser refuses anything else, naming it.
+const char* AttentionBackendName(AttentionBackend b);
+StatusOr<AttentionBackend> ParseAttentionBackend(const std::string& name);
 
 class CudaAttention {
  public:
   // `gemm` (not owned) outlives the object; its stream runs everything. gemm_dtype: f32, bf16,
-  // f16.
-  static StatusOr<std::unique_ptr<CudaAttention>> Create(CublasGemm* gemm, DType gemm_dtype);
+  // f16. With kAuto, a cuDNN that cannot be opened is logged once and left out.
+  static StatusOr<std::unique_ptr<CudaAttention>> Create(
+      CublasGemm* gemm, DType gemm_dtype, AttentionBackend backend = AttentionBackend::kAuto);
+  ~CudaAttention();
+
+  // What runs for shape s: "cudnn <version>", "fused" or "materialised" (prepares cuDNN's graphs
+  // for s when it may run).
+  StatusOr<std::string> Implementation(const AttentionShape& s);
 
   // Elements of the saved lse: B * n_head * T.
   static int64_t LseNumel(const AttentionShape& s) { return s.batch * s.heads * s.seq; }
@@ -56,6 +81,9 @@ class CudaAttention {
 
  private:
   CudaAttention(CublasGemm* gemm, DType t) : gemm_(gemm), dtype_(t) {}
+  // Whether cuDNN runs shape s (with kAuto, a shape cuDNN refuses is logged once and left to
+  // our kernels).
+  StatusOr<bool> UseCudnn(const AttentionShape& s);
   // Makes *b hold at least `bytes` (synchronising the stream before replacing it).
   Status Reserve(Buffer* b, size_t bytes);
   // The materialised path (head size > 128): q_, k_, v_ from qkv; S and P into p_ (and
@@ -67,7 +95,12 @@ class CudaAttention {
 
   CublasGemm* gemm_;
   DType dtype_;
-  Buffer drow_;                                                 // fused path
+  AttentionBackend backend_ = AttentionBackend::kAuto;
+  std::unique_ptr<CudnnAttention> cudnn_;  // null: cuDNN is not used
+  int64_t cudnn_version_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, bool> cudnn_shapes_;  // supported?
+  Buffer qkv_low_, o_low_, dy_low_, dqkv_low_;                                   // cuDNN path
+  Buffer drow_;                                                                  // fused path
   Buffer q_, k_, v_, p_, p_low_, y_, work_f32_, dq_, dk_, dv_;  // materialised path
 };
 

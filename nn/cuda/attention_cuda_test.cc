@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -160,7 +161,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_F(AttentionCudaTest, MatchesTheDoubleReference) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
-    auto a = CudaAttention::Create(gemm_.get(), t);
+    auto a = CudaAttention::Create(gemm_.get(), t, AttentionBackend::kOwn);
     ASSERT_TRUE(a.ok()) << a.status();
     const double tol = t == DType::kF32 ? 3e-5 : t == DType::kBF16 ? 2e-2 : 4e-3;
     for (const AttentionShape& sh : kShapes) {
@@ -181,12 +182,19 @@ TEST_F(AttentionCudaTest, MatchesTheDoubleReference) {
 }
 
 TEST_F(AttentionCudaTest, RunsAreBitwiseIdentical) {
-  for (DType t : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(t));
-    for (const AttentionShape& sh : {kShapes[3], kShapes[7]}) {
+  // Our kernels in f32 and bf16, and cuDNN (its deterministic backward) when it is there.
+  const bool cudnn = CudnnVersion().ok();
+  for (auto [t, backend] : {std::pair{DType::kF32, AttentionBackend::kOwn},
+                            std::pair{DType::kBF16, AttentionBackend::kOwn},
+                            std::pair{DType::kBF16, AttentionBackend::kCudnn}}) {
+    if (backend == AttentionBackend::kCudnn && !cudnn) continue;
+    SCOPED_TRACE(::testing::Message() << DTypeName(t) << " " << AttentionBackendName(backend));
+    for (const AttentionShape& sh :
+         {kShapes[3], backend == AttentionBackend::kCudnn ? kShapes[6] : kShapes[7]}) {
       const auto qkv = Uniform(size_t(sh.qkv_numel()), 31, -2.f, 2.f),
                  dout = Uniform(size_t(sh.out_numel()), 32);
-      auto a = CudaAttention::Create(gemm_.get(), t), b = CudaAttention::Create(gemm_.get(), t);
+      auto a = CudaAttention::Create(gemm_.get(), t, backend),
+           b = CudaAttention::Create(gemm_.get(), t, backend);
       ASSERT_TRUE(a.ok() && b.ok());
       const Run first = Once(a->get(), sh, qkv, dout), again = Once(a->get(), sh, qkv, dout),
                 other = Once(b->get(), sh, qkv, dout);
@@ -196,6 +204,66 @@ TEST_F(AttentionCudaTest, RunsAreBitwiseIdentical) {
         EXPECT_TRUE(SameBits(first.dqkv, x->dqkv));
       }
     }
+  }
+}
+
+// cuDNN's fused attention (kCudnn) against the double reference of the rounded operands, on
+// shapes with a head size that is a multiple of 8 and at most 128, T = 1 and T not a multiple of
+// any tile included. cuDNN must run GPT-2's head size (64); another shape it refuses
+// (kUnimplemented, printed) is left to our kernels under kAuto. Besides P and dS, cuDNN rounds its
+// outputs o and dqkv to the operand dtype (2^-9 relative for bf16, 2^-12 for f16): within the
+// tolerances above.
+TEST_F(AttentionCudaTest, CudnnMatchesTheDoubleReference) {
+  const StatusOr<int64_t> v = CudnnVersion();
+  if (!v.ok()) GTEST_SKIP() << v.status();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    auto a = CudaAttention::Create(gemm_.get(), t, AttentionBackend::kCudnn);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const double tol = t == DType::kBF16 ? 2e-2 : 4e-3;
+    for (const AttentionShape& sh : {kShapes[0], kShapes[2], kShapes[3], kShapes[5], kShapes[6]}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(t) << " B " << sh.batch << " T " << sh.seq
+                                        << " C " << sh.dim << " nh " << sh.heads);
+      const StatusOr<std::string> impl = (*a)->Implementation(sh);
+      if (!impl.ok() && impl.status().code() == StatusCode::kUnimplemented && sh.head_dim() != 64) {
+        std::printf("cuDNN refuses this shape: %s\n", impl.status().ToString().c_str());
+        continue;
+      }
+      ASSERT_TRUE(impl.ok()) << impl.status();
+      EXPECT_EQ(impl->rfind("cudnn ", 0), 0u) << *impl;
+      const auto qkv = Uniform(size_t(sh.qkv_numel()), 41, -2.f, 2.f),
+                 dout = Uniform(size_t(sh.out_numel()), 42);
+      const Reference r = Compute(sh, Widen16(Round16(qkv, t), t), Widen16(Round16(dout, t), t));
+      const Run g = Once(a->get(), sh, qkv, dout);
+      EXPECT_LT(MaxRelError(g.out, r.out, 1.0), tol);
+      EXPECT_LT(MaxRelError(g.lse, r.lse, 1.0), 3e-5);
+      EXPECT_LT(MaxRelError(g.dqkv, r.dqkv, 1.0), tol);
+    }
+  }
+}
+
+// kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5) and always in f32.
+TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
+  auto bf = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kAuto);
+  auto f32 = CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kAuto);
+  ASSERT_TRUE(bf.ok() && f32.ok());
+  EXPECT_EQ(*(*bf)->Implementation(kShapes[1]), "fused");
+  EXPECT_EQ(*(*f32)->Implementation(kShapes[3]), "fused");
+  EXPECT_EQ(*(*f32)->Implementation(kShapes[7]), "materialised");
+  const StatusOr<std::string> gpt = (*bf)->Implementation(kShapes[3]);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  if (CudnnVersion().ok()) {
+    EXPECT_EQ(gpt->rfind("cudnn ", 0), 0u) << *gpt;
+  } else {
+    EXPECT_EQ(*gpt, "fused");
+  }
+  // kCudnn refuses f32, and a shape cuDNN cannot run.
+  EXPECT_EQ(
+      CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kCudnn).status().code(),
+      StatusCode::kInvalidArgument);
+  if (CudnnVersion().ok()) {
+    auto c = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kCudnn);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->Implementation(kShapes[1]).status().code(), StatusCode::kUnimplemented);
   }
 }
 
@@ -216,9 +284,20 @@ TEST_F(AttentionCudaTest, ArgumentErrors) {
 
 TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
   EXPECT_EQ(CudaAttention::Create(nullptr, DType::kF32).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(CudnnVersion().status().code(), StatusCode::kUnavailable);
 }
 
 #endif  // SHARDEMA_WITH_CUDA
+
+TEST(AttentionBackendTest, NamesRoundTripAndABadOneIsNamed) {
+  for (AttentionBackend b :
+       {AttentionBackend::kAuto, AttentionBackend::kCudnn, AttentionBackend::kOwn}) {
+    EXPECT_EQ(*ParseAttentionBackend(AttentionBackendName(b)), b);
+  }
+  const Status bad = ParseAttentionBackend("flash").status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("'flash'"), std::string::npos) << bad;
+}
 
 }  // namespace
 }  // namespace shardema::nn

@@ -1,9 +1,12 @@
 #include "nn/cuda/cublas_gemm.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <string>
 
 #if SHARDEMA_WITH_CUDA
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -13,10 +16,62 @@
 
 namespace shardema::nn {
 
+const char* GemmEpilogueName(GemmEpilogue ep) {
+  switch (ep) {
+    case GemmEpilogue::kNone: return "none";
+    case GemmEpilogue::kBias: return "bias";
+    case GemmEpilogue::kGeluAux: return "gelu_aux";
+    case GemmEpilogue::kBiasGeluAux: return "bias_gelu_aux";
+    case GemmEpilogue::kDGelu: return "dgelu";
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool HasBias(GemmEpilogue ep) {
+  return ep == GemmEpilogue::kBias || ep == GemmEpilogue::kBiasGeluAux;
+}
+bool HasAux(GemmEpilogue ep) {
+  return ep == GemmEpilogue::kGeluAux || ep == GemmEpilogue::kBiasGeluAux ||
+         ep == GemmEpilogue::kDGelu;
+}
+// The largest power of two (at most 256) dividing the address; 0 for null.
+int64_t Alignment(const void* p) {
+  if (p == nullptr) return 0;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return int64_t(std::min<uintptr_t>(a & (~a + 1), 256));
+}
+
+}  // namespace
+
+bool CublasGemm::LtQualifies(GemmEpilogue ep, int64_t m, int64_t k, const void* bias,
+                             const void* aux) {
+  if (m < 1 || k < 1) return false;
+  if (HasBias(ep) && (bias == nullptr || Alignment(bias) < 16)) return false;
+  // cuBLASLt: the GELU aux ld is divisible by 8 (and >= D's rows: it is D's rows here).
+  if (HasAux(ep) && (aux == nullptr || Alignment(aux) < 16 || m % 8 != 0)) return false;
+  return true;
+}
+
 #if SHARDEMA_WITH_CUDA
 namespace {
 
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+
 cublasHandle_t AsHandle(void* h) { return static_cast<cublasHandle_t>(h); }
+cublasLtHandle_t AsLt(void* h) { return static_cast<cublasLtHandle_t>(h); }
+
+cublasLtEpilogue_t LtEpilogue(GemmEpilogue ep) {
+  switch (ep) {
+    case GemmEpilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kBiasGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
 
 StatusOr<cudaDataType_t> CudaTypeOf(DType t) {
   switch (t) {
@@ -47,14 +102,35 @@ StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(Stream stream, bool all
   RETURN_IF_ERROR(CublasStatus(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
   RETURN_IF_ERROR(
       CublasStatus(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"));
+  cublasLtHandle_t lt = nullptr;
+  RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&lt), "cublasLtCreate"));
+  l->lt_handle_ = lt;
+  ASSIGN_OR_RETURN(l->workspace_, Buffer::Allocate(kLtWorkspaceBytes, stream.device));
   return l;
 }
 
-CublasGemm::~CublasGemm() {
-  if (handle_ != nullptr) {
-    (void)SetCurrentDevice(stream_.device);
-    (void)cublasDestroy(AsHandle(handle_));
+struct CublasGemm::LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // the heuristic gave an algorithm
+  ~LtPlan() {
+    if (d != nullptr) (void)cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) (void)cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) (void)cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) (void)cublasLtMatmulDescDestroy(desc);
   }
+};
+
+CublasGemm::CublasGemm(Stream stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {}
+
+CublasGemm::~CublasGemm() {
+  if (handle_ == nullptr && lt_handle_ == nullptr) return;
+  (void)SetCurrentDevice(stream_.device);
+  (void)SynchronizeStream(stream_);  // queued matmuls may still use the workspace
+  plans_.clear();
+  if (lt_handle_ != nullptr) (void)cublasLtDestroy(AsLt(lt_handle_));
+  if (handle_ != nullptr) (void)cublasDestroy(AsHandle(handle_));
 }
 
 Status CublasGemm::Gemm(const char* what, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -110,6 +186,163 @@ Status CublasGemm::LinearInputGrad(const void* dy, const void* w, DType t, int64
   return Gemm("LinearInputGrad", false, false, in, rows, out, w, in, dy, out, t, dx, accumulate);
 }
 
+Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n, int64_t k,
+                            const void* a, int64_t lda, const void* b, int64_t ldb, DType t,
+                            float* d, GemmEpilogue ep, const float* bias, const float* aux) {
+  const std::string call = std::string("CublasGemm::") + what + " (m=" + std::to_string(m) +
+                           " n=" + std::to_string(n) + " k=" + std::to_string(k) + ", " +
+                           DTypeName(t) + ", epilogue " + GemmEpilogueName(ep) + ")";
+  for (int64_t v : {m, n, k, lda, ldb}) {
+    if (v < 0 || v > INT_MAX) {
+      return InvalidArgument(call, ": size ", v, " outside [0, ", INT_MAX, "]");
+    }
+  }
+  ASSIGN_OR_RETURN(cudaDataType_t ab, CudaTypeOf(t));
+  if (m == 0 || n == 0) return Status::Ok();
+  if (d == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
+    return InvalidArgument(call, ": null buffer");
+  }
+  if (HasBias(ep) && bias == nullptr) return InvalidArgument(call, ": null bias");
+  if (HasAux(ep) && aux == nullptr) return InvalidArgument(call, ": null aux");
+  if (!HasBias(ep)) bias = nullptr;
+  if (!HasAux(ep)) aux = nullptr;
+  if (!LtQualifies(ep, m, k, bias, aux)) {
+    return Unimplemented(call, ": not a cuBLASLt problem (empty inner dimension, bias or aux ",
+                         "not 16-byte aligned, or aux ld ", m, " not divisible by 8)");
+  }
+  const bool tf32 = t == DType::kF32 && allow_tf32_;
+  const LtKey key{trans_a,
+                  m,
+                  n,
+                  k,
+                  lda,
+                  ldb,
+                  int64_t(t),
+                  int64_t(ep),
+                  tf32,
+                  Alignment(a),
+                  Alignment(b),
+                  Alignment(d),
+                  Alignment(bias),
+                  Alignment(aux)};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<LtPlan>();
+    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F),
+                                 (call + ": cublasLtMatmulDescCreate").c_str()));
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = LtEpilogue(ep);
+    const int64_t aux_ld = m;
+    auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t size) {
+      return CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, attr, v, size),
+                          (call + ": cublasLtMatmulDescSetAttribute").c_str());
+    };
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    // The bias and aux types are left at their default, D's type (f32). The heuristic reads the
+    // pointers' alignment, so they are set before it (and again on every call).
+    if (bias != nullptr) {
+      RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux != nullptr) {
+      RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+      RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+    // Stored (column-major) shapes: A is [k, m] when transposed, B [k, n], D [m, n].
+    const uint64_t a_rows = uint64_t(trans_a ? k : m), a_cols = uint64_t(trans_a ? m : k);
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&plan->a, ab, a_rows, a_cols, lda),
+                                 (call + ": cublasLtMatrixLayoutCreate (A)").c_str()));
+    RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatrixLayoutCreate(&plan->b, ab, uint64_t(k), uint64_t(n), ldb),
+                     (call + ": cublasLtMatrixLayoutCreate (B)").c_str()));
+    RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_32F, uint64_t(m), uint64_t(n), m),
+                     (call + ": cublasLtMatrixLayoutCreate (D)").c_str()));
+    cublasLtMatmulPreference_t pref = nullptr;
+    RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref),
+                                 (call + ": cublasLtMatmulPreferenceCreate").c_str()));
+    const uint64_t ws = workspace_.size();
+    const uint32_t align_a = uint32_t(key[9]), align_b = uint32_t(key[10]),
+                   align_d = uint32_t(key[11]);
+    Status st = Status::Ok();
+    auto pset = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, size_t size) {
+      if (!st.ok()) return;
+      st = CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, size),
+                        (call + ": cublasLtMatmulPreferenceSetAttribute").c_str());
+    };
+    pset(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    pset(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
+    pset(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
+    pset(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d));
+    pset(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (st.ok()) {
+      const cublasStatus_t hs =
+          cublasLtMatmulAlgoGetHeuristic(AsLt(lt_handle_), plan->desc, plan->a, plan->b, plan->d,
+                                         plan->d, pref, 1, &result, &found);
+      if (hs == CUBLAS_STATUS_NOT_SUPPORTED) {
+        found = 0;
+      } else {
+        st = CublasStatus(hs, (call + ": cublasLtMatmulAlgoGetHeuristic").c_str());
+      }
+    }
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    RETURN_IF_ERROR(st);
+    plan->found = found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    plan->algo = result.algo;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  LtPlan& plan = *it->second;
+  if (!plan.found) return Unimplemented(call, ": cuBLASLt's heuristic has no algorithm");
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof(bias)),
+                     (call + ": cublasLtMatmulDescSetAttribute").c_str()));
+  }
+  if (aux != nullptr) {
+    RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatmulDescSetAttribute(
+                         plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+                     (call + ": cublasLtMatmulDescSetAttribute").c_str()));
+  }
+  const float alpha = 1.f, beta = 0.f;
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmul(AsLt(lt_handle_), plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
+                                  d, plan.d, d, plan.d, &plan.algo, workspace_.data(),
+                                  workspace_.size(), static_cast<cudaStream_t>(stream_.native)),
+                   (call + ": cublasLtMatmul").c_str()));
+  ++lt_matmuls_[size_t(ep)];
+  return Status::Ok();
+}
+
+Status CublasGemm::LinearForwardLt(const void* x, const void* w, DType t, int64_t rows, int64_t in,
+                                   int64_t out, GemmEpilogue ep, const float* bias, float* aux,
+                                   float* y) {
+  if (ep == GemmEpilogue::kDGelu) {
+    return InvalidArgument("CublasGemm::LinearForwardLt: epilogue ", GemmEpilogueName(ep),
+                           " is the input gradient's (rows ", rows, ", in ", in, ", out ", out,
+                           ")");
+  }
+  // As LinearForward: y^T [out, rows] = W x^T, the bias along D's rows (out).
+  return LtMatmul("LinearForwardLt", true, out, rows, in, w, in, x, in, t, y, ep, bias, aux);
+}
+
+Status CublasGemm::LinearInputGradLt(const void* dy, const void* w, DType t, int64_t rows,
+                                     int64_t in, int64_t out, GemmEpilogue ep, const float* aux,
+                                     float* dx) {
+  if (ep != GemmEpilogue::kNone && ep != GemmEpilogue::kDGelu) {
+    return InvalidArgument("CublasGemm::LinearInputGradLt: epilogue ", GemmEpilogueName(ep),
+                           " is not none or dgelu (rows ", rows, ", in ", in, ", out ", out, ")");
+  }
+  // As LinearInputGrad: dx^T [in, rows] = W^T dy^T; aux [rows, in] row-major has ld in.
+  return LtMatmul("LinearInputGradLt", false, in, rows, out, w, in, dy, out, t, dx, ep, nullptr,
+                  aux);
+}
+
 Status CublasGemm::BatchedRowMajor(const char* what, bool trans_a, bool trans_b, int64_t m,
                                    int64_t n, int64_t k, float alpha, GemmOperand a, GemmOperand b,
                                    DType t, float beta, float* c, int64_t ldc, int64_t stride_c,
@@ -149,7 +382,24 @@ StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(Stream stream, bool all
                      ": this binary was built without --config=cuda");
 }
 
+struct CublasGemm::LtPlan {};
+
+CublasGemm::CublasGemm(Stream stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {}
 CublasGemm::~CublasGemm() = default;
+
+Status CublasGemm::LtMatmul(const char*, bool, int64_t, int64_t, int64_t, const void*, int64_t,
+                            const void*, int64_t, DType, float*, GemmEpilogue, const float*,
+                            const float*) {
+  return Unavailable("CublasGemm: built without --config=cuda");
+}
+Status CublasGemm::LinearForwardLt(const void*, const void*, DType, int64_t, int64_t, int64_t,
+                                   GemmEpilogue, const float*, float*, float*) {
+  return Unavailable("CublasGemm: built without --config=cuda");
+}
+Status CublasGemm::LinearInputGradLt(const void*, const void*, DType, int64_t, int64_t, int64_t,
+                                     GemmEpilogue, const float*, float*) {
+  return Unavailable("CublasGemm: built without --config=cuda");
+}
 
 Status CublasGemm::Gemm(const char*, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
                         const void*, int64_t, DType, float*, bool) {

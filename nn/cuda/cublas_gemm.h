@@ -1,6 +1,7 @@
 // CublasGemm: the GEMMs of the nn/ layers on cuBLAS, in PyTorch's row-major layouts, on one
-// stream: the three GEMMs of a Linear layer (the device twin of nn/linear.h) and a strided-
-// batched row-major GEMM (attention's per-head products, nn/cuda/attention.h).
+// stream: the three GEMMs of a Linear layer (the device twin of nn/linear.h), the same forward and
+// input-gradient GEMMs on cuBLASLt with a fused epilogue, and a strided-batched row-major GEMM
+// (attention's per-head products, nn/cuda/attention.h).
 //
 // Linear, with x [rows, in], W [out, in] (nn.Linear), dy [rows, out], all row-major:
 //   LinearForward    y  = x W^T        [rows, out]  (the bias is nn/cuda/elementwise_kernels.h's)
@@ -12,23 +13,50 @@
 // Inputs are f32, or bf16 / f16 (both operands of one call in the same dtype) with f32
 // accumulation: CUBLAS_COMPUTE_32F with CUDA_R_16BF / CUDA_R_16F A and B and a CUDA_R_32F C.
 //
+// cuBLASLt epilogues (cublasLtMatmul, same operands, compute type and f32 D, beta = 0):
+//   LinearForwardLt    kNone        y = x W^T
+//                      kBias        y = x W^T + b                     (CUBLASLT_EPILOGUE_BIAS)
+//                      kGeluAux     aux = x W^T,      y = gelu(aux)   (CUBLASLT_EPILOGUE_GELU_AUX)
+//                      kBiasGeluAux aux = x W^T + b,  y = gelu(aux)   (..._GELU_AUX_BIAS)
+//   LinearInputGradLt  kNone        dx = dy W
+//                      kDGelu       dx = (dy W) * gelu'(aux)          (CUBLASLT_EPILOGUE_DGELU)
+// gelu is cuBLASLt's tanh form (nn/activation.h's kGeluTanh, evaluated by the library: not the
+// bits of the f32 kernel). b is f32 [out] (for f32 D cuBLASLt's bias type is the D type: callers
+// widen 16-bit biases); aux is f32 [rows, out] (forward) or [rows, in] (DGELU), row-major, i.e.
+// the column-major aux matrix of D's shape with aux ld = D's row count (out, resp. in).
+// LtQualifies states the rules a call must meet: in >= 1 (forward) / out >= 1 (input grad); a
+// bias pointer 16-byte aligned; for the aux epilogues an aux pointer 16-byte aligned and an aux
+// ld (out, resp. in) divisible by 8 (cuBLASLt's rule for GELU aux). A call that does not qualify,
+// or for which cublasLtMatmulAlgoGetHeuristic finds no algorithm, returns kUnimplemented with
+// nothing queued: the caller falls back to LinearForward / LinearInputGrad and the separate
+// kernels (nn/cuda/linear.h does). Each distinct (shape, dtype, epilogue, pointer-alignment) key
+// queries the heuristic once; its descriptors and algorithm are cached for the object's life, so
+// later calls make no heuristic query; reruns of a key use the same algorithm and workspace (the
+// tests check that they are bit-identical).
+//
 // TF32: off by default, so an f32 run matches the CPU to rounding (f32 products and sums,
 // CUBLAS_COMPUTE_32F and CUBLAS_DEFAULT_MATH). allow_tf32 selects CUBLAS_COMPUTE_32F_FAST_TF32 for
-// f32 inputs (faster on tensor cores, ~1e-3 relative error). (cuBLAS also honours the
-// NVIDIA_TF32_OVERRIDE environment variable.)
+// f32 inputs (faster on tensor cores, ~1e-3 relative error), on both paths. (cuBLAS also honours
+// the NVIDIA_TF32_OVERRIDE environment variable.)
 //
 // Contract: pointers are device memory of the handle's device, sizes >= 0 and each <= INT_MAX;
 // calls are asynchronous on the stream given to Create (buffers must stay alive until the work
 // is done there). A zero-sized output does nothing; an empty inner dimension writes zeros (or
-// leaves an accumulated output unchanged).
+// leaves an accumulated output unchanged) on the cublasGemmEx path and is kUnimplemented on
+// cuBLASLt's. Memory: Create allocates a 32 MiB cuBLASLt workspace on the stream's device, shared
+// by the cuBLASLt calls (ordered by the stream); a few host descriptors per cached key.
 // Errors: kUnavailable in a build without --config=cuda or without a GPU (Create);
-// kInvalidArgument for sizes out of range, null pointers with work to do, or an input dtype
-// other than f32/bf16/f16; cuBLAS failures as framework/cuda/cublas_error.h.
+// kInvalidArgument for sizes out of range, null pointers with work to do, an input dtype other
+// than f32/bf16/f16, an epilogue the call does not take or without its bias / aux; kUnimplemented
+// as above; cuBLAS and cuBLASLt failures as framework/cuda/cublas_error.h. Messages name the
+// call, shape, dtype and epilogue.
 // Threading: one thread uses an object at a time (a cuBLAS handle is not thread-safe).
 #ifndef SHARDEMA_NN_CUDA_CUBLAS_GEMM_H_
 #define SHARDEMA_NN_CUDA_CUBLAS_GEMM_H_
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "framework/device.h"
@@ -36,6 +64,12 @@
 #include "framework/status.h"
 
 namespace shardema::nn {
+
+// The fused epilogues of the cuBLASLt Linear GEMMs (see above).
+enum class GemmEpilogue : uint8_t { kNone, kBias, kGeluAux, kBiasGeluAux, kDGelu };
+
+// "none", "bias", "gelu_aux", "bias_gelu_aux", "dgelu".
+const char* GemmEpilogueName(GemmEpilogue ep);
 
 // One operand of a strided-batched row-major GEMM: matrix i starts at data + i * stride
 // elements; ld is the row stride (elements between consecutive rows).
@@ -49,7 +83,7 @@ class CublasGemm {
  public:
   // Creates a cuBLAS handle on stream.device (made current) bound to `stream`.
   static StatusOr<std::unique_ptr<CublasGemm>> Create(Stream stream, bool allow_tf32 = false);
-  ~CublasGemm();  // destroys the handle (after the work queued on the stream)
+  ~CublasGemm();  // waits for the work queued on the stream, then destroys the handles
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
 
@@ -66,6 +100,22 @@ class CublasGemm {
   Status LinearInputGrad(const void* dy, const void* w, DType t, int64_t rows, int64_t in,
                          int64_t out, float* dx, bool accumulate = false);
 
+  // y[rows, out] = epilogue(x[rows, in] w[out, in]^T) on cuBLASLt: ep kNone, kBias, kGeluAux or
+  // kBiasGeluAux; bias f32 [out] (kBias, kBiasGeluAux; else ignored); aux f32 [rows, out] (the
+  // GELU input, written; kGeluAux, kBiasGeluAux; else ignored). kUnimplemented: see above.
+  Status LinearForwardLt(const void* x, const void* w, DType t, int64_t rows, int64_t in,
+                         int64_t out, GemmEpilogue ep, const float* bias, float* aux, float* y);
+  // dx[rows, in] = dy[rows, out] w[out, in], times gelu'(aux[rows, in]) element-wise with
+  // ep kDGelu (aux: the forward's GELU input); ep kNone or kDGelu.
+  Status LinearInputGradLt(const void* dy, const void* w, DType t, int64_t rows, int64_t in,
+                           int64_t out, GemmEpilogue ep, const float* aux, float* dx);
+  // Whether a cuBLASLt call with epilogue ep, D row count m (out for the forward, in for the
+  // input gradient), inner size k and these bias / aux pointers meets the rules above (host
+  // check; the heuristic may still find no algorithm).
+  static bool LtQualifies(GemmEpilogue ep, int64_t m, int64_t k, const void* bias, const void* aux);
+  // cuBLASLt matmuls with epilogue ep queued so far (tests check which path ran).
+  int64_t lt_matmuls(GemmEpilogue ep) const { return lt_matmuls_[size_t(ep)]; }
+
   // For i in [0, batch): C_i[m, n] = alpha op(A_i) op(B_i) + beta C_i, all row-major, where
   // op(A_i) is [m, k] (A_i stored [m, k], or [k, m] with trans_a), op(B_i) is [k, n] (B_i stored
   // [k, n], or [n, k] with trans_b). A and B of dtype `t`; C f32 with row stride ldc and matrix
@@ -75,15 +125,29 @@ class CublasGemm {
                          float* c, int64_t ldc, int64_t stride_c, int64_t batch);
 
  private:
-  CublasGemm(Stream stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {}
+  // A cached cuBLASLt problem: descriptors, layouts and algorithm (or none found).
+  struct LtPlan;
+  // trans_a, m, n, k, lda, ldb, dtype, epilogue, TF32, and the alignments of a, b, d, bias, aux.
+  using LtKey = std::array<int64_t, 14>;
+
+  CublasGemm(Stream stream, bool allow_tf32);
   // Column-major C[m, n] (ldc = m) = op(A) op(B) (+ C with accumulate), k the inner size.
   Status Gemm(const char* what, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               const void* a, int64_t lda, const void* b, int64_t ldb, DType t, float* c,
               bool accumulate);
 
+  // Column-major D[m, n] (ld m) = epilogue(op(A) op(B)) on cuBLASLt, op(B) = B; aux ld m.
+  Status LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n, int64_t k, const void* a,
+                  int64_t lda, const void* b, int64_t ldb, DType t, float* d, GemmEpilogue ep,
+                  const float* bias, const float* aux);
+
   Stream stream_;
   bool allow_tf32_ = false;
-  void* handle_ = nullptr;  // cublasHandle_t
+  void* handle_ = nullptr;     // cublasHandle_t
+  void* lt_handle_ = nullptr;  // cublasLtHandle_t
+  Buffer workspace_;           // cuBLASLt's
+  std::map<LtKey, std::unique_ptr<LtPlan>> plans_;
+  std::array<int64_t, 5> lt_matmuls_{};  // by GemmEpilogue
 };
 
 }  // namespace shardema::nn

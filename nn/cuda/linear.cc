@@ -1,6 +1,7 @@
 #include "nn/cuda/linear.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #if SHARDEMA_WITH_CUDA
 #include "framework/cuda/convert_kernels.h"
@@ -33,8 +34,8 @@ Status CudaLinear::Check(const char* what, DType w_type, int64_t rows, int64_t i
   return Status::Ok();
 }
 
-Status CudaLinear::Grow(Buffer* b, int64_t elems) {
-  const size_t bytes = size_t(std::max<int64_t>(elems, 1)) * DTypeSize(op_);
+Status CudaLinear::Grow(Buffer* b, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
   if (b->size() >= bytes) return Status::Ok();
   RETURN_IF_ERROR(SynchronizeStream(gemm_->stream()));  // queued GEMMs may still read it
   *b = Buffer();
@@ -44,30 +45,76 @@ Status CudaLinear::Grow(Buffer* b, int64_t elems) {
 
 Status CudaLinear::Reserve(int64_t x_elems, int64_t dy_elems) {
   if (op_ == DType::kF32) return Status::Ok();
-  RETURN_IF_ERROR(Grow(&x_low_, x_elems));
-  return Grow(&dy_low_, dy_elems);
+  RETURN_IF_ERROR(Grow(&x_low_, size_t(std::max<int64_t>(x_elems, 0)) * DTypeSize(op_)));
+  return Grow(&dy_low_, size_t(std::max<int64_t>(dy_elems, 0)) * DTypeSize(op_));
 }
 
 StatusOr<const void*> CudaLinear::Operand(const float* src, int64_t n, Buffer* scratch) {
   if (op_ == DType::kF32 || n == 0) return static_cast<const void*>(src);
-  RETURN_IF_ERROR(Grow(scratch, n));
+  RETURN_IF_ERROR(Grow(scratch, size_t(n) * DTypeSize(op_)));
   RETURN_IF_ERROR(
       LaunchConvert(src, DType::kF32, scratch->data(), op_, size_t(n), gemm_->stream().native));
   return static_cast<const void*>(scratch->data());
+}
+
+StatusOr<const float*> CudaLinear::BiasF32(const void* b, int64_t out) {
+  if (op_ == DType::kF32 && reinterpret_cast<uintptr_t>(b) % 16 == 0) {
+    return static_cast<const float*>(b);
+  }
+  RETURN_IF_ERROR(Grow(&bias_, size_t(out) * sizeof(float)));
+  RETURN_IF_ERROR(
+      LaunchConvert(b, op_, bias_.data(), DType::kF32, size_t(out), gemm_->stream().native));
+  return bias_.as<const float>();
+}
+
+bool CudaLinear::FuseGelu() const {
+  return epilogues_ == Epilogues::kAll || (epilogues_ == Epilogues::kAuto && op_ != DType::kF32);
+}
+
+Status CudaLinear::Affine(const void* xo, const void* w, const void* b, int64_t rows, int64_t in,
+                          int64_t out, float* y) {
+  if (b != nullptr && epilogues_ != Epilogues::kNone && rows > 0 && in > 0 && out > 0) {
+    ASSIGN_OR_RETURN(const float* b32, BiasF32(b, out));
+    const Status s =
+        gemm_->LinearForwardLt(xo, w, op_, rows, in, out, GemmEpilogue::kBias, b32, nullptr, y);
+    if (s.code() != StatusCode::kUnimplemented) return s;  // done, or an error
+  }
+  RETURN_IF_ERROR(gemm_->LinearForward(xo, w, op_, rows, in, out, y));
+  if (b == nullptr) return Status::Ok();
+  return LaunchBiasAdd(y, b, op_, rows, out, gemm_->stream().native);
 }
 
 Status CudaLinear::Forward(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
                            int64_t in, int64_t out, float* y) {
   RETURN_IF_ERROR(Check("Forward", w_type, rows, in, out));
   ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
-  RETURN_IF_ERROR(gemm_->LinearForward(xo, w, op_, rows, in, out, y));
-  if (b == nullptr) return Status::Ok();
-  return LaunchBiasAdd(y, b, w_type, rows, out, gemm_->stream().native);
+  return Affine(xo, w, b, rows, in, out, y);
+}
+
+Status CudaLinear::ForwardGeluTanh(const float* x, const void* w, const void* b, DType w_type,
+                                   int64_t rows, int64_t in, int64_t out, float* pre, float* y) {
+  RETURN_IF_ERROR(Check("ForwardGeluTanh", w_type, rows, in, out));
+  if (rows * out > 0 && (pre == nullptr || y == nullptr)) {
+    return InvalidArgument("CudaLinear::ForwardGeluTanh: null pre or y (rows ", rows, ", in ", in,
+                           ", out ", out, ")");
+  }
+  ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
+  if (FuseGelu() && CublasGemm::LtQualifies(GemmEpilogue::kGeluAux, out, in, nullptr, pre)) {
+    const float* b32 = nullptr;
+    if (b != nullptr) {
+      ASSIGN_OR_RETURN(b32, BiasF32(b, out));
+    }
+    const GemmEpilogue ep = b != nullptr ? GemmEpilogue::kBiasGeluAux : GemmEpilogue::kGeluAux;
+    const Status s = gemm_->LinearForwardLt(xo, w, op_, rows, in, out, ep, b32, pre, y);
+    if (s.code() != StatusCode::kUnimplemented) return s;
+  }
+  RETURN_IF_ERROR(Affine(xo, w, b, rows, in, out, pre));
+  return LaunchActivationForward(Activation::kGeluTanh, pre, y, rows * out, gemm_->stream().native);
 }
 
 Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const float* dy,
                             int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
-                            bool accumulate) {
+                            bool accumulate, const float* gelu_pre) {
   RETURN_IF_ERROR(Check("Backward", w_type, rows, in, out));
   ASSIGN_OR_RETURN(const void* dyo, Operand(dy, rows * out, &dy_low_));
   ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
@@ -76,7 +123,15 @@ Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const f
     RETURN_IF_ERROR(LaunchColumnSums(dy, rows, out, db, gemm_->stream().native, accumulate));
   }
   if (dx == nullptr) return Status::Ok();
-  return gemm_->LinearInputGrad(dyo, w, op_, rows, in, out, dx);
+  if (gelu_pre == nullptr) return gemm_->LinearInputGrad(dyo, w, op_, rows, in, out, dx);
+  if (FuseGelu()) {
+    const Status s =
+        gemm_->LinearInputGradLt(dyo, w, op_, rows, in, out, GemmEpilogue::kDGelu, gelu_pre, dx);
+    if (s.code() != StatusCode::kUnimplemented) return s;
+  }
+  RETURN_IF_ERROR(gemm_->LinearInputGrad(dyo, w, op_, rows, in, out, dx));
+  return LaunchActivationBackward(Activation::kGeluTanh, gelu_pre, dx, dx, rows * in,
+                                  gemm_->stream().native);
 }
 
 #else  // !SHARDEMA_WITH_CUDA
@@ -87,7 +142,7 @@ StatusOr<std::unique_ptr<CudaLinear>> CudaLinear::Create(CublasGemm*, DType) {
 Status CudaLinear::Check(const char*, DType, int64_t, int64_t, int64_t) const {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-Status CudaLinear::Grow(Buffer*, int64_t) {
+Status CudaLinear::Grow(Buffer*, size_t) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
 Status CudaLinear::Reserve(int64_t, int64_t) {
@@ -100,8 +155,20 @@ Status CudaLinear::Forward(const float*, const void*, const void*, DType, int64_
                            float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
+StatusOr<const float*> CudaLinear::BiasF32(const void*, int64_t) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+bool CudaLinear::FuseGelu() const { return false; }
+Status CudaLinear::Affine(const void*, const void*, const void*, int64_t, int64_t, int64_t,
+                          float*) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+Status CudaLinear::ForwardGeluTanh(const float*, const void*, const void*, DType, int64_t, int64_t,
+                                   int64_t, float*, float*) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
 Status CudaLinear::Backward(const float*, const void*, DType, const float*, int64_t, int64_t,
-                            int64_t, float*, float*, float*, bool) {
+                            int64_t, float*, float*, float*, bool, const float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
 

@@ -1,27 +1,44 @@
 // CudaLinear: the Linear layer of nn/linear.h on the GPU for f32 activations, its GEMMs run with
 // operands in an operand dtype (f32, bf16 or f16): PyTorch autocast's rule for a 16-bit dtype.
 //
-//   Forward   y[rows, out] = x[rows, in] w[out, in]^T (+ b[out])
-//   Backward  dW[out, in] (+)= dy^T x,  db[out] (+)= column sums of dy,  dx[rows, in] = dy w
+//   Forward          y[rows, out] = x[rows, in] w[out, in]^T (+ b[out])
+//   ForwardGeluTanh  pre = x w^T (+ b),  y = gelu_tanh(pre)   (c_fc then the GELU of an MLP)
+//   Backward         dW[out, in] (+)= dy^T x,  db[out] (+)= column sums of dy,
+//                    dx[rows, in] = dy w; with gelu_pre: dx = (dy w) * gelu_tanh'(gelu_pre),
+//                    the gradient of the previous layer's pre-activation when this layer's x
+//                    was gelu_tanh(gelu_pre) (c_proj after the GELU of an MLP)
 //
-// x, dy, y, dx, dW and db are f32 device buffers; w and b are in `w_type`, which must be the
+// x, dy, y, pre, dx, dW and db are f32 device buffers; w and b are in `w_type`, which must be the
 // operand dtype: a gathered unit's weights used as they are (no widening copy). f32 operands:
 // the GEMMs read x and dy directly (TF32 only with the CublasGemm's allow_tf32). bf16 / f16: each
 // activation operand (x in the forward; dy and x in the backward) is first rounded (to nearest,
 // ties to even: framework/cuda/convert_kernels.h) into a scratch buffer of the operand dtype;
 // cuBLAS multiplies the 16-bit operands on tensor cores, accumulates in f32 (CUBLAS_COMPUTE_32F)
-// and writes f32 (nn/cuda/cublas_gemm.h). The bias add widens b to f32 and db sums the f32 dy in
-// double (nn/cuda/elementwise_kernels.h). f16 operands round dy to f16, which flushes small
-// gradients to zero without loss scaling: f16 callers keep f32 operands in the backward.
-// y and dx are overwritten; dW and db are added to with `accumulate`. db and dx may be null.
+// and writes f32 (nn/cuda/cublas_gemm.h). db sums the f32 dy in double, deterministically
+// (nn/cuda/elementwise_kernels.h). f16 operands round dy to f16, which flushes small gradients to
+// zero without loss scaling: f16 callers keep f32 operands in the backward.
+// Epilogues: the bias add is the forward GEMM's cuBLASLt bias epilogue (b widened to an f32
+// scratch first unless it is an f32 bias on a 16-byte boundary: cuBLASLt's bias type is the f32
+// output's). The GELU and its derivative are the GELU_AUX(_BIAS) and DGELU epilogues under the
+// Epilogues policy: kAuto (the default) fuses them for 16-bit operands only, so f32 operands keep
+// the f32 tanhf kernels of nn/cuda/elementwise_kernels.h (cuBLASLt evaluates the GELU itself, not
+// to those bits); kAll fuses them for f32 too; kNone runs no cuBLASLt (cublasGemmEx and the
+// separate bias, GELU and GELU-gradient kernels everywhere). A call whose shape or pointers do not
+// qualify (CublasGemm::LtQualifies: an empty inner dimension; for the GELU epilogues out (forward)
+// or in (gelu_pre backward) not divisible by 8 or pre / gelu_pre not 16-byte aligned), or for which
+// cuBLASLt has no algorithm, falls back to those separate kernels, with the same results to
+// rounding. y, pre and dx are overwritten; dW and db are added to with `accumulate`. db and dx may
+// be null. pre must not alias x or y, nor gelu_pre dx.
 //
 // Stream: everything is queued on the CublasGemm's stream (asynchronous; buffers must stay alive
 // until the work is done there). Memory: for 16-bit operands two device scratch buffers of the
 // operand dtype, grown on demand to the largest rows * in (x) and rows * out (dy) seen; the
-// stream is synchronised before a buffer is replaced (Reserve grows them ahead of time).
+// stream is synchronised before a buffer is replaced (Reserve grows them ahead of time); an f32
+// bias scratch grown likewise to the largest out staged; the CublasGemm's cuBLASLt workspace.
 // Errors: kInvalidArgument for a w_type other than the operand dtype, negative sizes, null
-// pointers with work to do, an operand dtype other than f32/bf16/f16 (Create); kUnavailable
-// without CUDA; CUDA and cuBLAS errors. Threading: one thread at a time (as the CublasGemm).
+// pointers with work to do (pre and y of ForwardGeluTanh included), an operand dtype other than
+// f32/bf16/f16 (Create); kUnavailable without CUDA; CUDA, cuBLAS and cuBLASLt errors.
+// Threading: one thread at a time (as the CublasGemm).
 #ifndef SHARDEMA_NN_CUDA_LINEAR_H_
 #define SHARDEMA_NN_CUDA_LINEAR_H_
 
@@ -37,28 +54,45 @@ namespace shardema::nn {
 
 class CudaLinear {
  public:
+  // Which cuBLASLt epilogues run (see above); the bias epilogue is on unless kNone.
+  enum class Epilogues : uint8_t { kAuto, kAll, kNone };
+
   // `gemm` (not owned) outlives the object.
   static StatusOr<std::unique_ptr<CudaLinear>> Create(CublasGemm* gemm, DType op_dtype);
 
   DType op_dtype() const { return op_; }
+  Epilogues epilogues() const { return epilogues_; }
+  void set_epilogues(Epilogues e) { epilogues_ = e; }
   // Grows the scratch buffers to x_elems and dy_elems operand elements (nothing for f32).
   Status Reserve(int64_t x_elems, int64_t dy_elems);
 
   Status Forward(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
                  int64_t in, int64_t out, float* y);
+  Status ForwardGeluTanh(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
+                         int64_t in, int64_t out, float* pre, float* y);
   Status Backward(const float* x, const void* w, DType w_type, const float* dy, int64_t rows,
-                  int64_t in, int64_t out, float* dw, float* db, float* dx, bool accumulate);
+                  int64_t in, int64_t out, float* dw, float* db, float* dx, bool accumulate,
+                  const float* gelu_pre = nullptr);
 
  private:
   CudaLinear(CublasGemm* gemm, DType op) : gemm_(gemm), op_(op) {}
   Status Check(const char* what, DType w_type, int64_t rows, int64_t in, int64_t out) const;
-  Status Grow(Buffer* b, int64_t elems);
+  Status Grow(Buffer* b, size_t bytes);
   // src (n f32 elements) as a GEMM operand: src itself for f32, else its rounded copy in scratch.
   StatusOr<const void*> Operand(const float* src, int64_t n, Buffer* scratch);
+  // b[out] as cuBLASLt's f32 bias: b itself when f32 and 16-byte aligned, else widened to bias_.
+  StatusOr<const float*> BiasF32(const void* b, int64_t out);
+  // Whether the GELU epilogues run under the policy.
+  bool FuseGelu() const;
+  // y = x w^T (+ b) with x already an operand (xo): the bias epilogue, or the GEMM + LaunchBiasAdd.
+  Status Affine(const void* xo, const void* w, const void* b, int64_t rows, int64_t in, int64_t out,
+                float* y);
 
   CublasGemm* gemm_;
   DType op_;
+  Epilogues epilogues_ = Epilogues::kAuto;
   Buffer x_low_, dy_low_;  // 16-bit operands only
+  Buffer bias_;            // f32 bias for the epilogue
 };
 
 }  // namespace shardema::nn

@@ -4,6 +4,20 @@
 // relative to the sum of the terms' magnitudes; f32 operands against the unrounded values. Also:
 // the bf16 rounding is visible against the unrounded reference, gradients accumulate, the
 // scratch buffers grow across shapes, argument errors. Needs a GPU (skips without one).
+//
+// The cuBLASLt epilogues (bias, bias + tanh GELU with the pre-activation saved, DGELU), in f32
+// (policy kAll, so the f32 GEMMs take them too) and bf16 operands, and the same checks with
+// policy kNone (the separate kernels): shapes whose GELU width is not a multiple of 8 (the
+// fallback, checked through CublasGemm::lt_matmuls), rows = 1, bit-identical reruns. Bounds:
+//   pre = x w^T + b:  kBound relative to the terms' magnitudes (as above; the bias is one term).
+//   y = gelu(pre):    against the double GELU of the GPU's own pre, kGeluTol |pre|: cuBLASLt
+//                     evaluates the GELU itself (a hardware tanh approximation has a relative
+//                     error of about 2^-11, i.e. 2^-12 |pre| on y), the fallback with f32 tanhf.
+//   dx = (dy w) gelu'(z): 1.2 kBound (|gelu'| < 1.2) of the GEMM terms' magnitudes plus
+//                     kGeluTol (1 + z^2) |dy w| for the derivative's evaluation (its tanh error is
+//                     amplified by up to about |z| (1 + 0.13 z^2)), z in [-3, 3].
+// A missing, doubled or misplaced bias or GELU is an error of the order of the values, far above.
+// The CPU build runs only the host-side rule check (CublasGemm::LtQualifies) and the stubs.
 #include "nn/cuda/linear.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +25,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +39,29 @@
 
 namespace shardema::nn {
 namespace {
+
+// The cuBLASLt rules (host only: runs without a GPU). Addresses are never dereferenced.
+TEST(CublasGemmLtRules, Qualifies) {
+  alignas(256) static float buf[64];
+  const float* a16 = buf + 4;  // 16-byte aligned
+  const float* a4 = buf + 1;   // 4-byte aligned
+  using E = GemmEpilogue;
+  EXPECT_TRUE(CublasGemm::LtQualifies(E::kNone, 5, 3, nullptr, nullptr));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kNone, 5, 0, nullptr, nullptr));  // empty inner dim
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kNone, 0, 3, nullptr, nullptr));
+  EXPECT_TRUE(CublasGemm::LtQualifies(E::kBias, 5, 3, a16, nullptr));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kBias, 5, 3, a4, nullptr));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kBias, 5, 3, nullptr, nullptr));
+  EXPECT_TRUE(CublasGemm::LtQualifies(E::kBiasGeluAux, 24, 3, a16, a16));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kBiasGeluAux, 20, 3, a16, a16));  // aux ld % 8
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kBiasGeluAux, 24, 3, a16, a4));
+  EXPECT_TRUE(CublasGemm::LtQualifies(E::kGeluAux, 8, 1, nullptr, a16));
+  EXPECT_TRUE(CublasGemm::LtQualifies(E::kDGelu, 16, 7, nullptr, a16));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kDGelu, 13, 7, nullptr, a16));
+  EXPECT_FALSE(CublasGemm::LtQualifies(E::kDGelu, 16, 7, nullptr, nullptr));
+  EXPECT_STREQ(GemmEpilogueName(E::kBiasGeluAux), "bias_gelu_aux");
+  EXPECT_STREQ(GemmEpilogueName(E::kDGelu), "dgelu");
+}
 
 #if SHARDEMA_WITH_CUDA
 
@@ -152,6 +191,272 @@ TEST_F(LinearCudaTest, Bf16RoundingIsVisibleAgainstF32) {
   EXPECT_GT(ScaledError(Down(gy, size_t(R * O)), y), 10 * kBound);
 }
 
+constexpr double kGeluTol = 1.0 / 256;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+// nn/activation.h's kGeluTanh and its derivative, in double.
+double GeluTanh(double z) {
+  return 0.5 * z * (1 + std::tanh(kSqrt2OverPi * (z + 0.044715 * z * z * z)));
+}
+double GeluTanhGrad(double z) {
+  const double t = std::tanh(kSqrt2OverPi * (z + 0.044715 * z * z * z));
+  return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * z * z);
+}
+
+// Which path a shape must take under a fusing policy: the epilogue, the fallback, or either
+// (16-bit operands with a leading dimension off a 16-byte multiple: up to cuBLASLt's heuristic).
+enum class Path { kFused, kFallback, kEither };
+struct EpiShape {
+  int64_t rows, in, out;
+  Path gelu;  // the GELU epilogue: forward width out, or DGELU width in
+};
+// The forward's GELU width is out; the backward's (DGELU) is in.
+const EpiShape kForwardShapes[] = {{1, 16, 8, Path::kFused},     {1, 13, 5, Path::kFallback},
+                                   {7, 16, 13, Path::kFallback}, {7, 13, 24, Path::kEither},
+                                   {33, 64, 24, Path::kFused},   {96, 200, 130, Path::kFallback},
+                                   {64, 128, 96, Path::kFused}};
+const EpiShape kBackwardShapes[] = {{1, 16, 8, Path::kFused},   {1, 5, 13, Path::kFallback},
+                                    {5, 24, 16, Path::kFused},  {7, 13, 5, Path::kFallback},
+                                    {33, 64, 24, Path::kFused}, {96, 200, 130, Path::kEither},
+                                    {64, 96, 128, Path::kFused}};
+
+class LinearEpilogueTest : public LinearCudaTest {
+ protected:
+  using Policy = CudaLinear::Epilogues;
+  std::unique_ptr<CudaLinear> Make(DType t, Policy policy) {
+    StatusOr<std::unique_ptr<CudaLinear>> lin = CudaLinear::Create(gemm_.get(), t);
+    EXPECT_TRUE(lin.ok()) << lin.status();
+    if (!lin.ok()) return nullptr;
+    (*lin)->set_epilogues(policy);
+    return std::move(lin).value();
+  }
+  int64_t Lt(GemmEpilogue ep) const { return gemm_->lt_matmuls(ep); }
+  // Expects `calls` cuBLASLt matmuls with ep since `before` when the path is known.
+  void ExpectPath(Path path, bool fusing, int64_t before, GemmEpilogue ep) {
+    if (path == Path::kEither) return;
+    const int64_t want = fusing && path == Path::kFused ? 1 : 0;
+    EXPECT_EQ(Lt(ep) - before, want) << GemmEpilogueName(ep);
+  }
+  // A device copy of v as the operand dtype's weights (bits for 16-bit) and what the GEMM sees.
+  const void* Weights(const std::vector<float>& v, DType t, std::vector<float>* seen) {
+    if (t == DType::kF32) {
+      *seen = v;
+      return Up(v);
+    }
+    *seen = Widen16(Round16(v, t), t);
+    return Up(Round16(v, t));
+  }
+
+  // Forward (bias epilogue) and ForwardGeluTanh against double; returns y and pre of the GELU.
+  void CheckForward(DType t, Policy policy, const EpiShape& sh, uint32_t seed,
+                    std::vector<float>* y_out = nullptr, std::vector<float>* pre_out = nullptr) {
+    SCOPED_TRACE(std::string(DTypeName(t)) + " rows " + std::to_string(sh.rows) + " in " +
+                 std::to_string(sh.in) + " out " + std::to_string(sh.out) + " policy " +
+                 std::to_string(int(policy)));
+    std::unique_ptr<CudaLinear> lin = Make(t, policy);
+    ASSERT_NE(lin, nullptr);
+    const int64_t R = sh.rows, I = sh.in, O = sh.out;
+    const float a = float(2 / std::sqrt(double(I)));  // pre mostly within [-3, 3]
+    const auto x = Uniform(size_t(R * I), seed), b = Uniform(size_t(O), seed + 2);
+    std::vector<float> ws, bs;
+    const void* gw = Weights(Uniform(size_t(O * I), seed + 1, -a, a), t, &ws);
+    const void* gb = Weights(b, t, &bs);
+    const std::vector<float> xs = t == DType::kF32 ? x : Widen16(Round16(x, t), t);
+    float *gx = Up(x), *gy = Alloc<float>(size_t(R * O), NAN);
+    float *gpre = Alloc<float>(size_t(R * O), NAN), *gg = Alloc<float>(size_t(R * O), NAN);
+    std::vector<float> init(size_t(R * O));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t o = 0; o < O; ++o) init[size_t(r * O + o)] = bs[size_t(o)];
+    const Ref want = Products(
+        R, O, I, [&](int64_t r, int64_t k) { return xs[size_t(r * I + k)]; },
+        [&](int64_t o, int64_t k) { return ws[size_t(o * I + k)]; }, init);
+
+    const bool bias_lt = policy != Policy::kNone;
+    const bool gelu_lt = policy == Policy::kAll || (policy == Policy::kAuto && t != DType::kF32);
+    int64_t before = Lt(GemmEpilogue::kBias);
+    ASSERT_TRUE(lin->Forward(gx, gw, gb, t, R, I, O, gy).ok());
+    if (!bias_lt || I % 8 == 0) {
+      EXPECT_EQ(Lt(GemmEpilogue::kBias) - before, bias_lt ? 1 : 0);
+    }
+    EXPECT_LT(ScaledError(Down(gy, size_t(R * O)), want), kBound);
+
+    before = Lt(GemmEpilogue::kBiasGeluAux);
+    ASSERT_TRUE(lin->ForwardGeluTanh(gx, gw, gb, t, R, I, O, gpre, gg).ok());
+    ExpectPath(sh.gelu, gelu_lt, before, GemmEpilogue::kBiasGeluAux);
+    const std::vector<float> pre = Down(gpre, size_t(R * O)), y = Down(gg, size_t(R * O));
+    EXPECT_LT(ScaledError(pre, want), kBound);
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double e = std::fabs(y[i] - GeluTanh(pre[i])) / (kGeluTol * std::fabs(pre[i]) + 1e-7);
+      err = std::isnan(e) ? INFINITY : std::max(err, e);
+    }
+    EXPECT_LT(err, 1.0);
+    std::printf("%s rows %lld in %lld out %lld policy %d: gelu error %.3g of its bound\n",
+                DTypeName(t), (long long)R, (long long)I, (long long)O, int(policy), err);
+
+    // Without a bias: kGeluAux (pre = x w^T).
+    before = Lt(GemmEpilogue::kGeluAux);
+    ASSERT_TRUE(lin->ForwardGeluTanh(gx, gw, nullptr, t, R, I, O, gpre, gg).ok());
+    ExpectPath(sh.gelu, gelu_lt, before, GemmEpilogue::kGeluAux);
+    const Ref nob = Products(
+        R, O, I, [&](int64_t r, int64_t k) { return xs[size_t(r * I + k)]; },
+        [&](int64_t o, int64_t k) { return ws[size_t(o * I + k)]; }, {});
+    EXPECT_LT(ScaledError(Down(gpre, size_t(R * O)), nob), kBound);
+    if (y_out != nullptr) *y_out = y;
+    if (pre_out != nullptr) *pre_out = pre;
+  }
+
+  // Backward with gelu_pre (DGELU) against double; dw and db as in Check. Returns dx.
+  std::vector<float> CheckDGelu(DType t, Policy policy, const EpiShape& sh, uint32_t seed) {
+    SCOPED_TRACE(std::string(DTypeName(t)) + " rows " + std::to_string(sh.rows) + " in " +
+                 std::to_string(sh.in) + " out " + std::to_string(sh.out) + " policy " +
+                 std::to_string(int(policy)));
+    std::unique_ptr<CudaLinear> lin = Make(t, policy);
+    EXPECT_NE(lin, nullptr);
+    if (lin == nullptr) return {};
+    const int64_t R = sh.rows, I = sh.in, O = sh.out;
+    const bool low = t != DType::kF32;
+    const auto x = Uniform(size_t(R * I), seed), dy = Uniform(size_t(R * O), seed + 3);
+    const auto z = Uniform(size_t(R * I), seed + 6, -3.f, 3.f);
+    std::vector<float> ws;
+    const void* gw = Weights(Uniform(size_t(O * I), seed + 1), t, &ws);
+    const std::vector<float> dys = low ? Widen16(Round16(dy, t), t) : dy;
+    const std::vector<float> xs = low ? Widen16(Round16(x, t), t) : x;
+    float *gdw = Alloc<float>(size_t(O * I), NAN), *gdb = Alloc<float>(size_t(O), NAN);
+    float* gdx = Alloc<float>(size_t(R * I), NAN);
+    const bool gelu_lt = policy == Policy::kAll || (policy == Policy::kAuto && t != DType::kF32);
+    const int64_t before = Lt(GemmEpilogue::kDGelu);
+    EXPECT_TRUE(lin->Backward(Up(x), gw, t, Up(dy), R, I, O, gdw, gdb, gdx, false, Up(z)).ok());
+    ExpectPath(sh.gelu, gelu_lt, before, GemmEpilogue::kDGelu);
+    const Ref g = Products(
+        R, I, O, [&](int64_t r, int64_t o) { return dys[size_t(r * O + o)]; },
+        [&](int64_t i, int64_t o) { return ws[size_t(o * I + i)]; }, {});
+    const std::vector<float> dx = Down(gdx, size_t(R * I));
+    double err = 0;
+    for (size_t i = 0; i < dx.size(); ++i) {
+      const double zi = z[i], want = g.value[i] * GeluTanhGrad(zi);
+      const double bound =
+          1.2 * kBound * g.mag[i] + kGeluTol * (1 + zi * zi) * std::fabs(g.value[i]) + 1e-30;
+      const double e = std::fabs(dx[i] - want) / bound;
+      err = std::isnan(e) ? INFINITY : std::max(err, e);
+    }
+    EXPECT_LT(err, 1.0);
+    std::printf("%s rows %lld in %lld out %lld policy %d: dgelu error %.3g of its bound\n",
+                DTypeName(t), (long long)R, (long long)I, (long long)O, int(policy), err);
+    // dW and db are untouched by the epilogue.
+    const Ref dw = Products(
+        O, I, R, [&](int64_t o, int64_t r) { return dys[size_t(r * O + o)]; },
+        [&](int64_t i, int64_t r) { return xs[size_t(r * I + i)]; }, {});
+    const Ref db = Products(
+        O, 1, R, [&](int64_t o, int64_t r) { return dy[size_t(r * O + o)]; },
+        [](int64_t, int64_t) { return 1.f; }, {});
+    EXPECT_LT(ScaledError(Down(gdw, size_t(O * I)), dw), kBound);
+    EXPECT_LT(ScaledError(Down(gdb, size_t(O)), db), 1e-6);
+    return dx;
+  }
+};
+
+TEST_F(LinearEpilogueTest, ForwardEpiloguesMatchDouble) {
+  uint32_t seed = 301;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (Policy p : {Policy::kAll, Policy::kNone}) {
+      for (const EpiShape& sh : kForwardShapes) CheckForward(t, p, sh, seed += 10);
+    }
+  }
+}
+
+TEST_F(LinearEpilogueTest, DGeluBackwardMatchesDouble) {
+  uint32_t seed = 501;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (Policy p : {Policy::kAll, Policy::kNone}) {
+      for (const EpiShape& sh : kBackwardShapes) CheckDGelu(t, p, sh, seed += 10);
+    }
+  }
+}
+
+// kAuto: the bias epilogue everywhere, the GELU epilogues for bf16 only (f32 keeps the kernels,
+// its ForwardGeluTanh taking the bias epilogue then the GELU kernel).
+TEST_F(LinearEpilogueTest, AutoPolicyFusesTheGeluFor16BitOperandsOnly) {
+  const EpiShape sh{16, 32, 24, Path::kFused};
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    const int64_t bias = Lt(GemmEpilogue::kBias), gelu = Lt(GemmEpilogue::kBiasGeluAux),
+                  dgelu = Lt(GemmEpilogue::kDGelu);
+    CheckForward(t, Policy::kAuto, sh, 701);
+    CheckDGelu(t, Policy::kAuto, sh, 703);
+    const int64_t fused = t == DType::kF32 ? 0 : 1;
+    EXPECT_EQ(Lt(GemmEpilogue::kBias) - bias, 2 - fused) << DTypeName(t);
+    EXPECT_EQ(Lt(GemmEpilogue::kBiasGeluAux) - gelu, fused) << DTypeName(t);
+    EXPECT_EQ(Lt(GemmEpilogue::kDGelu) - dgelu, fused) << DTypeName(t);
+  }
+}
+
+TEST_F(LinearEpilogueTest, RerunsAreBitIdentical) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (const EpiShape& sh :
+         {EpiShape{64, 128, 96, Path::kFused}, EpiShape{33, 64, 24, Path::kFused}}) {
+      std::vector<float> y1, pre1, y2, pre2;
+      CheckForward(t, Policy::kAll, sh, 901, &y1, &pre1);
+      CheckForward(t, Policy::kAll, sh, 901, &y2, &pre2);
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(pre1.data(), pre2.data(), pre1.size() * sizeof(float)), 0);
+      const std::vector<float> dx1 = CheckDGelu(t, Policy::kAll, sh, 903);
+      const std::vector<float> dx2 = CheckDGelu(t, Policy::kAll, sh, 903);
+      ASSERT_EQ(dx1.size(), dx2.size());
+      EXPECT_EQ(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST_F(LinearEpilogueTest, ArgumentErrors) {
+  std::unique_ptr<CudaLinear> lin = Make(DType::kBF16, Policy::kAll);
+  ASSERT_NE(lin, nullptr);
+  float *x = Alloc<float>(64), *y = Alloc<float>(64), *pre = Alloc<float>(64);
+  const void* w = Alloc<uint16_t>(64);
+  const DType bf = DType::kBF16;
+  EXPECT_EQ(lin->ForwardGeluTanh(x, w, nullptr, bf, 2, 4, 8, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(lin->ForwardGeluTanh(x, w, nullptr, bf, 2, 4, 8, pre, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(lin->ForwardGeluTanh(x, w, nullptr, DType::kF32, 2, 4, 8, pre, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(lin->ForwardGeluTanh(x, w, nullptr, bf, 2, -4, 8, pre, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(lin->ForwardGeluTanh(x, w, nullptr, bf, 0, 4, 8, nullptr, nullptr).ok());
+  // The CublasGemm's cuBLASLt calls: wrong epilogue, missing bias / aux, bad sizes, dtype.
+  const float* b = Alloc<float>(8);
+  CublasGemm* g = gemm_.get();
+  using E = GemmEpilogue;
+  EXPECT_EQ(g->LinearForwardLt(w, w, bf, 2, 4, 8, E::kDGelu, nullptr, pre, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearForwardLt(w, w, bf, 2, 4, 8, E::kBias, nullptr, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearForwardLt(w, w, bf, 2, 4, 8, E::kBiasGeluAux, b, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearForwardLt(w, w, bf, -2, 4, 8, E::kBias, b, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearForwardLt(w, w, DType::kU8, 2, 4, 8, E::kBias, b, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearForwardLt(w, nullptr, bf, 2, 4, 8, E::kNone, nullptr, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearInputGradLt(w, w, bf, 2, 8, 4, E::kBias, pre, y).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->LinearInputGradLt(w, w, bf, 2, 8, 4, E::kDGelu, nullptr, y).code(),
+            StatusCode::kInvalidArgument);
+  // Not a cuBLASLt problem: aux ld 5 (not divisible by 8), an empty inner dimension.
+  EXPECT_EQ(g->LinearForwardLt(w, w, bf, 2, 4, 5, E::kBiasGeluAux, b, pre, y).code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(g->LinearInputGradLt(w, w, bf, 2, 8, 0, E::kDGelu, pre, y).code(),
+            StatusCode::kUnimplemented);
+  // The message names the call, shape, dtype and epilogue.
+  const Status s = g->LinearForwardLt(w, w, bf, 2, 4, 5, E::kBiasGeluAux, b, pre, y);
+  EXPECT_NE(s.ToString().find("LinearForwardLt"), std::string::npos) << s;
+  EXPECT_NE(s.ToString().find("bf16"), std::string::npos) << s;
+  EXPECT_NE(s.ToString().find("bias_gelu_aux"), std::string::npos) << s;
+  // No rows: nothing to do.
+  EXPECT_TRUE(g->LinearForwardLt(w, w, bf, 0, 4, 8, E::kBias, b, nullptr, y).ok());
+  EXPECT_TRUE(SynchronizeStream(stream_).ok());
+}
+
 TEST_F(LinearCudaTest, ArgumentErrors) {
   EXPECT_EQ(CudaLinear::Create(nullptr, DType::kBF16).status().code(),
             StatusCode::kInvalidArgument);
@@ -171,6 +476,14 @@ TEST_F(LinearCudaTest, ArgumentErrors) {
   // No rows: nothing to do.
   EXPECT_TRUE((*lin)->Forward(x, w, nullptr, DType::kBF16, 0, 2, 2, y).ok());
   EXPECT_TRUE(SynchronizeStream(stream_).ok());
+}
+
+#else  // !SHARDEMA_WITH_CUDA
+
+TEST(CudaLinearStubs, UnavailableWithoutCuda) {
+  EXPECT_EQ(CudaLinear::Create(nullptr, DType::kBF16).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(CublasGemm::Create(Stream{Device::Cuda(0), nullptr}).status().code(),
+            StatusCode::kUnavailable);
 }
 
 #endif  // SHARDEMA_WITH_CUDA
