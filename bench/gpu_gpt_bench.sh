@@ -39,9 +39,10 @@
 # [0, --vocab-size) (a nanoGPT-style .bin), read by both in train_gpt's --data-order sequential:
 # step s's sequence j starts at ((s*B + j)*T) mod (N - T), so each step has fresh tokens and both
 # sides the same ones. Ours evaluates once after the run (untimed) on a T + 1 token file.
-# Ours: train_gpt --bench-json (step time by CUDA events, no host wait per step; the median over
-# the timed steps; peak_device_used_mib: the device memory in use at each step's end,
-# cudaMemGetInfo). Torch: the same events and reading (torch.cuda.mem_get_info), plus
+# Ours: train_gpt --bench-json --profile (step time by CUDA events, the median over the timed
+# steps; --profile: the device time of each op of the last step from CUDA events around it, in
+# the results' ours.gpu_ops and printed, at the cost of one host wait per step;
+# peak_device_used_mib: the device memory in use at each step's end, cudaMemGetInfo). Torch: the same events and reading (torch.cuda.mem_get_info), plus
 # torch.cuda.max_memory_allocated / max_memory_reserved. The FLOP count per token is
 # 6 N + 12 L T C (N: the weights in matrix products; derived in bench/peer/gpt_flops.py, with
 # the table of data-sheet peaks).
@@ -51,8 +52,9 @@
 #     peak_tflops=... ours_device_mib=... torch_device_mib=... torch_allocated_mib=...
 #     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... block_size=...
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
-#     torch_attention=... device=...
-#     ours_flags=... (--ours-flags, commas for spaces)
+#     torch_attention=... device=... ours_flags=... ours_ops_ms=... ours_top_ops=NAME:MS,...
+#     (--ours-flags, commas for spaces; ours_ops_ms: the device time of ours' ops in its last
+#     step, ours_top_ops: the three largest)
 # (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
 # mfu_gemm_*: against gemm_tflops; *_device_mib: device memory in use, the CUDA context
 # included, read the same way on both sides; "na" for what did not run).
@@ -101,7 +103,7 @@ read -r -a extra <<< "$ours_flags"  # --ours-flags: a list of flags
 ours_cmd=("$train" --device "$device" --n-layer "$n_layer" --n-head "$n_head" --n-embd "$n_embd"
   --block-size "$block" --vocab-size "$vocab" --data "$work/tokens.bin"
   --eval-data "$work/eval.bin" --eval-batch 1 --data-order sequential --batch "$batch"
-  --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --log-every 0
+  --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --profile --log-every 0
   --lr 6e-4 --ema "$ema" "${extra[@]}")
 echo "# ours: ${ours_cmd[*]}"
 gpt_run ours "$ours_timeout" '^{.*"step_ms"' "${ours_cmd[@]}"
@@ -199,6 +201,10 @@ s = {
     "device": name.replace(" ", "_"),
     "ours_flags": ",".join(os.environ["OURS_FLAGS"].split()) or "none",
 }
+ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
+s["ours_ops_ms"] = f(sum(o["ms"] for o in ops), 3) if ops else "na"
+s["ours_top_ops"] = ",".join("%s:%s" % (o["name"].replace(" ", "_"), f(o["ms"], 2))
+                             for o in ops[:3]) or "na"
 print("%-6s %10s %12s %8s %8s %11s %s" % ("side", "step_ms", "tokens/s", "TFLOP/s", "mfu",
                                          "mfu_gemm", "device MiB (allocated, reserved)"))
 print("%-6s %10s %12s %8s %8s %11s %s" % ("ours", s["ours_ms"], s["ours_tokens_per_s"],
@@ -206,6 +212,13 @@ print("%-6s %10s %12s %8s %8s %11s %s" % ("ours", s["ours_ms"], s["ours_tokens_p
 print("%-6s %10s %12s %8s %8s %11s %s (%s, %s)" % ("torch", s["torch_ms"],
       s["torch_tokens_per_s"], f(ft["tflops"], 1), s["mfu_torch"], s["mfu_gemm_torch"],
       s["torch_device_mib"], s["torch_allocated_mib"], s["torch_reserved_mib"]))
+ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
+if ops:
+    print("# ours, device time per op of the last step (CUDA events; other = step - ops):")
+    for o in ops:
+        print("#   %-26s %4d x %9.3f ms" % (o["name"], o["count"], o["ms"]))
+    if ours_ms:
+        print("#   %-26s        %9.3f ms" % ("other", ours_ms - sum(o["ms"] for o in ops)))
 print("# %s FLOPs per token (6 N + 12 L T C), peak %s TFLOP/s (%s), GEMM %s TFLOP/s; "
       "torch.compile: %s; ratio = tokens/s ours / torch" % (fo["flops_per_token"],
       s["peak_tflops"], fo["peak_source"], s["gemm_tflops"], s["torch_compile_ms"]))

@@ -31,7 +31,8 @@ line=$(echo "$out" | tail -1)
 [[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=na\ ratio=na\ ours_tokens_per_s=[0-9.]+\  ]] ||
   fail "summary: $line"
 for kv in mfu_ours=na gemm_tflops=na compile=not_tried batch=2 block_size=16 vocab_padded=320 \
-  steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa; do
+  steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa ours_ops_ms=na \
+  ours_top_ops=na; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done
 python3 - "$tmp/r.json" <<'PY' || fail "results file: $(cat "$tmp/r.json")"

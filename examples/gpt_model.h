@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "examples/dataset.h"
+#include "framework/cuda/gpu_op_times.h"
 #include "framework/status.h"
 #include "fsdp/store.h"
 #include "fsdp/unit_runner.h"
@@ -142,6 +143,9 @@ class GptLm : public ModelCompute {
   // What ran the attention of the last training micro-batch ("cpu" on the CPU; on the GPU
   // CudaAttention::Implementation's answer), "none" before the first.
   const std::string& attention_implementation() const { return attention_impl_; }
+  // --profile on a GPU: the device time per op of the last training micro-batch
+  // (framework/cuda/gpu_op_times.h; waits for it); empty where there is none (the CPU).
+  virtual StatusOr<std::vector<GpuOpTotal>> OpTotals() { return std::vector<GpuOpTotal>(); }
 
  protected:
   explicit GptLm(const GptShape& shape) : shape_(shape) {}

@@ -200,7 +200,32 @@ class GptTrainModel final : public TrainModel {
             {"n_head", c_.n_head},
             {"n_embd", c_.n_embd},
             {"block_size", c_.block_size},
-            {"attention", lm_ != nullptr ? lm_->attention_implementation() : "none"}};
+            {"attention", lm_ != nullptr ? lm_->attention_implementation() : "none"},
+            {"gpu_ops", OpTotalsJson()}};
+  }
+  std::string ProfileReport() const override {
+    StatusOr<std::vector<GpuOpTotal>> t = OpTotals();
+    if (!t.ok()) return "GPU ops: " + t.status().ToString() + "\n";
+    if (t->empty()) return std::string();
+    double sum = 0;
+    for (const GpuOpTotal& o : *t) sum += o.ms;
+    return "GPU ops of the last training micro-batch (device ms from CUDA events; " +
+           std::to_string(sum) + " ms in all):\n" + FormatOpTimes(*t, 0);
+  }
+
+  StatusOr<std::vector<GpuOpTotal>> OpTotals() const {
+    if (lm_ == nullptr) return std::vector<GpuOpTotal>();
+    return lm_->OpTotals();
+  }
+  // [{"name", "ms", "count"}, ...] of OpTotals, largest first ([] on the CPU or without --profile;
+  // {"error": ...} when they cannot be read).
+  nlohmann::json OpTotalsJson() const {
+    StatusOr<std::vector<GpuOpTotal>> t = OpTotals();
+    if (!t.ok()) return {{"error", t.status().ToString()}};
+    nlohmann::json a = nlohmann::json::array();
+    for (const GpuOpTotal& o : *t)
+      a.push_back({{"name", o.name}, {"ms", o.ms}, {"count", o.count}});
+    return a;
   }
 
   // --sample tokens generated with the prompt "\n" (token 10), --temperature and the stream

@@ -140,6 +140,9 @@ class TrainModel {
   virtual nlohmann::json Hparams() const = 0;
   virtual nlohmann::json Config() const = 0;
   virtual nlohmann::json BenchJson() const { return nlohmann::json::object(); }
+  // --profile: the model's own breakdown, printed after the trainer's phases (rank 0; e.g. the
+  // device time per op on a GPU); empty for none.
+  virtual std::string ProfileReport() const { return std::string(); }
   // Extra top-level checkpoint meta sections (default: {"tied_weights": TiedNames()} when any).
   virtual nlohmann::json MetaSections() const;
   // Optional end-of-training hook, run once with the live weights and once with each started EMA

@@ -146,7 +146,8 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
       const int64_t steps = summary->final_step - summary->start_step;
       std::cout << "profile (rank 0, " << steps
                 << " steps; waits are time blocked in a collective):\n"
-                << summary->phases.Format(steps, summary->run_ms);
+                << summary->phases.Format(steps, summary->run_ms)
+                << (*trainer)->model().ProfileReport();
     }
     if (config.bench_json) {
       nlohmann::json j = {

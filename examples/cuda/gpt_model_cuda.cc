@@ -189,20 +189,28 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
+  ScopedGpuOp op(ops(), "fwd layernorm");
   RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], param_dtype_, n, C,
                                              kLayerNormEps, a->ln1.as<float>(),
                                              a->mean1.as<float>(), a->rstd1.as<float>(), s));
+  op.Next("fwd gemm qkv");
   RETURN_IF_ERROR(Linear(a->ln1.as<float>(), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
+  op.Next("fwd attention");
   RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>()));
   // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
+  op.Next("fwd gemm attn proj");
   RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
+  op.Next("fwd residual+layernorm");
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
       x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], param_dtype_, n, C, kLayerNormEps,
       a->ln2.as<float>(), a->mean2.as<float>(), a->rstd2.as<float>(), s));
   // h = c_fc(ln2) and g = gelu_tanh(h) (one GEMM where the GELU epilogue applies).
+  op.Next("fwd gemm fc+gelu");
   RETURN_IF_ERROR(linear_->ForwardGeluTanh(a->ln2.as<float>(), p[kFcW], p[kFcB], param_dtype_, n, C,
                                            4 * C, a->h.as<float>(), a->g.as<float>()));
+  op.Next("fwd gemm mlp proj");
   RETURN_IF_ERROR(Linear(a->g.as<float>(), p[kMProjW], p[kMProjB], 4 * C, C, y));
+  op.Next("fwd residual");
   return nn::LaunchAdd(a->x1.as<float>(), y, y, n * C, s);
 }
 
@@ -217,21 +225,28 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   float* dbig = dbig_.as<float>();
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   // dbig = dL/dh: c_proj's input gradient times gelu_tanh'(h) (its DGELU epilogue if it applies).
+  ScopedGpuOp op(ops(), "bwd gemm mlp proj+dgelu");
   RETURN_IF_ERROR(linear_->Backward(a.g.as<float>(), p[kMProjW], param_dtype_, dy, n, 4 * C, C,
                                     g[kMProjW], g[kMProjB], dbig, accumulate,
                                     /*gelu_pre=*/a.h.as<float>()));
+  op.Next("bwd gemm fc");
   RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
                                  accumulate));
+  op.Next("bwd layernorm");
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
       a.x1.as<float>(), p[kLn2W], param_dtype_, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n,
       C, dy, g[kLn2W], g[kLn2B], accumulate, s, /*add_dx=*/true));  // dy: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  op.Next("bwd gemm attn proj");
   RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
                                  dtmp, accumulate));
+  op.Next("bwd attention");
   RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.atty.as<float>(), a.lse.as<float>(),
                                   dtmp, dqkv_.as<float>()));
+  op.Next("bwd gemm qkv");
   RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
                                  g[kAttnW], g[kAttnB], dtmp, accumulate));
+  op.Next("bwd layernorm");
   return nn::LaunchLayerNormBackward(x, p[kLn1W], param_dtype_, a.mean1.as<float>(),
                                      a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],
                                      accumulate, s, /*add_dx=*/true);  // dy: dL/dx
@@ -245,6 +260,7 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   NvtxRange range(UseRangeName(use, L, /*backward=*/false), int64_t(use));
   ASSIGN_OR_RETURN(std::vector<const void*> p, Params(views));
   if (use == 0) {  // token + position embeddings
+    ScopedGpuOp op(ops(), "fwd embedding");
     RETURN_IF_ERROR(nn::LaunchEmbeddingForward(ids_.as<const int64_t>(), n, p[0], param_dtype_, V,
                                                C, xs_[1].as<float>(), false, s));
     return nn::LaunchPositionEmbeddingForward(p[1], param_dtype_, tok_.rows, tok_.seq, C,
@@ -255,11 +271,13 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
     return BlockForward(p.data(), xs_[use].as<float>(), a, xs_[use + 1].as<float>());
   }
   if (use == size_t(L) + 1) {  // ln_f
+    ScopedGpuOp op(ops(), "fwd layernorm");
     return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
                                       kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
                                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
   }
   // The padding columns (GptShape::padded_vocab) are left out of the softmax by the loss.
+  ScopedGpuOp op(ops(), "fwd gemm lm_head");
   return Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>());
 }
 
@@ -280,10 +298,12 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
     g[i] = grads[i].as<float>();
   }
   if (use == size_t(L) + 2) {  // lm_head: seeds dy_ from the loss gradient (over the logits)
+    ScopedGpuOp op(ops(), "bwd gemm lm_head");
     return LinearBackward(xs_[size_t(L) + 2].as<float>(), p[0], logits_.as<float>(), C, V, g[0],
                           nullptr, dy_.as<float>(), call.accumulate);
   }
   if (use == size_t(L) + 1) {
+    ScopedGpuOp op(ops(), "bwd layernorm");
     RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
         xs_[use].as<float>(), p[0], param_dtype_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
         dy_.as<float>(), n, C, dtmp_.as<float>(), g[0], g[1], call.accumulate, s));
@@ -294,6 +314,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
     return BlockBackward(p.data(), g.data(), call.accumulate, xs_[use].as<float>(),
                          acts_[recompute_ ? 0 : use - 1]);
   }
+  ScopedGpuOp op(ops(), "bwd embedding");
   RETURN_IF_ERROR(nn::LaunchEmbeddingBackward(plan_.as<const int64_t>(), n, distinct_,
                                               dy_.as<float>(), V, C, g[0], call.accumulate, s));
   return nn::LaunchPositionEmbeddingBackward(dy_.as<float>(), tok_.rows, tok_.seq, C, g[1],
@@ -302,6 +323,7 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
 
 Status GptModelCuda::QueueLoss(double norm, bool evaluation) {
   NvtxRange range("gpt loss");
+  ScopedGpuOp op(evaluation ? nullptr : ops(), "cross entropy");
   // Training: dlogits in place over the logits (the lm_head backward needs only the gradient).
   float* dlogits = evaluation ? nullptr : logits_.as<float>();
   RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
@@ -319,6 +341,10 @@ StatusOr<double> GptModelCuda::ReadLoss() {
 }
 
 StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
+  if (profile_ && op_times_ == nullptr) {
+    ASSIGN_OR_RETURN(op_times_, GpuOpTimes::Create(stream_));
+  }
+  if (op_times_ != nullptr) RETURN_IF_ERROR(op_times_->Flush());  // the previous micro-batch's
   RETURN_IF_ERROR(Upload(batch, /*backward=*/true));
   if (tok_.rows > 0) {
     ASSIGN_OR_RETURN(attention_impl_, attn_->Implementation(nn::AttentionShape{
@@ -329,8 +355,17 @@ StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
   cb.loss = [this](int64_t) {
     return QueueLoss(double(std::max<int64_t>(tok_.n, 1)), /*evaluation=*/false);
   };
-  RETURN_IF_ERROR(runner_->ForwardBackward(cb));
+  recording_ = profile_;
+  const Status st = runner_->ForwardBackward(cb);
+  recording_ = false;
+  RETURN_IF_ERROR(st);
   return 0.0;
+}
+
+StatusOr<std::vector<GpuOpTotal>> GptModelCuda::OpTotals() {
+  if (op_times_ == nullptr) return std::vector<GpuOpTotal>();
+  RETURN_IF_ERROR(op_times_->Flush());
+  return op_times_->Totals();
 }
 
 StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {
@@ -366,6 +401,10 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
 }
 
 StatusOr<double> GptModelCuda::ForwardBackward(const Batch&) {
+  return Unavailable("GptModelCuda: built without --config=cuda");
+}
+
+StatusOr<std::vector<GpuOpTotal>> GptModelCuda::OpTotals() {
   return Unavailable("GptModelCuda: built without --config=cuda");
 }
 

@@ -56,6 +56,7 @@
 #include "examples/dataset.h"
 #include "examples/gpt_model.h"
 #include "framework/cuda/event.h"
+#include "framework/cuda/gpu_op_times.h"
 #include "framework/cuda/upload_ring.h"
 #include "framework/device.h"
 #include "framework/status.h"
@@ -77,7 +78,12 @@ class GptModelCuda final : public GptLm, private UnitModule {
   StatusOr<double> ForwardBackward(const Batch& batch) override;
   StatusOr<double> LossSum(const Batch& batch) override;
   const double* DeviceLoss() const override { return loss_dev_.as<const double>(); }
-  void SetPhaseTimes(PhaseTimes* times) override { runner_->set_phase_times(times); }
+  // --profile: also the device time of each op of a micro-batch (OpTotals).
+  void SetPhaseTimes(PhaseTimes* times) override {
+    runner_->set_phase_times(times);
+    profile_ = times != nullptr;
+  }
+  StatusOr<std::vector<GpuOpTotal>> OpTotals() override;
 
  private:
   // A block's saved activations (device, f32).
@@ -109,8 +115,13 @@ class GptModelCuda final : public GptLm, private UnitModule {
   Status QueueLoss(double norm, bool evaluation);
   StatusOr<double> ReadLoss();
 
+  // The op timer while a training micro-batch is queued under --profile, else null.
+  GpuOpTimes* ops() { return recording_ ? op_times_.get() : nullptr; }
+
   ShardedParameterStore* store_;
   bool recompute_;
+  bool profile_ = false, recording_ = false;
+  std::unique_ptr<GpuOpTimes> op_times_;  // created at the first profiled micro-batch
   Device dev_;
   Stream stream_;
   DType param_dtype_ = DType::kF32;  // bf16 at bf16 (the GEMM operand dtype), else f32

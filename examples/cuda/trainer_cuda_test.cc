@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -407,6 +408,35 @@ TEST_F(CudaTrainerTest, GptBf16AutocastTracksTheCpuTrainer) {
       std::printf("gpt bf16 cuda vs cpu at W=%d: losses %.3g, eval %.3g\n", World()->world_size(),
                   loss_err, eval_err);
     }
+  }
+}
+
+// --profile: the device time of every op of the last micro-batch, by name (each block op once
+// per layer), in the bench JSON; the losses are those of the run without it.
+TEST_F(CudaTrainerTest, GptProfileTimesEachOpOfAMicroBatch) {
+  const std::string args = std::string(kGptArgs) + " --precision bf16";
+  StatusOr<TrainedRun> plain = Train(args, true), profiled = Train(args + " --profile", true);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(profiled.ok()) << profiled.status();
+  EXPECT_EQ(profiled->summary.losses, plain->summary.losses);
+  const nlohmann::json j = profiled->trainer->model().BenchJson();
+  EXPECT_TRUE(plain->trainer->model().BenchJson()["gpu_ops"].empty());
+  const std::string attention = j.value("attention", "");
+  EXPECT_TRUE(attention.rfind("cudnn ", 0) == 0 || attention == "fused") << attention;
+  std::map<std::string, int64_t> counts;
+  for (const auto& op : j["gpu_ops"]) {
+    counts[op["name"].get<std::string>()] = op["count"].get<int64_t>();
+    EXPECT_GT(op["ms"].get<double>(), 0.0) << op.dump();
+  }
+  const int64_t L = 2;  // --n-layer of kGptArgs
+  for (const char* name : {"fwd gemm qkv", "fwd attention", "fwd gemm fc+gelu", "bwd attention",
+                           "bwd gemm qkv", "bwd gemm mlp proj+dgelu"}) {
+    EXPECT_EQ(counts[name], L) << name << " in " << j["gpu_ops"].dump();
+  }
+  EXPECT_EQ(counts["fwd layernorm"], L + 1);  // ln_1 of each block and ln_f
+  for (const char* name : {"fwd embedding", "fwd gemm lm_head", "cross entropy", "bwd gemm lm_head",
+                           "bwd embedding"}) {
+    EXPECT_EQ(counts[name], 1) << name;
   }
 }
 
