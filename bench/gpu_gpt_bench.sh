@@ -5,7 +5,8 @@
 # tokens; fused AdamW, 2 EMA copies by torch._foreach_lerp_), in the same run, with the MFU of
 # each against the card's data-sheet dense bf16 peak and against a measured large bf16 GEMM.
 #
-#   bench/gpu_gpt_bench.sh [--train-gpt PATH] [--peer PATH] [--device cuda|cpu] [--batch 8]
+#   bench/gpu_gpt_bench.sh [--train-gpt PATH] [--peer PATH] [--device cuda|cpu] [--batch 8|auto]
+#       [--max-batch 64] [--probe-timeout 45]
 #       [--steps 5] [--warmup 2] [--n-layer 12] [--n-head 12] [--n-embd 768] [--block-size 1024]
 #       [--vocab-size 50257] [--ema 0.999,0.9999] [--ours-flags "--precision bf16 --allow-tf32"]
 #       [--attention naive|sdpa] [--torch-dtype bf16|fp32] [--gemm-size 8192]
@@ -18,8 +19,10 @@
 # the repository above this script, built with --config=cuda when missing). --peer: default
 # bench/peer/torch_gpt_gpu.py beside this script, run by $PYTHON (default python3); when that
 # cannot import torch the torch figures read "na". --batch: sequences of --block-size tokens per
-# step, the same for both sides; choose once the largest power of two at which PyTorch eager
-# fits on the card and keep it (default 8: 8192 tokens per step). --steps timed steps after
+# step, the same for both sides (default 8: 8192 tokens per step); auto (--device cuda): the
+# largest power of two up to --max-batch at which PyTorch eager trains on the card (the peer's
+# --probe-batch, ended after --probe-timeout s; 8 when torch cannot run it): the summary's
+# batch_source says which (flag, probe or default). --steps timed steps after
 # --warmup. --ours-flags: extra train_gpt flags (default --precision bf16 --allow-tf32, the
 # match of the peer's autocast: bf16 GEMM operands where train_gpt's CUDA model takes them, else
 # the bf16 weights widened to f32 and the f32 GEMMs on TF32 tensor cores; with --device cpu
@@ -50,7 +53,8 @@
 #   summary: ours_ms=... torch_ms=... ratio=... ours_tokens_per_s=... torch_tokens_per_s=...
 #     mfu_ours=... mfu_torch=... mfu_gemm_ours=... mfu_gemm_torch=... gemm_tflops=...
 #     peak_tflops=... ours_device_mib=... torch_device_mib=... torch_allocated_mib=...
-#     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... block_size=...
+#     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... batch_source=...
+#     block_size=...
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
 #     torch_attention=... device=... ours_flags=... ours_ops_ms=... ours_top_ops=NAME:MS,...
 #     (--ours-flags, commas for spaces; ours_ops_ms: the device time of ours' ops in its last
@@ -69,14 +73,22 @@ gpt_driver=gpu_gpt_bench  # sets root: the source tree, or peer/ in a gpu_check 
 train="" peer="$root/bench/peer/torch_gpt_gpu.py" device=cuda batch=8 steps=5 warmup=2
 n_layer=12 n_head=12 n_embd=768 block=1024 vocab=50257 ema=0.999,0.9999
 ours_flags=default attention=sdpa torch_dtype="" gemm=8192 compile_timeout=0
-ours_timeout=150 torch_timeout=120 json="" build=""
+ours_timeout=150 torch_timeout=120 json="" build="" max_batch=64 probe_timeout=45
 command_line="$0 $*"
 gpt_parse_flags "train-gpt:train peer device batch steps warmup n-layer n-head n-embd
   block-size:block vocab-size:vocab ema ours-flags attention torch-dtype gemm-size:gemm
-  compile-timeout ours-timeout torch-timeout json build" "$@"
+  compile-timeout ours-timeout torch-timeout json build max-batch probe-timeout" "$@"
+batch_source=flag
+if [ "$batch" = auto ]; then
+  batch_source=probe
+  batch=8  # checked below as a number; replaced by the probe's answer
+fi
 gpt_require positive batch steps n_layer n_head n_embd block vocab ours_timeout torch_timeout
+gpt_require positive max_batch probe_timeout
 gpt_require count warmup gemm compile_timeout
 gpt_check_shape
+[ "$batch_source" = flag ] || [ "$device" = cuda ] ||
+  die "--batch auto probes PyTorch's GPU memory: --device cuda"
 case "$attention" in naive | sdpa) ;; *) die "--attention '$attention': naive or sdpa" ;; esac
 if [ "$ours_flags" = default ]; then  # --allow-tf32 is for CUDA only
   ours_flags="--precision bf16 --allow-tf32"
@@ -89,6 +101,26 @@ gpt_find_tools
 flops_py="$(dirname "$peer")/gpt_flops.py"
 [ -f "$flops_py" ] || die "no gpt_flops.py beside the peer ($flops_py)"
 gpt_work_dir
+
+# --batch auto: the largest power of two <= --max-batch at which the peer trains.
+if [ "$batch_source" = probe ]; then
+  probe=()
+  if "$python" -c 'import torch' > /dev/null 2>&1; then
+    gpt_run probe "$probe_timeout" '^{"probe_batch"' "$python" "$peer" --probe-batch "$max_batch" \
+      --device "$device" --n-layer "$n_layer" --n-head "$n_head" --n-embd "$n_embd" \
+      --block-size "$block" --vocab-size "$vocab" --ema "$ema" --dtype "${torch_dtype:-bf16}" \
+      --attention "$attention"
+    read -r -a probe <<< "$(sed -n 's/^{"probe_batch": \([0-9]*\),.*/\1/p' "$work/probe.json")"
+  fi
+  if [ "${probe[0]:-0}" -ge 1 ] 2>/dev/null; then
+    batch="${probe[0]}"
+    echo "# batch auto: $batch ($(sed 's/^{"probe_batch": [0-9]*, "tried": //; s/}$//' "$work/probe.json"))"
+  else
+    batch_source=default
+    echo "# batch auto: the probe gave no batch (exit ${rc:-none}); batch $batch"
+    [ -s "$work/probe.log" ] && tail -3 "$work/probe.log" | sed 's/^/#   /'
+  fi
+fi
 
 # The tokens (see the header).
 gpt_tokens random $((warmup + steps)) 0
@@ -147,6 +179,7 @@ fi
 # The figures, the summary line and the results file.
 gpt_commit
 if ! SHAPE="$n_layer $n_head $n_embd $block $vocab $batch $steps $warmup" CARD="${card:-}" \
+BATCH_SOURCE="$batch_source" \
 DRIVER="${driver:-}" DEVICE="$device" ATTENTION="$attention" COMPILE="$compile" \
 OURS_FLAGS="$ours_flags" COMMAND="$command_line" COMMIT="$commit" DIRTY="$dirty" BUILD="$build" \
 OURS_CMD="${ours_cmd[*]}" \
@@ -194,7 +227,7 @@ s = {
     "torch_reserved_mib": f(num(torch_, "max_memory_reserved_mib"), 1),
     "torch_compile_ms": f(num(comp, "step_ms")) if comp else os.environ["COMPILE"],
     "compile": os.environ["COMPILE"],
-    "batch": B, "block_size": T, "n_layer": L, "n_embd": C, "vocab_padded": gf.padded_vocab(V),
+    "batch": B, "batch_source": os.environ["BATCH_SOURCE"], "block_size": T, "n_layer": L, "n_embd": C, "vocab_padded": gf.padded_vocab(V),
     "steps": S, "warmup": W,
     "ours_attention": str((ours or {}).get("attention", "na")).replace(" ", "_"),
     "torch_attention": os.environ["ATTENTION"],

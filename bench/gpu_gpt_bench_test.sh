@@ -13,7 +13,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 driver="$here/gpu_gpt_bench.sh"
 
 # 1. Argument errors.
-for args in "--batch 0" "--steps x" "--warmup -1" "--device tpu" "--attention flash" \
+for args in "--batch 0" "--batch auto --device cpu" "--max-batch 0" "--probe-timeout x" \
+  "--steps x" "--warmup -1" "--device tpu" "--attention flash" \
   "--torch-dtype f16" "--n-embd 100 --n-head 12" "--vocab-size 70000" "--ema 0.9;1" \
   "--bogus 1" "--steps" "--train-gpt $tmp/none"; do
   # shellcheck disable=SC2086  # each case is a list of arguments
@@ -31,7 +32,7 @@ line=$(echo "$out" | tail -1)
 [[ "$line" =~ ^summary:\ ours_ms=[0-9.]+\ torch_ms=na\ ratio=na\ ours_tokens_per_s=[0-9.]+\  ]] ||
   fail "summary: $line"
 for kv in mfu_ours=na gemm_tflops=na compile=not_tried batch=2 block_size=16 vocab_padded=320 \
-  steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa ours_ops_ms=na \
+  steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa ours_ops_ms=na batch_source=flag \
   ours_top_ops=na; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done

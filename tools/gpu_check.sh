@@ -66,9 +66,10 @@
 #      ours_speedup_vs_torch, ...) goes into the report; FAIL when ours fails, or the peer fails
 #      where torch with CUDA imports;
 #   3d. gpu_gpt_bench: bench/gpu_gpt_bench.sh, the GPT-2 small shape (12 layers, 12 heads, C 768,
-#      T 1024, vocabulary 50257 padded to 50304), batch 8 x 1024, AdamW + EMA 0.999,0.9999:
+#      T 1024, vocabulary 50257 padded to 50304), batch auto (the largest power of two up to 64
+#      at which PyTorch eager trains) x 1024, AdamW + EMA 0.999,0.9999, ours with --profile:
 #      train_gpt --device cuda at one rank against PyTorch eager bf16 (and torch.compile, within
-#      100 s) on the same tokens, with a large bf16 GEMM for the MFU reference; 2 warm-up and 5
+#      90 s) on the same tokens, with a large bf16 GEMM for the MFU reference; 2 warm-up and 5
 #      timed steps. Its summary line and its results file (a `results:` line) go into the
 #      report; SKIP when the package has no train_gpt, FAIL when the driver exits non-zero
 #      (ours failed, or the peer failed where torch imports);
@@ -317,11 +318,12 @@ gpt_driver_check() {
 
 # 3d. The GPU GPT benchmark (bench/gpu_gpt_bench.sh; the header's 3d): its summary line and its
 # results file go into the report. The peer's interpreter: GPU_CHECK_PYTHON (as for 3b; "none":
-# no torch, its figures na), default python3. The driver's own time limits (ours 90 s, the peer
-# 75 s, torch.compile 100 s) end it within gpu_session's gpt_bench stage (400 s, with 3e's
-# 105 s before it).
-GPT_BENCH_FLAGS=(--batch 8 --steps 5 --warmup 2 --ema "0.999,0.9999" --gemm-size 8192
-                 --ours-timeout 90 --torch-timeout 75 --compile-timeout 100)
+# no torch, its figures na), default python3. The driver's own time limits (the batch probe 40 s,
+# ours 90 s, the peer 75 s, torch.compile 90 s) end it within gpu_session's gpt_bench stage
+# (400 s, with 3e's 105 s before it).
+GPT_BENCH_FLAGS=(--batch auto --max-batch 64 --probe-timeout 40 --steps 5 --warmup 2
+                 --ema "0.999,0.9999" --gemm-size 8192 --ours-timeout 90 --torch-timeout 75
+                 --compile-timeout 90)
 gpu_gpt_bench_verdict() {  # gpt_driver_check's verdict: PASS on exit 0
   if [ "$2" != 0 ]; then
     record FAIL "$1" "exit $2; log: $4"

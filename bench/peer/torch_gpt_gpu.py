@@ -6,6 +6,7 @@
       [--n-head 12] [--n-embd 768] [--block-size 1024] [--vocab-size 50257] [--batch 8]
       [--steps 5] [--warmup 2] [--ema 0.999,0.9999] [--lr 6e-4] [--dtype bf16|fp32]
       [--attention naive|sdpa] [--compile] [--gemm-size 8192] [--gemm-iters 10]
+  python3 bench/peer/torch_gpt_gpu.py --probe-batch MAX [the model and optimizer flags]
 
 The model is train_gpt's twin (examples/testdata/gpt_torch.py, imported by its path relative to
 this file, as bench/peer/torch_fsdp2_gpt.py does) with the vocabulary padded as train_gpt pads it
@@ -39,6 +40,10 @@ Prints one JSON line (stdout): the settings, step_ms, step_ms_mean, steps_ms, ti
 tokens_per_s, params, flops_per_token, tflops, peak_tflops, peak_source, mfu_peak, gemm_tflops,
 mfu_gemm, max_memory_allocated_mib, max_memory_reserved_mib, peak_device_used_mib, loss_first,
 loss_last, adamw, ema_update, compile_s (the first step's time when --compile), torch, device_name.
+--probe-batch MAX (no --data: random tokens): the largest power of two B <= MAX at which two
+training steps of the same model, optimizer and EMA run on the GPU without running out of memory,
+trying MAX, MAX/2, ... in one process (the device cache emptied after each failure); prints one
+JSON line {"probe_batch": B, "tried": {B: "fits" or "oom"}} (B 0 when none fits).
 Exit: 0, 2 for bad arguments, 1 on any failure (e.g. torch.compile failing: the driver reports
 it as unavailable).
 """
@@ -97,7 +102,8 @@ def gemm_tflops(n, iters, device):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True)
+    p.add_argument("--data")
+    p.add_argument("--probe-batch", type=int, default=0)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--n-layer", type=int, default=12)
     p.add_argument("--n-head", type=int, default=12)
@@ -123,13 +129,20 @@ def main():
         decays = [float(d) for d in a.ema.split(",") if d]
     except ValueError:
         p.error("--ema: decays d1,d2,...")
+    if not a.data and a.probe_batch <= 0:
+        p.error("--data is required (or --probe-batch MAX)")
+    if a.probe_batch > 0 and a.device != "cuda":
+        p.error("--probe-batch probes the GPU's memory: --device cuda")
     cuda = a.device == "cuda"
     if cuda and not torch.cuda.is_available():
         raise SystemExit("torch_gpt_gpu: torch %s sees no CUDA device" % torch.__version__)
 
     T, B, V = a.block_size, a.batch, a.vocab_size
     Vp = gpt_flops.padded_vocab(V)
-    tokens = np.fromfile(a.data, dtype="<u2")
+    if a.probe_batch > 0:  # random tokens, enough for any batch (sequences wrap around)
+        tokens = np.random.default_rng(0).integers(0, V, size=64 * T + 1).astype("<u2")
+    else:
+        tokens = np.fromfile(a.data, dtype="<u2")
     if tokens.size < T + 1:
         raise SystemExit("torch_gpt_gpu: %s has %d tokens, fewer than --block-size + 1"
                          % (a.data, tokens.size))
@@ -157,23 +170,46 @@ def main():
     data = torch.from_numpy(tokens.astype(np.int64)).to(a.device)
     N = data.numel()
     offs = torch.arange(T, device=a.device)
-    seqs = torch.arange(B, device=a.device)
     fwd = torch.compile(model) if a.compile else model
     amp = torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
 
-    def step(s):
-        starts = ((s * B + seqs) * T) % (N - T)  # on the device: no copy, no host wait
-        rows = starts[:, None] + offs[None, :]
-        x, y = data[rows], data[rows + 1]
-        opt.zero_grad(set_to_none=True)
-        with amp:
-            logits = fwd(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, Vp), y.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        ema.update()
-        return loss.detach()
+    def make_step(b):
+        seqs = torch.arange(b, device=a.device)
+
+        def step(s):
+            starts = ((s * b + seqs) * T) % (N - T)  # on the device: no copy, no host wait
+            rows = starts[:, None] + offs[None, :]
+            x, y = data[rows], data[rows + 1]
+            opt.zero_grad(set_to_none=True)
+            with amp:
+                logits = fwd(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, Vp), y.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            ema.update()
+            return loss.detach()
+        return step
+
+    if a.probe_batch > 0:
+        tried, b = {}, 1 << (a.probe_batch.bit_length() - 1)
+        while b >= 1:
+            try:
+                st = make_step(b)
+                st(0)
+                st(1)
+                torch.cuda.synchronize()
+                tried[b] = "fits"
+                break
+            except torch.cuda.OutOfMemoryError:
+                tried[b] = "oom"
+                st = None
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                b //= 2
+        print(json.dumps({"probe_batch": b if b >= 1 else 0, "tried": tried}), flush=True)
+        return
+    step = make_step(B)
 
     t_first = time.perf_counter()
     first_s = None
