@@ -2,8 +2,9 @@
 
 mpi_configure: OpenMPI (or any MPI whose compiler wrapper answers `--showme:*`).
 cuda_configure: the CUDA toolkit, found from `nvcc` on PATH, then $CUDA_PATH, then /usr/local/cuda.
-cudnn_frontend_configure: cuDNN's header-only C++ frontend, the version third_party/
-    cudnn_frontend.version names, which tools/setup.sh unpacks into .deps/cudnn_frontend/VERSION.
+    With it, cuDNN's header-only C++ frontend (@local_cuda//:cudnn_frontend), the version
+    third_party/cudnn_frontend.version names, which tools/setup.sh unpacks into shardema's
+    .deps/cudnn_frontend/VERSION (CUDNN_FRONTEND_AVAILABLE says whether it was found).
 """
 
 def _lines(ctx, argv):
@@ -86,14 +87,35 @@ cc_library(
     linkopts = ["-lnccl"],
     deps = [":cudart"],
 )
+
+cc_library(
+    name = "cudnn_frontend",
+    hdrs = glob(["cudnn_frontend/include/**/*.h", "cudnn_frontend/include/**/*.hpp"], allow_empty = True),
+    includes = ["cudnn_frontend/include"],
+    deps = [":cuda_headers"],
+)
 """
+
+def _cudnn_frontend(ctx):
+    """Links shardema's .deps/cudnn_frontend/VERSION/include as cudnn_frontend/include; True
+    when it holds cudnn_frontend.h (else an empty folder)."""
+    version = ctx.read(Label("//third_party:cudnn_frontend.version")).strip()
+    inc = ctx.path(Label("//:WORKSPACE")).dirname.get_child(".deps").get_child("cudnn_frontend")
+    inc = inc.get_child(version).get_child("include")
+    if inc.get_child("cudnn_frontend.h").exists:
+        ctx.symlink(inc, "cudnn_frontend/include")
+        return True
+    ctx.file("cudnn_frontend/include/.keep", "")
+    return False
 
 def _cuda_configure_impl(ctx):
     nvcc = _find_nvcc(ctx)
     if nvcc == None:
         ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = "[]"))
         ctx.file("include/.keep", "")
-        ctx.file("defs.bzl", "CUDA_AVAILABLE = False\nNVCC = \"\"\nCUDA_ROOT = \"\"\n")
+        ctx.file("cudnn_frontend/include/.keep", "")
+        ctx.file("defs.bzl", "CUDA_AVAILABLE = False\nNVCC = \"\"\nCUDA_ROOT = \"\"\n" +
+                             "CUDNN_FRONTEND_AVAILABLE = False\n")
         return
     root = str(ctx.path(nvcc).dirname.dirname.realpath)
     ctx.symlink(root + "/include", "include")
@@ -102,37 +124,15 @@ def _cuda_configure_impl(ctx):
         libdir = root + "/targets/x86_64-linux/lib"
     rt = ["-L" + libdir, "-Wl,-rpath," + libdir, "-lcudart"]
     ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = repr(rt)))
-    ctx.file("defs.bzl", "CUDA_AVAILABLE = True\nNVCC = %r\nCUDA_ROOT = %r\n" % (nvcc, root))
+    ctx.file("defs.bzl", "CUDA_AVAILABLE = True\nNVCC = %r\nCUDA_ROOT = %r\n" % (nvcc, root) +
+                         "CUDNN_FRONTEND_AVAILABLE = %r\n" % _cudnn_frontend(ctx))
 
+# Re-run by `bazel sync --configure` (e.g. after tools/setup.sh fetched the cuDNN frontend into a
+# workspace that was configured before).
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
     environ = ["PATH", "CUDA_PATH"],
     local = True,
-)
-
-def _cudnn_frontend_configure_impl(ctx):
-    version = ctx.read(Label("//third_party:cudnn_frontend.version")).strip()
-    root = ctx.path(Label("//:WORKSPACE")).dirname
-    inc = root.get_child(".deps").get_child("cudnn_frontend").get_child(version).get_child("include")
-    if inc.get_child("cudnn_frontend.h").exists:
-        ctx.symlink(inc, "include")
-        available = True
-    else:
-        ctx.file("include/.keep", "")
-        available = False
-    ctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
-
-cc_library(
-    name = "headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp"], allow_empty = True),
-    includes = ["include"],
-)
-""")
-    ctx.file("defs.bzl", "CUDNN_FRONTEND_AVAILABLE = %r\nCUDNN_FRONTEND_VERSION = %r\n" % (available, version))
-
-# Re-run by `bazel sync --configure` (tools/setup.sh fetches the headers before the first build).
-cudnn_frontend_configure = repository_rule(
-    implementation = _cudnn_frontend_configure_impl,
-    local = True,
     configure = True,
 )
+
