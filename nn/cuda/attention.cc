@@ -87,6 +87,40 @@ StatusOr<std::string> CudaAttention::Implementation(const AttentionShape& s) {
   return std::string(s.head_dim() > kFlashMaxHeadDim ? "materialised" : "fused");
 }
 
+bool CudaAttention::FallBack(const AttentionShape& s, const Status& st) {
+  if (backend_ != AttentionBackend::kAuto || st.code() != StatusCode::kInternal) return false;
+  LOG_WARNING << "attention: cuDNN failed, our own kernels from now on for this shape ("
+              << st.message() << ")";
+  cudnn_shapes_[std::make_tuple(s.batch, s.seq, s.dim, s.heads)] = false;
+  return true;
+}
+
+Status CudaAttention::CudnnForward(const AttentionShape& s, const float* qkv, float* out,
+                                   float* lse) {
+  void* st = gemm_->stream().native;
+  const size_t es = DTypeSize(dtype_);
+  RETURN_IF_ERROR(Reserve(&qkv_low_, size_t(s.qkv_numel()) * es));
+  RETURN_IF_ERROR(Reserve(&o_low_, size_t(s.out_numel()) * es));
+  RETURN_IF_ERROR(
+      LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, size_t(s.qkv_numel()), st));
+  RETURN_IF_ERROR(cudnn_->Forward(s, qkv_low_.data(), o_low_.data(), lse));
+  return LaunchConvert(o_low_.data(), dtype_, out, DType::kF32, size_t(s.out_numel()), st);
+}
+
+Status CudaAttention::CudnnBackward(const AttentionShape& s, const float* qkv, const float* out,
+                                    const float* lse, const float* dout, float* dqkv) {
+  void* st = gemm_->stream().native;
+  const size_t es = DTypeSize(dtype_), nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
+  for (Buffer* b : {&qkv_low_, &dqkv_low_}) RETURN_IF_ERROR(Reserve(b, nq * es));
+  for (Buffer* b : {&o_low_, &dy_low_}) RETURN_IF_ERROR(Reserve(b, no * es));
+  RETURN_IF_ERROR(LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, nq, st));
+  RETURN_IF_ERROR(LaunchConvert(out, DType::kF32, o_low_.data(), dtype_, no, st));
+  RETURN_IF_ERROR(LaunchConvert(dout, DType::kF32, dy_low_.data(), dtype_, no, st));
+  RETURN_IF_ERROR(
+      cudnn_->Backward(s, qkv_low_.data(), o_low_.data(), lse, dy_low_.data(), dqkv_low_.data()));
+  return LaunchConvert(dqkv_low_.data(), dtype_, dqkv, DType::kF32, nq, st);
+}
+
 Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
   if (b->size() >= bytes) return Status::Ok();
   RETURN_IF_ERROR(SynchronizeStream(gemm_->stream()));  // queued work may still use it
@@ -102,14 +136,8 @@ Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* 
   }
   ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
   if (cudnn) {
-    void* st = gemm_->stream().native;
-    const size_t es = DTypeSize(dtype_);
-    RETURN_IF_ERROR(Reserve(&qkv_low_, size_t(s.qkv_numel()) * es));
-    RETURN_IF_ERROR(Reserve(&o_low_, size_t(s.out_numel()) * es));
-    RETURN_IF_ERROR(
-        LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, size_t(s.qkv_numel()), st));
-    RETURN_IF_ERROR(cudnn_->Forward(s, qkv_low_.data(), o_low_.data(), lse));
-    return LaunchConvert(o_low_.data(), dtype_, out, DType::kF32, size_t(s.out_numel()), st);
+    const Status st = CudnnForward(s, qkv, out, lse);
+    if (st.ok() || !FallBack(s, st)) return st;
   }
   if (s.head_dim() > kFlashMaxHeadDim) return ForwardMaterialised(s, qkv, out, lse);
   return LaunchFlashAttentionForward(s, qkv, dtype_, out, lse, gemm_->stream().native);
@@ -123,16 +151,8 @@ Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const 
   }
   ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
   if (cudnn) {
-    void* st = gemm_->stream().native;
-    const size_t es = DTypeSize(dtype_), nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
-    for (Buffer* b : {&qkv_low_, &dqkv_low_}) RETURN_IF_ERROR(Reserve(b, nq * es));
-    for (Buffer* b : {&o_low_, &dy_low_}) RETURN_IF_ERROR(Reserve(b, no * es));
-    RETURN_IF_ERROR(LaunchConvert(qkv, DType::kF32, qkv_low_.data(), dtype_, nq, st));
-    RETURN_IF_ERROR(LaunchConvert(out, DType::kF32, o_low_.data(), dtype_, no, st));
-    RETURN_IF_ERROR(LaunchConvert(dout, DType::kF32, dy_low_.data(), dtype_, no, st));
-    RETURN_IF_ERROR(
-        cudnn_->Backward(s, qkv_low_.data(), o_low_.data(), lse, dy_low_.data(), dqkv_low_.data()));
-    return LaunchConvert(dqkv_low_.data(), dtype_, dqkv, DType::kF32, nq, st);
+    const Status st = CudnnBackward(s, qkv, out, lse, dout, dqkv);
+    if (st.ok() || !FallBack(s, st)) return st;
   }
   if (s.head_dim() > kFlashMaxHeadDim) return BackwardMaterialised(s, qkv, dout, dqkv);
   RETURN_IF_ERROR(Reserve(&drow_, size_t(LseNumel(s)) * sizeof(float)));
@@ -214,6 +234,14 @@ StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm*, DTyp
   return Unavailable("CudaAttention::Create: this binary was built without --config=cuda");
 }
 StatusOr<bool> CudaAttention::UseCudnn(const AttentionShape&) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+bool CudaAttention::FallBack(const AttentionShape&, const Status&) { return false; }
+Status CudaAttention::CudnnForward(const AttentionShape&, const float*, float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::CudnnBackward(const AttentionShape&, const float*, const float*, const float*,
+                                    const float*, float*) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 StatusOr<std::string> CudaAttention::Implementation(const AttentionShape&) {

@@ -9,6 +9,8 @@
 //     supports the shape; kCudnn always): qkv and dY rounded to the GEMM dtype into scratch
 //     buffers, cuDNN's fused attention on them, o and dqkv widened to f32. Its lse is the same
 //     natural-log row logsumexp. The backward rounds `out` again (exact: it is o widened).
+//     kAuto: a shape cuDNN refuses when it is planned or run is logged and left to the kernels
+//     below (a backward after a cuDNN forward reads its out and lse as it would ours).
 //   head size <= 128 (kFlashMaxHeadDim): the fused kernels of nn/cuda/flash_attention_kernels.h,
 //     reading q, k, v straight from qkv [B, T, 3C]: no [T, T] buffer. Forward: online softmax
 //     over key tiles -> out, lse. Backward: D = rowsum(dY Y) and dQ (a CTA per query block),
@@ -84,6 +86,12 @@ class CudaAttention {
   // Whether cuDNN runs shape s (with kAuto, a shape cuDNN refuses is logged once and left to
   // our kernels).
   StatusOr<bool> UseCudnn(const AttentionShape& s);
+  // kAuto: after cuDNN failed to run shape s (kInternal: it refused at execution), logs it and
+  // leaves s to our kernels from now on; true when the caller should run them.
+  bool FallBack(const AttentionShape& s, const Status& st);
+  Status CudnnForward(const AttentionShape& s, const float* qkv, float* out, float* lse);
+  Status CudnnBackward(const AttentionShape& s, const float* qkv, const float* out,
+                       const float* lse, const float* dout, float* dqkv);
   // Makes *b hold at least `bytes` (synchronising the stream before replacing it).
   Status Reserve(Buffer* b, size_t bytes);
   // The materialised path (head size > 128): q_, k_, v_ from qkv; S and P into p_ (and
