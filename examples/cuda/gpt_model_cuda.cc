@@ -121,7 +121,9 @@ Status GptModelCuda::Reserve(int64_t n) {
   RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
   // 16-bit GEMM operands: x at most [n, 4C]; dy at most the lm_head's [n, V] or c_fc's [n, 4C].
-  RETURN_IF_ERROR(linear_->Reserve(cap * 4 * C, cap * std::max(V, 4 * C)));
+  // The operand copies: x of the widest forward (4C), dy of a backward chunk (lm_head: V).
+  const int64_t chunk = linear_->BackwardChunkRows(cap, C, std::max(V, 4 * C));
+  RETURN_IF_ERROR(linear_->Reserve(cap * 4 * C, chunk * std::max(V, 4 * C)));
   n_cap_ = cap;
   return Status::Ok();
 }

@@ -112,16 +112,37 @@ Status CudaLinear::ForwardGeluTanh(const float* x, const void* w, const void* b,
   return LaunchActivationForward(Activation::kGeluTanh, pre, y, rows * out, gemm_->stream().native);
 }
 
+int64_t CudaLinear::BackwardChunkRows(int64_t rows, int64_t in, int64_t out) const {
+  if (op_ == DType::kF32 || rows == 0) return rows;
+  const int64_t width = std::max<int64_t>({in, out, 1});
+  return std::min(rows, std::max<int64_t>(1, max_operand_elems_ / width));
+}
+
 Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const float* dy,
                             int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
                             bool accumulate, const float* gelu_pre) {
   RETURN_IF_ERROR(Check("Backward", w_type, rows, in, out));
-  ASSIGN_OR_RETURN(const void* dyo, Operand(dy, rows * out, &dy_low_));
-  ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
-  RETURN_IF_ERROR(gemm_->LinearWeightGrad(dyo, xo, op_, rows, in, out, dw, accumulate));
   if (db != nullptr) {
     RETURN_IF_ERROR(LaunchColumnSums(dy, rows, out, db, gemm_->stream().native, accumulate));
   }
+  // 16-bit operands: row chunks, so the rounded copies of dy and x stay within kMaxOperandElems.
+  const int64_t chunk = BackwardChunkRows(rows, in, out);
+  for (int64_t r0 = 0; r0 < rows || r0 == 0; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    RETURN_IF_ERROR(BackwardRows(x + r0 * in, w, dy + r0 * out, n, in, out, dw,
+                                 dx != nullptr ? dx + r0 * in : nullptr, accumulate || r0 > 0,
+                                 gelu_pre != nullptr ? gelu_pre + r0 * in : nullptr));
+    if (rows == 0) break;
+  }
+  return Status::Ok();
+}
+
+Status CudaLinear::BackwardRows(const float* x, const void* w, const float* dy, int64_t rows,
+                                int64_t in, int64_t out, float* dw, float* dx, bool accumulate,
+                                const float* gelu_pre) {
+  ASSIGN_OR_RETURN(const void* dyo, Operand(dy, rows * out, &dy_low_));
+  ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
+  RETURN_IF_ERROR(gemm_->LinearWeightGrad(dyo, xo, op_, rows, in, out, dw, accumulate));
   if (dx == nullptr) return Status::Ok();
   if (gelu_pre == nullptr) return gemm_->LinearInputGrad(dyo, w, op_, rows, in, out, dx);
   if (FuseGelu()) {
@@ -171,6 +192,11 @@ Status CudaLinear::Backward(const float*, const void*, DType, const float*, int6
                             int64_t, float*, float*, float*, bool, const float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
+Status CudaLinear::BackwardRows(const float*, const void*, const float*, int64_t, int64_t, int64_t,
+                                float*, float*, bool, const float*) {
+  return Unavailable("CudaLinear: built without --config=cuda");
+}
+int64_t CudaLinear::BackwardChunkRows(int64_t rows, int64_t, int64_t) const { return rows; }
 
 #endif  // SHARDEMA_WITH_CUDA
 

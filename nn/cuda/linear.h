@@ -30,9 +30,13 @@
 // rounding. y, pre and dx are overwritten; dW and db are added to with `accumulate`. db and dx may
 // be null. pre must not alias x or y, nor gelu_pre dx.
 //
+// Backward with 16-bit operands runs its GEMMs over row chunks of at most kMaxOperandElems /
+// max(in, out) rows (dW accumulating over them), so an lm_head's rounded dlogits copy is bounded.
+//
 // Stream: everything is queued on the CublasGemm's stream (asynchronous; buffers must stay alive
 // until the work is done there). Memory: for 16-bit operands two device scratch buffers of the
-// operand dtype, grown on demand to the largest rows * in (x) and rows * out (dy) seen; the
+// operand dtype, grown on demand to the largest rows * in (x) and rows * out (dy) seen (in
+// Backward: of a chunk); the
 // stream is synchronised before a buffer is replaced (Reserve grows them ahead of time); an f32
 // bias scratch grown likewise to the largest out staged; the CublasGemm's cuBLASLt workspace.
 // Errors: kInvalidArgument for a w_type other than the operand dtype, negative sizes, null
@@ -42,6 +46,7 @@
 #ifndef SHARDEMA_NN_CUDA_LINEAR_H_
 #define SHARDEMA_NN_CUDA_LINEAR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -74,6 +79,14 @@ class CudaLinear {
                   int64_t in, int64_t out, float* dw, float* db, float* dx, bool accumulate,
                   const float* gelu_pre = nullptr);
 
+  // The most elements a 16-bit operand copy holds in Backward (row chunks above it); tests
+  // lower it with set_max_operand_elems.
+  static constexpr int64_t kMaxOperandElems = int64_t(1) << 27;
+  void set_max_operand_elems(int64_t n) { max_operand_elems_ = std::max<int64_t>(n, 1); }
+  // Rows per Backward chunk: all for f32 operands, else as many as keep rows * max(in, out)
+  // within the limit (at least 1).
+  int64_t BackwardChunkRows(int64_t rows, int64_t in, int64_t out) const;
+
  private:
   CudaLinear(CublasGemm* gemm, DType op) : gemm_(gemm), op_(op) {}
   Status Check(const char* what, DType w_type, int64_t rows, int64_t in, int64_t out) const;
@@ -82,6 +95,9 @@ class CudaLinear {
   StatusOr<const void*> Operand(const float* src, int64_t n, Buffer* scratch);
   // b[out] as cuBLASLt's f32 bias: b itself when f32 and 16-byte aligned, else widened to bias_.
   StatusOr<const float*> BiasF32(const void* b, int64_t out);
+  // Backward's GEMMs over `rows` rows (one chunk): dW (+)= dy^T x, dx = dy w (with DGELU).
+  Status BackwardRows(const float* x, const void* w, const float* dy, int64_t rows, int64_t in,
+                      int64_t out, float* dw, float* dx, bool accumulate, const float* gelu_pre);
   // Whether the GELU epilogues run under the policy.
   bool FuseGelu() const;
   // y = x w^T (+ b) with x already an operand (xo): the bias epilogue, or the GEMM + LaunchBiasAdd.
@@ -91,6 +107,7 @@ class CudaLinear {
   CublasGemm* gemm_;
   DType op_;
   Epilogues epilogues_ = Epilogues::kAuto;
+  int64_t max_operand_elems_ = kMaxOperandElems;
   Buffer x_low_, dy_low_;  // 16-bit operands only
   Buffer bias_;            // f32 bias for the epilogue
 };

@@ -118,11 +118,14 @@ class LinearCudaTest : public testing::CudaTest {
  protected:
   // Runs Forward and Backward (dw, db accumulated onto random values) for op dtype `t` and checks
   // them against the double reference on the operands as the GEMMs see them.
-  void Check(DType t, const Shape3& sh, uint32_t seed) {
+  // max_operand > 0: CudaLinear::set_max_operand_elems (the backward in row chunks).
+  void Check(DType t, const Shape3& sh, uint32_t seed, int64_t max_operand = 0) {
     SCOPED_TRACE(std::string(DTypeName(t)) + " rows " + std::to_string(sh.rows) + " in " +
-                 std::to_string(sh.in) + " out " + std::to_string(sh.out));
+                 std::to_string(sh.in) + " out " + std::to_string(sh.out) + " max_operand " +
+                 std::to_string(max_operand));
     StatusOr<std::unique_ptr<CudaLinear>> lin = CudaLinear::Create(gemm_.get(), t);
     ASSERT_TRUE(lin.ok()) << lin.status();
+    if (max_operand > 0) (*lin)->set_max_operand_elems(max_operand);
     const int64_t R = sh.rows, I = sh.in, O = sh.out;
     const auto x = Uniform(size_t(R * I), seed), w = Uniform(size_t(O * I), seed + 1),
                b = Uniform(size_t(O), seed + 2), dy = Uniform(size_t(R * O), seed + 3);
@@ -168,6 +171,16 @@ class LinearCudaTest : public testing::CudaTest {
 TEST_F(LinearCudaTest, Bf16OperandsMatchDoubleOnTheRoundedOperands) {
   uint32_t seed = 1;
   for (const Shape3& sh : kShapes) Check(DType::kBF16, sh, seed += 10);
+}
+
+// The bf16 backward in row chunks (3 and 1 rows; the last chunk shorter): dW accumulates over
+// them, dx and db as without chunks.
+TEST_F(LinearCudaTest, Bf16BackwardInRowChunksMatchesDouble) {
+  uint32_t seed = 51;
+  for (const Shape3& sh : {kShapes[1], kShapes[2], kShapes[4]}) {
+    const int64_t width = std::max(sh.in, sh.out);
+    for (int64_t rows : {3, 1}) Check(DType::kBF16, sh, seed += 10, rows * width);
+  }
 }
 
 TEST_F(LinearCudaTest, F32OperandsMatchDouble) {
