@@ -22,9 +22,9 @@
 #       bench/results/gpu_session_<date>.json and run tools/gpu_report_table.py --write: the
 #       README's GPU table is generated from the newest report (a test checks it).
 #
-# Stages (name: gpu_check checks; timeout; each test binary run within a stage ends after 30 s,
+# Stages (name: gpu_check checks; timeout; each test binary run within a stage ends after 45 s,
 # gpu_check --check-timeout, so one hung test leaves the others their time):
-#   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       60 s
+#   one_rank:  every single-process GPU test and every multi-rank test at 1 rank;       90 s
 #   shared_2:  every multi-rank GPU test at 2 ranks (on one GPU: shared GPU, socket transport); 100 s
 #   shared_4:  the same at 4 ranks;                                                    140 s
 #   kill:      train_mlp --device cuda at 2 and 4 ranks with one rank killed (bounded exit); 45 s
@@ -42,7 +42,7 @@
 #              against PyTorch eager bf16 (and torch.compile within 90 s) and a bf16 GEMM;
 #              their summaries (max_rel_diff_bf16, max_rel_diff_f32, pass; ours_ms, torch_ms,
 #              ratio, mfu_ours, mfu_torch, ...) and results files go into the report;       400 s
-#              last: a default --budget of 300 s leaves it out. Every stage needs 820 s, more
+#              last: a default --budget of 300 s leaves it out. Every stage needs 850 s, more
 #              than one device command may run (600 s): run --only gpt_bench in one command
 #              and the other stages (--budget 420) in another.
 # A stage passes when its checks ran and none failed, is "skipped" when every check skipped (no
@@ -66,7 +66,7 @@ stage_checks() {  # gpu_check --only regex of a stage
 }
 stage_timeout() {
   case "$1" in
-    one_rank) echo 60 ;; shared_2) echo 100 ;; shared_4) echo 140 ;; bench) echo 75 ;;
+    one_rank) echo 90 ;; shared_2) echo 100 ;; shared_4) echo 140 ;; bench) echo 75 ;;
     gpt_bench) echo 400 ;; *) echo 45 ;;
   esac
 }
@@ -75,7 +75,7 @@ check_timeout() {  # one test binary run's limit in a stage: a hung one leaves t
   # gpt_autocast_parity's are in gpu_check.sh)
   # 4 ranks sharing one GPU through the socket transport: trainer_cuda_test needed about 45 s
   # (gpu_session_2026-11-28T050632Z.json) before its subset-EMA cases were added.
-  case "$1" in shared_4) echo 100 ;; shared_2) echo 60 ;; *) echo 30 ;; esac
+  case "$1" in shared_4) echo 100 ;; shared_2) echo 60 ;; *) echo 45 ;; esac
 }
 
 if [ "${1:-}" = --package ]; then

@@ -47,7 +47,7 @@ out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --report "$tmp/b.json" 2>&1) || fail 
 [ "$(field "$tmp/b.json" "r['stages'][4]['summaries']")" = "['summary: fused_vs_copy=0.9']" ] ||
   fail "bench summary: $(cat "$tmp/b.json")"
 
-# 3. --budget 95: one_rank (60 s) fits, the 100 s stages do not and are listed as not run, the
+# 3. --budget 95: one_rank (90 s) fits, the 100 s stages do not and are listed as not run, the
 # later ones run in what is left (kill 45 s, bench 75 s; gpt_bench, 400 s, does not).
 out=$(GPU_CHECK_GPUS=1 "$p/gpu_session.sh" --budget 95 --report "$tmp/c.json" 2>&1) || fail "budget: $out"
 [ "$(field "$tmp/c.json" "([s['name'] for s in r['stages']], r['not_run'])")" = \
