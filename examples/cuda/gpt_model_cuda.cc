@@ -106,11 +106,14 @@ Status GptModelCuda::Reserve(int64_t n) {
   RETURN_IF_ERROR(Grow(&targets_, cap, sizeof(int64_t), d));
   for (Buffer& x : xs_) RETURN_IF_ERROR(Grow(&x, cap * C, sizeof(float), d));
   for (BlockActs& a : acts_) {
-    for (Buffer* b : {&a.ln1, &a.atty, &a.x1, &a.ln2}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
+    for (Buffer* b : {&a.atty, &a.x1}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
+    // ln_1, ln_2 and the GELU output only feed GEMMs: kept in the operand dtype.
+    const size_t op = DTypeSize(param_dtype_);
+    for (Buffer* b : {&a.ln1, &a.ln2}) RETURN_IF_ERROR(Grow(b, cap * C, op, d));
+    RETURN_IF_ERROR(Grow(&a.g, cap * 4 * C, op, d));
     for (Buffer* b : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
     RETURN_IF_ERROR(Grow(&a.qkv, cap * 3 * C, 4, d));
     RETURN_IF_ERROR(Grow(&a.h, cap * 4 * C, 4, d));
-    RETURN_IF_ERROR(Grow(&a.g, cap * 4 * C, 4, d));
     RETURN_IF_ERROR(Grow(&a.lse, cap * shape_.n_head, 4, d));  // [rows, n_head, t]
   }
   for (Buffer* b : {&lnf_mean_, &lnf_rstd_}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
@@ -120,8 +123,8 @@ Status GptModelCuda::Reserve(int64_t n) {
   for (Buffer* b : {&dy_, &dtmp_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
   RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
-  // 16-bit GEMM operands: x at most [n, 4C]; dy at most the lm_head's [n, V] or c_fc's [n, 4C].
-  // The operand copies: x of the widest forward (4C), dy of a backward chunk (lm_head: V).
+  // 16-bit operand copies: x of the widest f32 input (ln_f's, atty's: C; 4C bounds it), dy of a
+  // backward chunk (lm_head: V).
   const int64_t chunk = linear_->BackwardChunkRows(cap, C, std::max(V, 4 * C));
   RETURN_IF_ERROR(linear_->Reserve(cap * 4 * C, chunk * std::max(V, 4 * C)));
   n_cap_ = cap;
@@ -177,12 +180,21 @@ StatusOr<std::vector<const void*>> GptModelCuda::Params(const std::vector<Tensor
   return p;
 }
 
-Status GptModelCuda::Linear(const float* x, const void* w, const void* b, int64_t in, int64_t out,
+float* GptModelCuda::Staged(Buffer* saved, Buffer* scratch) const {
+  return param_dtype_ == DType::kF32 ? saved->as<float>() : scratch->as<float>();
+}
+
+Status GptModelCuda::Keep(const float* staged, Buffer* saved, int64_t n) {
+  if (param_dtype_ == DType::kF32) return Status::Ok();
+  return LaunchConvert(staged, DType::kF32, saved->data(), param_dtype_, size_t(n), stream_.native);
+}
+
+Status GptModelCuda::Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out,
                             float* y) {
   return linear_->Forward(x, w, b, param_dtype_, tok_.n, in, out, y);
 }
 
-Status GptModelCuda::LinearBackward(const float* x, const void* w, const float* dy, int64_t in,
+Status GptModelCuda::LinearBackward(nn::LinearX x, const void* w, const float* dy, int64_t in,
                                     int64_t out, float* dw, float* db, float* dx, bool accumulate) {
   return linear_->Backward(x, w, param_dtype_, dy, tok_.n, in, out, dw, db, dx, accumulate);
 }
@@ -191,27 +203,36 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
+  // ln_1, ln_2 and the GELU output are kept in the operand dtype (Reserve): a 16-bit one is
+  // written f32 into a backward scratch (free during forwards, recomputed ones included) and
+  // rounded once into its saved buffer, which both GEMMs then read as it is.
   ScopedGpuOp op(ops(), "fwd layernorm");
+  float* ln1 = Staged(&a->ln1, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], param_dtype_, n, C,
-                                             kLayerNormEps, a->ln1.as<float>(),
-                                             a->mean1.as<float>(), a->rstd1.as<float>(), s));
+                                             kLayerNormEps, ln1, a->mean1.as<float>(),
+                                             a->rstd1.as<float>(), s));
+  RETURN_IF_ERROR(Keep(ln1, &a->ln1, n * C));
   op.Next("fwd gemm qkv");
-  RETURN_IF_ERROR(Linear(a->ln1.as<float>(), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
+  RETURN_IF_ERROR(Linear(Act(a->ln1), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
   op.Next("fwd attention");
   RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>()));
   // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
   op.Next("fwd gemm attn proj");
   RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
   op.Next("fwd residual+layernorm");
+  float* ln2 = Staged(&a->ln2, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
       x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], param_dtype_, n, C, kLayerNormEps,
-      a->ln2.as<float>(), a->mean2.as<float>(), a->rstd2.as<float>(), s));
+      ln2, a->mean2.as<float>(), a->rstd2.as<float>(), s));
+  RETURN_IF_ERROR(Keep(ln2, &a->ln2, n * C));
   // h = c_fc(ln2) and g = gelu_tanh(h) (one GEMM where the GELU epilogue applies).
   op.Next("fwd gemm fc+gelu");
-  RETURN_IF_ERROR(linear_->ForwardGeluTanh(a->ln2.as<float>(), p[kFcW], p[kFcB], param_dtype_, n, C,
-                                           4 * C, a->h.as<float>(), a->g.as<float>()));
+  float* gelu = Staged(&a->g, &dbig_);
+  RETURN_IF_ERROR(linear_->ForwardGeluTanh(Act(a->ln2), p[kFcW], p[kFcB], param_dtype_, n, C, 4 * C,
+                                           a->h.as<float>(), gelu));
+  RETURN_IF_ERROR(Keep(gelu, &a->g, n * 4 * C));
   op.Next("fwd gemm mlp proj");
-  RETURN_IF_ERROR(Linear(a->g.as<float>(), p[kMProjW], p[kMProjB], 4 * C, C, y));
+  RETURN_IF_ERROR(Linear(Act(a->g), p[kMProjW], p[kMProjB], 4 * C, C, y));
   op.Next("fwd residual");
   return nn::LaunchAdd(a->x1.as<float>(), y, y, n * C, s);
 }
@@ -228,12 +249,12 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   // dbig = dL/dh: c_proj's input gradient times gelu_tanh'(h) (its DGELU epilogue if it applies).
   ScopedGpuOp op(ops(), "bwd gemm mlp proj+dgelu");
-  RETURN_IF_ERROR(linear_->Backward(a.g.as<float>(), p[kMProjW], param_dtype_, dy, n, 4 * C, C,
-                                    g[kMProjW], g[kMProjB], dbig, accumulate,
+  RETURN_IF_ERROR(linear_->Backward(Act(a.g), p[kMProjW], param_dtype_, dy, n, 4 * C, C, g[kMProjW],
+                                    g[kMProjB], dbig, accumulate,
                                     /*gelu_pre=*/a.h.as<float>()));
   op.Next("bwd gemm fc");
-  RETURN_IF_ERROR(LinearBackward(a.ln2.as<float>(), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp,
-                                 accumulate));
+  RETURN_IF_ERROR(
+      LinearBackward(Act(a.ln2), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp, accumulate));
   op.Next("bwd layernorm");
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
       a.x1.as<float>(), p[kLn2W], param_dtype_, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n,
@@ -246,8 +267,8 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.atty.as<float>(), a.lse.as<float>(),
                                   dtmp, dqkv_.as<float>()));
   op.Next("bwd gemm qkv");
-  RETURN_IF_ERROR(LinearBackward(a.ln1.as<float>(), p[kAttnW], dqkv_.as<float>(), C, 3 * C,
-                                 g[kAttnW], g[kAttnB], dtmp, accumulate));
+  RETURN_IF_ERROR(LinearBackward(Act(a.ln1), p[kAttnW], dqkv_.as<float>(), C, 3 * C, g[kAttnW],
+                                 g[kAttnB], dtmp, accumulate));
   op.Next("bwd layernorm");
   return nn::LaunchLayerNormBackward(x, p[kLn1W], param_dtype_, a.mean1.as<float>(),
                                      a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],

@@ -23,12 +23,15 @@
 //     products in CudaAttention's bf16 mode) has bf16 operands on tensor cores with f32
 //     accumulation and f32 outputs: the gathered bf16 weights as they are, the f32 activation
 //     operand (x; dy and x in the backward) rounded to a bf16 scratch just before; dW = dy^T x
-//     accumulates in f32 into the f32 gradient buffers. Activations and activation gradients are
-//     kept f32; LayerNorm, softmax, GELU, the loss and the bias and embedding kernels compute in
-//     f32 (their bf16 parameters widened in the kernel); the Linear biases, c_fc's GELU and the
-//     GELU's gradient are cuBLASLt epilogues of their GEMMs where the shapes allow (nn/cuda/
-//     linear.h; f32 and f16 keep the GELU kernels). The CPU GptModel widens the weights and
-//     keeps f32 operands, so the devices differ by the bf16 rounding of the activation operands.
+//     accumulates in f32 into the f32 gradient buffers. The activations that only feed GEMMs
+//     (ln_1's and ln_2's outputs, the GELU's) are saved in bf16, rounded once where they are
+//     made (as autocast keeps them); the residual stream, the other activations and the
+//     activation gradients are f32; LayerNorm, softmax, GELU, the loss and the bias and embedding
+//     kernels compute in f32 (their bf16 parameters widened in the kernel); the Linear biases,
+//     c_fc's GELU and the GELU's gradient are cuBLASLt epilogues of their GEMMs where the shapes
+//     allow (nn/cuda/ linear.h; f32 and f16 keep the GELU kernels). The CPU GptModel widens the
+//     weights and keeps f32 operands, so the devices differ by the bf16 rounding of the activation
+//     operands.
 //   f16: as f32, with the gathered weights widened to f32 device scratch before use (no loss
 //     scaling, so no f16 gradients): agrees with the CPU to f32 rounding.
 // Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
@@ -42,7 +45,8 @@
 // per-block activations, the logits then their gradient) plus n * n_head per block for the
 // attention's saved row logsumexp (one block's with recompute), CudaAttention's workspace (n *
 // n_head; for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2), and
-// for bf16 two GEMM-operand scratch buffers of n * 4C and n * max(V, 4C) bf16 elements, for f16
+// for bf16 (ln_1, ln_2 and the GELU output saved at half size) two GEMM-operand scratch buffers
+// of n * 4C and at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16
 // a widened f32 copy of the largest unit; pinned host: the tokens and the plan, the loss and one
 // row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
@@ -86,7 +90,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   StatusOr<std::vector<GpuOpTotal>> OpTotals() override;
 
  private:
-  // A block's saved activations (device, f32).
+  // A block's saved activations (device, f32; ln1, ln2 and g in param_dtype_).
   struct BlockActs {
     Buffer ln1, mean1, rstd1, qkv, lse, atty, x1, ln2, mean2, rstd2, h, g;  // lse: CudaAttention's
   };
@@ -104,10 +108,16 @@ class GptModelCuda final : public GptLm, private UnitModule {
   Status BlockBackward(const void* const* p, float* const* g, bool accumulate, const float* x,
                        const BlockActs& a);
   // y[n, out] = x W^T + b (b may be null), through linear_.
-  Status Linear(const float* x, const void* w, const void* b, int64_t in, int64_t out, float* y);
+  Status Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out, float* y);
   // dW (+)= dy^T x, db (+)= column sums of dy (db may be null), dx = dy W (dx may be null).
-  Status LinearBackward(const float* x, const void* w, const float* dy, int64_t in, int64_t out,
+  Status LinearBackward(nn::LinearX x, const void* w, const float* dy, int64_t in, int64_t out,
                         float* dw, float* db, float* dx, bool accumulate);
+  // A saved GEMM-only activation (ln_1, ln_2, the GELU output; in param_dtype_) as a GEMM input.
+  nn::LinearX Act(const Buffer& b) const { return nn::LinearX(b.data(), param_dtype_); }
+  // Where a kernel writes such an activation in f32: the saved buffer itself for f32, else the
+  // f32 scratch; Keep then rounds a 16-bit one (n elements) into the saved buffer.
+  float* Staged(Buffer* saved, Buffer* scratch) const;
+  Status Keep(const float* staged, Buffer* saved, int64_t n);
   // Device pointers to a use's parameters in param_dtype_ (f16 ones widened into widened_).
   StatusOr<std::vector<const void*>> Params(const std::vector<TensorView>& views);
   // The loss kernel into loss_dev_. Training (`evaluation` false): also dlogits, over the logits.

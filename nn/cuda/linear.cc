@@ -21,8 +21,12 @@ StatusOr<std::unique_ptr<CudaLinear>> CudaLinear::Create(CublasGemm* gemm, DType
   return std::unique_ptr<CudaLinear>(new CudaLinear(gemm, op_dtype));
 }
 
-Status CudaLinear::Check(const char* what, DType w_type, int64_t rows, int64_t in,
+Status CudaLinear::Check(const char* what, DType x_type, DType w_type, int64_t rows, int64_t in,
                          int64_t out) const {
+  if (x_type != DType::kF32 && x_type != op_) {
+    return InvalidArgument("CudaLinear::", what, ": x dtype ", DTypeName(x_type),
+                           " is neither f32 nor the operand dtype ", DTypeName(op_));
+  }
   if (w_type != op_) {
     return InvalidArgument("CudaLinear::", what, ": weight dtype ", DTypeName(w_type),
                            ", the operand dtype is ", DTypeName(op_));
@@ -49,11 +53,11 @@ Status CudaLinear::Reserve(int64_t x_elems, int64_t dy_elems) {
   return Grow(&dy_low_, size_t(std::max<int64_t>(dy_elems, 0)) * DTypeSize(op_));
 }
 
-StatusOr<const void*> CudaLinear::Operand(const float* src, int64_t n, Buffer* scratch) {
-  if (op_ == DType::kF32 || n == 0) return static_cast<const void*>(src);
+StatusOr<const void*> CudaLinear::Operand(LinearX src, int64_t n, Buffer* scratch) {
+  if (src.dtype == op_ || n == 0) return src.data;
   RETURN_IF_ERROR(Grow(scratch, size_t(n) * DTypeSize(op_)));
   RETURN_IF_ERROR(
-      LaunchConvert(src, DType::kF32, scratch->data(), op_, size_t(n), gemm_->stream().native));
+      LaunchConvert(src.data, src.dtype, scratch->data(), op_, size_t(n), gemm_->stream().native));
   return static_cast<const void*>(scratch->data());
 }
 
@@ -84,16 +88,16 @@ Status CudaLinear::Affine(const void* xo, const void* w, const void* b, int64_t 
   return LaunchBiasAdd(y, b, op_, rows, out, gemm_->stream().native);
 }
 
-Status CudaLinear::Forward(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
+Status CudaLinear::Forward(LinearX x, const void* w, const void* b, DType w_type, int64_t rows,
                            int64_t in, int64_t out, float* y) {
-  RETURN_IF_ERROR(Check("Forward", w_type, rows, in, out));
+  RETURN_IF_ERROR(Check("Forward", x.dtype, w_type, rows, in, out));
   ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
   return Affine(xo, w, b, rows, in, out, y);
 }
 
-Status CudaLinear::ForwardGeluTanh(const float* x, const void* w, const void* b, DType w_type,
+Status CudaLinear::ForwardGeluTanh(LinearX x, const void* w, const void* b, DType w_type,
                                    int64_t rows, int64_t in, int64_t out, float* pre, float* y) {
-  RETURN_IF_ERROR(Check("ForwardGeluTanh", w_type, rows, in, out));
+  RETURN_IF_ERROR(Check("ForwardGeluTanh", x.dtype, w_type, rows, in, out));
   if (rows * out > 0 && (pre == nullptr || y == nullptr)) {
     return InvalidArgument("CudaLinear::ForwardGeluTanh: null pre or y (rows ", rows, ", in ", in,
                            ", out ", out, ")");
@@ -118,10 +122,10 @@ int64_t CudaLinear::BackwardChunkRows(int64_t rows, int64_t in, int64_t out) con
   return std::min(rows, std::max<int64_t>(1, max_operand_elems_ / width));
 }
 
-Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const float* dy,
-                            int64_t rows, int64_t in, int64_t out, float* dw, float* db, float* dx,
+Status CudaLinear::Backward(LinearX x, const void* w, DType w_type, const float* dy, int64_t rows,
+                            int64_t in, int64_t out, float* dw, float* db, float* dx,
                             bool accumulate, const float* gelu_pre) {
-  RETURN_IF_ERROR(Check("Backward", w_type, rows, in, out));
+  RETURN_IF_ERROR(Check("Backward", x.dtype, w_type, rows, in, out));
   if (db != nullptr) {
     RETURN_IF_ERROR(LaunchColumnSums(dy, rows, out, db, gemm_->stream().native, accumulate));
   }
@@ -129,7 +133,9 @@ Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const f
   const int64_t chunk = BackwardChunkRows(rows, in, out);
   for (int64_t r0 = 0; r0 < rows || r0 == 0; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    RETURN_IF_ERROR(BackwardRows(x + r0 * in, w, dy + r0 * out, n, in, out, dw,
+    const LinearX xr(static_cast<const char*>(x.data) + size_t(r0 * in) * DTypeSize(x.dtype),
+                     x.dtype);
+    RETURN_IF_ERROR(BackwardRows(xr, w, dy + r0 * out, n, in, out, dw,
                                  dx != nullptr ? dx + r0 * in : nullptr, accumulate || r0 > 0,
                                  gelu_pre != nullptr ? gelu_pre + r0 * in : nullptr));
     if (rows == 0) break;
@@ -137,8 +143,8 @@ Status CudaLinear::Backward(const float* x, const void* w, DType w_type, const f
   return Status::Ok();
 }
 
-Status CudaLinear::BackwardRows(const float* x, const void* w, const float* dy, int64_t rows,
-                                int64_t in, int64_t out, float* dw, float* dx, bool accumulate,
+Status CudaLinear::BackwardRows(LinearX x, const void* w, const float* dy, int64_t rows, int64_t in,
+                                int64_t out, float* dw, float* dx, bool accumulate,
                                 const float* gelu_pre) {
   ASSIGN_OR_RETURN(const void* dyo, Operand(dy, rows * out, &dy_low_));
   ASSIGN_OR_RETURN(const void* xo, Operand(x, rows * in, &x_low_));
@@ -160,7 +166,7 @@ Status CudaLinear::BackwardRows(const float* x, const void* w, const float* dy, 
 StatusOr<std::unique_ptr<CudaLinear>> CudaLinear::Create(CublasGemm*, DType) {
   return Unavailable("CudaLinear::Create: this binary was built without --config=cuda");
 }
-Status CudaLinear::Check(const char*, DType, int64_t, int64_t, int64_t) const {
+Status CudaLinear::Check(const char*, DType, DType, int64_t, int64_t, int64_t) const {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
 Status CudaLinear::Grow(Buffer*, size_t) {
@@ -169,10 +175,10 @@ Status CudaLinear::Grow(Buffer*, size_t) {
 Status CudaLinear::Reserve(int64_t, int64_t) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-StatusOr<const void*> CudaLinear::Operand(const float*, int64_t, Buffer*) {
+StatusOr<const void*> CudaLinear::Operand(LinearX, int64_t, Buffer*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-Status CudaLinear::Forward(const float*, const void*, const void*, DType, int64_t, int64_t, int64_t,
+Status CudaLinear::Forward(LinearX, const void*, const void*, DType, int64_t, int64_t, int64_t,
                            float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
@@ -184,15 +190,15 @@ Status CudaLinear::Affine(const void*, const void*, const void*, int64_t, int64_
                           float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-Status CudaLinear::ForwardGeluTanh(const float*, const void*, const void*, DType, int64_t, int64_t,
+Status CudaLinear::ForwardGeluTanh(LinearX, const void*, const void*, DType, int64_t, int64_t,
                                    int64_t, float*, float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-Status CudaLinear::Backward(const float*, const void*, DType, const float*, int64_t, int64_t,
-                            int64_t, float*, float*, float*, bool, const float*) {
+Status CudaLinear::Backward(LinearX, const void*, DType, const float*, int64_t, int64_t, int64_t,
+                            float*, float*, float*, bool, const float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }
-Status CudaLinear::BackwardRows(const float*, const void*, const float*, int64_t, int64_t, int64_t,
+Status CudaLinear::BackwardRows(LinearX, const void*, const float*, int64_t, int64_t, int64_t,
                                 float*, float*, bool, const float*) {
   return Unavailable("CudaLinear: built without --config=cuda");
 }

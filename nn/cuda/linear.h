@@ -8,17 +8,17 @@
 //                    the gradient of the previous layer's pre-activation when this layer's x
 //                    was gelu_tanh(gelu_pre) (c_proj after the GELU of an MLP)
 //
-// x, dy, y, pre, dx, dW and db are f32 device buffers; w and b are in `w_type`, which must be the
-// operand dtype: a gathered unit's weights used as they are (no widening copy). f32 operands:
-// the GEMMs read x and dy directly (TF32 only with the CublasGemm's allow_tf32). bf16 / f16: each
-// activation operand (x in the forward; dy and x in the backward) is first rounded (to nearest,
-// ties to even: framework/cuda/convert_kernels.h) into a scratch buffer of the operand dtype;
-// cuBLAS multiplies the 16-bit operands on tensor cores, accumulates in f32 (CUBLAS_COMPUTE_32F)
-// and writes f32 (nn/cuda/cublas_gemm.h). db sums the f32 dy in double, deterministically
-// (nn/cuda/elementwise_kernels.h). f16 operands round dy to f16, which flushes small gradients to
-// zero without loss scaling: f16 callers keep f32 operands in the backward.
-// Epilogues: the bias add is the forward GEMM's cuBLASLt bias epilogue (b widened to an f32
-// scratch first unless it is an f32 bias on a 16-byte boundary: cuBLASLt's bias type is the f32
+// dy, y, pre, dx, dW and db are f32 device buffers; x is f32 or in the operand dtype (LinearX);
+// w and b are in `w_type`, which must be the operand dtype: a gathered unit's weights used as they
+// are (no widening copy). f32 operands: the GEMMs read x and dy directly (TF32 only with the
+// CublasGemm's allow_tf32). bf16 / f16: each activation operand (x in the forward; dy and x in the
+// backward) is first rounded (to nearest, ties to even: framework/cuda/convert_kernels.h) into a
+// scratch buffer of the operand dtype; cuBLAS multiplies the 16-bit operands on tensor cores,
+// accumulates in f32 (CUBLAS_COMPUTE_32F) and writes f32 (nn/cuda/cublas_gemm.h). db sums the f32
+// dy in double, deterministically (nn/cuda/elementwise_kernels.h). f16 operands round dy to f16,
+// which flushes small gradients to zero without loss scaling: f16 callers keep f32 operands in the
+// backward. Epilogues: the bias add is the forward GEMM's cuBLASLt bias epilogue (b widened to an
+// f32 scratch first unless it is an f32 bias on a 16-byte boundary: cuBLASLt's bias type is the f32
 // output's). The GELU and its derivative are the GELU_AUX(_BIAS) and DGELU epilogues under the
 // Epilogues policy: kAuto (the default) fuses them for 16-bit operands only, so f32 operands keep
 // the f32 tanhf kernels of nn/cuda/elementwise_kernels.h (cuBLASLt evaluates the GELU itself, not
@@ -57,6 +57,16 @@
 
 namespace shardema::nn {
 
+// The x operand of a CudaLinear call: f32 (rounded to the operand dtype into scratch), or
+// already in the operand dtype (multiplied as it is: a caller that keeps its activation in that
+// dtype saves the rounding pass).
+struct LinearX {
+  LinearX(const float* p) : data(p), dtype(DType::kF32) {}  // NOLINT: implicit, f32 call sites
+  LinearX(const void* p, DType t) : data(p), dtype(t) {}
+  const void* data;
+  DType dtype;
+};
+
 class CudaLinear {
  public:
   // Which cuBLASLt epilogues run (see above); the bias epilogue is on unless kNone.
@@ -71,12 +81,12 @@ class CudaLinear {
   // Grows the scratch buffers to x_elems and dy_elems operand elements (nothing for f32).
   Status Reserve(int64_t x_elems, int64_t dy_elems);
 
-  Status Forward(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
-                 int64_t in, int64_t out, float* y);
-  Status ForwardGeluTanh(const float* x, const void* w, const void* b, DType w_type, int64_t rows,
+  Status Forward(LinearX x, const void* w, const void* b, DType w_type, int64_t rows, int64_t in,
+                 int64_t out, float* y);
+  Status ForwardGeluTanh(LinearX x, const void* w, const void* b, DType w_type, int64_t rows,
                          int64_t in, int64_t out, float* pre, float* y);
-  Status Backward(const float* x, const void* w, DType w_type, const float* dy, int64_t rows,
-                  int64_t in, int64_t out, float* dw, float* db, float* dx, bool accumulate,
+  Status Backward(LinearX x, const void* w, DType w_type, const float* dy, int64_t rows, int64_t in,
+                  int64_t out, float* dw, float* db, float* dx, bool accumulate,
                   const float* gelu_pre = nullptr);
 
   // The most elements a 16-bit operand copy holds in Backward (row chunks above it); tests
@@ -89,14 +99,16 @@ class CudaLinear {
 
  private:
   CudaLinear(CublasGemm* gemm, DType op) : gemm_(gemm), op_(op) {}
-  Status Check(const char* what, DType w_type, int64_t rows, int64_t in, int64_t out) const;
+  Status Check(const char* what, DType x_type, DType w_type, int64_t rows, int64_t in,
+               int64_t out) const;
   Status Grow(Buffer* b, size_t bytes);
-  // src (n f32 elements) as a GEMM operand: src itself for f32, else its rounded copy in scratch.
-  StatusOr<const void*> Operand(const float* src, int64_t n, Buffer* scratch);
+  // src (n elements) as a GEMM operand: src itself when in the operand dtype, else (f32) its
+  // rounded copy in scratch.
+  StatusOr<const void*> Operand(LinearX src, int64_t n, Buffer* scratch);
   // b[out] as cuBLASLt's f32 bias: b itself when f32 and 16-byte aligned, else widened to bias_.
   StatusOr<const float*> BiasF32(const void* b, int64_t out);
   // Backward's GEMMs over `rows` rows (one chunk): dW (+)= dy^T x, dx = dy w (with DGELU).
-  Status BackwardRows(const float* x, const void* w, const float* dy, int64_t rows, int64_t in,
+  Status BackwardRows(LinearX x, const void* w, const float* dy, int64_t rows, int64_t in,
                       int64_t out, float* dw, float* dx, bool accumulate, const float* gelu_pre);
   // Whether the GELU epilogues run under the policy.
   bool FuseGelu() const;
