@@ -488,7 +488,47 @@ TEST_F(LinearCudaTest, ArgumentErrors) {
             StatusCode::kInvalidArgument);
   // No rows: nothing to do.
   EXPECT_TRUE((*lin)->Forward(x, w, nullptr, DType::kBF16, 0, 2, 2, y).ok());
+  // An x in a 16-bit dtype other than the operand dtype is refused.
+  EXPECT_EQ((*lin)->Forward(LinearX(x, DType::kF16), w, nullptr, DType::kBF16, 2, 2, 2, y).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(SynchronizeStream(stream_).ok());
+}
+
+// An x already in the operand dtype (LinearX) is multiplied as it is: the bits of the f32 x the
+// layer rounds itself, in Forward, ForwardGeluTanh and Backward (row chunks included).
+TEST_F(LinearCudaTest, Bf16XGivesTheBitsOfTheF32XItRounds) {
+  const DType t = DType::kBF16;
+  const int64_t R = 37, I = 24, O = 40;
+  const auto x = Uniform(size_t(R * I), 71), w = Uniform(size_t(O * I), 72),
+             b = Uniform(size_t(O), 73), dy = Uniform(size_t(R * O), 74);
+  const void *gw = Up(Round16(w, t)), *gb = Up(Round16(b, t));
+  const float *gx = Up(x), *gdy = Up(dy);
+  const void* gx16 = Up(Round16(x, t));
+  struct Out {
+    std::vector<float> y, pre, gelu, dw, dx;
+  };
+  auto run = [&](LinearX in) {
+    auto lin = CudaLinear::Create(gemm_.get(), t);
+    EXPECT_TRUE(lin.ok());
+    (*lin)->set_max_operand_elems(8 * O);  // 8-row backward chunks
+    float *y = Alloc<float>(size_t(R * O), NAN), *pre = Alloc<float>(size_t(R * O), NAN),
+          *gelu = Alloc<float>(size_t(R * O), NAN), *dw = Alloc<float>(size_t(O * I), NAN),
+          *dx = Alloc<float>(size_t(R * I), NAN);
+    EXPECT_TRUE((*lin)->Forward(in, gw, gb, t, R, I, O, y).ok());
+    EXPECT_TRUE((*lin)->ForwardGeluTanh(in, gw, gb, t, R, I, O, pre, gelu).ok());
+    EXPECT_TRUE((*lin)->Backward(in, gw, t, gdy, R, I, O, dw, nullptr, dx, false).ok());
+    return Out{Down(y, size_t(R * O)), Down(pre, size_t(R * O)), Down(gelu, size_t(R * O)),
+               Down(dw, size_t(O * I)), Down(dx, size_t(R * I))};
+  };
+  const Out f32 = run(gx), low = run(LinearX(gx16, t));
+  auto same = [](const std::vector<float>& a, const std::vector<float>& c) {
+    return a.size() == c.size() && std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(f32.y, low.y));
+  EXPECT_TRUE(same(f32.pre, low.pre));
+  EXPECT_TRUE(same(f32.gelu, low.gelu));
+  EXPECT_TRUE(same(f32.dw, low.dw));
+  EXPECT_TRUE(same(f32.dx, low.dx));
 }
 
 #else  // !SHARDEMA_WITH_CUDA
