@@ -58,7 +58,8 @@
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
 #     torch_attention=... device=... ours_flags=... ours_ops_ms=... ours_top_ops=NAME:MS,...
 #     (--ours-flags, commas for spaces; ours_ops_ms: the device time of ours' ops in its last
-#     step, ours_top_ops: the three largest)
+#     step, ours_top_ops: the three largest; the printed op table adds each matrix-product op's
+#     TFLOP/s)
 # (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
 # mfu_gemm_*: against gemm_tflops; *_device_mib: device memory in use, the CUDA context
 # included, read the same way on both sides; "na" for what did not run).
@@ -246,10 +247,22 @@ print("%-6s %10s %12s %8s %8s %11s %s (%s, %s)" % ("torch", s["torch_ms"],
       s["torch_tokens_per_s"], f(ft["tflops"], 1), s["mfu_torch"], s["mfu_gemm_torch"],
       s["torch_device_mib"], s["torch_allocated_mib"], s["torch_reserved_mib"]))
 ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
+# FLOPs of one use of each matrix-product op (N = B T tokens; a backward GEMM op is two GEMMs;
+# causal attention counts the lower half: 2 B T^2 C forward, 2.5 times that backward).
+N, Vp = B * T, gf.padded_vocab(V)
+op_flops = {"fwd gemm qkv": 6 * N * C * C, "fwd gemm attn proj": 2 * N * C * C,
+            "fwd gemm fc+gelu": 8 * N * C * C, "fwd gemm mlp proj": 8 * N * C * C,
+            "fwd gemm lm_head": 2 * N * C * Vp, "fwd attention": 2 * B * T * T * C}
+for k in list(op_flops):
+    op_flops["bwd" + k[3:]] = op_flops[k] * (2.5 if k.endswith("attention") else 2)
+op_flops["bwd gemm mlp proj+dgelu"] = op_flops.pop("bwd gemm mlp proj")
+op_flops["bwd gemm fc"] = op_flops.pop("bwd gemm fc+gelu")
 if ops:
     print("# ours, device time per op of the last step (CUDA events; other = step - ops):")
     for o in ops:
-        print("#   %-26s %4d x %9.3f ms" % (o["name"], o["count"], o["ms"]))
+        fl = op_flops.get(o["name"])
+        rate = " %7.1f TFLOP/s" % (fl * o["count"] / (o["ms"] * 1e-3) / 1e12) if fl and o["ms"] else ""
+        print("#   %-26s %4d x %9.3f ms%s" % (o["name"], o["count"], o["ms"], rate))
     if ours_ms:
         print("#   %-26s        %9.3f ms" % ("other", ours_ms - sum(o["ms"] for o in ops)))
 print("# %s FLOPs per token (6 N + 12 L T C), peak %s TFLOP/s (%s), GEMM %s TFLOP/s; "

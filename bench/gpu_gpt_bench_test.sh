@@ -45,6 +45,24 @@ assert r["ours"]["batch"] == 2 and r["ours"]["timed_steps"] == 2 and r["torch"] 
 assert r["summary"]["ours_tokens_per_s"] > 0 and r["date"].endswith("Z"), r
 PY
 
+# 2b. Ours' per-op device times (a stand-in train_gpt printing a GPU run's --bench-json line):
+# the table with the GEMMs' TFLOP/s, the "other" rest, and the summary's ops keys.
+cat > "$tmp/fake_gpt" <<'G'
+#!/bin/sh
+echo '{"step_ms": 10.0, "batch": 2, "timed_steps": 2, "attention": "cudnn 9.19.0", "gpu_ops": [{"name": "fwd gemm qkv", "ms": 4.0, "count": 1}, {"name": "bwd attention", "ms": 2.5, "count": 1}, {"name": "cross entropy", "ms": 1.0, "count": 1}]}'
+G
+chmod +x "$tmp/fake_gpt"
+out=$(PYTHON="$tmp/no-python" "$driver" --train-gpt "$tmp/fake_gpt" "${tiny[@]}" 2>&1) ||
+  fail "fake ours: $out"
+echo "$out" | grep -qE '^#   fwd gemm qkv +1 x +4\.000 ms +[0-9.]+ TFLOP/s$' || fail "op table: $out"
+echo "$out" | grep -qE '^#   cross entropy +1 x +1\.000 ms$' || fail "op table (no FLOPs): $out"
+echo "$out" | grep -qE '^#   other +2\.500 ms$' || fail "op table other: $out"
+line=$(echo "$out" | tail -1)
+for kv in ours_ops_ms=7.5 ours_top_ops=fwd_gemm_qkv:4,bwd_attention:2.5,cross_entropy:1 \
+  ours_attention=cudnn_9.19.0; do
+  echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
+done
+
 # 3. The peer, where python3 imports torch (run from the source tree: the peer imports
 # examples/testdata/gpt_torch.py by its path).
 py=""
