@@ -210,11 +210,14 @@ TEST_F(AttentionCudaTest, RunsAreBitwiseIdentical) {
 }
 
 // cuDNN's fused attention (kCudnn) against the double reference of the rounded operands, on
-// shapes with a head size that is a multiple of 8 and at most 128, T = 1 and T not a multiple of
+// shapes with a head size that is a multiple of 8 and at most 128, T = 2 and T not a multiple of
 // any tile included. cuDNN must run GPT-2's head size (64); another shape it refuses
 // (kUnimplemented, printed) is left to our kernels under kAuto. Besides P and dS, cuDNN rounds its
 // outputs o and dqkv to the operand dtype (2^-9 relative for bf16, 2^-12 for f16): within the
 // tolerances above.
+// cuDNN refuses T = 1 (its backward: cudnn_attention_test); the shortest sequence it runs here.
+const AttentionShape kT2{2, 2, 64, 1};
+
 TEST_F(AttentionCudaTest, CudnnMatchesTheDoubleReference) {
   const StatusOr<int64_t> v = CudnnVersion();
   if (!v.ok()) GTEST_SKIP() << v.status();
@@ -224,9 +227,9 @@ TEST_F(AttentionCudaTest, CudnnMatchesTheDoubleReference) {
     ASSERT_TRUE(a.ok()) << a.status();
     const double tol = t == DType::kBF16 ? 2e-2 : 4e-3;
     const std::vector<AttentionShape> shapes =
-        t == DType::kBF16 ? std::vector<AttentionShape>{kShapes[0], kShapes[2], kShapes[3],
-                                                        kShapes[5], kShapes[6]}
-                          : std::vector<AttentionShape>{kShapes[3]};
+        t == DType::kBF16
+            ? std::vector<AttentionShape>{kT2, kShapes[2], kShapes[3], kShapes[5], kShapes[6]}
+            : std::vector<AttentionShape>{kShapes[3]};
     for (const AttentionShape& sh : shapes) {
       SCOPED_TRACE(::testing::Message() << DTypeName(t) << " B " << sh.batch << " T " << sh.seq
                                         << " C " << sh.dim << " nh " << sh.heads);
@@ -248,12 +251,14 @@ TEST_F(AttentionCudaTest, CudnnMatchesTheDoubleReference) {
   }
 }
 
-// kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5) and always in f32.
+// kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5, T = 1) and always
+// in f32.
 TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
   auto bf = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kAuto);
   auto f32 = CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kAuto);
   ASSERT_TRUE(bf.ok() && f32.ok());
   EXPECT_EQ(*(*bf)->Implementation(kShapes[1]), "fused");
+  EXPECT_EQ(*(*bf)->Implementation(kShapes[0]), "fused");  // T = 1: cuDNN refuses it
   EXPECT_EQ(*(*f32)->Implementation(kShapes[3]), "fused");
   EXPECT_EQ(*(*f32)->Implementation(kShapes[7]), "materialised");
   const StatusOr<std::string> gpt = (*bf)->Implementation(kShapes[3]);

@@ -87,10 +87,6 @@ Status Fe(const char* what, const AttentionShape& s, StatusCode code, F&& f) {
 
 }  // namespace
 
-struct CudnnAttention::Graphs {
-  std::shared_ptr<fe::graph::Graph> fwd, bwd;
-};
-
 bool CudnnAttentionBuilt() { return true; }
 
 StatusOr<int64_t> CudnnVersion() {
@@ -138,18 +134,17 @@ CudnnAttention::~CudnnAttention() {
   } catch (const std::exception&) {}
 }
 
-StatusOr<CudnnAttention::Graphs*> CudnnAttention::Get(const AttentionShape& s) {
-  RETURN_IF_ERROR(CheckAttentionShape(s));
+// The forward and backward graphs of shape s. With a handle: built for its device, plans
+// included. Without (dp: the device's properties, sm_version): lowered for that device and their
+// engines' support checked; nothing compiled (CheckCudnnAttentionGraphs).
+static Status MakeGraphs(const AttentionShape& s, DType io, cudnnHandle_t h,
+                         const std::shared_ptr<fe::DeviceProperties>& dp, int sm_version,
+                         std::shared_ptr<fe::graph::Graph>* fwd,
+                         std::shared_ptr<fe::graph::Graph>* bwd) {
   const int64_t B = s.batch, T = s.seq, C = s.dim, nh = s.heads, hs = s.head_dim();
-  const Key key{B, T, C, nh};
-  auto it = graphs_.find(key);
-  if (it != graphs_.end()) return it->second.get();
-
-  auto h = static_cast<cudnnHandle_t>(handle_);
   const float scale = float(1.0 / std::sqrt(double(hs)));
   const std::vector<int64_t> head_dims{B, nh, T, hs}, qkv_strides{3 * C * T, hs, 3 * C, 1},
       o_strides{C * T, hs, C, 1}, stats_dims{B, nh, T, 1}, stats_strides{nh * T, T, 1, 1};
-  auto g = std::make_unique<Graphs>();
   // Q, K, V (and their gradients) are strided views of qkv; O and dO of [B, T, C].
   auto head_tensor = [&](fe::graph::Graph& graph, const char* name, int64_t uid,
                          const std::vector<int64_t>& strides) {
@@ -159,7 +154,8 @@ StatusOr<CudnnAttention::Graphs*> CudnnAttention::Get(const AttentionShape& s) {
   };
   auto new_graph = [&]() {
     auto graph = std::make_shared<fe::graph::Graph>();
-    graph->set_io_data_type(FeType(io_))
+    if (h == nullptr) graph->set_device_properties(dp).set_sm_version(sm_version);
+    graph->set_io_data_type(FeType(io))
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     return graph;
@@ -167,43 +163,43 @@ StatusOr<CudnnAttention::Graphs*> CudnnAttention::Get(const AttentionShape& s) {
   auto build = [&](fe::graph::Graph& graph) -> fe::error_t {
     fe::error_t e = graph.validate();
     if (e.is_bad()) return e;
-    e = graph.build_operation_graph(h);
+    e = h != nullptr ? graph.build_operation_graph(h) : graph.build_operation_graph();
     if (e.is_bad()) return e;
     e = graph.create_execution_plans({fe::HeurMode_t::A});
     if (e.is_bad()) return e;
-    e = graph.check_support(h);
-    if (e.is_bad()) return e;
+    e = h != nullptr ? graph.check_support(h) : graph.check_support();
+    if (e.is_bad() || h == nullptr) return e;
     return graph.build_plans(h);
   };
 
   RETURN_IF_ERROR(Fe("forward graph", s, StatusCode::kUnimplemented, [&]() {
-    g->fwd = new_graph();
-    auto q = head_tensor(*g->fwd, "Q", kQ, qkv_strides);
-    auto k = head_tensor(*g->fwd, "K", kK, qkv_strides);
-    auto v = head_tensor(*g->fwd, "V", kV, qkv_strides);
+    *fwd = new_graph();
+    auto q = head_tensor(**fwd, "Q", kQ, qkv_strides);
+    auto k = head_tensor(**fwd, "K", kK, qkv_strides);
+    auto v = head_tensor(**fwd, "V", kV, qkv_strides);
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("causal_attention")
                     .set_generate_stats(true)
                     .set_attn_scale(scale)
                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                     .set_diagonal_band_right_bound(0);
-    auto [o, stats] = g->fwd->sdpa(q, k, v, opts);
+    auto [o, stats] = (*fwd)->sdpa(q, k, v, opts);
     o->set_output(true).set_uid(kO).set_dim(head_dims).set_stride(o_strides);
     stats->set_output(true)
         .set_uid(kStats)
         .set_data_type(fe::DataType_t::FLOAT)
         .set_dim(stats_dims)
         .set_stride(stats_strides);
-    return build(*g->fwd);
+    return build(**fwd);
   }));
-  RETURN_IF_ERROR(Fe("backward graph", s, StatusCode::kUnimplemented, [&]() {
-    g->bwd = new_graph();
-    auto q = head_tensor(*g->bwd, "Q", kQ, qkv_strides);
-    auto k = head_tensor(*g->bwd, "K", kK, qkv_strides);
-    auto v = head_tensor(*g->bwd, "V", kV, qkv_strides);
-    auto o = head_tensor(*g->bwd, "O", kO, o_strides);
-    auto dout = head_tensor(*g->bwd, "dO", kDO, o_strides);
-    auto stats = g->bwd->tensor(fe::graph::Tensor_attributes()
+  return Fe("backward graph", s, StatusCode::kUnimplemented, [&]() {
+    *bwd = new_graph();
+    auto q = head_tensor(**bwd, "Q", kQ, qkv_strides);
+    auto k = head_tensor(**bwd, "K", kK, qkv_strides);
+    auto v = head_tensor(**bwd, "V", kV, qkv_strides);
+    auto o = head_tensor(**bwd, "O", kO, o_strides);
+    auto dout = head_tensor(**bwd, "dO", kDO, o_strides);
+    auto stats = (*bwd)->tensor(fe::graph::Tensor_attributes()
                                     .set_name("Stats")
                                     .set_uid(kStats)
                                     .set_dim(stats_dims)
@@ -215,12 +211,44 @@ StatusOr<CudnnAttention::Graphs*> CudnnAttention::Get(const AttentionShape& s) {
                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                     .set_diagonal_band_right_bound(0)
                     .set_deterministic_algorithm(true);
-    auto [dq, dk, dv] = g->bwd->sdpa_backward(q, k, v, o, dout, stats, opts);
+    auto [dq, dk, dv] = (*bwd)->sdpa_backward(q, k, v, o, dout, stats, opts);
     dq->set_output(true).set_uid(kDQ).set_dim(head_dims).set_stride(qkv_strides);
     dk->set_output(true).set_uid(kDK).set_dim(head_dims).set_stride(qkv_strides);
     dv->set_output(true).set_uid(kDV).set_dim(head_dims).set_stride(qkv_strides);
-    return build(*g->bwd);
+    return build(**bwd);
+  });
+}
+
+Status CheckCudnnAttentionGraphs(const AttentionShape& s, DType io, const std::string& device_json,
+                                 int sm_version) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  if (io != DType::kBF16 && io != DType::kF16) {
+    return InvalidArgument("CheckCudnnAttentionGraphs: operand dtype ", DTypeName(io),
+                           " is not bf16 or f16");
+  }
+  RETURN_IF_ERROR(CudnnVersion().status());
+  auto dp = std::make_shared<fe::DeviceProperties>();
+  RETURN_IF_ERROR(Fe("device properties", s, StatusCode::kInvalidArgument, [&]() {
+    std::vector<uint8_t> json(device_json.begin(), device_json.end());
+    json.push_back(0);
+    return dp->deserialize(json);
   }));
+  std::shared_ptr<fe::graph::Graph> fwd, bwd;
+  return MakeGraphs(s, io, nullptr, dp, sm_version, &fwd, &bwd);
+}
+
+struct CudnnAttention::Graphs {
+  std::shared_ptr<fe::graph::Graph> fwd, bwd;
+};
+
+StatusOr<CudnnAttention::Graphs*> CudnnAttention::Get(const AttentionShape& s) {
+  RETURN_IF_ERROR(CheckAttentionShape(s));
+  const Key key{s.batch, s.seq, s.dim, s.heads};
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second.get();
+  auto g = std::make_unique<Graphs>();
+  RETURN_IF_ERROR(
+      MakeGraphs(s, io_, static_cast<cudnnHandle_t>(handle_), nullptr, 0, &g->fwd, &g->bwd));
   int64_t ws_fwd = 0, ws_bwd = 0;
   RETURN_IF_ERROR(Fe("workspace size", s, StatusCode::kInternal,
                      [&]() { return g->fwd->get_workspace_size(ws_fwd); }));
@@ -284,6 +312,10 @@ Status CudnnAttention::Backward(const AttentionShape& s, const void* qkv, const 
 struct CudnnAttention::Graphs {};
 
 bool CudnnAttentionBuilt() { return false; }
+
+Status CheckCudnnAttentionGraphs(const AttentionShape&, DType, const std::string&, int) {
+  return CudnnVersion().status();
+}
 
 StatusOr<int64_t> CudnnVersion() {
   return Unavailable(SHARDEMA_WITH_CUDA ? "cuDNN: this CUDA build has no cuDNN frontend headers "

@@ -19,7 +19,7 @@
 // 9 (the frontend's backend API), at least kCudnnMinVersion.
 // Graphs: Prepare builds (heuristics mode A) and caches a forward and a backward graph per
 // (B, nh, T, hs); the backward asks for cuDNN's deterministic algorithm, so reruns give the same
-// bits. A shape cuDNN does not support (e.g. hs not a multiple of 8, or above 128) fails
+// bits. A shape cuDNN does not support (hs not a multiple of 8, T = 1 in the backward, ...) fails
 // Prepare with kUnimplemented and cuDNN's reason; the caller falls back to its own kernels.
 //
 // Stream and memory: everything is queued on `stream` (asynchronous; buffers must stay alive until
@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "framework/device.h"
@@ -51,6 +52,16 @@ bool CudnnAttentionBuilt();
 // The opened cuDNN's version (major * 10000 + minor * 100 + patch), or why it cannot be used.
 // Opens the library on the first call; later calls return the first call's answer.
 StatusOr<int64_t> CudnnVersion();
+
+// Without a GPU: whether cuDNN accepts shape s's forward and backward graphs (as CudnnAttention
+// builds them) for the device that device_json describes (cuDNN's device-properties JSON, e.g.
+// nn/cuda/testdata/h200_cudnn_device.json) at compute capability sm_version (e.g. 90): the graphs
+// are validated, lowered and their engines' support checked; nothing is compiled or run. cuDNN's
+// runtime-compiled engines need a CUDA driver library to be loaded (a toolkit's stub suffices).
+// kUnimplemented with cuDNN's reason when it does not support them; kInvalidArgument for a bad
+// shape, dtype or JSON; kUnavailable as CudnnVersion.
+Status CheckCudnnAttentionGraphs(const AttentionShape& s, DType io, const std::string& device_json,
+                                 int sm_version);
 
 class CudnnAttention {
  public:
