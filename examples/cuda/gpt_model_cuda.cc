@@ -215,7 +215,8 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   op.Next("fwd gemm qkv");
   RETURN_IF_ERROR(Linear(Act(a->ln1), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
   op.Next("fwd attention");
-  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>()));
+  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>(),
+                                 /*allow_cudnn=*/!sampling_));
   // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
   op.Next("fwd gemm attn proj");
   RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
@@ -403,7 +404,11 @@ StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {
 StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
   if (tok_.n == 0) return InvalidArgument("LastLogits: an empty batch");
-  RETURN_IF_ERROR(runner_->Forward(Callbacks()));
+  // Sampling runs one shape per length: our attention kernels (no cuDNN graph per length).
+  sampling_ = true;
+  const Status st = runner_->Forward(Callbacks());
+  sampling_ = false;
+  RETURN_IF_ERROR(st);
   const int64_t V = shape_.vocab;  // the real logits of the last row
   RETURN_IF_ERROR(CopyBytes(logits_host_.data(), Device::Cpu(),
                             logits_.as<const float>() + (tok_.n - 1) * shape_.padded_vocab(), dev_,

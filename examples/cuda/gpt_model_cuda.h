@@ -131,6 +131,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   ShardedParameterStore* store_;
   bool recompute_;
   bool profile_ = false, recording_ = false;
+  bool sampling_ = false;  // LastLogits: attention without cuDNN (a shape per length)
   std::unique_ptr<GpuOpTimes> op_times_;  // created at the first profiled micro-batch
   Device dev_;
   Stream stream_;

@@ -129,12 +129,16 @@ Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
   return Status::Ok();
 }
 
-Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* lse) {
+Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* lse,
+                              bool allow_cudnn) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return InvalidArgument("CudaAttention::Forward: null buffer");
   }
-  ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
+  bool cudnn = false;
+  if (allow_cudnn) {
+    ASSIGN_OR_RETURN(cudnn, UseCudnn(s));
+  }
   if (cudnn) {
     const Status st = CudnnForward(s, qkv, out, lse);
     if (st.ok() || !FallBack(s, st)) return st;
@@ -250,7 +254,7 @@ StatusOr<std::string> CudaAttention::Implementation(const AttentionShape&) {
 Status CudaAttention::Reserve(Buffer*, size_t) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
-Status CudaAttention::Forward(const AttentionShape&, const float*, float*, float*) {
+Status CudaAttention::Forward(const AttentionShape&, const float*, float*, float*, bool) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 Status CudaAttention::Backward(const AttentionShape&, const float*, const float*, const float*,

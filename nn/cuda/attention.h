@@ -76,7 +76,10 @@ class CudaAttention {
   static int64_t LseNumel(const AttentionShape& s) { return s.batch * s.heads * s.seq; }
 
   // qkv f32 [B, T, 3C] -> out f32 [B, T, C]; lse f32 [B, nh, T] (saved for Backward).
-  Status Forward(const AttentionShape& s, const float* qkv, float* out, float* lse);
+  // allow_cudnn false: our kernels whatever the backend, and no cuDNN graph is built for s (a
+  // forward-only caller whose shapes vary, e.g. token-by-token sampling, one shape per length).
+  Status Forward(const AttentionShape& s, const float* qkv, float* out, float* lse,
+                 bool allow_cudnn = true);
   // dqkv f32 [B, T, 3C] (overwritten) from dout f32 [B, T, C] and the forward's qkv, out, lse.
   Status Backward(const AttentionShape& s, const float* qkv, const float* out, const float* lse,
                   const float* dout, float* dqkv);

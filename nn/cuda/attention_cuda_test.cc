@@ -276,6 +276,14 @@ TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
     auto c = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kCudnn);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ((*c)->Implementation(kShapes[1]).status().code(), StatusCode::kUnimplemented);
+    // A forward with allow_cudnn false runs our kernels and builds nothing: even kCudnn then
+    // takes T = 1, which cuDNN refuses.
+    const AttentionShape& t1 = kShapes[0];
+    float *qkv = Up(Uniform(size_t(t1.qkv_numel()), 51)),
+          *out = Alloc<float>(size_t(t1.out_numel())),
+          *lse = Alloc<float>(size_t(CudaAttention::LseNumel(t1)));
+    EXPECT_TRUE((*c)->Forward(t1, qkv, out, lse, /*allow_cudnn=*/false).ok());
+    EXPECT_EQ((*c)->Forward(t1, qkv, out, lse).code(), StatusCode::kUnimplemented);
   }
 }
 
