@@ -1,8 +1,9 @@
 // CudnnVersion's loader, CudnnAttention's argument checks and cuDNN's own check of the attention
 // graphs, without a GPU: run twice, as cudnn_attention_test (the library from the loader's search
 // path; skipped where there is none) and as cudnn_attention_missing_test (SHARDEMA_CUDNN_LIBRARY
-// names a file that does not exist). The attention itself is tested against a double reference
-// in attention_cuda_test.
+// names a file that does not exist, without the graph check). The graph check is compiled in the
+// CUDA build only. The attention itself is tested against a double reference in
+// attention_cuda_test.
 #include "nn/cuda/cudnn_attention.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,8 @@ TEST(CudnnAttentionTest, CreateRefusesWhatItCannotRun) {
   }
 }
 
+#if SHARDEMA_WITH_CUDA
+
 // cuDNN's check of the graphs CudnnAttention builds, for an H200 (compute capability 9.0; the
 // properties of testdata/h200_cudnn_device.json) on a machine without a GPU, the CUDA toolkit's
 // stub driver library loaded (cuDNN's runtime-compiled engines need a driver library to be
@@ -98,6 +101,8 @@ TEST(CudnnAttentionGraphsTest, SupportedOnHopperWithoutAGpu) {
   EXPECT_EQ(CheckCudnnAttentionGraphs(gpt2, DType::kF32, json.str(), 90).code(),
             StatusCode::kInvalidArgument);
 }
+
+#endif  // SHARDEMA_WITH_CUDA
 
 }  // namespace
 }  // namespace shardema::nn
