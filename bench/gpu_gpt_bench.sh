@@ -52,7 +52,8 @@
 # Prints both sides' figures and ends with one line
 #   summary: ours_ms=... torch_ms=... ratio=... ours_tokens_per_s=... torch_tokens_per_s=...
 #     mfu_ours=... mfu_torch=... mfu_gemm_ours=... mfu_gemm_torch=... gemm_tflops=...
-#     peak_tflops=... ours_device_mib=... torch_device_mib=... torch_allocated_mib=...
+#     peak_tflops=... ours_device_mib=... torch_device_mib=... ours_allocated_mib=...
+#     torch_allocated_mib=...
 #     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... batch_source=...
 #     block_size=...
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
@@ -61,8 +62,9 @@
 #     step, ours_top_ops: the three largest; the printed op table adds each matrix-product op's
 #     TFLOP/s)
 # (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
-# mfu_gemm_*: against gemm_tflops; *_device_mib: device memory in use, the CUDA context
-# included, read the same way on both sides; "na" for what did not run).
+# mfu_gemm_*: against gemm_tflops; *_allocated_mib: the allocators' peaks (ours: our Buffers,
+# DevicePeakBytes; torch: max_memory_allocated); *_device_mib: device memory in use, the CUDA
+# context included, read the same way on both sides; "na" for what did not run).
 # Exit: 0 when ours ran (and the peer, where torch imports), 1 otherwise, 2 for bad arguments.
 set -uo pipefail
 
@@ -224,6 +226,7 @@ s = {
     "gemm_tflops": f(gemm, 2), "peak_tflops": f(fo["peak_tflops"], 1),
     "ours_device_mib": f(peak((ours or {}).get("peak_device_used_mib")), 1),
     "torch_device_mib": f(num(torch_, "peak_device_used_mib"), 1),
+    "ours_allocated_mib": f(peak((ours or {}).get("peak_device_allocated_mib")), 1),
     "torch_allocated_mib": f(num(torch_, "max_memory_allocated_mib"), 1),
     "torch_reserved_mib": f(num(torch_, "max_memory_reserved_mib"), 1),
     "torch_compile_ms": f(num(comp, "step_ms")) if comp else os.environ["COMPILE"],
@@ -241,8 +244,9 @@ s["ours_top_ops"] = ",".join("%s:%s" % (o["name"].replace(" ", "_"), f(o["ms"], 
                              for o in ops[:3]) or "na"
 print("%-6s %10s %12s %8s %8s %11s %s" % ("side", "step_ms", "tokens/s", "TFLOP/s", "mfu",
                                          "mfu_gemm", "device MiB (allocated, reserved)"))
-print("%-6s %10s %12s %8s %8s %11s %s" % ("ours", s["ours_ms"], s["ours_tokens_per_s"],
-      f(fo["tflops"], 1), s["mfu_ours"], s["mfu_gemm_ours"], s["ours_device_mib"]))
+print("%-6s %10s %12s %8s %8s %11s %s (%s)" % ("ours", s["ours_ms"], s["ours_tokens_per_s"],
+      f(fo["tflops"], 1), s["mfu_ours"], s["mfu_gemm_ours"], s["ours_device_mib"],
+      s["ours_allocated_mib"]))
 print("%-6s %10s %12s %8s %8s %11s %s (%s, %s)" % ("torch", s["torch_ms"],
       s["torch_tokens_per_s"], f(ft["tflops"], 1), s["mfu_torch"], s["mfu_gemm_torch"],
       s["torch_device_mib"], s["torch_allocated_mib"], s["torch_reserved_mib"]))

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -26,12 +27,34 @@ constexpr size_t kPageAlign = 4096, kPageAlignFrom = size_t(64) << 10;
 // Buffer::Allocate. Best effort: madvise fails only where the kernel has no huge pages.
 constexpr size_t kHugePage = size_t(2) << 20, kHugeFrom = size_t(8) << 20;
 
+// Per CUDA device index: bytes held by Buffers now and at the most (DeviceBytesInUse).
+constexpr int kMaxCountedDevices = 64;
+std::atomic<int64_t> g_device_bytes[kMaxCountedDevices];
+std::atomic<int64_t> g_device_peak[kMaxCountedDevices];
+
+void CountDeviceBytes(Device d, int64_t delta) {
+  if (!d.is_cuda() || d.index < 0 || d.index >= kMaxCountedDevices) return;
+  const int64_t now = g_device_bytes[d.index].fetch_add(delta) + delta;
+  int64_t peak = g_device_peak[d.index].load();
+  while (now > peak && !g_device_peak[d.index].compare_exchange_weak(peak, now)) {}
+}
+
 Status NoCuda(Device d) {
   return Unavailable("device ", d.ToString(), " requested but ",
                      BuiltWithCuda() ? "no CUDA device is visible"
                                      : "this binary was built without --config=cuda");
 }
 }  // namespace
+
+int64_t DeviceBytesInUse(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= kMaxCountedDevices) return 0;
+  return g_device_bytes[device.index].load();
+}
+
+int64_t DevicePeakBytes(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= kMaxCountedDevices) return 0;
+  return g_device_peak[device.index].load();
+}
 
 std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
@@ -159,6 +182,7 @@ void Buffer::Reset() {
 #if SHARDEMA_WITH_CUDA
   if (device_.is_cuda()) {
     cudaFree(data_);
+    CountDeviceBytes(device_, -int64_t(size_ == 0 ? kHostAlign : size_));
   } else if (kind_ == MemoryKind::kPinnedHost && CudaDeviceCount() > 0) {
     cudaFreeHost(data_);
   } else {
@@ -186,6 +210,7 @@ StatusOr<Buffer> Buffer::Allocate(size_t bytes, Device device, MemoryKind kind) 
       return st.WithContext("allocating " + std::to_string(bytes) + " bytes on " +
                             device.ToString());
     }
+    CountDeviceBytes(device, int64_t(alloc));
     return b;
 #endif
   }

@@ -124,6 +124,13 @@ class Buffer {
   MemoryKind kind_ = MemoryKind::kDefault;
 };
 
+// Device memory held by Buffers (their cudaMalloc) on `device`, now and at the most since the
+// process started, in bytes: shardema's allocator figures, the counterparts of PyTorch's
+// torch.cuda.memory_allocated / max_memory_allocated. What the CUDA context and the libraries
+// (cuBLAS, cuDNN, NCCL) allocate themselves is not counted. 0 for the CPU. Thread-safe.
+int64_t DeviceBytesInUse(Device device);
+int64_t DevicePeakBytes(Device device);
+
 // Copies `bytes` between any two buffers' memory (host<->device, device<->device) on `stream`.
 // On CPU this is a memcpy; on CUDA it is asynchronous with respect to the host.
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,

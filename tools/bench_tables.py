@@ -352,8 +352,9 @@ BENCHES = {
              "ours {ours_attention}, PyTorch {torch_attention}; {steps} timed steps after "
              "{warmup}. MFU against the "
              "data-sheet dense bf16 peak, {peak_tflops} TFLOP/s, and against the measured bf16 "
-             "GEMM, {gemm_tflops} TFLOP/s. Device memory in use: ours {ours_device_mib} MiB, "
-             "PyTorch {torch_device_mib} MiB (max_memory_allocated {torch_allocated_mib} MiB).")],
+             "GEMM, {gemm_tflops} TFLOP/s. Device memory in use: ours {ours_device_mib} MiB "
+             "(allocated {ours_allocated_mib} MiB), PyTorch {torch_device_mib} MiB "
+             "(max_memory_allocated {torch_allocated_mib} MiB).")],
         False),
 }
 

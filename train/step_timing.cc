@@ -100,10 +100,12 @@ StatusOr<StepTimes> StepTiming::Report() {
   t_.timed_steps = int64_t(cpu_ms_.size());
   const std::vector<double> timed(t_.step_ms.end() - t_.timed_steps, t_.step_ms.end());
   const int world = comm_->world_size();
-  constexpr int kFields = 5;
+  constexpr int kFields = 6;
   std::vector<float> all(size_t(kFields * world));
-  const float mine[kFields] = {float(Median(timed)), float(Median(cpu_ms_)), float(PeakRssMib()),
-                               float(ProcessCpuMs() - run_cpu0_ms_), float(peak_device_used_mib_)};
+  const float mine[kFields] = {
+      float(Median(timed)),         float(Median(cpu_ms_)),
+      float(PeakRssMib()),          float(ProcessCpuMs() - run_cpu0_ms_),
+      float(peak_device_used_mib_), float(double(DevicePeakBytes(device_)) / 1048576.0)};
   RETURN_IF_ERROR(comm_->AllGather(mine, all.data(), kFields, DType::kF32));
   for (int r = 0; r < world; ++r) {
     const float* f = &all[size_t(kFields * r)];
@@ -111,7 +113,10 @@ StatusOr<StepTimes> StepTiming::Report() {
     t_.median_step_cpu_ms = std::max(t_.median_step_cpu_ms, double(f[1]));
     t_.peak_rss_mib.push_back(f[2]);
     t_.run_cpu_ms += double(f[3]);
-    if (device_.is_cuda()) t_.peak_device_used_mib.push_back(f[4]);
+    if (device_.is_cuda()) {
+      t_.peak_device_used_mib.push_back(f[4]);
+      t_.peak_device_allocated_mib.push_back(f[5]);
+    }
   }
   return t_;
 }

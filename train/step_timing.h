@@ -43,6 +43,9 @@ struct StepTimes {
   std::vector<double> peak_rss_mib;        // per rank: getrusage's maximum resident set size
   // Per rank (GPU only, else empty): the highest device memory in use read at a step's end, MiB.
   std::vector<double> peak_device_used_mib;
+  // Per rank (GPU only, else empty): the most device memory our Buffers held (DevicePeakBytes,
+  // the allocator's figure, as PyTorch's max_memory_allocated), MiB.
+  std::vector<double> peak_device_allocated_mib;
   double run_cpu_ms = 0;  // process CPU time since the StepTiming was made, summed over ranks
 };
 

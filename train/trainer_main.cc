@@ -173,8 +173,10 @@ int TrainerMain(int argc, char** argv, const TrainerBinary& binary) {
           {"batch", config.batch},
           {"device", (*trainer)->device().ToString()}};
       // GPU: the device memory in use, per rank (train/step_timing.h).
-      if (!summary->timing.peak_device_used_mib.empty())
+      if (!summary->timing.peak_device_used_mib.empty()) {
         j["peak_device_used_mib"] = summary->timing.peak_device_used_mib;
+        j["peak_device_allocated_mib"] = summary->timing.peak_device_allocated_mib;
+      }
       j.update((*trainer)->model().BenchJson());
       std::cout << j.dump() << "\n";
     }

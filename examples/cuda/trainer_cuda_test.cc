@@ -412,13 +412,21 @@ TEST_F(CudaTrainerTest, GptBf16AutocastTracksTheCpuTrainer) {
 }
 
 // --profile: the device time of every op of the last micro-batch, by name (each block op once
-// per layer), in the bench JSON; the losses are those of the run without it.
+// per layer), in the bench JSON; the losses are those of the run without it. --bench-json's
+// memory figures: the allocator's peak is positive and within the device memory in use.
 TEST_F(CudaTrainerTest, GptProfileTimesEachOpOfAMicroBatch) {
   const std::string args = std::string(kGptArgs) + " --precision bf16";
-  StatusOr<TrainedRun> plain = Train(args, true), profiled = Train(args + " --profile", true);
+  StatusOr<TrainedRun> plain = Train(args, true),
+                       profiled = Train(args + " --profile --bench-json --bench-warmup 1", true);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(profiled.ok()) << profiled.status();
   EXPECT_EQ(profiled->summary.losses, plain->summary.losses);
+  const StepTimes& t = profiled->summary.timing;
+  ASSERT_EQ(t.peak_device_allocated_mib.size(), size_t(World()->world_size()));
+  for (size_t r = 0; r < t.peak_device_allocated_mib.size(); ++r) {
+    EXPECT_GT(t.peak_device_allocated_mib[r], 0.0);
+    EXPECT_LE(t.peak_device_allocated_mib[r], t.peak_device_used_mib[r]);
+  }
   const nlohmann::json j = profiled->trainer->model().BenchJson();
   EXPECT_TRUE(plain->trainer->model().BenchJson()["gpu_ops"].empty());
   const std::string attention = j.value("attention", "");
