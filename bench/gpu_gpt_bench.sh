@@ -250,7 +250,6 @@ print("%-6s %10s %12s %8s %8s %11s %s (%s)" % ("ours", s["ours_ms"], s["ours_tok
 print("%-6s %10s %12s %8s %8s %11s %s (%s, %s)" % ("torch", s["torch_ms"],
       s["torch_tokens_per_s"], f(ft["tflops"], 1), s["mfu_torch"], s["mfu_gemm_torch"],
       s["torch_device_mib"], s["torch_allocated_mib"], s["torch_reserved_mib"]))
-ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
 # FLOPs of one use of each matrix-product op (N = B T tokens; a backward GEMM op is two GEMMs;
 # causal attention counts the lower half: 2 B T^2 C forward, 2.5 times that backward).
 N, Vp = B * T, gf.padded_vocab(V)

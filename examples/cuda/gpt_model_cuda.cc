@@ -370,9 +370,10 @@ StatusOr<double> GptModelCuda::ForwardBackward(const Batch& batch) {
   }
   if (op_times_ != nullptr) RETURN_IF_ERROR(op_times_->Flush());  // the previous micro-batch's
   RETURN_IF_ERROR(Upload(batch, /*backward=*/true));
-  if (tok_.rows > 0) {
+  if (tok_.rows > 0 && (tok_.rows != impl_rows_ || tok_.seq != impl_seq_)) {  // a new shape
     ASSIGN_OR_RETURN(attention_impl_, attn_->Implementation(nn::AttentionShape{
                                           tok_.rows, tok_.seq, shape_.n_embd, shape_.n_head}));
+    impl_rows_ = tok_.rows, impl_seq_ = tok_.seq;
   }
   UnitCallbacks cb = Callbacks();
   // The loss stays on the device (DeviceLoss): 0 for no tokens (an empty loss kernel writes 0).

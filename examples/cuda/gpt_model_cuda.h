@@ -132,6 +132,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   bool recompute_;
   bool profile_ = false, recording_ = false;
   bool sampling_ = false;  // LastLogits: attention without cuDNN (a shape per length)
+  int64_t impl_rows_ = 0, impl_seq_ = 0;  // the shape attention_impl_ describes
   std::unique_ptr<GpuOpTimes> op_times_;  // created at the first profiled micro-batch
   Device dev_;
   Stream stream_;

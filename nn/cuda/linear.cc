@@ -131,15 +131,16 @@ Status CudaLinear::Backward(LinearX x, const void* w, DType w_type, const float*
   }
   // 16-bit operands: row chunks, so the rounded copies of dy and x stay within kMaxOperandElems.
   const int64_t chunk = BackwardChunkRows(rows, in, out);
-  for (int64_t r0 = 0; r0 < rows || r0 == 0; r0 += chunk) {
+  int64_t r0 = 0;
+  do {  // once with no rows: dW is still zeroed (or left) as without chunks
     const int64_t n = std::min(chunk, rows - r0);
     const LinearX xr(static_cast<const char*>(x.data) + size_t(r0 * in) * DTypeSize(x.dtype),
                      x.dtype);
     RETURN_IF_ERROR(BackwardRows(xr, w, dy + r0 * out, n, in, out, dw,
                                  dx != nullptr ? dx + r0 * in : nullptr, accumulate || r0 > 0,
                                  gelu_pre != nullptr ? gelu_pre + r0 * in : nullptr));
-    if (rows == 0) break;
-  }
+    r0 += chunk;
+  } while (r0 < rows);
   return Status::Ok();
 }
 
