@@ -104,7 +104,8 @@ Status GptModelCuda::Reserve(int64_t n) {
   const Device d = dev_;
   RETURN_IF_ERROR(Grow(&ids_, cap, sizeof(int64_t), d));
   RETURN_IF_ERROR(Grow(&targets_, cap, sizeof(int64_t), d));
-  for (Buffer& x : xs_) RETURN_IF_ERROR(Grow(&x, cap * C, sizeof(float), d));
+  // xs_[0] stays empty: use 0's input is the token ids.
+  for (size_t i = 1; i < xs_.size(); ++i) RETURN_IF_ERROR(Grow(&xs_[i], cap * C, sizeof(float), d));
   for (BlockActs& a : acts_) {
     for (Buffer* b : {&a.atty, &a.x1}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
     // ln_1, ln_2 and the GELU output only feed GEMMs: kept in the operand dtype.
@@ -123,10 +124,19 @@ Status GptModelCuda::Reserve(int64_t n) {
   for (Buffer* b : {&dy_, &dtmp_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
   RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
-  // 16-bit operand copies: x of the widest f32 input (ln_f's, atty's: C; 4C bounds it), dy of a
-  // backward chunk (lm_head: V).
-  const int64_t chunk = linear_->BackwardChunkRows(cap, C, std::max(V, 4 * C));
-  RETURN_IF_ERROR(linear_->Reserve(cap * 4 * C, chunk * std::max(V, 4 * C)));
+  // The LayerNorm backwards' dw and db row-chunk sums (nn/cuda/layernorm_kernels.h).
+  RETURN_IF_ERROR(Grow(&col_partials_, 2 * nn::ColumnPartials(cap, C), sizeof(double), d));
+  // 16-bit operand copies: x of the f32 inputs (ln_f's output and atty, C wide: ln_1, ln_2 and
+  // the GELU output are saved in the operand dtype), dy of the largest backward chunk over the
+  // model's Linears [in, out]. A chunk holds at most kMaxOperandElems / max(in, out) rows, so a
+  // narrower layer than the lm_head may take more dy elements than the lm_head's chunk.
+  const int64_t linears[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+  int64_t dy_elems = 0, partials = 0;  // and the bias gradients' column-sum partials
+  for (const auto& l : linears) {
+    dy_elems = std::max(dy_elems, linear_->BackwardChunkRows(cap, l[0], l[1]) * l[1]);
+    partials = std::max(partials, nn::ColumnPartials(cap, l[1]));
+  }
+  RETURN_IF_ERROR(linear_->Reserve(cap * C, dy_elems, partials));
   n_cap_ = cap;
   return Status::Ok();
 }
@@ -259,7 +269,8 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   op.Next("bwd layernorm");
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
       a.x1.as<float>(), p[kLn2W], param_dtype_, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n,
-      C, dy, g[kLn2W], g[kLn2B], accumulate, s, /*add_dx=*/true));  // dy: dL/dx1
+      C, dy, g[kLn2W], g[kLn2B], col_partials_.as<double>(), accumulate, s,
+      /*add_dx=*/true));  // dy: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   op.Next("bwd gemm attn proj");
   RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
@@ -273,7 +284,8 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   op.Next("bwd layernorm");
   return nn::LaunchLayerNormBackward(x, p[kLn1W], param_dtype_, a.mean1.as<float>(),
                                      a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],
-                                     accumulate, s, /*add_dx=*/true);  // dy: dL/dx
+                                     col_partials_.as<double>(), accumulate, s,
+                                     /*add_dx=*/true);  // dy: dL/dx
 }
 
 Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorView>& views) {
@@ -328,9 +340,10 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   }
   if (use == size_t(L) + 1) {
     ScopedGpuOp op(ops(), "bwd layernorm");
-    RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
-        xs_[use].as<float>(), p[0], param_dtype_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
-        dy_.as<float>(), n, C, dtmp_.as<float>(), g[0], g[1], call.accumulate, s));
+    RETURN_IF_ERROR(
+        nn::LaunchLayerNormBackward(xs_[use].as<float>(), p[0], param_dtype_, lnf_mean_.as<float>(),
+                                    lnf_rstd_.as<float>(), dy_.as<float>(), n, C, dtmp_.as<float>(),
+                                    g[0], g[1], col_partials_.as<double>(), call.accumulate, s));
     std::swap(dy_, dtmp_);
     return Status::Ok();
   }

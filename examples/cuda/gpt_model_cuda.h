@@ -46,7 +46,7 @@
 // attention's saved row logsumexp (one block's with recompute), CudaAttention's workspace (n *
 // n_head; for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2), and
 // for bf16 (ln_1, ln_2 and the GELU output saved at half size) two GEMM-operand scratch buffers
-// of n * 4C and at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16
+// of n * C and at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16
 // a widened f32 copy of the largest unit; pinned host: the tokens and the plan, the loss and one
 // row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
@@ -148,6 +148,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   std::vector<BlockActs> acts_;  // per block, or one with recompute
   Buffer lnf_mean_, lnf_rstd_, logits_, row_loss_, loss_dev_;  // logits_: then dlogits
   Buffer dy_, dtmp_, dbig_, dqkv_;
+  Buffer col_partials_;             // the LayerNorm backwards' column-sum partials
   Buffer plan_;                     // device copy of plan_host_
   std::vector<int64_t> plan_host_;  // nn::BuildEmbeddingPlan of the batch's ids
   int64_t distinct_ = 0;            // distinct ids in the batch

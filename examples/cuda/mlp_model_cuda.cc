@@ -126,6 +126,11 @@ Status MlpModelCuda::Reserve(int64_t rows) {
     RETURN_IF_ERROR(alloc(&lowp_b_, cap * max_dim_, DTypeSize(compute_dtype_)));
   }
   RETURN_IF_ERROR(alloc(&row_loss_, cap, sizeof(double)));
+  int64_t partials = 0;  // the bias gradients' column sums (nn/cuda/elementwise_kernels.h)
+  for (size_t i = 0; i < num_layers(); ++i) {
+    partials = std::max(partials, nn::ColumnPartials(cap, layers_[i + 1]));
+  }
+  RETURN_IF_ERROR(alloc(&col_partials_, partials, sizeof(double)));
   capacity_ = cap;
   return Status::Ok();
 }
@@ -199,7 +204,9 @@ Status MlpModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
     w = widened_w_.data();
   }
   if (st.ok()) st = gemm_->LinearWeightGrad(*dz, *xin, t, rows_, in, out, dw);
-  if (st.ok()) st = nn::LaunchColumnSums(dy_.as<const float>(), rows_, out, db, s);
+  if (st.ok())
+    st = nn::LaunchColumnSums(dy_.as<const float>(), DType::kF32, rows_, out, db,
+                              col_partials_.as<double>(), s);
   if (st.ok() && k > 0) {
     st = gemm_->LinearInputGrad(*dz, w, t, rows_, in, out, dx_.as<float>());
   }

@@ -99,7 +99,8 @@ class MlpModelCuda final : public ModelCompute, private UnitModule {
   Buffer x_, targets_, labels_;
   std::vector<Buffer> z_, a_;
   Buffer dy_, dx_, lowp_a_, lowp_b_, grad_scratch_, row_loss_, loss_dev_;
-  Buffer widened_w_;  // fp16: a layer's weight widened to f32 for the backward GEMMs
+  Buffer col_partials_;  // the bias gradients' column-sum partials
+  Buffer widened_w_;     // fp16: a layer's weight widened to f32 for the backward GEMMs
   // Pinned host: the batch staging and the loss.
   Buffer loss_host_;
   UploadRing uploads_;  // the batches' pinned staging

@@ -1,5 +1,6 @@
 #include "nn/cuda/attention.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "framework/logging.h"
@@ -51,9 +52,10 @@ StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(CublasGemm* gemm,
   auto c = CudnnAttention::Create(gemm->stream(), gemm_dtype);
   if (!c.ok()) {
     if (backend == AttentionBackend::kCudnn) return c.status();
-    static bool logged = false;  // once per process
-    if (!logged) LOG_INFO << "attention: our own kernels (" << c.status().message() << ")";
-    logged = true;
+    static std::atomic<bool> logged{false};  // once per process
+    if (!logged.exchange(true)) {
+      LOG_INFO << "attention: our own kernels (" << c.status().message() << ")";
+    }
     return a;
   }
   a->cudnn_ = std::move(c).value();

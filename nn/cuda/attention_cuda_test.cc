@@ -2,7 +2,9 @@
 // formulas on random data: out, the saved row logsumexp and dqkv, for T = 1, T not a multiple of
 // the kernels' 16-row blocks or 32-row tiles, head sizes 5, 48, 64, 80, 100, 128 (fused path) and
 // 160 (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
-// argument errors. The reference itself is checked against the CPU layer (runs without a GPU).
+// cuDNN (where it opens) against the reference, each backend's backward after the other's forward,
+// and cuDNN against our kernels at GPT-2's shape; argument errors. The reference itself is checked
+// against the CPU layer (runs without a GPU).
 //
 // Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
 // multiplies (Q, K, V, dY rounded to the operand dtype), so what is left is f32 summation (f32:
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "framework/dtype.h"
@@ -141,15 +144,16 @@ class AttentionCudaTest : public testing::CudaTest {
   struct Run {
     std::vector<float> out, lse, dqkv;
   };
-  // Forward and backward of `a` on fresh device copies (outputs pre-filled with NaN).
+  // Forward of `a` and backward of `b` (default: a) on fresh device copies (outputs pre-filled
+  // with NaN).
   Run Once(CudaAttention* a, const AttentionShape& sh, const std::vector<float>& qkv,
-           const std::vector<float>& dout) {
+           const std::vector<float>& dout, CudaAttention* b = nullptr) {
     const size_t nl = size_t(CudaAttention::LseNumel(sh));
     float *gqkv = Up(qkv), *gdout = Up(dout), *gout = Alloc<float>(size_t(sh.out_numel()), NAN),
           *glse = Alloc<float>(nl, NAN), *gdqkv = Alloc<float>(qkv.size(), NAN);
     Status st = a->Forward(sh, gqkv, gout, glse);
     EXPECT_TRUE(st.ok()) << st;
-    st = a->Backward(sh, gqkv, gout, glse, gdout, gdqkv);
+    st = (b != nullptr ? b : a)->Backward(sh, gqkv, gout, glse, gdout, gdqkv);
     EXPECT_TRUE(st.ok()) << st;
     return Run{Down(gout, size_t(sh.out_numel())), Down(glse, nl), Down(gdqkv, qkv.size())};
   }
@@ -157,6 +161,12 @@ class AttentionCudaTest : public testing::CudaTest {
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// What runs for s, or the error (a failed EXPECT_EQ shows it, where *StatusOr would crash).
+std::string ImplementationOf(CudaAttention* a, const AttentionShape& s) {
+  const StatusOr<std::string> r = a->Implementation(s);
+  return r.ok() ? *r : r.status().ToString();
 }
 
 TEST_F(AttentionCudaTest, MatchesTheDoubleReference) {
@@ -251,16 +261,53 @@ TEST_F(AttentionCudaTest, CudnnMatchesTheDoubleReference) {
   }
 }
 
+// The two backends save the same lse (natural-log row logsumexp of the scaled scores), so either
+// backward may follow either forward (kAuto's fallback after a cuDNN failure): cuDNN's forward with
+// our backward and ours with cuDNN's backward, in bf16 against the double reference (tolerances
+// as above; a base-2 or unscaled lse would be off by far more). Then GPT-2's shape (hs 64, T 1024,
+// 12 heads; B 4), too long for the double loop: cuDNN against our kernels, out, lse and dqkv.
+TEST_F(AttentionCudaTest, BackendsMixAndAgreeAtGpt2Size) {
+  const StatusOr<int64_t> v = CudnnVersion();
+  if (!v.ok()) GTEST_SKIP() << v.status();
+  const DType t = DType::kBF16;
+  auto own = CudaAttention::Create(gemm_.get(), t, AttentionBackend::kOwn);
+  auto cud = CudaAttention::Create(gemm_.get(), t, AttentionBackend::kCudnn);
+  ASSERT_TRUE(own.ok() && cud.ok()) << own.status() << " " << cud.status();
+  {
+    const AttentionShape& sh = kShapes[3];
+    const auto qkv = Uniform(size_t(sh.qkv_numel()), 61, -2.f, 2.f),
+               dout = Uniform(size_t(sh.out_numel()), 62);
+    const Reference r = Compute(sh, Widen16(Round16(qkv, t), t), Widen16(Round16(dout, t), t));
+    for (bool cudnn_first : {true, false}) {
+      SCOPED_TRACE(cudnn_first ? "cuDNN forward, our backward" : "our forward, cuDNN backward");
+      CudaAttention *f = cudnn_first ? cud->get() : own->get(),
+                    *b = cudnn_first ? own->get() : cud->get();
+      const Run g = Once(f, sh, qkv, dout, b);
+      EXPECT_LT(MaxRelError(g.out, r.out, 1.0), 2e-2);
+      EXPECT_LT(MaxRelError(g.lse, r.lse, 1.0), 3e-5);
+      EXPECT_LT(MaxRelError(g.dqkv, r.dqkv, 1.0), 2e-2);
+    }
+  }
+  const AttentionShape gpt2{4, 1024, 768, 12};
+  EXPECT_EQ(ImplementationOf(cud->get(), gpt2).rfind("cudnn ", 0), 0u);
+  const auto qkv = Uniform(size_t(gpt2.qkv_numel()), 71, -2.f, 2.f),
+             dout = Uniform(size_t(gpt2.out_numel()), 72);
+  const Run c = Once(cud->get(), gpt2, qkv, dout), o = Once(own->get(), gpt2, qkv, dout);
+  EXPECT_LT(MaxRelError(c.out, o.out, 1.0), 2e-2);
+  EXPECT_LT(MaxRelError(c.lse, o.lse, 1.0), 3e-5);
+  EXPECT_LT(MaxRelError(c.dqkv, o.dqkv, 1.0), 2e-2);
+}
+
 // kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5, T = 1) and always
 // in f32.
 TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
   auto bf = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kAuto);
   auto f32 = CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kAuto);
   ASSERT_TRUE(bf.ok() && f32.ok());
-  EXPECT_EQ(*(*bf)->Implementation(kShapes[1]), "fused");
-  EXPECT_EQ(*(*bf)->Implementation(kShapes[0]), "fused");  // T = 1: cuDNN refuses it
-  EXPECT_EQ(*(*f32)->Implementation(kShapes[3]), "fused");
-  EXPECT_EQ(*(*f32)->Implementation(kShapes[7]), "materialised");
+  EXPECT_EQ(ImplementationOf(bf->get(), kShapes[1]), "fused");
+  EXPECT_EQ(ImplementationOf(bf->get(), kShapes[0]), "fused");  // T = 1: cuDNN refuses it
+  EXPECT_EQ(ImplementationOf(f32->get(), kShapes[3]), "fused");
+  EXPECT_EQ(ImplementationOf(f32->get(), kShapes[7]), "materialised");
   const StatusOr<std::string> gpt = (*bf)->Implementation(kShapes[3]);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   if (CudnnVersion().ok()) {

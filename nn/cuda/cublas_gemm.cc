@@ -83,6 +83,15 @@ StatusOr<cudaDataType_t> CudaTypeOf(DType t) {
   }
 }
 
+// An output (D) is f32 or of the inputs' dtype.
+StatusOr<cudaDataType_t> OutTypeOf(const char* what, DType out, DType in) {
+  if (out != DType::kF32 && out != in) {
+    return InvalidArgument("CublasGemm::", what, ": output dtype ", DTypeName(out),
+                           " is neither f32 nor the input dtype ", DTypeName(in));
+  }
+  return CudaTypeOf(out);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(Stream stream, bool allow_tf32) {
@@ -135,20 +144,21 @@ CublasGemm::~CublasGemm() {
 
 Status CublasGemm::Gemm(const char* what, bool trans_a, bool trans_b, int64_t m, int64_t n,
                         int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, DType t,
-                        float* c, bool accumulate) {
+                        GemmOut c, bool accumulate) {
   for (int64_t v : {m, n, k, lda, ldb}) {
     if (v < 0 || v > INT_MAX) {
       return InvalidArgument("CublasGemm::", what, ": size ", v, " outside [0, ", INT_MAX, "]");
     }
   }
   if (m == 0 || n == 0) return Status::Ok();
-  if (c == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
+  if (c.data == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
     return InvalidArgument("CublasGemm::", what, ": null buffer");
   }
   ASSIGN_OR_RETURN(cudaDataType_t ab, CudaTypeOf(t));
+  ASSIGN_OR_RETURN(cudaDataType_t ct, OutTypeOf(what, c.dtype, t));
   if (k == 0) {  // an empty sum: zeros (or C unchanged), without cuBLAS's k == 0 behaviour
     if (accumulate) return Status::Ok();
-    return CudaStatus(cudaMemsetAsync(c, 0, size_t(m) * size_t(n) * sizeof(float),
+    return CudaStatus(cudaMemsetAsync(c.data, 0, size_t(m) * size_t(n) * DTypeSize(c.dtype),
                                       static_cast<cudaStream_t>(stream_.native)),
                       "cudaMemsetAsync (CublasGemm, k = 0)");
   }
@@ -159,16 +169,17 @@ Status CublasGemm::Gemm(const char* what, bool trans_a, bool trans_b, int64_t m,
   const int ilda = int(lda < 1 ? 1 : lda), ildb = int(ldb < 1 ? 1 : ldb), ildc = int(m);
   const std::string op = std::string("cublasGemmEx (CublasGemm::") + what +
                          ", m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                         " k=" + std::to_string(k) + ", " + DTypeName(t) + ")";
+                         " k=" + std::to_string(k) + ", " + DTypeName(t) + " -> " +
+                         DTypeName(c.dtype) + ")";
   return CublasStatus(
       cublasGemmEx(AsHandle(handle_), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                    trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k), &alpha, a, ab, ilda,
-                   b, ab, ildb, &beta, c, CUDA_R_32F, ildc, compute, CUBLAS_GEMM_DEFAULT),
+                   b, ab, ildb, &beta, c.data, ct, ildc, compute, CUBLAS_GEMM_DEFAULT),
       op.c_str());
 }
 
 Status CublasGemm::LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in,
-                                 int64_t out, float* y) {
+                                 int64_t out, GemmOut y) {
   // y^T [out, rows] = W [out, in] x^T: A = W storage (col-major [in, out]) transposed.
   return Gemm("LinearForward", true, false, out, rows, in, w, in, x, in, t, y, false);
 }
@@ -181,25 +192,27 @@ Status CublasGemm::LinearWeightGrad(const void* dy, const void* x, DType t, int6
 }
 
 Status CublasGemm::LinearInputGrad(const void* dy, const void* w, DType t, int64_t rows, int64_t in,
-                                   int64_t out, float* dx, bool accumulate) {
+                                   int64_t out, GemmOut dx, bool accumulate) {
   // dx^T [in, rows] = W^T [in, out] dy^T [out, rows].
   return Gemm("LinearInputGrad", false, false, in, rows, out, w, in, dy, out, t, dx, accumulate);
 }
 
 Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n, int64_t k,
                             const void* a, int64_t lda, const void* b, int64_t ldb, DType t,
-                            float* d, GemmEpilogue ep, const float* bias, const float* aux) {
+                            GemmOut d, GemmEpilogue ep, const void* bias, const void* aux) {
   const std::string call = std::string("CublasGemm::") + what + " (m=" + std::to_string(m) +
                            " n=" + std::to_string(n) + " k=" + std::to_string(k) + ", " +
-                           DTypeName(t) + ", epilogue " + GemmEpilogueName(ep) + ")";
+                           DTypeName(t) + " -> " + DTypeName(d.dtype) + ", epilogue " +
+                           GemmEpilogueName(ep) + ")";
   for (int64_t v : {m, n, k, lda, ldb}) {
     if (v < 0 || v > INT_MAX) {
       return InvalidArgument(call, ": size ", v, " outside [0, ", INT_MAX, "]");
     }
   }
   ASSIGN_OR_RETURN(cudaDataType_t ab, CudaTypeOf(t));
+  ASSIGN_OR_RETURN(cudaDataType_t dt, OutTypeOf(what, d.dtype, t));
   if (m == 0 || n == 0) return Status::Ok();
-  if (d == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
+  if (d.data == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
     return InvalidArgument(call, ": null buffer");
   }
   if (HasBias(ep) && bias == nullptr) return InvalidArgument(call, ": null bias");
@@ -218,11 +231,12 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
                   lda,
                   ldb,
                   int64_t(t),
+                  int64_t(d.dtype),
                   int64_t(ep),
                   tf32,
                   Alignment(a),
                   Alignment(b),
-                  Alignment(d),
+                  Alignment(d.data),
                   Alignment(bias),
                   Alignment(aux)};
   auto it = plans_.find(key);
@@ -241,7 +255,7 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    // The bias and aux types are left at their default, D's type (f32). The heuristic reads the
+    // The bias and aux types are left at their default, D's type. The heuristic reads the
     // pointers' alignment, so they are set before it (and again on every call).
     if (bias != nullptr) {
       RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -258,14 +272,14 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
         CublasStatus(cublasLtMatrixLayoutCreate(&plan->b, ab, uint64_t(k), uint64_t(n), ldb),
                      (call + ": cublasLtMatrixLayoutCreate (B)").c_str()));
     RETURN_IF_ERROR(
-        CublasStatus(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_32F, uint64_t(m), uint64_t(n), m),
+        CublasStatus(cublasLtMatrixLayoutCreate(&plan->d, dt, uint64_t(m), uint64_t(n), m),
                      (call + ": cublasLtMatrixLayoutCreate (D)").c_str()));
     cublasLtMatmulPreference_t pref = nullptr;
     RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref),
                                  (call + ": cublasLtMatmulPreferenceCreate").c_str()));
     const uint64_t ws = workspace_.size();
-    const uint32_t align_a = uint32_t(key[9]), align_b = uint32_t(key[10]),
-                   align_d = uint32_t(key[11]);
+    const uint32_t align_a = uint32_t(key[10]), align_b = uint32_t(key[11]),
+                   align_d = uint32_t(key[12]);
     Status st = Status::Ok();
     auto pset = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, size_t size) {
       if (!st.ok()) return;
@@ -283,7 +297,9 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
       const cublasStatus_t hs =
           cublasLtMatmulAlgoGetHeuristic(AsLt(lt_handle_), plan->desc, plan->a, plan->b, plan->d,
                                          plan->d, pref, 1, &result, &found);
-      if (hs == CUBLAS_STATUS_NOT_SUPPORTED) {
+      // No algorithm for the combination: NOT_SUPPORTED, or INVALID_VALUE for a type combination
+      // the library does not take (a fallback, not an error).
+      if (hs == CUBLAS_STATUS_NOT_SUPPORTED || hs == CUBLAS_STATUS_INVALID_VALUE) {
         found = 0;
       } else {
         st = CublasStatus(hs, (call + ": cublasLtMatmulAlgoGetHeuristic").c_str());
@@ -312,7 +328,7 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
   const float alpha = 1.f, beta = 0.f;
   RETURN_IF_ERROR(
       CublasStatus(cublasLtMatmul(AsLt(lt_handle_), plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
-                                  d, plan.d, d, plan.d, &plan.algo, workspace_.data(),
+                                  d.data, plan.d, d.data, plan.d, &plan.algo, workspace_.data(),
                                   workspace_.size(), static_cast<cudaStream_t>(stream_.native)),
                    (call + ": cublasLtMatmul").c_str()));
   ++lt_matmuls_[size_t(ep)];
@@ -320,8 +336,8 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
 }
 
 Status CublasGemm::LinearForwardLt(const void* x, const void* w, DType t, int64_t rows, int64_t in,
-                                   int64_t out, GemmEpilogue ep, const float* bias, float* aux,
-                                   float* y) {
+                                   int64_t out, GemmEpilogue ep, const void* bias, void* aux,
+                                   GemmOut y) {
   if (ep == GemmEpilogue::kDGelu) {
     return InvalidArgument("CublasGemm::LinearForwardLt: epilogue ", GemmEpilogueName(ep),
                            " is the input gradient's (rows ", rows, ", in ", in, ", out ", out,
@@ -332,8 +348,8 @@ Status CublasGemm::LinearForwardLt(const void* x, const void* w, DType t, int64_
 }
 
 Status CublasGemm::LinearInputGradLt(const void* dy, const void* w, DType t, int64_t rows,
-                                     int64_t in, int64_t out, GemmEpilogue ep, const float* aux,
-                                     float* dx) {
+                                     int64_t in, int64_t out, GemmEpilogue ep, const void* aux,
+                                     GemmOut dx) {
   if (ep != GemmEpilogue::kNone && ep != GemmEpilogue::kDGelu) {
     return InvalidArgument("CublasGemm::LinearInputGradLt: epilogue ", GemmEpilogueName(ep),
                            " is not none or dgelu (rows ", rows, ", in ", in, ", out ", out, ")");
@@ -388,25 +404,25 @@ CublasGemm::CublasGemm(Stream stream, bool allow_tf32) : stream_(stream), allow_
 CublasGemm::~CublasGemm() = default;
 
 Status CublasGemm::LtMatmul(const char*, bool, int64_t, int64_t, int64_t, const void*, int64_t,
-                            const void*, int64_t, DType, float*, GemmEpilogue, const float*,
-                            const float*) {
+                            const void*, int64_t, DType, GemmOut, GemmEpilogue, const void*,
+                            const void*) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::LinearForwardLt(const void*, const void*, DType, int64_t, int64_t, int64_t,
-                                   GemmEpilogue, const float*, float*, float*) {
+                                   GemmEpilogue, const void*, void*, GemmOut) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::LinearInputGradLt(const void*, const void*, DType, int64_t, int64_t, int64_t,
-                                     GemmEpilogue, const float*, float*) {
+                                     GemmEpilogue, const void*, GemmOut) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 
 Status CublasGemm::Gemm(const char*, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
-                        const void*, int64_t, DType, float*, bool) {
+                        const void*, int64_t, DType, GemmOut, bool) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::LinearForward(const void*, const void*, DType, int64_t, int64_t, int64_t,
-                                 float*) {
+                                 GemmOut) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::LinearWeightGrad(const void*, const void*, DType, int64_t, int64_t, int64_t,
@@ -414,7 +430,7 @@ Status CublasGemm::LinearWeightGrad(const void*, const void*, DType, int64_t, in
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::LinearInputGrad(const void*, const void*, DType, int64_t, int64_t, int64_t,
-                                   float*, bool) {
+                                   GemmOut, bool) {
   return Unavailable("CublasGemm: built without --config=cuda");
 }
 Status CublasGemm::BatchedRowMajor(const char*, bool, bool, int64_t, int64_t, int64_t, float,

@@ -129,6 +129,10 @@ StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(Stream stream, 
 CudnnAttention::~CudnnAttention() {
   if (handle_ == nullptr) return;
   (void)SetCurrentDevice(stream_.device);
+  // The handle outlives the plans built with it (as in cuDNN's samples); freeing the workspace
+  // first (cudaFree synchronises the device) lets no queued graph run while its plan goes.
+  workspace_ = Buffer();
+  graphs_.clear();
   try {
     (void)fe::detail::destroy_handle(static_cast<cudnnHandle_t>(handle_));
   } catch (const std::exception&) {}

@@ -15,7 +15,8 @@
 //
 // Library: cuDNN is not linked. CudnnVersion() opens it once per process (dlopen):
 // $SHARDEMA_CUDNN_LIBRARY (a path) when set, else "libcudnn.so.9" through the loader's search
-// path (tools/gpu_session.sh points LD_LIBRARY_PATH at PyTorch's cuDNN). Accepted: major version
+// path (a package's env.sh, tools/gpu_package.sh, sets the variable to the first libcudnn.so.9 of
+// the CUDA and PyTorch library folders it scans). Accepted: major version
 // 9 (the frontend's backend API), at least kCudnnMinVersion.
 // Graphs: Prepare builds (heuristics mode A) and caches a forward and a backward graph per
 // (B, nh, T, hs); the backward asks for cuDNN's deterministic algorithm, so reruns give the same

@@ -60,23 +60,40 @@ __global__ void ActivationBackwardKernel(Activation act, const float* z, const f
   }
 }
 
-// Blocks of 32 x 8 threads: x picks the column, y strides over rows; the 8 partial sums of a
-// column are added in a fixed order.
+// Blocks of 32 x 8 threads over the rows [r0, r0 + chunk_rows) of chunk blockIdx.y: x picks the
+// column, y strides over the chunk's rows; the 8 partial sums of a column are added in a fixed
+// order, into partials[chunk, c], or (no partials: one chunk) onto db[c].
 constexpr int kColX = 32, kColY = 8;
-__global__ void ColumnSumsKernel(const float* dz, int64_t rows, int64_t out, float* db,
-                                 bool accumulate) {
+__global__ void ColumnSumsKernel(const void* dz, DType dz_type, int64_t rows, int64_t out,
+                                 int64_t chunk_rows, double* partials, float* db, bool accumulate) {
   __shared__ double part[kColY][kColX];
   const int64_t c = blockIdx.x * int64_t(kColX) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
   double s = 0;
   if (c < out) {
-    for (int64_t r = threadIdx.y; r < rows; r += kColY) s += dz[r * out + c];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColY)
+      s += LoadWidened(dz, dz_type, r * out + c);
   }
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < out) {
-    double t = accumulate ? double(db[c]) : 0.0;
+    double t = partials == nullptr && accumulate ? double(db[c]) : 0.0;
     for (int k = 0; k < kColY; ++k) t += part[k][threadIdx.x];
-    db[c] = float(t);
+    if (partials != nullptr) {
+      partials[blockIdx.y * out + c] = t;
+    } else {
+      db[c] = float(t);
+    }
+  }
+}
+
+__global__ void AddColumnPartialsKernel(const double* partials, int64_t chunks, int64_t cols,
+                                        float* sums, bool accumulate) {
+  GRID_STRIDE(c, cols) {
+    double t = accumulate ? double(sums[c]) : 0.0;
+    for (int64_t k = 0; k < chunks; ++k) t += partials[k * cols + c];
+    sums[c] = float(t);
   }
 }
 
@@ -118,17 +135,41 @@ Status LaunchActivationBackward(Activation act, const float* z, const float* da,
   return CudaLastErrorStatus("launching the activation-gradient kernel");
 }
 
-Status LaunchColumnSums(const float* dz, int64_t rows, int64_t out, float* db, void* stream,
-                        bool accumulate) {
+Status LaunchColumnSums(const void* dz, DType dz_type, int64_t rows, int64_t out, float* db,
+                        double* partials, void* stream, bool accumulate) {
   RETURN_IF_ERROR(CheckSizes("LaunchColumnSums", rows, out));
+  if (!cuda_util::IsFloatType(dz_type)) {
+    return InvalidArgument("LaunchColumnSums: dtype ", DTypeName(dz_type),
+                           " is not f32, bf16 or f16");
+  }
   if (out == 0) return Status::Ok();
-  if (db == nullptr || (rows > 0 && dz == nullptr))
-    return InvalidArgument("LaunchColumnSums: null buffer");
-  const unsigned blocks = unsigned((out + kColX - 1) / kColX);
-  if (blocks > 0x7fffffffu) return InvalidArgument("LaunchColumnSums: out ", out, " too large");
-  ColumnSumsKernel<<<blocks, dim3(kColX, kColY), 0, AsStream(stream)>>>(dz, rows, out, db,
-                                                                        accumulate);
-  return CudaLastErrorStatus("launching the column-sum kernel");
+  const int64_t chunks = ColumnChunks(rows, out);
+  if (db == nullptr || (rows > 0 && dz == nullptr) || (chunks > 1 && partials == nullptr)) {
+    return InvalidArgument("LaunchColumnSums: null buffer (rows ", rows, ", out ", out, ", chunks ",
+                           chunks, ")");
+  }
+  const int64_t blocks = (out + kColX - 1) / kColX;
+  if (blocks > 0x7fffffff) return InvalidArgument("LaunchColumnSums: out ", out, " too large");
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  cudaStream_t s = AsStream(stream);
+  ColumnSumsKernel<<<dim3(unsigned(blocks), unsigned(chunks)), dim3(kColX, kColY), 0, s>>>(
+      dz, dz_type, rows, out, chunk_rows, chunks > 1 ? partials : nullptr, db, accumulate);
+  RETURN_IF_ERROR(CudaLastErrorStatus("launching the column-sum kernel"));
+  if (chunks == 1) return Status::Ok();
+  return LaunchAddColumnPartials(partials, chunks, out, db, accumulate, stream);
+}
+
+Status LaunchAddColumnPartials(const double* partials, int64_t chunks, int64_t cols, float* sums,
+                               bool accumulate, void* stream) {
+  RETURN_IF_ERROR(CheckSizes("LaunchAddColumnPartials", chunks, cols));
+  if (sums == nullptr || cols == 0) return Status::Ok();
+  if (chunks > 0 && partials == nullptr) {
+    return InvalidArgument("LaunchAddColumnPartials: null partials (", chunks, " chunks of ", cols,
+                           " columns)");
+  }
+  AddColumnPartialsKernel<<<BlocksFor(cols), kThreads, 0, AsStream(stream)>>>(
+      partials, chunks, cols, sums, accumulate);
+  return CudaLastErrorStatus("launching the column-partials kernel");
 }
 
 Status LaunchAdd(const float* a, const float* b, float* out, int64_t n, void* stream) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/cuda/convert_kernels.h"
@@ -68,7 +69,7 @@ TEST_F(ElementwiseKernelsTest, LinearForwardAndBackwardF32MatchTheCpu) {
     ASSERT_TRUE(gemm_->LinearForward(gx, gw, DType::kF32, sh.rows, sh.in, sh.out, gz).ok());
     ASSERT_TRUE(LaunchBiasAdd(gz, gb, DType::kF32, sh.rows, sh.out, s()).ok());
     ASSERT_TRUE(gemm_->LinearWeightGrad(gdz, gx, DType::kF32, sh.rows, sh.in, sh.out, gdw).ok());
-    ASSERT_TRUE(LaunchColumnSums(gdz, sh.rows, sh.out, gdb, s()).ok());
+    ASSERT_TRUE(LaunchColumnSums(gdz, DType::kF32, sh.rows, sh.out, gdb, nullptr, s()).ok());
     ASSERT_TRUE(gemm_->LinearInputGrad(gdz, gw, DType::kF32, sh.rows, sh.in, sh.out, gdx).ok());
     EXPECT_LT(MaxRelError(Down(gz, z.size()), z, 1.0), 1e-5);
     EXPECT_LT(MaxRelError(Down(gdw, dw.size()), dw, 1.0), 1e-5);
@@ -211,7 +212,9 @@ TEST_F(ElementwiseKernelsTest, ColumnSumsAccumulateAndResidualAdds) {
   // The CPU's db via LinearBackward (in = 1, only db asked).
   LinearBackward(cpu, x.data(), x.data(), dy.data(), rows, 1, out, nullptr, db.data(), nullptr);
   float* gdb = Up(ones);
-  ASSERT_TRUE(LaunchColumnSums(Up(dy), rows, out, gdb, s(), /*accumulate=*/true).ok());
+  ASSERT_TRUE(
+      LaunchColumnSums(Up(dy), DType::kF32, rows, out, gdb, nullptr, s(), /*accumulate=*/true)
+          .ok());
   std::vector<float> got = Down(gdb, db.size());
   for (int64_t c = 0; c < out; ++c) EXPECT_NEAR(got[size_t(c)], db[size_t(c)] + 1.f, 1e-5) << c;
   float *ga = Up(a), *gb = Up(dy), *gsum = Alloc<float>(a.size(), NAN);
@@ -221,6 +224,42 @@ TEST_F(ElementwiseKernelsTest, ColumnSumsAccumulateAndResidualAdds) {
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] + dy[i];
   EXPECT_EQ(Down(gsum, a.size()), want);
   EXPECT_EQ(Down(ga, a.size()), want);
+}
+
+// Many rows: the sums run over row chunks (nn::ColumnChunks) whose partials are added after.
+// Against a double reference, written and accumulated; a rerun gives the same bits; the partials
+// are required.
+TEST_F(ElementwiseKernelsTest, ColumnSumsOverRowChunks) {
+  for (const auto& [rows, out] :
+       {std::pair{int64_t(5000), int64_t(45)}, std::pair{int64_t(700), int64_t(3072)}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " out " + std::to_string(out));
+    const int64_t chunks = ColumnChunks(rows, out);
+    ASSERT_GT(chunks, 1);
+    ASSERT_EQ(ColumnPartials(rows, out), chunks * out);
+    const auto dy = Random(size_t(rows * out), 71);
+    std::vector<double> want(size_t(out), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < out; ++c) want[size_t(c)] += dy[size_t(r * out + c)];
+    }
+    const float* gdy = Up(dy);
+    double* partials = Alloc<double>(size_t(chunks * out), NAN);
+    float *gdb = Alloc<float>(size_t(out), NAN), *acc = Alloc<float>(size_t(out), 2.f);
+    EXPECT_EQ(LaunchColumnSums(gdy, DType::kF32, rows, out, gdb, nullptr, s()).code(),
+              StatusCode::kInvalidArgument);
+    ASSERT_TRUE(LaunchColumnSums(gdy, DType::kF32, rows, out, gdb, partials, s()).ok());
+    ASSERT_TRUE(
+        LaunchColumnSums(gdy, DType::kF32, rows, out, acc, partials, s(), /*accumulate=*/true)
+            .ok());
+    const std::vector<float> got = Down(gdb, size_t(out)), added = Down(acc, size_t(out));
+    for (int64_t c = 0; c < out; ++c) {
+      EXPECT_NEAR(got[size_t(c)], want[size_t(c)], 1e-6 * (1.0 + std::fabs(want[size_t(c)]))) << c;
+      EXPECT_NEAR(added[size_t(c)], want[size_t(c)] + 2.0,
+                  1e-6 * (3.0 + std::fabs(want[size_t(c)])))
+          << c;
+    }
+    ASSERT_TRUE(LaunchColumnSums(gdy, DType::kF32, rows, out, gdb, partials, s()).ok());
+    EXPECT_EQ(Down(gdb, size_t(out)), got);
+  }
 }
 
 TEST_F(ElementwiseKernelsTest, GemmsAccumulateWhenAsked) {
@@ -244,7 +283,7 @@ TEST_F(ElementwiseKernelsTest, EmptyBatchesGiveZeros) {
   float* db = Alloc<float>(4, NAN);
   float* none = Alloc<float>(1);
   ASSERT_TRUE(gemm_->LinearWeightGrad(none, none, DType::kF32, 0, 3, 4, dw).ok());
-  ASSERT_TRUE(LaunchColumnSums(none, 0, 4, db, s()).ok());
+  ASSERT_TRUE(LaunchColumnSums(none, DType::kF32, 0, 4, db, nullptr, s()).ok());
   double* loss = Alloc<double>(1, NAN);
   ASSERT_TRUE(LaunchMseLoss(none, none, 0, 4, 8.0, none, nullptr, loss, s()).ok());
   EXPECT_EQ(Down(dw, 12), std::vector<float>(12, 0.f));

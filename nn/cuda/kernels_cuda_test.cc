@@ -134,6 +134,29 @@ TEST_F(KernelsCudaTest, CrossEntropyBadTargetGivesANanRowAndArgumentErrors) {
             bad);
 }
 
+// A -inf logit (a masked class) adds nothing to the softmax and gets dy == 0, as on the CPU, also
+// as the first value a thread reads (column 0 and column 32 of a 32-thread row).
+TEST_F(KernelsCudaTest, CrossEntropyTakesMinusInfinityLogits) {
+  const int64_t rows = 2, classes = 40;
+  auto y = Uniform(size_t(rows * classes), 13, -4.f, 4.f);
+  y[0] = y[1] = y[size_t(classes + 32)] = -INFINITY;
+  const std::vector<int64_t> t = {5, 7};
+  std::vector<float> want_dy(y.size());
+  StatusOr<double> want =
+      CrossEntropyLoss(cpu, y.data(), t.data(), rows, classes, 2.0, want_dy.data());
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(std::isfinite(*want));
+  float* gdy = Alloc<float>(y.size(), NAN);
+  double *rl = Alloc<double>(size_t(rows)), *gloss = Alloc<double>(1, NAN);
+  ASSERT_TRUE(
+      LaunchCrossEntropyLoss(Up(y), Up(t), rows, classes, classes, 2.0, gdy, rl, gloss, s()).ok());
+  EXPECT_NEAR(Down(gloss, 1)[0], *want, 1e-6 * std::max(1.0, std::fabs(*want)));
+  const std::vector<float> d = Down(gdy, y.size());
+  EXPECT_LT(MaxRelError(d, want_dy, 1e-6), 1e-5);
+  EXPECT_EQ(d[0], 0.f);
+  EXPECT_EQ(d[size_t(classes + 32)], 0.f);
+}
+
 TEST_F(KernelsCudaTest, EmbeddingPlanGroupsTokensByIdInOrder) {
   const std::vector<int64_t> ids = {4, 1, 4, 0, 1, 4};
   std::vector<int64_t> plan;
@@ -251,10 +274,10 @@ TEST_F(KernelsCudaTest, ResidualLayerNormMatchesTheCpu) {
         // Backward: written, then added into dx0.
         float *gdy = Up(dy), *gdx = Alloc<float>(x.size(), NAN), *gacc = Up(dx0);
         ASSERT_TRUE(LaunchLayerNormBackward(gsum, gw, t, gm, gr, gdy, rows, c, gdx, nullptr,
-                                            nullptr, false, s())
+                                            nullptr, nullptr, false, s())
                         .ok());
         ASSERT_TRUE(LaunchLayerNormBackward(gsum, gw, t, gm, gr, gdy, rows, c, gacc, nullptr,
-                                            nullptr, false, s(), /*add_dx=*/true)
+                                            nullptr, nullptr, false, s(), /*add_dx=*/true)
                         .ok());
         const std::vector<float> written = Down(gdx, dx.size());
         EXPECT_LT(MaxRelError(written, dx, 1.0), 1e-4);

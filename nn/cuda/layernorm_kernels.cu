@@ -77,17 +77,22 @@ __global__ void LayerNormInputGradKernel(const float* x, const void* w, DType t,
   }
 }
 
-// Blocks of 32 x 8 threads: x picks the column, y strides over rows; the 8 partial sums of a
-// column are added in a fixed order (double).
+// Blocks of 32 x 8 threads over the rows [r0, r0 + chunk_rows) of chunk blockIdx.y (the column
+// sums of nn/cuda/elementwise_kernels.h): x picks the column, y strides over the chunk's rows;
+// the 8 partial sums of a column are added in a fixed order (double), into pw/pb[chunk, col], or
+// (no partials: one chunk) onto dw/db[col].
 constexpr int kColX = 32, kColY = 8;
 __global__ void LayerNormParamGradKernel(const float* x, const float* mean, const float* rstd,
-                                         const float* dy, int64_t rows, int64_t c, float* dw,
-                                         float* db, bool accumulate) {
+                                         const float* dy, int64_t rows, int64_t c,
+                                         int64_t chunk_rows, double* partials, float* dw, float* db,
+                                         bool accumulate) {
   __shared__ double pw[kColY][kColX], pb[kColY][kColX];
   const int64_t col = blockIdx.x * int64_t(kColX) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
   double sw = 0, sb = 0;
   if (col < c) {
-    for (int64_t r = threadIdx.y; r < rows; r += kColY) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColY) {
       const float g = dy[r * c + col];
       sw += double(g) * ((x[r * c + col] - mean[r]) * rstd[r]);
       sb += g;
@@ -97,14 +102,20 @@ __global__ void LayerNormParamGradKernel(const float* x, const float* mean, cons
   pb[threadIdx.y][threadIdx.x] = sb;
   __syncthreads();
   if (threadIdx.y == 0 && col < c) {
-    double tw = accumulate && dw != nullptr ? double(dw[col]) : 0.0;
-    double tb = accumulate && db != nullptr ? double(db[col]) : 0.0;
+    const bool onto = partials == nullptr && accumulate;
+    double tw = onto && dw != nullptr ? double(dw[col]) : 0.0;
+    double tb = onto && db != nullptr ? double(db[col]) : 0.0;
     for (int k = 0; k < kColY; ++k) {
       tw += pw[k][threadIdx.x];
       tb += pb[k][threadIdx.x];
     }
-    if (dw != nullptr) dw[col] = float(tw);
-    if (db != nullptr) db[col] = float(tb);
+    if (partials != nullptr) {  // [2][chunks][c]: dw's, then db's
+      partials[blockIdx.y * c + col] = tw;
+      partials[(int64_t(gridDim.y) + blockIdx.y) * c + col] = tb;
+    } else {
+      if (dw != nullptr) dw[col] = float(tw);
+      if (db != nullptr) db[col] = float(tb);
+    }
   }
 }
 
@@ -147,8 +158,8 @@ Status LaunchResidualLayerNormForward(const float* x, const float* res, const vo
 
 Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
                                const float* rstd, const float* dy, int64_t rows, int64_t c,
-                               float* dx, float* dw, float* db, bool accumulate, void* stream,
-                               bool add_dx) {
+                               float* dx, float* dw, float* db, double* partials, bool accumulate,
+                               void* stream, bool add_dx) {
   RETURN_IF_ERROR(CheckSizes("LaunchLayerNormBackward", rows, c));
   if (!cuda_util::IsFloatType(w_type)) {
     return InvalidArgument("LaunchLayerNormBackward: dtype ", DTypeName(w_type), " unsupported");
@@ -164,10 +175,20 @@ Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, cons
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the layernorm input-gradient kernel"));
   }
   if (dw == nullptr && db == nullptr) return Status::Ok();
+  const int64_t chunks = ColumnChunks(rows, c);
+  if (chunks > 1 && partials == nullptr) {
+    return InvalidArgument("LaunchLayerNormBackward: null partials (rows ", rows, ", c ", c,
+                           ", chunks ", chunks, ")");
+  }
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const unsigned blocks = unsigned((c + kColX - 1) / kColX);
-  LayerNormParamGradKernel<<<blocks, dim3(kColX, kColY), 0, s>>>(x, mean, rstd, dy, rows, c, dw, db,
-                                                                 accumulate);
-  return CudaLastErrorStatus("launching the layernorm parameter-gradient kernel");
+  double* parts = chunks > 1 ? partials : nullptr;
+  LayerNormParamGradKernel<<<dim3(blocks, unsigned(chunks)), dim3(kColX, kColY), 0, s>>>(
+      x, mean, rstd, dy, rows, c, chunk_rows, parts, dw, db, accumulate);
+  RETURN_IF_ERROR(CudaLastErrorStatus("launching the layernorm parameter-gradient kernel"));
+  if (parts == nullptr) return Status::Ok();
+  RETURN_IF_ERROR(LaunchAddColumnPartials(parts, chunks, c, dw, accumulate, stream));
+  return LaunchAddColumnPartials(parts + chunks * c, chunks, c, db, accumulate, stream);
 }
 
 }  // namespace shardema::nn

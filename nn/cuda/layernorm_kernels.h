@@ -10,7 +10,10 @@
 //                                   added to (a residual trunk's gradient takes the LayerNorm's
 //                                   in the same pass: the bits of writing it and adding it
 //                                   after); dw/db as column sums over rows in a fixed order in
-//                                   double (deterministic), overwritten unless accumulate.
+//                                   double (deterministic; parallel over row chunks, whose
+//                                   partial sums go to `partials`: 2 ColumnPartials(rows, c)
+//                                   doubles, nn/cuda/elementwise_kernels.h), overwritten unless
+//                                   accumulate.
 // The weight and bias (and the residual bias) are f32, bf16 or f16 (`wb_type`, a gathered unit
 // in the compute dtype), widened to f32; x, res, sum, y, dy, dx, dw, db, mean, rstd are f32. Row
 // statistics use f32 warp reductions (the CPU accumulates in double: results agree to f32
@@ -27,6 +30,7 @@
 
 #include "framework/dtype.h"
 #include "framework/status.h"
+#include "nn/cuda/elementwise_kernels.h"
 
 namespace shardema::nn {
 
@@ -42,8 +46,8 @@ Status LaunchResidualLayerNormForward(const float* x, const float* res, const vo
 
 Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
                                const float* rstd, const float* dy, int64_t rows, int64_t c,
-                               float* dx, float* dw, float* db, bool accumulate, void* stream,
-                               bool add_dx = false);
+                               float* dx, float* dw, float* db, double* partials, bool accumulate,
+                               void* stream, bool add_dx = false);
 
 }  // namespace shardema::nn
 

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/device.h"
@@ -35,10 +37,14 @@ const CpuContext cpu;
 
 class LayersCudaTest : public testing::CudaTest {};
 
+// 37 rows: dw and db summed in one chunk; 1000 rows: in 15 row chunks (nn::ColumnChunks) whose
+// partial sums are added after.
 TEST_F(LayersCudaTest, LayerNormMatchesTheCpu) {
-  for (DType t : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(t));
-    const int64_t rows = 37, c = 200;
+  for (const auto& [t, rows] :
+       {std::pair{DType::kF32, int64_t(37)}, std::pair{DType::kBF16, int64_t(37)},
+        std::pair{DType::kF32, int64_t(1000)}}) {
+    SCOPED_TRACE(std::string(DTypeName(t)) + " rows " + std::to_string(rows));
+    const int64_t c = 200;
     const auto x = Uniform(size_t(rows * c), 1, -3.f, 3.f), dy = Uniform(size_t(rows * c), 2);
     auto w = Uniform(size_t(c), 3, 0.5f, 1.5f), b = Uniform(size_t(c), 4);
     const void *gw, *gb;
@@ -60,8 +66,18 @@ TEST_F(LayersCudaTest, LayerNormMatchesTheCpu) {
     float *gdx = Alloc<float>(dx.size(), NAN), *gdw = Alloc<float>(dw.size(), 1.f),
           *gdb = Alloc<float>(db.size(), 1.f);
     ASSERT_TRUE(LaunchLayerNormForward(gx, gw, gb, t, rows, c, 1e-5f, gy, gm, gr, s()).ok());
+    const int64_t partials = 2 * ColumnPartials(rows, c);
+    EXPECT_EQ(partials > 0, rows == 1000);
+    double* gp = partials > 0 ? Alloc<double>(size_t(partials), NAN) : nullptr;
+    if (partials > 0) {  // the partials are required
+      EXPECT_EQ(LaunchLayerNormBackward(gx, gw, t, gm, gr, gdy, rows, c, gdx, gdw, gdb, nullptr,
+                                        true, s())
+                    .code(),
+                StatusCode::kInvalidArgument);
+    }
     ASSERT_TRUE(
-        LaunchLayerNormBackward(gx, gw, t, gm, gr, gdy, rows, c, gdx, gdw, gdb, true, s()).ok());
+        LaunchLayerNormBackward(gx, gw, t, gm, gr, gdy, rows, c, gdx, gdw, gdb, gp, true, s())
+            .ok());
     EXPECT_LT(MaxRelError(Down(gy, y.size()), y, 1.0), 1e-5);
     EXPECT_LT(MaxRelError(Down(gm, mean.size()), mean, 1.0), 1e-5);
     EXPECT_LT(MaxRelError(Down(gr, rstd.size()), rstd, 1.0), 1e-5);

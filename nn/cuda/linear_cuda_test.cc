@@ -8,7 +8,8 @@
 // The cuBLASLt epilogues (bias, bias + tanh GELU with the pre-activation saved, DGELU), in f32
 // (policy kAll, so the f32 GEMMs take them too) and bf16 operands, and the same checks with
 // policy kNone (the separate kernels): shapes whose GELU width is not a multiple of 8 (the
-// fallback, checked through CublasGemm::lt_matmuls), rows = 1, bit-identical reruns. Bounds:
+// fallback, checked through CublasGemm::lt_matmuls), rows = 1, bf16 DGELU over row chunks,
+// bit-identical reruns. Bounds:
 //   pre = x w^T + b:  kBound relative to the terms' magnitudes (as above; the bias is one term).
 //   y = gelu(pre):    against the double GELU of the GPU's own pre, kGeluTol |pre|: cuBLASLt
 //                     evaluates the GELU itself (a hardware tanh approximation has a relative
@@ -245,9 +246,9 @@ class LinearEpilogueTest : public LinearCudaTest {
   }
   int64_t Lt(GemmEpilogue ep) const { return gemm_->lt_matmuls(ep); }
   // Expects `calls` cuBLASLt matmuls with ep since `before` when the path is known.
-  void ExpectPath(Path path, bool fusing, int64_t before, GemmEpilogue ep) {
+  void ExpectPath(Path path, bool fusing, int64_t before, GemmEpilogue ep, int64_t calls = 1) {
     if (path == Path::kEither) return;
-    const int64_t want = fusing && path == Path::kFused ? 1 : 0;
+    const int64_t want = fusing && path == Path::kFused ? calls : 0;
     EXPECT_EQ(Lt(ep) - before, want) << GemmEpilogueName(ep);
   }
   // A device copy of v as the operand dtype's weights (bits for 16-bit) and what the GEMM sees.
@@ -320,14 +321,19 @@ class LinearEpilogueTest : public LinearCudaTest {
   }
 
   // Backward with gelu_pre (DGELU) against double; dw and db as in Check. Returns dx.
-  std::vector<float> CheckDGelu(DType t, Policy policy, const EpiShape& sh, uint32_t seed) {
+  // max_operand > 0: CudaLinear::set_max_operand_elems (16-bit: one DGELU matmul per row chunk).
+  std::vector<float> CheckDGelu(DType t, Policy policy, const EpiShape& sh, uint32_t seed,
+                                int64_t max_operand = 0) {
     SCOPED_TRACE(std::string(DTypeName(t)) + " rows " + std::to_string(sh.rows) + " in " +
                  std::to_string(sh.in) + " out " + std::to_string(sh.out) + " policy " +
-                 std::to_string(int(policy)));
+                 std::to_string(int(policy)) + " max_operand " + std::to_string(max_operand));
     std::unique_ptr<CudaLinear> lin = Make(t, policy);
     EXPECT_NE(lin, nullptr);
     if (lin == nullptr) return {};
+    if (max_operand > 0) lin->set_max_operand_elems(max_operand);
     const int64_t R = sh.rows, I = sh.in, O = sh.out;
+    const int64_t chunk = lin->BackwardChunkRows(R, I, O);
+    const int64_t chunks = chunk > 0 ? (R + chunk - 1) / chunk : 1;
     const bool low = t != DType::kF32;
     const auto x = Uniform(size_t(R * I), seed), dy = Uniform(size_t(R * O), seed + 3);
     const auto z = Uniform(size_t(R * I), seed + 6, -3.f, 3.f);
@@ -340,7 +346,7 @@ class LinearEpilogueTest : public LinearCudaTest {
     const bool gelu_lt = policy == Policy::kAll || (policy == Policy::kAuto && t != DType::kF32);
     const int64_t before = Lt(GemmEpilogue::kDGelu);
     EXPECT_TRUE(lin->Backward(Up(x), gw, t, Up(dy), R, I, O, gdw, gdb, gdx, false, Up(z)).ok());
-    ExpectPath(sh.gelu, gelu_lt, before, GemmEpilogue::kDGelu);
+    ExpectPath(sh.gelu, gelu_lt, before, GemmEpilogue::kDGelu, chunks);
     const Ref g = Products(
         R, I, O, [&](int64_t r, int64_t o) { return dys[size_t(r * O + o)]; },
         [&](int64_t i, int64_t o) { return ws[size_t(o * I + i)]; }, {});
@@ -384,6 +390,15 @@ TEST_F(LinearEpilogueTest, DGeluBackwardMatchesDouble) {
     for (Policy p : {Policy::kAll, Policy::kNone}) {
       for (const EpiShape& sh : kBackwardShapes) CheckDGelu(t, p, sh, seed += 10);
     }
+  }
+}
+
+// bf16 DGELU over row chunks (8 rows, the last one 1 row): each chunk's gelu_pre and dx start at
+// its first row, dW accumulates over the chunks; one DGELU matmul per chunk when fused.
+TEST_F(LinearEpilogueTest, DGeluInRowChunksMatchesDouble) {
+  const EpiShape sh{33, 64, 24, Path::kFused};
+  for (Policy p : {Policy::kAll, Policy::kNone}) {
+    CheckDGelu(DType::kBF16, p, sh, 801, /*max_operand=*/8 * sh.in);
   }
 }
 
@@ -498,7 +513,9 @@ TEST_F(LinearCudaTest, ArgumentErrors) {
 // layer rounds itself, in Forward, ForwardGeluTanh and Backward (row chunks included).
 TEST_F(LinearCudaTest, Bf16XGivesTheBitsOfTheF32XItRounds) {
   const DType t = DType::kBF16;
-  const int64_t R = 37, I = 24, O = 40;
+  // I = 32: every 8-row chunk of the bf16 x starts on a 256-byte boundary like the rounded copy
+  // of the f32 x, so both runs give cuBLAS the same pointer alignments (hence the same kernels).
+  const int64_t R = 37, I = 32, O = 40;
   const auto x = Uniform(size_t(R * I), 71), w = Uniform(size_t(O * I), 72),
              b = Uniform(size_t(O), 73), dy = Uniform(size_t(R * O), 74);
   const void *gw = Up(Round16(w, t)), *gb = Up(Round16(b, t));

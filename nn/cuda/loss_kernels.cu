@@ -77,7 +77,7 @@ __global__ void CrossEntropyRowsKernel(const float* y, const int64_t* targets, i
     if (x > v.m) {
       v.s = v.s * expf(v.m - x) + 1.f;
       v.m = x;
-    } else {
+    } else if (x > -CUDART_INF_F) {  // a -inf logit adds 0 (expf(-inf - -inf) would be NaN)
       v.s += expf(x - v.m);
     }
   }
