@@ -106,24 +106,26 @@ Status GptModelCuda::Reserve(int64_t n) {
   RETURN_IF_ERROR(Grow(&targets_, cap, sizeof(int64_t), d));
   // xs_[0] stays empty: use 0's input is the token ids.
   for (size_t i = 1; i < xs_.size(); ++i) RETURN_IF_ERROR(Grow(&xs_[i], cap * C, sizeof(float), d));
+  // The activations that feed GEMMs (and attention) are kept in the operand dtype: ln_1, qkv,
+  // the attention output, ln_2, the GELU input and output; x1 and the statistics in f32.
+  const size_t op = DTypeSize(param_dtype_);
   for (BlockActs& a : acts_) {
-    for (Buffer* b : {&a.atty, &a.x1}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
-    // ln_1, ln_2 and the GELU output only feed GEMMs: kept in the operand dtype.
-    const size_t op = DTypeSize(param_dtype_);
-    for (Buffer* b : {&a.ln1, &a.ln2}) RETURN_IF_ERROR(Grow(b, cap * C, op, d));
-    RETURN_IF_ERROR(Grow(&a.g, cap * 4 * C, op, d));
+    RETURN_IF_ERROR(Grow(&a.x1, cap * C, 4, d));
+    for (Buffer* b : {&a.ln1, &a.atty, &a.ln2}) RETURN_IF_ERROR(Grow(b, cap * C, op, d));
+    RETURN_IF_ERROR(Grow(&a.qkv, cap * 3 * C, op, d));
+    for (Buffer* b : {&a.h, &a.g}) RETURN_IF_ERROR(Grow(b, cap * 4 * C, op, d));
     for (Buffer* b : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
-    RETURN_IF_ERROR(Grow(&a.qkv, cap * 3 * C, 4, d));
-    RETURN_IF_ERROR(Grow(&a.h, cap * 4 * C, 4, d));
     RETURN_IF_ERROR(Grow(&a.lse, cap * shape_.n_head, 4, d));  // [rows, n_head, t]
   }
   for (Buffer* b : {&lnf_mean_, &lnf_rstd_}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
   RETURN_IF_ERROR(Grow(&logits_, cap * V, 4, d));  // the loss writes dlogits over it
   RETURN_IF_ERROR(Grow(&plan_, 3 * cap + 1, sizeof(int64_t), d));
   RETURN_IF_ERROR(Grow(&row_loss_, cap, sizeof(double), d));
+  // dtmp_: f32 (also the attention output's gradient in the operand dtype); dbig_ and dqkv_:
+  // the GELU input's and qkv's gradients in the operand dtype.
   for (Buffer* b : {&dy_, &dtmp_}) RETURN_IF_ERROR(Grow(b, cap * C, 4, d));
-  RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, 4, d));
-  RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, 4, d));
+  RETURN_IF_ERROR(Grow(&dbig_, cap * 4 * C, op, d));
+  RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, op, d));
   // The LayerNorm backwards' dw and db row-chunk sums (nn/cuda/layernorm_kernels.h).
   RETURN_IF_ERROR(Grow(&col_partials_, 2 * nn::ColumnPartials(cap, C), sizeof(double), d));
   // 16-bit operand copies: x of the f32 inputs (ln_f's output and atty, C wide: ln_1, ln_2 and
@@ -200,12 +202,13 @@ Status GptModelCuda::Keep(const float* staged, Buffer* saved, int64_t n) {
 }
 
 Status GptModelCuda::Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out,
-                            float* y) {
+                            nn::GemmOut y) {
   return linear_->Forward(x, w, b, param_dtype_, tok_.n, in, out, y);
 }
 
-Status GptModelCuda::LinearBackward(nn::LinearX x, const void* w, const float* dy, int64_t in,
-                                    int64_t out, float* dw, float* db, float* dx, bool accumulate) {
+Status GptModelCuda::LinearBackward(nn::LinearX x, const void* w, nn::LinearX dy, int64_t in,
+                                    int64_t out, float* dw, float* db, nn::GemmOut dx,
+                                    bool accumulate) {
   return linear_->Backward(x, w, param_dtype_, dy, tok_.n, in, out, dw, db, dx, accumulate);
 }
 
@@ -213,9 +216,9 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
-  // ln_1, ln_2 and the GELU output are kept in the operand dtype (Reserve): a 16-bit one is
-  // written f32 into a backward scratch (free during forwards, recomputed ones included) and
-  // rounded once into its saved buffer, which both GEMMs then read as it is.
+  // The saved activations are in the operand dtype (Reserve): the GEMMs and attention write
+  // theirs in it; a LayerNorm output in 16 bits is written f32 into a backward scratch (free
+  // during forwards, recomputed ones included) and rounded once into its saved buffer.
   ScopedGpuOp op(ops(), "fwd layernorm");
   float* ln1 = Staged(&a->ln1, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], param_dtype_, n, C,
@@ -223,13 +226,13 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
                                              a->rstd1.as<float>(), s));
   RETURN_IF_ERROR(Keep(ln1, &a->ln1, n * C));
   op.Next("fwd gemm qkv");
-  RETURN_IF_ERROR(Linear(Act(a->ln1), p[kAttnW], p[kAttnB], C, 3 * C, a->qkv.as<float>()));
+  RETURN_IF_ERROR(Linear(Act(a->ln1), p[kAttnW], p[kAttnB], C, 3 * C, Out(&a->qkv)));
   op.Next("fwd attention");
-  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.as<float>(), a->atty.as<float>(), a->lse.as<float>(),
-                                 /*allow_cudnn=*/!sampling_));
+  RETURN_IF_ERROR(attn_->Forward(as, a->qkv.data(), a->atty.data(), a->lse.as<float>(),
+                                 param_dtype_, /*allow_cudnn=*/!sampling_));
   // x1 = x + (c_proj GEMM + bias) and ln2 = ln_2(x1), fused (one pass).
   op.Next("fwd gemm attn proj");
-  RETURN_IF_ERROR(Linear(a->atty.as<float>(), p[kAProjW], nullptr, C, C, y));
+  RETURN_IF_ERROR(Linear(Act(a->atty), p[kAProjW], nullptr, C, C, y));
   op.Next("fwd residual+layernorm");
   float* ln2 = Staged(&a->ln2, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
@@ -238,10 +241,8 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   RETURN_IF_ERROR(Keep(ln2, &a->ln2, n * C));
   // h = c_fc(ln2) and g = gelu_tanh(h) (one GEMM where the GELU epilogue applies).
   op.Next("fwd gemm fc+gelu");
-  float* gelu = Staged(&a->g, &dbig_);
   RETURN_IF_ERROR(linear_->ForwardGeluTanh(Act(a->ln2), p[kFcW], p[kFcB], param_dtype_, n, C, 4 * C,
-                                           a->h.as<float>(), gelu));
-  RETURN_IF_ERROR(Keep(gelu, &a->g, n * 4 * C));
+                                           Out(&a->h), Out(&a->g)));
   op.Next("fwd gemm mlp proj");
   RETURN_IF_ERROR(Linear(Act(a->g), p[kMProjW], p[kMProjB], 4 * C, C, y));
   op.Next("fwd residual");
@@ -256,31 +257,30 @@ Status GptModelCuda::BlockBackward(const void* const* p, float* const* g, bool a
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
   float* dy = dy_.as<float>();
   float* dtmp = dtmp_.as<float>();
-  float* dbig = dbig_.as<float>();
   // MLP branch: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
-  // dbig = dL/dh: c_proj's input gradient times gelu_tanh'(h) (its DGELU epilogue if it applies).
+  // dbig_ = dL/dh: c_proj's input gradient times gelu_tanh'(h) (its DGELU epilogue if it applies).
   ScopedGpuOp op(ops(), "bwd gemm mlp proj+dgelu");
   RETURN_IF_ERROR(linear_->Backward(Act(a.g), p[kMProjW], param_dtype_, dy, n, 4 * C, C, g[kMProjW],
-                                    g[kMProjB], dbig, accumulate,
-                                    /*gelu_pre=*/a.h.as<float>()));
+                                    g[kMProjB], Out(&dbig_), accumulate, /*gelu_pre=*/Act(a.h)));
   op.Next("bwd gemm fc");
-  RETURN_IF_ERROR(
-      LinearBackward(Act(a.ln2), p[kFcW], dbig, C, 4 * C, g[kFcW], g[kFcB], dtmp, accumulate));
+  RETURN_IF_ERROR(LinearBackward(Act(a.ln2), p[kFcW], Act(dbig_), C, 4 * C, g[kFcW], g[kFcB], dtmp,
+                                 accumulate));
   op.Next("bwd layernorm");
   RETURN_IF_ERROR(nn::LaunchLayerNormBackward(
       a.x1.as<float>(), p[kLn2W], param_dtype_, a.mean2.as<float>(), a.rstd2.as<float>(), dtmp, n,
       C, dy, g[kLn2W], g[kLn2B], col_partials_.as<double>(), accumulate, s,
       /*add_dx=*/true));  // dy: dL/dx1
   // Attention branch: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  // dtmp_ = dL/d(attention output), in the operand dtype.
   op.Next("bwd gemm attn proj");
-  RETURN_IF_ERROR(LinearBackward(a.atty.as<float>(), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
-                                 dtmp, accumulate));
+  RETURN_IF_ERROR(LinearBackward(Act(a.atty), p[kAProjW], dy, C, C, g[kAProjW], g[kAProjB],
+                                 Out(&dtmp_), accumulate));
   op.Next("bwd attention");
-  RETURN_IF_ERROR(attn_->Backward(as, a.qkv.as<float>(), a.atty.as<float>(), a.lse.as<float>(),
-                                  dtmp, dqkv_.as<float>()));
+  RETURN_IF_ERROR(attn_->Backward(as, a.qkv.data(), a.atty.data(), a.lse.as<float>(), dtmp_.data(),
+                                  dqkv_.data(), param_dtype_));
   op.Next("bwd gemm qkv");
-  RETURN_IF_ERROR(LinearBackward(Act(a.ln1), p[kAttnW], dqkv_.as<float>(), C, 3 * C, g[kAttnW],
-                                 g[kAttnB], dtmp, accumulate));
+  RETURN_IF_ERROR(LinearBackward(Act(a.ln1), p[kAttnW], Act(dqkv_), C, 3 * C, g[kAttnW], g[kAttnB],
+                                 dtmp, accumulate));
   op.Next("bwd layernorm");
   return nn::LaunchLayerNormBackward(x, p[kLn1W], param_dtype_, a.mean1.as<float>(),
                                      a.rstd1.as<float>(), dtmp, n, C, dy, g[kLn1W], g[kLn1B],

@@ -21,17 +21,18 @@
 //     rounding.
 //   bf16: PyTorch autocast(bf16). Every GEMM (the Linears through nn::CudaLinear, attention's
 //     products in CudaAttention's bf16 mode) has bf16 operands on tensor cores with f32
-//     accumulation and f32 outputs: the gathered bf16 weights as they are, the f32 activation
-//     operand (x; dy and x in the backward) rounded to a bf16 scratch just before; dW = dy^T x
-//     accumulates in f32 into the f32 gradient buffers. The activations that only feed GEMMs
-//     (ln_1's and ln_2's outputs, the GELU's) are saved in bf16, rounded once where they are
-//     made (as autocast keeps them); the residual stream, the other activations and the
-//     activation gradients are f32; LayerNorm, softmax, GELU, the loss and the bias and embedding
-//     kernels compute in f32 (their bf16 parameters widened in the kernel); the Linear biases,
-//     c_fc's GELU and the GELU's gradient are cuBLASLt epilogues of their GEMMs where the shapes
-//     allow (nn/cuda/ linear.h; f32 and f16 keep the GELU kernels). The CPU GptModel widens the
-//     weights and keeps f32 operands, so the devices differ by the bf16 rounding of the activation
-//     operands.
+//     accumulation: the gathered bf16 weights as they are; dW = dy^T x accumulates in f32 into
+//     the f32 gradient buffers. What autocast keeps in bf16 is bf16 here, written so by the op
+//     that makes it (the f32 accumulator rounded once) and read as it is by the next: qkv, the
+//     attention output, the GELU input h and output g (c_fc's cuBLASLt GELU epilogue writes
+//     both), ln_1's and ln_2's outputs (rounded where they are made), and in the backward the
+//     gradients of the attention output, qkv (cuDNN's dqkv) and h (c_proj's DGELU epilogue). The
+//     residual stream, c_proj's outputs (their residual add fused), the gradients through the
+//     LayerNorms and the logits and their gradient are f32 (an f32 GEMM operand is rounded to a
+//     bf16 scratch just before); LayerNorm, softmax, GELU, the loss and the bias and embedding
+//     kernels compute in f32 (bf16 parameters widened in the kernel). The CPU GptModel widens the
+//     weights and keeps f32 activations, so the devices differ by the bf16 rounding of the
+//     activations.
 //   f16: as f32, with the gathered weights widened to f32 device scratch before use (no loss
 //     scaling, so no f16 gradients): agrees with the CPU to f32 rounding.
 // Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
@@ -40,15 +41,17 @@
 // GptUnits(shape), or a bad shape; kUnavailable without CUDA or a GPU; cuBLAS/CUDA errors.
 // ForwardBackward/LossSum/Sample: kInvalidArgument for a bad batch (host check, before anything
 // is queued); store/communicator/CUDA/cuBLAS errors with the use named.
-// Threading: one thread (the store's). Memory (device): per micro-batch of n tokens about
-// n * (10 + 16 C + V) floats (ids, targets and the embedding plan, residual stream per block,
-// per-block activations, the logits then their gradient) plus n * n_head per block for the
-// attention's saved row logsumexp (one block's with recompute), CudaAttention's workspace (n *
-// n_head; for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2), and
-// for bf16 (ln_1, ln_2 and the GELU output saved at half size) two GEMM-operand scratch buffers
-// of n * C and at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16
-// a widened f32 copy of the largest unit; pinned host: the tokens and the plan, the loss and one
-// row of logits.
+// Threading: one thread (the store's). Memory (device): per micro-batch of n tokens the ids,
+// targets and embedding plan (about 5n int64), the residual stream (n C f32 per use: L + 2 uses),
+// per block (one with recompute) x1 and the statistics in f32 and ln_1, qkv, the attention
+// output, ln_2, h and g in the GEMM dtype (C f32 + 14 C elements: 32 C bytes per token at bf16,
+// 60 C at f32) plus n * n_head f32 for the attention's saved row logsumexp, the logits (n V f32,
+// then their gradient), backward scratch (2 n C f32, 7 n C in the GEMM dtype), CudaAttention's
+// workspace (for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2;
+// with our kernels at bf16, f32 copies of qkv, out and their gradients: 8 n C f32), the column
+// sums' partials (a few hundred KiB), and for bf16 two GEMM-operand scratch buffers of n * C and
+// at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16 a widened f32 copy of the
+// largest unit; pinned host: the tokens and the plan, the loss and one row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 #define SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 
@@ -90,7 +93,8 @@ class GptModelCuda final : public GptLm, private UnitModule {
   StatusOr<std::vector<GpuOpTotal>> OpTotals() override;
 
  private:
-  // A block's saved activations (device, f32; ln1, ln2 and g in param_dtype_).
+  // A block's saved activations (device; x1 and the statistics f32, the others in
+  // param_dtype_).
   struct BlockActs {
     Buffer ln1, mean1, rstd1, qkv, lse, atty, x1, ln2, mean2, rstd2, h, g;  // lse: CudaAttention's
   };
@@ -108,13 +112,15 @@ class GptModelCuda final : public GptLm, private UnitModule {
   Status BlockBackward(const void* const* p, float* const* g, bool accumulate, const float* x,
                        const BlockActs& a);
   // y[n, out] = x W^T + b (b may be null), through linear_.
-  Status Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out, float* y);
+  Status Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out,
+                nn::GemmOut y);
   // dW (+)= dy^T x, db (+)= column sums of dy (db may be null), dx = dy W (dx may be null).
-  Status LinearBackward(nn::LinearX x, const void* w, const float* dy, int64_t in, int64_t out,
-                        float* dw, float* db, float* dx, bool accumulate);
-  // A saved GEMM-only activation (ln_1, ln_2, the GELU output; in param_dtype_) as a GEMM input.
+  Status LinearBackward(nn::LinearX x, const void* w, nn::LinearX dy, int64_t in, int64_t out,
+                        float* dw, float* db, nn::GemmOut dx, bool accumulate);
+  // A buffer in param_dtype_ (a saved activation, dbig_, dqkv_) as a GEMM input, resp. output.
   nn::LinearX Act(const Buffer& b) const { return nn::LinearX(b.data(), param_dtype_); }
-  // Where a kernel writes such an activation in f32: the saved buffer itself for f32, else the
+  nn::GemmOut Out(Buffer* b) const { return nn::GemmOut(b->data(), param_dtype_); }
+  // Where a LayerNorm writes its saved output in f32: the saved buffer itself for f32, else the
   // f32 scratch; Keep then rounds a 16-bit one (n elements) into the saved buffer.
   float* Staged(Buffer* saved, Buffer* scratch) const;
   Status Keep(const float* staged, Buffer* saved, int64_t n);

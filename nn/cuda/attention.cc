@@ -97,8 +97,17 @@ bool CudaAttention::FallBack(const AttentionShape& s, const Status& st) {
   return true;
 }
 
-Status CudaAttention::CudnnForward(const AttentionShape& s, const float* qkv, float* out,
-                                   float* lse) {
+Status CudaAttention::CheckIo(const char* what, DType io) const {
+  if (io != DType::kF32 && io != dtype_) {
+    return InvalidArgument("CudaAttention::", what, ": io dtype ", DTypeName(io),
+                           " is neither f32 nor the GEMM dtype ", DTypeName(dtype_));
+  }
+  return Status::Ok();
+}
+
+Status CudaAttention::CudnnForward(const AttentionShape& s, const void* qkv, void* out, float* lse,
+                                   DType io) {
+  if (io == dtype_) return cudnn_->Forward(s, qkv, out, lse);
   void* st = gemm_->stream().native;
   const size_t es = DTypeSize(dtype_);
   RETURN_IF_ERROR(Reserve(&qkv_low_, size_t(s.qkv_numel()) * es));
@@ -109,8 +118,9 @@ Status CudaAttention::CudnnForward(const AttentionShape& s, const float* qkv, fl
   return LaunchConvert(o_low_.data(), dtype_, out, DType::kF32, size_t(s.out_numel()), st);
 }
 
-Status CudaAttention::CudnnBackward(const AttentionShape& s, const float* qkv, const float* out,
-                                    const float* lse, const float* dout, float* dqkv) {
+Status CudaAttention::CudnnBackward(const AttentionShape& s, const void* qkv, const void* out,
+                                    const float* lse, const void* dout, void* dqkv, DType io) {
+  if (io == dtype_) return cudnn_->Backward(s, qkv, out, lse, dout, dqkv);
   void* st = gemm_->stream().native;
   const size_t es = DTypeSize(dtype_), nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
   for (Buffer* b : {&qkv_low_, &dqkv_low_}) RETURN_IF_ERROR(Reserve(b, nq * es));
@@ -131,9 +141,10 @@ Status CudaAttention::Reserve(Buffer* b, size_t bytes) {
   return Status::Ok();
 }
 
-Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* out, float* lse,
-                              bool allow_cudnn) {
+Status CudaAttention::Forward(const AttentionShape& s, const void* qkv, void* out, float* lse,
+                              DType io, bool allow_cudnn) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
+  RETURN_IF_ERROR(CheckIo("Forward", io));
   if (qkv == nullptr || out == nullptr || lse == nullptr) {
     return InvalidArgument("CudaAttention::Forward: null buffer");
   }
@@ -142,24 +153,59 @@ Status CudaAttention::Forward(const AttentionShape& s, const float* qkv, float* 
     ASSIGN_OR_RETURN(cudnn, UseCudnn(s));
   }
   if (cudnn) {
-    const Status st = CudnnForward(s, qkv, out, lse);
+    const Status st = CudnnForward(s, qkv, out, lse, io);
     if (st.ok() || !FallBack(s, st)) return st;
   }
+  if (io == DType::kF32) {
+    return OwnForward(s, static_cast<const float*>(qkv), static_cast<float*>(out), lse);
+  }
+  // 16-bit io: our kernels on f32 copies (they round the operands to the GEMM dtype themselves,
+  // so widening the rounded qkv changes nothing), out rounded once.
+  void* st = gemm_->stream().native;
+  const size_t nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
+  RETURN_IF_ERROR(Reserve(&qkv32_, nq * sizeof(float)));
+  RETURN_IF_ERROR(Reserve(&o32_, no * sizeof(float)));
+  RETURN_IF_ERROR(LaunchConvert(qkv, io, qkv32_.data(), DType::kF32, nq, st));
+  RETURN_IF_ERROR(OwnForward(s, qkv32_.as<const float>(), o32_.as<float>(), lse));
+  return LaunchConvert(o32_.data(), DType::kF32, out, io, no, st);
+}
+
+Status CudaAttention::OwnForward(const AttentionShape& s, const float* qkv, float* out,
+                                 float* lse) {
   if (s.head_dim() > kFlashMaxHeadDim) return ForwardMaterialised(s, qkv, out, lse);
   return LaunchFlashAttentionForward(s, qkv, dtype_, out, lse, gemm_->stream().native);
 }
 
-Status CudaAttention::Backward(const AttentionShape& s, const float* qkv, const float* out,
-                               const float* lse, const float* dout, float* dqkv) {
+Status CudaAttention::Backward(const AttentionShape& s, const void* qkv, const void* out,
+                               const float* lse, const void* dout, void* dqkv, DType io) {
   RETURN_IF_ERROR(CheckAttentionShape(s));
+  RETURN_IF_ERROR(CheckIo("Backward", io));
   if (qkv == nullptr || out == nullptr || lse == nullptr || dout == nullptr || dqkv == nullptr) {
     return InvalidArgument("CudaAttention::Backward: null buffer");
   }
   ASSIGN_OR_RETURN(bool cudnn, UseCudnn(s));
   if (cudnn) {
-    const Status st = CudnnBackward(s, qkv, out, lse, dout, dqkv);
+    const Status st = CudnnBackward(s, qkv, out, lse, dout, dqkv, io);
     if (st.ok() || !FallBack(s, st)) return st;
   }
+  if (io == DType::kF32) {
+    return OwnBackward(s, static_cast<const float*>(qkv), static_cast<const float*>(out), lse,
+                       static_cast<const float*>(dout), static_cast<float*>(dqkv));
+  }
+  void* st = gemm_->stream().native;  // 16-bit io: as Forward
+  const size_t nq = size_t(s.qkv_numel()), no = size_t(s.out_numel());
+  for (Buffer* b : {&qkv32_, &dqkv32_}) RETURN_IF_ERROR(Reserve(b, nq * sizeof(float)));
+  for (Buffer* b : {&o32_, &dy32_}) RETURN_IF_ERROR(Reserve(b, no * sizeof(float)));
+  RETURN_IF_ERROR(LaunchConvert(qkv, io, qkv32_.data(), DType::kF32, nq, st));
+  RETURN_IF_ERROR(LaunchConvert(out, io, o32_.data(), DType::kF32, no, st));
+  RETURN_IF_ERROR(LaunchConvert(dout, io, dy32_.data(), DType::kF32, no, st));
+  RETURN_IF_ERROR(OwnBackward(s, qkv32_.as<const float>(), o32_.as<const float>(), lse,
+                              dy32_.as<const float>(), dqkv32_.as<float>()));
+  return LaunchConvert(dqkv32_.data(), DType::kF32, dqkv, io, nq, st);
+}
+
+Status CudaAttention::OwnBackward(const AttentionShape& s, const float* qkv, const float* out,
+                                  const float* lse, const float* dout, float* dqkv) {
   if (s.head_dim() > kFlashMaxHeadDim) return BackwardMaterialised(s, qkv, dout, dqkv);
   RETURN_IF_ERROR(Reserve(&drow_, size_t(LseNumel(s)) * sizeof(float)));
   return LaunchFlashAttentionBackward(s, qkv, out, lse, dout, dtype_, drow_.as<float>(), dqkv,
@@ -243,11 +289,21 @@ StatusOr<bool> CudaAttention::UseCudnn(const AttentionShape&) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 bool CudaAttention::FallBack(const AttentionShape&, const Status&) { return false; }
-Status CudaAttention::CudnnForward(const AttentionShape&, const float*, float*, float*) {
+Status CudaAttention::CheckIo(const char*, DType) const {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
-Status CudaAttention::CudnnBackward(const AttentionShape&, const float*, const float*, const float*,
-                                    const float*, float*) {
+Status CudaAttention::CudnnForward(const AttentionShape&, const void*, void*, float*, DType) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::CudnnBackward(const AttentionShape&, const void*, const void*, const float*,
+                                    const void*, void*, DType) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::OwnForward(const AttentionShape&, const float*, float*, float*) {
+  return Unavailable("CudaAttention: built without --config=cuda");
+}
+Status CudaAttention::OwnBackward(const AttentionShape&, const float*, const float*, const float*,
+                                  const float*, float*) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 StatusOr<std::string> CudaAttention::Implementation(const AttentionShape&) {
@@ -256,11 +312,11 @@ StatusOr<std::string> CudaAttention::Implementation(const AttentionShape&) {
 Status CudaAttention::Reserve(Buffer*, size_t) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
-Status CudaAttention::Forward(const AttentionShape&, const float*, float*, float*, bool) {
+Status CudaAttention::Forward(const AttentionShape&, const void*, void*, float*, DType, bool) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
-Status CudaAttention::Backward(const AttentionShape&, const float*, const float*, const float*,
-                               const float*, float*) {
+Status CudaAttention::Backward(const AttentionShape&, const void*, const void*, const float*,
+                               const void*, void*, DType) {
   return Unavailable("CudaAttention: built without --config=cuda");
 }
 Status CudaAttention::SoftmaxMaterialised(const AttentionShape&, const float*, float*) {

@@ -6,9 +6,10 @@
 //
 // Implementation (all on the CublasGemm's stream), chosen per shape by the AttentionBackend:
 //   cuDNN (kAuto with a bf16 / f16 GEMM dtype when nn/cuda/cudnn_attention.h opens cuDNN and
-//     supports the shape; kCudnn always): qkv and dY rounded to the GEMM dtype into scratch
-//     buffers, cuDNN's fused attention on them, o and dqkv widened to f32. Its lse is the same
-//     natural-log row logsumexp. The backward rounds `out` again (exact: it is o widened).
+//     supports the shape; kCudnn always): cuDNN's fused attention on qkv, out, dout and dqkv in
+//     the GEMM dtype: as they are with 16-bit io; with f32 io qkv and dY rounded into scratch
+//     buffers, o and dqkv widened to f32, and the backward rounds `out` again (exact: it is o
+//     widened). Its lse is the same natural-log row logsumexp.
 //     kAuto: a shape cuDNN refuses when it is planned or run is logged and left to the kernels
 //     below (a backward after a cuDNN forward reads its out and lse as it would ours).
 //   head size <= 128 (kFlashMaxHeadDim): the fused kernels of nn/cuda/flash_attention_kernels.h,
@@ -25,12 +26,14 @@
 // deterministic backward).
 //
 // Memory: a device workspace owned by the object, grown on demand (the stream is synchronised
-// before a buffer is replaced). cuDNN path: 8 B*T*C GEMM-dtype elements (qkv, o, dY, dqkv) and
-// cuDNN's workspace. Fused path: B*nh*T f32 (D) in the backward. Materialised path:
-// q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer, P (B*nh*T*T f32) and its
-// GEMM-dtype copy (bf16/f16 only); the backward adds dQ, dK, dV (3 B*T*C f32) and dP
+// before a buffer is replaced). cuDNN path: with f32 io 8 B*T*C GEMM-dtype elements (qkv, o,
+// dY, dqkv), none with 16-bit io, and cuDNN's workspace. Our kernels with 16-bit io: f32 copies
+// of qkv, out, dout and dqkv (8 B*T*C f32). Fused path: B*nh*T f32 (D) in the backward.
+// Materialised path: q, k, v (3 B*T*C GEMM-dtype elements), one B*T*C f32 buffer, P (B*nh*T*T f32)
+// and its GEMM-dtype copy (bf16/f16 only); the backward adds dQ, dK, dV (3 B*T*C f32) and dP
 // (B*nh*T*T f32). One object may serve every layer (buffers are reused).
-// Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape), a null buffer or dtype;
+// Errors: kInvalidArgument for a bad shape (nn::CheckAttentionShape), a null buffer or dtype, an
+// io dtype neither f32 nor the GEMM dtype;
 // kUnavailable without CUDA, or with kCudnn when cuDNN cannot be opened (Create; an f32 GEMM
 // dtype is kInvalidArgument); kUnimplemented with kCudnn for a shape cuDNN does not support;
 // CUDA/cuBLAS/cuDNN errors. Threading: one thread at a time (as the
@@ -75,14 +78,17 @@ class CudaAttention {
   // Elements of the saved lse: B * n_head * T.
   static int64_t LseNumel(const AttentionShape& s) { return s.batch * s.heads * s.seq; }
 
-  // qkv f32 [B, T, 3C] -> out f32 [B, T, C]; lse f32 [B, nh, T] (saved for Backward).
+  // qkv [B, T, 3C] -> out [B, T, C]; lse f32 [B, nh, T] (saved for Backward). qkv and out are
+  // in `io`: f32, or the GEMM dtype (16-bit: cuDNN reads and writes them as they are; our
+  // kernels run on f32 copies, out rounded once).
   // allow_cudnn false: our kernels whatever the backend, and no cuDNN graph is built for s (a
   // forward-only caller whose shapes vary, e.g. token-by-token sampling, one shape per length).
-  Status Forward(const AttentionShape& s, const float* qkv, float* out, float* lse,
-                 bool allow_cudnn = true);
-  // dqkv f32 [B, T, 3C] (overwritten) from dout f32 [B, T, C] and the forward's qkv, out, lse.
-  Status Backward(const AttentionShape& s, const float* qkv, const float* out, const float* lse,
-                  const float* dout, float* dqkv);
+  Status Forward(const AttentionShape& s, const void* qkv, void* out, float* lse,
+                 DType io = DType::kF32, bool allow_cudnn = true);
+  // dqkv [B, T, 3C] (overwritten) from dout [B, T, C] and the forward's qkv, out, lse; qkv, out,
+  // dout and dqkv in `io` (as Forward).
+  Status Backward(const AttentionShape& s, const void* qkv, const void* out, const float* lse,
+                  const void* dout, void* dqkv, DType io = DType::kF32);
 
  private:
   CudaAttention(CublasGemm* gemm, DType t) : gemm_(gemm), dtype_(t) {}
@@ -92,9 +98,15 @@ class CudaAttention {
   // kAuto: after cuDNN failed to run shape s (kInternal: it refused at execution), logs it and
   // leaves s to our kernels from now on; true when the caller should run them.
   bool FallBack(const AttentionShape& s, const Status& st);
-  Status CudnnForward(const AttentionShape& s, const float* qkv, float* out, float* lse);
-  Status CudnnBackward(const AttentionShape& s, const float* qkv, const float* out,
-                       const float* lse, const float* dout, float* dqkv);
+  Status CudnnForward(const AttentionShape& s, const void* qkv, void* out, float* lse, DType io);
+  Status CudnnBackward(const AttentionShape& s, const void* qkv, const void* out, const float* lse,
+                       const void* dout, void* dqkv, DType io);
+  // Our kernels on f32 qkv, out (and dout, dqkv).
+  Status OwnForward(const AttentionShape& s, const float* qkv, float* out, float* lse);
+  Status OwnBackward(const AttentionShape& s, const float* qkv, const float* out, const float* lse,
+                     const float* dout, float* dqkv);
+  // `io` f32 or the GEMM dtype.
+  Status CheckIo(const char* what, DType io) const;
   // Makes *b hold at least `bytes` (synchronising the stream before replacing it).
   Status Reserve(Buffer* b, size_t bytes);
   // The materialised path (head size > 128): q_, k_, v_ from qkv; S and P into p_ (and
@@ -112,6 +124,7 @@ class CudaAttention {
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, bool> cudnn_shapes_;  // supported?
   Buffer qkv_low_, o_low_, dy_low_, dqkv_low_;                                   // cuDNN path
   Buffer drow_;                                                                  // fused path
+  Buffer qkv32_, o32_, dy32_, dqkv32_;  // our kernels with 16-bit io: f32 copies
   Buffer q_, k_, v_, p_, p_low_, y_, work_f32_, dq_, dk_, dv_;  // materialised path
 };
 

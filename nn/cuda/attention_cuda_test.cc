@@ -3,8 +3,8 @@
 // the kernels' 16-row blocks or 32-row tiles, head sizes 5, 48, 64, 80, 100, 128 (fused path) and
 // 160 (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
 // cuDNN (where it opens) against the reference, each backend's backward after the other's forward,
-// and cuDNN against our kernels at GPT-2's shape; argument errors. The reference itself is checked
-// against the CPU layer (runs without a GPU).
+// and cuDNN against our kernels at GPT-2's shape; 16-bit io against f32 io; argument errors. The
+// reference itself is checked against the CPU layer (runs without a GPU).
 //
 // Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
 // multiplies (Q, K, V, dY rounded to the operand dtype), so what is left is f32 summation (f32:
@@ -300,6 +300,48 @@ TEST_F(AttentionCudaTest, BackendsMixAndAgreeAtGpt2Size) {
 
 // kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5, T = 1) and always
 // in f32.
+// 16-bit io (qkv, out, dout and dqkv in the GEMM dtype, as the bf16 GPT keeps them): the bits of
+// f32 io on the same (rounded) values, rounded once. cuDNN reads and writes 16 bits as they are;
+// our kernels run on f32 copies. An io dtype other than f32 and the GEMM dtype is refused.
+TEST_F(AttentionCudaTest, SixteenBitIoGivesTheRoundedBitsOfF32Io) {
+  const DType t = DType::kBF16;
+  const bool cudnn = CudnnVersion().ok();
+  for (AttentionBackend backend : {AttentionBackend::kOwn, AttentionBackend::kCudnn}) {
+    if (backend == AttentionBackend::kCudnn && !cudnn) continue;
+    for (const AttentionShape& sh : {AttentionShape{2, 33, 96, 2}, AttentionShape{1, 160, 256, 2},
+                                     AttentionShape{1, 45, 160, 1}}) {
+      if (backend == AttentionBackend::kCudnn && sh.head_dim() > 128) continue;
+      SCOPED_TRACE(::testing::Message() << AttentionBackendName(backend) << " T " << sh.seq << " C "
+                                        << sh.dim << " nh " << sh.heads);
+      auto a = CudaAttention::Create(gemm_.get(), t, backend);
+      ASSERT_TRUE(a.ok()) << a.status();
+      const auto qkv16 = Round16(Uniform(size_t(sh.qkv_numel()), 41, -2.f, 2.f), t),
+                 dout16 = Round16(Uniform(size_t(sh.out_numel()), 42), t);
+      const size_t nq = qkv16.size(), no = dout16.size(), nl = size_t(CudaAttention::LseNumel(sh));
+      // f32 io on the widened values.
+      float *q32 = Up(Widen16(qkv16, t)), *o32 = Alloc<float>(no, NAN),
+            *l32 = Alloc<float>(nl, NAN), *d32 = Up(Widen16(dout16, t)),
+            *g32 = Alloc<float>(nq, NAN);
+      ASSERT_TRUE((*a)->Forward(sh, q32, o32, l32).ok());
+      // 16-bit io.
+      uint16_t *q16 = Up(qkv16), *o16 = Alloc<uint16_t>(no, 0xffff), *d16 = Up(dout16),
+               *g16 = Alloc<uint16_t>(nq, 0xffff);
+      float* l16 = Alloc<float>(nl, NAN);
+      ASSERT_TRUE((*a)->Forward(sh, q16, o16, l16, t).ok());
+      const std::vector<uint16_t> out16 = Down(o16, no);
+      EXPECT_EQ(out16, Round16(Down(o32, no), t));
+      EXPECT_TRUE(SameBits(Down(l16, nl), Down(l32, nl)));
+      // Backward: the f32 run gets the 16-bit forward's out, widened (what cuDNN and our f32
+      // copies see).
+      float* o32w = Up(Widen16(out16, t));
+      ASSERT_TRUE((*a)->Backward(sh, q32, o32w, l16, d32, g32).ok());
+      ASSERT_TRUE((*a)->Backward(sh, q16, o16, l16, d16, g16, t).ok());
+      EXPECT_EQ(Down(g16, nq), Round16(Down(g32, nq), t));
+      EXPECT_EQ((*a)->Forward(sh, q16, o16, l16, DType::kF16).code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
   auto bf = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kAuto);
   auto f32 = CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kAuto);
@@ -329,7 +371,7 @@ TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
     float *qkv = Up(Uniform(size_t(t1.qkv_numel()), 51)),
           *out = Alloc<float>(size_t(t1.out_numel())),
           *lse = Alloc<float>(size_t(CudaAttention::LseNumel(t1)));
-    EXPECT_TRUE((*c)->Forward(t1, qkv, out, lse, /*allow_cudnn=*/false).ok());
+    EXPECT_TRUE((*c)->Forward(t1, qkv, out, lse, DType::kF32, /*allow_cudnn=*/false).ok());
     EXPECT_EQ((*c)->Forward(t1, qkv, out, lse).code(), StatusCode::kUnimplemented);
   }
 }

@@ -75,6 +75,10 @@ using testing::Widen16;
 // terms' magnitudes. 16-bit rounding of an operand would be 2^-9 of a term: far above the bound.
 constexpr double kBound = 2e-5;
 
+bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // A reference value and the sum of its terms' magnitudes.
 struct Ref {
   std::vector<double> value, mag;
@@ -431,6 +435,79 @@ TEST_F(LinearEpilogueTest, RerunsAreBitIdentical) {
       const std::vector<float> dx2 = CheckDGelu(t, Policy::kAll, sh, 903);
       ASSERT_EQ(dx1.size(), dx2.size());
       EXPECT_EQ(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+// 16-bit outputs (GemmOut in bf16: the f32 accumulator rounded once) and 16-bit dy and gelu_pre
+// inputs, as the bf16 GPT passes them: each output is the f32 output of the same call rounded,
+// within half a bf16 step (2^-9 relative) plus f32 summation differences between the two calls'
+// algorithms; dW and db from a bf16 dy are the bits of the f32 dy holding the same values. The
+// fused shape takes the epilogues with 16-bit outputs (kAll), the others fall back to f32 scratch.
+TEST_F(LinearEpilogueTest, SixteenBitOutputsAreTheF32OutputsRounded) {
+  const DType t = DType::kBF16;
+  auto close = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double top = 0, err = 0;
+    for (float v : want) top = std::max(top, double(std::fabs(v)));
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = std::fabs(double(got[i]) - want[i]) /
+                       (std::ldexp(std::fabs(double(want[i])), -9) + 1e-4 * top + 1e-30);
+      err = std::isnan(e) ? INFINITY : std::max(err, e);
+    }
+    return err;
+  };
+  uint32_t seed = 1001;
+  for (Policy p : {Policy::kAll, Policy::kNone}) {
+    for (const EpiShape& sh :
+         {EpiShape{33, 64, 24, Path::kFused}, EpiShape{7, 13, 24, Path::kEither},
+          EpiShape{96, 200, 130, Path::kFallback}}) {
+      SCOPED_TRACE(::testing::Message() << "rows " << sh.rows << " in " << sh.in << " out "
+                                        << sh.out << " policy " << int(p));
+      std::unique_ptr<CudaLinear> lin = Make(t, p);
+      ASSERT_NE(lin, nullptr);
+      const int64_t R = sh.rows, I = sh.in, O = sh.out, ny = R * O, nx = R * I;
+      const auto x = Uniform(size_t(nx), seed += 10);
+      std::vector<float> unused;
+      const void* gw = Weights(Uniform(size_t(O * I), seed + 1, -0.3f, 0.3f), t, &unused);
+      const void* gb = Weights(Uniform(size_t(O), seed + 2), t, &unused);
+      const float* gx = Up(x);
+      float *y32 = Alloc<float>(size_t(ny), NAN), *pre32 = Alloc<float>(size_t(ny), NAN);
+      uint16_t *y16 = Alloc<uint16_t>(size_t(ny), 0xffff),
+               *pre16 = Alloc<uint16_t>(size_t(ny), 0xffff);
+      const int64_t bias0 = Lt(GemmEpilogue::kBias), gelu0 = Lt(GemmEpilogue::kBiasGeluAux),
+                    dgelu0 = Lt(GemmEpilogue::kDGelu);
+      ASSERT_TRUE(lin->Forward(gx, gw, gb, t, R, I, O, y32).ok());
+      ASSERT_TRUE(lin->Forward(gx, gw, gb, t, R, I, O, GemmOut(y16, t)).ok());
+      EXPECT_LT(close(Widen16(Down(y16, size_t(ny)), t), Down(y32, size_t(ny))), 1.0);
+      ASSERT_TRUE(lin->ForwardGeluTanh(gx, gw, gb, t, R, I, O, pre32, y32).ok());
+      ASSERT_TRUE(
+          lin->ForwardGeluTanh(gx, gw, gb, t, R, I, O, GemmOut(pre16, t), GemmOut(y16, t)).ok());
+      EXPECT_LT(close(Widen16(Down(pre16, size_t(ny)), t), Down(pre32, size_t(ny))), 1.0);
+      EXPECT_LT(close(Widen16(Down(y16, size_t(ny)), t), Down(y32, size_t(ny))), 1.0);
+      // Backward of a Linear [O -> I] after the GELU: dy [R, I] bf16, gelu_pre [R, O].
+      const auto dy16 = Round16(Uniform(size_t(nx), seed + 3), t);
+      const auto z16 = Round16(Uniform(size_t(ny), seed + 4, -3.f, 3.f), t);
+      const void* gw2 = Weights(Uniform(size_t(I * O), seed + 5, -0.3f, 0.3f), t, &unused);
+      const float *dy32 = Up(Widen16(dy16, t)), *z32 = Up(Widen16(z16, t));
+      const uint16_t *gdy16 = Up(dy16), *gz16 = Up(z16);
+      const std::vector<float> a = Uniform(size_t(ny), seed + 6);
+      const float* ga = Up(a);  // the layer's input [R, O]
+      float *dw32 = Alloc<float>(size_t(I * O), NAN), *db32 = Alloc<float>(size_t(I), NAN);
+      float *dw16 = Alloc<float>(size_t(I * O), NAN), *db16 = Alloc<float>(size_t(I), NAN);
+      float* dx32 = Alloc<float>(size_t(ny), NAN);
+      uint16_t* dx16 = Alloc<uint16_t>(size_t(ny), 0xffff);
+      ASSERT_TRUE(lin->Backward(ga, gw2, t, dy32, R, O, I, dw32, db32, dx32, false, z32).ok());
+      ASSERT_TRUE(lin->Backward(ga, gw2, t, LinearX(gdy16, t), R, O, I, dw16, db16,
+                                GemmOut(dx16, t), false, LinearX(gz16, t))
+                      .ok());
+      EXPECT_LT(close(Widen16(Down(dx16, size_t(ny)), t), Down(dx32, size_t(ny))), 1.0);
+      EXPECT_TRUE(SameFloats(Down(dw16, size_t(I * O)), Down(dw32, size_t(I * O))));
+      EXPECT_TRUE(SameFloats(Down(db16, size_t(I)), Down(db32, size_t(I))));
+      if (p == Policy::kAll && sh.gelu == Path::kFused) {  // the 16-bit calls fused too
+        EXPECT_EQ(Lt(GemmEpilogue::kBias) - bias0, 2);
+        EXPECT_EQ(Lt(GemmEpilogue::kBiasGeluAux) - gelu0, 2);
+        EXPECT_EQ(Lt(GemmEpilogue::kDGelu) - dgelu0, 2);
+      }
     }
   }
 }
