@@ -84,6 +84,11 @@ StatusOr<std::unique_ptr<GptModelCuda>> GptModelCuda::Create(ShardedParameterSto
                    Buffer::Allocate(sizeof(double), Device::Cpu(), MemoryKind::kPinnedHost));
   ASSIGN_OR_RETURN(m->logits_host_, Buffer::Allocate(size_t(shape.vocab) * sizeof(float),
                                                      Device::Cpu(), MemoryKind::kPinnedHost));
+  if (m->param_dtype_ != DType::kF32) {  // LastLogits' row of 16-bit logits
+    ASSIGN_OR_RETURN(m->row16_host_,
+                     Buffer::Allocate(size_t(shape.vocab) * DTypeSize(m->param_dtype_),
+                                      Device::Cpu(), MemoryKind::kPinnedHost));
+  }
   if (compute != m->param_dtype_) {  // f16: the widened copy of a use's parameters
     int64_t most = 0;
     for (const UnitSpec& u : GptUnits(shape)) {
@@ -118,7 +123,7 @@ Status GptModelCuda::Reserve(int64_t n) {
     RETURN_IF_ERROR(Grow(&a.lse, cap * shape_.n_head, 4, d));  // [rows, n_head, t]
   }
   for (Buffer* b : {&lnf_mean_, &lnf_rstd_}) RETURN_IF_ERROR(Grow(b, cap, 4, d));
-  RETURN_IF_ERROR(Grow(&logits_, cap * V, 4, d));  // the loss writes dlogits over it
+  RETURN_IF_ERROR(Grow(&logits_, cap * V, op, d));  // the loss writes dlogits over it
   RETURN_IF_ERROR(Grow(&plan_, 3 * cap + 1, sizeof(int64_t), d));
   RETURN_IF_ERROR(Grow(&row_loss_, cap, sizeof(double), d));
   // dtmp_: f32 (also the attention output's gradient in the operand dtype); dbig_ and dqkv_:
@@ -128,17 +133,15 @@ Status GptModelCuda::Reserve(int64_t n) {
   RETURN_IF_ERROR(Grow(&dqkv_, cap * 3 * C, op, d));
   // The LayerNorm backwards' dw and db row-chunk sums (nn/cuda/layernorm_kernels.h).
   RETURN_IF_ERROR(Grow(&col_partials_, 2 * nn::ColumnPartials(cap, C), sizeof(double), d));
-  // 16-bit operand copies: x of the f32 inputs (ln_f's output and atty, C wide: ln_1, ln_2 and
-  // the GELU output are saved in the operand dtype), dy of the largest backward chunk over the
-  // model's Linears [in, out]. A chunk holds at most kMaxOperandElems / max(in, out) rows, so a
-  // narrower layer than the lm_head may take more dy elements than the lm_head's chunk.
-  const int64_t linears[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
-  int64_t dy_elems = 0, partials = 0;  // and the bias gradients' column-sum partials
-  for (const auto& l : linears) {
-    dy_elems = std::max(dy_elems, linear_->BackwardChunkRows(cap, l[0], l[1]) * l[1]);
-    partials = std::max(partials, nn::ColumnPartials(cap, l[1]));
+  // 16-bit operand copies: only c_proj's dy (both c_projs: the f32 gradient of the residual
+  // stream, [n, C], in CudaLinear's row chunks) is rounded; every other operand is kept in the
+  // operand dtype. Column-sum partials for the bias gradients (widths 3C, C, 4C).
+  int64_t partials = 0;
+  for (int64_t width : {3 * C, C, 4 * C}) {
+    partials = std::max(partials, nn::ColumnPartials(cap, width));
   }
-  RETURN_IF_ERROR(linear_->Reserve(cap * C, dy_elems, partials));
+  const int64_t dy_elems = linear_->BackwardChunkRows(cap, C, C) * C;  // the larger chunk
+  RETURN_IF_ERROR(linear_->Reserve(0, dy_elems, partials));
   n_cap_ = cap;
   return Status::Ok();
 }
@@ -306,15 +309,18 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
     BlockActs* a = &acts_[recompute_ ? 0 : use - 1];
     return BlockForward(p.data(), xs_[use].as<float>(), a, xs_[use + 1].as<float>());
   }
-  if (use == size_t(L) + 1) {  // ln_f
+  Buffer* lnf = &xs_[size_t(L) + 2];  // ln_f's output, in the operand dtype (it feeds lm_head)
+  if (use == size_t(L) + 1) {         // ln_f
     ScopedGpuOp op(ops(), "fwd layernorm");
-    return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
-                                      kLayerNormEps, xs_[size_t(L) + 2].as<float>(),
-                                      lnf_mean_.as<float>(), lnf_rstd_.as<float>(), s);
+    float* y = Staged(lnf, &dtmp_);
+    RETURN_IF_ERROR(nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
+                                               kLayerNormEps, y, lnf_mean_.as<float>(),
+                                               lnf_rstd_.as<float>(), s));
+    return Keep(y, lnf, n * C);
   }
   // The padding columns (GptShape::padded_vocab) are left out of the softmax by the loss.
   ScopedGpuOp op(ops(), "fwd gemm lm_head");
-  return Linear(xs_[size_t(L) + 2].as<float>(), p[0], nullptr, C, V, logits_.as<float>());
+  return Linear(Act(*lnf), p[0], nullptr, C, V, Out(&logits_));
 }
 
 Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorView>& views,
@@ -335,8 +341,8 @@ Status GptModelCuda::BackwardUse(const UnitCall& call, const std::vector<TensorV
   }
   if (use == size_t(L) + 2) {  // lm_head: seeds dy_ from the loss gradient (over the logits)
     ScopedGpuOp op(ops(), "bwd gemm lm_head");
-    return LinearBackward(xs_[size_t(L) + 2].as<float>(), p[0], logits_.as<float>(), C, V, g[0],
-                          nullptr, dy_.as<float>(), call.accumulate);
+    return LinearBackward(Act(xs_[size_t(L) + 2]), p[0], Act(logits_), C, V, g[0], nullptr,
+                          dy_.as<float>(), call.accumulate);
   }
   if (use == size_t(L) + 1) {
     ScopedGpuOp op(ops(), "bwd layernorm");
@@ -362,10 +368,12 @@ Status GptModelCuda::QueueLoss(double norm, bool evaluation) {
   NvtxRange range("gpt loss");
   ScopedGpuOp op(evaluation ? nullptr : ops(), "cross entropy");
   // Training: dlogits in place over the logits (the lm_head backward needs only the gradient).
-  float* dlogits = evaluation ? nullptr : logits_.as<float>();
+  // The logits and their gradient in the operand dtype (autocast's bf16 logits; the loss and
+  // the softmax in f32).
+  void* dlogits = evaluation ? nullptr : logits_.data();
   RETURN_IF_ERROR(nn::LaunchCrossEntropyLoss(
-      logits_.as<const float>(), targets_.as<const int64_t>(), tok_.n, shape_.padded_vocab(),
-      shape_.vocab, norm, dlogits, row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native));
+      logits_.data(), targets_.as<const int64_t>(), tok_.n, shape_.padded_vocab(), shape_.vocab,
+      norm, dlogits, row_loss_.as<double>(), loss_dev_.as<double>(), stream_.native, param_dtype_));
   if (!evaluation) return Status::Ok();
   RETURN_IF_ERROR(
       CopyBytes(loss_host_.data(), Device::Cpu(), loss_dev_.data(), dev_, sizeof(double), stream_));
@@ -423,12 +431,18 @@ StatusOr<const float*> GptModelCuda::LastLogits(const Batch& batch) {
   const Status st = runner_->Forward(Callbacks());
   sampling_ = false;
   RETURN_IF_ERROR(st);
-  const int64_t V = shape_.vocab;  // the real logits of the last row
-  RETURN_IF_ERROR(CopyBytes(logits_host_.data(), Device::Cpu(),
-                            logits_.as<const float>() + (tok_.n - 1) * shape_.padded_vocab(), dev_,
-                            size_t(V) * sizeof(float), stream_));
+  const int64_t V = shape_.vocab;  // the real logits of the last row, in the operand dtype
+  const size_t es = DTypeSize(param_dtype_);
+  char* host = param_dtype_ == DType::kF32 ? logits_host_.as<char>() : row16_host_.as<char>();
+  RETURN_IF_ERROR(
+      CopyBytes(host, Device::Cpu(),
+                logits_.as<const char>() + size_t(tok_.n - 1) * shape_.padded_vocab() * es, dev_,
+                size_t(V) * es, stream_));
   RETURN_IF_ERROR(loss_ready_.Record(stream_));
   RETURN_IF_ERROR(loss_ready_.Synchronize("model loss read"));
+  if (param_dtype_ != DType::kF32) {
+    ConvertBuffer(host, param_dtype_, logits_host_.data(), DType::kF32, size_t(V));
+  }
   return logits_host_.as<const float>();
 }
 

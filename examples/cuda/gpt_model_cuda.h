@@ -25,14 +25,14 @@
 //     the f32 gradient buffers. What autocast keeps in bf16 is bf16 here, written so by the op
 //     that makes it (the f32 accumulator rounded once) and read as it is by the next: qkv, the
 //     attention output, the GELU input h and output g (c_fc's cuBLASLt GELU epilogue writes
-//     both), ln_1's and ln_2's outputs (rounded where they are made), and in the backward the
-//     gradients of the attention output, qkv (cuDNN's dqkv) and h (c_proj's DGELU epilogue). The
-//     residual stream, c_proj's outputs (their residual add fused), the gradients through the
-//     LayerNorms and the logits and their gradient are f32 (an f32 GEMM operand is rounded to a
-//     bf16 scratch just before); LayerNorm, softmax, GELU, the loss and the bias and embedding
-//     kernels compute in f32 (bf16 parameters widened in the kernel). The CPU GptModel widens the
-//     weights and keeps f32 activations, so the devices differ by the bf16 rounding of the
-//     activations.
+//     both), the logits, the LayerNorms' outputs (rounded where they are made), and in the
+//     backward the gradients of the logits (the loss kernel's, in f32 then rounded), the
+//     attention output, qkv (cuDNN's dqkv) and h (c_proj's DGELU epilogue). The residual stream,
+//     c_proj's outputs (their residual add fused) and the gradients through the LayerNorms are
+//     f32 (c_proj's f32 dy is rounded to a bf16 scratch before its GEMMs); LayerNorm, softmax,
+//     GELU, the loss and the bias and embedding kernels compute in f32 (bf16 inputs and
+//     parameters widened in the kernel). The CPU GptModel widens the weights and keeps f32
+//     activations, so the devices differ by the bf16 rounding of the activations.
 //   f16: as f32, with the gathered weights widened to f32 device scratch before use (no loss
 //     scaling, so no f16 gradients): agrees with the CPU to f32 rounding.
 // Recomputation as the CPU model. Each phase in detail: examples/CUDA_MODELS.md.
@@ -42,16 +42,17 @@
 // ForwardBackward/LossSum/Sample: kInvalidArgument for a bad batch (host check, before anything
 // is queued); store/communicator/CUDA/cuBLAS errors with the use named.
 // Threading: one thread (the store's). Memory (device): per micro-batch of n tokens the ids,
-// targets and embedding plan (about 5n int64), the residual stream (n C f32 per use: L + 2 uses),
-// per block (one with recompute) x1 and the statistics in f32 and ln_1, qkv, the attention
-// output, ln_2, h and g in the GEMM dtype (C f32 + 14 C elements: 32 C bytes per token at bf16,
-// 60 C at f32) plus n * n_head f32 for the attention's saved row logsumexp, the logits (n V f32,
-// then their gradient), backward scratch (2 n C f32, 7 n C in the GEMM dtype), CudaAttention's
-// workspace (for head size > 128 its materialised path: about 7 n C + 2 rows * n_head * t^2;
-// with our kernels at bf16, f32 copies of qkv, out and their gradients: 8 n C f32), the column
-// sums' partials (a few hundred KiB), and for bf16 two GEMM-operand scratch buffers of n * C and
-// at most 2^27 bf16 elements (CudaLinear's backward row chunks), for f16 a widened f32 copy of the
-// largest unit; pinned host: the tokens and the plan, the loss and one row of logits.
+// targets and embedding plan (about 5n int64), the residual stream (n C f32 per use: L + 2 uses)
+// and ln_f's output (n C in the GEMM dtype), per block (one with recompute) x1 and the statistics
+// in f32 and ln_1, qkv, the attention output, ln_2, h and g in the GEMM dtype (C f32 + 14 C
+// elements: 32 C bytes per token at bf16, 60 C at f32) plus n * n_head f32 for the attention's
+// saved row logsumexp, the logits (n V in the GEMM dtype, then their gradient), backward scratch
+// (2 n C f32, 7 n C in the GEMM dtype), CudaAttention's workspace (for head size > 128 its
+// materialised path: about 7 n C + 2 rows * n_head * t^2; with our kernels at bf16, f32 copies of
+// qkv, out and their gradients: 8 n C f32), the column sums' partials (a few hundred KiB), for
+// bf16 the rounded copy of c_proj's f32 dy (at most min(n C, 2^27) bf16 elements: CudaLinear's
+// row chunks), for f16 a widened f32 copy of the largest unit; pinned host: the tokens and the
+// plan, the loss and one row of logits.
 #ifndef SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 #define SHARDEMA_EXAMPLES_CUDA_GPT_MODEL_CUDA_H_
 
@@ -150,7 +151,8 @@ class GptModelCuda final : public GptLm, private UnitModule {
   GptTokens tok_;
   int64_t n_cap_ = 0;  // capacity of the device buffers (tokens)
   Buffer ids_, targets_;
-  std::vector<Buffer> xs_;       // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output
+  std::vector<Buffer> xs_;       // xs_[i]: input of use i (i >= 1), xs_[L+2]: ln_f output (in
+                                 // param_dtype_)
   std::vector<BlockActs> acts_;  // per block, or one with recompute
   Buffer lnf_mean_, lnf_rstd_, logits_, row_loss_, loss_dev_;  // logits_: then dlogits
   Buffer dy_, dtmp_, dbig_, dqkv_;
@@ -160,6 +162,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
   int64_t distinct_ = 0;            // distinct ids in the batch
   Buffer widened_;                  // f16: the use's parameters widened to f32
   Buffer loss_host_, logits_host_;  // pinned host
+  Buffer row16_host_;               // pinned: LastLogits' 16-bit row of logits before widening
   UploadRing uploads_;              // the batches' pinned staging
   CudaEvent loss_ready_;
 };

@@ -110,6 +110,20 @@ TEST_F(KernelsCudaTest, CrossEntropyMatchesTheCpuWithPaddedColumns) {
     if (k.rows == 0) {
       EXPECT_EQ(in_place_loss, 0.0);
     }
+    // bf16 logits, the gradient written over them in bf16: the f32 run's bits on the same
+    // (widened) values, the gradient rounded once.
+    const auto y16 = testing::Round16(y, DType::kBF16);
+    float* y32 = Up(testing::Widen16(y16, DType::kBF16));
+    ASSERT_TRUE(
+        LaunchCrossEntropyLoss(y32, gt, k.rows, k.classes, k.valid, norm, y32, rl, gloss, s())
+            .ok());
+    const double loss32 = Down(gloss, 1)[0];
+    uint16_t* g16 = Up(y16);
+    ASSERT_TRUE(LaunchCrossEntropyLoss(g16, gt, k.rows, k.classes, k.valid, norm, g16, rl, gloss,
+                                       s(), DType::kBF16)
+                    .ok());
+    EXPECT_EQ(Down(gloss, 1)[0], loss32);
+    EXPECT_EQ(Down(g16, y.size()), testing::Round16(Down(y32, y.size()), DType::kBF16));
   }
 }
 

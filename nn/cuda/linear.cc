@@ -187,11 +187,13 @@ Status CudaLinear::Backward(LinearX x, const void* w, DType w_type, LinearX dy, 
                                      partials > 0 ? col_partials_.as<double>() : nullptr,
                                      gemm_->stream().native, accumulate));
   }
-  // 16-bit operands: row chunks, so the rounded copies of dy and x stay within kMaxOperandElems.
+  // 16-bit operands with an f32 dy or x: row chunks, so their rounded copies stay within
+  // kMaxOperandElems (operands already in the operand dtype are used as they are, unchunked).
   auto at = [](const void* p, DType t, int64_t elems) -> const void* {
     return p == nullptr ? nullptr : static_cast<const char*>(p) + size_t(elems) * DTypeSize(t);
   };
-  const int64_t chunk = BackwardChunkRows(rows, in, out);
+  const bool copies = x.dtype != op_ || dy.dtype != op_;
+  const int64_t chunk = copies ? BackwardChunkRows(rows, in, out) : rows;
   int64_t r0 = 0;
   do {  // once with no rows: dW is still zeroed (or left) as without chunks
     const int64_t n = std::min(chunk, rows - r0);

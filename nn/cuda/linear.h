@@ -35,8 +35,9 @@
 // dx are overwritten; dW and db are added to with `accumulate`. db and dx may be null. pre must
 // not alias x or y, nor gelu_pre dx.
 //
-// Backward with 16-bit operands runs its GEMMs over row chunks of at most kMaxOperandElems /
-// max(in, out) rows (dW accumulating over them), so an lm_head's rounded dlogits copy is bounded.
+// Backward with 16-bit operands and an f32 dy or x runs its GEMMs over row chunks of at most
+// kMaxOperandElems / max(in, out) rows (dW accumulating over them), so an lm_head's rounded f32
+// dlogits copy is bounded; dy and x already in the operand dtype need no copy and no chunks.
 //
 // Stream: everything is queued on the CublasGemm's stream (asynchronous; buffers must stay alive
 // until the work is done there). Memory: for 16-bit operands two device scratch buffers of the

@@ -63,17 +63,17 @@ __device__ MaxSum BlockMaxSum(MaxSum v) {
 // One block per row. Pass 1 reads the row's valid logits once for the online max and sum of
 // exponentials (f32); pass 2 reads them again and writes dlogits ((softmax - onehot) / norm, 0
 // in the padding columns). Pass 2 starts after the block's barriers, so dlogits may alias y.
-__global__ void CrossEntropyRowsKernel(const float* y, const int64_t* targets, int64_t classes,
-                                       int64_t valid, float norm, float* dy, double* row_loss) {
-  const int64_t r = blockIdx.x;
-  const float* row = y + r * classes;
-  float* drow = dy == nullptr ? nullptr : dy + r * classes;
+// y and dy are of dtype t (16-bit ones widened on load, dy rounded once on store).
+__global__ void CrossEntropyRowsKernel(const void* y, DType t, const int64_t* targets,
+                                       int64_t classes, int64_t valid, float norm, void* dy,
+                                       double* row_loss) {
+  const int64_t r = blockIdx.x, base = r * classes;
   const int64_t label = targets[r];
   const bool ok = label >= 0 && label < valid;
-  const float picked = ok && threadIdx.x == 0 ? row[label] : 0.f;
+  const float picked = ok && threadIdx.x == 0 ? LoadWidened(y, t, base + label) : 0.f;
   MaxSum v{-CUDART_INF_F, 0.f};
   for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) {
-    const float x = row[c];
+    const float x = LoadWidened(y, t, base + c);
     if (x > v.m) {
       v.s = v.s * expf(v.m - x) + 1.f;
       v.m = x;
@@ -85,16 +85,16 @@ __global__ void CrossEntropyRowsKernel(const float* y, const int64_t* targets, i
   if (threadIdx.x == 0) {
     row_loss[r] = ok ? double(v.m) + log(double(v.s)) - double(picked) : CUDART_NAN;
   }
-  if (drow == nullptr) return;
+  if (dy == nullptr) return;
   const float inv = 1.f / v.s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
     float d = 0.f;
     if (!ok) {
       d = CUDART_NAN_F;
     } else if (c < valid) {
-      d = (expf(row[c] - v.m) * inv - (c == label ? 1.f : 0.f)) / norm;
+      d = (expf(LoadWidened(y, t, base + c) - v.m) * inv - (c == label ? 1.f : 0.f)) / norm;
     }
-    drow[c] = d;
+    StoreRounded(dy, t, base + c, d);
   }
 }
 
@@ -154,11 +154,15 @@ Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols,
   return QueueSum(scratch, rows, norm, loss, s);
 }
 
-Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
-                              int64_t classes, int64_t valid, double norm, float* dlogits,
-                              double* scratch, double* loss, void* stream) {
+Status LaunchCrossEntropyLoss(const void* logits, const int64_t* targets, int64_t rows,
+                              int64_t classes, int64_t valid, double norm, void* dlogits,
+                              double* scratch, double* loss, void* stream, DType dtype) {
   RETURN_IF_ERROR(
       CheckLossArgs("LaunchCrossEntropyLoss", rows, classes, norm, logits, targets, scratch, loss));
+  if (!IsFloatType(dtype)) {
+    return InvalidArgument("LaunchCrossEntropyLoss: dtype ", DTypeName(dtype),
+                           " is not f32, bf16 or f16");
+  }
   if (rows > 0 && (valid < 1 || valid > classes)) {
     return InvalidArgument("LaunchCrossEntropyLoss: ", valid, " valid columns of ", classes);
   }
@@ -166,7 +170,7 @@ Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64
   cudaStream_t s = AsStream(stream);
   if (rows > 0) {
     CrossEntropyRowsKernel<<<unsigned(rows), RowThreads(valid), 0, s>>>(
-        logits, targets, classes, valid, float(norm), dlogits, scratch);
+        logits, dtype, targets, classes, valid, float(norm), dlogits, scratch);
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the cross-entropy kernel"));
   }
   return QueueSum(scratch, rows, norm, loss, s);

@@ -22,7 +22,8 @@
 // nn/embedding.h) since a kernel cannot report them; a target outside gives a NaN row (and NaN
 // dy) instead of an out-of-bounds read.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, norm <= 0, valid outside
-// [1, classes] or more than 2^31 - 1 rows with work to do, null pointers with work to do; launch
+// [1, classes] or more than 2^31 - 1 rows with work to do, null pointers with work to do, a
+// logits dtype other than f32/bf16/f16; launch
 // failures as framework/cuda_error.h.
 // Defined only under --config=cuda. Thread-safe.
 #ifndef SHARDEMA_NN_CUDA_LOSS_KERNELS_H_
@@ -30,6 +31,7 @@
 
 #include <cstdint>
 
+#include "framework/dtype.h"
 #include "framework/status.h"
 
 namespace shardema::nn {
@@ -38,10 +40,12 @@ namespace shardema::nn {
 Status LaunchMseLoss(const float* y, const float* t, int64_t rows, int64_t cols, double norm,
                      float* dy, double* scratch, double* loss, void* stream);
 
-// logits, dlogits: [rows, classes]; targets: [rows].
-Status LaunchCrossEntropyLoss(const float* logits, const int64_t* targets, int64_t rows,
-                              int64_t classes, int64_t valid, double norm, float* dlogits,
-                              double* scratch, double* loss, void* stream);
+// logits, dlogits: [rows, classes] of `dtype` (f32, bf16 or f16: widened on load, the gradient
+// computed in f32 and rounded once); targets: [rows].
+Status LaunchCrossEntropyLoss(const void* logits, const int64_t* targets, int64_t rows,
+                              int64_t classes, int64_t valid, double norm, void* dlogits,
+                              double* scratch, double* loss, void* stream,
+                              DType dtype = DType::kF32);
 
 // One thread. kInvalidArgument for null pointers or count < 1.
 Status LaunchFoldLoss(const double* loss, bool first, int64_t count, double* sum, float* mean,
