@@ -298,8 +298,6 @@ TEST_F(AttentionCudaTest, BackendsMixAndAgreeAtGpt2Size) {
   EXPECT_LT(MaxRelError(c.dqkv, o.dqkv, 1.0), 2e-2);
 }
 
-// kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5, T = 1) and always
-// in f32.
 // 16-bit io (qkv, out, dout and dqkv in the GEMM dtype, as the bf16 GPT keeps them): the bits of
 // f32 io on the same (rounded) values, rounded once. cuDNN reads and writes 16 bits as they are;
 // our kernels run on f32 copies. An io dtype other than f32 and the GEMM dtype is refused.
@@ -342,6 +340,8 @@ TEST_F(AttentionCudaTest, SixteenBitIoGivesTheRoundedBitsOfF32Io) {
   }
 }
 
+// kAuto: cuDNN where it runs the shape, our kernels elsewhere (a head size of 5, T = 1) and always
+// in f32.
 TEST_F(AttentionCudaTest, AutoFallsBackToOurKernels) {
   auto bf = CudaAttention::Create(gemm_.get(), DType::kBF16, AttentionBackend::kAuto);
   auto f32 = CudaAttention::Create(gemm_.get(), DType::kF32, AttentionBackend::kAuto);

@@ -168,18 +168,19 @@ Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, cons
   if (rows > 0 && (!x || !mean || !rstd || !dy || (dx && !w))) {
     return InvalidArgument("LaunchLayerNormBackward: null buffer");
   }
+  const bool params = dw != nullptr || db != nullptr;
+  const int64_t chunks = ColumnChunks(rows, c);
+  if (params && chunks > 1 && partials == nullptr) {  // checked before anything is queued
+    return InvalidArgument("LaunchLayerNormBackward: null partials (rows ", rows, ", c ", c,
+                           ", chunks ", chunks, ")");
+  }
   cudaStream_t s = AsStream(stream);
   if (dx != nullptr && rows > 0) {
     LayerNormInputGradKernel<<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, s>>>(
         x, w, w_type, mean, rstd, dy, rows, c, dx, add_dx);
     RETURN_IF_ERROR(CudaLastErrorStatus("launching the layernorm input-gradient kernel"));
   }
-  if (dw == nullptr && db == nullptr) return Status::Ok();
-  const int64_t chunks = ColumnChunks(rows, c);
-  if (chunks > 1 && partials == nullptr) {
-    return InvalidArgument("LaunchLayerNormBackward: null partials (rows ", rows, ", c ", c,
-                           ", chunks ", chunks, ")");
-  }
+  if (!params) return Status::Ok();
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const unsigned blocks = unsigned((c + kColX - 1) / kColX);
   double* parts = chunks > 1 ? partials : nullptr;
