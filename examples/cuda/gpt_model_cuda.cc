@@ -195,15 +195,6 @@ StatusOr<std::vector<const void*>> GptModelCuda::Params(const std::vector<Tensor
   return p;
 }
 
-float* GptModelCuda::Staged(Buffer* saved, Buffer* scratch) const {
-  return param_dtype_ == DType::kF32 ? saved->as<float>() : scratch->as<float>();
-}
-
-Status GptModelCuda::Keep(const float* staged, Buffer* saved, int64_t n) {
-  if (param_dtype_ == DType::kF32) return Status::Ok();
-  return LaunchConvert(staged, DType::kF32, saved->data(), param_dtype_, size_t(n), stream_.native);
-}
-
 Status GptModelCuda::Linear(nn::LinearX x, const void* w, const void* b, int64_t in, int64_t out,
                             nn::GemmOut y) {
   return linear_->Forward(x, w, b, param_dtype_, tok_.n, in, out, y);
@@ -219,15 +210,12 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   const int64_t C = shape_.n_embd, n = tok_.n;
   void* s = stream_.native;
   const nn::AttentionShape as{tok_.rows, tok_.seq, C, shape_.n_head};
-  // The saved activations are in the operand dtype (Reserve): the GEMMs and attention write
-  // theirs in it; a LayerNorm output in 16 bits is written f32 into a backward scratch (free
-  // during forwards, recomputed ones included) and rounded once into its saved buffer.
+  // The saved activations are in the operand dtype (Reserve): the LayerNorms, GEMMs and
+  // attention write theirs in it.
   ScopedGpuOp op(ops(), "fwd layernorm");
-  float* ln1 = Staged(&a->ln1, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchLayerNormForward(x, p[kLn1W], p[kLn1B], param_dtype_, n, C,
-                                             kLayerNormEps, ln1, a->mean1.as<float>(),
-                                             a->rstd1.as<float>(), s));
-  RETURN_IF_ERROR(Keep(ln1, &a->ln1, n * C));
+                                             kLayerNormEps, a->ln1.data(), a->mean1.as<float>(),
+                                             a->rstd1.as<float>(), s, param_dtype_));
   op.Next("fwd gemm qkv");
   RETURN_IF_ERROR(Linear(Act(a->ln1), p[kAttnW], p[kAttnB], C, 3 * C, Out(&a->qkv)));
   op.Next("fwd attention");
@@ -237,11 +225,9 @@ Status GptModelCuda::BlockForward(const void* const* p, const float* x, BlockAct
   op.Next("fwd gemm attn proj");
   RETURN_IF_ERROR(Linear(Act(a->atty), p[kAProjW], nullptr, C, C, y));
   op.Next("fwd residual+layernorm");
-  float* ln2 = Staged(&a->ln2, &dtmp_);
   RETURN_IF_ERROR(nn::LaunchResidualLayerNormForward(
       x, y, p[kAProjB], a->x1.as<float>(), p[kLn2W], p[kLn2B], param_dtype_, n, C, kLayerNormEps,
-      ln2, a->mean2.as<float>(), a->rstd2.as<float>(), s));
-  RETURN_IF_ERROR(Keep(ln2, &a->ln2, n * C));
+      a->ln2.data(), a->mean2.as<float>(), a->rstd2.as<float>(), s, param_dtype_));
   // h = c_fc(ln2) and g = gelu_tanh(h) (one GEMM where the GELU epilogue applies).
   op.Next("fwd gemm fc+gelu");
   RETURN_IF_ERROR(linear_->ForwardGeluTanh(Act(a->ln2), p[kFcW], p[kFcB], param_dtype_, n, C, 4 * C,
@@ -312,11 +298,9 @@ Status GptModelCuda::ForwardUse(const UnitCall& call, const std::vector<TensorVi
   Buffer* lnf = &xs_[size_t(L) + 2];  // ln_f's output, in the operand dtype (it feeds lm_head)
   if (use == size_t(L) + 1) {         // ln_f
     ScopedGpuOp op(ops(), "fwd layernorm");
-    float* y = Staged(lnf, &dtmp_);
-    RETURN_IF_ERROR(nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
-                                               kLayerNormEps, y, lnf_mean_.as<float>(),
-                                               lnf_rstd_.as<float>(), s));
-    return Keep(y, lnf, n * C);
+    return nn::LaunchLayerNormForward(xs_[use].as<float>(), p[0], p[1], param_dtype_, n, C,
+                                      kLayerNormEps, lnf->data(), lnf_mean_.as<float>(),
+                                      lnf_rstd_.as<float>(), s, param_dtype_);
   }
   // The padding columns (GptShape::padded_vocab) are left out of the softmax by the loss.
   ScopedGpuOp op(ops(), "fwd gemm lm_head");

@@ -121,10 +121,6 @@ class GptModelCuda final : public GptLm, private UnitModule {
   // A buffer in param_dtype_ (a saved activation, dbig_, dqkv_) as a GEMM input, resp. output.
   nn::LinearX Act(const Buffer& b) const { return nn::LinearX(b.data(), param_dtype_); }
   nn::GemmOut Out(Buffer* b) const { return nn::GemmOut(b->data(), param_dtype_); }
-  // Where a LayerNorm writes its saved output in f32: the saved buffer itself for f32, else the
-  // f32 scratch; Keep then rounds a 16-bit one (n elements) into the saved buffer.
-  float* Staged(Buffer* saved, Buffer* scratch) const;
-  Status Keep(const float* staged, Buffer* saved, int64_t n);
   // Device pointers to a use's parameters in param_dtype_ (f16 ones widened into widened_).
   StatusOr<std::vector<const void*>> Params(const std::vector<TensorView>& views);
   // The loss kernel into loss_dev_. Training (`evaluation` false): also dlogits, over the logits.

@@ -285,6 +285,22 @@ TEST_F(KernelsCudaTest, ResidualLayerNormMatchesTheCpu) {
         EXPECT_LT(MaxRelError(Down(gy, y.size()), y, 1.0), 1e-5);
         EXPECT_LT(MaxRelError(Down(gm, mean.size()), mean, 1.0), 1e-5);
         EXPECT_LT(MaxRelError(Down(gr, rstd.size()), rstd, 1.0), 1e-5);
+        // y in bf16 (as the bf16 GPT saves it), for both forwards: the f32 y's bits rounded once.
+        const std::vector<uint16_t> y16 = testing::Round16(Down(gy, y.size()), DType::kBF16);
+        uint16_t* gy16 = Alloc<uint16_t>(x.size(), 0xffff);
+        float* gsum2 = Alloc<float>(x.size(), NAN);
+        ASSERT_TRUE(LaunchResidualLayerNormForward(Up(x), Up(res), with_bias ? gbias : nullptr,
+                                                   gsum2, gw, gb, t, rows, c, 1e-5f, gy16, gm, gr,
+                                                   s(), DType::kBF16)
+                        .ok());
+        EXPECT_EQ(Down(gy16, y.size()), y16);
+        float* gy32 = Alloc<float>(x.size(), NAN);
+        ASSERT_TRUE(
+            LaunchLayerNormForward(gsum, gw, gb, t, rows, c, 1e-5f, gy32, gm, gr, s()).ok());
+        ASSERT_TRUE(
+            LaunchLayerNormForward(gsum, gw, gb, t, rows, c, 1e-5f, gy16, gm, gr, s(), DType::kBF16)
+                .ok());
+        EXPECT_EQ(Down(gy16, y.size()), testing::Round16(Down(gy32, y.size()), DType::kBF16));
         // Backward: written, then added into dx0.
         float *gdy = Up(dy), *gdx = Alloc<float>(x.size(), NAN), *gacc = Up(dx0);
         ASSERT_TRUE(LaunchLayerNormBackward(gsum, gw, t, gm, gr, gdy, rows, c, gdx, nullptr,

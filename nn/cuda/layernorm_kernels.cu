@@ -15,12 +15,13 @@ constexpr int kWarpsPerBlock = 8;
 unsigned RowBlocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 // One warp per row. With `res` (the fused residual add), the row is first formed as
-// x + (res + bias) (bias may be null) and stored to `sum`; the statistics then read it back.
+// x + (res + bias) (bias may be null) and stored to `sum`; the statistics then read it back. y is
+// of dtype y_type (computed in f32, rounded once).
 template <bool kResidual>
 __global__ void LayerNormForwardKernel(const float* x, const float* res, const void* bias,
                                        float* sum, const void* w, const void* b, DType t,
-                                       int64_t rows, int64_t c, float eps, float* y, float* mean,
-                                       float* rstd) {
+                                       int64_t rows, int64_t c, float eps, void* y, DType y_type,
+                                       float* mean, float* rstd) {
   const int64_t r = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -46,9 +47,9 @@ __global__ void LayerNormForwardKernel(const float* x, const float* res, const v
     mean[r] = m;
     rstd[r] = rs;
   }
-  float* yr = y + r * c;
   for (int64_t i = lane; i < c; i += 32) {
-    yr[i] = (xr[i] - m) * rs * LoadWidened(w, t, i) + LoadWidened(b, t, i);
+    StoreRounded(y, y_type, r * c + i,
+                 (xr[i] - m) * rs * LoadWidened(w, t, i) + LoadWidened(b, t, i));
   }
 }
 
@@ -119,10 +120,11 @@ __global__ void LayerNormParamGradKernel(const float* x, const float* mean, cons
   }
 }
 
-Status CheckForward(const char* what, DType wb_type, int64_t rows, int64_t c) {
+Status CheckForward(const char* what, DType wb_type, DType y_type, int64_t rows, int64_t c) {
   RETURN_IF_ERROR(CheckSizes(what, rows, c));
-  if (!cuda_util::IsFloatType(wb_type)) {
-    return InvalidArgument(what, ": dtype ", DTypeName(wb_type), " unsupported");
+  if (!cuda_util::IsFloatType(wb_type) || !cuda_util::IsFloatType(y_type)) {
+    return InvalidArgument(what, ": dtype ", DTypeName(wb_type), " / ", DTypeName(y_type),
+                           " unsupported");
   }
   return Status::Ok();
 }
@@ -130,29 +132,29 @@ Status CheckForward(const char* what, DType wb_type, int64_t rows, int64_t c) {
 }  // namespace
 
 Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DType wb_type,
-                              int64_t rows, int64_t c, float eps, float* y, float* mean,
-                              float* rstd, void* stream) {
-  RETURN_IF_ERROR(CheckForward("LaunchLayerNormForward", wb_type, rows, c));
+                              int64_t rows, int64_t c, float eps, void* y, float* mean, float* rstd,
+                              void* stream, DType y_type) {
+  RETURN_IF_ERROR(CheckForward("LaunchLayerNormForward", wb_type, y_type, rows, c));
   if (rows == 0 || c == 0) return Status::Ok();
   if (!x || !w || !b || !y || !mean || !rstd) {
     return InvalidArgument("LaunchLayerNormForward: null buffer");
   }
   LayerNormForwardKernel<false><<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
-      x, nullptr, nullptr, nullptr, w, b, wb_type, rows, c, eps, y, mean, rstd);
+      x, nullptr, nullptr, nullptr, w, b, wb_type, rows, c, eps, y, y_type, mean, rstd);
   return CudaLastErrorStatus("launching the layernorm kernel");
 }
 
 Status LaunchResidualLayerNormForward(const float* x, const float* res, const void* bias,
                                       float* sum, const void* w, const void* b, DType wb_type,
-                                      int64_t rows, int64_t c, float eps, float* y, float* mean,
-                                      float* rstd, void* stream) {
-  RETURN_IF_ERROR(CheckForward("LaunchResidualLayerNormForward", wb_type, rows, c));
+                                      int64_t rows, int64_t c, float eps, void* y, float* mean,
+                                      float* rstd, void* stream, DType y_type) {
+  RETURN_IF_ERROR(CheckForward("LaunchResidualLayerNormForward", wb_type, y_type, rows, c));
   if (rows == 0 || c == 0) return Status::Ok();
   if (!x || !res || !sum || !w || !b || !y || !mean || !rstd) {
     return InvalidArgument("LaunchResidualLayerNormForward: null buffer");
   }
   LayerNormForwardKernel<true><<<RowBlocks(rows), 32 * kWarpsPerBlock, 0, AsStream(stream)>>>(
-      x, res, bias, sum, w, b, wb_type, rows, c, eps, y, mean, rstd);
+      x, res, bias, sum, w, b, wb_type, rows, c, eps, y, y_type, mean, rstd);
   return CudaLastErrorStatus("launching the residual-layernorm kernel");
 }
 

@@ -15,7 +15,8 @@
 //                                   doubles, nn/cuda/elementwise_kernels.h), overwritten unless
 //                                   accumulate.
 // The weight and bias (and the residual bias) are f32, bf16 or f16 (`wb_type`, a gathered unit
-// in the compute dtype), widened to f32; x, res, sum, y, dy, dx, dw, db, mean, rstd are f32. Row
+// in the compute dtype), widened to f32; the forward's y is f32, bf16 or f16 (`y_type`); x, res,
+// sum, dy, dx, dw, db, mean, rstd are f32. Row
 // statistics use f32 warp reductions (the CPU accumulates in double: results agree to f32
 // rounding). dx may be null; dw and db may be null.
 //
@@ -34,15 +35,16 @@
 
 namespace shardema::nn {
 
+// y of y_type (f32, bf16 or f16: computed in f32, rounded once; a 16-bit y feeds GEMMs in it).
 Status LaunchLayerNormForward(const float* x, const void* w, const void* b, DType wb_type,
-                              int64_t rows, int64_t c, float eps, float* y, float* mean,
-                              float* rstd, void* stream);
+                              int64_t rows, int64_t c, float eps, void* y, float* mean, float* rstd,
+                              void* stream, DType y_type = DType::kF32);
 
 // x, res, sum, y: [rows, c].
 Status LaunchResidualLayerNormForward(const float* x, const float* res, const void* bias,
                                       float* sum, const void* w, const void* b, DType wb_type,
-                                      int64_t rows, int64_t c, float eps, float* y, float* mean,
-                                      float* rstd, void* stream);
+                                      int64_t rows, int64_t c, float eps, void* y, float* mean,
+                                      float* rstd, void* stream, DType y_type = DType::kF32);
 
 Status LaunchLayerNormBackward(const float* x, const void* w, DType w_type, const float* mean,
                                const float* rstd, const float* dy, int64_t rows, int64_t c,
