@@ -58,6 +58,8 @@
 #     block_size=...
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
 #     torch_attention=... device=... ours_flags=... ours_ops_ms=... ours_top_ops=NAME:MS,...
+#     ours_lt_matmuls=EPILOGUE:N,... (ours' cuBLASLt matmuls by epilogue: whether the fused
+#     bias / GELU epilogues ran; "none" when none did)
 #     (--ours-flags, commas for spaces; ours_ops_ms: the device time of ours' ops in its last
 #     step, ours_top_ops: the three largest; the printed op table adds each matrix-product op's
 #     TFLOP/s)
@@ -242,6 +244,8 @@ ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and
 s["ours_ops_ms"] = f(sum(o["ms"] for o in ops), 3) if ops else "na"
 s["ours_top_ops"] = ",".join("%s:%s" % (o["name"].replace(" ", "_"), f(o["ms"], 2))
                              for o in ops[:3]) or "na"
+lt = (ours or {}).get("lt_matmuls") or {}
+s["ours_lt_matmuls"] = ",".join("%s:%d" % (k, v) for k, v in sorted(lt.items()) if v) or "none"
 print("%-6s %10s %12s %8s %8s %11s %s" % ("side", "step_ms", "tokens/s", "TFLOP/s", "mfu",
                                          "mfu_gemm", "device MiB (allocated, reserved)"))
 print("%-6s %10s %12s %8s %8s %11s %s (%s)" % ("ours", s["ours_ms"], s["ours_tokens_per_s"],

@@ -33,7 +33,7 @@ line=$(echo "$out" | tail -1)
   fail "summary: $line"
 for kv in mfu_ours=na gemm_tflops=na compile=not_tried batch=2 block_size=16 vocab_padded=320 \
   steps=2 warmup=1 device=cpu ours_attention=cpu torch_attention=sdpa ours_ops_ms=na batch_source=flag \
-  ours_top_ops=na; do
+  ours_top_ops=na ours_lt_matmuls=none; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done
 python3 - "$tmp/r.json" <<'PY' || fail "results file: $(cat "$tmp/r.json")"
@@ -49,7 +49,7 @@ PY
 # the table with the GEMMs' TFLOP/s, the "other" rest, and the summary's ops keys.
 cat > "$tmp/fake_gpt" <<'G'
 #!/bin/sh
-echo '{"step_ms": 10.0, "batch": 2, "timed_steps": 2, "attention": "cudnn 9.19.0", "gpu_ops": [{"name": "fwd gemm qkv", "ms": 4.0, "count": 1}, {"name": "bwd attention", "ms": 2.5, "count": 1}, {"name": "cross entropy", "ms": 1.0, "count": 1}]}'
+echo '{"step_ms": 10.0, "batch": 2, "timed_steps": 2, "attention": "cudnn 9.19.0", "gpu_ops": [{"name": "fwd gemm qkv", "ms": 4.0, "count": 1}, {"name": "bwd attention", "ms": 2.5, "count": 1}, {"name": "cross entropy", "ms": 1.0, "count": 1}], "lt_matmuls": {"none": 0, "bias": 12, "bias_gelu_aux": 4, "dgelu": 4}}'
 G
 chmod +x "$tmp/fake_gpt"
 out=$(PYTHON="$tmp/no-python" "$driver" --train-gpt "$tmp/fake_gpt" "${tiny[@]}" 2>&1) ||
@@ -59,7 +59,7 @@ echo "$out" | grep -qE '^#   cross entropy +1 x +1\.000 ms$' || fail "op table (
 echo "$out" | grep -qE '^#   other +2\.500 ms$' || fail "op table other: $out"
 line=$(echo "$out" | tail -1)
 for kv in ours_ops_ms=7.5 ours_top_ops=fwd_gemm_qkv:4,bwd_attention:2.5,cross_entropy:1 \
-  ours_attention=cudnn_9.19.0; do
+  ours_attention=cudnn_9.19.0 ours_lt_matmuls=bias:12,bias_gelu_aux:4,dgelu:4; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done
 

@@ -36,6 +36,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "examples/dataset.h"
@@ -146,6 +147,10 @@ class GptLm : public ModelCompute {
   // --profile on a GPU: the device time per op of the last training micro-batch
   // (framework/cuda/gpu_op_times.h; waits for it); empty where there is none (the CPU).
   virtual StatusOr<std::vector<GpuOpTotal>> OpTotals() { return std::vector<GpuOpTotal>(); }
+  // On a GPU: the cuBLASLt matmuls queued so far by epilogue name (nn/cuda/cublas_gemm.h
+  // GemmEpilogueName), which show whether the fused bias / GELU epilogues ran or their fallback
+  // kernels did; empty on the CPU.
+  virtual std::vector<std::pair<std::string, int64_t>> LtMatmuls() const { return {}; }
 
  protected:
   explicit GptLm(const GptShape& shape) : shape_(shape) {}

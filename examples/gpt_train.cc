@@ -201,7 +201,8 @@ class GptTrainModel final : public TrainModel {
             {"n_embd", c_.n_embd},
             {"block_size", c_.block_size},
             {"attention", lm_ != nullptr ? lm_->attention_implementation() : "none"},
-            {"gpu_ops", OpTotalsJson()}};
+            {"gpu_ops", OpTotalsJson()},
+            {"lt_matmuls", LtMatmulsJson()}};
   }
   std::string ProfileReport() const override {
     StatusOr<std::vector<GpuOpTotal>> t = OpTotals();
@@ -216,6 +217,13 @@ class GptTrainModel final : public TrainModel {
   StatusOr<std::vector<GpuOpTotal>> OpTotals() const {
     if (lm_ == nullptr) return std::vector<GpuOpTotal>();
     return lm_->OpTotals();
+  }
+  // {"bias": n, ...}: the GPU model's cuBLASLt matmuls by epilogue ({} on the CPU).
+  nlohmann::json LtMatmulsJson() const {
+    nlohmann::json o = nlohmann::json::object();
+    if (lm_ == nullptr) return o;
+    for (const auto& [name, n] : lm_->LtMatmuls()) o[name] = n;
+    return o;
   }
   // [{"name", "ms", "count"}, ...] of OpTotals, largest first ([] on the CPU or without --profile;
   // {"error": ...} when they cannot be read).

@@ -398,6 +398,16 @@ StatusOr<std::vector<GpuOpTotal>> GptModelCuda::OpTotals() {
   return op_times_->Totals();
 }
 
+std::vector<std::pair<std::string, int64_t>> GptModelCuda::LtMatmuls() const {
+  std::vector<std::pair<std::string, int64_t>> n;
+  for (nn::GemmEpilogue ep :
+       {nn::GemmEpilogue::kNone, nn::GemmEpilogue::kBias, nn::GemmEpilogue::kGeluAux,
+        nn::GemmEpilogue::kBiasGeluAux, nn::GemmEpilogue::kDGelu}) {
+    n.emplace_back(nn::GemmEpilogueName(ep), gemm_->lt_matmuls(ep));
+  }
+  return n;
+}
+
 StatusOr<double> GptModelCuda::LossSum(const Batch& batch) {
   RETURN_IF_ERROR(Upload(batch));
   RETURN_IF_ERROR(runner_->Forward(Callbacks()));
@@ -447,6 +457,8 @@ StatusOr<double> GptModelCuda::ForwardBackward(const Batch&) {
 StatusOr<std::vector<GpuOpTotal>> GptModelCuda::OpTotals() {
   return Unavailable("GptModelCuda: built without --config=cuda");
 }
+
+std::vector<std::pair<std::string, int64_t>> GptModelCuda::LtMatmuls() const { return {}; }
 
 StatusOr<double> GptModelCuda::LossSum(const Batch&) {
   return Unavailable("GptModelCuda: built without --config=cuda");

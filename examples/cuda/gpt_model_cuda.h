@@ -92,6 +92,7 @@ class GptModelCuda final : public GptLm, private UnitModule {
     profile_ = times != nullptr;
   }
   StatusOr<std::vector<GpuOpTotal>> OpTotals() override;
+  std::vector<std::pair<std::string, int64_t>> LtMatmuls() const override;
 
  private:
   // A block's saved activations (device; x1 and the statistics f32, the others in

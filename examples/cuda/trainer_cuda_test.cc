@@ -446,6 +446,12 @@ TEST_F(CudaTrainerTest, GptProfileTimesEachOpOfAMicroBatch) {
                            "bwd embedding"}) {
     EXPECT_EQ(counts[name], 1) << name;
   }
+  // The cuBLASLt matmuls by epilogue (which fused epilogues ran), printed for the session log.
+  const nlohmann::json& lt = j["lt_matmuls"];
+  for (const char* ep : {"none", "bias", "gelu_aux", "bias_gelu_aux", "dgelu"}) {
+    EXPECT_TRUE(lt.contains(ep)) << ep << " in " << lt.dump();
+  }
+  if (World()->rank() == 0) std::printf("gpt bf16 cuBLASLt matmuls: %s\n", lt.dump().c_str());
 }
 
 // Hybrid sharding on the GPU (fsdp/HYBRID.md): shard groups of W/2 ranks (1 at W = 2: plain
