@@ -37,14 +37,16 @@
 # peer on the CPU; use a tiny shape). --json FILE: also write the results file (name, date,
 # card, driver, machine, commit, build, command, summary, and each side's JSON line).
 # --build: the package's build line (gpu_session's BUILD_INFO) for the results file.
+# --ours-timeout: ours' timed run; its profiled run gets at most 45 s.
 #
 # Tokens: a generated file of (B x (warmup + steps) + 1) x T + 1 random uint16 tokens in
 # [0, --vocab-size) (a nanoGPT-style .bin), read by both in train_gpt's --data-order sequential:
 # step s's sequence j starts at ((s*B + j)*T) mod (N - T), so each step has fresh tokens and both
 # sides the same ones. Ours evaluates once after the run (untimed) on a T + 1 token file.
-# Ours: train_gpt --bench-json --profile (step time by CUDA events, the median over the timed
-# steps; --profile: the device time of each op of the last step from CUDA events around it, in
-# the results' ours.gpu_ops and printed, at the cost of one host wait per step;
+# Ours: train_gpt --bench-json (step time by CUDA events, the median over the timed steps), then
+# a second, short run with --profile (one timed step after the warmup: the device time of each op
+# of its last step from CUDA events around it, in the results' ours_profile.gpu_ops and printed;
+# it costs one host wait per step, so its step time, ours_profiled_ms, is kept apart);
 # peak_device_used_mib: the device memory in use at each step's end, cudaMemGetInfo). Torch: the same events and reading (torch.cuda.mem_get_info), plus
 # torch.cuda.max_memory_allocated / max_memory_reserved. The FLOP count per token is
 # 6 N + 12 L T C (N: the weights in matrix products; derived in bench/peer/gpt_flops.py, with
@@ -57,12 +59,12 @@
 #     torch_reserved_mib=... torch_compile_ms=... compile=... batch=... batch_source=...
 #     block_size=...
 #     n_layer=... n_embd=... vocab_padded=... steps=... warmup=... ours_attention=...
-#     torch_attention=... device=... ours_flags=... ours_ops_ms=... ours_top_ops=NAME:MS,...
-#     ours_lt_matmuls=EPILOGUE:N,... (ours' cuBLASLt matmuls by epilogue: whether the fused
-#     bias / GELU epilogues ran; "none" when none did)
-#     (--ours-flags, commas for spaces; ours_ops_ms: the device time of ours' ops in its last
-#     step, ours_top_ops: the three largest; the printed op table adds each matrix-product op's
-#     TFLOP/s)
+#     torch_attention=... device=... ours_flags=... ours_profiled_ms=... ours_ops_ms=...
+#     ours_top_ops=NAME:MS,... ours_lt_matmuls=EPILOGUE:N,...
+#     (--ours-flags, commas for spaces; ours_profiled_ms: the profiled run's step; ours_ops_ms:
+#     the device time of ours' ops in it, ours_top_ops: the three largest; the printed op table
+#     adds each matrix-product op's TFLOP/s; ours_lt_matmuls: ours' cuBLASLt matmuls by epilogue,
+#     whether the fused bias / GELU epilogues ran, "none" when none did)
 # (ratio: tokens/s ours / torch = torch_ms / ours_ms; mfu_*: against the data-sheet peak,
 # mfu_gemm_*: against gemm_tflops; *_allocated_mib: the allocators' peaks (ours: our Buffers,
 # DevicePeakBytes; torch: max_memory_allocated); *_device_mib: device memory in use, the CUDA
@@ -140,13 +142,22 @@ read -r -a extra <<< "$ours_flags"  # --ours-flags: a list of flags
 ours_cmd=("$train" --device "$device" --n-layer "$n_layer" --n-head "$n_head" --n-embd "$n_embd"
   --block-size "$block" --vocab-size "$vocab" --data "$work/tokens.bin"
   --eval-data "$work/eval.bin" --eval-batch 1 --data-order sequential --batch "$batch"
-  --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --profile --log-every 0
+  --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --log-every 0
   --lr 6e-4 --ema "$ema" "${extra[@]}")
 echo "# ours: ${ours_cmd[*]}"
 gpt_run ours "$ours_timeout" '^{.*"step_ms"' "${ours_cmd[@]}"
 if [ "$rc" != 0 ] || [ ! -s "$work/ours.json" ]; then
   gpt_failed "ours failed" "$rc" "$ours_timeout" ours
   : > "$work/ours.json"
+fi
+# Ours' op table: the same run with --profile, one timed step (the last flag wins).
+ours_profile_cmd=("${ours_cmd[@]}" --steps $((warmup + 1)) --profile)
+echo "# ours, profiled: ${ours_profile_cmd[*]}"
+profile_timeout=$((ours_timeout < 45 ? ours_timeout : 45))  # three steps: start-up dominates
+gpt_run ours_profile "$profile_timeout" '^{.*"step_ms"' "${ours_profile_cmd[@]}"
+if [ "$rc" != 0 ] || [ ! -s "$work/ours_profile.json" ]; then
+  gpt_failed "ours, profiled, failed (no op table)" "$rc" "$profile_timeout" ours_profile
+  : > "$work/ours_profile.json"
 fi
 
 # The peer: eager, then (--compile-timeout) torch.compile.
@@ -204,6 +215,7 @@ def load(name):
         return None
 
 ours, torch_, comp = load("ours.json"), load("torch.json"), load("compile.json")
+prof = load("ours_profile.json")
 name = (torch_ or {}).get("device_name") or os.environ["CARD"] or os.environ["DEVICE"]
 gemm = (torch_ or {}).get("gemm_tflops")
 gemm = gemm if isinstance(gemm, (int, float)) else None
@@ -240,7 +252,8 @@ s = {
     "device": name.replace(" ", "_"),
     "ours_flags": ",".join(os.environ["OURS_FLAGS"].split()) or "none",
 }
-ops = [o for o in ((ours or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
+s["ours_profiled_ms"] = f(num(prof, "step_ms"))
+ops = [o for o in ((prof or {}).get("gpu_ops") or []) if isinstance(o, dict) and "ms" in o]
 s["ours_ops_ms"] = f(sum(o["ms"] for o in ops), 3) if ops else "na"
 s["ours_top_ops"] = ",".join("%s:%s" % (o["name"].replace(" ", "_"), f(o["ms"], 2))
                              for o in ops[:3]) or "na"
@@ -265,13 +278,14 @@ for k in list(op_flops):
 op_flops["bwd gemm mlp proj+dgelu"] = op_flops.pop("bwd gemm mlp proj")
 op_flops["bwd gemm fc"] = op_flops.pop("bwd gemm fc+gelu")
 if ops:
-    print("# ours, device time per op of the last step (CUDA events; other = step - ops):")
+    print("# ours, device time per op of the profiled step (CUDA events; other = its step - ops):")
     for o in ops:
         fl = op_flops.get(o["name"])
         rate = " %7.1f TFLOP/s" % (fl * o["count"] / (o["ms"] * 1e-3) / 1e12) if fl and o["ms"] else ""
         print("#   %-26s %4d x %9.3f ms%s" % (o["name"], o["count"], o["ms"], rate))
-    if ours_ms:
-        print("#   %-26s        %9.3f ms" % ("other", ours_ms - sum(o["ms"] for o in ops)))
+    prof_ms = num(prof, "step_ms")
+    if prof_ms:
+        print("#   %-26s        %9.3f ms" % ("other", prof_ms - sum(o["ms"] for o in ops)))
 print("# %s FLOPs per token (6 N + 12 L T C), peak %s TFLOP/s (%s), GEMM %s TFLOP/s; "
       "torch.compile: %s; ratio = tokens/s ours / torch" % (fo["flops_per_token"],
       s["peak_tflops"], fo["peak_source"], s["gemm_tflops"], s["torch_compile_ms"]))
@@ -286,7 +300,7 @@ if out:
            "commit": os.environ["COMMIT"], "dirty": bool(os.environ["DIRTY"]),
            "build": os.environ["BUILD"], "command": os.environ["COMMAND"],
            "ours_command": os.environ["OURS_CMD"], "summary": {},
-           "ours": ours, "torch": torch_, "torch_compile": comp}
+           "ours": ours, "ours_profile": prof, "torch": torch_, "torch_compile": comp}
     doc["summary"] = {k: (int(v) if re.fullmatch(r"-?\d+", str(v)) else
                           float(v) if re.fullmatch(r"-?[0-9.]+(e-?\d+)?", str(v)) else v)
                       for k, v in s.items()}

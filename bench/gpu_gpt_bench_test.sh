@@ -43,6 +43,8 @@ assert r["name"] == "gpu_gpt_bench" and r["build"] == "built here", r
 assert r["summary"]["ours_ms"] > 0 and r["summary"]["torch_ms"] == "na", r["summary"]
 assert r["ours"]["batch"] == 2 and r["ours"]["timed_steps"] == 2 and r["torch"] is None, r
 assert r["summary"]["ours_tokens_per_s"] > 0 and r["date"].endswith("Z"), r
+# The profiled run: one timed step, its own step time.
+assert r["ours_profile"]["timed_steps"] == 1 and r["summary"]["ours_profiled_ms"] > 0, r
 PY
 
 # 2b. Ours' per-op device times (a stand-in train_gpt printing a GPU run's --bench-json line):
@@ -59,7 +61,7 @@ echo "$out" | grep -qE '^#   cross entropy +1 x +1\.000 ms$' || fail "op table (
 echo "$out" | grep -qE '^#   other +2\.500 ms$' || fail "op table other: $out"
 line=$(echo "$out" | tail -1)
 for kv in ours_ops_ms=7.5 ours_top_ops=fwd_gemm_qkv:4,bwd_attention:2.5,cross_entropy:1 \
-  ours_attention=cudnn_9.19.0 ours_lt_matmuls=bias:12,bias_gelu_aux:4,dgelu:4; do
+  ours_attention=cudnn_9.19.0 ours_lt_matmuls=bias:12,bias_gelu_aux:4,dgelu:4 ours_profiled_ms=10; do
   echo "$line" | grep -q " $kv\( \|$\)" || fail "no $kv in: $line"
 done
 

@@ -39,7 +39,7 @@
 #              (bench/gpu_gpt_bench.sh): train_gpt --device cuda at the GPT-2
 #              small shape, batch auto (PyTorch eager's largest power of two <= 64) x 1024,
 #              AdamW + 2 EMA slots, 2 warm-up + 5 timed steps, ours' per-op device times,
-#              against PyTorch eager bf16 (and torch.compile within 90 s) and a bf16 GEMM;
+#              against PyTorch eager bf16 (and torch.compile within 80 s) and a bf16 GEMM;
 #              their summaries (max_rel_diff_bf16, max_rel_diff_f32, pass; ours_ms, torch_ms,
 #              ratio, mfu_ours, mfu_torch, ...) and results files go into the report;       400 s
 #              last: a default --budget of 300 s leaves it out. Every stage needs 850 s, more
