@@ -37,20 +37,21 @@
 # peer on the CPU; use a tiny shape). --json FILE: also write the results file (name, date,
 # card, driver, machine, commit, build, command, summary, and each side's JSON line).
 # --build: the package's build line (gpu_session's BUILD_INFO) for the results file.
-# --ours-timeout: ours' timed run; its profiled run gets at most 45 s.
+# --ours-timeout: ours' timed run; its profiled run gets at most 45 s, and at most what is left
+# of --ours-timeout + 20 s after the timed run (the two together end within that).
 #
 # Tokens: a generated file of (B x (warmup + steps) + 1) x T + 1 random uint16 tokens in
 # [0, --vocab-size) (a nanoGPT-style .bin), read by both in train_gpt's --data-order sequential:
 # step s's sequence j starts at ((s*B + j)*T) mod (N - T), so each step has fresh tokens and both
 # sides the same ones. Ours evaluates once after the run (untimed) on a T + 1 token file.
-# Ours: train_gpt --bench-json (step time by CUDA events, the median over the timed steps), then
-# a second, short run with --profile (one timed step after the warmup: the device time of each op
+# Ours: train_gpt --bench-json (step time by CUDA events, the median over the timed steps;
+# peak_device_used_mib: the device memory in use at each step's end, cudaMemGetInfo), then a
+# second, short run with --profile (one timed step after the warmup: the device time of each op
 # of its last step from CUDA events around it, in the results' ours_profile.gpu_ops and printed;
-# it costs one host wait per step, so its step time, ours_profiled_ms, is kept apart);
-# peak_device_used_mib: the device memory in use at each step's end, cudaMemGetInfo). Torch: the same events and reading (torch.cuda.mem_get_info), plus
-# torch.cuda.max_memory_allocated / max_memory_reserved. The FLOP count per token is
-# 6 N + 12 L T C (N: the weights in matrix products; derived in bench/peer/gpt_flops.py, with
-# the table of data-sheet peaks).
+# it costs one host wait per step, so its step time, ours_profiled_ms, is kept apart). Torch: the
+# same events and reading (torch.cuda.mem_get_info), plus torch.cuda.max_memory_allocated /
+# max_memory_reserved. The FLOP count per token is 6 N + 12 L T C (N: the weights in matrix
+# products; derived in bench/peer/gpt_flops.py, with the table of data-sheet peaks).
 # Prints both sides' figures and ends with one line
 #   summary: ours_ms=... torch_ms=... ratio=... ours_tokens_per_s=... torch_tokens_per_s=...
 #     mfu_ours=... mfu_torch=... mfu_gemm_ours=... mfu_gemm_torch=... gemm_tflops=...
@@ -145,6 +146,7 @@ ours_cmd=("$train" --device "$device" --n-layer "$n_layer" --n-head "$n_head" --
   --steps $((warmup + steps)) --bench-warmup "$warmup" --bench-json --log-every 0
   --lr 6e-4 --ema "$ema" "${extra[@]}")
 echo "# ours: ${ours_cmd[*]}"
+ours_start=$SECONDS
 gpt_run ours "$ours_timeout" '^{.*"step_ms"' "${ours_cmd[@]}"
 if [ "$rc" != 0 ] || [ ! -s "$work/ours.json" ]; then
   gpt_failed "ours failed" "$rc" "$ours_timeout" ours
@@ -153,7 +155,12 @@ fi
 # Ours' op table: the same run with --profile, one timed step (the last flag wins).
 ours_profile_cmd=("${ours_cmd[@]}" --steps $((warmup + 1)) --profile)
 echo "# ours, profiled: ${ours_profile_cmd[*]}"
-profile_timeout=$((ours_timeout < 45 ? ours_timeout : 45))  # three steps: start-up dominates
+# At most 45 s (three steps: start-up dominates), and the timed run and it within
+# --ours-timeout + 20 s (gpu_check's limits for the benchmark count them as one).
+profile_timeout=$((ours_timeout + 20 - (SECONDS - ours_start)))
+[ "$profile_timeout" -le 45 ] || profile_timeout=45
+[ "$profile_timeout" -le "$ours_timeout" ] || profile_timeout=$ours_timeout
+[ "$profile_timeout" -ge 1 ] || profile_timeout=1  # timeout 0 would mean no limit
 gpt_run ours_profile "$profile_timeout" '^{.*"step_ms"' "${ours_profile_cmd[@]}"
 if [ "$rc" != 0 ] || [ ! -s "$work/ours_profile.json" ]; then
   gpt_failed "ours, profiled, failed (no op table)" "$rc" "$profile_timeout" ours_profile

@@ -447,7 +447,7 @@ TEST_F(CudaTrainerTest, GptProfileTimesEachOpOfAMicroBatch) {
     EXPECT_EQ(counts[name], 1) << name;
   }
   // The cuBLASLt matmuls by epilogue (which fused epilogues ran), printed for the session log.
-  const nlohmann::json& lt = j["lt_matmuls"];
+  const nlohmann::json& lt = j.at("lt_matmuls");  // at: a missing key fails, not UB
   for (const char* ep : {"none", "bias", "gelu_aux", "bias_gelu_aux", "dgelu"}) {
     EXPECT_TRUE(lt.contains(ep)) << ep << " in " << lt.dump();
   }

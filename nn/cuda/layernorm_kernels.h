@@ -16,9 +16,8 @@
 //                                   accumulate.
 // The weight and bias (and the residual bias) are f32, bf16 or f16 (`wb_type`, a gathered unit
 // in the compute dtype), widened to f32; the forward's y is f32, bf16 or f16 (`y_type`); x, res,
-// sum, dy, dx, dw, db, mean, rstd are f32. Row
-// statistics use f32 warp reductions (the CPU accumulates in double: results agree to f32
-// rounding). dx may be null; dw and db may be null.
+// sum, dy, dx, dw, db, mean, rstd are f32. Row statistics use f32 warp reductions (the CPU
+// accumulates in double: results agree to f32 rounding). dx may be null; dw and db may be null.
 //
 // Contract: device memory of the current device; `stream` a cudaStream_t; asynchronous.
 // Errors (nothing is launched): kInvalidArgument for negative sizes, null pointers with work to
