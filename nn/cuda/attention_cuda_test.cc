@@ -137,6 +137,7 @@ TEST(AttentionReferenceTest, MatchesTheCpuLayer) {
 #if SHARDEMA_WITH_CUDA
 
 using testing::Round16;
+using testing::SameBits;
 using testing::Widen16;
 
 class AttentionCudaTest : public testing::CudaTest {
@@ -158,10 +159,6 @@ class AttentionCudaTest : public testing::CudaTest {
     return Run{Down(gout, size_t(sh.out_numel())), Down(glse, nl), Down(gdqkv, qkv.size())};
   }
 };
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // What runs for s, or the error (a failed EXPECT_EQ shows it, where *StatusOr would crash).
 std::string ImplementationOf(CudaAttention* a, const AttentionShape& s) {

@@ -167,15 +167,16 @@ Status CublasGemm::Gemm(const char* what, bool trans_a, bool trans_b, int64_t m,
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   // cuBLAS requires lda/ldb >= 1 even for empty operands.
   const int ilda = int(lda < 1 ? 1 : lda), ildb = int(ldb < 1 ? 1 : ldb), ildc = int(m);
+  const cublasStatus_t status =
+      cublasGemmEx(AsHandle(handle_), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k), &alpha, a, ab, ilda,
+                   b, ab, ildb, &beta, c.data, ct, ildc, compute, CUBLAS_GEMM_DEFAULT);
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   const std::string op = std::string("cublasGemmEx (CublasGemm::") + what +
                          ", m=" + std::to_string(m) + " n=" + std::to_string(n) +
                          " k=" + std::to_string(k) + ", " + DTypeName(t) + " -> " +
                          DTypeName(c.dtype) + ")";
-  return CublasStatus(
-      cublasGemmEx(AsHandle(handle_), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k), &alpha, a, ab, ilda,
-                   b, ab, ildb, &beta, c.data, ct, ildc, compute, CUBLAS_GEMM_DEFAULT),
-      op.c_str());
+  return CublasStatus(status, op.c_str());
 }
 
 Status CublasGemm::LinearForward(const void* x, const void* w, DType t, int64_t rows, int64_t in,
@@ -200,27 +201,33 @@ Status CublasGemm::LinearInputGrad(const void* dy, const void* w, DType t, int64
 Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n, int64_t k,
                             const void* a, int64_t lda, const void* b, int64_t ldb, DType t,
                             GemmOut d, GemmEpilogue ep, const void* bias, const void* aux) {
-  const std::string call = std::string("CublasGemm::") + what + " (m=" + std::to_string(m) +
-                           " n=" + std::to_string(n) + " k=" + std::to_string(k) + ", " +
-                           DTypeName(t) + " -> " + DTypeName(d.dtype) + ", epilogue " +
-                           GemmEpilogueName(ep) + ")";
+  // The call, for error messages only (a cached plan's call formats nothing).
+  auto call = [&] {
+    return std::string("CublasGemm::") + what + " (m=" + std::to_string(m) +
+           " n=" + std::to_string(n) + " k=" + std::to_string(k) + ", " + DTypeName(t) + " -> " +
+           DTypeName(d.dtype) + ", epilogue " + GemmEpilogueName(ep) + ")";
+  };
+  auto lt = [&](cublasStatus_t status, const char* api) {
+    return status == CUBLAS_STATUS_SUCCESS ? Status::Ok()
+                                           : CublasStatus(status, (call() + ": " + api).c_str());
+  };
   for (int64_t v : {m, n, k, lda, ldb}) {
     if (v < 0 || v > INT_MAX) {
-      return InvalidArgument(call, ": size ", v, " outside [0, ", INT_MAX, "]");
+      return InvalidArgument(call(), ": size ", v, " outside [0, ", INT_MAX, "]");
     }
   }
   ASSIGN_OR_RETURN(cudaDataType_t ab, CudaTypeOf(t));
   ASSIGN_OR_RETURN(cudaDataType_t dt, OutTypeOf(what, d.dtype, t));
   if (m == 0 || n == 0) return Status::Ok();
   if (d.data == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
-    return InvalidArgument(call, ": null buffer");
+    return InvalidArgument(call(), ": null buffer");
   }
-  if (HasBias(ep) && bias == nullptr) return InvalidArgument(call, ": null bias");
-  if (HasAux(ep) && aux == nullptr) return InvalidArgument(call, ": null aux");
+  if (HasBias(ep) && bias == nullptr) return InvalidArgument(call(), ": null bias");
+  if (HasAux(ep) && aux == nullptr) return InvalidArgument(call(), ": null aux");
   if (!HasBias(ep)) bias = nullptr;
   if (!HasAux(ep)) aux = nullptr;
   if (!LtQualifies(ep, m, k, bias, aux)) {
-    return Unimplemented(call, ": not a cuBLASLt problem (empty inner dimension, bias or aux ",
+    return Unimplemented(call(), ": not a cuBLASLt problem (empty inner dimension, bias or aux ",
                          "not 16-byte aligned, or aux ld ", m, " not divisible by 8)");
   }
   const bool tf32 = t == DType::kF32 && allow_tf32_;
@@ -243,14 +250,14 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
   if (it == plans_.end()) {
     auto plan = std::make_unique<LtPlan>();
     const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F),
-                                 (call + ": cublasLtMatmulDescCreate").c_str()));
+    RETURN_IF_ERROR(
+        lt(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
     const cublasLtEpilogue_t epi = LtEpilogue(ep);
     const int64_t aux_ld = m;
     auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t size) {
-      return CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, attr, v, size),
-                          (call + ": cublasLtMatmulDescSetAttribute").c_str());
+      return lt(cublasLtMatmulDescSetAttribute(plan->desc, attr, v, size),
+                "cublasLtMatmulDescSetAttribute");
     };
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
@@ -266,25 +273,22 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
     }
     // Stored (column-major) shapes: A is [k, m] when transposed, B [k, n], D [m, n].
     const uint64_t a_rows = uint64_t(trans_a ? k : m), a_cols = uint64_t(trans_a ? m : k);
-    RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&plan->a, ab, a_rows, a_cols, lda),
-                                 (call + ": cublasLtMatrixLayoutCreate (A)").c_str()));
-    RETURN_IF_ERROR(
-        CublasStatus(cublasLtMatrixLayoutCreate(&plan->b, ab, uint64_t(k), uint64_t(n), ldb),
-                     (call + ": cublasLtMatrixLayoutCreate (B)").c_str()));
-    RETURN_IF_ERROR(
-        CublasStatus(cublasLtMatrixLayoutCreate(&plan->d, dt, uint64_t(m), uint64_t(n), m),
-                     (call + ": cublasLtMatrixLayoutCreate (D)").c_str()));
+    RETURN_IF_ERROR(lt(cublasLtMatrixLayoutCreate(&plan->a, ab, a_rows, a_cols, lda),
+                       "cublasLtMatrixLayoutCreate (A)"));
+    RETURN_IF_ERROR(lt(cublasLtMatrixLayoutCreate(&plan->b, ab, uint64_t(k), uint64_t(n), ldb),
+                       "cublasLtMatrixLayoutCreate (B)"));
+    RETURN_IF_ERROR(lt(cublasLtMatrixLayoutCreate(&plan->d, dt, uint64_t(m), uint64_t(n), m),
+                       "cublasLtMatrixLayoutCreate (D)"));
     cublasLtMatmulPreference_t pref = nullptr;
-    RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref),
-                                 (call + ": cublasLtMatmulPreferenceCreate").c_str()));
+    RETURN_IF_ERROR(lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
     const uint64_t ws = workspace_.size();
     const uint32_t align_a = uint32_t(key[10]), align_b = uint32_t(key[11]),
                    align_d = uint32_t(key[12]);
     Status st = Status::Ok();
     auto pset = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, size_t size) {
       if (!st.ok()) return;
-      st = CublasStatus(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, size),
-                        (call + ": cublasLtMatmulPreferenceSetAttribute").c_str());
+      st = lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, size),
+              "cublasLtMatmulPreferenceSetAttribute");
     };
     pset(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     pset(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
@@ -302,7 +306,7 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
       if (hs == CUBLAS_STATUS_NOT_SUPPORTED || hs == CUBLAS_STATUS_INVALID_VALUE) {
         found = 0;
       } else {
-        st = CublasStatus(hs, (call + ": cublasLtMatmulAlgoGetHeuristic").c_str());
+        st = lt(hs, "cublasLtMatmulAlgoGetHeuristic");
       }
     }
     (void)cublasLtMatmulPreferenceDestroy(pref);
@@ -312,25 +316,23 @@ Status CublasGemm::LtMatmul(const char* what, bool trans_a, int64_t m, int64_t n
     it = plans_.emplace(key, std::move(plan)).first;
   }
   LtPlan& plan = *it->second;
-  if (!plan.found) return Unimplemented(call, ": cuBLASLt's heuristic has no algorithm");
+  if (!plan.found) return Unimplemented(call(), ": cuBLASLt's heuristic has no algorithm");
   if (bias != nullptr) {
-    RETURN_IF_ERROR(
-        CublasStatus(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &bias, sizeof(bias)),
-                     (call + ": cublasLtMatmulDescSetAttribute").c_str()));
+    RETURN_IF_ERROR(lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof(bias)),
+                       "cublasLtMatmulDescSetAttribute"));
   }
   if (aux != nullptr) {
-    RETURN_IF_ERROR(
-        CublasStatus(cublasLtMatmulDescSetAttribute(
-                         plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
-                     (call + ": cublasLtMatmulDescSetAttribute").c_str()));
+    RETURN_IF_ERROR(lt(cublasLtMatmulDescSetAttribute(
+                           plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+                       "cublasLtMatmulDescSetAttribute"));
   }
   const float alpha = 1.f, beta = 0.f;
   RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmul(AsLt(lt_handle_), plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
-                                  d.data, plan.d, d.data, plan.d, &plan.algo, workspace_.data(),
-                                  workspace_.size(), static_cast<cudaStream_t>(stream_.native)),
-                   (call + ": cublasLtMatmul").c_str()));
+      lt(cublasLtMatmul(AsLt(lt_handle_), plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d.data,
+                        plan.d, d.data, plan.d, &plan.algo, workspace_.data(), workspace_.size(),
+                        static_cast<cudaStream_t>(stream_.native)),
+         "cublasLtMatmul"));
   ++lt_matmuls_[size_t(ep)];
   return Status::Ok();
 }
@@ -377,17 +379,16 @@ Status CublasGemm::BatchedRowMajor(const char* what, bool trans_a, bool trans_b,
   const cublasComputeType_t compute =
       t == DType::kF32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS's A is our B.
+  const cublasStatus_t status = cublasGemmStridedBatchedEx(
+      AsHandle(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      int(n), int(m), int(k), &alpha, b.data, ab, int(b.ld), b.stride, a.data, ab, int(a.ld),
+      a.stride, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch), compute, CUBLAS_GEMM_DEFAULT);
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   const std::string op = std::string("cublasGemmStridedBatchedEx (CublasGemm::") + what +
                          ", m=" + std::to_string(m) + " n=" + std::to_string(n) +
                          " k=" + std::to_string(k) + " batch=" + std::to_string(batch) + ", " +
                          DTypeName(t) + ")";
-  return CublasStatus(
-      cublasGemmStridedBatchedEx(AsHandle(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
-                                 &alpha, b.data, ab, int(b.ld), b.stride, a.data, ab, int(a.ld),
-                                 a.stride, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch),
-                                 compute, CUBLAS_GEMM_DEFAULT),
-      op.c_str());
+  return CublasStatus(status, op.c_str());
 }
 
 #else  // !SHARDEMA_WITH_CUDA

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -19,6 +20,11 @@
 namespace shardema::nn::testing {
 
 // Elements rounded to a 16-bit dtype (bits), and widened back to f32.
+// Whether a and b hold the same floats bit for bit (NaNs included).
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 inline std::vector<uint16_t> Round16(const std::vector<float>& v, DType t) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i)

@@ -31,11 +31,8 @@ namespace {
 
 const CpuContext cpu;
 using testing::MaxRelError;
+using testing::SameBits;
 using testing::Uniform;
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 class KernelsCudaTest : public testing::CudaTest {};
 

@@ -75,10 +75,6 @@ using testing::Widen16;
 // terms' magnitudes. 16-bit rounding of an operand would be 2^-9 of a term: far above the bound.
 constexpr double kBound = 2e-5;
 
-bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // A reference value and the sum of its terms' magnitudes.
 struct Ref {
   std::vector<double> value, mag;
@@ -533,8 +529,8 @@ TEST_F(LinearEpilogueTest, SixteenBitOutputsAreTheF32OutputsRounded) {
       }
       EXPECT_LT(close(Widen16(Down(dx16, size_t(ny)), t), Down(dx32, size_t(ny)), dgelu_slack),
                 1.0);
-      EXPECT_TRUE(SameFloats(Down(dw16, size_t(I * O)), Down(dw32, size_t(I * O))));
-      EXPECT_TRUE(SameFloats(Down(db16, size_t(I)), Down(db32, size_t(I))));
+      EXPECT_TRUE(testing::SameBits(Down(dw16, size_t(I * O)), Down(dw32, size_t(I * O))));
+      EXPECT_TRUE(testing::SameBits(Down(db16, size_t(I)), Down(db32, size_t(I))));
       if (p == Policy::kAll && sh.gelu == Path::kFused) {  // the 16-bit calls fused too
         EXPECT_EQ(Lt(GemmEpilogue::kBias) - bias0, 2);
         EXPECT_EQ(Lt(GemmEpilogue::kBiasGeluAux) - gelu0, 2);
