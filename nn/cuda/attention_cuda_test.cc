@@ -4,7 +4,9 @@
 // 160 (materialised path), in f32 and with bf16 / f16 GEMM operands; the same bits on a second run;
 // cuDNN (where it opens) against the reference, each backend's backward after the other's forward,
 // and cuDNN against our kernels at GPT-2's shape; 16-bit io against f32 io; argument errors. The
-// reference itself is checked against the CPU layer (runs without a GPU).
+// reference itself is checked against the CPU layer (runs without a GPU). The fused kernels are
+// also tested on their own (FlashKernelsTest), which is what the CPU emulation of
+// framework/cuda_emu runs (kernels_emu_test; the rest needs cuBLAS and cuDNN).
 //
 // Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
 // multiplies (Q, K, V, dY rounded to the operand dtype), so what is left is f32 summation (f32:
@@ -24,8 +26,11 @@
 #include "framework/status.h"
 #include "nn/attention.h"
 #include "nn/cpu_context.h"
-#include "nn/cuda/attention.h"
 #include "nn/cuda/cuda_test_util.h"
+#include "nn/cuda/flash_attention_kernels.h"
+#if !SHARDEMA_CUDA_EMULATED
+#include "nn/cuda/attention.h"
+#endif
 #include "nn/grad_check.h"
 
 namespace shardema::nn {
@@ -139,6 +144,45 @@ TEST(AttentionReferenceTest, MatchesTheCpuLayer) {
 using testing::Round16;
 using testing::SameBits;
 using testing::Widen16;
+
+class FlashKernelsTest : public testing::CudaTest {};
+
+// LaunchFlashAttentionForward / Backward as CudaAttention's own path calls them (head sizes up to
+// kFlashMaxHeadDim), in f32 and with bf16 operands, against the reference of the rounded inputs.
+TEST_F(FlashKernelsTest, MatchTheDoubleReference) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    const double tol = t == DType::kF32 ? 3e-5 : 2e-2;
+    for (const AttentionShape& sh : kShapes) {
+      if (sh.head_dim() > kFlashMaxHeadDim) continue;
+      SCOPED_TRACE(::testing::Message() << DTypeName(t) << " B " << sh.batch << " T " << sh.seq
+                                        << " C " << sh.dim << " nh " << sh.heads);
+      const auto qkv = Uniform(size_t(sh.qkv_numel()), 31, -2.f, 2.f),
+                 dout = Uniform(size_t(sh.out_numel()), 32);
+      const Reference r =
+          t == DType::kF32 ? Compute(sh, qkv, dout)
+                           : Compute(sh, Widen16(Round16(qkv, t), t), Widen16(Round16(dout, t), t));
+      const size_t nl = size_t(sh.batch * sh.heads * sh.seq);
+      float *gqkv = Up(qkv), *gdout = Up(dout), *gout = Alloc<float>(size_t(sh.out_numel()), NAN),
+            *glse = Alloc<float>(nl, NAN), *gdrow = Alloc<float>(nl, NAN),
+            *gdqkv = Alloc<float>(qkv.size(), NAN);
+      Status st = LaunchFlashAttentionForward(sh, gqkv, t, gout, glse, s());
+      ASSERT_TRUE(st.ok()) << st;
+      st = LaunchFlashAttentionBackward(sh, gqkv, gout, glse, gdout, t, gdrow, gdqkv, s());
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_LT(MaxRelError(Down(gout, size_t(sh.out_numel())), r.out, 1.0), tol);
+      EXPECT_LT(MaxRelError(Down(glse, nl), r.lse, 1.0), 3e-5);
+      EXPECT_LT(MaxRelError(Down(gdqkv, qkv.size()), r.dqkv, 1.0), tol);
+    }
+  }
+  float* x = Alloc<float>(8);
+  const AttentionShape too_wide{1, 4, 160, 1};  // head size 160 > kFlashMaxHeadDim
+  EXPECT_EQ(LaunchFlashAttentionForward(too_wide, x, DType::kF32, x, x, s()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchFlashAttentionForward(kShapes[1], nullptr, DType::kF32, x, x, s()).code(),
+            StatusCode::kInvalidArgument);
+}
+
+#if !SHARDEMA_CUDA_EMULATED  // CudaAttention: cuBLAS and cuDNN
 
 class AttentionCudaTest : public testing::CudaTest {
  protected:
@@ -386,6 +430,8 @@ TEST_F(AttentionCudaTest, ArgumentErrors) {
   EXPECT_EQ(CudaAttention::Create(gemm_.get(), static_cast<DType>(9)).status().code(), bad);
 }
 
+#endif  // !SHARDEMA_CUDA_EMULATED
+
 #else  // !SHARDEMA_WITH_CUDA
 
 TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
@@ -395,6 +441,7 @@ TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
 
 #endif  // SHARDEMA_WITH_CUDA
 
+#if !SHARDEMA_CUDA_EMULATED
 TEST(AttentionBackendTest, NamesRoundTripAndABadOneIsNamed) {
   for (AttentionBackend b :
        {AttentionBackend::kAuto, AttentionBackend::kCudnn, AttentionBackend::kOwn}) {
@@ -404,6 +451,7 @@ TEST(AttentionBackendTest, NamesRoundTripAndABadOneIsNamed) {
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("'flash'"), std::string::npos) << bad;
 }
+#endif  // !SHARDEMA_CUDA_EMULATED
 
 }  // namespace
 }  // namespace shardema::nn

@@ -91,7 +91,7 @@ Status BuildEmbeddingPlan(const int64_t* ids, int64_t n, int64_t vocab, std::vec
   for (int64_t i = 0; i < n; ++i) ++count[size_t(ids[i]) + 1];
   int64_t d = 0;
   for (int64_t v = 0; v < vocab; ++v) d += count[size_t(v) + 1] > 0 ? 1 : 0;
-  plan->assign(size_t(2 * n + d + 1), 0);
+  plan->assign(size_t(n + 2 * d + 1), 0);
   int64_t* order = plan->data();
   int64_t* bucket_id = order + n;
   int64_t* start = bucket_id + d;

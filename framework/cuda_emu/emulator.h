@@ -1,0 +1,289 @@
+// A CPU emulation of the CUDA execution model, for running the project's own kernels (.cu files)
+// in tests on machines without a GPU. It is no GPU: it says nothing about speed, memory
+// coherence between blocks, or cuBLAS/cuDNN/NCCL; it runs the kernels' arithmetic and indexing,
+// their barriers and warp shuffles, and checks launch configurations as the runtime does.
+//
+// How a .cu file becomes an emulated one (framework/cuda_emu/defs.bzl, rewrite.py): the launch
+// syntax `k<<<grid, block, smem, stream>>>(args)` becomes `Launch(k, grid, block, smem,
+// stream)(args)`, `extern __shared__ T name[];` becomes a pointer to the launch's dynamic shared
+// memory, and the file is compiled by the host compiler with this header included first and
+// __CUDACC__ defined (the headers <cuda_runtime.h> and <math_constants.h> resolve to the files of
+// framework/cuda_emu/include/).
+//
+// Execution: a launch runs its blocks one after another, in x-major order, on the calling thread.
+// The threads of a block are fibers scheduled round robin; a fiber runs until it
+// finishes or waits at a barrier, so memory a block writes is seen by the next block and
+// `__shared__` variables (static storage) are per block as on a GPU. Launches from several host
+// threads are serialised by one lock. Kernels must not wait on another block (no grid sync).
+//
+// Checked, each a fatal error that names the kernel's launch and the thread (std::abort, so a
+// test dies with the message): __syncthreads() that not every thread of the block reaches (one
+// exited, or the threads wait at different barriers forever), a warp shuffle or __syncwarp whose
+// mask names a lane that never arrives or that exited, a shuffle reading a lane outside its mask.
+// Launch configurations the runtime refuses (0 or > 1024 threads a block, block z > 64, grid
+// y/z > 65535, dynamic shared memory above 48 KiB without cudaFuncSetAttribute or above the
+// sm_90 limit) set the launch error that cudaGetLastError returns, and run nothing.
+//
+// Floating point: host IEEE arithmetic (no fused multiply-add unless the source calls fmaf) and
+// the host's libm, so results agree with a GPU to rounding, not bit for bit. Fast intrinsics
+// the kernels do not use (__expf, ...) are not defined: a kernel that starts using one fails to
+// compile here until it is added.
+#ifndef SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_
+#define SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// ---- Types and codes of the runtime API (the values are the CUDA runtime's) ----
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+namespace shardema::cuda_emu {
+
+constexpr unsigned kWarpSize = 32;
+constexpr size_t kDefaultDynamicShared = 48 * 1024;  // without cudaFuncSetAttribute
+constexpr size_t kMaxDynamicShared = 227 * 1024;     // sm_90's opt-in limit a block
+
+namespace detail {
+
+// The running emulated thread: its indices and the launch's shape.
+struct ThreadState {
+  uint3 thread_idx, block_idx;
+  dim3 block_dim, grid_dim;
+};
+const ThreadState& Self();
+
+void SyncThreads();
+void SyncWarp(unsigned mask);
+// Lane `src` of the warp's values of this exchange (every lane in `mask` takes part).
+uint64_t WarpExchange(unsigned mask, uint64_t bits, unsigned src);
+unsigned LaneId();
+char* DynamicShared();
+
+// Runs `body` once per thread of every block; returns the launch error (nothing runs on error).
+// `where` names the launch in fatal errors.
+cudaError_t RunGrid(const char* where, const void* kernel, dim3 grid, dim3 block, size_t smem,
+                    const std::function<void()>& body);
+cudaError_t SetMaxDynamicShared(const void* kernel, int bytes);
+cudaError_t& LastError();
+
+template <typename T>
+T Shuffle(unsigned mask, T v, unsigned src) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a scalar");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = WarpExchange(mask, bits, src);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+}  // namespace detail
+
+// The callable that `k<<<grid, block, smem, stream>>>` becomes: calling it with the kernel's
+// arguments runs the grid (converted to the kernel's parameter types once, then copied into each
+// thread's call, as a launch copies its parameters).
+template <typename... P>
+class Launcher {
+ public:
+  Launcher(const char* where, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem)
+      : where_(where), kernel_(kernel), grid_(grid), block_(block), smem_(smem) {}
+  template <typename... A>
+  void operator()(A&&... args) const {
+    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    const cudaError_t e = detail::RunGrid(where_, reinterpret_cast<const void*>(kernel_), grid_,
+                                          block_, smem_, [&] { std::apply(kernel_, params); });
+    if (e != cudaSuccess) detail::LastError() = e;
+  }
+
+ private:
+  const char* where_;
+  void (*kernel_)(P...);
+  dim3 grid_, block_;
+  size_t smem_;
+};
+
+// `where`: the kernel and its source line (rewrite.py writes it).
+template <typename... P>
+Launcher<P...> Launch(const char* where, void (*kernel)(P...), dim3 grid, dim3 block,
+                      size_t smem = 0, cudaStream_t = nullptr) {
+  return Launcher<P...>(where, kernel, grid, block, smem);
+}
+
+}  // namespace shardema::cuda_emu
+
+// ---- Keywords and built-in variables ----
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __constant__ static const
+#define __align__(n) alignas(n)
+#define threadIdx (::shardema::cuda_emu::detail::Self().thread_idx)
+#define blockIdx (::shardema::cuda_emu::detail::Self().block_idx)
+#define blockDim (::shardema::cuda_emu::detail::Self().block_dim)
+#define gridDim (::shardema::cuda_emu::detail::Self().grid_dim)
+#define warpSize (int(::shardema::cuda_emu::kWarpSize))
+
+// ---- Device functions ----
+
+inline void __syncthreads() { ::shardema::cuda_emu::detail::SyncThreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::shardema::cuda_emu::detail::SyncWarp(mask);
+}
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  const unsigned lane = ::shardema::cuda_emu::detail::LaneId();
+  const unsigned src = lane / unsigned(width) * unsigned(width) + unsigned(src_lane % width);
+  return ::shardema::cuda_emu::detail::Shuffle(mask, v, src);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const unsigned lane = ::shardema::cuda_emu::detail::LaneId();
+  const unsigned src = lane ^ unsigned(lane_mask);
+  const T got = ::shardema::cuda_emu::detail::Shuffle(mask, v, src);
+  // A lane of a later group of `width` lanes gives the caller its own value.
+  return src / unsigned(width) > lane / unsigned(width) ? v : got;
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const unsigned lane = ::shardema::cuda_emu::detail::LaneId();
+  const unsigned src = lane + delta;
+  const bool own = src / unsigned(width) != lane / unsigned(width);
+  const T got = ::shardema::cuda_emu::detail::Shuffle(mask, v, own ? lane : src);
+  return own ? v : got;
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const unsigned lane = ::shardema::cuda_emu::detail::LaneId();
+  const bool own = lane % unsigned(width) < delta;
+  const T got = ::shardema::cuda_emu::detail::Shuffle(mask, v, own ? lane : lane - delta);
+  return own ? v : got;
+}
+
+// Fibers switch only at barriers, so a read-modify-write is atomic as written.
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+template <typename T>
+T atomicMin(T* p, T v) {
+  const T old = *p;
+  if (v < old) *p = v;
+  return old;
+}
+template <typename T>
+T atomicExch(T* p, T v) {
+  const T old = *p;
+  *p = v;
+  return old;
+}
+template <typename T>
+T atomicCAS(T* p, T expected, T v) {
+  const T old = *p;
+  if (old == expected) *p = v;
+  return old;
+}
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+inline float __int_as_float(int v) {
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+inline int __float_as_int(float f) {
+  int v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+inline float __uint_as_float(unsigned v) {
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+
+// ---- Runtime functions the kernel files call (host memory stands in for device memory) ----
+
+const char* cudaGetErrorName(cudaError_t e);
+const char* cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
+  if (bytes > 0) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t = nullptr) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+template <typename... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return ::shardema::cuda_emu::detail::SetMaxDynamicShared(reinterpret_cast<const void*>(kernel),
+                                                           value);
+}
+
+#endif  // SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_

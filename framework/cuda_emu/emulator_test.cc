@@ -1,0 +1,94 @@
+// The CPU emulation of framework/cuda_emu/emulator.h on kernels written as CUDA
+// (emulator_test_kernels.cu): shared memory and barriers per block, warp shuffles with their
+// width rules, indices of 2-D grids of 3-D blocks, dynamic shared memory and its limit, launch
+// configurations the runtime refuses, and the fatal errors for a divergent barrier and a shuffle
+// from an exited lane.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "framework/cuda_emu/emulator_test_kernels.h"
+
+namespace shardema::cuda_emu::testing {
+namespace {
+
+constexpr int kInvalidValue = 1;          // cudaErrorInvalidValue
+constexpr int kInvalidConfiguration = 9;  // cudaErrorInvalidConfiguration
+
+TEST(EmulatorTest, SharedMemoryAndBarriersArePerBlock) {
+  const int n = 1000, blocks = 3;
+  std::vector<float> in(size_t(n * blocks)), out(in.size(), -1.f);
+  std::iota(in.begin(), in.end(), 0.f);
+  ASSERT_EQ(ReverseInBlocks(in.data(), out.data(), n, blocks), 0);
+  for (int b = 0; b < blocks; ++b) {
+    for (int i = 0; i < n; ++i) ASSERT_EQ(out[size_t(b * n + i)], in[size_t(b * n + n - 1 - i)]);
+  }
+}
+
+TEST(EmulatorTest, WarpSumsOverShuffles) {
+  const int n = 96;
+  std::vector<float> in(n), out(3, 0.f);
+  std::iota(in.begin(), in.end(), 1.f);
+  ASSERT_EQ(WarpSums(in.data(), out.data(), n), 0);
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(out[size_t(w)],
+              float(std::accumulate(in.begin() + 32 * w, in.begin() + 32 * w + 32, 0.f)));
+  }
+}
+
+TEST(EmulatorTest, ShufflesFollowTheirWidthRules) {
+  for (int width : {32, 8}) {
+    SCOPED_TRACE(width);
+    std::vector<int> down(32), up(32), bcast(32);
+    ASSERT_EQ(Shuffles(width, down.data(), up.data(), bcast.data()), 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int v = 100 + lane, base = lane / width * width;
+      EXPECT_EQ(down[size_t(lane)], lane + 1 < base + width ? v + 1 : v) << lane;
+      EXPECT_EQ(up[size_t(lane)], lane - 2 >= base ? v - 2 : v) << lane;
+      EXPECT_EQ(bcast[size_t(lane)], 100 + base + 3) << lane;
+    }
+  }
+}
+
+TEST(EmulatorTest, IndicesOfTwoDimensionalGridsOfThreeDimensionalBlocks) {
+  const unsigned gx = 3, gy = 2, bx = 4, by = 3, bz = 2, per_block = bx * by * bz;
+  std::vector<int> blocks(gx * gy * per_block, -1), threads(blocks.size(), -1);
+  ASSERT_EQ(Indices(gx, gy, bx, by, bz, blocks.data(), threads.data()), 0);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i], int(i / per_block));
+    EXPECT_EQ(threads[i], int(i % per_block));
+  }
+}
+
+TEST(EmulatorTest, DynamicSharedMemoryAboveTheDefaultNeedsTheAttribute) {
+  std::vector<float> in(20000, 0.5f);
+  float out = 0.f;
+  ASSERT_EQ(DynamicSharedSum(in.data(), 100, 400, false, &out), 0);
+  EXPECT_EQ(out, 50.f);
+  const size_t big = in.size() * sizeof(float);  // 80000 > 48 KiB
+  EXPECT_EQ(DynamicSharedSum(in.data(), int(in.size()), big, false, &out), kInvalidValue);
+  ASSERT_EQ(DynamicSharedSum(in.data(), int(in.size()), big, true, &out), 0);
+  EXPECT_EQ(out, 10000.f);
+  EXPECT_EQ(DynamicSharedSum(in.data(), 1, 300 * 1024, true, &out), kInvalidValue);  // > 227 KiB
+}
+
+TEST(EmulatorTest, RefusedLaunchConfigurations) {
+  EXPECT_EQ(EmptyLaunch(1, 1024), 0);
+  EXPECT_EQ(EmptyLaunch(0, 32), kInvalidConfiguration);
+  EXPECT_EQ(EmptyLaunch(1, 0), kInvalidConfiguration);
+  EXPECT_EQ(EmptyLaunch(1, 1025), kInvalidConfiguration);
+  EXPECT_EQ(EmptyLaunch(2, 64), 0);  // the error was read and cleared
+}
+
+TEST(EmulatorDeathTest, AThreadThatSkipsABarrierIsADeadlock) {
+  EXPECT_DEATH(ExitBeforeBarrier(),
+               "deadlock: 63 thread\\(s\\) wait at __syncthreads.*1 of 64 exited");
+}
+
+TEST(EmulatorDeathTest, AShuffleFromAnExitedLaneIsAnError) {
+  EXPECT_DEATH(ShuffleFromAnExitedLane(), "reads lane 31, which did not take part");
+}
+
+}  // namespace
+}  // namespace shardema::cuda_emu::testing

@@ -1,0 +1,111 @@
+// Kernels of emulator_test_kernels.h, written as CUDA (launch syntax, __shared__, shuffles); built
+// only through rewrite.py and the emulator.
+#include "framework/cuda_emu/emulator_test_kernels.h"
+
+#include <cuda_runtime.h>
+
+namespace shardema::cuda_emu::testing {
+namespace {
+
+__global__ void ReverseKernel(const float* in, float* out, int n) {
+  __shared__ float buf[1024];
+  const int i = int(threadIdx.x);
+  buf[i] = in[blockIdx.x * n + i];
+  __syncthreads();
+  out[blockIdx.x * n + i] = buf[n - 1 - i];
+}
+
+__global__ void WarpSumKernel(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) out[threadIdx.x / 32] = v;
+}
+
+__global__ void ShuffleKernel(int width, int* down, int* up, int* bcast) {
+  const int v = 100 + int(threadIdx.x);
+  down[threadIdx.x] = __shfl_down_sync(0xffffffffu, v, 1, width);
+  up[threadIdx.x] = __shfl_up_sync(0xffffffffu, v, 2, width);
+  bcast[threadIdx.x] = __shfl_sync(0xffffffffu, v, 3, width);
+}
+
+__global__ void IndexKernel(int* block_ids, int* thread_ids) {
+  const int block = int(blockIdx.x + gridDim.x * blockIdx.y);
+  const int thread = int(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const int slot = block * int(blockDim.x * blockDim.y * blockDim.z) + thread;
+  block_ids[slot] = block;
+  thread_ids[slot] = thread;
+}
+
+__global__ void DynamicSumKernel(const float* in, int n, float* out) {
+  extern __shared__ float staged[];
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) staged[i] = in[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.f;
+    for (int i = 0; i < n; ++i) s += staged[i];
+    *out = s;
+  }
+}
+
+__global__ void NothingKernel() {}
+
+__global__ void ExitBeforeBarrierKernel() {
+  if (threadIdx.x == 0) return;
+  __syncthreads();
+}
+
+__global__ void ShuffleExitedKernel(int* out) {
+  if (threadIdx.x == 31) return;
+  out[threadIdx.x] = __shfl_sync(0x7fffffffu, int(threadIdx.x), 31);
+}
+
+}  // namespace
+
+int ReverseInBlocks(const float* in, float* out, int n, int blocks) {
+  ReverseKernel<<<unsigned(blocks), unsigned(n)>>>(in, out, n);
+  return int(cudaGetLastError());
+}
+
+int WarpSums(const float* in, float* out, int n) {
+  WarpSumKernel<<<1, unsigned(n), 0, nullptr>>>(in, out);
+  return int(cudaGetLastError());
+}
+
+int Shuffles(int width, int* down, int* up, int* bcast) {
+  ShuffleKernel<<<1, 32>>>(width, down, up, bcast);
+  return int(cudaGetLastError());
+}
+
+int Indices(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned bz, int* block_ids,
+            int* thread_ids) {
+  IndexKernel<<<dim3(gx, gy), dim3(bx, by, bz)>>>(block_ids, thread_ids);
+  return int(cudaGetLastError());
+}
+
+int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, float* out) {
+  if (set_attribute) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        DynamicSumKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (e != cudaSuccess) return int(e);
+  }
+  DynamicSumKernel<<<1, 64, bytes>>>(in, n, out);
+  return int(cudaGetLastError());
+}
+
+int EmptyLaunch(unsigned blocks, unsigned threads) {
+  NothingKernel<<<blocks, threads>>>();
+  return int(cudaGetLastError());
+}
+
+int ExitBeforeBarrier() {
+  ExitBeforeBarrierKernel<<<1, 64>>>();
+  return int(cudaGetLastError());
+}
+
+int ShuffleFromAnExitedLane() {
+  static int out[32];
+  ShuffleExitedKernel<<<1, 32>>>(out);
+  return int(cudaGetLastError());
+}
+
+}  // namespace shardema::cuda_emu::testing
