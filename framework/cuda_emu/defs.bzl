@@ -32,19 +32,23 @@ def _stem(label):
     name = label.split(":")[-1].split("/")[-1]
     return name[:-len(".cu")] if name.endswith(".cu") else name
 
-def cuda_emu_library(name, srcs, hdrs = [], deps = [], **kwargs):
-    """A testonly cc_library of the emulated kernels of `srcs` (.cu files).
+def cuda_emu_library(name, srcs, hdrs = [], deps = [], local_defines = [], **kwargs):
+    """A testonly cc_library of `srcs` built for the CPU emulation.
 
     Args:
       name: the cc_library's name.
-      srcs: .cu files (labels); each is rewritten into `<name>_emu/<stem>.cc`.
-      hdrs: the headers that declare the kernels' launch functions.
-      deps: what the sources include, with //framework:cuda_error_emu in place of
-        //framework:cuda_error.
+      srcs: .cu files (each rewritten into `<name>_emu/<stem>.cc` and compiled as device code,
+        with __CUDACC__) and .cc files (host code compiled against the emulated runtime).
+      hdrs: the headers the sources implement.
+      deps: what the sources include, with the `_emu` targets in place of the CUDA ones.
+      local_defines: passed to the cc_library(s).
       **kwargs: passed to the cc_library.
     """
+    cu = [s for s in srcs if s.endswith(".cu")]
+    cc = [s for s in srcs if not s.endswith(".cu")]
+    visibility = kwargs.pop("visibility", None)
     outs = []
-    for src in srcs:
+    for src in cu:
         out = "%s_emu/%s.cc" % (name, _stem(src))
         native.genrule(
             name = "%s_%s_rewrite" % (name, _stem(src)),
@@ -56,14 +60,33 @@ def cuda_emu_library(name, srcs, hdrs = [], deps = [], **kwargs):
             visibility = ["//visibility:private"],
         )
         outs.append(out)
+    deps = deps + ["//framework/cuda_emu:emulator"]
+    if outs:
+        native.cc_library(
+            name = name + "_device" if cc else name,
+            srcs = outs,
+            hdrs = hdrs,
+            copts = EMU_COPTS + ["-D__CUDACC__", "-include", "framework/cuda_emu/emulator.h"],
+            local_defines = local_defines,
+            deps = deps,
+            target_compatible_with = EMU_COMPATIBLE,
+            testonly = True,
+            visibility = ["//visibility:private"] if cc else visibility,
+            **kwargs
+        )
+        if not cc:
+            return
+        deps = deps + [":%s_device" % name]
     native.cc_library(
         name = name,
-        srcs = outs,
+        srcs = cc,
         hdrs = hdrs,
-        copts = EMU_COPTS + ["-D__CUDACC__", "-include", "framework/cuda_emu/emulator.h"],
-        deps = deps + ["//framework/cuda_emu:emulator"],
+        copts = EMU_COPTS,
+        local_defines = local_defines,
+        deps = deps,
         target_compatible_with = EMU_COMPATIBLE,
         testonly = True,
+        visibility = visibility,
         **kwargs
     )
 

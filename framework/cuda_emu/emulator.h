@@ -45,6 +45,19 @@
 struct uint3 {
   unsigned x, y, z;
 };
+// Vector types with the device's alignment (vectorised loads read them whole).
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -60,6 +73,8 @@ enum cudaError_t {
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError = cudaError_t;
@@ -264,26 +279,13 @@ inline unsigned __float_as_uint(float f) {
   return v;
 }
 
-// ---- Runtime functions the kernel files call (host memory stands in for device memory) ----
-
-const char* cudaGetErrorName(cudaError_t e);
-const char* cudaGetErrorString(cudaError_t e);
-cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
-inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
-  if (bytes > 0) std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
-                                   cudaStream_t = nullptr) {
-  if (bytes > 0) std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
+// cudaFuncSetAttribute's part (the rest of the runtime API: include/cuda_runtime.h).
 template <typename... P>
 cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
   return ::shardema::cuda_emu::detail::SetMaxDynamicShared(reinterpret_cast<const void*>(kernel),
                                                            value);
 }
+cudaError_t cudaGetLastError();
 
 #endif  // SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_

@@ -5,8 +5,7 @@
 // cuDNN (where it opens) against the reference, each backend's backward after the other's forward,
 // and cuDNN against our kernels at GPT-2's shape; 16-bit io against f32 io; argument errors. The
 // reference itself is checked against the CPU layer (runs without a GPU). The fused kernels are
-// also tested on their own (FlashKernelsTest), which is what the CPU emulation of
-// framework/cuda_emu runs (kernels_emu_test; the rest needs cuBLAS and cuDNN).
+// also tested on their own (FlashKernelsTest).
 //
 // Tolerances (largest |got - want| / max(|want|, 1)): the reference uses the inputs the GPU
 // multiplies (Q, K, V, dY rounded to the operand dtype), so what is left is f32 summation (f32:
@@ -26,11 +25,9 @@
 #include "framework/status.h"
 #include "nn/attention.h"
 #include "nn/cpu_context.h"
+#include "nn/cuda/attention.h"
 #include "nn/cuda/cuda_test_util.h"
 #include "nn/cuda/flash_attention_kernels.h"
-#if !SHARDEMA_CUDA_EMULATED
-#include "nn/cuda/attention.h"
-#endif
 #include "nn/grad_check.h"
 
 namespace shardema::nn {
@@ -181,8 +178,6 @@ TEST_F(FlashKernelsTest, MatchTheDoubleReference) {
   EXPECT_EQ(LaunchFlashAttentionForward(kShapes[1], nullptr, DType::kF32, x, x, s()).code(),
             StatusCode::kInvalidArgument);
 }
-
-#if !SHARDEMA_CUDA_EMULATED  // CudaAttention: cuBLAS and cuDNN
 
 class AttentionCudaTest : public testing::CudaTest {
  protected:
@@ -430,8 +425,6 @@ TEST_F(AttentionCudaTest, ArgumentErrors) {
   EXPECT_EQ(CudaAttention::Create(gemm_.get(), static_cast<DType>(9)).status().code(), bad);
 }
 
-#endif  // !SHARDEMA_CUDA_EMULATED
-
 #else  // !SHARDEMA_WITH_CUDA
 
 TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
@@ -441,7 +434,6 @@ TEST(AttentionCudaTest, IsUnavailableWithoutCuda) {
 
 #endif  // SHARDEMA_WITH_CUDA
 
-#if !SHARDEMA_CUDA_EMULATED
 TEST(AttentionBackendTest, NamesRoundTripAndABadOneIsNamed) {
   for (AttentionBackend b :
        {AttentionBackend::kAuto, AttentionBackend::kCudnn, AttentionBackend::kOwn}) {
@@ -451,7 +443,6 @@ TEST(AttentionBackendTest, NamesRoundTripAndABadOneIsNamed) {
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("'flash'"), std::string::npos) << bad;
 }
-#endif  // !SHARDEMA_CUDA_EMULATED
 
 }  // namespace
 }  // namespace shardema::nn

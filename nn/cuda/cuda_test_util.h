@@ -1,10 +1,6 @@
 // Test fixture for the nn/cuda GPU tests: a stream and CublasGemm on device 0, host<->device
 // copies of vectors, bf16/f16 rounding helpers. SetUp skips (GTEST_SKIP) without a visible GPU.
 // Empty without --config=cuda (SHARDEMA_WITH_CUDA 0): use it inside `#if SHARDEMA_WITH_CUDA`.
-// Under the CPU emulation (SHARDEMA_CUDA_EMULATED, framework/cuda_emu) the fixture keeps the same
-// calls on host memory, each buffer allocated to its exact size (AddressSanitizer then catches a
-// kernel's access past it), with no stream and no CublasGemm: tests of the GEMMs are left out
-// there.
 #ifndef SHARDEMA_NN_CUDA_CUDA_TEST_UTIL_H_
 #define SHARDEMA_NN_CUDA_CUDA_TEST_UTIL_H_
 #if SHARDEMA_WITH_CUDA
@@ -17,11 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "framework/dtype.h"
-#if !SHARDEMA_CUDA_EMULATED
 #include "framework/device.h"
+#include "framework/dtype.h"
 #include "nn/cuda/cublas_gemm.h"
-#endif
 
 namespace shardema::nn::testing {
 
@@ -44,33 +38,6 @@ inline std::vector<float> Widen16(const std::vector<uint16_t>& v, DType t) {
     out[i] = t == DType::kBF16 ? BF16ToF32(v[i]) : F16ToF32(v[i]);
   return out;
 }
-
-#if SHARDEMA_CUDA_EMULATED
-
-class CudaTest : public ::testing::Test {
- protected:
-  template <typename T>
-  T* Up(const std::vector<T>& host) {
-    buffers_.emplace_back(new char[std::max<size_t>(host.size() * sizeof(T), 1)]);
-    if (!host.empty()) std::memcpy(buffers_.back().get(), host.data(), host.size() * sizeof(T));
-    return reinterpret_cast<T*>(buffers_.back().get());
-  }
-  template <typename T>
-  T* Alloc(size_t n, T fill = T()) {
-    return Up(std::vector<T>(n, fill));
-  }
-  template <typename T>
-  std::vector<T> Down(const T* d, size_t n) {
-    std::vector<T> host(n);
-    if (n > 0) std::memcpy(host.data(), d, n * sizeof(T));
-    return host;
-  }
-  void* s() const { return nullptr; }
-
-  std::vector<std::unique_ptr<char[]>> buffers_;
-};
-
-#else  // !SHARDEMA_CUDA_EMULATED
 
 class CudaTest : public ::testing::Test {
  protected:
@@ -128,8 +95,6 @@ class CudaTest : public ::testing::Test {
   std::unique_ptr<CublasGemm> gemm_;
   std::vector<Buffer> buffers_;
 };
-
-#endif  // SHARDEMA_CUDA_EMULATED
 
 }  // namespace shardema::nn::testing
 

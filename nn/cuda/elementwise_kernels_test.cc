@@ -3,8 +3,7 @@
 // against the CPU math on the rounded values, ~1e-2 against unrounded f32), bias add, relu /
 // gelu / gelu_tanh forward and backward, mse / cross-entropy with a global normaliser,
 // bias-gradient column sums (and accumulation), residual adds, plus argument errors. Needs a GPU
-// (skips without one). Under the CPU emulation (kernels_emu_test) the tests of the GEMMs are left
-// out.
+// (skips without one).
 #include "nn/cuda/elementwise_kernels.h"
 
 #include <gtest/gtest.h>
@@ -15,15 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "framework/cuda/convert_kernels.h"
+#include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/status.h"
 #include "nn/activation.h"
 #include "nn/cpu_context.h"
-#if !SHARDEMA_CUDA_EMULATED
-#include "framework/cuda/convert_kernels.h"
-#include "framework/device.h"
 #include "nn/cuda/cublas_gemm.h"
-#endif
 #include "nn/cuda/cuda_test_util.h"
 #include "nn/cuda/loss_kernels.h"
 #include "nn/grad_check.h"
@@ -52,7 +49,6 @@ struct Shape3 {
 };
 const Shape3 kShapes[] = {{1, 1, 1}, {7, 13, 5}, {8, 6, 9}, {64, 128, 96}, {33, 257, 3}};
 
-#if !SHARDEMA_CUDA_EMULATED  // cuBLAS
 TEST_F(ElementwiseKernelsTest, LinearForwardAndBackwardF32MatchTheCpu) {
   uint32_t seed = 1;
   for (const Shape3& sh : kShapes) {
@@ -81,9 +77,7 @@ TEST_F(ElementwiseKernelsTest, LinearForwardAndBackwardF32MatchTheCpu) {
     EXPECT_LT(MaxRelError(Down(gdx, dx.size()), dx, 1.0), 1e-5);
   }
 }
-#endif
 
-#if !SHARDEMA_CUDA_EMULATED  // cuBLAS
 TEST_F(ElementwiseKernelsTest, Bf16OperandsAccumulateInF32) {
   const Shape3 sh{48, 200, 40};
   const auto x = Random(size_t(sh.rows * sh.in), 11), w = Random(size_t(sh.out * sh.in), 12);
@@ -134,7 +128,6 @@ TEST_F(ElementwiseKernelsTest, F16OperandsAndConvertedActivations) {
   ASSERT_TRUE(gemm_->LinearForward(gxh, gw, DType::kF16, sh.rows, sh.in, sh.out, gz).ok());
   EXPECT_LT(MaxRelError(Down(gz, z.size()), z, 1.0), 1e-5);
 }
-#endif
 
 TEST_F(ElementwiseKernelsTest, ActivationsMatchTheCpu) {
   auto z = Random(4099, 31, -6.f, 6.f);
@@ -269,7 +262,6 @@ TEST_F(ElementwiseKernelsTest, ColumnSumsOverRowChunks) {
   }
 }
 
-#if !SHARDEMA_CUDA_EMULATED  // cuBLAS
 TEST_F(ElementwiseKernelsTest, GemmsAccumulateWhenAsked) {
   const int64_t rows = 9, in = 7, out = 5;
   const auto x = Random(size_t(rows * in), 61), w = Random(size_t(out * in), 62),
@@ -285,19 +277,16 @@ TEST_F(ElementwiseKernelsTest, GemmsAccumulateWhenAsked) {
   for (float& v : dx) v += 2.f;  // the CPU overwrites dx; the GPU added onto 2s
   EXPECT_LT(MaxRelError(Down(gdx, dx.size()), dx, 1.0), 1e-5);
 }
-#endif
 
 TEST_F(ElementwiseKernelsTest, EmptyBatchesGiveZeros) {
   float* dw = Alloc<float>(12, NAN);
   float* db = Alloc<float>(4, NAN);
   float* none = Alloc<float>(1);
-#if !SHARDEMA_CUDA_EMULATED
   ASSERT_TRUE(gemm_->LinearWeightGrad(none, none, DType::kF32, 0, 3, 4, dw).ok());
-  EXPECT_EQ(Down(dw, 12), std::vector<float>(12, 0.f));
-#endif
   ASSERT_TRUE(LaunchColumnSums(none, DType::kF32, 0, 4, db, nullptr, s()).ok());
   double* loss = Alloc<double>(1, NAN);
   ASSERT_TRUE(LaunchMseLoss(none, none, 0, 4, 8.0, none, nullptr, loss, s()).ok());
+  EXPECT_EQ(Down(dw, 12), std::vector<float>(12, 0.f));
   EXPECT_EQ(Down(db, 4), std::vector<float>(4, 0.f));
   EXPECT_EQ(Down(loss, 1)[0], 0.0);
 }
@@ -311,13 +300,11 @@ TEST_F(ElementwiseKernelsTest, ArgumentErrors) {
   double* loss = Alloc<double>(1);
   EXPECT_EQ(LaunchMseLoss(z, z, 2, 2, 0.0, z, loss, loss, s()).code(), bad);
   EXPECT_EQ(LaunchCrossEntropyLoss(z, nullptr, 2, 2, 2, 2.0, z, loss, loss, s()).code(), bad);
-#if !SHARDEMA_CUDA_EMULATED
   Status big = gemm_->LinearForward(z, z, DType::kF32, int64_t(1) << 32, 1, 1, z);
   EXPECT_EQ(big.code(), bad);
   EXPECT_NE(big.message().find("4294967296"), std::string::npos) << big;
   EXPECT_EQ(gemm_->LinearForward(z, z, static_cast<DType>(7), 1, 1, 1, z).code(), bad);
   EXPECT_EQ(CublasGemm::Create(Stream{}).status().code(), bad);
-#endif
 }
 
 #else  // !SHARDEMA_WITH_CUDA
