@@ -64,34 +64,45 @@ def _find_nvcc(ctx):
 
 _CUDA_BUILD = """package(default_visibility = ["//visibility:public"])
 
+# Under --config=cuda_emu (@//:cuda_emulated) these are the CPU emulation's libraries
+# (framework/cuda_emu), and the toolkit's headers and libraries stay out of every compile and link.
+EMU = "@//:cuda_emulated"
+
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
-    includes = ["include"],
+    hdrs = select({{
+        EMU: [],
+        "//conditions:default": glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
+    }}),
+    includes = select({{EMU: [], "//conditions:default": ["include"]}}),
+    deps = select({{EMU: ["@//framework/cuda_emu:emulator"], "//conditions:default": []}}),
 )
 
 cc_library(
     name = "cudart",
-    linkopts = {rt_linkopts},
-    deps = [":cuda_headers"],
+    linkopts = select({{EMU: [], "//conditions:default": {rt_linkopts}}}),
+    deps = select({{EMU: ["@//framework/cuda_emu:emulator"], "//conditions:default": [":cuda_headers"]}}),
 )
 
 cc_library(
     name = "cublas",
-    linkopts = ["-lcublas", "-lcublasLt"],
-    deps = [":cudart"],
+    linkopts = select({{EMU: [], "//conditions:default": ["-lcublas", "-lcublasLt"]}}),
+    deps = [":cudart"] + select({{EMU: ["@//framework/cuda_emu:cublas"], "//conditions:default": []}}),
 )
 
 cc_library(
     name = "nccl",
-    linkopts = ["-lnccl"],
-    deps = [":cudart"],
+    linkopts = select({{EMU: [], "//conditions:default": ["-lnccl"]}}),
+    deps = [":cudart"] + select({{EMU: ["@//framework/cuda_emu:nccl"], "//conditions:default": []}}),
 )
 
 cc_library(
     name = "cudnn_frontend",
-    hdrs = glob(["cudnn_frontend/include/**/*.h", "cudnn_frontend/include/**/*.hpp"], allow_empty = True),
-    includes = ["cudnn_frontend/include"],
+    hdrs = select({{
+        EMU: [],
+        "//conditions:default": glob(["cudnn_frontend/include/**/*.h", "cudnn_frontend/include/**/*.hpp"], allow_empty = True),
+    }}),
+    includes = select({{EMU: [], "//conditions:default": ["cudnn_frontend/include"]}}),
     deps = [":cuda_headers"],
 )
 """

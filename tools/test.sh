@@ -12,7 +12,10 @@
 #      tools/bench_tables.py --check (README's shape, docs/flags.md against the built binaries'
 #      --help, bench/README.md's generated tables; one test each),
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
-#      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU),
+#      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU); then, with or
+#      without nvcc, the same GPU tests under --config=cuda_emu: on the CPU emulation of
+#      framework/cuda_emu (kernels on fibers, runtime/cuBLAS/one-rank NCCL on the host, device
+#      code under AddressSanitizer + UBSan); their multi-rank cases skip (one emulated GPU),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
 #      each target counts as one test; without clang++ they are reported as skipped,
 #   6. with SHARDEMA_CI_ASAN=1: AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan) over
@@ -142,6 +145,9 @@ if command -v nvcc >/dev/null 2>&1 || [ -n "${CUDA_PATH:-}" ]; then
 else
   echo "== no nvcc: skipping the CUDA build"
 fi
+# No output suffix: the targets that do not use CUDA are the CPU build's (.bazelrc).
+run_tests "GPU tests on the CPU emulation (--config=cuda_emu; ASan + UBSan in device code)" \
+  --config=cuda_emu -- "${SAN_ENV[@]}" --build_tests_only --test_tag_filters=gpu //... "$@"
 
 echo "== fuzz: short run of the parser fuzz targets (tools/fuzz.sh)"
 tools/fuzz.sh "${SHARDEMA_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"

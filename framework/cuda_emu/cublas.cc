@@ -1,9 +1,11 @@
 // cuBLAS and cuBLASLt for the CPU emulation (include/cublas_v2.h, include/cublasLt.h): the
 // project's GEMMs computed on the host with cuBLAS's semantics (column-major, op(A) m x k,
-// op(B) k x n, C m x n), each element summed in double in order of k and rounded once to the
-// output type. Checks what cuBLAS checks and the wrapper could get wrong: sizes, leading
-// dimensions, data types, descriptor attribute sizes, the aux leading dimension of the GELU
-// epilogues (at least D's rows, divisible by 8).
+// op(B) k x n, C m x n), each element accumulated in f32 with fused multiply-adds in order of k
+// (as cuBLAS's f32 compute type; its own order differs) and rounded once to the output type, queued
+// on the handle's (cublasGemmEx) or the call's (cublasLtMatmul) stream with the scalars and
+// descriptors as they are at the call. Checks what cuBLAS checks and the wrapper could get wrong:
+// sizes, leading dimensions, data types, descriptor attribute sizes, the aux leading dimension of
+// the GELU epilogues (at least D's rows, divisible by 8).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -40,7 +42,7 @@ using shardema::F32ToF16;
 
 bool KnownType(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
 
-double Load(const void* p, cudaDataType_t t, int64_t i) {
+float Load(const void* p, cudaDataType_t t, int64_t i) {
   switch (t) {
     case CUDA_R_16BF: return BF16ToF32(static_cast<const uint16_t*>(p)[i]);
     case CUDA_R_16F: return F16ToF32(static_cast<const uint16_t*>(p)[i]);
@@ -48,8 +50,7 @@ double Load(const void* p, cudaDataType_t t, int64_t i) {
   }
 }
 
-void Store(void* p, cudaDataType_t t, int64_t i, double v) {
-  const float f = float(v);
+void Store(void* p, cudaDataType_t t, int64_t i, float f) {
   switch (t) {
     case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = F32ToBF16(f); break;
     case CUDA_R_16F: static_cast<uint16_t*>(p)[i] = F32ToF16(f); break;
@@ -64,18 +65,18 @@ struct Operand {
   int64_t ld;
   bool trans;
   // Element (i, j) of op(M).
-  double At(int64_t i, int64_t j) const {
+  float At(int64_t i, int64_t j) const {
     return trans ? Load(data, type, j + i * ld) : Load(data, type, i + j * ld);
   }
 };
 
-// acc(i, j) of op(A) op(B) for an m x n result over k, in double.
+// acc(i, j) of op(A) op(B) for an m x n result over k, in f32.
 template <typename F>
 void ForEachProduct(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, F f) {
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
-      double acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += a.At(i, p) * b.At(p, j);
+      float acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc = std::fma(a.At(i, p), b.At(p, j), acc);
       f(i, j, acc);
     }
   }
@@ -86,15 +87,15 @@ int64_t StoredRows(cublasOperation_t op, int64_t rows, int64_t cols) {
   return op == CUBLAS_OP_N ? rows : cols;
 }
 
-constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
 
-double GeluTanh(double x) {
-  return 0.5 * x * (1 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+float GeluTanh(float x) {
+  return 0.5f * x * (1 + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-double GeluTanhGrad(double x) {
-  const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * x * x);
+float GeluTanhGrad(float x) {
+  const float t = std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+  return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715f * x * x);
 }
 
 }  // namespace
@@ -157,19 +158,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
       transa == CUBLAS_OP_C || transb == CUBLAS_OP_C || alpha == nullptr || beta == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  const double al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const size_t ab = atype == CUDA_R_32F ? 4 : 2, cb = ctype == CUDA_R_32F ? 4 : 2;
-  for (int s = 0; s < batch; ++s) {
-    const Operand A{static_cast<const char*>(a) + s * stride_a * ab, atype, lda,
-                    transa == CUBLAS_OP_T};
-    const Operand B{static_cast<const char*>(b) + s * stride_b * ab, btype, ldb,
-                    transb == CUBLAS_OP_T};
-    void* C = static_cast<char*>(c) + s * stride_c * cb;
-    ForEachProduct(m, n, k, A, B, [&](int64_t i, int64_t j, double acc) {
-      const int64_t at = i + j * ldc;
-      Store(C, ctype, at, be == 0 ? al * acc : al * acc + be * Load(C, ctype, at));
-    });
-  }
+  shardema::cuda_emu::detail::Enqueue(handle->stream, [=] {
+    for (int s = 0; s < batch; ++s) {
+      const Operand A{static_cast<const char*>(a) + s * stride_a * ab, atype, lda,
+                      transa == CUBLAS_OP_T};
+      const Operand B{static_cast<const char*>(b) + s * stride_b * ab, btype, ldb,
+                      transb == CUBLAS_OP_T};
+      void* C = static_cast<char*>(c) + s * stride_c * cb;
+      ForEachProduct(m, n, k, A, B, [&](int64_t i, int64_t j, float acc) {
+        const int64_t at = i + j * ldc;
+        Store(C, ctype, at, be == 0 ? al * acc : al * acc + be * Load(C, ctype, at));
+      });
+    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -304,11 +307,54 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+
+// D = epilogue(alpha op(A) op(B) + beta C), from copies of the descriptors.
+void LtMatmulNow(const cublasLtMatmulDescOpaque_t& dd, float alpha, const void* a,
+                 const cublasLtMatrixLayoutOpaque_t& adesc, const void* b,
+                 const cublasLtMatrixLayoutOpaque_t& bdesc, float beta, const void* c,
+                 const cublasLtMatrixLayoutOpaque_t& cdesc, void* d,
+                 const cublasLtMatrixLayoutOpaque_t& ddesc, bool bias) {
+  const cublasLtMatmulDescOpaque_t* desc = &dd;
+  const cublasLtEpilogue_t ep = desc->epilogue;
+  const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
+  const int64_t m = int64_t(ddesc.rows), n = int64_t(ddesc.cols),
+                k = int64_t(ta ? adesc.rows : adesc.cols);
+  const Operand A{a, adesc.type, adesc.ld, ta}, B{b, bdesc.type, bdesc.ld, tb};
+  const float al = alpha, be = beta;
+  const cudaDataType_t dt = ddesc.type;  // bias and aux take D's type
+  // The products first: D may alias C, and DGELU's aux is read per element.
+  std::vector<float> acc(size_t(m * n));
+  ForEachProduct(m, n, k, A, B, [&](int64_t i, int64_t j, float v) {
+    acc[size_t(i + j * m)] = be == 0 ? al * v : al * v + be * Load(c, cdesc.type, i + j * cdesc.ld);
+  });
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      float v = acc[size_t(i + j * m)];
+      if (bias) v += Load(desc->bias, dt, i);
+      const int64_t x = i + j * desc->aux_ld;
+      switch (ep) {
+        case CUBLASLT_EPILOGUE_GELU_AUX:
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+          Store(desc->aux, dt, x, v);
+          v = GeluTanh(v);
+          break;
+        case CUBLASLT_EPILOGUE_DGELU: v *= GeluTanhGrad(Load(desc->aux, dt, x)); break;
+        default: break;
+      }
+      Store(d, dt, i + j * ddesc.ld, v);
+    }
+  }
+}
+
+}  // namespace
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t adesc, const void* b,
                               cublasLtMatrixLayout_t bdesc, const void* beta, const void* c,
                               cublasLtMatrixLayout_t cdesc, void* d, cublasLtMatrixLayout_t ddesc,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t,
+                              cudaStream_t stream) {
   if (handle == nullptr || algo == nullptr || alpha == nullptr || beta == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
@@ -321,34 +367,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if ((bias && desc->bias == nullptr) || (aux && desc->aux == nullptr)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
-  const int64_t m = int64_t(ddesc->rows), n = int64_t(ddesc->cols),
-                k = int64_t(ta ? adesc->rows : adesc->cols);
-  const Operand A{a, adesc->type, adesc->ld, ta}, B{b, bdesc->type, bdesc->ld, tb};
-  const double al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const cudaDataType_t dt = ddesc->type;  // bias and aux take D's type
-  // The products first: D may alias C, and DGELU's aux is read per element.
-  std::vector<double> acc(size_t(m * n));
-  ForEachProduct(m, n, k, A, B, [&](int64_t i, int64_t j, double v) {
-    acc[size_t(i + j * m)] =
-        be == 0 ? al * v : al * v + be * Load(c, cdesc->type, i + j * cdesc->ld);
-  });
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t i = 0; i < m; ++i) {
-      double v = acc[size_t(i + j * m)];
-      if (bias) v += Load(desc->bias, dt, i);
-      const int64_t x = i + j * desc->aux_ld;
-      switch (ep) {
-        case CUBLASLT_EPILOGUE_GELU_AUX:
-        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
-          Store(desc->aux, dt, x, v);
-          v = GeluTanh(v);
-          break;
-        case CUBLASLT_EPILOGUE_DGELU: v *= GeluTanhGrad(Load(desc->aux, dt, x)); break;
-        default: break;
-      }
-      Store(d, dt, i + j * ddesc->ld, v);
-    }
-  }
+  const cublasLtMatmulDescOpaque_t dd = *desc;
+  const cublasLtMatrixLayoutOpaque_t la = *adesc, lb = *bdesc, lc = *cdesc, ld = *ddesc;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  shardema::cuda_emu::detail::Enqueue(
+      stream, [=] { LtMatmulNow(dd, al, a, la, b, lb, be, c, lc, d, ld, bias); });
   return CUBLAS_STATUS_SUCCESS;
 }

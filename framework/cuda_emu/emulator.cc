@@ -328,8 +328,7 @@ cudaError_t SetMaxDynamicShared(const void* kernel, int bytes) {
 
 cudaError_t& LastError() { return last_error; }
 
-cudaError_t RunGrid(const char* where, const void* kernel, dim3 grid_dim, dim3 block_dim,
-                    size_t smem, const std::function<void()>& body) {
+cudaError_t CheckLaunch(const void* kernel, dim3 grid_dim, dim3 block_dim, size_t smem) {
   const uint64_t threads = uint64_t(block_dim.x) * block_dim.y * block_dim.z;
   if (threads == 0 || threads > kMaxThreads || block_dim.z > 64 || grid_dim.x == 0 ||
       grid_dim.y == 0 || grid_dim.z == 0 || grid_dim.y > 65535 || grid_dim.z > 65535 ||
@@ -340,7 +339,13 @@ cudaError_t RunGrid(const char* where, const void* kernel, dim3 grid_dim, dim3 b
   const auto attr = max_dynamic_shared.find(kernel);
   const size_t smem_limit =
       std::max(kDefaultDynamicShared, attr == max_dynamic_shared.end() ? 0 : attr->second);
-  if (smem > smem_limit) return cudaErrorInvalidValue;
+  return smem > smem_limit ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+void RunGrid(const char* where, dim3 grid_dim, dim3 block_dim, size_t smem,
+             const std::function<void()>& body) {
+  const uint64_t threads = uint64_t(block_dim.x) * block_dim.y * block_dim.z;
+  std::lock_guard<std::mutex> lock(launch_mu);
   Grid g;
   g.where = where;
   g.threads = unsigned(threads);
@@ -355,7 +360,6 @@ cudaError_t RunGrid(const char* where, const void* kernel, dim3 grid_dim, dim3 b
     }
   }
   grid = nullptr;
-  return cudaSuccess;
 }
 
 }  // namespace shardema::cuda_emu::detail

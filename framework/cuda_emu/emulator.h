@@ -10,11 +10,12 @@
 // __CUDACC__ defined (the headers <cuda_runtime.h> and <math_constants.h> resolve to the files of
 // framework/cuda_emu/include/).
 //
-// Execution: a launch runs its blocks one after another, in x-major order, on the calling thread.
-// The threads of a block are fibers scheduled round robin; a fiber runs until it
-// finishes or waits at a barrier, so memory a block writes is seen by the next block and
-// `__shared__` variables (static storage) are per block as on a GPU. Launches from several host
-// threads are serialised by one lock. Kernels must not wait on another block (no grid sync).
+// Execution: a launch is queued on its stream (include/cuda_runtime.h: a worker thread per stream)
+// and runs its blocks one after another, in x-major order; grids of different streams run one at
+// a time (one lock). The threads of a block are fibers scheduled round robin; a fiber runs until
+// it finishes or waits at a barrier, so memory a block writes is seen by the next block and
+// `__shared__` variables (static storage) are per block as on a GPU. Kernels must not wait on
+// another block (no grid sync).
 //
 // Checked, each a fatal error that names the kernel's launch and the thread (std::abort, so a
 // test dies with the message): __syncthreads() that not every thread of the block reaches (one
@@ -36,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -111,10 +113,14 @@ uint64_t WarpExchange(unsigned mask, uint64_t bits, unsigned src);
 unsigned LaneId();
 char* DynamicShared();
 
-// Runs `body` once per thread of every block; returns the launch error (nothing runs on error).
-// `where` names the launch in fatal errors.
-cudaError_t RunGrid(const char* where, const void* kernel, dim3 grid, dim3 block, size_t smem,
-                    const std::function<void()>& body);
+// The launch error of a configuration (cudaSuccess when the runtime would take it).
+cudaError_t CheckLaunch(const void* kernel, dim3 grid, dim3 block, size_t smem);
+// Runs `body` once per thread of every block of a checked configuration, on the calling thread
+// (launches from several threads run one at a time). `where` names the launch in fatal errors.
+void RunGrid(const char* where, dim3 grid, dim3 block, size_t smem,
+             const std::function<void()>& body);
+// Queues `task` on `stream` (nullptr: the default stream); runtime.cc.
+void Enqueue(cudaStream_t stream, std::function<void()> task);
 cudaError_t SetMaxDynamicShared(const void* kernel, int bytes);
 cudaError_t& LastError();
 
@@ -132,19 +138,31 @@ T Shuffle(unsigned mask, T v, unsigned src) {
 }  // namespace detail
 
 // The callable that `k<<<grid, block, smem, stream>>>` becomes: calling it with the kernel's
-// arguments runs the grid (converted to the kernel's parameter types once, then copied into each
-// thread's call, as a launch copies its parameters).
+// arguments checks the configuration (a refused one sets the launch error and queues nothing)
+// and queues the grid on the stream, its parameters converted to the kernel's parameter types
+// and copied now, as a launch copies them.
 template <typename... P>
 class Launcher {
  public:
-  Launcher(const char* where, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem)
-      : where_(where), kernel_(kernel), grid_(grid), block_(block), smem_(smem) {}
+  Launcher(const char* where, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+           cudaStream_t stream)
+      : where_(where), kernel_(kernel), grid_(grid), block_(block), smem_(smem), stream_(stream) {}
   template <typename... A>
   void operator()(A&&... args) const {
-    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
-    const cudaError_t e = detail::RunGrid(where_, reinterpret_cast<const void*>(kernel_), grid_,
-                                          block_, smem_, [&] { std::apply(kernel_, params); });
-    if (e != cudaSuccess) detail::LastError() = e;
+    const cudaError_t e =
+        detail::CheckLaunch(reinterpret_cast<const void*>(kernel_), grid_, block_, smem_);
+    if (e != cudaSuccess) {
+      detail::LastError() = e;
+      return;
+    }
+    auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+    const char* where = where_;
+    void (*kernel)(P...) = kernel_;
+    const dim3 grid = grid_, block = block_;
+    const size_t smem = smem_;
+    detail::Enqueue(stream_, [=] {
+      detail::RunGrid(where, grid, block, smem, [&] { std::apply(kernel, *params); });
+    });
   }
 
  private:
@@ -152,13 +170,14 @@ class Launcher {
   void (*kernel_)(P...);
   dim3 grid_, block_;
   size_t smem_;
+  cudaStream_t stream_;
 };
 
 // `where`: the kernel and its source line (rewrite.py writes it).
 template <typename... P>
 Launcher<P...> Launch(const char* where, void (*kernel)(P...), dim3 grid, dim3 block,
-                      size_t smem = 0, cudaStream_t = nullptr) {
-  return Launcher<P...>(where, kernel, grid, block, smem);
+                      size_t smem = 0, cudaStream_t stream = nullptr) {
+  return Launcher<P...>(where, kernel, grid, block, smem, stream);
 }
 
 }  // namespace shardema::cuda_emu
@@ -171,6 +190,7 @@ Launcher<P...> Launch(const char* where, void (*kernel)(P...), dim3 grid, dim3 b
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__ static
 #define __constant__ static const
 #define __align__(n) alignas(n)
@@ -217,6 +237,35 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   return own ? v : got;
 }
 
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return uint4{x, y, z, w};
+}
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+// Loads and stores with cache hints: plain accesses here.
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+template <typename T>
+T __ldcs(const T* p) {
+  return *p;
+}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+template <typename T>
+void __stcs(T* p, T v) {
+  *p = v;
+}
+template <typename T>
+void __stcg(T* p, T v) {
+  *p = v;
+}
+
 // Fibers switch only at barriers, so a read-modify-write is atomic as written.
 template <typename T>
 T atomicAdd(T* p, T v) {
@@ -254,7 +303,10 @@ inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }

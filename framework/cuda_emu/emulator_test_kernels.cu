@@ -59,27 +59,33 @@ __global__ void ShuffleExitedKernel(int* out) {
   out[threadIdx.x] = __shfl_sync(0x7fffffffu, int(threadIdx.x), 31);
 }
 
+// The launch error, or else the default stream's completion.
+int Finish() {
+  const cudaError_t e = cudaGetLastError();
+  return int(e != cudaSuccess ? e : cudaDeviceSynchronize());
+}
+
 }  // namespace
 
 int ReverseInBlocks(const float* in, float* out, int n, int blocks) {
   ReverseKernel<<<unsigned(blocks), unsigned(n)>>>(in, out, n);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int WarpSums(const float* in, float* out, int n) {
   WarpSumKernel<<<1, unsigned(n), 0, nullptr>>>(in, out);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int Shuffles(int width, int* down, int* up, int* bcast) {
   ShuffleKernel<<<1, 32>>>(width, down, up, bcast);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int Indices(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned bz, int* block_ids,
             int* thread_ids) {
   IndexKernel<<<dim3(gx, gy), dim3(bx, by, bz)>>>(block_ids, thread_ids);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, float* out) {
@@ -89,23 +95,23 @@ int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, f
     if (e != cudaSuccess) return int(e);
   }
   DynamicSumKernel<<<1, 64, bytes>>>(in, n, out);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int EmptyLaunch(unsigned blocks, unsigned threads) {
   NothingKernel<<<blocks, threads>>>();
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int ExitBeforeBarrier() {
   ExitBeforeBarrierKernel<<<1, 64>>>();
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 int ShuffleFromAnExitedLane() {
   static int out[32];
   ShuffleExitedKernel<<<1, 32>>>(out);
-  return int(cudaGetLastError());
+  return Finish();
 }
 
 }  // namespace shardema::cuda_emu::testing

@@ -1,6 +1,6 @@
 // Kernels that exercise the CPU emulation (emulator_test_kernels.cu, built only by
 // cuda_emu_library). Each runs one launch on host memory and returns cudaGetLastError()'s code
-// after it (0 when the launch ran).
+// after it, or after the launch ran (0).
 #ifndef SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_TEST_KERNELS_H_
 #define SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_TEST_KERNELS_H_
 

@@ -1,19 +1,143 @@
-// The runtime calls of include/cuda_runtime.h (contract there): host memory, one device, work
-// finished when a call returns.
+// The runtime calls of include/cuda_runtime.h (contract there): host memory, one device, and
+// streams that run their work in order on a worker thread each.
+//
+// Streams: a queue of tasks (kernel grids, copies, cuBLAS and NCCL calls, host functions, event
+// records and waits) that its thread runs one after another. An event counts its records and
+// completions: cudaEventRecord queues a task completing record n, cudaStreamWaitEvent queues a
+// task that blocks its stream's thread until the record current at the call has completed (the
+// other stream's thread goes on, so a missing dependency lets work run early, as on a GPU).
+// Copies from pageable (unregistered) host memory are staged when queued and copies into it wait
+// for their stream, as the runtime does; pinned (cudaHostAlloc) and device memory are used when
+// the task runs. cudaFree and cudaFreeHost first wait for every stream (the runtime's implicit
+// device synchronisation).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace shardema::cuda_emu::detail {
+namespace {
+
+// A stream's work: tasks run in order on the queue's own thread.
+class Queue {
+ public:
+  Queue() : worker_([this] { Run(); }) {}
+  ~Queue() {
+    Drain();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void Push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+  void Drain() {
+    std::unique_lock<std::mutex> l(mu_);
+    idle_cv_.wait(l, [&] { return tasks_.empty() && !busy_; });
+  }
+  bool Idle() {
+    std::lock_guard<std::mutex> l(mu_);
+    return tasks_.empty() && !busy_;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      busy_ = true;
+      l.unlock();
+      task();
+      l.lock();
+      busy_ = false;
+      if (tasks_.empty()) idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool busy_ = false, stop_ = false;
+  std::thread worker_;  // last: starts after the members it uses
+};
+
+std::mutex queues_mu;
+std::set<Queue*> queues;  // every live stream's queue, for cudaDeviceSynchronize
+
+Queue* DefaultQueue() {
+  static Queue* q = [] {
+    auto* d = new Queue;  // never destroyed: work may be queued until exit
+    std::lock_guard<std::mutex> l(queues_mu);
+    queues.insert(d);
+    return d;
+  }();
+  return q;
+}
+
+void SynchronizeAll() {
+  std::vector<Queue*> all;
+  {
+    std::lock_guard<std::mutex> l(queues_mu);
+    all.assign(queues.begin(), queues.end());
+  }
+  for (Queue* q : all) q->Drain();
+}
+
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0, completed = 0;
+  std::chrono::steady_clock::time_point at{};
+};
+
+}  // namespace
+}  // namespace shardema::cuda_emu::detail
 
 struct CUstream_st {
   unsigned flags = 0;
+  shardema::cuda_emu::detail::Queue queue;
 };
 struct CUevent_st {
   unsigned flags = 0;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point at{};
+  std::shared_ptr<shardema::cuda_emu::detail::EventState> state =
+      std::make_shared<shardema::cuda_emu::detail::EventState>();
 };
+
+namespace shardema::cuda_emu::detail {
+
+Queue* QueueOf(cudaStream_t s) { return s != nullptr ? &s->queue : DefaultQueue(); }
+
+void Enqueue(cudaStream_t stream, std::function<void()> task) {
+  QueueOf(stream)->Push(std::move(task));
+}
+
+}  // namespace shardema::cuda_emu::detail
+
+using shardema::cuda_emu::detail::Enqueue;
+using shardema::cuda_emu::detail::QueueOf;
+using shardema::cuda_emu::detail::SynchronizeAll;
 
 using shardema::cuda_emu::detail::LastError;
 
@@ -26,6 +150,57 @@ cudaError_t Fail(cudaError_t e) {
 }
 
 thread_local int current_device = 0;
+
+constexpr size_t kDeviceBytes = size_t(141) << 30;
+// What a CUDA context holds on a device before any allocation (cudaMemGetInfo counts it in use).
+constexpr size_t kContextBytes = size_t(512) << 20;
+constexpr int kSms = 132;
+
+// Live allocations by start address: size and memory type.
+struct Allocation {
+  size_t bytes;
+  cudaMemoryType type;
+};
+std::mutex allocations_mu;
+std::map<uintptr_t, Allocation> allocations;
+size_t device_bytes = 0;
+
+cudaError_t Allocate(void** p, size_t bytes, cudaMemoryType type) {
+  if (p == nullptr) return Fail(cudaErrorInvalidValue);
+  // Exactly `bytes`, so AddressSanitizer reports an access past the end.
+  if (posix_memalign(p, 256, bytes > 0 ? bytes : 1) != 0) {
+    *p = nullptr;
+    return Fail(cudaErrorMemoryAllocation);
+  }
+  std::lock_guard<std::mutex> lock(allocations_mu);
+  allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, type};
+  if (type == cudaMemoryTypeDevice) device_bytes += bytes;
+  return cudaSuccess;
+}
+
+// The type of the allocation holding p (cudaMemoryTypeUnregistered for pageable memory).
+cudaMemoryType TypeOf(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(allocations_mu);
+  auto it = allocations.upper_bound(at);
+  if (it == allocations.begin()) return cudaMemoryTypeUnregistered;
+  --it;
+  if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaMemoryTypeUnregistered;
+  return it->second.type;
+}
+
+cudaError_t Release(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(allocations_mu);
+    auto it = allocations.find(reinterpret_cast<uintptr_t>(p));
+    if (it == allocations.end()) return Fail(cudaErrorInvalidValue);
+    if (it->second.type == cudaMemoryTypeDevice) device_bytes -= it->second.bytes;
+    allocations.erase(it);
+  }
+  std::free(p);
+  return cudaSuccess;
+}
 
 }  // namespace
 
@@ -87,88 +262,219 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  if (p == nullptr) return Fail(cudaErrorInvalidValue);
-  // Exactly `bytes`, so AddressSanitizer reports an access past the end.
-  if (posix_memalign(p, 256, bytes > 0 ? bytes : 1) != 0) {
-    *p = nullptr;
-    return Fail(cudaErrorMemoryAllocation);
-  }
+cudaError_t cudaDeviceSynchronize() {
+  SynchronizeAll();
   return cudaSuccess;
 }
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr || device != 0) return Fail(cudaErrorInvalidValue);
+  if (attr != cudaDevAttrMultiProcessorCount) return Fail(cudaErrorInvalidValue);
+  *value = kSms;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return Fail(cudaErrorInvalidValue);
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "%s", "NVIDIA H200 (CPU emulation)");
+  prop->totalGlobalMem = kDeviceBytes;
+  prop->multiProcessorCount = kSms;
+  prop->major = 9;
+  prop->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return Fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(allocations_mu);
+  *total_bytes = kDeviceBytes;
+  *free_bytes = kDeviceBytes - std::min(kContextBytes + device_bytes, kDeviceBytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
+  if (attr == nullptr) return Fail(cudaErrorInvalidValue);
+  *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, const_cast<void*>(p)};
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(allocations_mu);
+  auto it = allocations.upper_bound(at);
+  if (it == allocations.begin()) return cudaSuccess;
+  --it;
+  if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaSuccess;
+  attr->type = it->second.type;
+  attr->device = 0;
+  attr->devicePointer = const_cast<void*>(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) { return Allocate(p, bytes, cudaMemoryTypeDevice); }
 
 cudaError_t cudaFree(void* p) {
-  std::free(p);
+  SynchronizeAll();
+  return Release(p);
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  return Allocate(p, bytes, cudaMemoryTypeHost);
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  SynchronizeAll();
+  return Release(p);
+}
+
+struct CUmemPoolHandle_st {};
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (pool == nullptr || props == nullptr) return Fail(cudaErrorInvalidValue);
+  *pool = new CUmemPoolHandle_st;
   return cudaSuccess;
 }
 
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  delete pool;
+  return cudaSuccess;
+}
 
-cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* value) {
+  return pool != nullptr && value != nullptr ? cudaSuccess : Fail(cudaErrorInvalidValue);
+}
 
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  if (bytes > 0) std::memset(p, value, bytes);
+cudaError_t cudaMallocFromPoolAsync(void** p, size_t bytes, cudaMemPool_t pool, cudaStream_t) {
+  if (pool == nullptr) return Fail(cudaErrorInvalidValue);
+  return Allocate(p, bytes, cudaMemoryTypeDevice);
+}
+
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  if (p != nullptr && TypeOf(p) != cudaMemoryTypeDevice) return Fail(cudaErrorInvalidValue);
+  Enqueue(stream, [p] { (void)Release(p); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (p == nullptr) return Fail(cudaErrorInvalidValue);
+  Enqueue(stream, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
-                            cudaStream_t) {
-  if (bytes > 0) std::memmove(dst, src, bytes);
+                            cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return Fail(cudaErrorInvalidValue);
+  if (TypeOf(src) == cudaMemoryTypeUnregistered) {  // pageable: staged now
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    Enqueue(stream, [=] { std::memcpy(dst, staged->data(), bytes); });
+  } else {
+    Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  }
+  if (TypeOf(dst) == cudaMemoryTypeUnregistered) QueueOf(stream)->Drain();  // pageable: waits
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   if (stream == nullptr) return Fail(cudaErrorInvalidValue);
-  *stream = new CUstream_st{flags};
+  *stream = new CUstream_st;
+  (*stream)->flags = flags;
+  std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
+  shardema::cuda_emu::detail::queues.insert(&(*stream)->queue);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  delete stream;
+  {
+    std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
+    shardema::cuda_emu::detail::queues.erase(&stream->queue);
+  }
+  delete stream;  // runs its queued work first
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event != nullptr ? cudaSuccess : Fail(cudaErrorInvalidResourceHandle);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  QueueOf(stream)->Drain();
+  return cudaSuccess;
 }
 
-cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return QueueOf(stream)->Idle() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  auto st = event->state;
+  uint64_t want = 0;
+  {
+    std::lock_guard<std::mutex> l(st->mu);
+    want = st->recorded;
+  }
+  if (want == 0) return cudaSuccess;  // never recorded: nothing to wait for
+  Enqueue(stream, [st, want] {
+    std::unique_lock<std::mutex> l(st->mu);
+    st->cv.wait(l, [&] { return st->completed >= want; });
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   if (fn == nullptr) return Fail(cudaErrorInvalidValue);
-  fn(data);
+  Enqueue(stream, [fn, data] { fn(data); });
   return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if (event == nullptr) return Fail(cudaErrorInvalidValue);
-  *event = new CUevent_st{flags};
+  *event = new CUevent_st;
+  (*event)->flags = flags;
   return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  delete event;
+  delete event;  // queued records keep its state alive
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->at = std::chrono::steady_clock::now();
+  auto st = event->state;
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(st->mu);
+    n = ++st->recorded;
+  }
+  Enqueue(stream, [st, n] {
+    {
+      std::lock_guard<std::mutex> l(st->mu);
+      st->completed = std::max(st->completed, n);
+      st->at = std::chrono::steady_clock::now();
+    }
+    st->cv.notify_all();
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event != nullptr ? cudaSuccess : Fail(cudaErrorInvalidResourceHandle);
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> l(event->state->mu);
+  return event->state->completed >= event->state->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  auto st = event->state;
+  std::unique_lock<std::mutex> l(st->mu);
+  const uint64_t want = st->recorded;
+  st->cv.wait(l, [&] { return st->completed >= want; });
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return Fail(cudaErrorInvalidValue);
@@ -176,7 +482,11 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
       ((start->flags | end->flags) & cudaEventDisableTiming)) {
     return Fail(cudaErrorInvalidResourceHandle);
   }
-  if (!start->recorded || !end->recorded) return Fail(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  for (cudaEvent_t e : {start, end}) {
+    std::lock_guard<std::mutex> l(e->state->mu);
+    if (e->state->recorded == 0) return Fail(cudaErrorInvalidResourceHandle);
+    if (e->state->completed < e->state->recorded) return Fail(cudaErrorNotReady);
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->state->at - start->state->at).count();
   return cudaSuccess;
 }

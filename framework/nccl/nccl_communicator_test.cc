@@ -146,7 +146,7 @@ class NcclTest : public ::testing::Test {
     auto b = Buffer::Allocate(bytes, dev_);
     EXPECT_TRUE(b.ok()) << b.status();
     Bytes fill(bytes, 0xEE);
-    std::memcpy(fill.data(), init.data(), std::min(bytes, init.size()));
+    if (!init.empty()) std::memcpy(fill.data(), init.data(), std::min(bytes, init.size()));
     EXPECT_TRUE(CopyBytes(b->data(), dev_, fill.data(), Device::Cpu(), bytes, stream_).ok());
     EXPECT_TRUE(SynchronizeStream(stream_).ok());
     return std::move(*b);

@@ -3,6 +3,9 @@
 Without --config=cuda the target is an empty cc_library (its headers only), so everything that
 depends on it still builds CPU-only; code guards its CUDA calls with `#if SHARDEMA_WITH_CUDA`.
 Under --config=cuda with no CUDA toolkit found, analysis fails with a message saying so.
+Under --config=cuda_emu the .cu files are rewritten and compiled by the host compiler for the CPU
+emulation of framework/cuda_emu (emu_sources there), and @local_cuda's libraries are the
+emulation's: the GPU tests run without a GPU.
 
 Each .cu source is compiled by its own sandboxed nvcc action. The action's inputs are the source,
 the target's `hdrs` and the transitive headers of `deps` (from their CcInfo), and its include paths
@@ -13,6 +16,7 @@ call __device__ functions defined in another .cu file.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "NVCC")
+load("//framework/cuda_emu:defs.bzl", "EMU_DEVICE_COPTS", "emu_sources")
 
 CUDA_ARCH_FLAGS = ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
 
@@ -33,13 +37,22 @@ _NVCC_FLAGS = [
 # Compile definition every target that may use CUDA sees (0 or 1).
 CUDA_DEFINES = select({
     "//:cuda_enabled": ["SHARDEMA_WITH_CUDA=1"],
+    "//:cuda_emulated": ["SHARDEMA_WITH_CUDA=1"],
     "//conditions:default": ["SHARDEMA_WITH_CUDA=0"],
 })
 
 def if_cuda(if_true, if_false = []):
-    """Selects if_true under --config=cuda, else if_false."""
+    """Selects if_true under --config=cuda or --config=cuda_emu, else if_false."""
     return select({
         "//:cuda_enabled": if_true,
+        "//:cuda_emulated": if_true,
+        "//conditions:default": if_false,
+    })
+
+def if_cuda_emulated(if_true, if_false = []):
+    """Selects if_true under --config=cuda_emu, else if_false."""
+    return select({
+        "//:cuda_emulated": if_true,
         "//conditions:default": if_false,
     })
 
@@ -107,7 +120,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
     """
     _nvcc_objects(
         name = name + "_nvcc",
-        srcs = if_cuda(srcs),
+        srcs = select({"//:cuda_enabled": srcs, "//conditions:default": []}),
         hdrs = hdrs,
         deps = deps,
         copts = copts,
@@ -115,10 +128,16 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
         testonly = kwargs.get("testonly", False),
         visibility = ["//visibility:private"],
     )
+    emulated = emu_sources(name, srcs, testonly = kwargs.get("testonly", False))
     native.cc_library(
         name = name,
-        srcs = if_cuda([":%s_nvcc" % name]),
+        srcs = select({
+            "//:cuda_enabled": [":%s_nvcc" % name],
+            "//:cuda_emulated": emulated,
+            "//conditions:default": [],
+        }),
         hdrs = hdrs,
+        copts = if_cuda_emulated(EMU_DEVICE_COPTS),
         deps = deps + if_cuda(["@local_cuda//:cudart"]),
         **kwargs
     )

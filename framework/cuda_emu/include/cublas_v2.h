@@ -1,7 +1,7 @@
 // The CPU emulation's <cublas_v2.h> (framework/cuda_emu/cublas.cc): the handle, status codes and
 // the two GEMM calls the project makes, with cuBLAS's column-major semantics, computed on the host
-// (double accumulation, rounded once to C's type). Found before the toolkit's only in targets
-// built with framework/cuda_emu's rules.
+// (f32 accumulation, rounded once to C's type) on the handle's stream. Found before the toolkit's
+// only in targets built with framework/cuda_emu's rules.
 #ifndef SHARDEMA_FRAMEWORK_CUDA_EMU_INCLUDE_CUBLAS_V2_H_
 #define SHARDEMA_FRAMEWORK_CUDA_EMU_INCLUDE_CUBLAS_V2_H_
 
