@@ -98,17 +98,23 @@ float GeluTanhGrad(float x) {
   return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715f * x * x);
 }
 
+// The handle and descriptor objects: created value-initialised, destroyed by delete.
+template <typename T>
+cublasStatus_t New(T** out) {
+  if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *out = new T{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <typename T>
+cublasStatus_t Delete(T* p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
-cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = new cublasContext;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasDestroy(cublasHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasCreate(cublasHandle_t* handle) { return New(handle); }
+cublasStatus_t cublasDestroy(cublasHandle_t handle) { return Delete(handle); }
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = stream;
@@ -186,15 +192,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                                     btype, ldb, 0, beta, c, ctype, ldc, 0, 1, compute, algo);
 }
 
-cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = new cublasLtContext;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) { return New(handle); }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) { return Delete(handle); }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type) {
   if (desc == nullptr || scale_type != CUDA_R_32F ||
@@ -204,10 +203,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComput
   *desc = new cublasLtMatmulDescOpaque_t;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return Delete(desc); }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
@@ -237,18 +233,12 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
   *layout = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) { return Delete(layout); }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *pref = new cublasLtMatmulPreferenceOpaque_t;
-  return CUBLAS_STATUS_SUCCESS;
+  return New(pref);
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  delete pref;
-  return CUBLAS_STATUS_SUCCESS;
+  return Delete(pref);
 }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr,

@@ -310,25 +310,20 @@ inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
-inline float __int_as_float(int v) {
-  float f;
-  std::memcpy(&f, &v, 4);
-  return f;
+namespace shardema::cuda_emu::detail {
+template <typename To, typename From>
+To BitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To out;
+  std::memcpy(&out, &v, sizeof(To));
+  return out;
 }
-inline int __float_as_int(float f) {
-  int v;
-  std::memcpy(&v, &f, 4);
-  return v;
-}
-inline float __uint_as_float(unsigned v) {
-  float f;
-  std::memcpy(&f, &v, 4);
-  return f;
-}
+}  // namespace shardema::cuda_emu::detail
+inline float __int_as_float(int v) { return ::shardema::cuda_emu::detail::BitCast<float>(v); }
+inline int __float_as_int(float f) { return ::shardema::cuda_emu::detail::BitCast<int>(f); }
+inline float __uint_as_float(unsigned v) { return ::shardema::cuda_emu::detail::BitCast<float>(v); }
 inline unsigned __float_as_uint(float f) {
-  unsigned v;
-  std::memcpy(&v, &f, 4);
-  return v;
+  return ::shardema::cuda_emu::detail::BitCast<unsigned>(f);
 }
 
 // cudaFuncSetAttribute's part (the rest of the runtime API: include/cuda_runtime.h).
