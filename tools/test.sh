@@ -14,8 +14,8 @@
 #   4. when nvcc exists: bazel build --config=cuda //... (compiles the CUDA path for sm_90) and
 #      bazel test --config=cuda of the GPU tests (they skip cleanly without a GPU); then, with or
 #      without nvcc, the same GPU tests under --config=cuda_emu: on the CPU emulation of
-#      framework/cuda_emu (kernels on fibers, runtime/cuBLAS/one-rank NCCL on the host, device
-#      code under AddressSanitizer + UBSan); their multi-rank cases skip (one emulated GPU),
+#      framework/cuda_emu (kernels on fibers, runtime/cuBLAS on the host, NCCL over shared memory,
+#      an emulated device per rank, device code under AddressSanitizer + UBSan),
 #   5. a short fuzz run (tools/fuzz.sh, $SHARDEMA_FUZZ_SECONDS = 30 s per target, 3 targets):
 #      each target counts as one test; without clang++ they are reported as skipped,
 #   6. with SHARDEMA_CI_ASAN=1: AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan) over

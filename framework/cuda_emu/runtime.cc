@@ -2,10 +2,11 @@
 // streams that run their work in order on a worker thread each.
 //
 // Streams: a queue of tasks (kernel grids, copies, cuBLAS and NCCL calls, host functions, event
-// records and waits) that its thread runs one after another. An event counts its records and
-// completions: cudaEventRecord queues a task completing record n, cudaStreamWaitEvent queues a
-// task that blocks its stream's thread until the record current at the call has completed (the
-// other stream's thread goes on, so a missing dependency lets work run early, as on a GPU).
+// records and waits) that its thread runs one after another. An event numbers its records:
+// cudaEventRecord queues a task completing record n, cudaStreamWaitEvent queues a task that
+// blocks its stream's thread until the record current at the call has completed, whatever later
+// records on other streams did (the other streams' threads go on, so a missing dependency lets
+// work run early, as on a GPU).
 // Copies from pageable (unregistered) host memory are staged when queued and copies into it wait
 // for their stream, as the runtime does; pinned (cudaHostAlloc) and device memory are used when
 // the task runs. cudaFree and cudaFreeHost first wait for every stream (the runtime's implicit
@@ -105,11 +106,17 @@ void SynchronizeAll() {
   for (Queue* q : all) q->Drain();
 }
 
+// An event's records: numbered 1, 2, ... by cudaEventRecord; they complete in their streams'
+// orders, so a later record (on another stream) may complete before an earlier one, and a wait
+// names the record it waits for.
 struct EventState {
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t recorded = 0, completed = 0;
+  uint64_t recorded = 0;       // the newest record's number
+  std::set<uint64_t> pending;  // records queued, not yet completed
+  uint64_t at_record = 0;      // the newest completed record's number, and its time
   std::chrono::steady_clock::time_point at{};
+  bool Done(uint64_t n) const { return pending.count(n) == 0; }
 };
 
 }  // namespace
@@ -160,10 +167,22 @@ constexpr int kSms = 132;
 struct Allocation {
   size_t bytes;
   cudaMemoryType type;
+  int device;
 };
 std::mutex allocations_mu;
 std::map<uintptr_t, Allocation> allocations;
-size_t device_bytes = 0;
+size_t device_bytes[64] = {};  // by device
+
+// The emulated devices: $SHARDEMA_CUDA_EMU_DEVICES (1 to 64), default 4, as on a 4-GPU node, so
+// that tests at up to 4 ranks give each rank its own device.
+int DeviceCount() {
+  static const int count = [] {
+    const char* env = std::getenv("SHARDEMA_CUDA_EMU_DEVICES");
+    const int n = env != nullptr ? std::atoi(env) : 4;
+    return n < 1 ? 1 : (n > 64 ? 64 : n);
+  }();
+  return count;
+}
 
 cudaError_t Allocate(void** p, size_t bytes, cudaMemoryType type) {
   if (p == nullptr) return Fail(cudaErrorInvalidValue);
@@ -173,8 +192,8 @@ cudaError_t Allocate(void** p, size_t bytes, cudaMemoryType type) {
     return Fail(cudaErrorMemoryAllocation);
   }
   std::lock_guard<std::mutex> lock(allocations_mu);
-  allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, type};
-  if (type == cudaMemoryTypeDevice) device_bytes += bytes;
+  allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, type, current_device};
+  if (type == cudaMemoryTypeDevice) device_bytes[current_device] += bytes;
   return cudaSuccess;
 }
 
@@ -195,7 +214,9 @@ cudaError_t Release(void* p) {
     std::lock_guard<std::mutex> lock(allocations_mu);
     auto it = allocations.find(reinterpret_cast<uintptr_t>(p));
     if (it == allocations.end()) return Fail(cudaErrorInvalidValue);
-    if (it->second.type == cudaMemoryTypeDevice) device_bytes -= it->second.bytes;
+    if (it->second.type == cudaMemoryTypeDevice) {
+      device_bytes[it->second.device] -= it->second.bytes;
+    }
     allocations.erase(it);
   }
   std::free(p);
@@ -246,12 +267,12 @@ cudaError_t cudaPeekAtLastError() { return LastError(); }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return Fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = DeviceCount();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= DeviceCount()) return Fail(cudaErrorInvalidDevice);
   current_device = device;
   return cudaSuccess;
 }
@@ -268,7 +289,8 @@ cudaError_t cudaDeviceSynchronize() {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (value == nullptr || device != 0) return Fail(cudaErrorInvalidValue);
+  if (value == nullptr) return Fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= DeviceCount()) return Fail(cudaErrorInvalidDevice);
   if (attr != cudaDevAttrMultiProcessorCount) return Fail(cudaErrorInvalidValue);
   *value = kSms;
   return cudaSuccess;
@@ -276,7 +298,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return Fail(cudaErrorInvalidValue);
-  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= DeviceCount()) return Fail(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof(prop->name), "%s", "NVIDIA H200 (CPU emulation)");
   prop->totalGlobalMem = kDeviceBytes;
@@ -290,7 +312,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return Fail(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> lock(allocations_mu);
   *total_bytes = kDeviceBytes;
-  *free_bytes = kDeviceBytes - std::min(kContextBytes + device_bytes, kDeviceBytes);
+  *free_bytes = kDeviceBytes - std::min(kContextBytes + device_bytes[current_device], kDeviceBytes);
   return cudaSuccess;
 }
 
@@ -304,7 +326,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p)
   --it;
   if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaSuccess;
   attr->type = it->second.type;
-  attr->device = 0;
+  attr->device = it->second.device;
   attr->devicePointer = const_cast<void*>(p);
   return cudaSuccess;
 }
@@ -414,7 +436,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (want == 0) return cudaSuccess;  // never recorded: nothing to wait for
   Enqueue(stream, [st, want] {
     std::unique_lock<std::mutex> l(st->mu);
-    st->cv.wait(l, [&] { return st->completed >= want; });
+    st->cv.wait(l, [&] { return st->Done(want); });
   });
   return cudaSuccess;
 }
@@ -449,12 +471,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> l(st->mu);
     n = ++st->recorded;
+    st->pending.insert(n);
   }
   Enqueue(stream, [st, n] {
     {
       std::lock_guard<std::mutex> l(st->mu);
-      st->completed = std::max(st->completed, n);
-      st->at = std::chrono::steady_clock::now();
+      st->pending.erase(n);
+      if (n > st->at_record) {
+        st->at_record = n;
+        st->at = std::chrono::steady_clock::now();
+      }
     }
     st->cv.notify_all();
   });
@@ -464,7 +490,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> l(event->state->mu);
-  return event->state->completed >= event->state->recorded ? cudaSuccess : cudaErrorNotReady;
+  return event->state->Done(event->state->recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -472,7 +498,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   auto st = event->state;
   std::unique_lock<std::mutex> l(st->mu);
   const uint64_t want = st->recorded;
-  st->cv.wait(l, [&] { return st->completed >= want; });
+  st->cv.wait(l, [&] { return st->Done(want); });
   return cudaSuccess;
 }
 
@@ -485,7 +511,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   for (cudaEvent_t e : {start, end}) {
     std::lock_guard<std::mutex> l(e->state->mu);
     if (e->state->recorded == 0) return Fail(cudaErrorInvalidResourceHandle);
-    if (e->state->completed < e->state->recorded) return Fail(cudaErrorNotReady);
+    if (!e->state->Done(e->state->recorded)) return Fail(cudaErrorNotReady);
   }
   *ms = std::chrono::duration<float, std::milli>(end->state->at - start->state->at).count();
   return cudaSuccess;

@@ -1,5 +1,5 @@
 // The CPU emulation's <cuda_runtime.h> (framework/cuda_emu): the execution model of emulator.h
-// and the runtime calls the project makes, on host memory with one emulated device.
+// and the runtime calls the project makes, on host memory with emulated devices.
 // Streams are asynchronous as on a GPU: each runs its work (kernels, copies, cuBLAS and NCCL
 // calls, host functions, event records and waits) in order on a thread of its own, so a missing
 // event dependency lets work run early or late here too (runtime.cc says how). Found before the
@@ -71,7 +71,7 @@ const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 
-// One device, index 0.
+// $SHARDEMA_CUDA_EMU_DEVICES devices (default 4), all host memory; the current one is per thread.
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);

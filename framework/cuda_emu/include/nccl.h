@@ -1,8 +1,7 @@
-// The CPU emulation's <nccl.h> (framework/cuda_emu/nccl.cc): communicators of ONE rank (a larger
-// nranks is ncclInvalidUsage, "the CPU emulation's NCCL has one rank"), whose collectives copy
-// (all-gather, broadcast), or copy and divide by 1 (reduce-scatter, all-reduce with ncclAvg):
-// enough for every 1-rank GPU test; multi-rank GPU tests skip under the emulation as on a
-// machine with one GPU. Synchronous like the emulated runtime; thread-safe.
+// The CPU emulation's <nccl.h> (framework/cuda_emu/nccl.cc): communicators whose ranks are
+// processes of one host (shared memory), with the collectives the project uses (all-gather,
+// reduce-scatter and all-reduce with sum or average over f32/f64/bf16/f16, broadcast), each queued
+// on its stream; an abort ends a collective's wait. Thread-safe.
 #ifndef SHARDEMA_FRAMEWORK_CUDA_EMU_INCLUDE_NCCL_H_
 #define SHARDEMA_FRAMEWORK_CUDA_EMU_INCLUDE_NCCL_H_
 
