@@ -64,9 +64,9 @@ def _find_nvcc(ctx):
 
 _CUDA_BUILD = """package(default_visibility = ["//visibility:public"])
 
-# Under --config=cuda_emu (@//:cuda_emulated) these are the CPU emulation's libraries
+# Under --config=cuda_emu (shardema's //:cuda_emulated) these are the CPU emulation's libraries
 # (framework/cuda_emu), and the toolkit's headers and libraries stay out of every compile and link.
-EMU = "@//:cuda_emulated"
+EMU = "{emu}"
 
 cc_library(
     name = "cuda_headers",
@@ -75,25 +75,25 @@ cc_library(
         "//conditions:default": glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
     }}),
     includes = select({{EMU: [], "//conditions:default": ["include"]}}),
-    deps = select({{EMU: ["@//framework/cuda_emu:emulator"], "//conditions:default": []}}),
+    deps = select({{EMU: ["{emulator}"], "//conditions:default": []}}),
 )
 
 cc_library(
     name = "cudart",
     linkopts = select({{EMU: [], "//conditions:default": {rt_linkopts}}}),
-    deps = select({{EMU: ["@//framework/cuda_emu:emulator"], "//conditions:default": [":cuda_headers"]}}),
+    deps = select({{EMU: ["{emulator}"], "//conditions:default": [":cuda_headers"]}}),
 )
 
 cc_library(
     name = "cublas",
     linkopts = select({{EMU: [], "//conditions:default": ["-lcublas", "-lcublasLt"]}}),
-    deps = [":cudart"] + select({{EMU: ["@//framework/cuda_emu:cublas"], "//conditions:default": []}}),
+    deps = [":cudart"] + select({{EMU: ["{cublas}"], "//conditions:default": []}}),
 )
 
 cc_library(
     name = "nccl",
     linkopts = select({{EMU: [], "//conditions:default": ["-lnccl"]}}),
-    deps = [":cudart"] + select({{EMU: ["@//framework/cuda_emu:nccl"], "//conditions:default": []}}),
+    deps = [":cudart"] + select({{EMU: ["{nccl}"], "//conditions:default": []}}),
 )
 
 cc_library(
@@ -106,6 +106,21 @@ cc_library(
     deps = [":cuda_headers"],
 )
 """
+
+def _shardema_label(name):
+    """`name` (a label in shardema) as the generated BUILD file must write it: shardema is the main
+    repository here, and @shardema in a workspace that depends on it."""
+    l = Label(name)
+    return "@%s//%s:%s" % (l.workspace_name, l.package, l.name)
+
+def _cuda_build(rt_linkopts):
+    return _CUDA_BUILD.format(
+        rt_linkopts = rt_linkopts,
+        emu = _shardema_label("//:cuda_emulated"),
+        emulator = _shardema_label("//framework/cuda_emu:emulator"),
+        cublas = _shardema_label("//framework/cuda_emu:cublas"),
+        nccl = _shardema_label("//framework/cuda_emu:nccl"),
+    )
 
 def _cudnn_frontend(ctx):
     """Links shardema's .deps/cudnn_frontend/VERSION/include as cudnn_frontend/include; True
@@ -122,7 +137,7 @@ def _cudnn_frontend(ctx):
 def _cuda_configure_impl(ctx):
     nvcc = _find_nvcc(ctx)
     if nvcc == None:
-        ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = "[]"))
+        ctx.file("BUILD", _cuda_build("[]"))
         ctx.file("include/.keep", "")
         ctx.file("cudnn_frontend/include/.keep", "")
         ctx.file("defs.bzl", "CUDA_AVAILABLE = False\nNVCC = \"\"\nCUDA_ROOT = \"\"\n" +
@@ -134,7 +149,7 @@ def _cuda_configure_impl(ctx):
     if not ctx.path(libdir).exists:
         libdir = root + "/targets/x86_64-linux/lib"
     rt = ["-L" + libdir, "-Wl,-rpath," + libdir, "-lcudart"]
-    ctx.file("BUILD", _CUDA_BUILD.format(rt_linkopts = repr(rt)))
+    ctx.file("BUILD", _cuda_build(repr(rt)))
     ctx.file("defs.bzl", "CUDA_AVAILABLE = True\nNVCC = %r\nCUDA_ROOT = %r\n" % (nvcc, root) +
                          "CUDNN_FRONTEND_AVAILABLE = %r\n" % _cudnn_frontend(ctx))
 
