@@ -408,11 +408,16 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  {
-    std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
-    shardema::cuda_emu::detail::queues.erase(&stream->queue);
-  }
-  delete stream;  // runs its queued work first
+  // As the runtime: returns at once; the stream's queued work still runs, then it is released.
+  // cudaDeviceSynchronize keeps waiting for it until then.
+  std::thread([stream] {
+    stream->queue.Drain();
+    {
+      std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
+      shardema::cuda_emu::detail::queues.erase(&stream->queue);
+    }
+    delete stream;
+  }).detach();
   return cudaSuccess;
 }
 
