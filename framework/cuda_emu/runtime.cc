@@ -84,26 +84,28 @@ class Queue {
   std::thread worker_;  // last: starts after the members it uses
 };
 
+// Every live stream's queue, for cudaDeviceSynchronize: shared, so that a queue a synchronising
+// thread drains outlives its stream's destruction meanwhile.
 std::mutex queues_mu;
-std::set<Queue*> queues;  // every live stream's queue, for cudaDeviceSynchronize
+std::set<std::shared_ptr<Queue>> queues;
 
 Queue* DefaultQueue() {
   static Queue* q = [] {
-    auto* d = new Queue;  // never destroyed: work may be queued until exit
+    auto d = std::make_shared<Queue>();  // kept by the set until exit: work may be queued then
     std::lock_guard<std::mutex> l(queues_mu);
     queues.insert(d);
-    return d;
+    return d.get();
   }();
   return q;
 }
 
 void SynchronizeAll() {
-  std::vector<Queue*> all;
+  std::vector<std::shared_ptr<Queue>> all;
   {
     std::lock_guard<std::mutex> l(queues_mu);
     all.assign(queues.begin(), queues.end());
   }
-  for (Queue* q : all) q->Drain();
+  for (const auto& q : all) q->Drain();
 }
 
 // An event's records: numbered 1, 2, ... by cudaEventRecord; they complete in their streams'
@@ -124,7 +126,8 @@ struct EventState {
 
 struct CUstream_st {
   unsigned flags = 0;
-  shardema::cuda_emu::detail::Queue queue;
+  std::shared_ptr<shardema::cuda_emu::detail::Queue> queue =
+      std::make_shared<shardema::cuda_emu::detail::Queue>();
 };
 struct CUevent_st {
   unsigned flags = 0;
@@ -134,7 +137,7 @@ struct CUevent_st {
 
 namespace shardema::cuda_emu::detail {
 
-Queue* QueueOf(cudaStream_t s) { return s != nullptr ? &s->queue : DefaultQueue(); }
+Queue* QueueOf(cudaStream_t s) { return s != nullptr ? s->queue.get() : DefaultQueue(); }
 
 void Enqueue(cudaStream_t stream, std::function<void()> task) {
   QueueOf(stream)->Push(std::move(task));
@@ -402,7 +405,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   *stream = new CUstream_st;
   (*stream)->flags = flags;
   std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
-  shardema::cuda_emu::detail::queues.insert(&(*stream)->queue);
+  shardema::cuda_emu::detail::queues.insert((*stream)->queue);
   return cudaSuccess;
 }
 
@@ -410,13 +413,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr) return Fail(cudaErrorInvalidResourceHandle);
   // As the runtime: returns at once; the stream's queued work still runs, then it is released.
   // cudaDeviceSynchronize keeps waiting for it until then.
-  std::thread([stream] {
-    stream->queue.Drain();
-    {
-      std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
-      shardema::cuda_emu::detail::queues.erase(&stream->queue);
-    }
-    delete stream;
+  std::shared_ptr<shardema::cuda_emu::detail::Queue> queue = std::move(stream->queue);
+  delete stream;
+  std::thread([queue] {
+    queue->Drain();
+    std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
+    shardema::cuda_emu::detail::queues.erase(queue);
   }).detach();
   return cudaSuccess;
 }
