@@ -26,9 +26,9 @@
 // sm_90 limit) set the launch error that cudaGetLastError returns, and run nothing.
 //
 // Floating point: host IEEE arithmetic (no fused multiply-add unless the source calls fmaf) and
-// the host's libm, so results agree with a GPU to rounding, not bit for bit. Fast intrinsics
-// the kernels do not use (__expf, ...) are not defined: a kernel that starts using one fails to
-// compile here until it is added.
+// the host's libm, so results agree with a GPU to rounding, not bit for bit. Only the intrinsics,
+// vector types and built-ins the project's kernels use are defined: a kernel that starts using
+// another fails to compile here until it is added.
 #ifndef SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_
 #define SHARDEMA_FRAMEWORK_CUDA_EMU_EMULATOR_H_
 
@@ -53,9 +53,6 @@ struct alignas(8) uint2 {
 };
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
-};
-struct alignas(8) float2 {
-  float x, y;
 };
 struct alignas(16) float4 {
   float x, y, z, w;
@@ -188,12 +185,9 @@ Launcher<P...> Launch(const char* where, void (*kernel)(P...), dim3 grid, dim3 b
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __shared__ static
-#define __constant__ static const
-#define __align__(n) alignas(n)
 #define threadIdx (::shardema::cuda_emu::detail::Self().thread_idx)
 #define blockIdx (::shardema::cuda_emu::detail::Self().block_idx)
 #define blockDim (::shardema::cuda_emu::detail::Self().block_dim)
@@ -238,94 +232,25 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
 }
 
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
-  return uint4{x, y, z, w};
-}
-inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 // Loads and stores with cache hints: plain accesses here.
 template <typename T>
-T __ldg(const T* p) {
-  return *p;
-}
-template <typename T>
 T __ldcs(const T* p) {
-  return *p;
-}
-template <typename T>
-T __ldcg(const T* p) {
   return *p;
 }
 template <typename T>
 void __stcs(T* p, T v) {
   *p = v;
 }
-template <typename T>
-void __stcg(T* p, T v) {
-  *p = v;
-}
-
-// Fibers switch only at barriers, so a read-modify-write is atomic as written.
-template <typename T>
-T atomicAdd(T* p, T v) {
-  const T old = *p;
-  *p = old + v;
-  return old;
-}
-template <typename T>
-T atomicMax(T* p, T v) {
-  const T old = *p;
-  if (v > old) *p = v;
-  return old;
-}
-template <typename T>
-T atomicMin(T* p, T v) {
-  const T old = *p;
-  if (v < old) *p = v;
-  return old;
-}
-template <typename T>
-T atomicExch(T* p, T v) {
-  const T old = *p;
-  *p = v;
-  return old;
-}
-template <typename T>
-T atomicCAS(T* p, T expected, T v) {
-  const T old = *p;
-  if (old == expected) *p = v;
-  return old;
-}
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
-namespace shardema::cuda_emu::detail {
-template <typename To, typename From>
-To BitCast(From v) {
-  static_assert(sizeof(To) == sizeof(From), "same size");
-  To out;
-  std::memcpy(&out, &v, sizeof(To));
-  return out;
-}
-}  // namespace shardema::cuda_emu::detail
-inline float __int_as_float(int v) { return ::shardema::cuda_emu::detail::BitCast<float>(v); }
-inline int __float_as_int(float f) { return ::shardema::cuda_emu::detail::BitCast<int>(f); }
-inline float __uint_as_float(unsigned v) { return ::shardema::cuda_emu::detail::BitCast<float>(v); }
-inline unsigned __float_as_uint(float f) {
-  return ::shardema::cuda_emu::detail::BitCast<unsigned>(f);
-}
-
 // cudaFuncSetAttribute's part (the rest of the runtime API: include/cuda_runtime.h).
 template <typename... P>
 cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
