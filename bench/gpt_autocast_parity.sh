@@ -53,14 +53,14 @@
 # without weight decay fails it, though it passes the bf16 tolerance (gpt_autocast_parity_test
 # checks that on the CPU).
 # bf16 (--tol-bf16, 2e-2): both sides round every GEMM operand to bf16 (8 significant bits: a
-# relative rounding of up to 2^-9 = 0.2% per operand) with f32 accumulation, but in different
-# kernels and not at the same places: PyTorch's autocast also rounds the GEMM outputs (q, k, v,
-# the MLP activations, the logits) to bf16 and computes attention's products from those, ours
-# keeps every GEMM output f32 (CUDA_MODELS.md); and ours gathers every weight as bf16 (the
-# embeddings, biases and LayerNorm parameters too, then used in f32 arithmetic) where autocast
-# reads the f32 masters outside the GEMMs. Per step that should be a few 1e-3 of the loss;
-# over the steps the two trajectories drift apart by the same order (bf16 training noise), so
-# the curves should agree to about 1e-2 where both are right. 2e-2 (the tolerance of
+# relative rounding of up to 2^-9 = 0.2% per operand) with f32 accumulation, and both round the
+# GEMM outputs autocast keeps in bf16 (qkv, the attention output, the MLP activations, the
+# logits; CUDA_MODELS.md), but in different kernels and not at quite the same places: ours keeps
+# c_proj's outputs f32 (their residual add is fused) where autocast rounds them first, and ours
+# gathers every weight as bf16 (the embeddings, biases and LayerNorm parameters too, then used
+# in f32 arithmetic) where autocast reads the f32 masters outside the GEMMs. Per step that
+# should be a few 1e-3 of the loss; over the steps the two trajectories drift apart by the same
+# order (bf16 training noise), so the curves should agree to about 1e-2 where both are right. 2e-2 (the tolerance of
 # examples/cuda/trainer_cuda_test.cc's GPU-vs-CPU bf16 comparison) leaves room for that and
 # still fails a bf16 path that drops, misplaces or double-counts a term of the model (a wrong
 # product moves the loss by far more), which the f32 run, taking other kernels, cannot see.
