@@ -114,8 +114,10 @@ struct Grid {
 
 std::mutex launch_mu;
 Grid* grid = nullptr;  // the running launch (under launch_mu)
-std::vector<char*> stacks;
-std::map<const void*, size_t> max_dynamic_shared;  // cudaFuncSetAttribute (under launch_mu)
+// Never destroyed (as runtime.cc's registries): a stream's worker may still launch at exit.
+std::vector<char*>& stacks = *new std::vector<char*>;
+// cudaFuncSetAttribute's limits (under launch_mu).
+std::map<const void*, size_t>& max_dynamic_shared = *new std::map<const void*, size_t>;
 thread_local cudaError_t last_error = cudaSuccess;
 
 [[noreturn]] void Fatal(const std::string& what) {

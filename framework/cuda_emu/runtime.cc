@@ -85,15 +85,22 @@ class Queue {
 };
 
 // Every live stream's queue, for cudaDeviceSynchronize: shared, so that a queue a synchronising
-// thread drains outlives its stream's destruction meanwhile.
-std::mutex queues_mu;
-std::set<std::shared_ptr<Queue>> queues;
+// thread drains outlives its stream's destruction meanwhile. Never destroyed: a destroyed
+// stream's releasing thread (cudaStreamDestroy) may still use it while the process exits.
+struct Streams {
+  std::mutex mu;
+  std::set<std::shared_ptr<Queue>> queues;
+};
+Streams& AllStreams() {
+  static Streams* s = new Streams;
+  return *s;
+}
 
 Queue* DefaultQueue() {
   static Queue* q = [] {
     auto d = std::make_shared<Queue>();  // kept by the set until exit: work may be queued then
-    std::lock_guard<std::mutex> l(queues_mu);
-    queues.insert(d);
+    std::lock_guard<std::mutex> l(AllStreams().mu);
+    AllStreams().queues.insert(d);
     return d.get();
   }();
   return q;
@@ -102,8 +109,8 @@ Queue* DefaultQueue() {
 void SynchronizeAll() {
   std::vector<std::shared_ptr<Queue>> all;
   {
-    std::lock_guard<std::mutex> l(queues_mu);
-    all.assign(queues.begin(), queues.end());
+    std::lock_guard<std::mutex> l(AllStreams().mu);
+    all.assign(AllStreams().queues.begin(), AllStreams().queues.end());
   }
   for (const auto& q : all) q->Drain();
 }
@@ -172,9 +179,15 @@ struct Allocation {
   cudaMemoryType type;
   int device;
 };
-std::mutex allocations_mu;
-std::map<uintptr_t, Allocation> allocations;
-size_t device_bytes[64] = {};  // by device
+struct Memory {
+  std::mutex mu;
+  std::map<uintptr_t, Allocation> allocations;
+  size_t device_bytes[64] = {};  // by device
+};
+Memory& AllMemory() {  // never destroyed, as AllStreams(): a stream's work may run at exit
+  static Memory* m = new Memory;
+  return *m;
+}
 
 // The emulated devices: $SHARDEMA_CUDA_EMU_DEVICES (1 to 64), default 4, as on a 4-GPU node, so
 // that tests at up to 4 ranks give each rank its own device.
@@ -194,18 +207,20 @@ cudaError_t Allocate(void** p, size_t bytes, cudaMemoryType type) {
     *p = nullptr;
     return Fail(cudaErrorMemoryAllocation);
   }
-  std::lock_guard<std::mutex> lock(allocations_mu);
-  allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, type, current_device};
-  if (type == cudaMemoryTypeDevice) device_bytes[current_device] += bytes;
+  Memory& m = AllMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.allocations[reinterpret_cast<uintptr_t>(*p)] = Allocation{bytes, type, current_device};
+  if (type == cudaMemoryTypeDevice) m.device_bytes[current_device] += bytes;
   return cudaSuccess;
 }
 
 // The type of the allocation holding p (cudaMemoryTypeUnregistered for pageable memory).
 cudaMemoryType TypeOf(const void* p) {
   const auto at = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(allocations_mu);
-  auto it = allocations.upper_bound(at);
-  if (it == allocations.begin()) return cudaMemoryTypeUnregistered;
+  Memory& m = AllMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.allocations.upper_bound(at);
+  if (it == m.allocations.begin()) return cudaMemoryTypeUnregistered;
   --it;
   if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaMemoryTypeUnregistered;
   return it->second.type;
@@ -214,13 +229,14 @@ cudaMemoryType TypeOf(const void* p) {
 cudaError_t Release(void* p) {
   if (p == nullptr) return cudaSuccess;
   {
-    std::lock_guard<std::mutex> lock(allocations_mu);
-    auto it = allocations.find(reinterpret_cast<uintptr_t>(p));
-    if (it == allocations.end()) return Fail(cudaErrorInvalidValue);
+    Memory& m = AllMemory();
+    std::lock_guard<std::mutex> lock(m.mu);
+    auto it = m.allocations.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.allocations.end()) return Fail(cudaErrorInvalidValue);
     if (it->second.type == cudaMemoryTypeDevice) {
-      device_bytes[it->second.device] -= it->second.bytes;
+      m.device_bytes[it->second.device] -= it->second.bytes;
     }
-    allocations.erase(it);
+    m.allocations.erase(it);
   }
   std::free(p);
   return cudaSuccess;
@@ -313,9 +329,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return Fail(cudaErrorInvalidValue);
-  std::lock_guard<std::mutex> lock(allocations_mu);
+  Memory& m = AllMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
   *total_bytes = kDeviceBytes;
-  *free_bytes = kDeviceBytes - std::min(kContextBytes + device_bytes[current_device], kDeviceBytes);
+  *free_bytes =
+      kDeviceBytes - std::min(kContextBytes + m.device_bytes[current_device], kDeviceBytes);
   return cudaSuccess;
 }
 
@@ -323,9 +341,10 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p)
   if (attr == nullptr) return Fail(cudaErrorInvalidValue);
   *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, const_cast<void*>(p)};
   const auto at = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(allocations_mu);
-  auto it = allocations.upper_bound(at);
-  if (it == allocations.begin()) return cudaSuccess;
+  Memory& m = AllMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.allocations.upper_bound(at);
+  if (it == m.allocations.begin()) return cudaSuccess;
   --it;
   if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaSuccess;
   attr->type = it->second.type;
@@ -404,8 +423,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   if (stream == nullptr) return Fail(cudaErrorInvalidValue);
   *stream = new CUstream_st;
   (*stream)->flags = flags;
-  std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
-  shardema::cuda_emu::detail::queues.insert((*stream)->queue);
+  shardema::cuda_emu::detail::Streams& all = shardema::cuda_emu::detail::AllStreams();
+  std::lock_guard<std::mutex> l(all.mu);
+  all.queues.insert((*stream)->queue);
   return cudaSuccess;
 }
 
@@ -417,8 +437,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   std::thread([queue] {
     queue->Drain();
-    std::lock_guard<std::mutex> l(shardema::cuda_emu::detail::queues_mu);
-    shardema::cuda_emu::detail::queues.erase(queue);
+    shardema::cuda_emu::detail::Streams& all = shardema::cuda_emu::detail::AllStreams();
+    std::lock_guard<std::mutex> l(all.mu);
+    all.queues.erase(queue);
   }).detach();
   return cudaSuccess;
 }
