@@ -70,13 +70,24 @@ struct Operand {
   }
 };
 
-// acc(i, j) of op(A) op(B) for an m x n result over k, in f32.
+// acc(i, j) of op(A) op(B) for an m x n result over k, in f32: fused multiply-adds in the order
+// p = 0, 1, ..., k - 1, on f32 copies of the rows of op(A) and the columns of op(B) (each
+// element converted once, not once per product).
 template <typename F>
 void ForEachProduct(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, F f) {
+  std::vector<float> rows(size_t(m * k)), cols(size_t(n * k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) rows[size_t(i * k + p)] = a.At(i, p);
+  }
   for (int64_t j = 0; j < n; ++j) {
+    for (int64_t p = 0; p < k; ++p) cols[size_t(j * k + p)] = b.At(p, j);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float* y = cols.data() + j * k;
     for (int64_t i = 0; i < m; ++i) {
+      const float* x = rows.data() + i * k;
       float acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc = std::fma(a.At(i, p), b.At(p, j), acc);
+      for (int64_t p = 0; p < k; ++p) acc = std::fma(x[p], y[p], acc);
       f(i, j, acc);
     }
   }
