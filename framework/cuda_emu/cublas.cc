@@ -35,27 +35,21 @@ struct cublasLtMatmulPreferenceOpaque_t {};
 
 namespace {
 
-using shardema::BF16ToF32;
-using shardema::F16ToF32;
-using shardema::F32ToBF16;
-using shardema::F32ToF16;
-
 bool KnownType(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
 
-float Load(const void* p, cudaDataType_t t, int64_t i) {
+// framework/dtype.h's conversions, by cuBLAS's type names (KnownType's three).
+shardema::DType DTypeOf(cudaDataType_t t) {
   switch (t) {
-    case CUDA_R_16BF: return BF16ToF32(static_cast<const uint16_t*>(p)[i]);
-    case CUDA_R_16F: return F16ToF32(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case CUDA_R_16BF: return shardema::DType::kBF16;
+    case CUDA_R_16F: return shardema::DType::kF16;
+    default: return shardema::DType::kF32;
   }
 }
-
+float Load(const void* p, cudaDataType_t t, int64_t i) {
+  return shardema::LoadAsF32(p, DTypeOf(t), size_t(i));
+}
 void Store(void* p, cudaDataType_t t, int64_t i, float f) {
-  switch (t) {
-    case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = F32ToBF16(f); break;
-    case CUDA_R_16F: static_cast<uint16_t*>(p)[i] = F32ToF16(f); break;
-    default: static_cast<float*>(p)[i] = f;
-  }
+  shardema::StoreFromF32(p, DTypeOf(t), size_t(i), f);
 }
 
 // A stored column-major matrix and the operation applied to it.
@@ -107,6 +101,16 @@ float GeluTanh(float x) {
 float GeluTanhGrad(float x) {
   const float t = std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x));
   return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715f * x * x);
+}
+
+// What an epilogue reads beside the product: the bias vector; the aux matrix (written by the
+// GELU-aux epilogues, read by DGELU).
+bool HasBias(cublasLtEpilogue_t ep) {
+  return ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool HasAux(cublasLtEpilogue_t ep) {
+  return ep == CUBLASLT_EPILOGUE_GELU_AUX || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         ep == CUBLASLT_EPILOGUE_DGELU;
 }
 
 // The handle and descriptor objects: created value-initialised, destroyed by delete.
@@ -281,9 +285,7 @@ cublasStatus_t CheckProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
       ep != CUBLASLT_EPILOGUE_DGELU) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  const bool aux = ep == CUBLASLT_EPILOGUE_GELU_AUX || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-                   ep == CUBLASLT_EPILOGUE_DGELU;
-  if (aux && (desc->aux_ld < int64_t(m) || desc->aux_ld % 8 != 0))
+  if (HasAux(ep) && (desc->aux_ld < int64_t(m) || desc->aux_ld % 8 != 0))
     return CUBLAS_STATUS_INVALID_VALUE;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -311,14 +313,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 namespace {
 
 // D = epilogue(alpha op(A) op(B) + beta C), from copies of the descriptors.
-void LtMatmulNow(const cublasLtMatmulDescOpaque_t& dd, float alpha, const void* a,
+void LtMatmulNow(const cublasLtMatmulDescOpaque_t& desc, float alpha, const void* a,
                  const cublasLtMatrixLayoutOpaque_t& adesc, const void* b,
                  const cublasLtMatrixLayoutOpaque_t& bdesc, float beta, const void* c,
                  const cublasLtMatrixLayoutOpaque_t& cdesc, void* d,
-                 const cublasLtMatrixLayoutOpaque_t& ddesc, bool bias) {
-  const cublasLtMatmulDescOpaque_t* desc = &dd;
-  const cublasLtEpilogue_t ep = desc->epilogue;
-  const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
+                 const cublasLtMatrixLayoutOpaque_t& ddesc) {
+  const cublasLtEpilogue_t ep = desc.epilogue;
+  const bool bias = HasBias(ep);
+  const bool ta = desc.trans_a == CUBLAS_OP_T, tb = desc.trans_b == CUBLAS_OP_T;
   const int64_t m = int64_t(ddesc.rows), n = int64_t(ddesc.cols),
                 k = int64_t(ta ? adesc.rows : adesc.cols);
   const Operand A{a, adesc.type, adesc.ld, ta}, B{b, bdesc.type, bdesc.ld, tb};
@@ -332,15 +334,15 @@ void LtMatmulNow(const cublasLtMatmulDescOpaque_t& dd, float alpha, const void* 
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
       float v = acc[size_t(i + j * m)];
-      if (bias) v += Load(desc->bias, dt, i);
-      const int64_t x = i + j * desc->aux_ld;
+      if (bias) v += Load(desc.bias, dt, i);
+      const int64_t x = i + j * desc.aux_ld;
       switch (ep) {
         case CUBLASLT_EPILOGUE_GELU_AUX:
         case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
-          Store(desc->aux, dt, x, v);
+          Store(desc.aux, dt, x, v);
           v = GeluTanh(v);
           break;
-        case CUBLASLT_EPILOGUE_DGELU: v *= GeluTanhGrad(Load(desc->aux, dt, x)); break;
+        case CUBLASLT_EPILOGUE_DGELU: v *= GeluTanhGrad(Load(desc.aux, dt, x)); break;
         default: break;
       }
       Store(d, dt, i + j * ddesc.ld, v);
@@ -361,17 +363,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   const cublasStatus_t st = CheckProblem(desc, adesc, bdesc, cdesc, ddesc);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  const cublasLtEpilogue_t ep = desc->epilogue;
-  const bool bias = ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool aux = ep == CUBLASLT_EPILOGUE_GELU_AUX || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-                   ep == CUBLASLT_EPILOGUE_DGELU;
-  if ((bias && desc->bias == nullptr) || (aux && desc->aux == nullptr)) {
+  if ((HasBias(desc->epilogue) && desc->bias == nullptr) ||
+      (HasAux(desc->epilogue) && desc->aux == nullptr)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const cublasLtMatmulDescOpaque_t dd = *desc;
   const cublasLtMatrixLayoutOpaque_t la = *adesc, lb = *bdesc, lc = *cdesc, ld = *ddesc;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  shardema::cuda_emu::detail::Enqueue(
-      stream, [=] { LtMatmulNow(dd, al, a, la, b, lb, be, c, lc, d, ld, bias); });
+  shardema::cuda_emu::detail::Enqueue(stream,
+                                      [=] { LtMatmulNow(dd, al, a, la, b, lb, be, c, lc, d, ld); });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -114,10 +114,16 @@ struct Grid {
 
 std::mutex launch_mu;
 Grid* grid = nullptr;  // the running launch (under launch_mu)
-// Never destroyed (as runtime.cc's registries): a stream's worker may still launch at exit.
-std::vector<char*>& stacks = *new std::vector<char*>;
-// cudaFuncSetAttribute's limits (under launch_mu).
-std::map<const void*, size_t>& max_dynamic_shared = *new std::map<const void*, size_t>;
+// The fiber stacks, and cudaFuncSetAttribute's limits (under launch_mu). Never destroyed (as
+// runtime.cc's registries): a stream's worker may still launch while the process exits.
+struct Launches {
+  std::vector<char*> stacks;
+  std::map<const void*, size_t> max_dynamic_shared;
+};
+Launches& AllLaunches() {
+  static Launches* l = new Launches;
+  return *l;
+}
 thread_local cudaError_t last_error = cudaSuccess;
 
 [[noreturn]] void Fatal(const std::string& what) {
@@ -136,6 +142,7 @@ thread_local cudaError_t last_error = cudaSuccess;
 }
 
 char* StackFor(size_t i) {
+  std::vector<char*>& stacks = AllLaunches().stacks;
   while (stacks.size() <= i) {
     void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -324,7 +331,7 @@ void SyncWarp(unsigned mask) { WarpExchange(mask, 0, LaneId()); }
 cudaError_t SetMaxDynamicShared(const void* kernel, int bytes) {
   if (bytes < 0 || size_t(bytes) > kMaxDynamicShared) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(launch_mu);
-  max_dynamic_shared[kernel] = size_t(bytes);
+  AllLaunches().max_dynamic_shared[kernel] = size_t(bytes);
   return cudaSuccess;
 }
 
@@ -338,9 +345,10 @@ cudaError_t CheckLaunch(const void* kernel, dim3 grid_dim, dim3 block_dim, size_
     return cudaErrorInvalidConfiguration;
   }
   std::lock_guard<std::mutex> lock(launch_mu);
-  const auto attr = max_dynamic_shared.find(kernel);
+  const std::map<const void*, size_t>& limits = AllLaunches().max_dynamic_shared;
+  const auto attr = limits.find(kernel);
   const size_t smem_limit =
-      std::max(kDefaultDynamicShared, attr == max_dynamic_shared.end() ? 0 : attr->second);
+      std::max(kDefaultDynamicShared, attr == limits.end() ? 0 : attr->second);
   return smem > smem_limit ? cudaErrorInvalidValue : cudaSuccess;
 }
 

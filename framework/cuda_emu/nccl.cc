@@ -102,19 +102,12 @@ void* MapSegment(const std::string& name, size_t bytes, bool create) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-float LoadF(const void* p, ncclDataType_t t, size_t i) {
+// framework/dtype.h's type of a floating NCCL type other than f64 (Combine's three).
+shardema::DType DTypeOf(ncclDataType_t t) {
   switch (t) {
-    case ncclBfloat16: return shardema::BF16ToF32(static_cast<const uint16_t*>(p)[i]);
-    case ncclFloat16: return shardema::F16ToF32(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-void StoreF(void* p, ncclDataType_t t, size_t i, float v) {
-  switch (t) {
-    case ncclBfloat16: static_cast<uint16_t*>(p)[i] = shardema::F32ToBF16(v); break;
-    case ncclFloat16: static_cast<uint16_t*>(p)[i] = shardema::F32ToF16(v); break;
-    default: static_cast<float*>(p)[i] = v;
+    case ncclBfloat16: return shardema::DType::kBF16;
+    case ncclFloat16: return shardema::DType::kF16;
+    default: return shardema::DType::kF32;
   }
 }
 
@@ -139,6 +132,7 @@ ncclResult_t Combine(Kind kind, const std::vector<const void*>& in, void* recv, 
   }
   if (op != ncclSum && op != ncclAvg) return ncclInvalidArgument;
   const size_t offset = kind == Kind::kReduceScatter ? size_t(rank) * count : 0;
+  const shardema::DType dt = DTypeOf(type);
   for (size_t i = 0; i < count; ++i) {
     if (f64) {
       double v = 0;
@@ -146,8 +140,8 @@ ncclResult_t Combine(Kind kind, const std::vector<const void*>& in, void* recv, 
       static_cast<double*>(recv)[i] = op == ncclAvg ? v / double(n) : v;
     } else {
       float v = 0;
-      for (size_t r = 0; r < n; ++r) v += LoadF(in[r], type, offset + i);
-      StoreF(recv, type, i, op == ncclAvg ? v / float(n) : v);
+      for (size_t r = 0; r < n; ++r) v += shardema::LoadAsF32(in[r], dt, offset + i);
+      shardema::StoreFromF32(recv, dt, i, op == ncclAvg ? v / float(n) : v);
     }
   }
   return ncclSuccess;

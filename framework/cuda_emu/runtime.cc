@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -95,12 +96,19 @@ Streams& AllStreams() {
   static Streams* s = new Streams;
   return *s;
 }
+void AddStream(std::shared_ptr<Queue> q) {
+  std::lock_guard<std::mutex> l(AllStreams().mu);
+  AllStreams().queues.insert(std::move(q));
+}
+void RemoveStream(const std::shared_ptr<Queue>& q) {
+  std::lock_guard<std::mutex> l(AllStreams().mu);
+  AllStreams().queues.erase(q);
+}
 
 Queue* DefaultQueue() {
   static Queue* q = [] {
     auto d = std::make_shared<Queue>();  // kept by the set until exit: work may be queued then
-    std::lock_guard<std::mutex> l(AllStreams().mu);
-    AllStreams().queues.insert(d);
+    AddStream(d);
     return d.get();
   }();
   return q;
@@ -126,6 +134,10 @@ struct EventState {
   uint64_t at_record = 0;      // the newest completed record's number, and its time
   std::chrono::steady_clock::time_point at{};
   bool Done(uint64_t n) const { return pending.count(n) == 0; }
+  void WaitFor(uint64_t n) {  // until record n has completed
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return Done(n); });
+  }
 };
 
 }  // namespace
@@ -214,16 +226,21 @@ cudaError_t Allocate(void** p, size_t bytes, cudaMemoryType type) {
   return cudaSuccess;
 }
 
-// The type of the allocation holding p (cudaMemoryTypeUnregistered for pageable memory).
-cudaMemoryType TypeOf(const void* p) {
+// The allocation holding p (none for pageable memory).
+std::optional<Allocation> Holding(const void* p) {
   const auto at = reinterpret_cast<uintptr_t>(p);
   Memory& m = AllMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto it = m.allocations.upper_bound(at);
-  if (it == m.allocations.begin()) return cudaMemoryTypeUnregistered;
+  if (it == m.allocations.begin()) return std::nullopt;
   --it;
-  if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaMemoryTypeUnregistered;
-  return it->second.type;
+  if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return std::nullopt;
+  return it->second;
+}
+
+cudaMemoryType TypeOf(const void* p) {
+  const std::optional<Allocation> a = Holding(p);
+  return a ? a->type : cudaMemoryTypeUnregistered;
 }
 
 cudaError_t Release(void* p) {
@@ -340,16 +357,11 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
   if (attr == nullptr) return Fail(cudaErrorInvalidValue);
   *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, const_cast<void*>(p)};
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  Memory& m = AllMemory();
-  std::lock_guard<std::mutex> lock(m.mu);
-  auto it = m.allocations.upper_bound(at);
-  if (it == m.allocations.begin()) return cudaSuccess;
-  --it;
-  if (at >= it->first + std::max<size_t>(it->second.bytes, 1)) return cudaSuccess;
-  attr->type = it->second.type;
-  attr->device = it->second.device;
-  attr->devicePointer = const_cast<void*>(p);
+  if (const std::optional<Allocation> a = Holding(p)) {
+    attr->type = a->type;
+    attr->device = a->device;
+    attr->devicePointer = const_cast<void*>(p);
+  }
   return cudaSuccess;
 }
 
@@ -423,9 +435,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   if (stream == nullptr) return Fail(cudaErrorInvalidValue);
   *stream = new CUstream_st;
   (*stream)->flags = flags;
-  shardema::cuda_emu::detail::Streams& all = shardema::cuda_emu::detail::AllStreams();
-  std::lock_guard<std::mutex> l(all.mu);
-  all.queues.insert((*stream)->queue);
+  shardema::cuda_emu::detail::AddStream((*stream)->queue);
   return cudaSuccess;
 }
 
@@ -437,9 +447,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   std::thread([queue] {
     queue->Drain();
-    shardema::cuda_emu::detail::Streams& all = shardema::cuda_emu::detail::AllStreams();
-    std::lock_guard<std::mutex> l(all.mu);
-    all.queues.erase(queue);
+    shardema::cuda_emu::detail::RemoveStream(queue);
   }).detach();
   return cudaSuccess;
 }
@@ -462,10 +470,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     want = st->recorded;
   }
   if (want == 0) return cudaSuccess;  // never recorded: nothing to wait for
-  Enqueue(stream, [st, want] {
-    std::unique_lock<std::mutex> l(st->mu);
-    st->cv.wait(l, [&] { return st->Done(want); });
-  });
+  Enqueue(stream, [st, want] { st->WaitFor(want); });
   return cudaSuccess;
 }
 
@@ -523,10 +528,12 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  auto st = event->state;
-  std::unique_lock<std::mutex> l(st->mu);
-  const uint64_t want = st->recorded;
-  st->cv.wait(l, [&] { return st->Done(want); });
+  uint64_t want = 0;
+  {
+    std::lock_guard<std::mutex> l(event->state->mu);
+    want = event->state->recorded;
+  }
+  event->state->WaitFor(want);
   return cudaSuccess;
 }
 
