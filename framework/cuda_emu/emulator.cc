@@ -10,6 +10,14 @@
 // deadlock, reported with each waiting thread. Warp exchanges keep two slot arrays, chosen by the
 // generation's parity: a lane may start the next exchange before a slower lane has read this one,
 // but not the one after (that needs the slower lane to arrive).
+//
+// Order: a GPU promises no order between the threads of a block between two barriers, nor between
+// the blocks of a grid, so the emulation does not run them in index order (which would hide a read
+// of a lower thread's or an earlier block's write made without a barrier: it would always see the
+// new value). Each launch draws a permutation of its blocks (an affine map of the linear block
+// index) and each block one of its threads (Fisher-Yates), from a hash of the launch's kernel and
+// shape, so a launch runs in the same order every time and a failure repeats; the block's rounds
+// walk the thread permutation forwards and backwards in turn.
 #include "framework/cuda_emu/emulator.h"
 
 #include <sys/mman.h>
@@ -19,6 +27,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -110,6 +119,20 @@ struct Grid {
   const void* sched_bottom = nullptr;
   size_t sched_size = 0;
   void* sched_fake_stack = nullptr;
+  uint64_t seed = 0;            // the launch's order (top of this file)
+  std::vector<unsigned> order;  // the running block's thread permutation
+};
+
+// splitmix64: the launch's permutations.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t Below(uint64_t bound) { return Next() % bound; }  // bound > 0
 };
 
 std::mutex launch_mu;
@@ -227,7 +250,10 @@ void FiberMain() {
         first);
 }
 
-void RunBlock(const uint3& block_idx, dim3 grid_dim, dim3 block_dim) {
+void RunBlock(uint64_t linear_block, dim3 grid_dim, dim3 block_dim) {
+  const uint3 block_idx{unsigned(linear_block % grid_dim.x),
+                        unsigned(linear_block / grid_dim.x % grid_dim.y),
+                        unsigned(linear_block / (uint64_t(grid_dim.x) * grid_dim.y))};
   Grid& g = *grid;
   uint32_t mxcsr = 0;
   uint16_t fpcw = 0;
@@ -262,9 +288,13 @@ void RunBlock(const uint3& block_idx, dim3 grid_dim, dim3 block_dim) {
   }
   // Uninitialised dynamic shared memory reads as NaN (0xff bytes), as a test would notice.
   std::fill(g.dynamic_shared.begin(), g.dynamic_shared.end(), char(0xff));
-  while (g.live > 0) {
+  Rng rng{g.seed ^ (uint64_t(linear_block) * 0x9e3779b97f4a7c15ull)};
+  for (unsigned i = 0; i < g.threads; ++i) g.order[i] = i;
+  for (unsigned i = g.threads; i > 1; --i) std::swap(g.order[i - 1], g.order[rng.Below(i)]);
+  for (bool forward = true; g.live > 0; forward = !forward) {
     g.progress = false;
-    for (Fiber& f : g.fibers) {
+    for (unsigned k = 0; k < g.threads; ++k) {
+      Fiber& f = g.fibers[g.order[forward ? k : g.threads - 1 - k]];
       if (!f.done) ToFiber(f);
     }
     if (!g.progress && g.live > 0) Deadlock();
@@ -362,12 +392,25 @@ void RunGrid(const char* where, dim3 grid_dim, dim3 block_dim, size_t smem,
   g.fibers.resize(threads);
   g.warps.resize((threads + kWarpSize - 1) / kWarpSize);
   g.dynamic_shared.resize(std::max<size_t>(smem, 16));
+  g.order.resize(threads);
   g.body = &body;
+  // The launch's order (top of this file): blocks b -> (a * b + c) mod n with a coprime to n.
+  const uint64_t n = uint64_t(grid_dim.x) * grid_dim.y * grid_dim.z;
+  uint64_t seed = 0xcbf29ce484222325ull;  // FNV-1a over the launch's name and shape
+  auto mix = [&seed](uint64_t v) { seed = (seed ^ v) * 0x100000001b3ull; };
+  for (const char* c = where; *c != 0; ++c) mix(uint8_t(*c));
+  for (unsigned v : {grid_dim.x, grid_dim.y, grid_dim.z, block_dim.x, block_dim.y, block_dim.z}) {
+    mix(v);
+  }
+  g.seed = seed;
+  Rng rng{seed};
+  uint64_t a = n > 1 ? 1 + rng.Below(n - 1) : 1;
+  while (std::gcd(a, n) != 1) ++a;
+  const uint64_t c = rng.Below(n);
   grid = &g;
-  for (unsigned z = 0; z < grid_dim.z; ++z) {
-    for (unsigned y = 0; y < grid_dim.y; ++y) {
-      for (unsigned x = 0; x < grid_dim.x; ++x) RunBlock(uint3{x, y, z}, grid_dim, block_dim);
-    }
+  for (uint64_t b = 0; b < n; ++b) {
+    const auto ab = static_cast<unsigned __int128>(a) * b;  // n may exceed 2^32
+    RunBlock(uint64_t((ab + c) % n), grid_dim, block_dim);
   }
   grid = nullptr;
 }

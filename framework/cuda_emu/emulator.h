@@ -11,11 +11,12 @@
 // framework/cuda_emu/include/).
 //
 // Execution: a launch is queued on its stream (include/cuda_runtime.h: a worker thread per stream)
-// and runs its blocks one after another, in x-major order; grids of different streams run one at
-// a time (one lock). The threads of a block are fibers scheduled round robin; a fiber runs until
-// it finishes or waits at a barrier, so memory a block writes is seen by the next block and
-// `__shared__` variables (static storage) are per block as on a GPU. Kernels must not wait on
-// another block (no grid sync).
+// and runs its blocks one after another, in an order drawn for the launch (not the index order: a
+// GPU promises none; the same launch always draws the same); grids of different streams run one at
+// a time (one lock). The threads of a block are fibers scheduled round robin, in an order drawn
+// for the block, forwards and backwards in turn; a fiber runs until it finishes or waits at a
+// barrier, so memory a block writes is seen by the next block and `__shared__` variables (static
+// storage) are per block as on a GPU. Kernels must not wait on another block (no grid sync).
 //
 // Checked, each a fatal error that names the kernel's launch and the thread (std::abort, so a
 // test dies with the message): __syncthreads() that not every thread of the block reaches (one

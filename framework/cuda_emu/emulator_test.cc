@@ -1,10 +1,11 @@
 // The CPU emulation of framework/cuda_emu/emulator.h on kernels written as CUDA
 // (emulator_test_kernels.cu): shared memory and barriers per block, warp shuffles with their
 // width rules, indices of 2-D grids of 3-D blocks, dynamic shared memory and its limit, launch
-// configurations the runtime refuses, and the fatal errors for a divergent barrier and a shuffle
-// from an exited lane.
+// configurations the runtime refuses, thread and block orders that are not the index order, and the
+// fatal errors for a divergent barrier and a shuffle from an exited lane.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -59,6 +60,40 @@ TEST(EmulatorTest, IndicesOfTwoDimensionalGridsOfThreeDimensionalBlocks) {
     EXPECT_EQ(blocks[i], int(i / per_block));
     EXPECT_EQ(threads[i], int(i % per_block));
   }
+}
+
+// A permutation of 0..n-1 that is not the identity.
+void ExpectShuffled(const std::vector<int>& turns) {
+  std::vector<int> sorted = turns;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> identity(turns.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(turns, identity);
+}
+
+TEST(EmulatorTest, ThreadsAndBlocksDoNotRunInIndexOrder) {
+  const unsigned blocks = 40, threads = 128;
+  std::vector<int> thread_turn(blocks * threads), block_turn(blocks), again(blocks);
+  ASSERT_EQ(Order(blocks, threads, thread_turn.data(), block_turn.data()), 0);
+  ExpectShuffled(block_turn);
+  for (unsigned b = 0; b < blocks; ++b) {
+    ExpectShuffled(std::vector<int>(thread_turn.begin() + b * threads,
+                                    thread_turn.begin() + (b + 1) * threads));
+  }
+  // The same launch draws the same order (a failure repeats).
+  ASSERT_EQ(Order(blocks, threads, thread_turn.data(), again.data()), 0);
+  EXPECT_EQ(again, block_turn);
+}
+
+TEST(EmulatorTest, AReadOfALowerThreadsWriteWithoutABarrierSeesStaleData) {
+  const int n = 256;
+  std::vector<int> in(n), out(n, -1);
+  std::iota(in.begin(), in.end(), 1000);
+  ASSERT_EQ(LeftNeighbours(in.data(), out.data(), n), 0);
+  int stale = 0;
+  for (int t = 1; t < n; ++t) stale += out[size_t(t)] != in[size_t(t - 1)];
+  EXPECT_GT(stale, 0) << "in index order every read would see its neighbour's write";
 }
 
 TEST(EmulatorTest, DynamicSharedMemoryAboveTheDefaultNeedsTheAttribute) {

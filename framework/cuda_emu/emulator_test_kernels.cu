@@ -47,6 +47,22 @@ __global__ void DynamicSumKernel(const float* in, int n, float* out) {
   }
 }
 
+// Racy on a GPU (a counter without atomics); here threads and blocks run one at a time.
+__global__ void OrderKernel(int* counter, int* thread_turn, int* block_turn) {
+  __shared__ int next;
+  if (threadIdx.x == 0) next = 0;
+  __syncthreads();
+  thread_turn[blockIdx.x * blockDim.x + threadIdx.x] = next++;
+  if (threadIdx.x == 0) block_turn[blockIdx.x] = (*counter)++;
+}
+
+// Racy: reads its left neighbour's write with no barrier between.
+__global__ void LeftNeighbourKernel(const int* in, int* out) {
+  __shared__ int buf[1024];
+  buf[threadIdx.x] = in[threadIdx.x];
+  out[threadIdx.x] = threadIdx.x == 0 ? buf[0] : buf[threadIdx.x - 1];
+}
+
 __global__ void NothingKernel() {}
 
 __global__ void ExitBeforeBarrierKernel() {
@@ -95,6 +111,18 @@ int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, f
     if (e != cudaSuccess) return int(e);
   }
   DynamicSumKernel<<<1, 64, bytes>>>(in, n, out);
+  return Finish();
+}
+
+int Order(unsigned blocks, unsigned threads, int* thread_turn, int* block_turn) {
+  static int counter;
+  counter = 0;
+  OrderKernel<<<blocks, threads>>>(&counter, thread_turn, block_turn);
+  return Finish();
+}
+
+int LeftNeighbours(const int* in, int* out, int n) {
+  LeftNeighbourKernel<<<1, unsigned(n)>>>(in, out);
   return Finish();
 }
 

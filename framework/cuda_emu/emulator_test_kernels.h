@@ -24,6 +24,11 @@ int Indices(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned bz, int
 // out[0] = sum of in[0, n) staged through `bytes` of dynamic shared memory (n floats fit);
 // `set_attribute` raises the kernel's dynamic shared memory limit to `bytes` first.
 int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, float* out);
+// The turn each thread ran in within its block (thread_turn[b * threads + t], 0 first) and
+// each block's turn in the grid (block_turn[b]), for `blocks` x `threads`.
+int Order(unsigned blocks, unsigned threads, int* thread_turn, int* block_turn);
+// out[t] = in[t - 1] (out[0] = in[0]) through shared memory with no barrier: a race.
+int LeftNeighbours(const int* in, int* out, int n);
 // A launch of `blocks` x `threads` that writes nothing.
 int EmptyLaunch(unsigned blocks, unsigned threads);
 // Thread 0 returns before a __syncthreads the others reach (dies: deadlock).

@@ -179,6 +179,7 @@ struct StepBody {
         case DType::kF32: StoreFromF32<DType::kF32, W>(a.compute, i, p); break;
         case DType::kBF16: StoreFromF32<DType::kBF16, W>(a.compute, i, p); break;
         case DType::kF16: StoreFromF32<DType::kF16, W>(a.compute, i, p); break;
+        case DType::kU8: break;  // refused before the launch (CheckArgs)
       }
     }
 #pragma unroll
