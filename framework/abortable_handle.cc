@@ -37,7 +37,7 @@ Status AbortableHandle::Poll(const Check& check) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok() || handle_ == nullptr || released_) return broken_;
   Status st = check(handle_);
-  if (!st.ok()) BreakLocked(st);
+  if (!st.ok()) BreakLocked(st).IgnoreError();  // returned below
   return broken_;
 }
 
@@ -94,7 +94,7 @@ void AbortableHandle::StartWatchdog(Check check, double period_seconds) {
       if (wake_.wait_for(lock, period, [this] { return stop_; })) break;
       if (handle_ == nullptr || released_) continue;  // not set yet, or released
       Status st = check(handle_);
-      if (!st.ok()) BreakLocked(st.WithContext("watchdog"));
+      if (!st.ok()) BreakLocked(st.WithContext("watchdog")).IgnoreError();  // ends the loop
     }
   });
 }

@@ -32,12 +32,14 @@ constexpr int kMaxCountedDevices = 64;
 std::atomic<int64_t> g_device_bytes[kMaxCountedDevices];
 std::atomic<int64_t> g_device_peak[kMaxCountedDevices];
 
+#if SHARDEMA_WITH_CUDA
 void CountDeviceBytes(Device d, int64_t delta) {
   if (!d.is_cuda() || d.index < 0 || d.index >= kMaxCountedDevices) return;
   const int64_t now = g_device_bytes[d.index].fetch_add(delta) + delta;
   int64_t peak = g_device_peak[d.index].load();
   while (now > peak && !g_device_peak[d.index].compare_exchange_weak(peak, now)) {}
 }
+#endif
 
 Status NoCuda(Device d) {
   return Unavailable("device ", d.ToString(), " requested but ",

@@ -25,7 +25,7 @@ using Eigen::internal::pset1;
 using Eigen::internal::pstore;
 using Eigen::internal::pstoreu;
 using Packet = Eigen::internal::packet_traits<float>::type;
-constexpr int64_t kP = Eigen::internal::unpacket_traits<Packet>::size;
+constexpr int64_t kP = Eigen::internal::packet_traits<float>::size;
 using AlignedRow = Eigen::Map<Eigen::ArrayXf, Eigen::AlignedMax>;
 
 int64_t RoundUp(int64_t n) { return (n + kP - 1) / kP * kP; }

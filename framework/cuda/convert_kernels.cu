@@ -119,6 +119,7 @@ Status LaunchFrom(const void* src, void* dst, DType dst_type, size_t n, cudaStre
     case DType::kF32: return Launch<S, DType::kF32>(src, dst, n, stream);
     case DType::kBF16: return Launch<S, DType::kBF16>(src, dst, n, stream);
     case DType::kF16: return Launch<S, DType::kF16>(src, dst, n, stream);
+    case DType::kU8: break;
   }
   return InvalidArgument("unknown destination dtype ", int(dst_type));
 }
@@ -129,6 +130,7 @@ Status Dispatch(const void* src, DType src_type, void* dst, DType dst_type, size
     case DType::kF32: return LaunchFrom<DType::kF32>(src, dst, dst_type, n, stream);
     case DType::kBF16: return LaunchFrom<DType::kBF16>(src, dst, dst_type, n, stream);
     case DType::kF16: return LaunchFrom<DType::kF16>(src, dst, dst_type, n, stream);
+    case DType::kU8: break;
   }
   return InvalidArgument("unknown source dtype ", int(src_type));
 }

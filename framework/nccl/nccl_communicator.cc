@@ -463,8 +463,9 @@ void NcclCommunicator::Abort(const Status& why, int exit_code) {
     return;
   }
   Announce(*state_, why.message());  // peers waiting on NCCL work learn who failed and why
-  state_->handle.MarkBroken(
-      Aborted("rank ", rank_, " aborted the NCCL communicator after: ", why.message()));
+  state_->handle
+      .MarkBroken(Aborted("rank ", rank_, " aborted the NCCL communicator after: ", why.message()))
+      .IgnoreError();                         // an earlier reason, if any, stays
   Release(/*finalize=*/false).IgnoreError();  // ncclCommAbort, no synchronisation
 }
 
@@ -472,7 +473,8 @@ Status NcclCommunicator::AnnounceFailure(const Status& failure) {
   // This rank's later calls fail at once; peers waiting on NCCL work receive the notice.
   if (failure.ok() || state_ == nullptr) return failure;
   Announce(*state_, failure.message());
-  state_->handle.MarkBroken(Aborted("rank ", rank_, " failed earlier: ", failure.message()));
+  state_->handle.MarkBroken(Aborted("rank ", rank_, " failed earlier: ", failure.message()))
+      .IgnoreError();
   return failure;
 }
 

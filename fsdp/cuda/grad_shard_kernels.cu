@@ -79,6 +79,7 @@ Status LaunchFoldMean(float* mean, const void* x, DType x_type, int64_t n, int64
       case DType::kF32: st = LaunchFold<DType::kF32>(mean, x, n, inv_count, cs); break;
       case DType::kBF16: st = LaunchFold<DType::kBF16>(mean, x, n, inv_count, cs); break;
       case DType::kF16: st = LaunchFold<DType::kF16>(mean, x, n, inv_count, cs); break;
+      case DType::kU8: break;  // refused above
     }
   }
   return st.ok() ? st : st.WithContext(what);
