@@ -1,9 +1,9 @@
 // The Linear GEMMs (nn/cuda/cublas_gemm.h), element-wise kernels and losses on the GPU against
 // the CPU layers on random data: f32 (~1e-5 relative), bf16 / f16 operands (the same bound
 // against the CPU math on the rounded values, ~1e-2 against unrounded f32), bias add, relu /
-// gelu / gelu_tanh forward and backward, mse / cross-entropy with a global normaliser,
-// bias-gradient column sums (and accumulation), residual adds, plus argument errors. Needs a GPU
-// (skips without one).
+// gelu / gelu_tanh forward and backward, mse / cross-entropy with a global normaliser (a NaN logit
+// makes its row NaN, as on the CPU), bias-gradient column sums (and accumulation), residual adds,
+// plus argument errors. Needs a GPU (skips without one).
 #include "nn/cuda/elementwise_kernels.h"
 
 #include <gtest/gtest.h>
@@ -186,6 +186,29 @@ TEST_F(ElementwiseKernelsTest, LossesMatchTheCpuWithAGlobalNormaliser) {
       EXPECT_LT(MaxRelError(Down(gdy, dy.size()), dy, 1e-6), mse ? 1e-6 : 1e-5);
     }
   }
+}
+
+// A NaN logit anywhere in a row (not only at its label) makes the row's loss NaN, as on the CPU:
+// a diverged model never reports a finite loss.
+TEST_F(ElementwiseKernelsTest, ANanLogitMakesItsRowsLossNan) {
+  const int64_t rows = 3, out = 600;  // more columns than one thread's share
+  auto y = Random(size_t(rows * out), 43, -3.f, 3.f);
+  const std::vector<int64_t> labels = {1, 2, 3};
+  y[size_t(0 * out + 599)] = NAN;  // row 0: the last column
+  y[size_t(2 * out + 0)] = NAN;    // row 2: the first
+  const StatusOr<double> on_cpu =
+      CrossEntropyLoss(cpu, y.data(), labels.data(), rows, out, 1.0, nullptr);
+  ASSERT_TRUE(on_cpu.ok());
+  EXPECT_TRUE(std::isnan(*on_cpu));
+  double* rl = Alloc<double>(size_t(rows), 0.0);
+  double* gloss = Alloc<double>(1, 0.0);
+  ASSERT_TRUE(
+      LaunchCrossEntropyLoss(Up(y), Up(labels), rows, out, out, 1.0, nullptr, rl, gloss, s()).ok());
+  const std::vector<double> got = Down(rl, size_t(rows));
+  EXPECT_TRUE(std::isnan(got[0]));
+  EXPECT_TRUE(std::isfinite(got[1]));
+  EXPECT_TRUE(std::isnan(got[2]));
+  EXPECT_TRUE(std::isnan(Down(gloss, 1)[0]));
 }
 
 TEST_F(ElementwiseKernelsTest, FoldLossSumsMicroBatchesAndRoundsTheMeanOnce) {

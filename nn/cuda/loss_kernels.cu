@@ -28,14 +28,15 @@ __global__ void MseRowsKernel(const float* y, const float* t, int64_t rows, int6
   }
 }
 
-// (m, s): a running max and the sum of exp(x - m) over the values seen.
+// (m, s): a running max and the sum of exp(x - m) over the values seen; a NaN value makes s NaN
+// for good (the row's loss is then NaN, as the CPU's is).
 struct MaxSum {
   float m, s;
 };
 
 __device__ __forceinline__ MaxSum Combine(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
-  if (m == -CUDART_INF_F) return {m, 0.f};
+  if (m == -CUDART_INF_F) return {m, a.s + b.s};  // 0, or NaN when a NaN was seen
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
@@ -77,8 +78,8 @@ __global__ void CrossEntropyRowsKernel(const void* y, DType t, const int64_t* ta
     if (x > v.m) {
       v.s = v.s * expf(v.m - x) + 1.f;
       v.m = x;
-    } else if (x > -CUDART_INF_F) {  // a -inf logit adds 0 (expf(-inf - -inf) would be NaN)
-      v.s += expf(x - v.m);
+    } else if (x != -CUDART_INF_F) {  // a -inf logit adds 0 (expf(-inf - -inf) would be NaN)
+      v.s += expf(x - v.m);           // a NaN one adds NaN (fmaxf in Combine would drop it)
     }
   }
   v = BlockMaxSum(v);

@@ -10,7 +10,8 @@
 //                           sum of exponentials in f32 (block-wide reductions in a fixed tree),
 //                           the row term in double from them; each valid logit is read twice
 //                           and dy written once. dy may alias y (in place: the gradient replaces
-//                           the logits).
+//                           the logits). A NaN among a row's valid logits makes its term NaN (as
+//                           on the CPU), wherever it lies.
 //   LaunchFoldLoss          a training step's loss over its micro-batches, on the device:
 //                           *sum = (first ? 0 : *sum) + *loss; *mean = float(*sum / count).
 // Row terms (double) go to `scratch` (rows doubles) and are summed by one block in a fixed order
