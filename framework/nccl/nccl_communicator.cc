@@ -439,7 +439,10 @@ Status NcclCommunicator::Release(bool finalize) {
     pool_ = nullptr;
   }
   if (scratch_ != nullptr) {
-    keep_first(CudaStatus(cudaFree(scratch_), "cudaFree"));
+    // cudaFree waits for the whole device, including another communicator's work that waits for a
+    // failed peer (e.g. a shard group's while the world's is aborted): after an abort the four
+    // bytes are abandoned to the process's end.
+    if (finalize) keep_first(CudaStatus(cudaFree(scratch_), "cudaFree"));
     scratch_ = nullptr;
   }
   int finalized = 0;

@@ -15,11 +15,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "framework/device.h"
@@ -594,6 +598,58 @@ TEST_F(NcclTest, PeersWaitingOnAFailedRankLearnWhoFailed) {
   }
   // Both sides are broken now: destruction aborts the NCCL communicator, it does not finalize.
   c->reset();
+  MPI_Barrier(MpiWorld()->comm());
+}
+
+// Aborting one communicator never waits for another's work: in a job with shard groups (several
+// communicators) the work of a group's collective that a failed peer never joins runs until that
+// communicator is aborted too, and the world's abort must still return so the rank can exit.
+TEST_F(NcclTest, AnAbortWaitsForNoOtherCommunicatorsWork) {
+  if (world() < 2) GTEST_SKIP() << "needs a peer that never joins";
+  CommOptions o;
+  o.check_args = false;  // no rendezvous: rank 0's all-reduce below just waits for its peers
+  o.timeout_seconds = 600;
+  Buffer a = OnDevice(16 * 4, Encode(DType::kF32, 16, rank()));
+  auto first = NcclCommunicator::Create(MpiWorld()->comm(), dev_, o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = NcclCommunicator::Create(MpiWorld()->comm(), dev_, o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (auto* c : {&first, &second}) {  // connected, as in a job that has run a step
+    ASSERT_TRUE((**c)->AllReduce(a.data(), a.data(), 16, DType::kF32, opts_).ok());
+  }
+  ASSERT_TRUE(SynchronizeStream(stream_).ok());
+  MPI_Barrier(MpiWorld()->comm());
+  const Status why = Aborted("injected: a failed step");
+  if (rank() == 0) {
+    // Work on `second` that only an abort of `second` ends.
+    std::unique_ptr<Work> stuck =
+        Take((*second)->AllReduceAsync(a.data(), a.data(), 16, DType::kF32, opts_));
+    std::mutex mu;
+    std::condition_variable cv;
+    bool returned = false, rescued = false;
+    std::thread rescue([&] {  // ends the stuck work should the abort below wait for it
+      std::unique_lock<std::mutex> l(mu);
+      if (cv.wait_for(l, std::chrono::seconds(30), [&] { return returned; })) return;
+      rescued = true;
+      l.unlock();
+      (*second)->Abort(why, 1);
+    });
+    (*first)->Abort(why, 1);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      returned = true;
+    }
+    cv.notify_all();
+    rescue.join();
+    EXPECT_FALSE(rescued) << "aborting one communicator waited for another's unfinished work";
+    (*second)->Abort(why, 1);  // ends the stuck all-reduce
+    stuck.reset();
+  } else {
+    (*first)->Abort(why, 1);
+    (*second)->Abort(why, 1);
+  }
+  first->reset();
+  second->reset();
   MPI_Barrier(MpiWorld()->comm());
 }
 
