@@ -28,6 +28,9 @@ EMU_LINKOPTS = ["-fsanitize=address,undefined"]
 # Device code (.cu rewritten by emu_sources).
 EMU_DEVICE_COPTS = EMU_COPTS + [
     "-Wno-unknown-pragmas",  # #pragma unroll
+    # __shared__ variables sit in their own section (emulator.h); without this the sanitizer
+    # leaves globals in named sections unchecked.
+    "-fsanitize-sections=shardema_emu_shared",
     "-D__CUDACC__",
     "-include",
     "framework/cuda_emu/emulator.h",

@@ -28,7 +28,9 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -142,6 +144,7 @@ Grid* grid = nullptr;  // the running launch (under launch_mu)
 struct Launches {
   std::vector<char*> stacks;
   std::map<const void*, size_t> max_dynamic_shared;
+  std::set<std::pair<char*, char*>> static_shared;  // RegisterShared's ranges
 };
 Launches& AllLaunches() {
   static Launches* l = new Launches;
@@ -162,6 +165,12 @@ thread_local cudaError_t last_error = cudaSuccess;
                who.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+// Sets [begin, end) to 0xff bytes, AddressSanitizer's redzones between the variables included
+// (their shadow, not their bytes, is what it checks).
+__attribute__((no_sanitize("address"))) void FillUnchecked(char* begin, char* end) {
+  for (volatile char* p = begin; p < end; ++p) *p = char(0xff);
 }
 
 char* StackFor(size_t i) {
@@ -286,8 +295,10 @@ void RunBlock(uint64_t linear_block, dim3 grid_dim, dim3 block_dim) {
     frame[0] = uint64_t(mxcsr) | (uint64_t(fpcw) << 32);
     f.sp = frame;
   }
-  // Uninitialised dynamic shared memory reads as NaN (0xff bytes), as a test would notice.
+  // Uninitialised shared memory, dynamic and static, reads as NaN (0xff bytes), as a test would
+  // notice (not the previous block's values).
   std::fill(g.dynamic_shared.begin(), g.dynamic_shared.end(), char(0xff));
+  for (const auto& [begin, end] : AllLaunches().static_shared) FillUnchecked(begin, end);
   Rng rng{g.seed ^ (uint64_t(linear_block) * 0x9e3779b97f4a7c15ull)};
   for (unsigned i = 0; i < g.threads; ++i) g.order[i] = i;
   for (unsigned i = g.threads; i > 1; --i) std::swap(g.order[i - 1], g.order[rng.Below(i)]);
@@ -314,6 +325,13 @@ const ThreadState& Self() {
 unsigned LaneId() { return grid->current->linear % kWarpSize; }
 
 char* DynamicShared() { return grid->dynamic_shared.data(); }
+
+bool RegisterShared(char* begin, char* end) {
+  if (begin == nullptr || end <= begin) return true;
+  std::lock_guard<std::mutex> lock(launch_mu);
+  AllLaunches().static_shared.insert({begin, end});
+  return true;
+}
 
 void SyncThreads() {
   Grid& g = *grid;

@@ -15,8 +15,10 @@
 // GPU promises none; the same launch always draws the same); grids of different streams run one at
 // a time (one lock). The threads of a block are fibers scheduled round robin, in an order drawn
 // for the block, forwards and backwards in turn; a fiber runs until it finishes or waits at a
-// barrier, so memory a block writes is seen by the next block and `__shared__` variables (static
-// storage) are per block as on a GPU. Kernels must not wait on another block (no grid sync).
+// barrier, so memory a block writes is seen by the next block; shared memory, `__shared__`
+// variables (static storage, one section) and dynamic, is set to 0xff bytes as each block starts,
+// so a read before the block wrote it sees NaN, not the previous block's values. Kernels must not
+// wait on another block (no grid sync).
 //
 // Checked, each a fatal error that names the kernel's launch and the thread (std::abort, so a
 // test dies with the message): __syncthreads() that not every thread of the block reaches (one
@@ -110,6 +112,10 @@ void SyncWarp(unsigned mask);
 uint64_t WarpExchange(unsigned mask, uint64_t bits, unsigned src);
 unsigned LaneId();
 char* DynamicShared();
+// Adds [begin, end), a shared object's `__shared__` variables (the section kSharedSection below),
+// to the memory every block starts with set to 0xff bytes, as dynamic shared memory does; a null
+// or empty range adds nothing. Returns true.
+bool RegisterShared(char* begin, char* end);
 
 // The launch error of a configuration (cudaSuccess when the runtime would take it).
 cudaError_t CheckLaunch(const void* kernel, dim3 grid, dim3 block, size_t smem);
@@ -188,12 +194,23 @@ Launcher<P...> Launch(const char* where, void (*kernel)(P...), dim3 grid, dim3 b
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __grid_constant__
-#define __shared__ static
+// `__shared__` variables live in one section per shared object (registered below), so that each
+// block starts with them unset (0xff bytes) instead of the previous block's values.
+#define __shared__ static __attribute__((section("shardema_emu_shared")))
 #define threadIdx (::shardema::cuda_emu::detail::Self().thread_idx)
 #define blockIdx (::shardema::cuda_emu::detail::Self().block_idx)
 #define blockDim (::shardema::cuda_emu::detail::Self().block_dim)
 #define gridDim (::shardema::cuda_emu::detail::Self().grid_dim)
 #define warpSize (int(::shardema::cuda_emu::kWarpSize))
+
+// The linker's bounds of this shared object's section of `__shared__` variables (null when it has
+// none); every translation unit that includes this header registers them once.
+extern "C" char __start_shardema_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_shardema_emu_shared[] __attribute__((weak, visibility("hidden")));
+namespace shardema::cuda_emu::detail {
+[[maybe_unused]] static const bool shared_registered =
+    RegisterShared(__start_shardema_emu_shared, __stop_shardema_emu_shared);
+}  // namespace shardema::cuda_emu::detail
 
 // ---- Device functions ----
 

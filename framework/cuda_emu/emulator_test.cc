@@ -1,8 +1,9 @@
 // The CPU emulation of framework/cuda_emu/emulator.h on kernels written as CUDA
 // (emulator_test_kernels.cu): shared memory and barriers per block, warp shuffles with their
 // width rules, indices of 2-D grids of 3-D blocks, dynamic shared memory and its limit, launch
-// configurations the runtime refuses, thread and block orders that are not the index order, and the
-// fatal errors for a divergent barrier and a shuffle from an exited lane.
+// configurations the runtime refuses, thread and block orders that are not the index order,
+// static shared memory that each block finds unset, and the fatal errors for a divergent
+// barrier, a shuffle from an exited lane and a write past a shared array.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,6 +97,12 @@ TEST(EmulatorTest, AReadOfALowerThreadsWriteWithoutABarrierSeesStaleData) {
   EXPECT_GT(stale, 0) << "in index order every read would see its neighbour's write";
 }
 
+TEST(EmulatorTest, StaticSharedMemoryStartsUnsetInEveryBlock) {
+  std::vector<unsigned> seen(5, 0);
+  ASSERT_EQ(SharedAtStart(unsigned(seen.size()), seen.data()), 0);
+  for (unsigned v : seen) EXPECT_EQ(v, 0xffffffffu) << "a block saw another block's value";
+}
+
 TEST(EmulatorTest, DynamicSharedMemoryAboveTheDefaultNeedsTheAttribute) {
   std::vector<float> in(20000, 0.5f);
   float out = 0.f;
@@ -114,6 +121,13 @@ TEST(EmulatorTest, RefusedLaunchConfigurations) {
   EXPECT_EQ(EmptyLaunch(1, 0), kInvalidConfiguration);
   EXPECT_EQ(EmptyLaunch(1, 1025), kInvalidConfiguration);
   EXPECT_EQ(EmptyLaunch(2, 64), 0);  // the error was read and cleared
+}
+
+// The __shared__ section is sanitised (defs.bzl's -fsanitize-sections): a write past an array
+// is an error, not a write into its neighbour.
+TEST(EmulatorDeathTest, AWritePastASharedArrayIsAnError) {
+  // (No launch before EXPECT_DEATH: the child of its fork would lack the stream's thread.)
+  EXPECT_DEATH(SharedWrite(8), "global-buffer-overflow");
 }
 
 TEST(EmulatorDeathTest, AThreadThatSkipsABarrierIsADeadlock) {

@@ -63,6 +63,21 @@ __global__ void LeftNeighbourKernel(const int* in, int* out) {
   out[threadIdx.x] = threadIdx.x == 0 ? buf[0] : buf[threadIdx.x - 1];
 }
 
+// Reads a __shared__ word before any thread of the block wrote it (undefined on a GPU).
+__global__ void SharedAtStartKernel(unsigned* seen) {
+  __shared__ unsigned word;
+  seen[blockIdx.x] = word;
+  word = blockIdx.x;
+}
+
+// Writes small[i] through a pointer (no bounds check of the array type sees it).
+__global__ void SharedWriteKernel(int i, float* out) {
+  __shared__ float small[8];
+  float* volatile p = small;
+  p[i] = 1.f;
+  *out = small[0];
+}
+
 __global__ void NothingKernel() {}
 
 __global__ void ExitBeforeBarrierKernel() {
@@ -123,6 +138,17 @@ int Order(unsigned blocks, unsigned threads, int* thread_turn, int* block_turn) 
 
 int LeftNeighbours(const int* in, int* out, int n) {
   LeftNeighbourKernel<<<1, unsigned(n)>>>(in, out);
+  return Finish();
+}
+
+int SharedAtStart(unsigned blocks, unsigned* seen) {
+  SharedAtStartKernel<<<blocks, 1>>>(seen);
+  return Finish();
+}
+
+int SharedWrite(int i) {
+  static float out;
+  SharedWriteKernel<<<1, 1>>>(i, &out);
   return Finish();
 }
 

@@ -29,6 +29,11 @@ int DynamicSharedSum(const float* in, int n, size_t bytes, bool set_attribute, f
 int Order(unsigned blocks, unsigned threads, int* thread_turn, int* block_turn);
 // out[t] = in[t - 1] (out[0] = in[0]) through shared memory with no barrier: a race.
 int LeftNeighbours(const int* in, int* out, int n);
+// seen[b] = a __shared__ word as block b of `blocks` (one thread each) found it, before it wrote
+// its index there.
+int SharedAtStart(unsigned blocks, unsigned* seen);
+// Writes element i of an 8-float __shared__ array (dies for i outside [0, 8): AddressSanitizer).
+int SharedWrite(int i);
 // A launch of `blocks` x `threads` that writes nothing.
 int EmptyLaunch(unsigned blocks, unsigned threads);
 // Thread 0 returns before a __syncthreads the others reach (dies: deadlock).
