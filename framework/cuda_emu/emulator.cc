@@ -300,7 +300,7 @@ void RunBlock(uint64_t linear_block, dim3 grid_dim, dim3 block_dim) {
   std::fill(g.dynamic_shared.begin(), g.dynamic_shared.end(), char(0xff));
   for (const auto& [begin, end] : AllLaunches().static_shared) FillUnchecked(begin, end);
   Rng rng{g.seed ^ (uint64_t(linear_block) * 0x9e3779b97f4a7c15ull)};
-  for (unsigned i = 0; i < g.threads; ++i) g.order[i] = i;
+  std::iota(g.order.begin(), g.order.end(), 0u);
   for (unsigned i = g.threads; i > 1; --i) std::swap(g.order[i - 1], g.order[rng.Below(i)]);
   for (bool forward = true; g.live > 0; forward = !forward) {
     g.progress = false;

@@ -112,7 +112,7 @@ void SyncWarp(unsigned mask);
 uint64_t WarpExchange(unsigned mask, uint64_t bits, unsigned src);
 unsigned LaneId();
 char* DynamicShared();
-// Adds [begin, end), a shared object's `__shared__` variables (the section kSharedSection below),
+// Adds [begin, end), a shared object's `__shared__` variables (section shardema_emu_shared below),
 // to the memory every block starts with set to 0xff bytes, as dynamic shared memory does; a null
 // or empty range adds nothing. Returns true.
 bool RegisterShared(char* begin, char* end);

@@ -131,9 +131,8 @@ class NcclCommunicator final : public CallCommunicator {
   // and no stream or device synchronisation (its one-float scratch buffer is abandoned: cudaFree
   // would wait for the whole device, another communicator's stuck work included); frees the
   // stream, pool and duplicated MPI communicator without waiting, then every call fails
-  // (kFailedPrecondition naming `why`). Returns (the host
-  // communicator's Abort ends the job); `exit_code` is unused. Idempotent; a no-op after
-  // Shutdown().
+  // (kFailedPrecondition naming `why`). Returns (the host communicator's Abort ends the job);
+  // `exit_code` is unused. Idempotent; a no-op after Shutdown().
   void Abort(const Status& why, int exit_code) override;
   // Marks the communicator failed (later calls return kFailedPrecondition naming `failure`) and
   // returns `failure`. On the thread that created the communicator it also sends a failure

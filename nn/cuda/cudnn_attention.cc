@@ -37,13 +37,12 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 // The frontend opens the CUDA runtime for a few calls: the one this binary is linked with. Named
 // while the program loads, before any thread exists (setenv may not race with another thread's
 // getenv, and NCCL's threads are running by the time cuDNN is first used).
-const bool kCudartNamed = [] {
+[[maybe_unused]] const bool kCudartNamed = [] {
   const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
   return setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), /*overwrite=*/0) == 0;
 }();
 
 StatusOr<int64_t> OpenCudnn() {
-  (void)kCudartNamed;
   const char* env = std::getenv("SHARDEMA_CUDNN_LIBRARY");
   const std::string name = env != nullptr && env[0] != '\0' ? env : "libcudnn.so.9";
   dlerror();
