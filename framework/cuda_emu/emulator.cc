@@ -15,9 +15,10 @@
 // the blocks of a grid, so the emulation does not run them in index order (which would hide a read
 // of a lower thread's or an earlier block's write made without a barrier: it would always see the
 // new value). Each launch draws a permutation of its blocks (an affine map of the linear block
-// index) and each block one of its threads (Fisher-Yates), from a hash of the launch's kernel and
-// shape, so a launch runs in the same order every time and a failure repeats; the block's rounds
-// walk the thread permutation forwards and backwards in turn.
+// index) and each block one of its threads (Fisher-Yates), from framework/rng.h's SeededRng keyed
+// by the launch's kernel and shape (and the block), so a launch runs in the same order every time
+// and a failure repeats; the block's rounds walk the thread permutation forwards and backwards in
+// turn.
 #include "framework/cuda_emu/emulator.h"
 
 #include <sys/mman.h>
@@ -32,6 +33,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "framework/rng.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -121,21 +124,12 @@ struct Grid {
   const void* sched_bottom = nullptr;
   size_t sched_size = 0;
   void* sched_fake_stack = nullptr;
-  uint64_t seed = 0;            // the launch's order (top of this file)
+  std::string key;              // the launch's kernel and shape: its orders (top of this file)
   std::vector<unsigned> order;  // the running block's thread permutation
 };
 
-// splitmix64: the launch's permutations.
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t Below(uint64_t bound) { return Next() % bound; }  // bound > 0
-};
+// A draw in [0, bound) (bound > 0) for the launch's permutations.
+uint64_t Below(SeededRng& rng, uint64_t bound) { return rng.Next() % bound; }
 
 std::mutex launch_mu;
 Grid* grid = nullptr;  // the running launch (under launch_mu)
@@ -299,9 +293,9 @@ void RunBlock(uint64_t linear_block, dim3 grid_dim, dim3 block_dim) {
   // notice (not the previous block's values).
   std::fill(g.dynamic_shared.begin(), g.dynamic_shared.end(), char(0xff));
   for (const auto& [begin, end] : AllLaunches().static_shared) FillUnchecked(begin, end);
-  Rng rng{g.seed ^ (uint64_t(linear_block) * 0x9e3779b97f4a7c15ull)};
+  SeededRng rng(linear_block, g.key);
   std::iota(g.order.begin(), g.order.end(), 0u);
-  for (unsigned i = g.threads; i > 1; --i) std::swap(g.order[i - 1], g.order[rng.Below(i)]);
+  for (unsigned i = g.threads; i > 1; --i) std::swap(g.order[i - 1], g.order[Below(rng, i)]);
   for (bool forward = true; g.live > 0; forward = !forward) {
     g.progress = false;
     for (unsigned k = 0; k < g.threads; ++k) {
@@ -414,17 +408,14 @@ void RunGrid(const char* where, dim3 grid_dim, dim3 block_dim, size_t smem,
   g.body = &body;
   // The launch's order (top of this file): blocks b -> (a * b + c) mod n with a coprime to n.
   const uint64_t n = uint64_t(grid_dim.x) * grid_dim.y * grid_dim.z;
-  uint64_t seed = 0xcbf29ce484222325ull;  // FNV-1a over the launch's name and shape
-  auto mix = [&seed](uint64_t v) { seed = (seed ^ v) * 0x100000001b3ull; };
-  for (const char* c = where; *c != 0; ++c) mix(uint8_t(*c));
+  g.key = std::string(where);
   for (unsigned v : {grid_dim.x, grid_dim.y, grid_dim.z, block_dim.x, block_dim.y, block_dim.z}) {
-    mix(v);
+    g.key += " " + std::to_string(v);
   }
-  g.seed = seed;
-  Rng rng{seed};
-  uint64_t a = n > 1 ? 1 + rng.Below(n - 1) : 1;
+  SeededRng rng(/*seed=*/~0ull, g.key);  // block b's thread order: seed b (RunBlock)
+  uint64_t a = n > 1 ? 1 + Below(rng, n - 1) : 1;
   while (std::gcd(a, n) != 1) ++a;
-  const uint64_t c = rng.Below(n);
+  const uint64_t c = Below(rng, n);
   grid = &g;
   for (uint64_t b = 0; b < n; ++b) {
     const auto ab = static_cast<unsigned __int128>(a) * b;  // n may exceed 2^32
